@@ -1,0 +1,6 @@
+//! Files in and out: safetensors, GGUF, Hugging Face `config.json`, tokenizers, and the
+//! model cache with its fetcher.
+
+pub mod safetensors;
+
+pub use self::safetensors::SafetensorsFile;

@@ -1,0 +1,29 @@
+//! # lucent
+//!
+//! A Transformer engine: every building block the classic guides describe, running real
+//! pretrained models and training small ones on a CPU, able to show every intermediate
+//! step of its own arithmetic.
+//!
+//! Layers, each depending only on those below it:
+//!
+//! | module | holds |
+//! | --- | --- |
+//! | [`model`] | `ModelConfig`, the generic Transformer, families, loading, parameter counts |
+//! | `nn` | the guides' building blocks and the KV cache |
+//! | [`ops`] | kernels: matmul, softmax, norms, activations, rope, attention |
+//! | [`tensor`] | `Tensor`: shape + f32 storage, owned or memory-mapped |
+//! | [`io`] | safetensors, GGUF, configs, tokenizers, model cache and fetch |
+//!
+//! Errors are values: every fallible function returns [`Result`].
+
+pub mod error;
+pub mod io;
+pub mod model;
+pub mod ops;
+pub mod tensor;
+pub mod threads;
+
+pub use error::{Error, Result};
+pub use model::ModelConfig;
+pub use tensor::{Dtype, Tensor};
+pub use threads::{set_threads, threads};

@@ -1,0 +1,308 @@
+//! `ModelConfig`: one checked description of any Transformer lucent builds.
+//!
+//! BERT, GPT-2, LLaMA (SmolLM2), Gemma 3 and the guides' encoder-decoder are all one
+//! generic model driven by this config (ARCHITECTURE.md, principle 1). A family's own
+//! schema (HF `config.json`, GGUF metadata) is translated into a `ModelConfig` and
+//! validated once by [`ModelConfig::validate`], whose errors name the field at fault.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ops::{Activation, RopeConvention};
+use crate::{Error, Result};
+
+/// Which stacks the model has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelKind {
+    /// Bidirectional encoder only (BERT, MiniLM): text → hidden states.
+    Encoder,
+    /// Causal decoder only (GPT-2, LLaMA, Gemma): text → next-token logits.
+    Decoder,
+    /// The original Transformer: encoder, and a decoder with cross-attention.
+    EncoderDecoder,
+}
+
+/// Which normalisation the blocks use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NormKind {
+    /// LayerNorm: mean and variance, scale and (optionally) shift.
+    LayerNorm,
+    /// RMSNorm: root mean square, scale only.
+    RmsNorm,
+}
+
+/// Where the norm sits relative to each residual sub-layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NormPlacement {
+    /// x + f(norm(x)) (GPT-2, LLaMA); a final norm follows the stack.
+    Pre,
+    /// norm(x + f(x)) (the original paper, BERT).
+    Post,
+    /// x + norm₂(f(norm₁(x))): pre-norm plus a norm on the sub-layer's output (Gemma 2/3).
+    Sandwich,
+}
+
+/// The feed-forward network's form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FfnKind {
+    /// W₂ · act(W₁ x + b₁) + b₂ (the paper, BERT, GPT-2).
+    Mlp,
+    /// W_down · (act(W_gate x) ⊙ W_up x): SwiGLU with SiLU, GeGLU with GELU.
+    Gated,
+}
+
+/// How the model knows token order.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum PositionKind {
+    /// No positional information (rarely what you want).
+    None,
+    /// Fixed sin/cos table added to the embeddings (the paper).
+    Sinusoidal,
+    /// A learned table added to the embeddings (BERT, GPT-2).
+    Learned,
+    /// Rotary embedding applied to Q and K inside attention (LLaMA, Gemma).
+    Rope {
+        /// θ base (10 000 in the paper; 100 000 in SmolLM2).
+        base: f32,
+        /// base for sliding-window (local) layers, if different (Gemma 3: 10 000).
+        local_base: Option<f32>,
+        /// Which features are paired.
+        convention: RopeConvention,
+    },
+    /// Linear biases on the attention scores, one slope per head (Press et al. 2021).
+    Alibi,
+}
+
+/// A full description of a Transformer. Dimensions use the guides' letters: d_model
+/// (d), heads (h), kv_heads, head_dim (d_k), d_ff, vocab (V), layers (N).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelConfig {
+    /// Family name for display ("bert", "llama", "gemma3", "transformer", ...).
+    pub family: String,
+    /// Encoder, decoder or both.
+    pub kind: ModelKind,
+    /// Vocabulary size V.
+    pub vocab_size: usize,
+    /// Model width d.
+    pub d_model: usize,
+    /// Encoder layers (for [`ModelKind::Decoder`]: 0).
+    pub encoder_layers: usize,
+    /// Decoder layers (for [`ModelKind::Encoder`]: 0).
+    pub decoder_layers: usize,
+    /// Query heads h.
+    pub n_heads: usize,
+    /// Key/value heads (= n_heads: multi-head; 1: multi-query; between: grouped-query).
+    pub n_kv_heads: usize,
+    /// Features per head d_k (usually d_model / n_heads; Gemma 3 sets it apart).
+    pub head_dim: usize,
+    /// Hidden width of the feed-forward network.
+    pub d_ff: usize,
+    /// Longest sequence the positions support.
+    pub max_positions: usize,
+    /// Number of token types (BERT's segment embeddings; 0 for none).
+    pub type_vocab_size: usize,
+    /// Position scheme.
+    pub position: PositionKind,
+    /// Normalisation kind.
+    pub norm: NormKind,
+    /// Normalisation placement.
+    pub norm_placement: NormPlacement,
+    /// ε inside the normalisation's square root.
+    pub norm_eps: f32,
+    /// A norm right after the embeddings (BERT's `embeddings.LayerNorm`).
+    pub embedding_norm: bool,
+    /// A norm after the last layer of each stack (pre-norm models; the torch Transformer).
+    pub final_norm: bool,
+    /// Feed-forward form.
+    pub ffn: FfnKind,
+    /// Feed-forward nonlinearity.
+    pub activation: Activation,
+    /// Biases on the Q, K, V projections.
+    pub qkv_bias: bool,
+    /// Bias on the attention output projection.
+    pub attn_out_bias: bool,
+    /// Biases in the feed-forward network.
+    pub ffn_bias: bool,
+    /// LayerNorm has a shift β.
+    pub norm_bias: bool,
+    /// RMSNorm on each head's queries and keys before RoPE (Gemma 3).
+    pub qk_norm: bool,
+    /// The output head shares the token embedding matrix.
+    pub tie_embeddings: bool,
+    /// Multiply token embeddings by this (Gemma: √d; the paper: √d too).
+    pub embedding_scale: f32,
+    /// Sliding-window size for local layers (Gemma 3: 512), if any.
+    pub sliding_window: Option<usize>,
+    /// With a window: every `n`-th layer is global, the others local (Gemma 3: 6).
+    pub global_every: Option<usize>,
+    /// Attention scores are scaled by this instead of 1/√head_dim, if set.
+    pub attention_scale: Option<f32>,
+}
+
+impl ModelConfig {
+    /// Check every constraint the model code relies on. Errors name the field.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |msg: String| Err(Error::Config(msg));
+        if self.d_model == 0 {
+            return bad("d_model must be > 0".into());
+        }
+        if self.n_heads == 0 {
+            return bad("heads must be > 0".into());
+        }
+        if self.n_kv_heads == 0 {
+            return bad("kv_heads must be > 0".into());
+        }
+        if self.n_heads % self.n_kv_heads != 0 {
+            return bad(format!(
+                "heads ({}) must be divisible by kv_heads ({}): each key/value head serves a whole group of query heads",
+                self.n_heads, self.n_kv_heads
+            ));
+        }
+        if self.head_dim == 0 {
+            return bad("head_dim must be > 0".into());
+        }
+        if self.vocab_size == 0 {
+            return bad("vocab_size must be > 0".into());
+        }
+        if self.d_ff == 0 {
+            return bad("d_ff must be > 0".into());
+        }
+        if self.max_positions == 0 {
+            return bad("max_positions must be > 0".into());
+        }
+        let (enc, dec) = (self.encoder_layers, self.decoder_layers);
+        match self.kind {
+            ModelKind::Encoder if enc == 0 || dec != 0 => {
+                return bad(format!("an encoder needs encoder_layers > 0 and decoder_layers = 0 (got {enc}, {dec})"))
+            }
+            ModelKind::Decoder if dec == 0 || enc != 0 => {
+                return bad(format!("a decoder needs decoder_layers > 0 and encoder_layers = 0 (got {enc}, {dec})"))
+            }
+            ModelKind::EncoderDecoder if enc == 0 || dec == 0 => {
+                return bad(format!("an encoder-decoder needs both stacks (got {enc} encoder, {dec} decoder layers)"))
+            }
+            _ => {}
+        }
+        if let PositionKind::Rope { base, local_base, .. } = self.position {
+            if self.head_dim % 2 != 0 {
+                return bad(format!("RoPE needs an even head_dim, got {}", self.head_dim));
+            }
+            if !(base > 0.0) || local_base.is_some_and(|b| !(b > 0.0)) {
+                return bad(format!("rope base must be > 0, got {base} / {local_base:?}"));
+            }
+        }
+        if self.position == PositionKind::Sinusoidal && self.d_model % 2 != 0 {
+            return bad(format!("sinusoidal positions need an even d_model, got {}", self.d_model));
+        }
+        if !(self.norm_eps >= 0.0) {
+            return bad(format!("norm_eps must be ≥ 0, got {}", self.norm_eps));
+        }
+        if self.global_every.is_some() && self.sliding_window.is_none() {
+            return bad("global_every is set but sliding_window is not".into());
+        }
+        if self.sliding_window == Some(0) || self.global_every == Some(0) {
+            return bad("sliding_window and global_every must be > 0 when set".into());
+        }
+        Ok(())
+    }
+
+    /// A config whose head_dim is d_model / heads, checking divisibility (the usual case).
+    pub fn head_dim_for(d_model: usize, n_heads: usize) -> Result<usize> {
+        if n_heads == 0 || d_model % n_heads != 0 {
+            return Err(Error::Config(format!(
+                "d_model ({d_model}) must be divisible by heads ({n_heads}): each head gets d_model / heads features"
+            )));
+        }
+        Ok(d_model / n_heads)
+    }
+
+    /// The width of all query heads together (h · d_k).
+    pub fn q_dim(&self) -> usize {
+        self.n_heads * self.head_dim
+    }
+
+    /// The width of all key (or value) heads together (h_kv · d_k).
+    pub fn kv_dim(&self) -> usize {
+        self.n_kv_heads * self.head_dim
+    }
+
+    /// Whether layer `i` uses a sliding window (a "local" layer), and its size.
+    pub fn window_of_layer(&self, i: usize) -> Option<usize> {
+        let w = self.sliding_window?;
+        match self.global_every {
+            Some(n) if (i + 1) % n == 0 => None,
+            _ => Some(w),
+        }
+    }
+
+    /// The scale applied to Q·Kᵀ.
+    pub fn score_scale(&self) -> f32 {
+        self.attention_scale
+            .unwrap_or_else(|| 1.0 / (self.head_dim as f32).sqrt())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiny() -> ModelConfig {
+        ModelConfig {
+            family: "test".into(),
+            kind: ModelKind::Decoder,
+            vocab_size: 10,
+            d_model: 8,
+            encoder_layers: 0,
+            decoder_layers: 1,
+            n_heads: 2,
+            n_kv_heads: 1,
+            head_dim: 4,
+            d_ff: 16,
+            max_positions: 16,
+            type_vocab_size: 0,
+            position: PositionKind::Learned,
+            norm: NormKind::LayerNorm,
+            norm_placement: NormPlacement::Pre,
+            norm_eps: 1e-5,
+            embedding_norm: false,
+            final_norm: true,
+            ffn: FfnKind::Mlp,
+            activation: Activation::Gelu,
+            qkv_bias: true,
+            attn_out_bias: true,
+            ffn_bias: true,
+            norm_bias: true,
+            qk_norm: false,
+            tie_embeddings: true,
+            embedding_scale: 1.0,
+            sliding_window: None,
+            global_every: None,
+            attention_scale: None,
+        }
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        assert!(tiny().validate().is_ok());
+        let mut c = tiny();
+        c.n_kv_heads = 3;
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("kv_heads (3)"), "{e}");
+        let e = ModelConfig::head_dim_for(10, 3).unwrap_err().to_string();
+        assert!(e.contains("d_model (10)") && e.contains("heads (3)"), "{e}");
+    }
+
+    #[test]
+    fn gemma_style_windows() {
+        let mut c = tiny();
+        c.sliding_window = Some(512);
+        c.global_every = Some(6);
+        let local: Vec<bool> = (0..12).map(|i| c.window_of_layer(i).is_some()).collect();
+        assert_eq!(local.iter().filter(|l| !**l).count(), 2);
+        assert!(!local[5] && !local[11]);
+    }
+}

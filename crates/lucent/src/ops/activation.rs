@@ -1,0 +1,103 @@
+//! Activation functions, elementwise.
+//!
+//! - ReLU(x) = max(0, x)
+//! - GELU(x) = x · Φ(x) = ½ x (1 + erf(x / √2))          (BERT, torch `gelu`)
+//! - GELU-tanh(x) = ½ x (1 + tanh(√(2/π) (x + 0.044715 x³)))  (GPT-2, Gemma)
+//! - SiLU(x) = x · σ(x) = x / (1 + e⁻ˣ)                    (LLaMA's SwiGLU gate)
+
+use serde::{Deserialize, Serialize};
+
+use crate::tensor::Tensor;
+
+/// Which nonlinearity a feed-forward network uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Activation {
+    /// max(0, x)
+    Relu,
+    /// x · Φ(x), with the exact erf
+    Gelu,
+    /// the tanh approximation of GELU
+    GeluTanh,
+    /// x · σ(x)
+    Silu,
+}
+
+impl Activation {
+    /// Apply to every element of `x`.
+    pub fn apply(self, x: &Tensor) -> Tensor {
+        match self {
+            Activation::Relu => relu(x),
+            Activation::Gelu => gelu(x),
+            Activation::GeluTanh => gelu_tanh(x),
+            Activation::Silu => silu(x),
+        }
+    }
+
+    /// Apply to one value (the reference twin of [`Activation::apply`]).
+    pub fn scalar(self, x: f32) -> f32 {
+        match self {
+            Activation::Relu => reference::relu(x),
+            Activation::Gelu => reference::gelu(x),
+            Activation::GeluTanh => reference::gelu_tanh(x),
+            Activation::Silu => reference::silu(x),
+        }
+    }
+
+    /// The name used in configs and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Activation::Relu => "relu",
+            Activation::Gelu => "gelu",
+            Activation::GeluTanh => "gelu_tanh",
+            Activation::Silu => "silu",
+        }
+    }
+}
+
+/// ReLU, elementwise.
+pub fn relu(x: &Tensor) -> Tensor {
+    x.map(reference::relu)
+}
+
+/// GELU with the exact erf, elementwise.
+pub fn gelu(x: &Tensor) -> Tensor {
+    x.map(reference::gelu)
+}
+
+/// GELU, tanh approximation, elementwise.
+pub fn gelu_tanh(x: &Tensor) -> Tensor {
+    x.map(reference::gelu_tanh)
+}
+
+/// SiLU (swish), elementwise.
+pub fn silu(x: &Tensor) -> Tensor {
+    x.map(reference::silu)
+}
+
+/// The plain twins: each formula on one value, computed in f64.
+pub mod reference {
+    /// max(0, x)
+    pub fn relu(x: f32) -> f32 {
+        x.max(0.0)
+    }
+
+    /// ½ x (1 + erf(x / √2))
+    pub fn gelu(x: f32) -> f32 {
+        let x = x as f64;
+        (0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2))) as f32
+    }
+
+    /// ½ x (1 + tanh(√(2/π) (x + 0.044715 x³)))
+    pub fn gelu_tanh(x: f32) -> f32 {
+        let x = x as f64;
+        let c = (2.0 / std::f64::consts::PI).sqrt();
+        (0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())) as f32
+    }
+
+    /// x / (1 + e⁻ˣ)
+    pub fn silu(x: f32) -> f32 {
+        let x = x as f64;
+        (x / (1.0 + (-x).exp())) as f32
+    }
+}

@@ -1,0 +1,28 @@
+//! Kernels: the arithmetic every building block stands on.
+//!
+//! Each op has a public entry point over [`Tensor`]s (what `nn` calls) and, beside any
+//! fast version, a plain `reference` twin that reads like the formula. Tests hold the
+//! fast path to its twin on random and awkward shapes, and the twin to PyTorch.
+//!
+//! | file | ops |
+//! | --- | --- |
+//! | `matmul` | `matmul`, `matmul_t` (A·Bᵀ), `linear` (x·Wᵀ + b), batched, on the `gemm` crate |
+//! | `softmax` | softmax over the last axis, with temperature |
+//! | `norm` | LayerNorm (PyTorch semantics), RMSNorm |
+//! | `activation` | ReLU, GELU (erf and tanh), SiLU |
+//! | `rope` | rotary position embedding, rotate-half and interleaved conventions |
+//! | `attention` | fused scaled dot-product attention that can also write its weights |
+
+pub mod activation;
+pub mod attention;
+pub mod matmul;
+pub mod norm;
+pub mod rope;
+pub mod softmax;
+
+pub use activation::{gelu, gelu_tanh, relu, silu, Activation};
+pub use attention::{attention, AttentionOutput, AttentionParams};
+pub use matmul::{linear, matmul, matmul_t};
+pub use norm::{layer_norm, rms_norm};
+pub use rope::{rope, RopeConvention};
+pub use softmax::{softmax, softmax_with_temperature};

@@ -1,0 +1,48 @@
+//! How many threads lucent's kernels use. One process-wide setting, chosen once by the
+//! caller (the CLI's `--threads`), read by the kernels; never an environment variable
+//! read inside a forward pass.
+//!
+//! lucent uses rayon's global pool. [`set_threads`] sizes it; kernels split work into
+//! [`threads`] parts and hand `gemm` the same count.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+static THREADS: AtomicUsize = AtomicUsize::new(0);
+
+/// The machine's physical core count (the default thread count).
+pub fn physical_cores() -> usize {
+    num_cpus::get_physical().max(1)
+}
+
+/// Set the number of threads kernels may use (0 means: physical cores).
+///
+/// The first call also sizes rayon's global pool; call it before any forward pass.
+/// Later calls change how kernels split work, up to the pool's size.
+pub fn set_threads(n: usize) {
+    let n = if n == 0 { physical_cores() } else { n };
+    THREADS.store(n, Ordering::Relaxed);
+    // Fails only if the global pool already exists; then we keep it.
+    let _ = rayon::ThreadPoolBuilder::new()
+        .num_threads(n)
+        .thread_name(|i| format!("lucent-{i}"))
+        .build_global();
+}
+
+/// The number of threads kernels use now.
+pub fn threads() -> usize {
+    match THREADS.load(Ordering::Relaxed) {
+        0 => physical_cores().min(rayon::current_num_threads()),
+        n => n.min(rayon::current_num_threads()),
+    }
+}
+
+/// The `gemm` crate's parallelism for a product of `flops` multiply-adds: a single
+/// thread for small products (waking threads costs more than it saves).
+pub fn gemm_parallelism(flops: usize) -> gemm::Parallelism {
+    let n = threads();
+    if n <= 1 || flops < 64 * 64 * 64 {
+        gemm::Parallelism::None
+    } else {
+        gemm::Parallelism::Rayon(n)
+    }
+}
