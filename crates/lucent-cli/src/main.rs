@@ -5,6 +5,7 @@
 //! for machine-readable output.
 
 mod commands;
+mod progress;
 
 use std::process::ExitCode;
 
@@ -30,6 +31,10 @@ struct Cli {
 enum Command {
     /// Softmax of a list of scores at one or more temperatures (the guides' table).
     Softmax(commands::softmax::Args),
+    /// Download a model into the cache (done automatically on first use).
+    Fetch(commands::fetch::FetchArgs),
+    /// List the models lucent knows and which are cached.
+    Models(commands::fetch::ModelsArgs),
 }
 
 fn main() -> ExitCode {
@@ -37,6 +42,8 @@ fn main() -> ExitCode {
     lucent::set_threads(cli.threads.unwrap_or(0));
     let result = match cli.command {
         Command::Softmax(a) => commands::softmax::run(a),
+        Command::Fetch(a) => commands::fetch::run_fetch(a),
+        Command::Models(a) => commands::fetch::run_models(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
