@@ -30,6 +30,12 @@ struct Cli {
 enum Command {
     /// Softmax of a list of scores at one or more temperatures (the guides' table).
     Softmax(commands::softmax::Args),
+    /// Exact parameter counts of a preset or custom config, component by component.
+    Params(commands::params::Args),
+    /// Bytes for weights, KV cache and attention scores at a batch and sequence length.
+    Memory(commands::memory::Args),
+    /// The tensor shape after every step of a forward pass.
+    Shapes(commands::shapes::Args),
 }
 
 fn main() -> ExitCode {
@@ -37,6 +43,9 @@ fn main() -> ExitCode {
     lucent::set_threads(cli.threads.unwrap_or(0));
     let result = match cli.command {
         Command::Softmax(a) => commands::softmax::run(a),
+        Command::Params(a) => commands::params::run(a),
+        Command::Memory(a) => commands::memory::run(a),
+        Command::Shapes(a) => commands::shapes::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

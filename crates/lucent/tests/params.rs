@@ -10,7 +10,10 @@ use lucent::model::shapes::forward_shapes;
 use lucent::Dtype;
 
 fn seed() -> serde_json::Value {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/data/seed_examples.json");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/data/seed_examples.json"
+    );
     let text = std::fs::read_to_string(path).unwrap();
     serde_json::from_str(&text).unwrap()
 }
@@ -71,7 +74,11 @@ fn guide_problem_1_from_bert_base_and_from_custom_flags() {
         },
     )
     .unwrap();
-    for cfg in [preset("bert-base").unwrap(), preset("gpt2").unwrap(), custom] {
+    for cfg in [
+        preset("bert-base").unwrap(),
+        preset("gpt2").unwrap(),
+        custom,
+    ] {
         let f = ParamCount::of(&cfg).unwrap().guide_figures(&cfg);
         let got = [
             f.q_projection_one_head,
@@ -102,7 +109,10 @@ fn breakdown_components_of_bert_and_smollm2() {
     let smol = ParamCount::of(&preset("smollm2").unwrap()).unwrap();
     let a = smol.stacks[0].layer.self_attention;
     // GQA: K and V are 576 × (3 · 64) = 576 × 192.
-    assert_eq!((a.q_weight, a.k_weight, a.v_weight, a.o_weight), (331_776, 110_592, 110_592, 331_776));
+    assert_eq!(
+        (a.q_weight, a.k_weight, a.v_weight, a.o_weight),
+        (331_776, 110_592, 110_592, 331_776)
+    );
     assert_eq!(a.biases(), 0);
     assert_eq!(smol.stacks[0].layer.ffn.total(), 3 * 576 * 1536);
     assert_eq!(smol.stacks[0].layer.norms(), 2 * 576);
@@ -124,7 +134,10 @@ fn breakdown_components_of_bert_and_smollm2() {
     let t = ParamCount::of(&preset("transformer-base").unwrap()).unwrap();
     assert_eq!(t.stacks.len(), 2);
     assert!(t.stacks[0].layer.cross_attention.is_none());
-    assert_eq!(t.stacks[1].layer.cross_attention, Some(t.stacks[1].layer.self_attention));
+    assert_eq!(
+        t.stacks[1].layer.cross_attention,
+        Some(t.stacks[1].layer.self_attention)
+    );
     assert_eq!(t.stacks[1].layer.norm_count, 3);
     assert_eq!(t.position_embeddings, 0, "sinusoidal: no parameters");
 }
@@ -132,16 +145,47 @@ fn breakdown_components_of_bert_and_smollm2() {
 #[test]
 fn overrides_change_the_count() {
     // gpt2 with 6 layers: 6 fewer layers of 7,087,872.
-    let six = resolve(Some("gpt2"), &ConfigOverrides { layers: Some(6), ..Default::default() }).unwrap();
-    assert_eq!(ParamCount::of(&six).unwrap().total(), 124_439_808 - 6 * 7_087_872);
+    let six = resolve(
+        Some("gpt2"),
+        &ConfigOverrides {
+            layers: Some(6),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        ParamCount::of(&six).unwrap().total(),
+        124_439_808 - 6 * 7_087_872
+    );
     // Gemma 3 keeps its own head_dim (256) when only the heads change.
-    let g = resolve(Some("gemma3"), &ConfigOverrides { heads: Some(8), ..Default::default() }).unwrap();
+    let g = resolve(
+        Some("gemma3"),
+        &ConfigOverrides {
+            heads: Some(8),
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert_eq!((g.n_heads, g.n_kv_heads, g.head_dim), (8, 1, 256));
     // A multi-head base stays multi-head when the heads change.
-    let m = resolve(Some("bert-base"), &ConfigOverrides { heads: Some(8), ..Default::default() }).unwrap();
+    let m = resolve(
+        Some("bert-base"),
+        &ConfigOverrides {
+            heads: Some(8),
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert_eq!((m.n_heads, m.n_kv_heads, m.head_dim), (8, 8, 96));
     // kv heads: 1 = multi-query.
-    let mq = resolve(Some("gpt2"), &ConfigOverrides { kv_heads: Some(1), ..Default::default() }).unwrap();
+    let mq = resolve(
+        Some("gpt2"),
+        &ConfigOverrides {
+            kv_heads: Some(1),
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let a = ParamCount::of(&mq).unwrap().stacks[0].layer.self_attention;
     assert_eq!(a.k_weight, 768 * 64);
 }
@@ -152,32 +196,91 @@ fn bad_inputs_are_errors_that_say_why() {
     for p in PRESETS {
         assert!(e.contains(p.name), "{e}");
     }
-    let e = resolve(None, &ConfigOverrides { d_model: Some(10), heads: Some(3), ..Default::default() })
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("d_model (10) must be divisible by heads (3)"), "{e}");
-    let e = resolve(None, &ConfigOverrides { heads: Some(12), kv_heads: Some(5), ..Default::default() })
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("heads (12) must be divisible by kv_heads (5)"), "{e}");
+    let e = resolve(
+        None,
+        &ConfigOverrides {
+            d_model: Some(10),
+            heads: Some(3),
+            ..Default::default()
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("d_model (10) must be divisible by heads (3)"),
+        "{e}"
+    );
+    let e = resolve(
+        None,
+        &ConfigOverrides {
+            heads: Some(12),
+            kv_heads: Some(5),
+            ..Default::default()
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("heads (12) must be divisible by kv_heads (5)"),
+        "{e}"
+    );
     for (o, field) in [
-        (ConfigOverrides { heads: Some(0), ..Default::default() }, "heads"),
-        (ConfigOverrides { d_model: Some(0), ..Default::default() }, "d_model"),
-        (ConfigOverrides { layers: Some(0), ..Default::default() }, "layers"),
-        (ConfigOverrides { vocab_size: Some(0), ..Default::default() }, "vocab"),
-        (ConfigOverrides { max_positions: Some(0), ..Default::default() }, "max_len"),
+        (
+            ConfigOverrides {
+                heads: Some(0),
+                ..Default::default()
+            },
+            "heads",
+        ),
+        (
+            ConfigOverrides {
+                d_model: Some(0),
+                ..Default::default()
+            },
+            "d_model",
+        ),
+        (
+            ConfigOverrides {
+                layers: Some(0),
+                ..Default::default()
+            },
+            "layers",
+        ),
+        (
+            ConfigOverrides {
+                vocab_size: Some(0),
+                ..Default::default()
+            },
+            "vocab",
+        ),
+        (
+            ConfigOverrides {
+                max_positions: Some(0),
+                ..Default::default()
+            },
+            "max_len",
+        ),
     ] {
         let e = resolve(None, &o).unwrap_err().to_string();
         assert!(e.contains(field) && e.contains("> 0"), "{e}");
     }
-    let e = resolve(Some("gpt2"), &ConfigOverrides { encoder_layers: Some(2), ..Default::default() })
-        .unwrap_err()
-        .to_string();
+    let e = resolve(
+        Some("gpt2"),
+        &ConfigOverrides {
+            encoder_layers: Some(2),
+            ..Default::default()
+        },
+    )
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("decoder only"), "{e}");
     // Too large to count: an error, not a wrapped number.
     let huge = resolve(
         None,
-        &ConfigOverrides { vocab_size: Some(usize::MAX / 2), ..Default::default() },
+        &ConfigOverrides {
+            vocab_size: Some(usize::MAX / 2),
+            ..Default::default()
+        },
     )
     .unwrap();
     assert!(ParamCount::of(&huge).is_err());
@@ -187,7 +290,10 @@ fn bad_inputs_are_errors_that_say_why() {
     assert!(MemoryEstimate::of(&cfg, 1, 0, Dtype::F32).is_err());
     assert!(forward_shapes(&cfg, 0, 10, None).is_err());
     assert!(forward_shapes(&cfg, 1, 0, None).is_err());
-    assert!(forward_shapes(&cfg, 1, 4, Some(3)).is_err(), "src_seq on a decoder");
+    assert!(
+        forward_shapes(&cfg, 1, 4, Some(3)).is_err(),
+        "src_seq on a decoder"
+    );
 }
 
 #[test]
@@ -222,7 +328,7 @@ fn kv_cache_with_gqa_window_and_encoders() {
     // Gemma 3 at T = 2048: 3 global layers keep 2048 positions, 15 local layers 512.
     let gemma = preset("gemma3").unwrap();
     let g = MemoryEstimate::of(&gemma, 1, 2048, Dtype::F32).unwrap();
-    let row = 2 * 1 * 256 * 4; // 2 · h_kv · d_k · bytes
+    let row = 2 * 256 * 4; // 2 · h_kv (1) · d_k · bytes
     assert_eq!(g.kv_cache, 18 * 2048 * row);
     assert_eq!(g.kv_cache_windowed, (3 * 2048 + 15 * 512) * row);
     // BERT does not decode: no KV cache.
@@ -237,7 +343,11 @@ fn kv_cache_with_gqa_window_and_encoders() {
 }
 
 fn shapes_of(stage: &str, steps: &[lucent::model::ShapeStep]) -> Vec<Vec<usize>> {
-    steps.iter().filter(|s| s.stage == stage).map(|s| s.shape.clone()).collect()
+    steps
+        .iter()
+        .filter(|s| s.stage == stage)
+        .map(|s| s.shape.clone())
+        .collect()
 }
 
 #[test]
@@ -247,30 +357,38 @@ fn guide_problem_2_shapes() {
     let steps = forward_shapes(&cfg, 4, 10, None).unwrap();
     let encoder = shapes_of("encoder", &steps);
     let want: Vec<Vec<usize>> = vec![
-        vec![4, 10],          // token ids
-        vec![4, 10, 512],     // embedding × √d
-        vec![4, 10, 512],     // + positions
-        vec![4, 10, 512],     // Q
-        vec![4, 10, 512],     // K
-        vec![4, 10, 512],     // V
-        vec![4, 8, 10, 64],   // split heads Q
-        vec![4, 8, 10, 64],   // split heads K, V
-        vec![4, 8, 10, 10],   // scores
-        vec![4, 8, 10, 10],   // softmax weights
-        vec![4, 8, 10, 64],   // context
-        vec![4, 10, 512],     // merge heads
-        vec![4, 10, 512],     // W_O
-        vec![4, 10, 512],     // residual + norm
-        vec![4, 10, 2048],    // FFN W₁
-        vec![4, 10, 2048],    // ReLU
-        vec![4, 10, 512],     // FFN W₂
-        vec![4, 10, 512],     // residual + norm
+        vec![4, 10],        // token ids
+        vec![4, 10, 512],   // embedding × √d
+        vec![4, 10, 512],   // + positions
+        vec![4, 10, 512],   // Q
+        vec![4, 10, 512],   // K
+        vec![4, 10, 512],   // V
+        vec![4, 8, 10, 64], // split heads Q
+        vec![4, 8, 10, 64], // split heads K, V
+        vec![4, 8, 10, 10], // scores
+        vec![4, 8, 10, 10], // softmax weights
+        vec![4, 8, 10, 64], // context
+        vec![4, 10, 512],   // merge heads
+        vec![4, 10, 512],   // W_O
+        vec![4, 10, 512],   // residual + norm
+        vec![4, 10, 2048],  // FFN W₁
+        vec![4, 10, 2048],  // ReLU
+        vec![4, 10, 512],   // FFN W₂
+        vec![4, 10, 512],   // residual + norm
     ];
     assert_eq!(encoder, want);
-    let dims: Vec<&str> = steps.iter().filter(|s| s.stage == "encoder").map(|s| s.dims.as_str()).collect();
+    let dims: Vec<&str> = steps
+        .iter()
+        .filter(|s| s.stage == "encoder")
+        .map(|s| s.dims.as_str())
+        .collect();
     assert_eq!(dims[6], "(b, h, t_src, d_k)");
     assert_eq!(dims[8], "(b, h, t_src, t_src)");
-    assert!(steps.iter().filter(|s| s.stage == "encoder").skip(3).all(|s| s.repeat == 6));
+    assert!(steps
+        .iter()
+        .filter(|s| s.stage == "encoder")
+        .skip(3)
+        .all(|s| s.repeat == 6));
     // Output: logits (4, 10, 37000).
     assert_eq!(steps.last().unwrap().shape, vec![4, 10, 37000]);
     assert_eq!(steps.last().unwrap().dims, "(b, t_tgt, V)");
@@ -280,11 +398,17 @@ fn guide_problem_2_shapes() {
 fn cross_attention_scores_are_target_by_source() {
     let cfg = preset("transformer-base").unwrap();
     let steps = forward_shapes(&cfg, 4, 10, Some(7)).unwrap();
-    let cross: Vec<_> = steps.iter().filter(|s| s.name.starts_with("cross-attention: scores")).collect();
+    let cross: Vec<_> = steps
+        .iter()
+        .filter(|s| s.name.starts_with("cross-attention: scores"))
+        .collect();
     assert_eq!(cross.len(), 1);
     assert_eq!(cross[0].shape, vec![4, 8, 10, 7]);
     assert_eq!(cross[0].dims, "(b, h, t_tgt, t_src)");
-    let kv = steps.iter().find(|s| s.name.starts_with("cross-attention: split heads K")).unwrap();
+    let kv = steps
+        .iter()
+        .find(|s| s.name.starts_with("cross-attention: split heads K"))
+        .unwrap();
     assert_eq!(kv.shape, vec![4, 8, 7, 64]);
     // The encoder runs on 7 tokens, the decoder on 10.
     assert_eq!(shapes_of("encoder", &steps)[0], vec![4, 7]);
@@ -294,7 +418,13 @@ fn cross_attention_scores_are_target_by_source() {
 #[test]
 fn gqa_and_gated_shapes_for_smollm2_and_gemma3() {
     let steps = forward_shapes(&preset("smollm2").unwrap(), 2, 5, None).unwrap();
-    let find = |name: &str| steps.iter().find(|s| s.name.contains(name)).unwrap().clone();
+    let find = |name: &str| {
+        steps
+            .iter()
+            .find(|s| s.name.contains(name))
+            .unwrap()
+            .clone()
+    };
     assert_eq!(find("Q = x W_Q").shape, vec![2, 5, 576]);
     assert_eq!(find("K = x W_K").shape, vec![2, 5, 192]);
     assert_eq!(find("K = x W_K").dims, "(b, t, h_kv·d_k)");
@@ -308,7 +438,10 @@ fn gqa_and_gated_shapes_for_smollm2_and_gemma3() {
     assert_eq!(q.shape, vec![1, 3, 1024], "h · d_k = 4 · 256, not d");
     let merge = g.iter().find(|s| s.name.contains("merge heads")).unwrap();
     assert_eq!(merge.shape, vec![1, 3, 1024]);
-    let out = g.iter().find(|s| s.name.contains("output projection")).unwrap();
+    let out = g
+        .iter()
+        .find(|s| s.name.contains("output projection"))
+        .unwrap();
     assert_eq!(out.shape, vec![1, 3, 640]);
 
     let bert = forward_shapes(&preset("bert-base").unwrap(), 2, 8, None).unwrap();

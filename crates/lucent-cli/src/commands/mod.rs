@@ -1,3 +1,6 @@
 //! The subcommands, one file each.
 
+pub mod memory;
+pub mod params;
+pub mod shapes;
 pub mod softmax;

@@ -63,7 +63,9 @@ impl MemoryEstimate {
             return Err(Error::Argument("batch must be > 0, got 0".into()));
         }
         if seq == 0 {
-            return Err(Error::Argument("seq (the sequence length T) must be > 0, got 0".into()));
+            return Err(Error::Argument(
+                "seq (the sequence length T) must be > 0, got 0".into(),
+            ));
         }
         let params = ParamCount::of(cfg)?.total();
         let s = dtype.size() as u64;
@@ -80,7 +82,11 @@ impl MemoryEstimate {
             let kept = cfg.window_of_layer(i).map_or(t, |w| t.min(w as u64));
             kv_cache_windowed = add(kv_cache_windowed, mul(&[kv_row, kept])?)?;
         }
-        let cross_kv = if cfg.kind == ModelKind::EncoderDecoder { kv_cache } else { 0 };
+        let cross_kv = if cfg.kind == ModelKind::EncoderDecoder {
+            kv_cache
+        } else {
+            0
+        };
         let scores_per_head = mul(&[t, t, s])?;
         let scores_per_layer = mul(&[b, h, scores_per_head])?;
         let attention_layers = match cfg.kind {

@@ -19,7 +19,9 @@
 
 use serde::Serialize;
 
-use crate::model::config::{FfnKind, ModelConfig, ModelKind, NormKind, NormPlacement, PositionKind};
+use crate::model::config::{
+    FfnKind, ModelConfig, ModelKind, NormKind, NormPlacement, PositionKind,
+};
 use crate::{Error, Result};
 
 /// Parameters of one attention sub-layer, weights and biases apart.
@@ -120,7 +122,12 @@ impl LayerCount {
     /// Everything in one layer.
     pub fn total(&self) -> u64 {
         let cross = self.cross_attention.map_or(0, |a| a.total());
-        sum_sat(&[self.self_attention.total(), cross, self.ffn.total(), self.norms()])
+        sum_sat(&[
+            self.self_attention.total(),
+            cross,
+            self.ffn.total(),
+            self.norms(),
+        ])
     }
 }
 
@@ -258,9 +265,17 @@ impl ParamCount {
             ModelKind::Decoder => vec![decoder],
             ModelKind::EncoderDecoder => vec![encoder, decoder],
         };
-        let pooler = if cfg.pooler { add(&[mul(&[d, d])?, d])? } else { 0 };
+        let pooler = if cfg.pooler {
+            add(&[mul(&[d, d])?, d])?
+        } else {
+            0
+        };
         let has_head = cfg.kind != ModelKind::Encoder;
-        let head = if has_head && !cfg.tie_embeddings { token_embeddings } else { 0 };
+        let head = if has_head && !cfg.tie_embeddings {
+            token_embeddings
+        } else {
+            0
+        };
         let count = ParamCount {
             token_embeddings,
             position_embeddings,
@@ -314,7 +329,10 @@ impl ParamCount {
 
     /// Every parameter of the model.
     pub fn total(&self) -> u64 {
-        let stacks = self.stacks.iter().fold(0u64, |a, s| a.saturating_add(s.total()));
+        let stacks = self
+            .stacks
+            .iter()
+            .fold(0u64, |a, s| a.saturating_add(s.total()));
         sum_sat(&[self.embeddings(), stacks, self.pooler, self.head])
     }
 
@@ -349,7 +367,11 @@ fn attention_count(cfg: &ModelConfig) -> Result<AttentionCount> {
         v_bias: bias(cfg.qkv_bias, kv),
         o_weight: mul(&[q, d])?,
         o_bias: bias(cfg.attn_out_bias, d),
-        qk_norm: if cfg.qk_norm { mul(&[2, norm_size])? } else { 0 },
+        qk_norm: if cfg.qk_norm {
+            mul(&[2, norm_size])?
+        } else {
+            0
+        },
     })
 }
 
@@ -370,9 +392,7 @@ fn ffn_count(cfg: &ModelConfig) -> Result<FfnCount> {
 }
 
 fn overflow() -> Error {
-    Error::Argument(
-        "the parameter count does not fit in 64 bits; use smaller dimensions".into(),
-    )
+    Error::Argument("the parameter count does not fit in 64 bits; use smaller dimensions".into())
 }
 
 /// The product, or an error on overflow.

@@ -16,7 +16,9 @@
 //! | `gemma3` | Gemma 3 270M: 18 layers, d 640, 4 heads, 1 kv head, d_k 256, d_ff 2048, V 262144, QK-norm, window 512 (every 6th layer global), sandwich RMSNorm (ε 1e-6), GeGLU (tanh), embeddings × √d, RoPE 10⁶ global / 10⁴ local, tied |
 //! | `transformer-base` | Vaswani et al. 2017, base: 6 + 6 layers, d 512, 8 heads, d_ff 2048, shared V 37000, sinusoidal, post-LayerNorm, ReLU, embeddings × √d, tied |
 
-use crate::model::config::{FfnKind, ModelConfig, ModelKind, NormKind, NormPlacement, PositionKind};
+use crate::model::config::{
+    FfnKind, ModelConfig, ModelKind, NormKind, NormPlacement, PositionKind,
+};
 use crate::ops::{Activation, RopeConvention};
 use crate::{Error, Result};
 
@@ -63,7 +65,11 @@ pub const PRESETS: &[Preset] = &[
 
 /// The comma-separated preset names, for error messages and help.
 pub fn preset_names() -> String {
-    PRESETS.iter().map(|p| p.name).collect::<Vec<_>>().join(", ")
+    PRESETS
+        .iter()
+        .map(|p| p.name)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The [`ModelConfig`] of the preset `name` (see [`PRESETS`]); an unknown name is an

@@ -32,6 +32,8 @@ pub struct ShapeStep {
     pub dims: String,
     /// The shape in numbers.
     pub shape: Vec<usize>,
+    /// What else is worth knowing (mask, window, grouping); may be empty.
+    pub note: String,
 }
 
 /// Every step of a forward pass of `cfg` over `batch` sequences of `seq` tokens.
@@ -52,7 +54,9 @@ pub fn forward_shapes(
         return Err(Error::Argument("batch must be > 0, got 0".into()));
     }
     if seq == 0 {
-        return Err(Error::Argument("seq (the sequence length T) must be > 0, got 0".into()));
+        return Err(Error::Argument(
+            "seq (the sequence length T) must be > 0, got 0".into(),
+        ));
     }
     if src_seq == Some(0) {
         return Err(Error::Argument("src_seq must be > 0, got 0".into()));
@@ -72,7 +76,13 @@ pub fn forward_shapes(
             s.end_of_stack("encoder");
             out.extend(s.steps);
             if cfg.pooler {
-                out.push(step("output", 1, "pooler: tanh(W_p · h_[CLS] + b_p)", "(b, d)", &[batch, cfg.d_model]));
+                out.push(step(
+                    "output",
+                    1,
+                    "pooler: tanh(W_p · h_[CLS] + b_p)",
+                    "(b, d)",
+                    &[batch, cfg.d_model],
+                ));
             }
         }
         ModelKind::Decoder => {
@@ -108,6 +118,7 @@ fn step(stage: &str, repeat: usize, name: &str, dims: &str, shape: &[usize]) -> 
         name: name.into(),
         dims: dims.into(),
         shape: shape.to_vec(),
+        note: String::new(),
     }
 }
 
@@ -123,13 +134,27 @@ struct Steps<'a> {
 
 impl<'a> Steps<'a> {
     fn new(cfg: &'a ModelConfig, b: usize, tl: &'static str, t: usize) -> Self {
-        Steps { cfg, b, tl, t, steps: Vec::new() }
+        Steps {
+            cfg,
+            b,
+            tl,
+            t,
+            steps: Vec::new(),
+        }
     }
 
     /// Add a step whose dims are written with `{t}` standing for this stack's length.
     fn push(&mut self, stage: &str, repeat: usize, name: &str, dims: &str, shape: &[usize]) {
         let dims = dims.replace("{t}", self.tl);
-        self.steps.push(step(stage, repeat, name, &dims, shape));
+        let name = name.replace("{t}", self.tl);
+        self.steps.push(step(stage, repeat, &name, &dims, shape));
+    }
+
+    /// Attach a note to the last step.
+    fn note(&mut self, note: &str) {
+        if let Some(last) = self.steps.last_mut() {
+            last.note = note.to_string();
+        }
     }
 
     fn btd(&self) -> [usize; 3] {
@@ -145,14 +170,38 @@ impl<'a> Steps<'a> {
         } else {
             String::new()
         };
-        self.push(stage, 1, &format!("token embedding{scale}"), "(b, {t}, d)", &[b, t, d]);
+        self.push(
+            stage,
+            1,
+            &format!("token embedding{scale}"),
+            "(b, {t}, d)",
+            &[b, t, d],
+        );
         match c.position {
-            PositionKind::Learned => self.push(stage, 1, "+ learned position embedding (table ({t}, d) broadcast over b)", "(b, {t}, d)", &[b, t, d]),
-            PositionKind::Sinusoidal => self.push(stage, 1, "+ sinusoidal position encoding (table ({t}, d) broadcast over b)", "(b, {t}, d)", &[b, t, d]),
+            PositionKind::Learned => self.push(
+                stage,
+                1,
+                "+ learned positions (({t}, d) table, broadcast over b)",
+                "(b, {t}, d)",
+                &[b, t, d],
+            ),
+            PositionKind::Sinusoidal => self.push(
+                stage,
+                1,
+                "+ sinusoidal positions (({t}, d) table, broadcast over b)",
+                "(b, {t}, d)",
+                &[b, t, d],
+            ),
             _ => {}
         }
         if c.type_vocab_size > 0 {
-            self.push(stage, 1, "+ token-type embedding", "(b, {t}, d)", &[b, t, d]);
+            self.push(
+                stage,
+                1,
+                "+ token-type embedding",
+                "(b, {t}, d)",
+                &[b, t, d],
+            );
         }
         if c.embedding_norm {
             self.push(stage, 1, "embedding norm", "(b, {t}, d)", &[b, t, d]);
@@ -165,15 +214,18 @@ impl<'a> Steps<'a> {
         let c = self.cfg;
         let (b, t, d) = (self.b, self.t, c.d_model);
         let btd = self.btd();
-        let pre = matches!(c.norm_placement, NormPlacement::Pre | NormPlacement::Sandwich);
+        let pre = matches!(
+            c.norm_placement,
+            NormPlacement::Pre | NormPlacement::Sandwich
+        );
         if pre {
             self.push(stage, n, "norm before attention", "(b, {t}, d)", &btd);
         }
         let mask = match (causal, c.sliding_window) {
-            (true, Some(w)) => format!("causal mask; local layers also a window of {w}"),
-            (true, None) => "causal mask".to_string(),
-            (false, Some(w)) => format!("local layers: window of {w}"),
-            (false, None) => "no mask (padding only)".to_string(),
+            (true, Some(w)) => format!("causal; window {w} on local layers"),
+            (true, None) => "causal".to_string(),
+            (false, Some(w)) => format!("window {w} on local layers"),
+            (false, None) => "no mask".to_string(),
         };
         self.attention(stage, n, false, t, &mask);
         self.residual(stage, n, "attention");
@@ -181,7 +233,7 @@ impl<'a> Steps<'a> {
             if pre {
                 self.push(stage, n, "norm before cross-attention", "(b, {t}, d)", &btd);
             }
-            self.attention(stage, n, true, src, "keys and values from the encoder output");
+            self.attention(stage, n, true, src, "keys from the encoder");
             self.residual(stage, n, "cross-attention");
         }
         if pre {
@@ -191,7 +243,13 @@ impl<'a> Steps<'a> {
         match c.ffn {
             FfnKind::Mlp => {
                 self.push(stage, n, "FFN: W₁ x + b₁", "(b, {t}, d_ff)", &[b, t, f]);
-                self.push(stage, n, &format!("FFN: {}", c.activation.name()), "(b, {t}, d_ff)", &[b, t, f]);
+                self.push(
+                    stage,
+                    n,
+                    &format!("FFN: {}", c.activation.name()),
+                    "(b, {t}, d_ff)",
+                    &[b, t, f],
+                );
                 self.push(stage, n, "FFN: W₂ · + b₂", "(b, {t}, d)", &[b, t, d]);
             }
             FfnKind::Gated => {
@@ -208,7 +266,11 @@ impl<'a> Steps<'a> {
     /// The attention sub-layer: queries from this stack's length t, keys and values
     /// from `tk` positions (the encoder's output when `cross`).
     fn attention(&mut self, stage: &str, n: usize, cross: bool, tk: usize, mask: &str) {
-        let what = if cross { "cross-attention" } else { "self-attention" };
+        let what = if cross {
+            "cross-attention"
+        } else {
+            "self-attention"
+        };
         let c = self.cfg;
         let (b, t) = (self.b, self.t);
         let (h, hkv, dk, d) = (c.n_heads, c.n_kv_heads, c.head_dim, c.d_model);
@@ -216,30 +278,103 @@ impl<'a> Steps<'a> {
         let kl = if cross { "t_src" } else { self.tl };
         let hk = if hkv == h { "h" } else { "h_kv" };
         let src = if cross { "memory" } else { "x" };
-        self.push(stage, n, &format!("{what}: Q = x W_Q"), "(b, {t}, h·d_k)", &[b, t, h * dk]);
+        self.push(
+            stage,
+            n,
+            &format!("{what}: Q = x W_Q"),
+            "(b, {t}, h·d_k)",
+            &[b, t, h * dk],
+        );
         let kv_flat = format!("(b, {kl}, {hk}·d_k)");
-        self.push(stage, n, &format!("{what}: K = {src} W_K"), &kv_flat, &[b, tk, hkv * dk]);
-        self.push(stage, n, &format!("{what}: V = {src} W_V"), &kv_flat, &[b, tk, hkv * dk]);
-        self.push(stage, n, &format!("{what}: split heads Q"), "(b, h, {t}, d_k)", &[b, h, t, dk]);
+        self.push(
+            stage,
+            n,
+            &format!("{what}: K = {src} W_K"),
+            &kv_flat,
+            &[b, tk, hkv * dk],
+        );
+        self.push(
+            stage,
+            n,
+            &format!("{what}: V = {src} W_V"),
+            &kv_flat,
+            &[b, tk, hkv * dk],
+        );
+        self.push(
+            stage,
+            n,
+            &format!("{what}: split heads Q"),
+            "(b, h, {t}, d_k)",
+            &[b, h, t, dk],
+        );
         let kv_split = format!("(b, {hk}, {kl}, d_k)");
-        self.push(stage, n, &format!("{what}: split heads K, V"), &kv_split, &[b, hkv, tk, dk]);
+        self.push(
+            stage,
+            n,
+            &format!("{what}: split heads K, V"),
+            &kv_split,
+            &[b, hkv, tk, dk],
+        );
         if c.qk_norm {
-            self.push(stage, n, &format!("{what}: QK-norm on Q (and K)"), "(b, h, {t}, d_k)", &[b, h, t, dk]);
+            self.push(
+                stage,
+                n,
+                &format!("{what}: QK-norm on Q (and K)"),
+                "(b, h, {t}, d_k)",
+                &[b, h, t, dk],
+            );
         }
         if matches!(c.position, PositionKind::Rope { .. }) && !cross {
-            self.push(stage, n, &format!("{what}: RoPE on Q (and K)"), "(b, h, {t}, d_k)", &[b, h, t, dk]);
+            self.push(
+                stage,
+                n,
+                &format!("{what}: RoPE on Q (and K)"),
+                "(b, h, {t}, d_k)",
+                &[b, h, t, dk],
+            );
         }
         let group = if hkv == h {
             String::new()
         } else {
-            format!(", each K/V head shared by {} query heads", h / hkv)
+            format!("; 1 K/V head per {} query heads", h / hkv)
         };
         let scores = format!("(b, h, {{t}}, {kl})");
-        self.push(stage, n, &format!("{what}: scores Q·Kᵀ/√d_k ({mask}{group})"), &scores, &[b, h, t, tk]);
-        self.push(stage, n, &format!("{what}: weights = softmax(scores)"), &scores, &[b, h, t, tk]);
-        self.push(stage, n, &format!("{what}: context = weights · V"), "(b, h, {t}, d_k)", &[b, h, t, dk]);
-        self.push(stage, n, &format!("{what}: merge heads"), "(b, {t}, h·d_k)", &[b, t, h * dk]);
-        self.push(stage, n, &format!("{what}: output projection W_O"), "(b, {t}, d)", &[b, t, d]);
+        self.push(
+            stage,
+            n,
+            &format!("{what}: scores Q·Kᵀ/√d_k"),
+            &scores,
+            &[b, h, t, tk],
+        );
+        self.note(&format!("{mask}{group}"));
+        self.push(
+            stage,
+            n,
+            &format!("{what}: weights = softmax(scores)"),
+            &scores,
+            &[b, h, t, tk],
+        );
+        self.push(
+            stage,
+            n,
+            &format!("{what}: context = weights · V"),
+            "(b, h, {t}, d_k)",
+            &[b, h, t, dk],
+        );
+        self.push(
+            stage,
+            n,
+            &format!("{what}: merge heads"),
+            "(b, {t}, h·d_k)",
+            &[b, t, h * dk],
+        );
+        self.push(
+            stage,
+            n,
+            &format!("{what}: output projection W_O"),
+            "(b, {t}, d)",
+            &[b, t, d],
+        );
     }
 
     fn residual(&mut self, stage: &str, n: usize, what: &str) {
@@ -261,7 +396,11 @@ impl<'a> Steps<'a> {
 
     fn logits(&mut self) {
         let c = self.cfg;
-        let head = if c.tie_embeddings { "logits = h · Eᵀ (tied head)" } else { "logits = h · W_head" };
+        let head = if c.tie_embeddings {
+            "logits = h · Eᵀ (tied head)"
+        } else {
+            "logits = h · W_head"
+        };
         let (b, t) = (self.b, self.t);
         self.push("output", 1, head, "(b, {t}, V)", &[b, t, c.vocab_size]);
     }
