@@ -35,15 +35,25 @@ enum Command {
     Fetch(commands::fetch::FetchArgs),
     /// List the models lucent knows and which are cached.
     Models(commands::fetch::ModelsArgs),
+    /// Exact parameter counts of a preset or custom config, component by component.
+    Params(commands::params::Args),
+    /// Bytes for weights, KV cache and attention scores at a batch and sequence length.
+    Memory(commands::memory::Args),
+    /// The tensor shape after every step of a forward pass.
+    Shapes(commands::shapes::Args),
 }
 
 fn main() -> ExitCode {
+    restore_sigpipe();
     let cli = Cli::parse();
     lucent::set_threads(cli.threads.unwrap_or(0));
     let result = match cli.command {
         Command::Softmax(a) => commands::softmax::run(a),
         Command::Fetch(a) => commands::fetch::run_fetch(a),
         Command::Models(a) => commands::fetch::run_models(a),
+        Command::Params(a) => commands::params::run(a),
+        Command::Memory(a) => commands::memory::run(a),
+        Command::Shapes(a) => commands::shapes::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -51,5 +61,17 @@ fn main() -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Let `lucent ... | head` end quietly: Rust ignores SIGPIPE, which turns a closed pipe
+/// into a panic inside `println!`; the default action ends the process as other Unix
+/// tools do.
+fn restore_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: setting a signal's disposition to its default at start-up, before any
+    // threads exist, has no memory-safety implications.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }

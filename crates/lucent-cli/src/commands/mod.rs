@@ -1,4 +1,7 @@
 //! The subcommands, one file each.
 
 pub mod fetch;
+pub mod memory;
+pub mod params;
+pub mod shapes;
 pub mod softmax;

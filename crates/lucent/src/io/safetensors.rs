@@ -47,18 +47,19 @@ impl SafetensorsFile {
         let data_start = 8 + header_len;
         let mut entries = BTreeMap::new();
         for (name, info) in meta.tensors() {
-            let dtype =
-                match info.dtype {
-                    safetensors::Dtype::F32 => Dtype::F32,
-                    safetensors::Dtype::F16 => Dtype::F16,
-                    safetensors::Dtype::BF16 => Dtype::BF16,
-                    other => return Err(Error::format(
+            let dtype = match info.dtype {
+                safetensors::Dtype::F32 => Dtype::F32,
+                safetensors::Dtype::F16 => Dtype::F16,
+                safetensors::Dtype::BF16 => Dtype::BF16,
+                other => {
+                    return Err(Error::format(
                         &path,
                         format!(
                             "tensor '{name}' has dtype {other:?}; lucent reads f32, f16 and bf16"
                         ),
-                    )),
-                };
+                    ))
+                }
+            };
             let (b, e) = info.data_offsets;
             entries.insert(
                 name.clone(),

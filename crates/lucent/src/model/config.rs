@@ -141,6 +141,11 @@ pub struct ModelConfig {
     pub global_every: Option<usize>,
     /// Attention scores are scaled by this instead of 1/√head_dim, if set.
     pub attention_scale: Option<f32>,
+    /// BERT's pooler: tanh(W_p · h_[CLS] + b_p), one d×d dense layer with bias on the
+    /// first token's final state. Part of `BertModel` checkpoints (bert-base-uncased,
+    /// all-MiniLM-L6-v2) and of their parameter counts; false for every decoder.
+    #[serde(default)]
+    pub pooler: bool,
 }
 
 impl ModelConfig {
@@ -186,9 +191,11 @@ impl ModelConfig {
                     "a decoder needs decoder_layers > 0 and encoder_layers = 0 (got {enc}, {dec})"
                 ))
             }
-            ModelKind::EncoderDecoder if enc == 0 || dec == 0 => return bad(format!(
+            ModelKind::EncoderDecoder if enc == 0 || dec == 0 => {
+                return bad(format!(
                 "an encoder-decoder needs both stacks (got {enc} encoder, {dec} decoder layers)"
-            )),
+            ))
+            }
             _ => {}
         }
         if let PositionKind::Rope {
@@ -297,6 +304,7 @@ mod tests {
             sliding_window: None,
             global_every: None,
             attention_scale: None,
+            pooler: false,
         }
     }
 

@@ -5,3 +5,12 @@
 pub mod config;
 
 pub use config::{FfnKind, ModelConfig, ModelKind, NormKind, NormPlacement, PositionKind};
+pub mod memory;
+pub mod params;
+pub mod presets;
+pub mod shapes;
+
+pub use memory::MemoryEstimate;
+pub use params::ParamCount;
+pub use presets::{preset, ConfigOverrides, PRESETS};
+pub use shapes::{forward_shapes, ShapeStep};
