@@ -8,6 +8,7 @@
 //!
 //! Each cell (i, j) is coloured by cmap((m[i][j] − lo) / (hi − lo)), with [lo, hi] the
 //! panel's range (its min and max unless set; for a diverging map, symmetric about 0).
+//! Cells holding −∞ (masked scores) are drawn light grey.
 //!
 //! Text is drawn with DejaVu Sans, compiled into the binary (crate `dejavu`) and given to
 //! plotters' pure-Rust `ab_glyph` renderer: no fontconfig or freetype at build time, no
@@ -20,6 +21,8 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::FontStyle;
+
+use ab_glyph::{point, Font, FontRef, PxScale, ScaleFont};
 
 use crate::tensor::Tensor;
 use crate::{Error, Result};
@@ -270,10 +273,6 @@ const BAR_GAP: usize = 14;
 const BAR_LABELS: usize = 64;
 const PAD: usize = 14;
 
-/// Width in pixels of `s` at font size `size` (DejaVu Sans averages about 0.6 em).
-fn text_w(s: &str, size: f64) -> usize {
-    (s.chars().count() as f64 * size * 0.6).ceil() as usize
-}
 
 impl Layout {
     fn of(p: &Panel) -> Layout {
@@ -335,7 +334,7 @@ fn draw_all<DB: DrawingBackend>(
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let mut y0 = 0;
     if let Some(t) = title {
-        text(root, t, (root.dim_in_pixel().0 / 2) as i32, 20, 18.0, HPos::Center, true, bitmap, &BLACK)?;
+        text(root, t, ((root.dim_in_pixel().0 / 2) as i32, 20), 18.0, HPos::Center, Dir::Right, true, bitmap, &BLACK)?;
         y0 = 40;
     }
     for (k, (p, l)) in panels.iter().zip(layouts).enumerate() {
@@ -346,28 +345,125 @@ fn draw_all<DB: DrawingBackend>(
     Ok(())
 }
 
+/// Which way a line of text runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dir {
+    /// Left to right.
+    Right,
+    /// Top to bottom (turned 90° clockwise).
+    Down,
+    /// Bottom to top (turned 90° counter-clockwise), for a y-axis name.
+    Up,
+}
+
+struct Fonts {
+    regular: FontRef<'static>,
+    bold: FontRef<'static>,
+}
+
+fn fonts() -> Option<&'static Fonts> {
+    static FONTS: OnceLock<Option<Fonts>> = OnceLock::new();
+    FONTS
+        .get_or_init(|| {
+            Some(Fonts {
+                regular: FontRef::try_from_slice(dejavu::sans::regular()).ok()?,
+                bold: FontRef::try_from_slice(dejavu::sans::bold()).ok()?,
+            })
+        })
+        .as_ref()
+}
+
+/// Width in pixels of `s` at font size `size`.
+fn text_w(s: &str, size: f64) -> usize {
+    let Some(f) = fonts() else {
+        return (s.chars().count() as f64 * size * 0.6).ceil() as usize;
+    };
+    let sf = f.regular.as_scaled(PxScale::from(size as f32));
+    let mut w = 0f32;
+    let mut prev = None;
+    for c in s.chars() {
+        let id = sf.glyph_id(c);
+        if let Some(p) = prev {
+            w += sf.kern(p, id);
+        }
+        w += sf.h_advance(id);
+        prev = Some(id);
+    }
+    w.ceil() as usize
+}
+
+/// One line of text, centred across its direction of travel on (x, y); `h` anchors it
+/// along that direction. Bitmaps are rasterised here with ab_glyph (kerning and side
+/// bearings right); SVG gets a `<text>` element.
 #[allow(clippy::too_many_arguments)]
-/// Text centred vertically on y. The bitmap renderer (ab_glyph) places the baseline half
-/// an em below a top-anchored y, so we anchor at the top and shift; SVG centres itself.
 fn text<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     s: &str,
-    x: i32,
-    y: i32,
+    (x, y): (i32, i32),
     size: f64,
     h: HPos,
+    dir: Dir,
     bold: bool,
     bitmap: bool,
     color: &RGBColor,
 ) -> DrawResult {
-    let font = if bold {
-        ("sans-serif", size).into_font().style(FontStyle::Bold)
-    } else {
-        ("sans-serif", size).into_font()
+    let fonts = match fonts() {
+        Some(f) if bitmap => f,
+        _ => {
+            let font = ("sans-serif", size).into_font();
+            let font = if bold { font.style(FontStyle::Bold) } else { font };
+            let font = match dir {
+                Dir::Right => font,
+                Dir::Down => font.transform(FontTransform::Rotate90),
+                Dir::Up => font.transform(FontTransform::Rotate270),
+            };
+            let style = font.color(color).pos(Pos::new(h, VPos::Center));
+            return area.draw(&Text::new(s.to_string(), (x, y), style)).map_err(|e| e.to_string());
+        }
     };
-    let (v, dy) = if bitmap { (VPos::Top, -(0.135 * size) as i32) } else { (VPos::Center, 0) };
-    let style = font.color(color).pos(Pos::new(h, v));
-    area.draw(&Text::new(s.to_string(), (x, y + dy), style)).map_err(|e| e.to_string())
+    let font = if bold { &fonts.bold } else { &fonts.regular };
+    let scale = PxScale::from(size as f32);
+    let sf = font.as_scaled(scale);
+    let mut caret = 0f32;
+    let mut prev = None;
+    let mut glyphs = Vec::with_capacity(s.len());
+    for c in s.chars() {
+        let id = sf.glyph_id(c);
+        if let Some(p) = prev {
+            caret += sf.kern(p, id);
+        }
+        glyphs.push(id.with_scale_and_position(scale, point(caret, 0.0)));
+        caret += sf.h_advance(id);
+        prev = Some(id);
+    }
+    let u0 = match h {
+        HPos::Left => 0.0,
+        HPos::Center => -caret / 2.0,
+        HPos::Right => -caret,
+    };
+    let baseline = 0.36 * size as f32; // DejaVu's cap height is about 0.73 em
+    let mut pixels = Vec::new();
+    for g in glyphs {
+        if let Some(og) = font.outline_glyph(g) {
+            let b = og.px_bounds();
+            og.draw(|gx, gy, cov| {
+                let u = u0 + b.min.x + gx as f32;
+                let v = baseline + b.min.y + gy as f32;
+                let (px, py) = match dir {
+                    Dir::Right => (x as f32 + u, y as f32 + v),
+                    Dir::Down => (x as f32 - v, y as f32 + u),
+                    Dir::Up => (x as f32 + v, y as f32 - u),
+                };
+                if cov > 0.02 {
+                    pixels.push(((px.round() as i32, py.round() as i32), cov.min(1.0)));
+                }
+            });
+        }
+    }
+    for (p, cov) in pixels {
+        area.draw_pixel(p, &color.mix(cov as f64)).map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 fn draw_panel<DB: DrawingBackend>(
@@ -379,7 +475,7 @@ fn draw_panel<DB: DrawingBackend>(
 ) -> DrawResult {
     let (r, c) = p.dims();
     let (lo, hi) = p.value_range();
-    let span = (hi - lo) as f64;
+    let span = hi - lo;
     let (cw, ch) = (l.cell_w as i32, l.cell_h as i32);
     let x0 = ox + l.left as i32;
     let y0 = oy + l.top as i32;
@@ -388,13 +484,12 @@ fn draw_panel<DB: DrawingBackend>(
 
     // title
     let tx = ox + (l.width as i32) / 2;
-    text(root, &p.title, tx, oy + PAD as i32 + 4, 15.0, HPos::Center, true, bitmap, &BLACK)?;
+    text(root, &p.title, (tx, oy + PAD as i32 + 4), 15.0, HPos::Center, Dir::Right, true, bitmap, &BLACK)?;
 
     // cells
     for (i, row) in p.matrix.iter().enumerate() {
         for (j, &v) in row.iter().enumerate() {
-            let t = if v.is_finite() { (v - lo) as f64 / span } else if v > 0.0 { 1.0 } else { 0.0 };
-            let col = p.colormap.color(t);
+            let col = cell_color(p.colormap, v, lo, span);
             let (cx, cy) = (x0 + j as i32 * cw, y0 + i as i32 * ch);
             root.draw(&Rectangle::new([(cx, cy), (cx + cw, cy + ch)], col.filled()))
                 .map_err(|e| e.to_string())?;
@@ -417,13 +512,12 @@ fn draw_panel<DB: DrawingBackend>(
     if p.annotate && l.cell_w >= 36 && l.cell_h >= 22 {
         for (i, row) in p.matrix.iter().enumerate() {
             for (j, &v) in row.iter().enumerate() {
-                let t = if v.is_finite() { (v - lo) as f64 / span } else { 0.0 };
-                let bg = p.colormap.color(t);
+                let bg = cell_color(p.colormap, v, lo, span);
                 let lum = 0.299 * bg.0 as f64 + 0.587 * bg.1 as f64 + 0.114 * bg.2 as f64;
                 let fg = if lum < 128.0 { WHITE } else { BLACK };
                 let s = fmt_value(v);
                 let (cx, cy) = (x0 + j as i32 * cw + cw / 2, y0 + i as i32 * ch + ch / 2);
-                text(root, &s, cx, cy, cell_font, HPos::Center, false, bitmap, &fg)?;
+                text(root, &s, (cx, cy), cell_font, HPos::Center, Dir::Right, false, bitmap, &fg)?;
             }
         }
     }
@@ -433,7 +527,7 @@ fn draw_panel<DB: DrawingBackend>(
     let rstep = label_step(r, l.cell_h, font);
     for (i, s) in rows.iter().enumerate().filter(|(i, _)| i % rstep == 0) {
         let s = shorten(s, 18);
-        text(root, &s, x0 - 6, y0 + i as i32 * ch + ch / 2, font, HPos::Right, false, bitmap, &grey)?;
+        text(root, &s, (x0 - 6, y0 + i as i32 * ch + ch / 2), font, HPos::Right, Dir::Right, false, bitmap, &grey)?;
     }
     // column labels
     let cols = label_texts(&p.col_labels, c);
@@ -443,15 +537,9 @@ fn draw_panel<DB: DrawingBackend>(
         let s = shorten(s, 18);
         let cx = x0 + j as i32 * cw + cw / 2;
         if l.rotate_cols {
-            let style = ("sans-serif", font)
-                .into_font()
-                .transform(FontTransform::Rotate90)
-                .color(&grey)
-                .pos(Pos::new(HPos::Left, VPos::Top));
-            let dx = if bitmap { -(0.37 * font) as i32 } else { -(font as i32) / 2 };
-            root.draw(&Text::new(s, (cx - dx, ybot), style)).map_err(|e| e.to_string())?;
+            text(root, &s, (cx, ybot), font, HPos::Left, Dir::Down, false, bitmap, &grey)?;
         } else {
-            text(root, &s, cx, ybot + font as i32 / 2 + 2, font, HPos::Center, false, bitmap, &grey)?;
+            text(root, &s, (cx, ybot + font as i32 / 2 + 2), font, HPos::Center, Dir::Right, false, bitmap, &grey)?;
         }
     }
     // axis names
@@ -462,16 +550,11 @@ fn draw_panel<DB: DrawingBackend>(
     };
     if let Some(x) = &p.x_label {
         let y = ybot + col_block as i32 + 8;
-        text(root, x, x0 + c as i32 * cw / 2, y, font, HPos::Center, false, bitmap, &BLACK)?;
+        text(root, x, (x0 + c as i32 * cw / 2, y), font, HPos::Center, Dir::Right, false, bitmap, &BLACK)?;
     }
     if let Some(yl) = &p.y_label {
-        let style = ("sans-serif", font)
-            .into_font()
-            .transform(FontTransform::Rotate270)
-            .color(&BLACK)
-            .pos(Pos::new(HPos::Center, VPos::Center));
         let x = ox + PAD as i32 + 6;
-        root.draw(&Text::new(yl.clone(), (x, y0 + r as i32 * ch / 2), style)).map_err(|e| e.to_string())?;
+        text(root, yl, (x, y0 + r as i32 * ch / 2), font, HPos::Center, Dir::Up, false, bitmap, &BLACK)?;
     }
 
     // colour bar
@@ -490,10 +573,22 @@ fn draw_panel<DB: DrawingBackend>(
         let y = y0 + k * (bh - 1) / 2;
         root.draw(&PathElement::new(vec![(bx + BAR_W as i32, y), (bx + BAR_W as i32 + 3, y)], grey.stroke_width(1)))
             .map_err(|e| e.to_string())?;
-        text(root, &fmt_value(v), bx + BAR_W as i32 + 5, y, tick_font, HPos::Left, false, bitmap, &grey)?;
+        text(root, &fmt_value(v), (bx + BAR_W as i32 + 5, y), tick_font, HPos::Left, Dir::Right, false, bitmap, &grey)?;
     }
     Ok(())
 }
+
+/// The colour of one cell; −∞ (a masked score) is light grey, whatever the map.
+fn cell_color(c: ColorMap, v: f32, lo: f32, span: f32) -> RGBColor {
+    if v == f32::NEG_INFINITY {
+        return MASKED;
+    }
+    let t = if v.is_finite() { (v - lo) as f64 / span as f64 } else { 1.0 };
+    c.color(t)
+}
+
+/// The colour of a masked (−∞) cell.
+pub const MASKED: RGBColor = RGBColor(215, 215, 215);
 
 /// Step for horizontal column labels: wide enough that neighbours do not overlap.
 fn label_step_w(labels: &[String], cell: usize, font: f64) -> usize {
