@@ -40,7 +40,7 @@ pub struct Args {
     /// Sequence length (default: the number of --tokens).
     #[arg(long, short = 'n', value_name = "N")]
     len: Option<usize>,
-    /// Length of the bidirectional prefix for --kind prefix (default: half the length).
+    /// Length of the bidirectional prefix for --kind prefix (default: half the length, rounded up).
     #[arg(long, value_name = "P")]
     prefix: Option<usize>,
     /// Words to label the positions with, e.g. "The cat sat" (split on spaces).
