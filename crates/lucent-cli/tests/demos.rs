@@ -6,8 +6,15 @@ use std::process::Command;
 use serde_json::Value;
 
 fn lucent(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_lucent")).args(args).output().unwrap();
-    (out.status.success(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+    let out = Command::new(env!("CARGO_BIN_EXE_lucent"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
 }
 
 fn json(args: &[&str]) -> Value {
@@ -17,7 +24,8 @@ fn json(args: &[&str]) -> Value {
 }
 
 fn seed() -> Value {
-    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/seed_examples.json");
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/data/seed_examples.json");
     serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
 }
 
@@ -49,7 +57,10 @@ fn attention_demo_prints_the_true_values() {
     assert_eq!(j["attends_most_to"], serde_json::json!([2, 2, 1]));
     let (ok, out, _) = lucent(&["attention", "--demo"]);
     assert!(ok);
-    assert!(out.contains("0.3929") && out.contains("0.4390") && out.contains("-0.3208"), "{out}");
+    assert!(
+        out.contains("0.3929") && out.contains("0.4390") && out.contains("-0.3208"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -59,8 +70,19 @@ fn attention_demo_causal() {
     assert_eq!(&w[0..3], &[1.0, 0.0, 0.0]);
     assert_eq!(w[5], 0.0);
     // the last row sees everything: unchanged from the unmasked example
-    close("last row", &serde_json::json!([w[6..9].to_vec()]), &serde_json::json!([flat(&seed()["attention_seed42"]["weights"])[6..9].to_vec()]));
-    assert_eq!(j["mask"], serde_json::json!([[true, false, false], [true, true, false], [true, true, true]]));
+    close(
+        "last row",
+        &serde_json::json!([w[6..9].to_vec()]),
+        &serde_json::json!([flat(&seed()["attention_seed42"]["weights"])[6..9].to_vec()]),
+    );
+    assert_eq!(
+        j["mask"],
+        serde_json::json!([
+            [true, false, false],
+            [true, true, false],
+            [true, true, true]
+        ])
+    );
 }
 
 #[test]
@@ -72,10 +94,20 @@ fn attention_without_demo_says_what_to_pass() {
 
 #[test]
 fn mask_kinds_and_errors() {
-    let j = json(&["mask", "--kind", "prefix", "--len", "4", "--prefix", "2", "--json"]);
-    assert_eq!(j["mask"], serde_json::json!([[1, 1, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]]));
+    let j = json(&[
+        "mask", "--kind", "prefix", "--len", "4", "--prefix", "2", "--json",
+    ]);
+    assert_eq!(
+        j["mask"],
+        serde_json::json!([[1, 1, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]])
+    );
     let j = json(&["mask", "--compare", "--tokens", "The cat sat", "--json"]);
-    let kinds: Vec<&str> = j.as_array().unwrap().iter().map(|m| m["kind"].as_str().unwrap()).collect();
+    let kinds: Vec<&str> = j
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["kind"].as_str().unwrap())
+        .collect();
     assert_eq!(kinds, ["bidirectional", "causal", "prefix"]);
     assert_eq!(j[1]["can_see"], serde_json::json!([[0], [0, 1], [0, 1, 2]]));
     let (ok, out, _) = lucent(&["mask", "--kind", "causal", "--tokens", "The cat sat"]);
@@ -95,7 +127,14 @@ fn mask_kinds_and_errors() {
 #[test]
 fn mask_compare_png() {
     let path = std::env::temp_dir().join(format!("lucent-masks-{}.png", std::process::id()));
-    let (ok, _, err) = lucent(&["mask", "--compare", "--len", "5", "--png", path.to_str().unwrap()]);
+    let (ok, _, err) = lucent(&[
+        "mask",
+        "--compare",
+        "--len",
+        "5",
+        "--png",
+        path.to_str().unwrap(),
+    ]);
     assert!(ok, "{err}");
     let bytes = std::fs::read(&path).unwrap();
     assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
@@ -112,7 +151,10 @@ fn pe_table_and_similarity() {
         .iter()
         .map(|s| s["cosine"].as_f64().unwrap())
         .collect();
-    assert!(sims[0] > sims[sims.len() - 1], "nearby positions more similar: {sims:?}");
+    assert!(
+        sims[0] > sims[sims.len() - 1],
+        "nearby positions more similar: {sims:?}"
+    );
     let (ok, out, _) = lucent(&["pe", "--len", "100", "--dim", "64"]);
     assert!(ok);
     assert!(out.contains("excerpt") && out.contains("k =    1"), "{out}");

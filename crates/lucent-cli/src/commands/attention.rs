@@ -17,21 +17,66 @@ use super::show::{json_matrix, print_matrix};
 
 /// Q of the seed-42 example (tests/data/seed_examples.json, `attention_seed42.Q`).
 const Q: [[f64; 4]; 3] = [
-    [0.4967141530112327, -0.13826430117118466, 0.6476885381006925, 1.5230298564080254],
-    [-0.23415337472333597, -0.23413695694918055, 1.5792128155073915, 0.7674347291529088],
-    [-0.4694743859349521, 0.5425600435859647, -0.46341769281246226, -0.46572975357025687],
+    [
+        0.4967141530112327,
+        -0.13826430117118466,
+        0.6476885381006925,
+        1.5230298564080254,
+    ],
+    [
+        -0.23415337472333597,
+        -0.23413695694918055,
+        1.5792128155073915,
+        0.7674347291529088,
+    ],
+    [
+        -0.4694743859349521,
+        0.5425600435859647,
+        -0.46341769281246226,
+        -0.46572975357025687,
+    ],
 ];
 /// K of the seed-42 example (`attention_seed42.K`).
 const K: [[f64; 4]; 3] = [
-    [0.24196227156603412, -1.913280244657798, -1.7249178325130328, -0.5622875292409727],
-    [-1.0128311203344238, 0.3142473325952739, -0.9080240755212109, -1.4123037013352915],
-    [1.465648768921554, -0.22577630048653566, 0.06752820468792384, -1.4247481862134568],
+    [
+        0.24196227156603412,
+        -1.913280244657798,
+        -1.7249178325130328,
+        -0.5622875292409727,
+    ],
+    [
+        -1.0128311203344238,
+        0.3142473325952739,
+        -0.9080240755212109,
+        -1.4123037013352915,
+    ],
+    [
+        1.465648768921554,
+        -0.22577630048653566,
+        0.06752820468792384,
+        -1.4247481862134568,
+    ],
 ];
 /// V of the seed-42 example (`attention_seed42.V`).
 const V: [[f64; 4]; 3] = [
-    [-0.5443827245251827, 0.11092258970986608, -1.1509935774223028, 0.37569801834567196],
-    [-0.600638689918805, -0.2916937497932768, -0.6017066122293969, 1.8522781845089378],
-    [-0.013497224737933921, -1.0577109289559004, 0.822544912103189, -1.2208436499710222],
+    [
+        -0.5443827245251827,
+        0.11092258970986608,
+        -1.1509935774223028,
+        0.37569801834567196,
+    ],
+    [
+        -0.600638689918805,
+        -0.2916937497932768,
+        -0.6017066122293969,
+        1.8522781845089378,
+    ],
+    [
+        -0.013497224737933921,
+        -1.0577109289559004,
+        0.822544912103189,
+        -1.2208436499710222,
+    ],
 ];
 
 /// Arguments of `lucent attention`.
@@ -86,7 +131,11 @@ pub fn run(args: Args) -> Result<()> {
     let scores = matmul_t(&q, &k)?; // (1, 1, 3, 3)
     let scale = 1.0 / (d_k as f32).sqrt();
     let scaled = scores.scale(scale); // (1, 1, 3, 3)
-    let mask = if args.causal { Some(causal_mask(3)?) } else { None };
+    let mask = if args.causal {
+        Some(causal_mask(3)?)
+    } else {
+        None
+    };
     let bias = mask.as_ref().map(|m| m.to_bias()).transpose()?; // (3, 3): 0 / −∞
     let masked = match &bias {
         Some(b) => Some(scaled.add(b)?),
@@ -109,7 +158,11 @@ pub fn run(args: Args) -> Result<()> {
 
     if let Some(path) = &args.png {
         let score_panel = Panel::new(
-            if args.causal { "scaled scores + causal mask" } else { "scaled scores Q·Kᵀ/√d_k" },
+            if args.causal {
+                "scaled scores + causal mask"
+            } else {
+                "scaled scores Q·Kᵀ/√d_k"
+            },
             rows(masked.as_ref().unwrap_or(&scaled)),
         )
         .labels(pos.clone(), keys.clone())
@@ -151,14 +204,44 @@ pub fn run(args: Args) -> Result<()> {
     }
 
     println!("Scaled dot-product attention, one head, 3 tokens, d_k = {d_k}");
-    println!("Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k{}) · V\n", if args.causal { " + mask" } else { "" });
+    println!(
+        "Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k{}) · V\n",
+        if args.causal { " + mask" } else { "" }
+    );
     println!("Inputs: numpy seed 42, randn(3, 4) for Q, then K, then V.\n");
-    print_matrix("Q (queries: what each token is looking for)", &rows(&q), &pos, &feat, 4);
-    print_matrix("K (keys: what each token offers to be found by)", &rows(&k), &pos, &feat, 4);
-    print_matrix("V (values: what each token hands over)", &rows(&v), &pos, &feat, 4);
-    print_matrix("Step 1. scores = Q·Kᵀ (row i: how well query i matches each key)", &rows(&scores), &pos, &keys, 4);
     print_matrix(
-        &format!("Step 2. scaled = scores / √d_k = scores / {}", (d_k as f32).sqrt()),
+        "Q (queries: what each token is looking for)",
+        &rows(&q),
+        &pos,
+        &feat,
+        4,
+    );
+    print_matrix(
+        "K (keys: what each token offers to be found by)",
+        &rows(&k),
+        &pos,
+        &feat,
+        4,
+    );
+    print_matrix(
+        "V (values: what each token hands over)",
+        &rows(&v),
+        &pos,
+        &feat,
+        4,
+    );
+    print_matrix(
+        "Step 1. scores = Q·Kᵀ (row i: how well query i matches each key)",
+        &rows(&scores),
+        &pos,
+        &keys,
+        4,
+    );
+    print_matrix(
+        &format!(
+            "Step 2. scaled = scores / √d_k = scores / {}",
+            (d_k as f32).sqrt()
+        ),
         &rows(&scaled),
         &pos,
         &keys,
@@ -166,23 +249,37 @@ pub fn run(args: Args) -> Result<()> {
     );
     let mut step = 3;
     if let (Some(m), Some(ms)) = (&mask, &masked) {
-        println!("Step {step}. causal mask (✓ = may attend, · = hidden: a token cannot see the future)");
+        println!(
+            "Step {step}. causal mask (✓ = may attend, · = hidden: a token cannot see the future)"
+        );
         for (i, r) in m.matrix(0).iter().enumerate() {
             let cells: Vec<&str> = r.iter().map(|&b| if b { "✓" } else { "·" }).collect();
             println!("  {:<8}  {}", pos[i], cells.join("  "));
         }
         println!();
-        print_matrix("        scaled + mask (0 where ✓, −∞ where ·)", &rows(ms), &pos, &keys, 4);
+        print_matrix(
+            "        scaled + mask (0 where ✓, −∞ where ·)",
+            &rows(ms),
+            &pos,
+            &keys,
+            4,
+        );
         step += 1;
     }
     println!("Step {step}. weights = softmax over each row (e^x / Σ e^x): each row sums to 1");
     let mut wcols = keys.clone();
     wcols.push("row sum".into());
-    let wrows: Vec<Vec<f32>> = w.iter().zip(&sums).map(|(r, s)| r.iter().copied().chain([*s]).collect()).collect();
+    let wrows: Vec<Vec<f32>> = w
+        .iter()
+        .zip(&sums)
+        .map(|(r, s)| r.iter().copied().chain([*s]).collect())
+        .collect();
     print_matrix("", &wrows, &pos, &wcols, 4);
     step += 1;
     print_matrix(
-        &format!("Step {step}. output = weights · V (each row a weighted average of the value rows)"),
+        &format!(
+            "Step {step}. output = weights · V (each row a weighted average of the value rows)"
+        ),
         &rows(&out.output),
         &pos,
         &feat,
@@ -190,14 +287,23 @@ pub fn run(args: Args) -> Result<()> {
     );
     println!("Where each token looks:");
     for (i, &j) in most.iter().enumerate() {
-        println!("  token {i} attends most to token {j} (weight {:.4})", w[i][j]);
+        println!(
+            "  token {i} attends most to token {j} (weight {:.4})",
+            w[i][j]
+        );
     }
     if args.causal {
         println!("\nQ, K, V and the unmasked scores are the seed-42 example's (tests/data/seed_examples.json);");
-        println!("the mask changes rows 0 and 1 only: the last token could already see everything.");
+        println!(
+            "the mask changes rows 0 and 1 only: the last token could already see everything."
+        );
     } else {
-        println!("\nThese are the true values for the seed-42 inputs (tests/data/seed_examples.json);");
-        println!("the guides print different scores and weights, which do not follow from these inputs.");
+        println!(
+            "\nThese are the true values for the seed-42 inputs (tests/data/seed_examples.json);"
+        );
+        println!(
+            "the guides print different scores and weights, which do not follow from these inputs."
+        );
     }
     if let Some(path) = &args.png {
         println!("\nWrote {}", path.display());

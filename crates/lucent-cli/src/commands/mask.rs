@@ -88,7 +88,11 @@ pub fn run(args: Args) -> Result<()> {
             )))
         }
         (Some(n), _) => n,
-        (None, 0) => return Err(Error::Argument("give --len N or --tokens \"some words\"".into())),
+        (None, 0) => {
+            return Err(Error::Argument(
+                "give --len N or --tokens \"some words\"".into(),
+            ))
+        }
         (None, k) => k,
     };
     if len == 0 {
@@ -100,7 +104,10 @@ pub fn run(args: Args) -> Result<()> {
     } else {
         vec![args.kind]
     };
-    let masks: Vec<Mask> = kinds.iter().map(|&k| build(k, len, prefix)).collect::<Result<_>>()?;
+    let masks: Vec<Mask> = kinds
+        .iter()
+        .map(|&k| build(k, len, prefix))
+        .collect::<Result<_>>()?;
     let names = labels(&tokens, len);
 
     if let Some(path) = &args.png {
@@ -136,14 +143,27 @@ pub fn run(args: Args) -> Result<()> {
                 })
             })
             .collect();
-        let v = if args.compare { serde_json::json!(list) } else { list[0].clone() };
+        let v = if args.compare {
+            serde_json::json!(list)
+        } else {
+            list[0].clone()
+        };
         println!("{v:#}");
         return Ok(());
     }
 
-    let w = names.iter().map(|s| s.chars().count()).max().unwrap_or(1).max(1) + 1;
+    let w = names
+        .iter()
+        .map(|s| s.chars().count())
+        .max()
+        .unwrap_or(1)
+        .max(1)
+        + 1;
     for (&k, m) in kinds.iter().zip(&masks) {
-        println!("{} mask, {len} positions  (✓ = may attend, · = hidden)\n", title(k, prefix));
+        println!(
+            "{} mask, {len} positions  (✓ = may attend, · = hidden)\n",
+            title(k, prefix)
+        );
         print!("  {:w$}", "");
         for n in &names {
             print!(" {n:>w$}");
@@ -158,8 +178,16 @@ pub fn run(args: Args) -> Result<()> {
         }
         println!();
         for i in 0..len {
-            let seen: Vec<&str> = m.visible_keys(0, i).into_iter().map(|j| names[j].as_str()).collect();
-            println!("  position {i} ({}) can see [{}]", names[i], seen.join(", "));
+            let seen: Vec<&str> = m
+                .visible_keys(0, i)
+                .into_iter()
+                .map(|j| names[j].as_str())
+                .collect();
+            println!(
+                "  position {i} ({}) can see [{}]",
+                names[i],
+                seen.join(", ")
+            );
         }
         println!();
     }

@@ -63,15 +63,26 @@ pub fn run(args: Args) -> Result<()> {
         .into_iter()
         .filter(|&k| k < args.len)
         .collect();
-    let sims: Vec<(usize, f64)> = offsets.iter().map(|&k| (k, cosine(table.row(0), table.row(k)))).collect();
+    let sims: Vec<(usize, f64)> = offsets
+        .iter()
+        .map(|&k| (k, cosine(table.row(0), table.row(k))))
+        .collect();
 
     if let Some(path) = &args.png {
         // position on x, dimension on y: transpose the (len, d) table
-        let m: Vec<Vec<f32>> = (0..args.dim).map(|j| (0..args.len).map(|p| table.row(p)[j]).collect()).collect();
-        let panel = Panel::new(format!("sinusoidal position encoding, {} positions × d = {}", args.len, args.dim), m)
-            .axes("position", "dimension")
-            .colormap(ColorMap::Diverging)
-            .range(-1.0, 1.0);
+        let m: Vec<Vec<f32>> = (0..args.dim)
+            .map(|j| (0..args.len).map(|p| table.row(p)[j]).collect())
+            .collect();
+        let panel = Panel::new(
+            format!(
+                "sinusoidal position encoding, {} positions × d = {}",
+                args.len, args.dim
+            ),
+            m,
+        )
+        .axes("position", "dimension")
+        .colormap(ColorMap::Diverging)
+        .range(-1.0, 1.0);
         heatmap(&panel, path)?;
     }
 
@@ -87,7 +98,10 @@ pub fn run(args: Args) -> Result<()> {
         return Ok(());
     }
 
-    println!("Sinusoidal position encoding, {} positions × d = {}", args.len, args.dim);
+    println!(
+        "Sinusoidal position encoding, {} positions × d = {}",
+        args.len, args.dim
+    );
     println!("PE(pos, 2i) = sin(pos / 10000^(2i/d)),  PE(pos, 2i+1) = cos(pos / 10000^(2i/d))\n");
     let show_cols: Vec<usize> = if args.dim <= 10 {
         (0..args.dim).collect()
@@ -100,7 +114,10 @@ pub fn run(args: Args) -> Result<()> {
         (0..8).chain([args.len / 2, args.len - 1]).collect()
     };
     if show_cols.len() < args.dim || show_rows.len() < args.len {
-        println!("(an excerpt: rows {:?}, dimensions {:?}; --json prints it all)\n", show_rows, show_cols);
+        println!(
+            "(an excerpt: rows {:?}, dimensions {:?}; --json prints it all)\n",
+            show_rows, show_cols
+        );
     }
     print!("{:>6}", "pos");
     let mut prev = None;
@@ -108,7 +125,10 @@ pub fn run(args: Args) -> Result<()> {
         if prev.is_some_and(|p: usize| j != p + 1) {
             print!("{:>4}", "…");
         }
-        print!("{:>9}", format!("{}{}", if j % 2 == 0 { "sin" } else { "cos" }, j));
+        print!(
+            "{:>9}",
+            format!("{}{}", if j % 2 == 0 { "sin" } else { "cos" }, j)
+        );
         prev = Some(j);
     }
     println!();
@@ -130,7 +150,9 @@ pub fn run(args: Args) -> Result<()> {
         prev_row = Some(p);
     }
     if !sims.is_empty() {
-        println!("\nNearby positions have similar encodings: cosine similarity of PE(0) with PE(k)");
+        println!(
+            "\nNearby positions have similar encodings: cosine similarity of PE(0) with PE(k)"
+        );
         println!("(the same for any PE(p) vs PE(p+k): it depends only on the offset k)\n");
         for (k, c) in &sims {
             let bar = "█".repeat(((c.max(0.0)) * 40.0).round() as usize);

@@ -11,7 +11,13 @@ pub fn labels(tokens: &[String], n: usize) -> Vec<String> {
 
 /// Print a matrix with row and column labels, each value with `decimals` decimals
 /// (−∞ printed as such).
-pub fn print_matrix(title: &str, m: &[Vec<f32>], rows: &[String], cols: &[String], decimals: usize) {
+pub fn print_matrix(
+    title: &str,
+    m: &[Vec<f32>],
+    rows: &[String],
+    cols: &[String],
+    decimals: usize,
+) {
     if !title.is_empty() {
         println!("{title}");
     }
@@ -55,7 +61,13 @@ pub fn json_matrix(m: &[Vec<f32>]) -> serde_json::Value {
             .map(|r| {
                 serde_json::Value::Array(
                     r.iter()
-                        .map(|&v| if v.is_finite() { serde_json::json!(v) } else { serde_json::Value::Null })
+                        .map(|&v| {
+                            if v.is_finite() {
+                                serde_json::json!(v)
+                            } else {
+                                serde_json::Value::Null
+                            }
+                        })
                         .collect(),
                 )
             })

@@ -37,7 +37,9 @@ pub struct Mask {
 
 fn check_len(what: &str, t: usize) -> Result<()> {
     if t == 0 {
-        return Err(Error::Argument(format!("{what}: sequence length must be at least 1, got 0")));
+        return Err(Error::Argument(format!(
+            "{what}: sequence length must be at least 1, got 0"
+        )));
     }
     Ok(())
 }
@@ -96,7 +98,9 @@ pub fn prefix_lm_mask(t: usize, prefix: usize) -> Result<Mask> {
 pub fn padding_mask(lengths: &[usize], t: usize) -> Result<Mask> {
     check_len("padding mask", t)?;
     if lengths.is_empty() {
-        return Err(Error::Argument("padding mask: no sequence lengths given".into()));
+        return Err(Error::Argument(
+            "padding mask: no sequence lengths given".into(),
+        ));
     }
     for (b, &len) in lengths.iter().enumerate() {
         if len == 0 || len > t {
@@ -128,7 +132,12 @@ pub fn check_additive(bias: &Tensor, t_q: usize, t_k: usize) -> Result<&Tensor> 
 
 impl Mask {
     /// Build from a rule `visible(b, i, j)`.
-    pub fn from_fn(batch: usize, t_q: usize, t_k: usize, visible: impl Fn(usize, usize, usize) -> bool) -> Mask {
+    pub fn from_fn(
+        batch: usize,
+        t_q: usize,
+        t_k: usize,
+        visible: impl Fn(usize, usize, usize) -> bool,
+    ) -> Mask {
         let mut v = Vec::with_capacity(batch * t_q * t_k);
         for b in 0..batch {
             for i in 0..t_q {
@@ -137,7 +146,12 @@ impl Mask {
                 }
             }
         }
-        Mask { batch, t_q, t_k, visible: v }
+        Mask {
+            batch,
+            t_q,
+            t_k,
+            visible: v,
+        }
     }
 
     /// Any boolean matrix, row-major, `true` = may attend. `shape` is (t_q, t_k) or
@@ -153,7 +167,9 @@ impl Mask {
             }
         };
         if batch == 0 || t_q == 0 || t_k == 0 {
-            return Err(Error::Shape(format!("boolean mask of shape {shape:?} is empty")));
+            return Err(Error::Shape(format!(
+                "boolean mask of shape {shape:?} is empty"
+            )));
         }
         if visible.len() != batch * t_q * t_k {
             return Err(Error::Shape(format!(
@@ -162,16 +178,26 @@ impl Mask {
                 visible.len()
             )));
         }
-        Ok(Mask { batch, t_q, t_k, visible })
+        Ok(Mask {
+            batch,
+            t_q,
+            t_k,
+            visible,
+        })
     }
 
     /// Rows of 0/1 (1 = may attend), as the guides print them: one (t_q, t_k) matrix.
     pub fn from_rows(rows: &[Vec<u8>]) -> Result<Mask> {
         let t_k = rows.first().map_or(0, Vec::len);
         if rows.iter().any(|r| r.len() != t_k) {
-            return Err(Error::Shape("boolean mask rows have different lengths".into()));
+            return Err(Error::Shape(
+                "boolean mask rows have different lengths".into(),
+            ));
         }
-        Self::from_bools(rows.iter().flatten().map(|&v| v != 0).collect(), &[rows.len(), t_k])
+        Self::from_bools(
+            rows.iter().flatten().map(|&v| v != 0).collect(),
+            &[rows.len(), t_k],
+        )
     }
 
     /// Read an additive mask back as booleans: visible where the bias is above −∞.
@@ -187,7 +213,10 @@ impl Mask {
                 )))
             }
         };
-        Self::from_bools(bias.data().iter().map(|&v| v > f32::NEG_INFINITY).collect(), &[batch, t_q, t_k])
+        Self::from_bools(
+            bias.data().iter().map(|&v| v > f32::NEG_INFINITY).collect(),
+            &[batch, t_q, t_k],
+        )
     }
 
     /// Sequences in the mask (1 = one mask shared by the whole batch).
@@ -213,7 +242,9 @@ impl Mask {
 
     /// The boolean matrix of sequence b: `rows[i][j]` = query i may attend to key j.
     pub fn matrix(&self, b: usize) -> Vec<Vec<bool>> {
-        (0..self.t_q).map(|i| (0..self.t_k).map(|j| self.get(b, i, j)).collect()).collect()
+        (0..self.t_q)
+            .map(|i| (0..self.t_k).map(|j| self.get(b, i, j)).collect())
+            .collect()
     }
 
     /// The keys query i of sequence b may see.
@@ -224,7 +255,9 @@ impl Mask {
     /// Both masks at once (visible only where both allow it), e.g. causal ∧ padding.
     /// A batch of 1 broadcasts against the other's batch.
     pub fn and(&self, other: &Mask) -> Result<Mask> {
-        if self.t_q != other.t_q || self.t_k != other.t_k || (self.batch != other.batch && self.batch != 1 && other.batch != 1)
+        if self.t_q != other.t_q
+            || self.t_k != other.t_k
+            || (self.batch != other.batch && self.batch != 1 && other.batch != 1)
         {
             return Err(Error::mismatch(
                 "mask ∧ mask",
@@ -233,7 +266,9 @@ impl Mask {
             ));
         }
         let batch = self.batch.max(other.batch);
-        Ok(Mask::from_fn(batch, self.t_q, self.t_k, |b, i, j| self.get(b, i, j) && other.get(b, i, j)))
+        Ok(Mask::from_fn(batch, self.t_q, self.t_k, |b, i, j| {
+            self.get(b, i, j) && other.get(b, i, j)
+        }))
     }
 
     /// The additive bias attention takes: 0 where visible, −∞ where hidden.
@@ -241,7 +276,11 @@ impl Mask {
     /// # Shapes
     /// → (t_q, t_k) for a shared mask (batch 1), else (b, 1, t_q, t_k)
     pub fn to_bias(&self) -> Result<Tensor> {
-        let data: Vec<f32> = self.visible.iter().map(|&v| if v { 0.0 } else { f32::NEG_INFINITY }).collect();
+        let data: Vec<f32> = self
+            .visible
+            .iter()
+            .map(|&v| if v { 0.0 } else { f32::NEG_INFINITY })
+            .collect();
         if self.batch == 1 {
             Tensor::new(data, &[self.t_q, self.t_k]) // (t_q, t_k)
         } else {
@@ -254,7 +293,8 @@ impl Mask {
     /// # Shapes
     /// → (b, 1, t_q, t_k)
     pub fn to_bias_4d(&self) -> Result<Tensor> {
-        self.to_bias()?.reshape(&[self.batch, 1, self.t_q, self.t_k])
+        self.to_bias()?
+            .reshape(&[self.batch, 1, self.t_q, self.t_k])
     }
 
     /// The mask of sequence b as 1.0 / 0.0 (for plots and JSON).
@@ -276,27 +316,53 @@ mod tests {
     use super::*;
 
     fn ones(m: &Mask, b: usize) -> Vec<Vec<u8>> {
-        m.matrix(b).into_iter().map(|r| r.into_iter().map(u8::from).collect()).collect()
+        m.matrix(b)
+            .into_iter()
+            .map(|r| r.into_iter().map(u8::from).collect())
+            .collect()
     }
 
     #[test]
     fn patterns_exactly() {
-        assert_eq!(ones(&causal_mask(3).unwrap(), 0), vec![vec![1, 0, 0], vec![1, 1, 0], vec![1, 1, 1]]);
-        assert_eq!(ones(&bidirectional_mask(2).unwrap(), 0), vec![vec![1, 1], vec![1, 1]]);
+        assert_eq!(
+            ones(&causal_mask(3).unwrap(), 0),
+            vec![vec![1, 0, 0], vec![1, 1, 0], vec![1, 1, 1]]
+        );
+        assert_eq!(
+            ones(&bidirectional_mask(2).unwrap(), 0),
+            vec![vec![1, 1], vec![1, 1]]
+        );
         assert_eq!(
             ones(&prefix_lm_mask(4, 2).unwrap(), 0),
-            vec![vec![1, 1, 0, 0], vec![1, 1, 0, 0], vec![1, 1, 1, 0], vec![1, 1, 1, 1]]
+            vec![
+                vec![1, 1, 0, 0],
+                vec![1, 1, 0, 0],
+                vec![1, 1, 1, 0],
+                vec![1, 1, 1, 1]
+            ]
         );
         assert_eq!(prefix_lm_mask(4, 0).unwrap(), causal_mask(4).unwrap());
-        assert_eq!(prefix_lm_mask(4, 4).unwrap(), bidirectional_mask(4).unwrap());
-        assert_eq!(ones(&causal_mask_cached(2, 4).unwrap(), 0), vec![vec![1, 1, 1, 0], vec![1, 1, 1, 1]]);
+        assert_eq!(
+            prefix_lm_mask(4, 4).unwrap(),
+            bidirectional_mask(4).unwrap()
+        );
+        assert_eq!(
+            ones(&causal_mask_cached(2, 4).unwrap(), 0),
+            vec![vec![1, 1, 1, 0], vec![1, 1, 1, 1]]
+        );
         let p = padding_mask(&[3, 1], 3).unwrap();
         assert_eq!(ones(&p, 0), vec![vec![1, 1, 1]; 3]);
         assert_eq!(ones(&p, 1), vec![vec![1, 0, 0]; 3]);
         let cp = causal_mask(3).unwrap().and(&p).unwrap();
         assert_eq!(cp.batch(), 2);
-        assert_eq!(ones(&cp, 0), vec![vec![1, 0, 0], vec![1, 1, 0], vec![1, 1, 1]]);
-        assert_eq!(ones(&cp, 1), vec![vec![1, 0, 0], vec![1, 0, 0], vec![1, 0, 0]]);
+        assert_eq!(
+            ones(&cp, 0),
+            vec![vec![1, 0, 0], vec![1, 1, 0], vec![1, 1, 1]]
+        );
+        assert_eq!(
+            ones(&cp, 1),
+            vec![vec![1, 0, 0], vec![1, 0, 0], vec![1, 0, 0]]
+        );
         assert_eq!(causal_mask(4).unwrap().visible_keys(0, 2), vec![0, 1, 2]);
     }
 
@@ -307,7 +373,10 @@ mod tests {
         assert_eq!(b.data(), &[0.0, f32::NEG_INFINITY, 0.0, 0.0]);
         let p = padding_mask(&[1, 2], 2).unwrap().to_bias().unwrap();
         assert_eq!(p.shape(), &[2, 1, 2, 2]);
-        assert_eq!(causal_mask(3).unwrap().to_bias_4d().unwrap().shape(), &[1, 1, 3, 3]);
+        assert_eq!(
+            causal_mask(3).unwrap().to_bias_4d().unwrap().shape(),
+            &[1, 1, 3, 3]
+        );
         // round trip
         let m = prefix_lm_mask(5, 2).unwrap();
         assert_eq!(Mask::from_additive(&m.to_bias().unwrap()).unwrap(), m);
@@ -328,7 +397,13 @@ mod tests {
         assert!(Mask::from_bools(vec![true; 5], &[2, 3]).is_err());
         assert!(Mask::from_bools(vec![], &[0, 3]).is_err());
         assert!(Mask::from_rows(&[vec![1, 0], vec![1]]).is_err());
-        assert!(causal_mask(3).unwrap().and(&causal_mask(2).unwrap()).is_err());
-        assert!(padding_mask(&[1, 2], 2).unwrap().and(&padding_mask(&[1, 2, 2], 2).unwrap()).is_err());
+        assert!(causal_mask(3)
+            .unwrap()
+            .and(&causal_mask(2).unwrap())
+            .is_err());
+        assert!(padding_mask(&[1, 2], 2)
+            .unwrap()
+            .and(&padding_mask(&[1, 2, 2], 2).unwrap())
+            .is_err());
     }
 }

@@ -58,7 +58,10 @@ impl SinusoidalEncoding {
             )));
         }
         let table = Tensor::new(
-            Self::table_f64(max_len, d).into_iter().map(|v| v as f32).collect(),
+            Self::table_f64(max_len, d)
+                .into_iter()
+                .map(|v| v as f32)
+                .collect(),
             &[max_len, d],
         )?; // (max_len, d)
         Ok(SinusoidalEncoding { table })
@@ -178,7 +181,11 @@ fn check_range(what: &str, offset: usize, t: usize, max_len: usize) -> Result<()
 fn add_positions(what: &str, x: &Tensor, table: &Tensor, offset: usize) -> Result<Tensor> {
     let [_b, t, d] = x.dims()?;
     if d != table.shape()[1] {
-        return Err(Error::mismatch(format!("{what} (x + PE)"), x.shape(), table.shape()));
+        return Err(Error::mismatch(
+            format!("{what} (x + PE)"),
+            x.shape(),
+            table.shape(),
+        ));
     }
     check_range(what, offset, t, table.shape()[0])?;
     let pe = table.narrow(0, offset, t)?; // (t, d)
@@ -210,9 +217,15 @@ impl Rope {
             )));
         }
         if base.is_nan() || base <= 1.0 || !base.is_finite() {
-            return Err(Error::Config(format!("RoPE base must be a finite number > 1, got {base}")));
+            return Err(Error::Config(format!(
+                "RoPE base must be a finite number > 1, got {base}"
+            )));
         }
-        Ok(Rope { base, head_dim, convention })
+        Ok(Rope {
+            base,
+            head_dim,
+            convention,
+        })
     }
 
     /// θᵢ = base^(−2i/d), the angle per position of pair i.
@@ -267,13 +280,20 @@ impl Alibi {
         if n_heads == 0 {
             return Err(Error::Config("ALiBi needs at least one head".into()));
         }
-        Ok(Alibi { slopes: Self::slopes_f64(n_heads).into_iter().map(|s| s as f32).collect() })
+        Ok(Alibi {
+            slopes: Self::slopes_f64(n_heads)
+                .into_iter()
+                .map(|s| s as f32)
+                .collect(),
+        })
     }
 
     /// The slope rule, in f64 (see the type's doc).
     pub fn slopes_f64(n_heads: usize) -> Vec<f64> {
         fn power_of_two(n: usize) -> Vec<f64> {
-            (1..=n).map(|k| 2f64.powf(-8.0 * k as f64 / n as f64)).collect()
+            (1..=n)
+                .map(|k| 2f64.powf(-8.0 * k as f64 / n as f64))
+                .collect()
         }
         if n_heads == 0 {
             return Vec::new();
@@ -338,7 +358,10 @@ mod tests {
         assert_eq!(pe.table().row(0), &[0.0, 1.0, 0.0, 1.0, 0.0, 1.0]);
         // odd width: the last feature is a sine
         let odd = SinusoidalEncoding::new(3, 5).unwrap();
-        assert_eq!(odd.table().row(1)[4] as f64, (1.0f64 / 10000f64.powf(4.0 / 5.0)).sin() as f32 as f64);
+        assert_eq!(
+            odd.table().row(1)[4] as f64,
+            (1.0f64 / 10000f64.powf(4.0 / 5.0)).sin() as f32 as f64
+        );
     }
 
     #[test]
@@ -356,7 +379,10 @@ mod tests {
             }
         }
         assert!(pe.forward(&x, 8).is_err(), "8 + 3 > 10 positions");
-        assert!(pe.forward(&Tensor::zeros(&[1, 2, 3]), 0).is_err(), "width 3 vs 4");
+        assert!(
+            pe.forward(&Tensor::zeros(&[1, 2, 3]), 0).is_err(),
+            "width 3 vs 4"
+        );
         assert!(SinusoidalEncoding::new(0, 4).is_err());
     }
 

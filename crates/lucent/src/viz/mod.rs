@@ -43,9 +43,27 @@ impl ColorMap {
     pub fn color(self, t: f64) -> RGBColor {
         let t = if t.is_nan() { 0.0 } else { t.clamp(0.0, 1.0) };
         let stops: &[(u8, u8, u8)] = match self {
-            ColorMap::Blues => &[(247, 251, 255), (198, 219, 239), (107, 174, 214), (33, 113, 181), (8, 48, 107)],
-            ColorMap::Viridis => &[(68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231, 37)],
-            ColorMap::Diverging => &[(59, 76, 192), (141, 176, 254), (242, 242, 242), (244, 154, 123), (180, 4, 38)],
+            ColorMap::Blues => &[
+                (247, 251, 255),
+                (198, 219, 239),
+                (107, 174, 214),
+                (33, 113, 181),
+                (8, 48, 107),
+            ],
+            ColorMap::Viridis => &[
+                (68, 1, 84),
+                (59, 82, 139),
+                (33, 145, 140),
+                (94, 201, 98),
+                (253, 231, 37),
+            ],
+            ColorMap::Diverging => &[
+                (59, 76, 192),
+                (141, 176, 254),
+                (242, 242, 242),
+                (244, 154, 123),
+                (180, 4, 38),
+            ],
         };
         let x = t * (stops.len() - 1) as f64;
         let k = (x.floor() as usize).min(stops.len() - 2);
@@ -144,10 +162,16 @@ impl Panel {
     fn check(&self) -> Result<()> {
         let (r, c) = self.dims();
         if r == 0 || c == 0 {
-            return Err(Error::Argument(format!("heatmap '{}': the matrix is empty", self.title)));
+            return Err(Error::Argument(format!(
+                "heatmap '{}': the matrix is empty",
+                self.title
+            )));
         }
         if self.matrix.iter().any(|row| row.len() != c) {
-            return Err(Error::Argument(format!("heatmap '{}': rows have different lengths", self.title)));
+            return Err(Error::Argument(format!(
+                "heatmap '{}': rows have different lengths",
+                self.title
+            )));
         }
         if !self.row_labels.is_empty() && self.row_labels.len() != r {
             return Err(Error::Argument(format!(
@@ -171,8 +195,15 @@ impl Panel {
         if let Some(r) = self.range {
             return r;
         }
-        let vals = self.matrix.iter().flatten().copied().filter(|v| v.is_finite());
-        let (lo, hi) = vals.fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), v| (a.min(v), b.max(v)));
+        let vals = self
+            .matrix
+            .iter()
+            .flatten()
+            .copied()
+            .filter(|v| v.is_finite());
+        let (lo, hi) = vals.fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), v| {
+            (a.min(v), b.max(v))
+        });
         if !lo.is_finite() {
             return (0.0, 1.0);
         }
@@ -204,7 +235,12 @@ pub fn heatmap_grid(panels: &[Panel], path: &Path) -> Result<()> {
 }
 
 /// [`heatmap_grid`] with a chosen number of columns and an optional overall title.
-pub fn heatmap_grid_with(panels: &[Panel], columns: usize, title: Option<&str>, path: &Path) -> Result<()> {
+pub fn heatmap_grid_with(
+    panels: &[Panel],
+    columns: usize,
+    title: Option<&str>,
+    path: &Path,
+) -> Result<()> {
     if panels.is_empty() {
         return Err(Error::Argument("heatmap grid: no panels to draw".into()));
     }
@@ -220,7 +256,10 @@ pub fn heatmap_grid_with(panels: &[Panel], columns: usize, title: Option<&str>, 
         .fold((0, 0), |(w, h), l| (w.max(l.width), h.max(l.height)));
     let title_h = if title.is_some() { 40 } else { 0 };
     let size = ((pw * columns) as u32, (ph * rows + title_h) as u32);
-    let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
     let draw_err = |e: String| Error::format(path, format!("could not draw the plot: {e}"));
     match ext.as_deref() {
         Some("png") => {
@@ -246,13 +285,17 @@ pub fn heatmap_grid_with(panels: &[Panel], columns: usize, title: Option<&str>, 
 fn register_fonts() -> Result<()> {
     static DONE: OnceLock<bool> = OnceLock::new();
     let ok = *DONE.get_or_init(|| {
-        plotters::style::register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular()).is_ok()
-            && plotters::style::register_font("sans-serif", FontStyle::Bold, dejavu::sans::bold()).is_ok()
+        plotters::style::register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular())
+            .is_ok()
+            && plotters::style::register_font("sans-serif", FontStyle::Bold, dejavu::sans::bold())
+                .is_ok()
     });
     if ok {
         Ok(())
     } else {
-        Err(Error::Argument("the built-in DejaVu Sans font could not be read".into()))
+        Err(Error::Argument(
+            "the built-in DejaVu Sans font could not be read".into(),
+        ))
     }
 }
 
@@ -273,7 +316,6 @@ const BAR_GAP: usize = 14;
 const BAR_LABELS: usize = 64;
 const PAD: usize = 14;
 
-
 impl Layout {
     fn of(p: &Panel) -> Layout {
         let (r, c) = p.dims();
@@ -281,10 +323,24 @@ impl Layout {
         let font = 13.0;
         let row_labels = label_texts(&p.row_labels, r);
         let col_labels = label_texts(&p.col_labels, c);
-        let row_w = row_labels.iter().map(|s| text_w(s, font)).max().unwrap_or(0).min(140);
-        let col_w = col_labels.iter().map(|s| text_w(s, font)).max().unwrap_or(0).min(140);
+        let row_w = row_labels
+            .iter()
+            .map(|s| text_w(s, font))
+            .max()
+            .unwrap_or(0)
+            .min(140);
+        let col_w = col_labels
+            .iter()
+            .map(|s| text_w(s, font))
+            .max()
+            .unwrap_or(0)
+            .min(140);
         let rotate_cols = col_w + 4 > cell * label_step(c, cell, font);
-        let col_h = if rotate_cols { col_w + 6 } else { font as usize + 6 };
+        let col_h = if rotate_cols {
+            col_w + 6
+        } else {
+            font as usize + 6
+        };
         let y_axis = if p.y_label.is_some() { 20 } else { 0 };
         let x_axis = if p.x_label.is_some() { 20 } else { 0 };
         let left = PAD + y_axis + row_w + 6;
@@ -293,7 +349,16 @@ impl Layout {
         let body_w = left + cell * c + BAR_GAP + BAR_W + BAR_LABELS;
         let width = body_w.max(title_w);
         let height = top + cell * r + 6 + col_h + x_axis + PAD;
-        Layout { width, height, cell_w: cell, cell_h: cell, left, top, font, rotate_cols }
+        Layout {
+            width,
+            height,
+            cell_w: cell,
+            cell_h: cell,
+            left,
+            top,
+            font,
+            rotate_cols,
+        }
     }
 }
 
@@ -334,7 +399,17 @@ fn draw_all<DB: DrawingBackend>(
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let mut y0 = 0;
     if let Some(t) = title {
-        text(root, t, ((root.dim_in_pixel().0 / 2) as i32, 20), 18.0, HPos::Center, Dir::Right, true, bitmap, &BLACK)?;
+        text(
+            root,
+            t,
+            ((root.dim_in_pixel().0 / 2) as i32, 20),
+            18.0,
+            HPos::Center,
+            Dir::Right,
+            true,
+            bitmap,
+            &BLACK,
+        )?;
         y0 = 40;
     }
     for (k, (p, l)) in panels.iter().zip(layouts).enumerate() {
@@ -411,14 +486,20 @@ fn text<DB: DrawingBackend>(
         Some(f) if bitmap => f,
         _ => {
             let font = ("sans-serif", size).into_font();
-            let font = if bold { font.style(FontStyle::Bold) } else { font };
+            let font = if bold {
+                font.style(FontStyle::Bold)
+            } else {
+                font
+            };
             let font = match dir {
                 Dir::Right => font,
                 Dir::Down => font.transform(FontTransform::Rotate90),
                 Dir::Up => font.transform(FontTransform::Rotate270),
             };
             let style = font.color(color).pos(Pos::new(h, VPos::Center));
-            return area.draw(&Text::new(s.to_string(), (x, y), style)).map_err(|e| e.to_string());
+            return area
+                .draw(&Text::new(s.to_string(), (x, y), style))
+                .map_err(|e| e.to_string());
         }
     };
     let font = if bold { &fonts.bold } else { &fonts.regular };
@@ -461,7 +542,8 @@ fn text<DB: DrawingBackend>(
         }
     }
     for (p, cov) in pixels {
-        area.draw_pixel(p, &color.mix(cov as f64)).map_err(|e| e.to_string())?;
+        area.draw_pixel(p, &color.mix(cov as f64))
+            .map_err(|e| e.to_string())?;
     }
     Ok(())
 }
@@ -484,27 +566,46 @@ fn draw_panel<DB: DrawingBackend>(
 
     // title
     let tx = ox + (l.width as i32) / 2;
-    text(root, &p.title, (tx, oy + PAD as i32 + 4), 15.0, HPos::Center, Dir::Right, true, bitmap, &BLACK)?;
+    text(
+        root,
+        &p.title,
+        (tx, oy + PAD as i32 + 4),
+        15.0,
+        HPos::Center,
+        Dir::Right,
+        true,
+        bitmap,
+        &BLACK,
+    )?;
 
     // cells
     for (i, row) in p.matrix.iter().enumerate() {
         for (j, &v) in row.iter().enumerate() {
             let col = cell_color(p.colormap, v, lo, span);
             let (cx, cy) = (x0 + j as i32 * cw, y0 + i as i32 * ch);
-            root.draw(&Rectangle::new([(cx, cy), (cx + cw, cy + ch)], col.filled()))
-                .map_err(|e| e.to_string())?;
+            root.draw(&Rectangle::new(
+                [(cx, cy), (cx + cw, cy + ch)],
+                col.filled(),
+            ))
+            .map_err(|e| e.to_string())?;
         }
     }
     // thin grid lines between cells when they are big
     if l.cell_w >= 16 {
         let line = RGBColor(255, 255, 255).stroke_width(1);
         for j in 0..=c as i32 {
-            root.draw(&PathElement::new(vec![(x0 + j * cw, y0), (x0 + j * cw, y0 + r as i32 * ch)], line))
-                .map_err(|e| e.to_string())?;
+            root.draw(&PathElement::new(
+                vec![(x0 + j * cw, y0), (x0 + j * cw, y0 + r as i32 * ch)],
+                line,
+            ))
+            .map_err(|e| e.to_string())?;
         }
         for i in 0..=r as i32 {
-            root.draw(&PathElement::new(vec![(x0, y0 + i * ch), (x0 + c as i32 * cw, y0 + i * ch)], line))
-                .map_err(|e| e.to_string())?;
+            root.draw(&PathElement::new(
+                vec![(x0, y0 + i * ch), (x0 + c as i32 * cw, y0 + i * ch)],
+                line,
+            ))
+            .map_err(|e| e.to_string())?;
         }
     }
     // values in the cells
@@ -517,7 +618,17 @@ fn draw_panel<DB: DrawingBackend>(
                 let fg = if lum < 128.0 { WHITE } else { BLACK };
                 let s = fmt_value(v);
                 let (cx, cy) = (x0 + j as i32 * cw + cw / 2, y0 + i as i32 * ch + ch / 2);
-                text(root, &s, (cx, cy), cell_font, HPos::Center, Dir::Right, false, bitmap, &fg)?;
+                text(
+                    root,
+                    &s,
+                    (cx, cy),
+                    cell_font,
+                    HPos::Center,
+                    Dir::Right,
+                    false,
+                    bitmap,
+                    &fg,
+                )?;
             }
         }
     }
@@ -527,34 +638,92 @@ fn draw_panel<DB: DrawingBackend>(
     let rstep = label_step(r, l.cell_h, font);
     for (i, s) in rows.iter().enumerate().filter(|(i, _)| i % rstep == 0) {
         let s = shorten(s, 18);
-        text(root, &s, (x0 - 6, y0 + i as i32 * ch + ch / 2), font, HPos::Right, Dir::Right, false, bitmap, &grey)?;
+        text(
+            root,
+            &s,
+            (x0 - 6, y0 + i as i32 * ch + ch / 2),
+            font,
+            HPos::Right,
+            Dir::Right,
+            false,
+            bitmap,
+            &grey,
+        )?;
     }
     // column labels
     let cols = label_texts(&p.col_labels, c);
     let ybot = y0 + r as i32 * ch + 6;
-    let cstep = if l.rotate_cols { label_step(c, l.cell_w, font) } else { label_step_w(&cols, l.cell_w, font) };
+    let cstep = if l.rotate_cols {
+        label_step(c, l.cell_w, font)
+    } else {
+        label_step_w(&cols, l.cell_w, font)
+    };
     for (j, s) in cols.iter().enumerate().filter(|(j, _)| j % cstep == 0) {
         let s = shorten(s, 18);
         let cx = x0 + j as i32 * cw + cw / 2;
         if l.rotate_cols {
-            text(root, &s, (cx, ybot), font, HPos::Left, Dir::Down, false, bitmap, &grey)?;
+            text(
+                root,
+                &s,
+                (cx, ybot),
+                font,
+                HPos::Left,
+                Dir::Down,
+                false,
+                bitmap,
+                &grey,
+            )?;
         } else {
-            text(root, &s, (cx, ybot + font as i32 / 2 + 2), font, HPos::Center, Dir::Right, false, bitmap, &grey)?;
+            text(
+                root,
+                &s,
+                (cx, ybot + font as i32 / 2 + 2),
+                font,
+                HPos::Center,
+                Dir::Right,
+                false,
+                bitmap,
+                &grey,
+            )?;
         }
     }
     // axis names
     let col_block = if l.rotate_cols {
-        cols.iter().map(|s| text_w(&shorten(s, 18), font)).max().unwrap_or(0) + 6
+        cols.iter()
+            .map(|s| text_w(&shorten(s, 18), font))
+            .max()
+            .unwrap_or(0)
+            + 6
     } else {
         font as usize + 6
     };
     if let Some(x) = &p.x_label {
         let y = ybot + col_block as i32 + 8;
-        text(root, x, (x0 + c as i32 * cw / 2, y), font, HPos::Center, Dir::Right, false, bitmap, &BLACK)?;
+        text(
+            root,
+            x,
+            (x0 + c as i32 * cw / 2, y),
+            font,
+            HPos::Center,
+            Dir::Right,
+            false,
+            bitmap,
+            &BLACK,
+        )?;
     }
     if let Some(yl) = &p.y_label {
         let x = ox + PAD as i32 + 6;
-        text(root, yl, (x, y0 + r as i32 * ch / 2), font, HPos::Center, Dir::Up, false, bitmap, &BLACK)?;
+        text(
+            root,
+            yl,
+            (x, y0 + r as i32 * ch / 2),
+            font,
+            HPos::Center,
+            Dir::Up,
+            false,
+            bitmap,
+            &BLACK,
+        )?;
     }
 
     // colour bar
@@ -563,17 +732,36 @@ fn draw_panel<DB: DrawingBackend>(
     let steps = bh.max(1);
     for s in 0..steps {
         let t = 1.0 - s as f64 / (steps - 1).max(1) as f64;
-        root.draw(&Rectangle::new([(bx, y0 + s), (bx + BAR_W as i32, y0 + s + 1)], p.colormap.color(t).filled()))
-            .map_err(|e| e.to_string())?;
-    }
-    root.draw(&Rectangle::new([(bx, y0), (bx + BAR_W as i32, y0 + bh)], grey.stroke_width(1)))
+        root.draw(&Rectangle::new(
+            [(bx, y0 + s), (bx + BAR_W as i32, y0 + s + 1)],
+            p.colormap.color(t).filled(),
+        ))
         .map_err(|e| e.to_string())?;
+    }
+    root.draw(&Rectangle::new(
+        [(bx, y0), (bx + BAR_W as i32, y0 + bh)],
+        grey.stroke_width(1),
+    ))
+    .map_err(|e| e.to_string())?;
     let tick_font = 11.0;
     for (k, v) in [(0, hi), (1, (lo + hi) / 2.0), (2, lo)] {
         let y = y0 + k * (bh - 1) / 2;
-        root.draw(&PathElement::new(vec![(bx + BAR_W as i32, y), (bx + BAR_W as i32 + 3, y)], grey.stroke_width(1)))
-            .map_err(|e| e.to_string())?;
-        text(root, &fmt_value(v), (bx + BAR_W as i32 + 5, y), tick_font, HPos::Left, Dir::Right, false, bitmap, &grey)?;
+        root.draw(&PathElement::new(
+            vec![(bx + BAR_W as i32, y), (bx + BAR_W as i32 + 3, y)],
+            grey.stroke_width(1),
+        ))
+        .map_err(|e| e.to_string())?;
+        text(
+            root,
+            &fmt_value(v),
+            (bx + BAR_W as i32 + 5, y),
+            tick_font,
+            HPos::Left,
+            Dir::Right,
+            false,
+            bitmap,
+            &grey,
+        )?;
     }
     Ok(())
 }
@@ -583,7 +771,11 @@ fn cell_color(c: ColorMap, v: f32, lo: f32, span: f32) -> RGBColor {
     if v == f32::NEG_INFINITY {
         return MASKED;
     }
-    let t = if v.is_finite() { (v - lo) as f64 / span as f64 } else { 1.0 };
+    let t = if v.is_finite() {
+        (v - lo) as f64 / span as f64
+    } else {
+        1.0
+    };
     c.color(t)
 }
 
@@ -592,12 +784,20 @@ pub const MASKED: RGBColor = RGBColor(215, 215, 215);
 
 /// Step for horizontal column labels: wide enough that neighbours do not overlap.
 fn label_step_w(labels: &[String], cell: usize, font: f64) -> usize {
-    let w = labels.iter().map(|s| text_w(&shorten(s, 18), font)).max().unwrap_or(0) + 6;
+    let w = labels
+        .iter()
+        .map(|s| text_w(&shorten(s, 18), font))
+        .max()
+        .unwrap_or(0)
+        + 6;
     let step = w.div_ceil(cell.max(1)).max(1);
     if step == 1 {
         1
     } else {
-        [2, 5, 10, 20, 25, 50, 100, 200, 500, 1000].into_iter().find(|&s| s >= step).unwrap_or(step)
+        [2, 5, 10, 20, 25, 50, 100, 200, 500, 1000]
+            .into_iter()
+            .find(|&s| s >= step)
+            .unwrap_or(step)
     }
 }
 
@@ -652,7 +852,10 @@ mod tests {
     fn ranges() {
         let p = Panel::new("x", vec![vec![-1.0, 3.0]]);
         assert_eq!(p.value_range(), (-1.0, 3.0));
-        assert_eq!(p.clone().colormap(ColorMap::Diverging).value_range(), (-3.0, 3.0));
+        assert_eq!(
+            p.clone().colormap(ColorMap::Diverging).value_range(),
+            (-3.0, 3.0)
+        );
         assert_eq!(Panel::new("c", vec![vec![2.0]]).value_range(), (1.5, 2.5));
         assert_eq!(p.range(0.0, 1.0).value_range(), (0.0, 1.0));
     }
@@ -660,11 +863,19 @@ mod tests {
     #[test]
     fn writes_png_and_svg_grid() {
         let a = Panel::new("weights", vec![vec![0.2, 0.8], vec![0.5, 0.5]])
-            .labels(vec!["The".into(), "cat".into()], vec!["The".into(), "cat".into()])
+            .labels(
+                vec!["The".into(), "cat".into()],
+                vec!["The".into(), "cat".into()],
+            )
             .axes("key", "query")
             .annotate(true);
-        let b = Panel::new("big", (0..40).map(|i| (0..70).map(|j| ((i * j) as f32).sin()).collect()).collect())
-            .colormap(ColorMap::Diverging);
+        let b = Panel::new(
+            "big",
+            (0..40)
+                .map(|i| (0..70).map(|j| ((i * j) as f32).sin()).collect())
+                .collect(),
+        )
+        .colormap(ColorMap::Diverging);
         for ext in ["png", "svg"] {
             let path = tmp(&format!("grid.{ext}"));
             heatmap_grid(&[a.clone(), b.clone()], &path).unwrap();
@@ -684,7 +895,11 @@ mod tests {
         let path = tmp("bad.jpg");
         assert!(heatmap(&Panel::new("x", vec![vec![1.0]]), &path).is_err());
         assert!(heatmap(&Panel::new("x", vec![]), &tmp("e.png")).is_err());
-        assert!(heatmap(&Panel::new("x", vec![vec![1.0], vec![1.0, 2.0]]), &tmp("r.png")).is_err());
+        assert!(heatmap(
+            &Panel::new("x", vec![vec![1.0], vec![1.0, 2.0]]),
+            &tmp("r.png")
+        )
+        .is_err());
         let lab = Panel::new("x", vec![vec![1.0]]).labels(vec!["a".into(), "b".into()], vec![]);
         assert!(heatmap(&lab, &tmp("l.png")).is_err());
         assert!(heatmap_grid(&[], &tmp("n.png")).is_err());
