@@ -341,7 +341,7 @@ impl Layout {
         } else {
             font as usize + 6
         };
-        let y_axis = if p.y_label.is_some() { 20 } else { 0 };
+        let y_axis = if p.y_label.is_some() { 26 } else { 0 };
         let x_axis = if p.x_label.is_some() { 20 } else { 0 };
         let left = PAD + y_axis + row_w + 6;
         let top = PAD + 26;
@@ -485,7 +485,8 @@ fn text<DB: DrawingBackend>(
     let fonts = match fonts() {
         Some(f) if bitmap => f,
         _ => {
-            let font = ("sans-serif", size).into_font();
+            // plotters' SVG writes font-size = size / 1.24; undo that so SVG matches PNG
+            let font = ("sans-serif", size * 1.24).into_font();
             let font = if bold {
                 font.style(FontStyle::Bold)
             } else {
