@@ -72,12 +72,7 @@ pub struct AttentionDims {
 }
 
 /// Check the shapes of an attention call and name its dimensions.
-pub fn check_dims(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    p: &AttentionParams,
-) -> Result<AttentionDims> {
+pub fn check_dims(q: &Tensor, k: &Tensor, v: &Tensor, p: &AttentionParams) -> Result<AttentionDims> {
     let [b, h, t_q, d_k] = q.dims()?;
     let [bk, h_kv, t_k, dk2] = k.dims()?;
     let [bv, hv, tv, d_v] = v.dims()?;
@@ -113,25 +108,11 @@ pub fn check_dims(
             )));
         }
     }
-    Ok(AttentionDims {
-        b,
-        h,
-        h_kv,
-        t_q,
-        t_k,
-        d_k,
-        d_v,
-    })
+    Ok(AttentionDims { b, h, h_kv, t_q, t_k, d_k, d_v })
 }
 
 /// The bias row for (batch bi, head hi, query i), or None.
-pub fn bias_row<'a>(
-    bias: Option<&'a Tensor>,
-    d: &AttentionDims,
-    bi: usize,
-    hi: usize,
-    i: usize,
-) -> Option<&'a [f32]> {
+pub fn bias_row<'a>(bias: Option<&'a Tensor>, d: &AttentionDims, bi: usize, hi: usize, i: usize) -> Option<&'a [f32]> {
     bias.map(|t| {
         let s = t.shape();
         let off = match s {
@@ -161,12 +142,7 @@ pub fn visible_keys(p: &AttentionParams, d: &AttentionDims, i: usize) -> std::op
 /// # Shapes
 /// q: (b, h, t_q, d_k), k: (b, h_kv, t_k, d_k), v: (b, h_kv, t_k, d_v)
 /// → output (b, h, t_q, d_v), weights (b, h, t_q, t_k)
-pub fn attention(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    p: &AttentionParams,
-) -> Result<AttentionOutput> {
+pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, p: &AttentionParams) -> Result<AttentionOutput> {
     reference::attention(q, k, v, p)
 }
 
@@ -176,19 +152,12 @@ pub mod reference {
     use crate::ops::softmax::reference::softmax_row;
 
     /// Scaled dot-product attention, step by step.
-    pub fn attention(
-        q: &Tensor,
-        k: &Tensor,
-        v: &Tensor,
-        p: &AttentionParams,
-    ) -> Result<AttentionOutput> {
+    pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, p: &AttentionParams) -> Result<AttentionOutput> {
         let d = check_dims(q, k, v, p)?;
         let group = d.h / d.h_kv;
         let (qd, kd, vd) = (q.data(), k.data(), v.data());
         let mut out = vec![0.0f32; d.b * d.h * d.t_q * d.d_v];
-        let mut weights = p
-            .want_weights
-            .then(|| vec![0.0f32; d.b * d.h * d.t_q * d.t_k]);
+        let mut weights = p.want_weights.then(|| vec![0.0f32; d.b * d.h * d.t_q * d.t_k]);
         let mut row = vec![0.0f32; d.t_k];
         for bi in 0..d.b {
             for hi in 0..d.h {

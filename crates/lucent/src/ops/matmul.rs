@@ -33,11 +33,7 @@ pub fn matmul_t(a: &Tensor, b: &Tensor) -> Result<Tensor> {
 pub fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     let [out, inp] = w.dims()?;
     if x.last_dim() != inp || x.rank() == 0 {
-        return Err(Error::mismatch(
-            "linear (x vs weight (out, in))",
-            x.shape(),
-            w.shape(),
-        ));
+        return Err(Error::mismatch("linear (x vs weight (out, in))", x.shape(), w.shape()));
     }
     let rows = x.numel() / inp.max(1);
     let y = matmul_t(&x.reshape(&[rows, inp])?, w)?; // (rows, out)
@@ -97,19 +93,8 @@ fn batched(a: &Tensor, b: &Tensor, transpose_b: bool, op: &str) -> Result<Tensor
 
 /// C (m×n) = A (m×k) · B, where B is (k×n), or (n×k) read transposed when
 /// `transpose_b`. All row-major. C is overwritten.
-pub fn gemm_into(
-    c: &mut [f32],
-    a: &[f32],
-    b: &[f32],
-    m: usize,
-    k: usize,
-    n: usize,
-    transpose_b: bool,
-) {
-    assert!(
-        c.len() == m * n && a.len() == m * k && b.len() == k * n,
-        "gemm_into sizes"
-    ); // ok: internal invariant
+pub fn gemm_into(c: &mut [f32], a: &[f32], b: &[f32], m: usize, k: usize, n: usize, transpose_b: bool) {
+    assert!(c.len() == m * n && a.len() == m * k && b.len() == k * n, "gemm_into sizes"); // ok: internal invariant
     if m == 0 || n == 0 {
         return;
     }
@@ -119,11 +104,7 @@ pub fn gemm_into(
     }
     // Row-major strides: element (i, j) of a matrix with `cols` columns is at i*cols + j,
     // so the row stride is `cols` and the column stride is 1. Bᵀ swaps them.
-    let (b_cs, b_rs) = if transpose_b {
-        (k as isize, 1)
-    } else {
-        (1, n as isize)
-    };
+    let (b_cs, b_rs) = if transpose_b { (k as isize, 1) } else { (1, n as isize) };
     // SAFETY: the slices are exactly m×n, m×k and k×n elements (asserted above) and
     // the strides address only elements inside them.
     unsafe {
@@ -160,11 +141,7 @@ pub mod reference {
             for j in 0..n {
                 let mut s = 0.0f64;
                 for p in 0..k {
-                    let bv = if transpose_b {
-                        b[j * k + p]
-                    } else {
-                        b[p * n + j]
-                    };
+                    let bv = if transpose_b { b[j * k + p] } else { b[p * n + j] };
                     s += a[i * k + p] as f64 * bv as f64;
                 }
                 c[i * n + j] = s as f32;
@@ -182,13 +159,7 @@ mod tests {
     #[test]
     fn gemm_equals_reference_on_awkward_shapes() {
         let mut rng = StdRng::seed_from_u64(7);
-        for &(m, k, n) in &[
-            (1, 1, 1),
-            (1, 576, 37),
-            (3, 5, 7),
-            (17, 33, 9),
-            (65, 31, 129),
-        ] {
+        for &(m, k, n) in &[(1, 1, 1), (1, 576, 37), (3, 5, 7), (17, 33, 9), (65, 31, 129)] {
             for tb in [false, true] {
                 let a = Tensor::randn(&[m, k], 1.0, &mut rng);
                 let b_shape = if tb { [n, k] } else { [k, n] };
@@ -221,9 +192,6 @@ mod tests {
         let y2 = linear(&a, &w, None).unwrap();
         assert_eq!(y.data(), y2.data());
         let err = matmul(&a, &w).unwrap_err().to_string();
-        assert!(
-            err.contains("[2, 3, 4, 5]") && err.contains("[6, 5]"),
-            "{err}"
-        );
+        assert!(err.contains("[2, 3, 4, 5]") && err.contains("[6, 5]"), "{err}");
     }
 }

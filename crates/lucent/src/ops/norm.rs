@@ -39,25 +39,14 @@ pub fn rms_norm(x: &Tensor, gamma: &Tensor, eps: f32) -> Result<Tensor> {
 fn check(x: &Tensor, gamma: &Tensor, beta: Option<&Tensor>, op: &str) -> Result<usize> {
     let d = x.last_dim();
     if x.rank() == 0 || d == 0 {
-        return Err(Error::Shape(format!(
-            "{op} of an empty tensor {:?}",
-            x.shape()
-        )));
+        return Err(Error::Shape(format!("{op} of an empty tensor {:?}", x.shape())));
     }
     if gamma.shape() != [d] {
-        return Err(Error::mismatch(
-            format!("{op} (x vs weight)"),
-            x.shape(),
-            gamma.shape(),
-        ));
+        return Err(Error::mismatch(format!("{op} (x vs weight)"), x.shape(), gamma.shape()));
     }
     if let Some(b) = beta {
         if b.shape() != [d] {
-            return Err(Error::mismatch(
-                format!("{op} (x vs bias)"),
-                x.shape(),
-                b.shape(),
-            ));
+            return Err(Error::mismatch(format!("{op} (x vs bias)"), x.shape(), b.shape()));
         }
     }
     Ok(d)

@@ -30,24 +30,14 @@ pub enum RopeConvention {
 ///
 /// # Shapes
 /// x: (..., t, d) with d even; positions: t → (..., t, d)
-pub fn rope(
-    x: &Tensor,
-    positions: &[usize],
-    base: f32,
-    convention: RopeConvention,
-) -> Result<Tensor> {
+pub fn rope(x: &Tensor, positions: &[usize], base: f32, convention: RopeConvention) -> Result<Tensor> {
     let r = x.rank();
     if r < 2 {
-        return Err(Error::Shape(format!(
-            "rope needs (..., t, d), got {:?}",
-            x.shape()
-        )));
+        return Err(Error::Shape(format!("rope needs (..., t, d), got {:?}", x.shape())));
     }
     let (t, d) = (x.shape()[r - 2], x.shape()[r - 1]);
     if d % 2 != 0 || d == 0 {
-        return Err(Error::Shape(format!(
-            "rope needs an even head dimension, got {d}"
-        )));
+        return Err(Error::Shape(format!("rope needs an even head dimension, got {d}")));
     }
     if positions.len() != t {
         return Err(Error::Shape(format!(
