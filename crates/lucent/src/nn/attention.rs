@@ -463,6 +463,9 @@ impl MultiHeadAttention {
         let attended = ops::attention(&q, &k, &v, &params)?;
         if trace.is_some() {
             self.record_steps(&mut trace, &q, &k, &v, &params)?;
+            if let Some(w) = &attended.weights {
+                record(&mut trace, "weights", w);
+            }
             record(&mut trace, "context", &attended.output);
         }
         let t_v = attended.output.shape()[2];
