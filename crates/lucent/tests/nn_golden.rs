@@ -7,8 +7,9 @@
 use lucent::io::safetensors::SafetensorsFile;
 use lucent::model::config::NormPlacement;
 use lucent::nn::{
-    scaled_dot_product_attention, AttentionConfig, AttentionOptions, Decoder, DecoderLayer, Encoder, EncoderLayer,
-    FeedForward, LayerNorm, Linear, MultiHeadAttention, Norm, RopeSpec, Trace, Transformer,
+    scaled_dot_product_attention, AttentionConfig, AttentionOptions, Decoder, DecoderLayer,
+    Encoder, EncoderLayer, FeedForward, LayerNorm, Linear, MultiHeadAttention, Norm, RopeSpec,
+    Trace, Transformer,
 };
 use lucent::ops::{Activation, RopeConvention};
 use lucent::Tensor;
@@ -22,7 +23,9 @@ fn open(name: &str) -> SafetensorsFile {
 }
 
 fn assert_close(what: &str, got: &Tensor, want: &Tensor, tol: f32) {
-    let d = got.max_abs_diff(want).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let d = got
+        .max_abs_diff(want)
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
     eprintln!("{what}: max |diff| {d:e}");
     assert!(d <= tol, "{what}: max |diff| {d:e} > {tol:e}");
 }
@@ -131,7 +134,13 @@ fn json_matrix(v: &serde_json::Value) -> Tensor {
         .as_array()
         .unwrap()
         .iter()
-        .map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect())
+        .map(|r| {
+            r.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap() as f32)
+                .collect()
+        })
         .collect();
     Tensor::from_rows(&rows).unwrap()
 }
@@ -143,22 +152,56 @@ fn seed_examples_scaled_dot_product_attention() {
     let tol = 1e-6;
 
     let ex = &json["attention_seed42"];
-    let (q, k, v) = (json_matrix(&ex["Q"]), json_matrix(&ex["K"]), json_matrix(&ex["V"]));
-    let (out, w) = scaled_dot_product_attention(&q, &k, &v, &AttentionOptions::none().with_weights()).unwrap();
-    assert_close("seed42 weights", &w.unwrap(), &json_matrix(&ex["weights"]), tol);
+    let (q, k, v) = (
+        json_matrix(&ex["Q"]),
+        json_matrix(&ex["K"]),
+        json_matrix(&ex["V"]),
+    );
+    let (out, w) =
+        scaled_dot_product_attention(&q, &k, &v, &AttentionOptions::none().with_weights()).unwrap();
+    assert_close(
+        "seed42 weights",
+        &w.unwrap(),
+        &json_matrix(&ex["weights"]),
+        tol,
+    );
     assert_close("seed42 output", &out, &json_matrix(&ex["output"]), tol);
 
     let ex = &json["causal_attention"];
-    let (q, k, v) = (json_matrix(&ex["Q"]), json_matrix(&ex["K"]), json_matrix(&ex["V"]));
+    let (q, k, v) = (
+        json_matrix(&ex["Q"]),
+        json_matrix(&ex["K"]),
+        json_matrix(&ex["V"]),
+    );
     // The example's mask is 1 = visible: as an additive bias 0 / −∞ ...
     let bias = json_matrix(&ex["mask"]).map(|m| if m > 0.5 { 0.0 } else { f32::NEG_INFINITY });
-    let (out, w) =
-        scaled_dot_product_attention(&q, &k, &v, &AttentionOptions::none().with_bias(&bias).with_weights()).unwrap();
-    assert_close("causal weights (bias)", &w.unwrap(), &json_matrix(&ex["weights"]), tol);
-    assert_close("causal output (bias)", &out, &json_matrix(&ex["output"]), tol);
+    let (out, w) = scaled_dot_product_attention(
+        &q,
+        &k,
+        &v,
+        &AttentionOptions::none().with_bias(&bias).with_weights(),
+    )
+    .unwrap();
+    assert_close(
+        "causal weights (bias)",
+        &w.unwrap(),
+        &json_matrix(&ex["weights"]),
+        tol,
+    );
+    assert_close(
+        "causal output (bias)",
+        &out,
+        &json_matrix(&ex["output"]),
+        tol,
+    );
     // ... and the same through the causal rule.
     let (out, _) = scaled_dot_product_attention(&q, &k, &v, &AttentionOptions::causal()).unwrap();
-    assert_close("causal output (rule)", &out, &json_matrix(&ex["output"]), tol);
+    assert_close(
+        "causal output (rule)",
+        &out,
+        &json_matrix(&ex["output"]),
+        tol,
+    );
 }
 
 // ------------------------------------------------------------------- attention modules
@@ -177,12 +220,26 @@ fn mha_matches_torch_multihead_attention() {
         ("padding", AttentionOptions::none().with_bias(&pad)),
     ] {
         let r = mha.forward_self(&x, &opts.with_weights(), None).unwrap();
-        assert_close(&format!("mha out.{case}"), &r.output, &st.tensor(&format!("out.{case}")).unwrap(), tol);
+        assert_close(
+            &format!("mha out.{case}"),
+            &r.output,
+            &st.tensor(&format!("out.{case}")).unwrap(),
+            tol,
+        );
         let w = r.weights.expect("weights were asked for");
-        assert_close(&format!("mha attn.{case}"), &w, &st.tensor(&format!("attn.{case}")).unwrap(), tol);
+        assert_close(
+            &format!("mha attn.{case}"),
+            &w,
+            &st.tensor(&format!("attn.{case}")).unwrap(),
+            tol,
+        );
     }
     // Without asking, no weights.
-    assert!(mha.forward_self(&x, &AttentionOptions::none(), None).unwrap().weights.is_none());
+    assert!(mha
+        .forward_self(&x, &AttentionOptions::none(), None)
+        .unwrap()
+        .weights
+        .is_none());
 }
 
 #[test]
@@ -190,7 +247,10 @@ fn gqa_with_rope_matches_pytorch() {
     let st = open("gqa_rope");
     let tol = 1e-5;
     let t = |n: &str| st.tensor(n).unwrap();
-    let mut cfg = AttentionConfig::new(32, 4).unwrap().with_kv_heads(2).unwrap();
+    let mut cfg = AttentionConfig::new(32, 4)
+        .unwrap()
+        .with_kv_heads(2)
+        .unwrap();
     assert_eq!(cfg.head_dim, st.meta_f64("head_dim").unwrap() as usize);
     cfg.qkv_bias = false;
     cfg.out_bias = false;
@@ -199,19 +259,46 @@ fn gqa_with_rope_matches_pytorch() {
         convention: RopeConvention::RotateHalf,
     });
     let lin = |n: &str| Linear::new(t(n), None).unwrap();
-    let mha = MultiHeadAttention::new(cfg, lin("wq"), lin("wk"), lin("wv"), lin("wo"), None, None).unwrap();
+    let mha = MultiHeadAttention::new(cfg, lin("wq"), lin("wk"), lin("wv"), lin("wo"), None, None)
+        .unwrap();
     let mut trace = Trace::new();
     let r = mha
-        .forward_self(&t("x"), &AttentionOptions::causal().with_weights(), Some(&mut trace))
+        .forward_self(
+            &t("x"),
+            &AttentionOptions::causal().with_weights(),
+            Some(&mut trace),
+        )
         .unwrap();
     assert_close("gqa out", &r.output, &t("out"), tol);
     assert_close("gqa attn", r.weights.as_ref().unwrap(), &t("attn"), tol);
-    assert_close("gqa q_rotated (trace)", trace.get("q").unwrap(), &t("q_rotated"), tol);
-    assert_eq!(trace.get("k").unwrap().shape(), [1, 2, 7, 8], "k keeps its 2 kv heads");
+    assert_close(
+        "gqa q_rotated (trace)",
+        trace.get("q").unwrap(),
+        &t("q_rotated"),
+        tol,
+    );
+    assert_eq!(
+        trace.get("k").unwrap().shape(),
+        [1, 2, 7, 8],
+        "k keeps its 2 kv heads"
+    );
     // The trace's own steps agree with each other: softmax(scaled + mask) = weights.
-    let pre = trace.get("scaled").unwrap().add(trace.get("mask").unwrap()).unwrap();
-    assert_close("trace softmax(scaled + mask)", &lucent::ops::softmax(&pre), trace.get("weights").unwrap(), 1e-6);
-    assert_eq!(trace.get("scores").unwrap().shape(), [1, 4, 7, 7], "scores are per query head");
+    let pre = trace
+        .get("scaled")
+        .unwrap()
+        .add(trace.get("mask").unwrap())
+        .unwrap();
+    assert_close(
+        "trace softmax(scaled + mask)",
+        &lucent::ops::softmax(&pre),
+        trace.get("weights").unwrap(),
+        1e-6,
+    );
+    assert_eq!(
+        trace.get("scores").unwrap().shape(),
+        [1, 4, 7, 7],
+        "scores are per query head"
+    );
 }
 
 // ------------------------------------------------------------------- layers
@@ -223,7 +310,9 @@ fn check_encoder_layer(name: &str) {
     let [b, t, d] = x.dims().unwrap();
     let mask = st.tensor("padding_mask").unwrap();
     let bias = padding_bias(&mask, t);
-    let got = layer.forward(&x, &AttentionOptions::none().with_bias(&bias), None).unwrap();
+    let got = layer
+        .forward(&x, &AttentionOptions::none().with_bias(&bias), None)
+        .unwrap();
     let want = st.tensor("out").unwrap();
     let tol = 1e-4;
     let mut compared = 0;
@@ -259,12 +348,22 @@ fn decoder_layer_matches_torch() {
     let (tgt, memory) = (st.tensor("tgt").unwrap(), st.tensor("memory").unwrap());
     let mut trace = Trace::only(&["weights"]);
     let got = layer
-        .forward(&tgt, Some(&memory), &AttentionOptions::none(), None, None, Some(&mut trace))
+        .forward(
+            &tgt,
+            Some(&memory),
+            &AttentionOptions::none(),
+            None,
+            None,
+            Some(&mut trace),
+        )
         .unwrap();
     assert_close("decoder layer", &got, &st.tensor("out").unwrap(), 1e-4);
     let names: Vec<&str> = trace.names().collect();
     assert_eq!(names, ["attn.weights", "cross_attn.weights"]);
-    assert_eq!(trace.get("cross_attn.weights").unwrap().shape(), [2, 4, 4, 6]);
+    assert_eq!(
+        trace.get("cross_attn.weights").unwrap().shape(),
+        [2, 4, 4, 6]
+    );
 }
 
 #[test]
@@ -274,12 +373,16 @@ fn transformer_matches_torch() {
     let n_enc = st.meta_f64("encoder_layers").unwrap() as usize;
     let n_dec = st.meta_f64("decoder_layers").unwrap() as usize;
     let encoder = Encoder::new(
-        (0..n_enc).map(|i| torch_encoder_layer(&st, &format!("weights.encoder.layers.{i}."))).collect(),
+        (0..n_enc)
+            .map(|i| torch_encoder_layer(&st, &format!("weights.encoder.layers.{i}.")))
+            .collect(),
         Some(torch_ln(&st, "weights.encoder.norm.", eps)),
     )
     .unwrap();
     let decoder = Decoder::new(
-        (0..n_dec).map(|i| torch_decoder_layer(&st, &format!("weights.decoder.layers.{i}."))).collect(),
+        (0..n_dec)
+            .map(|i| torch_decoder_layer(&st, &format!("weights.decoder.layers.{i}.")))
+            .collect(),
         Some(torch_ln(&st, "weights.decoder.norm.", eps)),
     )
     .unwrap();
@@ -287,12 +390,22 @@ fn transformer_matches_torch() {
     let (src, tgt) = (st.tensor("src").unwrap(), st.tensor("tgt").unwrap());
     let mut trace = Trace::only(&["weights", "output"]).in_layers(&[1]);
     let out = model
-        .forward(&src, &tgt, &AttentionOptions::none(), &AttentionOptions::none(), None, Some(&mut trace))
+        .forward(
+            &src,
+            &tgt,
+            &AttentionOptions::none(),
+            &AttentionOptions::none(),
+            None,
+            Some(&mut trace),
+        )
         .unwrap();
     assert_close("transformer", &out, &st.tensor("out").unwrap(), 1e-4);
     assert_eq!(trace.get("decoder.output").unwrap().data(), out.data());
     assert!(trace.get("encoder.layer.1.attn.weights").is_some());
     assert!(trace.get("decoder.layer.1.cross_attn.weights").is_some());
-    assert!(trace.get("encoder.layer.0.attn.weights").is_none(), "layer filter");
+    assert!(
+        trace.get("encoder.layer.0.attn.weights").is_none(),
+        "layer filter"
+    );
     assert!(trace.names().all(|n| !n.ends_with(".q")), "leaf filter");
 }

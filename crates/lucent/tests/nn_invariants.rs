@@ -5,8 +5,8 @@
 
 use lucent::model::config::{FfnKind, ModelKind, NormKind, NormPlacement, PositionKind};
 use lucent::nn::{
-    AttentionConfig, AttentionOptions, Decoder, Dropout, Embedding, Encoder, EncoderLayer, FeedForward, Head,
-    KvCache, Linear, MultiHeadAttention, Norm, RmsNorm, Trace, Transformer,
+    AttentionConfig, AttentionOptions, Decoder, Dropout, Embedding, Encoder, EncoderLayer,
+    FeedForward, Head, KvCache, Linear, MultiHeadAttention, Norm, RmsNorm, Trace, Transformer,
 };
 use lucent::ops::{Activation, RopeConvention};
 use lucent::{ModelConfig, Tensor};
@@ -14,7 +14,9 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 
 fn assert_close(what: &str, got: &Tensor, want: &Tensor, tol: f32) {
-    let d = got.max_abs_diff(want).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let d = got
+        .max_abs_diff(want)
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
     assert!(d <= tol, "{what}: max |diff| {d:e} > {tol:e}");
 }
 
@@ -103,7 +105,12 @@ fn randn(shape: &[usize], seed: u64) -> Tensor {
 /// uniform. Scale the projections up so that the scores (and so the mask) matter.
 fn sharpen(dec: &mut Decoder) {
     for l in &mut dec.layers {
-        for lin in [&mut l.self_attn.q_proj, &mut l.self_attn.k_proj, &mut l.self_attn.v_proj, &mut l.self_attn.o_proj] {
+        for lin in [
+            &mut l.self_attn.q_proj,
+            &mut l.self_attn.k_proj,
+            &mut l.self_attn.v_proj,
+            &mut l.self_attn.o_proj,
+        ] {
             lin.weight = lin.weight.scale(10.0);
         }
     }
@@ -115,20 +122,34 @@ fn check_cached_equals_full(cfg: &ModelConfig, chunks: &[usize]) {
     sharpen(&mut dec);
     let total: usize = chunks.iter().sum();
     let x = randn(&[2, total, cfg.d_model], 2);
-    let full = dec.forward(&x, None, &AttentionOptions::none(), None, None, None).unwrap();
+    // An encoder-decoder's decoder also reads a memory (the same at every step).
+    let memory = (cfg.kind == ModelKind::EncoderDecoder).then(|| randn(&[2, 4, cfg.d_model], 3));
+    let memory = memory.as_ref();
+    let none = AttentionOptions::none();
+    let full = dec.forward(&x, memory, &none, None, None, None).unwrap();
     // The test can fail: seeing one position less changes the output visibly.
-    let shorter = dec.forward(&x.narrow(1, 1, total - 1).unwrap(), None, &AttentionOptions::none(), None, None, None).unwrap();
-    let shift = shorter.max_abs_diff(&full.narrow(1, 1, total - 1).unwrap()).unwrap();
-    assert!(shift > 1e-2, "{}: attention barely matters ({shift})", cfg.family);
+    let later = x.narrow(1, 1, total - 1).unwrap();
+    let shorter = dec
+        .forward(&later, memory, &none, None, None, None)
+        .unwrap();
+    let shift = shorter
+        .max_abs_diff(&full.narrow(1, 1, total - 1).unwrap())
+        .unwrap();
+    assert!(
+        shift > 1e-2,
+        "{}: attention barely matters ({shift})",
+        cfg.family
+    );
     let mut cache = dec.new_cache(2, total + 1);
     let mut start = 0;
     for &n in chunks {
         let step = x.narrow(1, start, n).unwrap(); // (b, n, d)
         let got = dec
-            .forward(&step, None, &AttentionOptions::none(), None, Some(&mut cache), None)
+            .forward(&step, memory, &none, None, Some(&mut cache), None)
             .unwrap();
         let want = full.narrow(1, start, n).unwrap();
-        assert_close(&format!("{} positions {start}..{}", cfg.family, start + n), &got, &want, 1e-5);
+        let what = format!("{} positions {start}..{}", cfg.family, start + n);
+        assert_close(&what, &got, &want, 1e-5);
         start += n;
         assert_eq!(cache.len(), start);
     }
@@ -147,6 +168,9 @@ fn cached_decoding_equals_full_causal_forward() {
     let mut p = config(ModelKind::Decoder);
     p.family = "post-norm mha".into();
     check_cached_equals_full(&p, &[2, 1, 1]);
+    let mut ed = config(ModelKind::EncoderDecoder);
+    ed.family = "encoder-decoder".into();
+    check_cached_equals_full(&ed, &[1, 1, 2, 1]);
 }
 
 #[test]
@@ -155,16 +179,38 @@ fn full_cache_and_wrong_cache_are_errors() {
     let dec = Decoder::new_random(&cfg, &mut StdRng::seed_from_u64(1)).unwrap();
     let mut cache = dec.new_cache(1, 4);
     let x = randn(&[1, 3, cfg.d_model], 3);
-    dec.forward(&x, None, &AttentionOptions::none(), None, Some(&mut cache), None).unwrap();
+    dec.forward(
+        &x,
+        None,
+        &AttentionOptions::none(),
+        None,
+        Some(&mut cache),
+        None,
+    )
+    .unwrap();
     let e = dec
-        .forward(&x, None, &AttentionOptions::none(), None, Some(&mut cache), None)
+        .forward(
+            &x,
+            None,
+            &AttentionOptions::none(),
+            None,
+            Some(&mut cache),
+            None,
+        )
         .unwrap_err()
         .to_string();
     assert!(e.contains("capacity 4"), "{e}");
     assert_eq!(cache.len(), 3, "a failed step leaves the cache as it was");
     let mut small = KvCache::new(1, 1, 2, 8, 6);
     let e = dec
-        .forward(&x, None, &AttentionOptions::none(), None, Some(&mut small), None)
+        .forward(
+            &x,
+            None,
+            &AttentionOptions::none(),
+            None,
+            Some(&mut small),
+            None,
+        )
         .unwrap_err()
         .to_string();
     assert!(e.contains("1 layers") && e.contains("3"), "{e}");
@@ -174,7 +220,11 @@ fn full_cache_and_wrong_cache_are_errors() {
 /// with 2 junk positions masked out by a bias. Its 4 real rows must not change.
 #[test]
 fn padding_never_changes_real_rows() {
-    for placement in [NormPlacement::Post, NormPlacement::Pre, NormPlacement::Sandwich] {
+    for placement in [
+        NormPlacement::Post,
+        NormPlacement::Pre,
+        NormPlacement::Sandwich,
+    ] {
         let mut cfg = config(ModelKind::Encoder);
         cfg.norm_placement = placement;
         cfg.final_norm = placement != NormPlacement::Post;
@@ -197,12 +247,23 @@ fn padding_never_changes_real_rows() {
                 0.0
             }
         });
-        let out = enc.forward(&batch, &AttentionOptions::none().with_bias(&bias), None).unwrap();
-        let want = enc.forward(&alone, &AttentionOptions::none(), None).unwrap();
+        let out = enc
+            .forward(&batch, &AttentionOptions::none().with_bias(&bias), None)
+            .unwrap();
+        let want = enc
+            .forward(&alone, &AttentionOptions::none(), None)
+            .unwrap();
         let got = out.narrow(0, 0, 1).unwrap().narrow(1, 0, 4).unwrap();
         assert_close(&format!("{placement:?} padded rows"), &got, &want, 1e-5);
-        let want1 = enc.forward(&other, &AttentionOptions::none(), None).unwrap();
-        assert_close(&format!("{placement:?} unpadded neighbour"), &out.narrow(0, 1, 1).unwrap(), &want1, 1e-5);
+        let want1 = enc
+            .forward(&other, &AttentionOptions::none(), None)
+            .unwrap();
+        assert_close(
+            &format!("{placement:?} unpadded neighbour"),
+            &out.narrow(0, 1, 1).unwrap(),
+            &want1,
+            1e-5,
+        );
     }
     // A causal decoder needs no bias: later positions never reach earlier rows.
     let cfg = gemma_like();
@@ -210,9 +271,18 @@ fn padding_never_changes_real_rows() {
     sharpen(&mut dec);
     let x = randn(&[1, 7, cfg.d_model], 10);
     let long = Tensor::cat(&[&x, &randn(&[1, 3, cfg.d_model], 11)], 1).unwrap();
-    let a = dec.forward(&x, None, &AttentionOptions::none(), None, None, None).unwrap();
-    let b = dec.forward(&long, None, &AttentionOptions::none(), None, None, None).unwrap();
-    assert_close("causal right padding", &b.narrow(1, 0, 7).unwrap(), &a, 1e-5);
+    let a = dec
+        .forward(&x, None, &AttentionOptions::none(), None, None, None)
+        .unwrap();
+    let b = dec
+        .forward(&long, None, &AttentionOptions::none(), None, None, None)
+        .unwrap();
+    assert_close(
+        "causal right padding",
+        &b.narrow(1, 0, 7).unwrap(),
+        &a,
+        1e-5,
+    );
 }
 
 #[test]
@@ -220,22 +290,44 @@ fn batch_of_n_equals_n_batches_of_one() {
     let mut cfg = config(ModelKind::EncoderDecoder);
     cfg.final_norm = true;
     let model = Transformer::new_random(&cfg, &mut StdRng::seed_from_u64(12)).unwrap();
-    let (src, tgt) = (randn(&[3, 5, cfg.d_model], 13), randn(&[3, 4, cfg.d_model], 14));
+    let (src, tgt) = (
+        randn(&[3, 5, cfg.d_model], 13),
+        randn(&[3, 4, cfg.d_model], 14),
+    );
     let none = AttentionOptions::none();
     let all = model.forward(&src, &tgt, &none, &none, None, None).unwrap();
     for i in 0..3 {
         let one = model
-            .forward(&src.narrow(0, i, 1).unwrap(), &tgt.narrow(0, i, 1).unwrap(), &none, &none, None, None)
+            .forward(
+                &src.narrow(0, i, 1).unwrap(),
+                &tgt.narrow(0, i, 1).unwrap(),
+                &none,
+                &none,
+                None,
+                None,
+            )
             .unwrap();
-        assert_close(&format!("sequence {i}"), &all.narrow(0, i, 1).unwrap(), &one, 1e-5);
+        assert_close(
+            &format!("sequence {i}"),
+            &all.narrow(0, i, 1).unwrap(),
+            &one,
+            1e-5,
+        );
     }
     let cfg = gemma_like();
     let dec = Decoder::new_random(&cfg, &mut StdRng::seed_from_u64(15)).unwrap();
     let x = randn(&[4, 6, cfg.d_model], 16);
     let all = dec.forward(&x, None, &none, None, None, None).unwrap();
     for i in 0..4 {
-        let one = dec.forward(&x.narrow(0, i, 1).unwrap(), None, &none, None, None, None).unwrap();
-        assert_close(&format!("gemma-like sequence {i}"), &all.narrow(0, i, 1).unwrap(), &one, 1e-5);
+        let one = dec
+            .forward(&x.narrow(0, i, 1).unwrap(), None, &none, None, None, None)
+            .unwrap();
+        assert_close(
+            &format!("gemma-like sequence {i}"),
+            &all.narrow(0, i, 1).unwrap(),
+            &one,
+            1e-5,
+        );
     }
 }
 
@@ -244,54 +336,103 @@ fn bad_input_gives_errors_naming_shapes() {
     let cfg = AttentionConfig::new(16, 4).unwrap();
     let mha = MultiHeadAttention::new_random(&cfg, 0.02, &mut StdRng::seed_from_u64(0)).unwrap();
     // Wrong width.
-    let e = mha.forward_self(&Tensor::zeros(&[2, 5, 12]), &AttentionOptions::none(), None).unwrap_err().to_string();
+    let e = mha
+        .forward_self(&Tensor::zeros(&[2, 5, 12]), &AttentionOptions::none(), None)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("[2, 5, 12]") && e.contains("16"), "{e}");
     // Wrong rank.
-    assert!(mha.forward_self(&Tensor::zeros(&[5, 16]), &AttentionOptions::none(), None).is_err());
+    assert!(mha
+        .forward_self(&Tensor::zeros(&[5, 16]), &AttentionOptions::none(), None)
+        .is_err());
     // Cross-attention batch mismatch names both shapes.
     let e = mha
-        .forward(&Tensor::zeros(&[2, 5, 16]), Some(&Tensor::zeros(&[3, 7, 16])), &AttentionOptions::none(), None, None)
+        .forward(
+            &Tensor::zeros(&[2, 5, 16]),
+            Some(&Tensor::zeros(&[3, 7, 16])),
+            &AttentionOptions::none(),
+            None,
+            None,
+        )
         .unwrap_err()
         .to_string();
     assert!(e.contains("[2, 5, 16]") && e.contains("[3, 7, 16]"), "{e}");
     // Mask of the wrong size.
     let bias = Tensor::zeros(&[5, 4]);
     let e = mha
-        .forward_self(&Tensor::zeros(&[2, 5, 16]), &AttentionOptions::none().with_bias(&bias), None)
+        .forward_self(
+            &Tensor::zeros(&[2, 5, 16]),
+            &AttentionOptions::none().with_bias(&bias),
+            None,
+        )
         .unwrap_err()
         .to_string();
     assert!(e.contains("[5, 4]") && e.contains("[2, 4, 5, 5]"), "{e}");
     // d_model not divisible by heads; heads not divisible by kv_heads.
     let e = AttentionConfig::new(18, 4).unwrap_err().to_string();
     assert!(e.contains("d_model (18)") && e.contains("heads (4)"), "{e}");
-    let e = AttentionConfig::new(16, 4).unwrap().with_kv_heads(3).unwrap_err().to_string();
-    assert!(e.contains("heads (4)") && e.contains("kv_heads (3)"), "{e}");
-    let e = MultiHeadAttention::from_in_proj(3, &Tensor::zeros(&[48, 16]), None, Tensor::zeros(&[16, 16]), None)
+    let e = AttentionConfig::new(16, 4)
+        .unwrap()
+        .with_kv_heads(3)
         .unwrap_err()
         .to_string();
+    assert!(e.contains("heads (4)") && e.contains("kv_heads (3)"), "{e}");
+    let e = MultiHeadAttention::from_in_proj(
+        3,
+        &Tensor::zeros(&[48, 16]),
+        None,
+        Tensor::zeros(&[16, 16]),
+        None,
+    )
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("d_model (16)"), "{e}");
     // A projection of the wrong shape names it.
     let lin = |o, i| Linear::new(Tensor::zeros(&[o, i]), None).unwrap();
-    let e = MultiHeadAttention::new(cfg.clone(), lin(16, 16), lin(8, 16), lin(16, 16), lin(16, 16), None, None)
+    let e = MultiHeadAttention::new(
+        cfg.clone(),
+        lin(16, 16),
+        lin(8, 16),
+        lin(16, 16),
+        lin(16, 16),
+        None,
+        None,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("k_proj") && e.contains("[8, 16]") && e.contains("[16, 16]"),
+        "{e}"
+    );
+    // FFN widths that do not chain.
+    let e = FeedForward::mlp(lin(32, 16), lin(16, 30), Activation::Relu)
         .unwrap_err()
         .to_string();
-    assert!(e.contains("k_proj") && e.contains("[8, 16]") && e.contains("[16, 16]"), "{e}");
-    // FFN widths that do not chain.
-    let e = FeedForward::mlp(lin(32, 16), lin(16, 30), Activation::Relu).unwrap_err().to_string();
     assert!(e.contains("[32, 16]") && e.contains("[16, 30]"), "{e}");
     // Embedding: the bad id and where it is.
     let emb = Embedding::new_random(10, 4, 0.02, 1.0, &mut StdRng::seed_from_u64(0));
-    let e = emb.forward(&[vec![1, 2], vec![3, 12]]).unwrap_err().to_string();
-    assert!(e.contains("token id 12") && e.contains("sequence 1, position 1") && e.contains("10 rows"), "{e}");
+    let e = emb
+        .forward(&[vec![1, 2], vec![3, 12]])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("token id 12") && e.contains("sequence 1, position 1") && e.contains("10 rows"),
+        "{e}"
+    );
     assert!(emb.forward(&[vec![1, 2], vec![3]]).is_err(), "ragged batch");
     // An encoder-decoder's decoder without memory, a decoder-only one given memory.
     let cfg = config(ModelKind::EncoderDecoder);
     let dec = Decoder::new_random(&cfg, &mut StdRng::seed_from_u64(0)).unwrap();
     let x = Tensor::zeros(&[1, 2, cfg.d_model]);
-    let e = dec.forward(&x, None, &AttentionOptions::none(), None, None, None).unwrap_err().to_string();
+    let e = dec
+        .forward(&x, None, &AttentionOptions::none(), None, None, None)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("memory"), "{e}");
     let dec = Decoder::new_random(&llama_like(), &mut StdRng::seed_from_u64(0)).unwrap();
-    assert!(dec.forward(&x, Some(&x), &AttentionOptions::none(), None, None, None).is_err());
+    assert!(dec
+        .forward(&x, Some(&x), &AttentionOptions::none(), None, None, None)
+        .is_err());
     // A Transformer needs an encoder-decoder config.
     assert!(Transformer::new_random(&llama_like(), &mut StdRng::seed_from_u64(0)).is_err());
 }
@@ -308,7 +449,13 @@ fn random_init_is_seeded_and_scaled_like_gpt2() {
     let std = |t: &Tensor| (t.data().iter().map(|x| x * x).sum::<f32>() / t.numel() as f32).sqrt();
     // Many samples: a big layer makes the estimate tight.
     let mut big = llama_like();
-    (big.d_model, big.n_heads, big.n_kv_heads, big.head_dim, big.d_ff) = (256, 4, 2, 64, 512);
+    (
+        big.d_model,
+        big.n_heads,
+        big.n_kv_heads,
+        big.head_dim,
+        big.d_ff,
+    ) = (256, 4, 2, 64, 512);
     let dec = Decoder::new_random(&big, &mut StdRng::seed_from_u64(5)).unwrap();
     let l = &dec.layers[0];
     let q = std(&l.self_attn.q_proj.weight);
@@ -343,13 +490,25 @@ fn sandwich_layer_is_its_formula() {
     let got = layer.forward(&x, &AttentionOptions::none(), None).unwrap();
     let none = AttentionOptions::none();
     let post1 = layer.self_attn_post_norm.as_ref().unwrap();
-    let a = layer.self_attn.forward_self(&layer.self_attn_norm.forward(&x).unwrap(), &none, None).unwrap().output;
+    let a = layer
+        .self_attn
+        .forward_self(&layer.self_attn_norm.forward(&x).unwrap(), &none, None)
+        .unwrap()
+        .output;
     let h = x.add(&post1.forward(&a).unwrap()).unwrap();
-    let f = layer.ffn.forward(&layer.ffn_norm.forward(&h).unwrap(), None).unwrap();
-    let want = h.add(&layer.ffn_post_norm.as_ref().unwrap().forward(&f).unwrap()).unwrap();
+    let f = layer
+        .ffn
+        .forward(&layer.ffn_norm.forward(&h).unwrap(), None)
+        .unwrap();
+    let want = h
+        .add(&layer.ffn_post_norm.as_ref().unwrap().forward(&f).unwrap())
+        .unwrap();
     assert_close("sandwich", &got, &want, 1e-6);
     layer.ffn_post_norm = None;
-    assert!(layer.forward(&x, &none, None).is_err(), "sandwich without its post-norm");
+    assert!(
+        layer.forward(&x, &none, None).is_err(),
+        "sandwich without its post-norm"
+    );
 }
 
 /// SwiGLU and GeGLU against the formula written out one number at a time.
@@ -358,7 +517,9 @@ fn gated_ffn_is_its_formula() {
     for act in [Activation::Silu, Activation::GeluTanh] {
         let mut rng = StdRng::seed_from_u64(2);
         let ffn = FeedForward::new_random(FfnKind::Gated, act, 5, 7, true, 0.3, &mut rng);
-        let FeedForward::Gated { gate, up, down, .. } = &ffn else { unreachable!() };
+        let FeedForward::Gated { gate, up, down, .. } = &ffn else {
+            unreachable!()
+        };
         let gate = FeedForward::Gated {
             gate: Linear::new(gate.weight.scale(15.0), Some(Tensor::full(&[7], 0.1))).unwrap(),
             up: up.clone(),
@@ -367,18 +528,32 @@ fn gated_ffn_is_its_formula() {
         };
         let x = randn(&[3, 5], 3);
         let got = gate.forward(&x, None).unwrap();
-        let FeedForward::Gated { gate: g, up: u, down: dn, .. } = &gate else { unreachable!() };
+        let FeedForward::Gated {
+            gate: g,
+            up: u,
+            down: dn,
+            ..
+        } = &gate
+        else {
+            unreachable!()
+        };
         let dot = |w: &Linear, row: &[f32], o: usize| -> f32 {
             let wr = &w.weight.data()[o * row.len()..(o + 1) * row.len()];
-            wr.iter().zip(row).map(|(a, b)| a * b).sum::<f32>() + w.bias.as_ref().map_or(0.0, |b| b.data()[o])
+            wr.iter().zip(row).map(|(a, b)| a * b).sum::<f32>()
+                + w.bias.as_ref().map_or(0.0, |b| b.data()[o])
         };
         for r in 0..3 {
             let xr = &x.data()[r * 5..(r + 1) * 5];
-            let hidden: Vec<f32> = (0..7).map(|j| act.scalar(dot(g, xr, j)) * dot(u, xr, j)).collect();
+            let hidden: Vec<f32> = (0..7)
+                .map(|j| act.scalar(dot(g, xr, j)) * dot(u, xr, j))
+                .collect();
             for o in 0..5 {
                 let want = dot(dn, &hidden, o);
                 let have = got.data()[r * 5 + o];
-                assert!((have - want).abs() < 1e-5, "{act:?} row {r} out {o}: {have} vs {want}");
+                assert!(
+                    (have - want).abs() < 1e-5,
+                    "{act:?} row {r} out {o}: {have} vs {want}"
+                );
             }
         }
     }
@@ -392,12 +567,30 @@ fn qk_norm_normalises_each_head_and_trace_names_everything() {
     let x = randn(&[2, 5, cfg.d_model], 1);
     let mut trace = Trace::new();
     let traced = dec
-        .forward(&x, None, &AttentionOptions::none(), None, None, Some(&mut trace))
+        .forward(
+            &x,
+            None,
+            &AttentionOptions::none(),
+            None,
+            None,
+            Some(&mut trace),
+        )
         .unwrap();
-    let plain = dec.forward(&x, None, &AttentionOptions::none(), None, None, None).unwrap();
-    assert_eq!(traced.data(), plain.data(), "tracing does not change the result");
-    for leaf in ["q", "k", "v", "scores", "scaled", "mask", "weights", "context", "output"] {
-        assert!(trace.get(&format!("decoder.layer.2.attn.{leaf}")).is_some(), "missing {leaf}");
+    let plain = dec
+        .forward(&x, None, &AttentionOptions::none(), None, None, None)
+        .unwrap();
+    assert_eq!(
+        traced.data(),
+        plain.data(),
+        "tracing does not change the result"
+    );
+    for leaf in [
+        "q", "k", "v", "scores", "scaled", "mask", "weights", "context", "output",
+    ] {
+        assert!(
+            trace.get(&format!("decoder.layer.2.attn.{leaf}")).is_some(),
+            "missing {leaf}"
+        );
     }
     assert!(trace.get("decoder.layer.0.ffn.hidden").is_some());
     assert!(trace.get("decoder.layer.0.output").is_some());
@@ -412,7 +605,10 @@ fn qk_norm_normalises_each_head_and_trace_names_everything() {
     // Layer 0 is local (window 3): the mask hides keys more than 2 positions back.
     let mask = trace.get("decoder.layer.0.attn.mask").unwrap();
     let row4 = &mask.data()[4 * 5..5 * 5];
-    assert!(row4[0].is_infinite() && row4[1].is_infinite() && row4[2] == 0.0 && row4[4] == 0.0, "{row4:?}");
+    assert!(
+        row4[0].is_infinite() && row4[1].is_infinite() && row4[2] == 0.0 && row4[4] == 0.0,
+        "{row4:?}"
+    );
     // Layer 2 is global: causal only.
     let g = trace.get("decoder.layer.2.attn.mask").unwrap();
     assert!(g.data()[4 * 5..5 * 5].iter().all(|&v| v == 0.0));
@@ -424,7 +620,10 @@ fn embedding_head_and_dropout() {
     let emb = Embedding::new_random(10, 4, 1.0, 2.0, &mut rng);
     let x = emb.forward(&[vec![3, 0], vec![9, 3]]).unwrap();
     assert_eq!(x.shape(), [2, 2, 4]);
-    assert_eq!(&x.data()[0..4], &emb.table.row(3).iter().map(|v| v * 2.0).collect::<Vec<_>>()[..]);
+    assert_eq!(
+        &x.data()[0..4],
+        &emb.table.row(3).iter().map(|v| v * 2.0).collect::<Vec<_>>()[..]
+    );
     assert_eq!(&x.data()[12..16], &x.data()[0..4]);
     let head = Head::tied(&emb.table).unwrap();
     let logits = head.logits(&x).unwrap();
@@ -433,23 +632,39 @@ fn embedding_head_and_dropout() {
     let hot = head.probabilities(&x, 2.0).unwrap();
     for (c, h) in cold.data().chunks(10).zip(hot.data().chunks(10)) {
         assert!((c.iter().sum::<f32>() - 1.0).abs() < 1e-5);
-        let (cm, hm) = (c.iter().cloned().fold(0.0, f32::max), h.iter().cloned().fold(0.0, f32::max));
+        let (cm, hm) = (
+            c.iter().cloned().fold(0.0, f32::max),
+            h.iter().cloned().fold(0.0, f32::max),
+        );
         assert!(cm > hm, "lower temperature sharpens: {cm} vs {hm}");
     }
     assert!(head.probabilities(&x, 0.0).is_err());
     let mut drop = Dropout::new(0.5, 1).unwrap();
     let y = drop.forward(&x).unwrap();
-    assert_ne!(y.data(), x.data(), "training-mode dropout changes its input");
+    assert_ne!(
+        y.data(),
+        x.data(),
+        "training-mode dropout changes its input"
+    );
     drop.eval();
     assert_eq!(drop.forward(&x).unwrap().data(), x.data());
 }
 
 #[test]
 fn cross_attention_shapes() {
-    let cfg = AttentionConfig::new(16, 4).unwrap().with_kv_heads(2).unwrap();
+    let cfg = AttentionConfig::new(16, 4)
+        .unwrap()
+        .with_kv_heads(2)
+        .unwrap();
     let mha = MultiHeadAttention::new_random(&cfg, 0.02, &mut StdRng::seed_from_u64(0)).unwrap();
     let r = mha
-        .forward(&randn(&[2, 3, 16], 1), Some(&randn(&[2, 7, 16], 2)), &AttentionOptions::none().with_weights(), None, None)
+        .forward(
+            &randn(&[2, 3, 16], 1),
+            Some(&randn(&[2, 7, 16], 2)),
+            &AttentionOptions::none().with_weights(),
+            None,
+            None,
+        )
         .unwrap();
     assert_eq!(r.output.shape(), [2, 3, 16]);
     let w = r.weights.unwrap();

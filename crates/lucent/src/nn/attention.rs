@@ -106,7 +106,7 @@ pub fn scaled_dot_product_attention(
     let as4 = |t: &Tensor| -> Result<Tensor> {
         let s = t.shape();
         match rank {
-            2 => t.reshape(&[1, 1, s[0], s[1]]), // (1, 1, t, d)
+            2 => t.reshape(&[1, 1, s[0], s[1]]),    // (1, 1, t, d)
             3 => t.reshape(&[s[0], 1, s[1], s[2]]), // (b, 1, t, d)
             _ => Ok(t.clone()),
         }
@@ -197,14 +197,22 @@ impl AttentionConfig {
     /// The attention of layer `layer` of a model (`cross`: the decoder's cross-attention,
     /// which has no RoPE and no window). Local (windowed) layers use the local RoPE base.
     pub fn from_model(cfg: &ModelConfig, layer: usize, cross: bool) -> Self {
-        let window = if cross { None } else { cfg.window_of_layer(layer) };
+        let window = if cross {
+            None
+        } else {
+            cfg.window_of_layer(layer)
+        };
         let rope = match cfg.position {
             crate::model::config::PositionKind::Rope {
                 base,
                 local_base,
                 convention,
             } if !cross => Some(RopeSpec {
-                base: if window.is_some() { local_base.unwrap_or(base) } else { base },
+                base: if window.is_some() {
+                    local_base.unwrap_or(base)
+                } else {
+                    base
+                },
                 convention,
             }),
             _ => None,
@@ -240,7 +248,10 @@ impl AttentionConfig {
             ));
         }
         if self.rope.is_some() && self.head_dim % 2 != 0 {
-            return bad(format!("RoPE needs an even head_dim, got {}", self.head_dim));
+            return bad(format!(
+                "RoPE needs an even head_dim, got {}",
+                self.head_dim
+            ));
         }
         Ok(())
     }
@@ -327,7 +338,9 @@ impl MultiHeadAttention {
             }
         }
         if q_norm.is_some() != k_norm.is_some() {
-            return Err(Error::Weights("QK-norm needs both q_norm and k_norm".into()));
+            return Err(Error::Weights(
+                "QK-norm needs both q_norm and k_norm".into(),
+            ));
         }
         let mut config = config;
         config.qk_norm = q_norm.is_some();
@@ -360,7 +373,11 @@ impl MultiHeadAttention {
         }
         if let Some(b) = in_proj_bias {
             if b.shape() != [3 * d] {
-                return Err(Error::mismatch("in_proj_bias vs in_proj_weight", b.shape(), in_proj_weight.shape()));
+                return Err(Error::mismatch(
+                    "in_proj_bias vs in_proj_weight",
+                    b.shape(),
+                    in_proj_weight.shape(),
+                ));
             }
         }
         let mut config = AttentionConfig::new(d, n_heads)?;
@@ -372,7 +389,15 @@ impl MultiHeadAttention {
             Linear::new(w, b)
         };
         let (q, k, v) = (part(0)?, part(1)?, part(2)?);
-        MultiHeadAttention::new(config, q, k, v, Linear::new(out_weight, out_bias)?, None, None)
+        MultiHeadAttention::new(
+            config,
+            q,
+            k,
+            v,
+            Linear::new(out_weight, out_bias)?,
+            None,
+            None,
+        )
     }
 
     /// Random weights: N(0, 0.02²) for Q, K, V, N(0, out_std²) for W_O (GPT-2 scales the
@@ -407,18 +432,21 @@ impl MultiHeadAttention {
         let mut trace = trace;
         let c = &self.config;
         let (h, h_kv, d_k) = (c.n_heads, c.n_kv_heads, c.head_dim);
-        let [b, t_q, d] = self.check_input("x_q", x_q)?;
+        let [b, t_q, _] = self.check_input("x_q", x_q)?;
         let kv_in = x_kv.unwrap_or(x_q);
         let [bk, t_k, _] = self.check_input("x_kv", kv_in)?;
         if bk != b {
-            return Err(Error::mismatch("attention: batch of x_q vs x_kv", x_q.shape(), kv_in.shape()));
+            return Err(Error::mismatch(
+                "attention: batch of x_q vs x_kv",
+                x_q.shape(),
+                kv_in.shape(),
+            ));
         }
         if x_kv.is_some() && cache.is_some() {
             return Err(Error::Argument(
                 "a KV cache serves self-attention only; pass x_kv = None or no cache".into(),
             ));
         }
-        let _ = d;
 
         let split = |x: Tensor, heads: usize, t: usize| -> Result<Tensor> {
             x.reshape(&[b, t, heads, d_k])? // (b, t, heads, d_k)
@@ -477,7 +505,11 @@ impl MultiHeadAttention {
         record(&mut trace, "output", &output);
         Ok(MhaOutput {
             output,
-            weights: if opts.want_weights { attended.weights } else { None },
+            weights: if opts.want_weights {
+                attended.weights
+            } else {
+                None
+            },
         })
     }
 
@@ -485,7 +517,12 @@ impl MultiHeadAttention {
     ///
     /// # Shapes
     /// x: (b, t, d) → output (b, t, d), weights (b, h, t, t)
-    pub fn forward_self(&self, x: &Tensor, opts: &AttentionOptions, trace: Option<&mut Trace>) -> Result<MhaOutput> {
+    pub fn forward_self(
+        &self,
+        x: &Tensor,
+        opts: &AttentionOptions,
+        trace: Option<&mut Trace>,
+    ) -> Result<MhaOutput> {
         self.forward(x, None, opts, None, trace)
     }
 
@@ -538,7 +575,9 @@ pub fn repeat_kv(x: &Tensor, h: usize) -> Result<Tensor> {
         return Ok(x.clone());
     }
     if h_kv == 0 || h % h_kv != 0 {
-        return Err(Error::Shape(format!("repeat_kv: {h} heads cannot share {h_kv} key/value heads")));
+        return Err(Error::Shape(format!(
+            "repeat_kv: {h} heads cannot share {h_kv} key/value heads"
+        )));
     }
     let one = x.reshape(&[b, h_kv, 1, t * d])?; // (b, h_kv, 1, t·d)
     let copies: Vec<&Tensor> = std::iter::repeat_n(&one, h / h_kv).collect();

@@ -89,7 +89,11 @@ mod tests {
         assert!(d.is_training(), "a new dropout is in training mode");
         let y = d.forward(&x).unwrap();
         let zeros = y.data().iter().filter(|&&v| v == 0.0).count();
-        let kept = y.data().iter().filter(|&&v| (v - 2.0 / 0.75).abs() < 1e-6).count();
+        let kept = y
+            .data()
+            .iter()
+            .filter(|&&v| (v - 2.0 / 0.75).abs() < 1e-6)
+            .count();
         assert_eq!(zeros + kept, 10_000, "every element is dropped or rescaled");
         let frac = zeros as f32 / 10_000.0;
         assert!((frac - 0.25).abs() < 0.02, "dropped fraction {frac}");

@@ -21,7 +21,10 @@ impl Embedding {
     /// A table (V, d) with a scale (1.0 for none).
     pub fn new(table: Tensor, scale: f32) -> Result<Self> {
         table.dims::<2>().map_err(|_| {
-            Error::Shape(format!("an embedding table must be (vocab, d), got {:?}", table.shape()))
+            Error::Shape(format!(
+                "an embedding table must be (vocab, d), got {:?}",
+                table.shape()
+            ))
         })?;
         Ok(Embedding { table, scale })
     }
@@ -67,7 +70,11 @@ impl Embedding {
         }
         let flat: Vec<usize> = ids.concat();
         let x = self.table.select_rows(&flat)?; // (b·t, d)
-        let x = if self.scale == 1.0 { x } else { x.scale(self.scale) };
+        let x = if self.scale == 1.0 {
+            x
+        } else {
+            x.scale(self.scale)
+        };
         x.reshape(&[b, t, self.dim()]) // (b, t, d)
     }
 }

@@ -45,7 +45,11 @@ impl FeedForward {
     /// A plain MLP from W₁ (d_ff, d) and W₂ (d, d_ff); errors name both shapes.
     pub fn mlp(w1: Linear, w2: Linear, activation: Activation) -> Result<Self> {
         if w2.weight.shape() != [w1.in_features(), w1.out_features()] {
-            return Err(Error::mismatch("FeedForward W₁ (d_ff, d) vs W₂ (d, d_ff)", w1.weight.shape(), w2.weight.shape()));
+            return Err(Error::mismatch(
+                "FeedForward W₁ (d_ff, d) vs W₂ (d, d_ff)",
+                w1.weight.shape(),
+                w2.weight.shape(),
+            ));
         }
         Ok(FeedForward::Mlp { w1, w2, activation })
     }
@@ -53,10 +57,18 @@ impl FeedForward {
     /// A gated FFN from W_gate (d_ff, d), W_up (d_ff, d), W_down (d, d_ff).
     pub fn gated(gate: Linear, up: Linear, down: Linear, activation: Activation) -> Result<Self> {
         if up.weight.shape() != gate.weight.shape() {
-            return Err(Error::mismatch("FeedForward W_gate vs W_up", gate.weight.shape(), up.weight.shape()));
+            return Err(Error::mismatch(
+                "FeedForward W_gate vs W_up",
+                gate.weight.shape(),
+                up.weight.shape(),
+            ));
         }
         if down.weight.shape() != [gate.in_features(), gate.out_features()] {
-            return Err(Error::mismatch("FeedForward W_gate (d_ff, d) vs W_down (d, d_ff)", gate.weight.shape(), down.weight.shape()));
+            return Err(Error::mismatch(
+                "FeedForward W_gate (d_ff, d) vs W_down (d, d_ff)",
+                gate.weight.shape(),
+                down.weight.shape(),
+            ));
         }
         Ok(FeedForward::Gated {
             gate,
@@ -96,7 +108,15 @@ impl FeedForward {
     /// Random weights for a layer of `cfg` in a stack of `n_layers` (out_std = 0.02/√(2N)).
     pub fn new_random_for(cfg: &ModelConfig, n_layers: usize, rng: &mut impl Rng) -> Self {
         let out_std = residual_std(n_layers);
-        FeedForward::new_random(cfg.ffn, cfg.activation, cfg.d_model, cfg.d_ff, cfg.ffn_bias, out_std, rng)
+        FeedForward::new_random(
+            cfg.ffn,
+            cfg.activation,
+            cfg.d_model,
+            cfg.d_ff,
+            cfg.ffn_bias,
+            out_std,
+            rng,
+        )
     }
 
     /// Plain or gated.

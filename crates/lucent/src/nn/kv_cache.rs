@@ -60,10 +60,18 @@ impl LayerKvCache {
         let d_v = self.v.shape()[3];
         let [kb, kh, t_new, kd] = k.dims()?;
         if [kb, kh, kd] != [b, h, d_k] {
-            return Err(Error::mismatch("KvCache append (new keys vs cache)", k.shape(), self.k.shape()));
+            return Err(Error::mismatch(
+                "KvCache append (new keys vs cache)",
+                k.shape(),
+                self.k.shape(),
+            ));
         }
         if v.shape() != [b, h, t_new, d_v] {
-            return Err(Error::mismatch("KvCache append (new values vs cache)", v.shape(), self.v.shape()));
+            return Err(Error::mismatch(
+                "KvCache append (new values vs cache)",
+                v.shape(),
+                self.v.shape(),
+            ));
         }
         if self.len + t_new > max_t {
             return Err(Error::Argument(format!(
@@ -123,7 +131,9 @@ impl KvCache {
     /// Caches for `n_layers` layers, each (b, h_kv, max_t, d_k) for K and V.
     pub fn new(n_layers: usize, b: usize, h_kv: usize, max_t: usize, d_k: usize) -> Self {
         KvCache {
-            layers: (0..n_layers).map(|_| LayerKvCache::new(b, h_kv, max_t, d_k, d_k)).collect(),
+            layers: (0..n_layers)
+                .map(|_| LayerKvCache::new(b, h_kv, max_t, d_k, d_k))
+                .collect(),
         }
     }
 

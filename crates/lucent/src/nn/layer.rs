@@ -37,7 +37,9 @@ fn residual(
         NormPlacement::Post => norm.forward(&x.add(&f(x, tr)?)?),
         NormPlacement::Sandwich => {
             let post = post_norm.ok_or_else(|| {
-                Error::Config(format!("{scope}: sandwich norm placement needs a post-norm on every sub-layer"))
+                Error::Config(format!(
+                    "{scope}: sandwich norm placement needs a post-norm on every sub-layer"
+                ))
             })?;
             x.add(&post.forward(&f(&norm.forward(x)?, tr)?)?)
         }
@@ -108,7 +110,11 @@ impl EncoderLayer {
     }
 
     /// This layer in sandwich form, with norms on the attention's and the FFN's outputs.
-    pub fn with_post_norms(mut self, self_attn_post_norm: Norm, ffn_post_norm: Norm) -> Result<Self> {
+    pub fn with_post_norms(
+        mut self,
+        self_attn_post_norm: Norm,
+        ffn_post_norm: Norm,
+    ) -> Result<Self> {
         self.placement = NormPlacement::Sandwich;
         self.self_attn_post_norm = Some(self_attn_post_norm);
         self.ffn_post_norm = Some(ffn_post_norm);
@@ -119,7 +125,11 @@ impl EncoderLayer {
     /// Random weights for layer `layer` of `cfg`'s encoder stack.
     pub fn new_random(cfg: &ModelConfig, layer: usize, rng: &mut impl Rng) -> Result<Self> {
         let n = cfg.encoder_layers;
-        let attn = MultiHeadAttention::new_random(&AttentionConfig::from_model(cfg, layer, false), residual_std(n), rng)?;
+        let attn = MultiHeadAttention::new_random(
+            &AttentionConfig::from_model(cfg, layer, false),
+            residual_std(n),
+            rng,
+        )?;
         let ffn = FeedForward::new_random_for(cfg, n, rng);
         let layer = EncoderLayer {
             placement: cfg.norm_placement,
@@ -162,7 +172,12 @@ impl EncoderLayer {
     ///
     /// # Shapes
     /// x: (b, t, d) → (b, t, d)
-    pub fn forward(&self, x: &Tensor, opts: &AttentionOptions, trace: Option<&mut Trace>) -> Result<Tensor> {
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        opts: &AttentionOptions,
+        trace: Option<&mut Trace>,
+    ) -> Result<Tensor> {
         let mut trace = trace;
         let opts = AttentionOptions {
             want_weights: false,
@@ -269,12 +284,25 @@ impl DecoderLayer {
 
     /// Random weights for layer `layer` of `cfg`'s decoder stack, with cross-attention
     /// when `cross`.
-    pub fn new_random(cfg: &ModelConfig, layer: usize, cross: bool, rng: &mut impl Rng) -> Result<Self> {
+    pub fn new_random(
+        cfg: &ModelConfig,
+        layer: usize,
+        cross: bool,
+        rng: &mut impl Rng,
+    ) -> Result<Self> {
         let n = cfg.decoder_layers;
         let out_std = residual_std(n);
-        let self_attn = MultiHeadAttention::new_random(&AttentionConfig::from_model(cfg, layer, false), out_std, rng)?;
+        let self_attn = MultiHeadAttention::new_random(
+            &AttentionConfig::from_model(cfg, layer, false),
+            out_std,
+            rng,
+        )?;
         let cross_attn = if cross {
-            Some(MultiHeadAttention::new_random(&AttentionConfig::from_model(cfg, layer, true), out_std, rng)?)
+            Some(MultiHeadAttention::new_random(
+                &AttentionConfig::from_model(cfg, layer, true),
+                out_std,
+                rng,
+            )?)
         } else {
             None
         };
@@ -314,7 +342,9 @@ impl DecoderLayer {
             }
         }
         if self.cross_attn.is_some() != self.cross_attn_norm.is_some() {
-            return Err(Error::Config("decoder layer: cross_attn and cross_attn_norm come together".into()));
+            return Err(Error::Config(
+                "decoder layer: cross_attn and cross_attn_norm come together".into(),
+            ));
         }
         for (what, n) in [
             ("self_attn_norm", Some(&self.self_attn_norm)),
@@ -368,39 +398,49 @@ impl DecoderLayer {
             self.self_attn_post_norm.as_ref(),
             trace.as_deref_mut(),
             "attn",
-            |h, tr| Ok(self.self_attn.forward(h, None, &self_opts, cache, tr)?.output),
+            |h, tr| {
+                Ok(self
+                    .self_attn
+                    .forward(h, None, &self_opts, cache, tr)?
+                    .output)
+            },
         )?;
-        let x = match (&self.cross_attn, &self.cross_attn_norm, memory) {
-            (Some(cross), Some(norm), Some(memory)) => {
-                let cross_opts = AttentionOptions {
-                    bias: memory_bias,
-                    ..AttentionOptions::none()
-                };
-                residual(
-                    self.placement,
-                    &x,
-                    norm,
-                    self.cross_attn_post_norm.as_ref(),
-                    trace.as_deref_mut(),
-                    "cross_attn",
-                    |h, tr| Ok(cross.forward(h, Some(memory), &cross_opts, None, tr)?.output),
-                )?
-            }
-            (Some(_), _, None) => {
-                return Err(Error::Argument(
-                    "this decoder layer has cross-attention and needs the encoder output (memory)".into(),
-                ))
-            }
-            (None, _, Some(_)) => {
-                return Err(Error::Argument(
-                    "memory given to a decoder layer without cross-attention (decoder-only model)".into(),
-                ))
-            }
-            (Some(_), None, Some(_)) => {
-                return Err(Error::Config("decoder layer: cross_attn has no cross_attn_norm".into()))
-            }
-            (None, _, None) => x,
-        };
+        let x =
+            match (&self.cross_attn, &self.cross_attn_norm, memory) {
+                (Some(cross), Some(norm), Some(memory)) => {
+                    let cross_opts = AttentionOptions {
+                        bias: memory_bias,
+                        ..AttentionOptions::none()
+                    };
+                    residual(
+                        self.placement,
+                        &x,
+                        norm,
+                        self.cross_attn_post_norm.as_ref(),
+                        trace.as_deref_mut(),
+                        "cross_attn",
+                        |h, tr| {
+                            Ok(cross
+                                .forward(h, Some(memory), &cross_opts, None, tr)?
+                                .output)
+                        },
+                    )?
+                }
+                (Some(_), _, None) => return Err(Error::Argument(
+                    "this decoder layer has cross-attention and needs the encoder output (memory)"
+                        .into(),
+                )),
+                (None, _, Some(_)) => return Err(Error::Argument(
+                    "memory given to a decoder layer without cross-attention (decoder-only model)"
+                        .into(),
+                )),
+                (Some(_), None, Some(_)) => {
+                    return Err(Error::Config(
+                        "decoder layer: cross_attn has no cross_attn_norm".into(),
+                    ))
+                }
+                (None, _, None) => x,
+            };
         let x = residual(
             self.placement,
             &x,

@@ -29,14 +29,24 @@ impl Linear {
         })?;
         if let Some(b) = &bias {
             if b.shape() != [out] {
-                return Err(Error::mismatch("Linear bias vs weight (out, in)", b.shape(), weight.shape()));
+                return Err(Error::mismatch(
+                    "Linear bias vs weight (out, in)",
+                    b.shape(),
+                    weight.shape(),
+                ));
             }
         }
         Ok(Linear { weight, bias })
     }
 
     /// Weights drawn from N(0, std²), bias (if any) zero.
-    pub fn new_random(in_features: usize, out_features: usize, bias: bool, std: f32, rng: &mut impl Rng) -> Self {
+    pub fn new_random(
+        in_features: usize,
+        out_features: usize,
+        bias: bool,
+        std: f32,
+        rng: &mut impl Rng,
+    ) -> Self {
         Linear {
             weight: Tensor::randn(&[out_features, in_features], std, rng),
             bias: bias.then(|| Tensor::zeros(&[out_features])),

@@ -28,7 +28,8 @@ pub mod trace;
 pub mod transformer;
 
 pub use attention::{
-    scaled_dot_product_attention, AttentionConfig, AttentionOptions, MhaOutput, MultiHeadAttention, RopeSpec,
+    scaled_dot_product_attention, AttentionConfig, AttentionOptions, MhaOutput, MultiHeadAttention,
+    RopeSpec,
 };
 pub use dropout::Dropout;
 pub use embedding::Embedding;

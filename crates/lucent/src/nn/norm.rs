@@ -28,7 +28,11 @@ impl LayerNorm {
         check_vector("LayerNorm weight", &weight)?;
         if let Some(b) = &bias {
             if b.shape() != weight.shape() {
-                return Err(Error::mismatch("LayerNorm bias vs weight", b.shape(), weight.shape()));
+                return Err(Error::mismatch(
+                    "LayerNorm bias vs weight",
+                    b.shape(),
+                    weight.shape(),
+                ));
             }
         }
         Ok(LayerNorm { weight, bias, eps })
@@ -133,7 +137,10 @@ impl Norm {
 
 fn check_vector(what: &str, t: &Tensor) -> Result<()> {
     if t.rank() != 1 || t.numel() == 0 {
-        return Err(Error::Shape(format!("{what} must be a non-empty vector (d), got {:?}", t.shape())));
+        return Err(Error::Shape(format!(
+            "{what} must be a non-empty vector (d), got {:?}",
+            t.shape()
+        )));
     }
     Ok(())
 }

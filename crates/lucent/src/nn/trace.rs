@@ -152,7 +152,11 @@ impl Trace {
 
     /// The tensor recorded under the full dotted `name` (the latest, if recorded twice).
     pub fn get(&self, name: &str) -> Option<&Tensor> {
-        self.entries.iter().rev().find(|(n, _)| n == name).map(|(_, t)| t)
+        self.entries
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, t)| t)
     }
 
     /// All recorded names, in order.
@@ -183,7 +187,11 @@ impl Trace {
 
 /// Run `f` inside `scope` of an optional trace: the scope is entered before and left
 /// after, whatever `f` returns. With `None`, just runs `f`.
-pub fn scoped<R>(trace: Option<&mut Trace>, scope: &str, f: impl FnOnce(Option<&mut Trace>) -> R) -> R {
+pub fn scoped<R>(
+    trace: Option<&mut Trace>,
+    scope: &str,
+    f: impl FnOnce(Option<&mut Trace>) -> R,
+) -> R {
     match trace {
         Some(tr) => {
             tr.push_scope(scope);
@@ -216,8 +224,8 @@ mod tests {
         let t = Tensor::zeros(&[1]);
         let mut tr = Trace::only(&["weights"]).in_layers(&[1]);
         for l in 0..3 {
-            scoped(Some(&mut tr), &format!("encoder.layer.{l}"), |mut tr| {
-                scoped(tr.as_deref_mut(), "attn", |mut tr| {
+            scoped(Some(&mut tr), &format!("encoder.layer.{l}"), |tr| {
+                scoped(tr, "attn", |mut tr| {
                     record(&mut tr, "q", &t);
                     record(&mut tr, "weights", &t);
                 });
@@ -231,7 +239,10 @@ mod tests {
         all.push_scope("decoder");
         all.record("output", &t);
         assert_eq!(all.names().collect::<Vec<_>>(), ["decoder.output"]);
-        let f = TraceFilter { prefix: Some("encoder.".into()), ..Default::default() };
+        let f = TraceFilter {
+            prefix: Some("encoder.".into()),
+            ..Default::default()
+        };
         assert!(f.accepts("encoder.layer.0.attn.q") && !f.accepts("decoder.layer.0.attn.q"));
     }
 }

@@ -54,7 +54,9 @@ impl Encoder {
         let d = layers.first().map(|l| l.self_attn.config.d_model);
         for (i, l) in layers.iter().enumerate() {
             if Some(l.self_attn.config.d_model) != d {
-                return Err(Error::Weights(format!("encoder layer {i} has a different d_model from layer 0")));
+                return Err(Error::Weights(format!(
+                    "encoder layer {i} has a different d_model from layer 0"
+                )));
             }
         }
         check_final_norm(final_norm.as_ref(), d, "encoder")?;
@@ -75,11 +77,18 @@ impl Encoder {
     ///
     /// # Shapes
     /// x: (b, t, d) → (b, t, d)
-    pub fn forward(&self, x: &Tensor, opts: &AttentionOptions, trace: Option<&mut Trace>) -> Result<Tensor> {
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        opts: &AttentionOptions,
+        trace: Option<&mut Trace>,
+    ) -> Result<Tensor> {
         scoped(trace, "encoder", |mut trace| {
             let mut x = x.clone();
             for (i, layer) in self.layers.iter().enumerate() {
-                x = scoped(trace.as_deref_mut(), &format!("layer.{i}"), |tr| layer.forward(&x, opts, tr))?;
+                x = scoped(trace.as_deref_mut(), &format!("layer.{i}"), |tr| {
+                    layer.forward(&x, opts, tr)
+                })?;
             }
             if let Some(n) = &self.final_norm {
                 x = n.forward(&x)?;
@@ -105,7 +114,9 @@ impl Decoder {
         let d = layers.first().map(|l| l.self_attn.config.d_model);
         for (i, l) in layers.iter().enumerate() {
             if Some(l.self_attn.config.d_model) != d {
-                return Err(Error::Weights(format!("decoder layer {i} has a different d_model from layer 0")));
+                return Err(Error::Weights(format!(
+                    "decoder layer {i} has a different d_model from layer 0"
+                )));
             }
         }
         check_final_norm(final_norm.as_ref(), d, "decoder")?;
@@ -125,10 +136,9 @@ impl Decoder {
 
     /// A KV cache fitting this stack, for `b` sequences of up to `max_t` positions.
     pub fn new_cache(&self, b: usize, max_t: usize) -> KvCache {
-        let (h_kv, d_k) = self
-            .layers
-            .first()
-            .map_or((0, 0), |l| (l.self_attn.config.n_kv_heads, l.self_attn.config.head_dim));
+        let (h_kv, d_k) = self.layers.first().map_or((0, 0), |l| {
+            (l.self_attn.config.n_kv_heads, l.self_attn.config.head_dim)
+        });
         KvCache::new(self.layers.len(), b, h_kv, max_t, d_k)
     }
 
@@ -207,7 +217,10 @@ impl Transformer {
                 cfg.kind
             )));
         }
-        Transformer::new(Encoder::new_random(cfg, rng)?, Decoder::new_random(cfg, rng)?)
+        Transformer::new(
+            Encoder::new_random(cfg, rng)?,
+            Decoder::new_random(cfg, rng)?,
+        )
     }
 
     /// memory = encoder(src); out = decoder(tgt, memory). `src_opts` masks the encoder's
