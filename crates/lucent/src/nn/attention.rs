@@ -17,7 +17,7 @@
 //! - projections with or without biases; PyTorch's fused `in_proj_weight` (3d, d) is
 //!   split into separate Q, K, V projections by [`MultiHeadAttention::from_in_proj`].
 //!
-//! The arithmetic is [`ops::attention`]; masks are its causal/window rule plus an
+//! The arithmetic is [`ops::attention()`]; masks are its causal/window rule plus an
 //! additive bias (0 keeps, −∞ removes; ALiBi or any float mask also fits).
 
 use rand::Rng;
@@ -83,7 +83,7 @@ impl<'a> AttentionOptions<'a> {
 
 /// The guides' `attention(Q, K, V, mask)`: softmax(Q·Kᵀ/√d_k + mask) · V, returning the
 /// output and (when `opts.want_weights`) the weights. A thin wrapper over
-/// [`ops::attention`] that also takes the guides' single matrices.
+/// [`ops::attention()`] that also takes the guides' single matrices.
 ///
 /// # Shapes
 /// q: (t_q, d_k) | (b, t_q, d_k) | (b, h, t_q, d_k); k, v of the same rank with t_k keys
@@ -123,8 +123,8 @@ pub fn scaled_dot_product_attention(
     let back = |t: Tensor| -> Result<Tensor> {
         let [b, h, r, c] = t.dims()?;
         match rank {
-            2 => t.reshape(&[r, c]),
-            3 => t.reshape(&[b * h, r, c]),
+            2 => t.reshape(&[r, c]),        // (t_q, ·)
+            3 => t.reshape(&[b * h, r, c]), // (b, t_q, ·)
             _ => Ok(t),
         }
     };

@@ -5,6 +5,7 @@
 
 use rand::Rng;
 
+use crate::model::ModelConfig;
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
@@ -35,6 +36,11 @@ impl Embedding {
             table: Tensor::randn(&[vocab, d], std, rng),
             scale,
         }
+    }
+
+    /// A table for `cfg` (vocab_size × d_model, N(0, 0.02²), scaled by `embedding_scale`).
+    pub fn new_random_for(cfg: &ModelConfig, rng: &mut impl Rng) -> Self {
+        Embedding::new_random(cfg.vocab_size, cfg.d_model, 0.02, cfg.embedding_scale, rng)
     }
 
     /// Vocabulary size V.
