@@ -45,12 +45,12 @@ impl Embedding {
 
     /// Vocabulary size V.
     pub fn vocab_size(&self) -> usize {
-        self.table.shape()[0]
+        self.table.shape().first().copied().unwrap_or(0)
     }
 
     /// Width d.
     pub fn dim(&self) -> usize {
-        self.table.shape()[1]
+        self.table.shape().get(1).copied().unwrap_or(0)
     }
 
     /// Look up a batch of equally long id sequences. Errors name the bad id and where it is.

@@ -55,12 +55,12 @@ impl Linear {
 
     /// The input width.
     pub fn in_features(&self) -> usize {
-        self.weight.shape()[1]
+        self.weight.shape().get(1).copied().unwrap_or(0)
     }
 
     /// The output width.
     pub fn out_features(&self) -> usize {
-        self.weight.shape()[0]
+        self.weight.shape().first().copied().unwrap_or(0)
     }
 
     /// Apply the layer.
