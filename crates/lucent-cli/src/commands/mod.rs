@@ -1,11 +1,11 @@
 //! The subcommands, one file each.
 
+pub mod attention;
 pub mod fetch;
+pub mod mask;
 pub mod memory;
 pub mod params;
-pub mod shapes;
-pub mod attention;
-pub mod mask;
 pub mod pe;
+pub mod shapes;
 pub mod show;
 pub mod softmax;

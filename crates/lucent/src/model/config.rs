@@ -208,7 +208,8 @@ impl ModelConfig {
                     self.head_dim
                 ));
             }
-            if !(base > 0.0) || local_base.is_some_and(|b| !(b > 0.0)) {
+            let positive = |b: f32| b.is_finite() && b > 0.0;
+            if !positive(base) || local_base.is_some_and(|b| !positive(b)) {
                 return bad(format!(
                     "rope base must be > 0, got {base} / {local_base:?}"
                 ));
@@ -220,7 +221,7 @@ impl ModelConfig {
                 self.d_model
             ));
         }
-        if !(self.norm_eps >= 0.0) {
+        if !(self.norm_eps.is_finite() && self.norm_eps >= 0.0) {
             return bad(format!("norm_eps must be ≥ 0, got {}", self.norm_eps));
         }
         if self.global_every.is_some() && self.sliding_window.is_none() {
