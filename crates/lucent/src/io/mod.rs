@@ -1,6 +1,8 @@
 //! Files in and out: safetensors, GGUF, Hugging Face `config.json`, tokenizers, and the
 //! model cache with its fetcher.
 
+pub mod gguf;
+pub mod gguf_tokenizer;
 pub mod safetensors;
 
 pub use self::safetensors::SafetensorsFile;
