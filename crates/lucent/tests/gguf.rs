@@ -27,7 +27,9 @@ fn model_path(name: &str) -> PathBuf {
 }
 
 fn data_path(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/data").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/data")
+        .join(name)
 }
 
 fn q8_0_bytes(rows: usize, cols: usize, seed: u8) -> Vec<u8> {
@@ -62,13 +64,25 @@ fn every_value() -> Vec<(&'static str, GgufValue)> {
         ("t.arr_u16", GgufValue::Array(GgufArray::U16(vec![7]))),
         ("t.arr_i16", GgufValue::Array(GgufArray::I16(vec![-7, 8]))),
         ("t.arr_u32", GgufValue::Array(GgufArray::U32(vec![1, 2]))),
-        ("t.arr_i32", GgufValue::Array(GgufArray::I32(vec![3, -4, 5]))),
+        (
+            "t.arr_i32",
+            GgufValue::Array(GgufArray::I32(vec![3, -4, 5])),
+        ),
         ("t.arr_u64", GgufValue::Array(GgufArray::U64(vec![9]))),
         ("t.arr_i64", GgufValue::Array(GgufArray::I64(vec![-9]))),
-        ("t.arr_f32", GgufValue::Array(GgufArray::F32(vec![0.25, -1.0]))),
+        (
+            "t.arr_f32",
+            GgufValue::Array(GgufArray::F32(vec![0.25, -1.0])),
+        ),
         ("t.arr_f64", GgufValue::Array(GgufArray::F64(vec![3.5]))),
-        ("t.arr_bool", GgufValue::Array(GgufArray::Bool(vec![true, false]))),
-        ("t.arr_str", GgufValue::Array(GgufArray::String(vec!["a".into(), "".into(), "Ġt".into()]))),
+        (
+            "t.arr_bool",
+            GgufValue::Array(GgufArray::Bool(vec![true, false])),
+        ),
+        (
+            "t.arr_str",
+            GgufValue::Array(GgufArray::String(vec!["a".into(), "".into(), "Ġt".into()])),
+        ),
         ("t.arr_empty", GgufValue::Array(GgufArray::F32(vec![]))),
         (
             "t.nested",
@@ -90,10 +104,18 @@ fn synthetic(version: u32, align: Option<u32>) -> Vec<u8> {
     for (k, v) in every_value() {
         w.add(k, v);
     }
-    w.add_f32("norm.weight", &[5], &[1.0, 2.0, 3.0, 4.0, 5.0]).unwrap();
-    w.add_tensor("proj.weight", &[3, 64], GgmlType::Q8_0, q8_0_bytes(3, 64, 13)).unwrap();
+    w.add_f32("norm.weight", &[5], &[1.0, 2.0, 3.0, 4.0, 5.0])
+        .unwrap();
+    w.add_tensor(
+        "proj.weight",
+        &[3, 64],
+        GgmlType::Q8_0,
+        q8_0_bytes(3, 64, 13),
+    )
+    .unwrap();
     let k = vec![0u8; GgmlType::Q4_K.row_bytes(256).unwrap() * 2];
-    w.add_tensor("stack.weight", &[2, 1, 256], GgmlType::Q4_K, k).unwrap();
+    w.add_tensor("stack.weight", &[2, 1, 256], GgmlType::Q4_K, k)
+        .unwrap();
     w.to_bytes()
 }
 
@@ -123,7 +145,10 @@ fn reads_every_value_type_and_tensor_v2_v3() {
         let e = f.get_u32("t.i32").unwrap_err().to_string();
         assert!(e.contains("t.i32") && e.contains("synthetic.gguf"), "{e}");
         let e = f.get_u32("llama.block_count").unwrap_err().to_string();
-        assert!(e.contains("llama.block_count") && e.contains("missing"), "{e}");
+        assert!(
+            e.contains("llama.block_count") && e.contains("missing"),
+            "{e}"
+        );
         let e = f.get_str("t.u8").unwrap_err().to_string();
         assert!(e.contains("t.u8") && e.contains("string"), "{e}");
 
@@ -131,24 +156,40 @@ fn reads_every_value_type_and_tensor_v2_v3() {
         let names: Vec<&str> = f.tensor_infos().iter().map(|t| t.name.as_str()).collect();
         assert_eq!(names, ["norm.weight", "proj.weight", "stack.weight"]);
         let p = f.tensor_info("proj.weight").unwrap();
-        assert_eq!((p.dims.clone(), p.shape.clone(), p.dtype), (vec![64, 3], vec![3, 64], GgmlType::Q8_0));
+        assert_eq!(
+            (p.dims.clone(), p.shape.clone(), p.dtype),
+            (vec![64, 3], vec![3, 64], GgmlType::Q8_0)
+        );
         assert_eq!(p.start % f.alignment(), 0);
         let s = f.tensor_info("stack.weight").unwrap();
-        assert_eq!((s.shape.clone(), s.rows(), s.cols()), (vec![2, 1, 256], 2, 256));
+        assert_eq!(
+            (s.shape.clone(), s.rows(), s.cols()),
+            (vec![2, 1, 256], 2, 256)
+        );
         let t = f.tensor("proj.weight").unwrap();
         assert_eq!(t.data, &q8_0_bytes(3, 64, 13)[..]);
         let w = t.dequantize().unwrap();
         assert_eq!(w[0], 0.0);
         assert_eq!(w[1], 0.5 * ((13u8) % 31) as f32);
         let norm = f.tensor_f32("norm.weight").unwrap();
-        assert_eq!((norm.shape(), norm.data()), (&[5usize][..], &[1.0f32, 2.0, 3.0, 4.0, 5.0][..]));
+        assert_eq!(
+            (norm.shape(), norm.data()),
+            (&[5usize][..], &[1.0f32, 2.0, 3.0, 4.0, 5.0][..])
+        );
         let aligned = f.tensor_info("norm.weight").unwrap().start % 4 == 0;
-        assert_eq!(norm.is_mapped(), aligned, "aligned f32 tensors are used in place, others copied");
+        assert_eq!(
+            norm.is_mapped(),
+            aligned,
+            "aligned f32 tensors are used in place, others copied"
+        );
         let m = f.qmatrix("proj.weight").unwrap();
         assert_eq!((m.rows(), m.cols(), m.dtype()), (3, 64, GgmlType::Q8_0));
         assert_eq!(m.dequantize_all().unwrap(), w);
         let e = f.tensor("proj.wieght").unwrap_err().to_string();
-        assert!(e.contains("proj.wieght") && e.contains("proj.weight"), "{e}");
+        assert!(
+            e.contains("proj.wieght") && e.contains("proj.weight"),
+            "{e}"
+        );
     }
 }
 
@@ -163,14 +204,19 @@ fn writes_files_to_disk_and_reopens() {
     std::fs::write(&path, b"GGUF").unwrap();
     let e = GgufFile::open(&path).unwrap_err().to_string();
     assert!(e.contains("too short"), "{e}");
-    let e = GgufFile::open(dir.join("missing.gguf")).unwrap_err().to_string();
+    let e = GgufFile::open(dir.join("missing.gguf"))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("missing.gguf"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// The position of the type field of tensor `name` in `bytes` (for corrupting it).
 fn tensor_field(bytes: &[u8], name: &str, n_dims: usize) -> usize {
-    let at = bytes.windows(name.len()).position(|w| w == name.as_bytes()).unwrap();
+    let at = bytes
+        .windows(name.len())
+        .position(|w| w == name.as_bytes())
+        .unwrap();
     at + name.len() + 4 + 8 * n_dims
 }
 
@@ -179,10 +225,16 @@ fn every_truncation_is_an_error_not_a_panic() {
     let bytes = synthetic(3, None);
     for cut in 0..bytes.len() {
         let r = GgufFile::from_bytes(&bytes[..cut], "cut.gguf");
-        let e = r.expect_err(&format!("a file cut at {cut} of {} bytes must not open", bytes.len()));
+        let e = r.expect_err(&format!(
+            "a file cut at {cut} of {} bytes must not open",
+            bytes.len()
+        ));
         let msg = e.to_string();
         assert!(
-            msg.contains("truncated") || msg.contains("too short") || msg.contains("past the end") || msg.contains("could fit"),
+            msg.contains("truncated")
+                || msg.contains("too short")
+                || msg.contains("past the end")
+                || msg.contains("could fit"),
             "cut at {cut}: {msg}"
         );
     }
@@ -197,7 +249,11 @@ fn bad_headers_give_clear_errors() {
     b[0..4].copy_from_slice(b"GGML");
     assert!(err(&b).contains("not a GGUF file"), "{}", err(&b));
 
-    for (v, want) in [(1u32, "version 1"), (4, "unknown GGUF version 4"), (3u32.swap_bytes(), "big-endian")] {
+    for (v, want) in [
+        (1u32, "version 1"),
+        (4, "unknown GGUF version 4"),
+        (3u32.swap_bytes(), "big-endian"),
+    ] {
         let mut b = good.clone();
         b[4..8].copy_from_slice(&v.to_le_bytes());
         assert!(err(&b).contains(want), "{}", err(&b));
@@ -217,7 +273,11 @@ fn bad_headers_give_clear_errors() {
     let at = tensor_field(&b, "proj.weight", 2) + 4;
     let off = u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
     b[at..at + 8].copy_from_slice(&(off + 4).to_le_bytes());
-    assert!(err(&b).contains("not a multiple of the alignment"), "{}", err(&b));
+    assert!(
+        err(&b).contains("not a multiple of the alignment"),
+        "{}",
+        err(&b)
+    );
 
     // Data past the end of the file (an offset far out, and a dimension made huge).
     let mut b = good.clone();
@@ -226,7 +286,11 @@ fn bad_headers_give_clear_errors() {
     let mut b = good.clone();
     let dim_at = tensor_field(&b, "proj.weight", 2) - 8; // ne[1] (rows)
     b[dim_at..dim_at + 8].copy_from_slice(&(1u64 << 50).to_le_bytes());
-    assert!(err(&b).contains("past the end") || err(&b).contains("too many"), "{}", err(&b));
+    assert!(
+        err(&b).contains("past the end") || err(&b).contains("too many"),
+        "{}",
+        err(&b)
+    );
 
     // Too many dimensions.
     let mut b = good.clone();
@@ -268,7 +332,9 @@ fn bad_headers_give_clear_errors() {
 
     // A tensor whose rows are not whole blocks.
     let mut w = GgufWriter::new();
-    assert!(w.add_tensor("x", &[1, 48], GgmlType::Q8_0, vec![0; 51]).is_err());
+    assert!(w
+        .add_tensor("x", &[1, 48], GgmlType::Q8_0, vec![0; 51])
+        .is_err());
 }
 
 // ------------------------------------------------------------------ synthetic tokenizers
@@ -289,7 +355,11 @@ fn tiny_bpe() -> GgufFile {
         }
         t
     };
-    let mut tokens: Vec<String> = vec!["<|endoftext|>".into(), "<|im_start|>".into(), "<|im_end|>".into()];
+    let mut tokens: Vec<String> = vec![
+        "<|endoftext|>".into(),
+        "<|im_start|>".into(),
+        "<|im_end|>".into(),
+    ];
     let mut types = vec![3i32, 3, 3];
     for &c in &table {
         tokens.push(c.to_string());
@@ -305,9 +375,18 @@ fn tiny_bpe() -> GgufFile {
     let mut w = GgufWriter::new();
     w.add("tokenizer.ggml.model", GgufValue::String("gpt2".into()));
     w.add("tokenizer.ggml.pre", GgufValue::String("smollm".into()));
-    w.add("tokenizer.ggml.tokens", GgufValue::Array(GgufArray::String(tokens)));
-    w.add("tokenizer.ggml.token_type", GgufValue::Array(GgufArray::I32(types)));
-    w.add("tokenizer.ggml.merges", GgufValue::Array(GgufArray::String(merges)));
+    w.add(
+        "tokenizer.ggml.tokens",
+        GgufValue::Array(GgufArray::String(tokens)),
+    );
+    w.add(
+        "tokenizer.ggml.token_type",
+        GgufValue::Array(GgufArray::I32(types)),
+    );
+    w.add(
+        "tokenizer.ggml.merges",
+        GgufValue::Array(GgufArray::String(merges)),
+    );
     w.add("tokenizer.ggml.bos_token_id", GgufValue::U32(1));
     w.add("tokenizer.ggml.eos_token_id", GgufValue::U32(2));
     w.add("tokenizer.ggml.add_bos_token", GgufValue::Bool(false));
@@ -329,14 +408,19 @@ fn byte_level_bpe_from_metadata() {
     let plain = t.encode_with("<|im_end|>", false, false).unwrap();
     assert!(plain.len() > 1 && !plain.contains(&2));
     assert!(t.is_eog(2) && t.eog_ids().contains(&0)); // <|endoftext|> ends generation too
-    // Multi-byte characters survive the byte-level round trip.
+                                                      // Multi-byte characters survive the byte-level round trip.
     let s = "héllo ▁ 日本";
     assert_eq!(t.decode(&t.encode(s, false).unwrap(), false).unwrap(), s);
 }
 
 fn tiny_spm(add_space_prefix: bool) -> GgufFile {
     // ▁ is U+2581. Scores decide merge order: "ab" (-1) beats "bc" (-2).
-    let mut tokens: Vec<String> = vec!["<pad>".into(), "<eos>".into(), "<bos>".into(), "<unk>".into()];
+    let mut tokens: Vec<String> = vec![
+        "<pad>".into(),
+        "<eos>".into(),
+        "<bos>".into(),
+        "<unk>".into(),
+    ];
     let mut types = vec![3i32, 3, 3, 2];
     let mut scores = vec![0.0f32; 4];
     for b in 0..=255u32 {
@@ -344,20 +428,49 @@ fn tiny_spm(add_space_prefix: bool) -> GgufFile {
         types.push(6);
         scores.push(0.0);
     }
-    for (t, s) in [("a", -10.0), ("b", -10.0), ("c", -10.0), ("▁", -10.0), ("ab", -1.0), ("bc", -2.0), ("abc", -3.0), ("▁a", -0.5), ("\n", 0.0), ("<start_of_turn>", 0.0)] {
+    for (t, s) in [
+        ("a", -10.0),
+        ("b", -10.0),
+        ("c", -10.0),
+        ("▁", -10.0),
+        ("ab", -1.0),
+        ("bc", -2.0),
+        ("abc", -3.0),
+        ("▁a", -0.5),
+        ("\n", 0.0),
+        ("<start_of_turn>", 0.0),
+    ] {
         tokens.push(t.into());
-        types.push(if t == "\n" { 4 } else if t.starts_with('<') { 3 } else { 1 });
+        types.push(if t == "\n" {
+            4
+        } else if t.starts_with('<') {
+            3
+        } else {
+            1
+        });
         scores.push(s);
     }
     let mut w = GgufWriter::new();
     w.add("tokenizer.ggml.model", GgufValue::String("llama".into()));
-    w.add("tokenizer.ggml.tokens", GgufValue::Array(GgufArray::String(tokens)));
-    w.add("tokenizer.ggml.scores", GgufValue::Array(GgufArray::F32(scores)));
-    w.add("tokenizer.ggml.token_type", GgufValue::Array(GgufArray::I32(types)));
+    w.add(
+        "tokenizer.ggml.tokens",
+        GgufValue::Array(GgufArray::String(tokens)),
+    );
+    w.add(
+        "tokenizer.ggml.scores",
+        GgufValue::Array(GgufArray::F32(scores)),
+    );
+    w.add(
+        "tokenizer.ggml.token_type",
+        GgufValue::Array(GgufArray::I32(types)),
+    );
     w.add("tokenizer.ggml.bos_token_id", GgufValue::U32(2));
     w.add("tokenizer.ggml.eos_token_id", GgufValue::U32(1));
     w.add("tokenizer.ggml.add_bos_token", GgufValue::Bool(true));
-    w.add("tokenizer.ggml.add_space_prefix", GgufValue::Bool(add_space_prefix));
+    w.add(
+        "tokenizer.ggml.add_space_prefix",
+        GgufValue::Bool(add_space_prefix),
+    );
     GgufFile::from_bytes(&w.to_bytes(), "tiny-spm.gguf").unwrap()
 }
 
@@ -409,10 +522,16 @@ fn tokenizer_metadata_errors_name_the_key() {
     w.add("tokenizer.ggml.model", GgufValue::String("bert".into()));
     let f = GgufFile::from_bytes(&w.to_bytes(), "t.gguf").unwrap();
     let e = GgufTokenizer::from_gguf(&f).unwrap_err().to_string();
-    assert!(e.contains("tokenizer.ggml.model") && e.contains("bert"), "{e}");
+    assert!(
+        e.contains("tokenizer.ggml.model") && e.contains("bert"),
+        "{e}"
+    );
     let mut w = GgufWriter::new();
     w.add("tokenizer.ggml.model", GgufValue::String("llama".into()));
-    w.add("tokenizer.ggml.tokens", GgufValue::Array(GgufArray::String(vec!["a".into()])));
+    w.add(
+        "tokenizer.ggml.tokens",
+        GgufValue::Array(GgufArray::String(vec!["a".into()])),
+    );
     let f = GgufFile::from_bytes(&w.to_bytes(), "t.gguf").unwrap();
     let e = GgufTokenizer::from_gguf(&f).unwrap_err().to_string();
     assert!(e.contains("tokenizer.ggml.scores"), "{e}");
@@ -434,7 +553,8 @@ struct Case {
 }
 
 fn reference(name: &str) -> Reference {
-    let text = std::fs::read_to_string(data_path(&format!("decoder_reference_{name}.json"))).unwrap();
+    let text =
+        std::fs::read_to_string(data_path(&format!("decoder_reference_{name}.json"))).unwrap();
     serde_json::from_str(&text).unwrap()
 }
 
@@ -449,25 +569,49 @@ fn check_real_file(name: &str, arch: &str, dtypes: &[GgmlType]) -> GgufFile {
     let mut want = dtypes.to_vec();
     want.sort_by_key(|t| t.id());
     assert_eq!(seen, want, "{name}: dtypes present");
-    eprintln!("{name}: GGUF v{}, {} keys, {} tensors", f.version(), f.metadata().len(), f.tensor_infos().len());
+    eprintln!(
+        "{name}: GGUF v{}, {} keys, {} tensors",
+        f.version(),
+        f.metadata().len(),
+        f.tensor_infos().len()
+    );
     for &dt in dtypes {
         let info = f.tensor_infos().iter().find(|t| t.dtype == dt).unwrap();
         let t = f.tensor(&info.name).unwrap();
         let v = t.dequantize().unwrap();
         assert_eq!(v.len(), info.numel());
-        assert!(v.iter().all(|x| x.is_finite()), "{name}: {} has non-finite values", info.name);
-        eprintln!("  {:<28} {:<5} shape {:?}", info.name, dt.name(), info.shape);
+        assert!(
+            v.iter().all(|x| x.is_finite()),
+            "{name}: {} has non-finite values",
+            info.name
+        );
+        eprintln!(
+            "  {:<28} {:<5} shape {:?}",
+            info.name,
+            dt.name(),
+            info.shape
+        );
         if info.shape.len() == 2 && info.rows() <= 4096 {
             let m = f.qmatrix(&info.name).unwrap();
-            let x: Vec<f32> = (0..m.cols()).map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0).collect();
+            let x: Vec<f32> = (0..m.cols())
+                .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
+                .collect();
             let y = m.matvec(&x).unwrap();
             let xq = quantize_activations(dt, &x).unwrap().dequantize();
             for r in (0..m.rows()).step_by(97) {
                 let w = &v[r * m.cols()..(r + 1) * m.cols()];
                 let exact: f64 = w.iter().zip(&xq).map(|(&a, &b)| a as f64 * b as f64).sum();
-                let scale: f64 = w.iter().zip(&xq).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum();
+                let scale: f64 = w
+                    .iter()
+                    .zip(&xq)
+                    .map(|(&a, &b)| (a as f64 * b as f64).abs())
+                    .sum();
                 // f32 rounding of the block sums (see tests/quant.rs): 1e-5 of Σ|w·xq|.
-                assert!((y[r] as f64 - exact).abs() <= 1e-5 * scale + 1e-6, "{name} {} row {r}", info.name);
+                assert!(
+                    (y[r] as f64 - exact).abs() <= 1e-5 * scale + 1e-6,
+                    "{name} {} row {r}",
+                    info.name
+                );
             }
         }
     }
@@ -481,16 +625,31 @@ fn check_tokenizer(f: &GgufFile, name: &str, kind: TokenizerKind) {
     // The JSON holds the prompts exactly as run; they are the lines of
     // decoder_prompts.txt, where a newline inside a prompt is written `\n`.
     let lines = std::fs::read_to_string(data_path("decoder_prompts.txt")).unwrap();
-    let prompts: Vec<String> = lines.lines().filter(|l| !l.is_empty()).map(|l| l.replace("\\n", "\n")).collect();
+    let prompts: Vec<String> = lines
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| l.replace("\\n", "\n"))
+        .collect();
     let cased: Vec<&str> = reference.cases.iter().map(|c| c.prompt.as_str()).collect();
-    assert_eq!(cased, prompts, "{name}: JSON prompts vs decoder_prompts.txt");
+    assert_eq!(
+        cased, prompts,
+        "{name}: JSON prompts vs decoder_prompts.txt"
+    );
     for case in &reference.cases {
         let ids = t.encode(&case.prompt, true).unwrap();
         assert_eq!(ids, case.prompt_ids, "{name}: prompt {:?}", case.prompt);
         // Round trip: decoding the prompt ids gives the prompt back (BOS hidden).
-        assert_eq!(t.decode(&ids, false).unwrap().trim_start_matches("<bos>"), case.prompt, "{name}");
+        assert_eq!(
+            t.decode(&ids, false).unwrap().trim_start_matches("<bos>"),
+            case.prompt,
+            "{name}"
+        );
         // The greedy continuation decodes to llama.cpp's text, also token by token.
-        assert_eq!(t.decode(&case.greedy_ids, true).unwrap(), case.greedy_text, "{name}: greedy text");
+        assert_eq!(
+            t.decode(&case.greedy_ids, true).unwrap(),
+            case.greedy_text,
+            "{name}: greedy text"
+        );
         let mut s = t.stream(true);
         let mut streamed = String::new();
         for &id in &case.greedy_ids {
@@ -503,10 +662,17 @@ fn check_tokenizer(f: &GgufFile, name: &str, kind: TokenizerKind) {
 
 #[test]
 fn smollm2_file_and_tokenizer() {
-    let f = check_real_file("smollm2", "llama", &[GgmlType::F32, GgmlType::Q4_1, GgmlType::Q8_0]);
+    let f = check_real_file(
+        "smollm2",
+        "llama",
+        &[GgmlType::F32, GgmlType::Q4_1, GgmlType::Q8_0],
+    );
     assert_eq!(f.get_u32("llama.block_count").unwrap(), 30);
     assert_eq!(f.get_u32("llama.embedding_length").unwrap(), 576);
-    assert_eq!(f.tensor_info("token_embd.weight").unwrap().shape, vec![49152, 576]);
+    assert_eq!(
+        f.tensor_info("token_embd.weight").unwrap().shape,
+        vec![49152, 576]
+    );
     check_tokenizer(&f, "smollm2", TokenizerKind::ByteLevelBpe);
     let t = GgufTokenizer::from_gguf(&f).unwrap();
     assert_eq!(t.encode("<|im_start|>", false).unwrap(), vec![1]);
@@ -519,7 +685,13 @@ fn gemma3_file_and_tokenizer() {
     let f = check_real_file(
         "gemma3",
         "gemma3",
-        &[GgmlType::F32, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K],
+        &[
+            GgmlType::F32,
+            GgmlType::Q5_0,
+            GgmlType::Q8_0,
+            GgmlType::Q4_K,
+            GgmlType::Q6_K,
+        ],
     );
     assert_eq!(f.get_u32("gemma3.block_count").unwrap(), 18);
     assert_eq!(f.get_u32("gemma3.attention.sliding_window").unwrap(), 512);

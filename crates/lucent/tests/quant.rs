@@ -35,7 +35,11 @@ fn block_sizes_match_ggml() {
         (GgmlType::Q6_K, 14, 256, 210),
     ];
     for (t, id, bl, bb) in expect {
-        assert_eq!((t.id(), t.block_len(), t.block_bytes()), (id, bl, bb), "{t}");
+        assert_eq!(
+            (t.id(), t.block_len(), t.block_bytes()),
+            (id, bl, bb),
+            "{t}"
+        );
         assert_eq!(GgmlType::from_id(id), Some(t));
     }
     assert_eq!(GgmlType::from_id(10), None); // Q2_K: not read
@@ -49,7 +53,12 @@ fn float_types_widen_exactly() {
     assert_eq!(y, [1.0, -2.0]);
     dequantize(GgmlType::BF16, &[0x80, 0x3F, 0x00, 0xC0], &mut y).unwrap();
     assert_eq!(y, [1.0, -2.0]);
-    dequantize(GgmlType::F32, &[0.5f32.to_le_bytes(), (-3.25f32).to_le_bytes()].concat(), &mut y).unwrap();
+    dequantize(
+        GgmlType::F32,
+        &[0.5f32.to_le_bytes(), (-3.25f32).to_le_bytes()].concat(),
+        &mut y,
+    )
+    .unwrap();
     assert_eq!(y, [0.5, -3.25]);
 }
 
@@ -61,7 +70,10 @@ fn q4_0_block_by_definition() {
     b[2] = 0x2F;
     b[2 + 15] = 0x80;
     let y = deq(GgmlType::Q4_0, &b);
-    assert_eq!((y[0], y[16], y[15], y[31], y[1]), (3.5, -3.0, -4.0, 0.0, 0.0));
+    assert_eq!(
+        (y[0], y[16], y[15], y[31], y[1]),
+        (3.5, -3.0, -4.0, 0.0, 0.0)
+    );
 }
 
 #[test]
@@ -84,7 +96,10 @@ fn q5_0_block_by_definition() {
     b[6] = 0x21;
     b[6 + 1] = 0xFF;
     let y = deq(GgmlType::Q5_0, &b);
-    assert_eq!((y[0], y[16], y[5], y[21], y[1], y[17]), (1.0, 2.0, 0.0, -16.0, -1.0, -1.0));
+    assert_eq!(
+        (y[0], y[16], y[5], y[21], y[1], y[17]),
+        (1.0, 2.0, 0.0, -16.0, -1.0, -1.0)
+    );
 }
 
 #[test]
@@ -177,7 +192,11 @@ fn random_row(t: GgmlType, n: usize, rng: &mut StdRng) -> Vec<u8> {
         match t {
             GgmlType::F32 => blk.copy_from_slice(&rng.random_range(-1.0f32..1.0).to_le_bytes()),
             GgmlType::F16 => blk.copy_from_slice(&sc(rng)),
-            GgmlType::BF16 => blk.copy_from_slice(&half::bf16::from_f32(rng.random_range(-1.0..1.0)).to_bits().to_le_bytes()),
+            GgmlType::BF16 => blk.copy_from_slice(
+                &half::bf16::from_f32(rng.random_range(-1.0..1.0))
+                    .to_bits()
+                    .to_le_bytes(),
+            ),
             GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => blk[0..2].copy_from_slice(&sc(rng)),
             GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => {
                 blk[0..2].copy_from_slice(&sc(rng));
@@ -196,7 +215,10 @@ fn dot64(a: &[f32], b: &[f32]) -> f64 {
 
 /// Σ |a·b| in f64 (the scale of the rounding error of a sum of these products).
 fn abs_dot64(a: &[f32], b: &[f32]) -> f64 {
-    a.iter().zip(b).map(|(&x, &y)| (x as f64 * y as f64).abs()).sum()
+    a.iter()
+        .zip(b)
+        .map(|(&x, &y)| (x as f64 * y as f64).abs())
+        .sum()
 }
 
 #[test]
@@ -217,10 +239,19 @@ fn quantised_dots_equal_dequantise_then_dot() {
                 //    rounding of block sums: within 1e-5 of Σ|w·xq|.
                 let exact = dot64(&w, &xq);
                 let scale = abs_dot64(&w, &xq) + 1e-6;
-                assert!((fast - exact).abs() <= 1e-5 * scale, "{t} n={n}: fast {fast} vs {exact}");
-                assert!((slow - exact).abs() <= 1e-5 * scale, "{t} n={n}: twin {slow} vs {exact}");
+                assert!(
+                    (fast - exact).abs() <= 1e-5 * scale,
+                    "{t} n={n}: fast {fast} vs {exact}"
+                );
+                assert!(
+                    (slow - exact).abs() <= 1e-5 * scale,
+                    "{t} n={n}: twin {slow} vs {exact}"
+                );
                 // 2. SIMD equals the scalar twin to the same rounding bound.
-                assert!((fast - slow).abs() <= 1e-5 * scale, "{t} n={n}: simd {fast} vs twin {slow}");
+                assert!(
+                    (fast - slow).abs() <= 1e-5 * scale,
+                    "{t} n={n}: simd {fast} vs twin {slow}"
+                );
                 // 3. Against the f32 activations: each x is rounded to the nearest multiple of
                 //    its block's dx, so |error| ≤ Σ|w_i|·dx_i/2 (+ the rounding bound above).
                 let block = match t.activation_kind() {
@@ -231,11 +262,17 @@ fn quantised_dots_equal_dequantise_then_dot() {
                 let bound: f64 = if block == 0 {
                     0.0
                 } else {
-                    w.iter().enumerate().map(|(i, wi)| wi.abs() as f64 * a.d[i / block] as f64 / 2.0).sum()
+                    w.iter()
+                        .enumerate()
+                        .map(|(i, wi)| wi.abs() as f64 * a.d[i / block] as f64 / 2.0)
+                        .sum()
                 };
                 let truth = dot64(&w, &x);
                 let tol = bound * (1.0 + 1e-6) + 1e-5 * (abs_dot64(&w, &x) + 1e-6);
-                assert!((fast - truth).abs() <= tol, "{t} n={n}: {fast} vs f32 dot {truth}, bound {tol}");
+                assert!(
+                    (fast - truth).abs() <= tol,
+                    "{t} n={n}: {fast} vs f32 dot {truth}, bound {tol}"
+                );
             }
         }
     }
@@ -258,7 +295,9 @@ fn qmatrix_matvec_and_prefill_on_awkward_shapes() {
     // (rows, cols): single row, odd counts, and one large enough to take the threaded path.
     for t in GgmlType::ALL {
         for &(rows, cols) in &[(1usize, 256usize), (3, 512), (17, 256), (1000, 512)] {
-            let bytes: Vec<u8> = (0..rows).flat_map(|_| random_row(t, cols, &mut rng)).collect();
+            let bytes: Vec<u8> = (0..rows)
+                .flat_map(|_| random_row(t, cols, &mut rng))
+                .collect();
             let m = QMatrix::from_vec(t, rows, cols, bytes).unwrap();
             let x: Vec<f32> = (0..cols).map(|_| rng.random_range(-1.0f32..1.0)).collect();
             let y = m.matvec(&x).unwrap();
@@ -268,12 +307,17 @@ fn qmatrix_matvec_and_prefill_on_awkward_shapes() {
             for i in 0..rows {
                 let wi = &w[i * cols..(i + 1) * cols];
                 let scale = abs_dot64(wi, &a) + 1e-6;
-                assert!(((y[i] - yr[i]) as f64).abs() <= 1e-5 * scale, "{t} {rows}×{cols} row {i}");
+                assert!(
+                    ((y[i] - yr[i]) as f64).abs() <= 1e-5 * scale,
+                    "{t} {rows}×{cols} row {i}"
+                );
             }
             // Prefill: X (t, cols) · Wᵀ through dequantised tiles and the GEMM, against
             // the f64 three-loop product of the dequantised weights (f32 GEMM rounding: 1e-5 relative).
             for &tk in &[1usize, 5] {
-                let xs: Vec<f32> = (0..tk * cols).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+                let xs: Vec<f32> = (0..tk * cols)
+                    .map(|_| rng.random_range(-1.0f32..1.0))
+                    .collect();
                 let ys = m.matmul_t(&xs, tk).unwrap();
                 for r in 0..tk {
                     for i in 0..rows {
@@ -281,7 +325,10 @@ fn qmatrix_matvec_and_prefill_on_awkward_shapes() {
                         let wi = &w[i * cols..(i + 1) * cols];
                         let e = dot64(xr, wi);
                         let scale = abs_dot64(xr, wi) + 1e-6;
-                        assert!((ys[r * rows + i] as f64 - e).abs() <= 1e-5 * scale, "{t} prefill {r},{i}");
+                        assert!(
+                            (ys[r * rows + i] as f64 - e).abs() <= 1e-5 * scale,
+                            "{t} prefill {r},{i}"
+                        );
                     }
                 }
             }

@@ -245,7 +245,10 @@ impl GgufArray {
             GgufArray::I16(v) => v.iter().map(|&x| x as i64).collect(),
             GgufArray::U32(v) => v.iter().map(|&x| x as i64).collect(),
             GgufArray::I32(v) => v.iter().map(|&x| x as i64).collect(),
-            GgufArray::U64(v) => v.iter().map(|&x| i64::try_from(x).ok()).collect::<Option<Vec<_>>>()?,
+            GgufArray::U64(v) => v
+                .iter()
+                .map(|&x| i64::try_from(x).ok())
+                .collect::<Option<Vec<_>>>()?,
             GgufArray::I64(v) => v.clone(),
             _ => return None,
         })
@@ -459,7 +462,8 @@ impl<'a> Reader<'a> {
     fn strict_string(&mut self, what: &str) -> Result<String> {
         let at = self.pos;
         let b = self.str_bytes(what)?;
-        String::from_utf8(b.to_vec()).map_err(|_| self.err(format!("{what} at offset {at} is not valid UTF-8")))
+        String::from_utf8(b.to_vec())
+            .map_err(|_| self.err(format!("{what} at offset {at} is not valid UTF-8")))
     }
 
     /// A count of items that each take at least `min` bytes; errors if they cannot fit.
@@ -480,8 +484,11 @@ impl<'a> Reader<'a> {
     fn value_type(&mut self, key: &str) -> Result<GgufValueType> {
         let at = self.pos;
         let c = self.u32(key)?;
-        GgufValueType::from_code(c)
-            .ok_or_else(|| self.err(format!("metadata '{key}': unknown value type {c} at offset {at}")))
+        GgufValueType::from_code(c).ok_or_else(|| {
+            self.err(format!(
+                "metadata '{key}': unknown value type {c} at offset {at}"
+            ))
+        })
     }
 
     fn value(&mut self, t: GgufValueType, key: &str, depth: usize) -> Result<GgufValue> {
@@ -500,18 +507,24 @@ impl<'a> Reader<'a> {
             T::Bool => {
                 let b = self.arr::<1>(key)?[0];
                 if b > 1 {
-                    return Err(self.err(format!("metadata '{key}': bool byte is {b}, expected 0 or 1")));
+                    return Err(self.err(format!(
+                        "metadata '{key}': bool byte is {b}, expected 0 or 1"
+                    )));
                 }
                 GgufValue::Bool(b == 1)
             }
-            T::String => GgufValue::String(String::from_utf8_lossy(self.str_bytes(key)?).into_owned()),
+            T::String => {
+                GgufValue::String(String::from_utf8_lossy(self.str_bytes(key)?).into_owned())
+            }
             T::Array => GgufValue::Array(self.array(key, depth)?),
         })
     }
 
     fn array(&mut self, key: &str, depth: usize) -> Result<GgufArray> {
         if depth >= MAX_ARRAY_DEPTH {
-            return Err(self.err(format!("metadata '{key}': arrays nest deeper than {MAX_ARRAY_DEPTH}")));
+            return Err(self.err(format!(
+                "metadata '{key}': arrays nest deeper than {MAX_ARRAY_DEPTH}"
+            )));
         }
         let et = self.value_type(key)?;
         let n = self.count(et.min_size(), &format!("length of array '{key}'"))?;
@@ -540,7 +553,9 @@ impl<'a> Reader<'a> {
             T::Bool => {
                 let raw = self.take(n, key)?;
                 if let Some(b) = raw.iter().find(|&&b| b > 1) {
-                    return Err(self.err(format!("metadata '{key}': bool byte is {b}, expected 0 or 1")));
+                    return Err(self.err(format!(
+                        "metadata '{key}': bool byte is {b}, expected 0 or 1"
+                    )));
                 }
                 GgufArray::Bool(raw.iter().map(|&b| b == 1).collect())
             }
@@ -571,7 +586,9 @@ impl GgufFile {
         if len < 24 {
             return Err(Error::format(
                 &path,
-                format!("only {len} bytes: too short to be a GGUF file (the header alone is 24 bytes)"),
+                format!(
+                    "only {len} bytes: too short to be a GGUF file (the header alone is 24 bytes)"
+                ),
             ));
         }
         // SAFETY: the map is read-only; lucent never writes to model files while open.
@@ -586,7 +603,10 @@ impl GgufFile {
         if bytes.len() < 24 {
             return Err(Error::format(
                 &path,
-                format!("only {} bytes: too short to be a GGUF file (the header alone is 24 bytes)", bytes.len()),
+                format!(
+                    "only {} bytes: too short to be a GGUF file (the header alone is 24 bytes)",
+                    bytes.len()
+                ),
             ));
         }
         let mut m = memmap2::MmapMut::map_anon(bytes.len()).map_err(|e| Error::io(&path, e))?;
@@ -655,7 +675,9 @@ impl GgufFile {
             let name = r.strict_string(&format!("name of tensor #{i}"))?;
             let n_dims = r.u32(&name)? as usize;
             if n_dims > MAX_DIMS {
-                return Err(r.err(format!("tensor '{name}' has {n_dims} dimensions; ggml tensors have at most {MAX_DIMS}")));
+                return Err(r.err(format!(
+                    "tensor '{name}' has {n_dims} dimensions; ggml tensors have at most {MAX_DIMS}"
+                )));
             }
             let mut dims = Vec::with_capacity(n_dims);
             for _ in 0..n_dims {
@@ -693,7 +715,12 @@ impl GgufFile {
                 dtype,
                 offset,
             } = t;
-            let fail = |msg: String| Error::format(&path, format!("tensor '{name}' ({dtype}, ne {dims:?}): {msg}"));
+            let fail = |msg: String| {
+                Error::format(
+                    &path,
+                    format!("tensor '{name}' ({dtype}, ne {dims:?}): {msg}"),
+                )
+            };
             if offset % alignment as u64 != 0 {
                 return Err(fail(format!(
                     "data offset {offset} is not a multiple of the alignment {alignment}; the file is corrupt"
@@ -712,13 +739,20 @@ impl GgufFile {
                 0
             } else {
                 let rb = dtype.row_bytes(cols).map_err(|e| fail(e.to_string()))?;
-                rb.checked_mul(numel / cols).ok_or_else(|| fail("too many bytes".into()))?
+                rb.checked_mul(numel / cols)
+                    .ok_or_else(|| fail("too many bytes".into()))?
             };
             let start = usize::try_from(offset)
                 .ok()
                 .and_then(|o| o.checked_add(data_start))
-                .ok_or_else(|| fail(format!("offset {offset} is past the end of the file ({file_len} bytes)")))?;
-            let end = start.checked_add(len).ok_or_else(|| fail("too many bytes".into()))?;
+                .ok_or_else(|| {
+                    fail(format!(
+                        "offset {offset} is past the end of the file ({file_len} bytes)"
+                    ))
+                })?;
+            let end = start
+                .checked_add(len)
+                .ok_or_else(|| fail("too many bytes".into()))?;
             if end > file_len {
                 return Err(fail(format!(
                     "its data runs from byte {start} to {end}, past the end of the file ({file_len} bytes); \
@@ -726,7 +760,10 @@ impl GgufFile {
                 )));
             }
             if tensor_index.insert(name.clone(), tensors.len()).is_some() {
-                return Err(Error::format(&path, format!("tensor '{name}' appears twice in the tensor table")));
+                return Err(Error::format(
+                    &path,
+                    format!("tensor '{name}' appears twice in the tensor table"),
+                ));
             }
             tensors.push(GgufTensorInfo {
                 name,
@@ -810,7 +847,10 @@ impl GgufFile {
     }
 
     fn wrong(&self, key: &str, v: &GgufValue, want: &str) -> Error {
-        Error::format(&self.path, format!("metadata key '{key}' is {}, expected {want}", v.describe()))
+        Error::format(
+            &self.path,
+            format!("metadata key '{key}' is {}, expected {want}", v.describe()),
+        )
     }
 
     fn need(&self, key: &str) -> Result<&GgufValue> {
@@ -1035,7 +1075,8 @@ impl GgufWriter {
     pub fn alignment(mut self, a: u32) -> GgufWriter {
         self.alignment = a as usize;
         self.metadata.retain(|(k, _)| k != "general.alignment");
-        self.metadata.push(("general.alignment".into(), GgufValue::U32(a)));
+        self.metadata
+            .push(("general.alignment".into(), GgufValue::U32(a)));
         self
     }
 
@@ -1046,22 +1087,38 @@ impl GgufWriter {
     }
 
     /// Add a tensor of lucent `shape` (outermost first) whose `bytes` are whole blocks of `dtype`.
-    pub fn add_tensor(&mut self, name: &str, shape: &[usize], dtype: GgmlType, bytes: Vec<u8>) -> Result<&mut GgufWriter> {
+    pub fn add_tensor(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+        dtype: GgmlType,
+        bytes: Vec<u8>,
+    ) -> Result<&mut GgufWriter> {
         let numel: usize = shape.iter().product();
         let cols = shape.last().copied().unwrap_or(1);
-        let need = if numel == 0 { 0 } else { dtype.row_bytes(cols)? * (numel / cols) };
+        let need = if numel == 0 {
+            0
+        } else {
+            dtype.row_bytes(cols)? * (numel / cols)
+        };
         if bytes.len() != need {
             return Err(Error::Shape(format!(
                 "GgufWriter: tensor '{name}' {shape:?} of {dtype} needs {need} bytes, got {}",
                 bytes.len()
             )));
         }
-        self.tensors.push((name.to_string(), shape.to_vec(), dtype, bytes));
+        self.tensors
+            .push((name.to_string(), shape.to_vec(), dtype, bytes));
         Ok(self)
     }
 
     /// Add an f32 tensor.
-    pub fn add_f32(&mut self, name: &str, shape: &[usize], data: &[f32]) -> Result<&mut GgufWriter> {
+    pub fn add_f32(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+        data: &[f32],
+    ) -> Result<&mut GgufWriter> {
         let bytes = data.iter().flat_map(|v| v.to_le_bytes()).collect();
         self.add_tensor(name, shape, GgmlType::F32, bytes)
     }

@@ -115,7 +115,12 @@ pub struct GgufTokenizer {
 
 impl std::fmt::Debug for GgufTokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "GgufTokenizer({:?}, {} tokens)", self.kind, self.tokens.len())
+        write!(
+            f,
+            "GgufTokenizer({:?}, {} tokens)",
+            self.kind,
+            self.tokens.len()
+        )
     }
 }
 
@@ -161,26 +166,39 @@ impl GgufTokenizer {
             return Err(tok_err(f, format!("tokenizer.ggml.tokens has {n} entries")));
         }
         let types: Vec<TokenType> = match f.get("tokenizer.ggml.token_type") {
-            Some(_) => f.get_int_array("tokenizer.ggml.token_type")?.into_iter().map(TokenType::from_code).collect(),
+            Some(_) => f
+                .get_int_array("tokenizer.ggml.token_type")?
+                .into_iter()
+                .map(TokenType::from_code)
+                .collect(),
             None => vec![TokenType::Normal; n],
         };
         if types.len() != n {
             return Err(tok_err(
                 f,
-                format!("tokenizer.ggml.token_type has {} entries but there are {n} tokens", types.len()),
+                format!(
+                    "tokenizer.ggml.token_type has {} entries but there are {n} tokens",
+                    types.len()
+                ),
             ));
         }
         let scores = match f.get("tokenizer.ggml.scores") {
             Some(_) => f.get_f32_array("tokenizer.ggml.scores")?.to_vec(),
             None if kind == TokenizerKind::SentencePiece => {
-                return Err(tok_err(f, "tokenizer.ggml.scores is missing; a SentencePiece vocabulary needs scores"))
+                return Err(tok_err(
+                    f,
+                    "tokenizer.ggml.scores is missing; a SentencePiece vocabulary needs scores",
+                ))
             }
             None => vec![0.0; n],
         };
         if scores.len() != n {
             return Err(tok_err(
                 f,
-                format!("tokenizer.ggml.scores has {} entries but there are {n} tokens", scores.len()),
+                format!(
+                    "tokenizer.ggml.scores has {} entries but there are {n} tokens",
+                    scores.len()
+                ),
             ));
         }
         let mut ids = HashMap::with_capacity(n);
@@ -190,7 +208,10 @@ impl GgufTokenizer {
         let id_key = |key: &str| -> Result<Option<u32>> {
             match f.opt_u32(key)? {
                 Some(id) if (id as usize) < n => Ok(Some(id)),
-                Some(id) => Err(tok_err(f, format!("{key} = {id} is outside the vocabulary of {n} tokens"))),
+                Some(id) => Err(tok_err(
+                    f,
+                    format!("{key} = {id} is outside the vocabulary of {n} tokens"),
+                )),
                 None => Ok(None),
             }
         };
@@ -199,7 +220,9 @@ impl GgufTokenizer {
         let unk = id_key("tokenizer.ggml.unknown_token_id")?;
         let eot = id_key("tokenizer.ggml.eot_token_id")?;
         let eom = id_key("tokenizer.ggml.eom_token_id")?;
-        let add_bos = f.opt_bool("tokenizer.ggml.add_bos_token")?.unwrap_or(kind == TokenizerKind::SentencePiece);
+        let add_bos = f
+            .opt_bool("tokenizer.ggml.add_bos_token")?
+            .unwrap_or(kind == TokenizerKind::SentencePiece);
         let add_eos = f.opt_bool("tokenizer.ggml.add_eos_token")?.unwrap_or(false);
         let add_space_prefix = f
             .opt_bool("tokenizer.ggml.add_space_prefix")?
@@ -217,7 +240,9 @@ impl GgufTokenizer {
         let mut specials: Vec<(String, u32)> = tokens
             .iter()
             .enumerate()
-            .filter(|(i, t)| matches!(types[*i], TokenType::Control | TokenType::UserDefined) && !t.is_empty())
+            .filter(|(i, t)| {
+                matches!(types[*i], TokenType::Control | TokenType::UserDefined) && !t.is_empty()
+            })
             .map(|(i, t)| (t.clone(), i as u32))
             .collect();
         // Longest first (then by id), the order in which llama.cpp carves them out.
@@ -236,7 +261,11 @@ impl GgufTokenizer {
             *slot = ids.get(&format!("<0x{b:02X}>")).copied();
         }
         let table = byte_to_unicode();
-        let unicode_to_byte = table.iter().enumerate().map(|(b, &c)| (c, b as u8)).collect();
+        let unicode_to_byte = table
+            .iter()
+            .enumerate()
+            .map(|(b, &c)| (c, b as u8))
+            .collect();
 
         let bpe = if kind == TokenizerKind::ByteLevelBpe {
             Some(build_bpe(f, &tokens)?)
@@ -329,7 +358,12 @@ impl GgufTokenizer {
 
     /// Like [`GgufTokenizer::encode`], choosing whether special-token text in `text` is
     /// parsed as special tokens (`parse_special`) or tokenised as plain text.
-    pub fn encode_with(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>> {
+    pub fn encode_with(
+        &self,
+        text: &str,
+        add_special: bool,
+        parse_special: bool,
+    ) -> Result<Vec<u32>> {
         let mut out = Vec::new();
         if add_special && self.add_bos {
             if let Some(b) = self.bos {
@@ -502,13 +536,20 @@ impl GgufTokenizer {
     /// `skip_special`. Errors if `id` is outside the vocabulary.
     pub fn token_bytes(&self, id: u32, skip_special: bool) -> Result<Vec<u8>> {
         let text = self.tokens.get(id as usize).ok_or_else(|| {
-            Error::Tokenizer(format!("token id {id} is outside the vocabulary of {} tokens", self.tokens.len()))
+            Error::Tokenizer(format!(
+                "token id {id} is outside the vocabulary of {} tokens",
+                self.tokens.len()
+            ))
         })?;
         let ty = self.types[id as usize];
         Ok(match ty {
-            TokenType::Control | TokenType::Unused | TokenType::Unknown if skip_special => Vec::new(),
+            TokenType::Control | TokenType::Unused | TokenType::Unknown if skip_special => {
+                Vec::new()
+            }
             TokenType::Control | TokenType::Unused => text.as_bytes().to_vec(),
-            TokenType::Unknown if self.kind == TokenizerKind::SentencePiece => "\u{2585}".as_bytes().to_vec(),
+            TokenType::Unknown if self.kind == TokenizerKind::SentencePiece => {
+                "\u{2585}".as_bytes().to_vec()
+            }
             TokenType::Byte if self.kind == TokenizerKind::SentencePiece => {
                 match u8::from_str_radix(text.trim_start_matches("<0x").trim_end_matches('>'), 16) {
                     Ok(b) => vec![b],
@@ -603,11 +644,20 @@ fn build_bpe(f: &GgufFile, tokens: &[String]) -> Result<tokenizers::Tokenizer> {
     let mut merges = Vec::with_capacity(merges_raw.len());
     for (i, m) in merges_raw.iter().enumerate() {
         let (a, b) = m.split_once(' ').ok_or_else(|| {
-            tok_err(f, format!("tokenizer.ggml.merges[{i}] = {m:?} is not two tokens separated by a space"))
+            tok_err(
+                f,
+                format!(
+                    "tokenizer.ggml.merges[{i}] = {m:?} is not two tokens separated by a space"
+                ),
+            )
         })?;
         merges.push((a.to_string(), b.to_string()));
     }
-    let vocab: tokenizers::models::bpe::Vocab = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
+    let vocab: tokenizers::models::bpe::Vocab = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.clone(), i as u32))
+        .collect();
     let model = BPE::builder()
         .vocab_and_merges(vocab, merges)
         .build()

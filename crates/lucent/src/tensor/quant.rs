@@ -132,7 +132,9 @@ impl GgmlType {
     pub fn block_len(self) -> usize {
         match self {
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 1,
-            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => QK,
+            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => {
+                QK
+            }
             GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => QK_K,
         }
     }
@@ -163,16 +165,18 @@ impl GgmlType {
                 self.name()
             )));
         }
-        (n / b)
-            .checked_mul(self.block_bytes())
-            .ok_or_else(|| Error::Shape(format!("a {} row of {n} numbers is too large", self.name())))
+        (n / b).checked_mul(self.block_bytes()).ok_or_else(|| {
+            Error::Shape(format!("a {} row of {n} numbers is too large", self.name()))
+        })
     }
 
     /// How activations are quantised for a dot product with a row of this type.
     pub fn activation_kind(self) -> ActKind {
         match self {
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => ActKind::F32,
-            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => ActKind::Q8_0,
+            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => {
+                ActKind::Q8_0
+            }
             GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => ActKind::Q8_K,
         }
     }
@@ -236,7 +240,10 @@ pub fn k_scale_min(j: usize, s: &[u8]) -> (u8, u8) {
     if j < 4 {
         (s[j] & 63, s[j + 4] & 63)
     } else {
-        ((s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4), (s[j + 4] >> 4) | ((s[j] >> 6) << 4))
+        (
+            (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4),
+            (s[j + 4] >> 4) | ((s[j] >> 6) << 4),
+        )
     }
 }
 
@@ -343,7 +350,11 @@ fn dequantize_block(dtype: GgmlType, b: &[u8], y: &mut [f32]) {
                 let ml = dmin * mn as f32;
                 let chunk = &qs[32 * (j / 2)..32 * (j / 2) + 32];
                 for l in 0..32 {
-                    let mut q = if j % 2 == 0 { chunk[l] & 0x0F } else { chunk[l] >> 4 };
+                    let mut q = if j % 2 == 0 {
+                        chunk[l] & 0x0F
+                    } else {
+                        chunk[l] >> 4
+                    };
                     if dtype == GgmlType::Q5_K {
                         q |= ((qh[l] >> j) & 1) << 4;
                     }
@@ -417,7 +428,11 @@ impl QuantizedActs {
             ActKind::F32 => self.f32s.clone(),
             ActKind::Q8_0 | ActKind::Q8_K => {
                 let b = if self.kind == ActKind::Q8_0 { QK } else { QK_K };
-                self.qs.iter().enumerate().map(|(i, &q)| self.d[i / b] * q as f32).collect()
+                self.qs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &q)| self.d[i / b] * q as f32)
+                    .collect()
             }
         }
     }
@@ -465,7 +480,9 @@ pub fn quantize_activations(dtype: GgmlType, x: &[f32]) -> Result<QuantizedActs>
         }
         a.d.push(d);
         match kind {
-            ActKind::Q8_0 => a.sum.push(d * qb.iter().map(|&q| q as i32).sum::<i32>() as f32),
+            ActKind::Q8_0 => a
+                .sum
+                .push(d * qb.iter().map(|&q| q as i32).sum::<i32>() as f32),
             ActKind::Q8_K => {
                 for g in qb.chunks_exact(16) {
                     a.bsums.push(g.iter().map(|&q| q as i32).sum());
@@ -598,7 +615,12 @@ pub mod reference {
     fn dot_q4_1(row: &[u8], a: &QuantizedActs) -> f32 {
         let mut acc = 0.0f32;
         for (i, b) in row.chunks_exact(20).enumerate() {
-            let (d, m, qs, xq) = (f16_at(b, 0), f16_at(b, 2), &b[4..20], &a.qs[32 * i..32 * i + 32]);
+            let (d, m, qs, xq) = (
+                f16_at(b, 0),
+                f16_at(b, 2),
+                &b[4..20],
+                &a.qs[32 * i..32 * i + 32],
+            );
             let mut s = 0i32;
             for j in 0..16 {
                 s += (qs[j] & 0x0F) as i32 * xq[j] as i32;
@@ -613,7 +635,12 @@ pub mod reference {
     fn dot_q5_0(row: &[u8], a: &QuantizedActs) -> f32 {
         let mut acc = 0.0f32;
         for (i, b) in row.chunks_exact(22).enumerate() {
-            let (d, qh, qs, xq) = (f16_at(b, 0), u32_at(b, 2), &b[6..22], &a.qs[32 * i..32 * i + 32]);
+            let (d, qh, qs, xq) = (
+                f16_at(b, 0),
+                u32_at(b, 2),
+                &b[6..22],
+                &a.qs[32 * i..32 * i + 32],
+            );
             let mut s = 0i32;
             for j in 0..16 {
                 let h0 = (((qh >> j) & 1) << 4) as i32;
@@ -649,7 +676,9 @@ pub mod reference {
         let mut acc = 0.0f32;
         for (i, b) in row.chunks_exact(34).enumerate() {
             let xq = &a.qs[32 * i..32 * i + 32];
-            let s: i32 = (0..32).map(|j| (b[2 + j] as i8) as i32 * xq[j] as i32).sum();
+            let s: i32 = (0..32)
+                .map(|j| (b[2 + j] as i8) as i32 * xq[j] as i32)
+                .sum();
             acc += f16_at(b, 0) * a.d[i] * s as f32;
         }
         acc
@@ -661,7 +690,11 @@ pub mod reference {
         let mut acc = 0.0f32;
         for (i, b) in row.chunks_exact(bb).enumerate() {
             let (d, dmin, scales) = (f16_at(b, 0), f16_at(b, 2), &b[4..16]);
-            let (qh, qs): (&[u8], &[u8]) = if five { (&b[16..48], &b[48..176]) } else { (&[], &b[16..144]) };
+            let (qh, qs): (&[u8], &[u8]) = if five {
+                (&b[16..48], &b[48..176])
+            } else {
+                (&[], &b[16..144])
+            };
             let xq = &a.qs[256 * i..256 * i + 256];
             let (mut sumi, mut summ) = (0i32, 0i32);
             for j in 0..8 {
@@ -669,7 +702,11 @@ pub mod reference {
                 let chunk = &qs[32 * (j / 2)..32 * (j / 2) + 32];
                 let mut s = 0i32;
                 for l in 0..32 {
-                    let mut q = if j % 2 == 0 { chunk[l] & 0x0F } else { chunk[l] >> 4 };
+                    let mut q = if j % 2 == 0 {
+                        chunk[l] & 0x0F
+                    } else {
+                        chunk[l] >> 4
+                    };
                     if five {
                         q |= ((qh[l] >> j) & 1) << 4;
                     }
@@ -761,7 +798,10 @@ mod avx2 {
             }
             i += 32;
         }
-        let mut s = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+        let mut s = hsum_ps(_mm256_add_ps(
+            _mm256_add_ps(acc[0], acc[1]),
+            _mm256_add_ps(acc[2], acc[3]),
+        ));
         while i < n {
             s += std::ptr::read_unaligned(w.add(i)) * x[i];
             i += 1;
@@ -800,7 +840,10 @@ mod avx2 {
     unsafe fn nibbles32(p: *const u8) -> __m256i {
         let b = _mm_loadu_si128(p as *const __m128i);
         let m4 = _mm_set1_epi8(0x0F);
-        _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m4), _mm_and_si128(b, m4))
+        _mm256_set_m128i(
+            _mm_and_si128(_mm_srli_epi16(b, 4), m4),
+            _mm_and_si128(b, m4),
+        )
     }
 
     /// 32 bits → 32 bytes, byte i = 0x10 if bit i is set (the fifth bit of number i).
@@ -809,7 +852,8 @@ mod avx2 {
     unsafe fn fifth_bits(qh: u32) -> __m256i {
         let v = _mm256_set1_epi32(qh as i32);
         let shuf = _mm256_setr_epi8(
-            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3,
+            3, 3, 3,
         );
         let bytes = _mm256_shuffle_epi8(v, shuf);
         let mask = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
@@ -858,7 +902,10 @@ mod avx2 {
         for i in 0..a.d.len() {
             let b = row.as_ptr().add(22 * i);
             let qh = u32::from_le_bytes([*b.add(2), *b.add(3), *b.add(4), *b.add(5)]);
-            let w = _mm256_sub_epi8(_mm256_or_si256(nibbles32(b.add(6)), fifth_bits(qh)), sixteen);
+            let w = _mm256_sub_epi8(
+                _mm256_or_si256(nibbles32(b.add(6)), fifth_bits(qh)),
+                sixteen,
+            );
             let x = _mm256_loadu_si256(a.qs.as_ptr().add(32 * i) as *const __m256i);
             let s = _mm256_cvtepi32_ps(mul_sum_i8(w, x));
             acc = _mm256_fmadd_ps(_mm256_set1_ps(f16p(b) * a.d[i]), s, acc);
@@ -907,7 +954,11 @@ mod avx2 {
             let blk = &row[bb * i..bb * (i + 1)];
             let (d, dmin) = (f16_at(blk, 0), f16_at(blk, 2));
             let scales = &blk[4..16];
-            let qs = if five { blk.as_ptr().add(48) } else { blk.as_ptr().add(16) };
+            let qs = if five {
+                blk.as_ptr().add(48)
+            } else {
+                blk.as_ptr().add(16)
+            };
             let qh = if five {
                 _mm256_loadu_si256(blk.as_ptr().add(16) as *const __m256i)
             } else {
@@ -925,15 +976,23 @@ mod avx2 {
                 let mut lo = _mm256_and_si256(qb, m4);
                 let mut hi = _mm256_and_si256(_mm256_srli_epi16(qb, 4), m4);
                 if five {
-                    let h0 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * c as i32)), one);
-                    let h1 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * c as i32 + 1)), one);
+                    let h0 = _mm256_and_si256(
+                        _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * c as i32)),
+                        one,
+                    );
+                    let h1 = _mm256_and_si256(
+                        _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * c as i32 + 1)),
+                        one,
+                    );
                     lo = _mm256_or_si256(lo, _mm256_slli_epi16(h0, 4));
                     hi = _mm256_or_si256(hi, _mm256_slli_epi16(h1, 4));
                 }
                 let xl = _mm256_loadu_si256(xq.add(64 * c) as *const __m256i);
                 let xh = _mm256_loadu_si256(xq.add(64 * c + 32) as *const __m256i);
-                let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, xl), _mm256_set1_epi16(sc0 as i16));
-                let ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xh), _mm256_set1_epi16(sc1 as i16));
+                let pl =
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(lo, xl), _mm256_set1_epi16(sc0 as i16));
+                let ph =
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xh), _mm256_set1_epi16(sc1 as i16));
                 sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
             }
             acc = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d[i]), _mm256_cvtepi32_ps(sumi), acc);
@@ -955,15 +1014,18 @@ mod avx2 {
             let xq = a.qs.as_ptr().add(256 * i);
             let mut sumi = _mm256_setzero_si256();
             let mut off = 0i32;
-            for g in 0..16 {
-                off += (sc[g] as i8) as i32 * a.bsums[16 * i + g];
+            for (g, &s) in sc.iter().enumerate() {
+                off += (s as i8) as i32 * a.bsums[16 * i + g];
             }
             for n in 0..2 {
                 let ql0 = _mm256_loadu_si256(blk.as_ptr().add(64 * n) as *const __m256i);
                 let ql1 = _mm256_loadu_si256(blk.as_ptr().add(64 * n + 32) as *const __m256i);
                 let qh = _mm256_loadu_si256(blk.as_ptr().add(128 + 32 * n) as *const __m256i);
                 let q = [
-                    _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4)),
+                    _mm256_or_si256(
+                        _mm256_and_si256(ql0, m4),
+                        _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4),
+                    ),
                     _mm256_or_si256(
                         _mm256_and_si256(ql1, m4),
                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4),
@@ -1100,7 +1162,10 @@ impl QMatrix {
     fn check_x(&self, what: &str, x: &[f32], t: usize) -> Result<()> {
         if x.len() != t * self.cols {
             return Err(Error::mismatch(
-                format!("QMatrix::{what} ({} {} × {})", self.dtype, self.rows, self.cols),
+                format!(
+                    "QMatrix::{what} ({} {} × {})",
+                    self.dtype, self.rows, self.cols
+                ),
                 &[t, self.cols],
                 &[x.len()],
             ));
@@ -1139,7 +1204,9 @@ impl QMatrix {
     pub fn matvec_reference(&self, x: &[f32]) -> Result<Vec<f32>> {
         let a = self.prepare(x)?;
         let k = reference::kernel(self.dtype);
-        Ok((0..self.rows).map(|i| k(self.row_bytes_of(i), &a)).collect())
+        Ok((0..self.rows)
+            .map(|i| k(self.row_bytes_of(i), &a))
+            .collect())
     }
 
     fn check_prepared(&self, a: &QuantizedActs, y: &[f32]) -> Result<()> {
@@ -1180,7 +1247,8 @@ impl QMatrix {
             )));
         }
         let mut out = vec![0.0f32; range.len() * self.cols];
-        let bytes = &self.bytes.as_slice()[range.start * self.row_bytes..range.end * self.row_bytes];
+        let bytes =
+            &self.bytes.as_slice()[range.start * self.row_bytes..range.end * self.row_bytes];
         dequantize(self.dtype, bytes, &mut out)?;
         Ok(out)
     }
