@@ -523,11 +523,13 @@ pub fn vec_dot(dtype: GgmlType, row: &[u8], a: &QuantizedActs) -> Result<f32> {
     Ok(dot_kernel(dtype)(row, a))
 }
 
-/// Whether the AVX2 + FMA kernels run on this CPU.
+/// Whether the AVX2 + FMA (+ F16C) kernels run on this CPU.
 pub fn simd_available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+        is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -785,7 +787,7 @@ mod avx2 {
         unsafe { f32_dot(row, &a.f32s) }
     }
 
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn f32_dot(row: &[u8], x: &[f32]) -> f32 {
         let n = x.len();
         let w = row.as_ptr() as *const f32;
@@ -810,7 +812,7 @@ mod avx2 {
     }
 
     #[inline]
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn hsum_ps(v: __m256) -> f32 {
         let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
         let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -820,7 +822,7 @@ mod avx2 {
 
     /// Eight i32 sums of four products each of signed 8-bit `w` and `x`.
     #[inline]
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn mul_sum_i8(w: __m256i, x: __m256i) -> __m256i {
         let aw = _mm256_sign_epi8(w, w);
         let sx = _mm256_sign_epi8(x, w);
@@ -829,14 +831,14 @@ mod avx2 {
 
     /// Eight i32 sums of four products each of unsigned 8-bit `w` (≤ 127) and signed `x`.
     #[inline]
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn mul_sum_u8_i8(w: __m256i, x: __m256i) -> __m256i {
         _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1))
     }
 
     /// 16 bytes of nibbles → 32 bytes: low nibbles (numbers 0..16) then high (16..32).
     #[inline]
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn nibbles32(p: *const u8) -> __m256i {
         let b = _mm_loadu_si128(p as *const __m128i);
         let m4 = _mm_set1_epi8(0x0F);
@@ -848,7 +850,7 @@ mod avx2 {
 
     /// 32 bits → 32 bytes, byte i = 0x10 if bit i is set (the fifth bit of number i).
     #[inline]
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn fifth_bits(qh: u32) -> __m256i {
         let v = _mm256_set1_epi32(qh as i32);
         let shuf = _mm256_setr_epi8(
@@ -861,89 +863,109 @@ mod avx2 {
         _mm256_and_si256(set, _mm256_set1_epi8(0x10))
     }
 
+    /// The f16 at `p` as f32 (F16C; `half`'s conversion checks the CPU on every call).
     #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn f16p(p: *const u8) -> f32 {
-        f16::from_bits(u16::from_le_bytes([*p, *p.add(1)])).to_f32()
+        let bits = std::ptr::read_unaligned(p as *const u16);
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
     }
 
-    #[target_feature(enable = "avx2,fma")]
+    /// Σ over `nb` blocks of `scale_i · isum_i` (+ Σ `extra_i`), where `block(i)` gives
+    /// (scale, eight i32 partial sums, extra). Two accumulators, two blocks a step, so
+    /// consecutive FMAs do not wait for each other.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn sum_blocks(nb: usize, block: impl Fn(usize) -> (f32, __m256i, f32)) -> f32 {
+        let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let (mut e0, mut e1) = (0.0f32, 0.0f32);
+        let mut i = 0;
+        while i + 2 <= nb {
+            let (s0, v0, x0) = block(i);
+            let (s1, v1, x1) = block(i + 1);
+            a0 = _mm256_fmadd_ps(_mm256_set1_ps(s0), _mm256_cvtepi32_ps(v0), a0);
+            a1 = _mm256_fmadd_ps(_mm256_set1_ps(s1), _mm256_cvtepi32_ps(v1), a1);
+            e0 += x0;
+            e1 += x1;
+            i += 2;
+        }
+        if i < nb {
+            let (s0, v0, x0) = block(i);
+            a0 = _mm256_fmadd_ps(_mm256_set1_ps(s0), _mm256_cvtepi32_ps(v0), a0);
+            e0 += x0;
+        }
+        hsum_ps(_mm256_add_ps(a0, a1)) + (e0 + e1)
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn q4_0(row: &[u8], a: &QuantizedActs) -> f32 {
-        let mut acc = _mm256_setzero_ps();
-        let eight = _mm256_set1_epi8(8);
-        for i in 0..a.d.len() {
-            let b = row.as_ptr().add(18 * i);
-            let w = _mm256_sub_epi8(nibbles32(b.add(2)), eight);
-            let x = _mm256_loadu_si256(a.qs.as_ptr().add(32 * i) as *const __m256i);
-            let s = _mm256_cvtepi32_ps(mul_sum_i8(w, x));
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(f16p(b) * a.d[i]), s, acc);
-        }
-        hsum_ps(acc)
+        let (w, x, d) = (row.as_ptr(), a.qs.as_ptr(), a.d.as_ptr());
+        sum_blocks(a.d.len(), |i| {
+            let b = w.add(18 * i);
+            let q = _mm256_sub_epi8(nibbles32(b.add(2)), _mm256_set1_epi8(8));
+            let xv = _mm256_loadu_si256(x.add(32 * i) as *const __m256i);
+            (f16p(b) * *d.add(i), mul_sum_i8(q, xv), 0.0)
+        })
     }
 
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn q4_1(row: &[u8], a: &QuantizedActs) -> f32 {
-        let mut acc = _mm256_setzero_ps();
-        let mut mins = 0.0f32;
-        for i in 0..a.d.len() {
-            let b = row.as_ptr().add(20 * i);
-            let w = nibbles32(b.add(4));
-            let x = _mm256_loadu_si256(a.qs.as_ptr().add(32 * i) as *const __m256i);
-            let s = _mm256_cvtepi32_ps(mul_sum_u8_i8(w, x));
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(f16p(b) * a.d[i]), s, acc);
-            mins += f16p(b.add(2)) * a.sum[i];
-        }
-        hsum_ps(acc) + mins
+        let (w, x, d, s) = (row.as_ptr(), a.qs.as_ptr(), a.d.as_ptr(), a.sum.as_ptr());
+        sum_blocks(a.d.len(), |i| {
+            let b = w.add(20 * i);
+            let xv = _mm256_loadu_si256(x.add(32 * i) as *const __m256i);
+            (
+                f16p(b) * *d.add(i),
+                mul_sum_u8_i8(nibbles32(b.add(4)), xv),
+                f16p(b.add(2)) * *s.add(i),
+            )
+        })
     }
 
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn q5_0(row: &[u8], a: &QuantizedActs) -> f32 {
-        let mut acc = _mm256_setzero_ps();
-        let sixteen = _mm256_set1_epi8(16);
-        for i in 0..a.d.len() {
-            let b = row.as_ptr().add(22 * i);
-            let qh = u32::from_le_bytes([*b.add(2), *b.add(3), *b.add(4), *b.add(5)]);
-            let w = _mm256_sub_epi8(
+        let (w, x, d) = (row.as_ptr(), a.qs.as_ptr(), a.d.as_ptr());
+        sum_blocks(a.d.len(), |i| {
+            let b = w.add(22 * i);
+            let qh = std::ptr::read_unaligned(b.add(2) as *const u32);
+            let q = _mm256_sub_epi8(
                 _mm256_or_si256(nibbles32(b.add(6)), fifth_bits(qh)),
-                sixteen,
+                _mm256_set1_epi8(16),
             );
-            let x = _mm256_loadu_si256(a.qs.as_ptr().add(32 * i) as *const __m256i);
-            let s = _mm256_cvtepi32_ps(mul_sum_i8(w, x));
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(f16p(b) * a.d[i]), s, acc);
-        }
-        hsum_ps(acc)
+            let xv = _mm256_loadu_si256(x.add(32 * i) as *const __m256i);
+            (f16p(b) * *d.add(i), mul_sum_i8(q, xv), 0.0)
+        })
     }
 
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn q5_1(row: &[u8], a: &QuantizedActs) -> f32 {
-        let mut acc = _mm256_setzero_ps();
-        let mut mins = 0.0f32;
-        for i in 0..a.d.len() {
-            let b = row.as_ptr().add(24 * i);
-            let qh = u32::from_le_bytes([*b.add(4), *b.add(5), *b.add(6), *b.add(7)]);
-            let w = _mm256_or_si256(nibbles32(b.add(8)), fifth_bits(qh));
-            let x = _mm256_loadu_si256(a.qs.as_ptr().add(32 * i) as *const __m256i);
-            let s = _mm256_cvtepi32_ps(mul_sum_u8_i8(w, x));
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(f16p(b) * a.d[i]), s, acc);
-            mins += f16p(b.add(2)) * a.sum[i];
-        }
-        hsum_ps(acc) + mins
+        let (w, x, d, s) = (row.as_ptr(), a.qs.as_ptr(), a.d.as_ptr(), a.sum.as_ptr());
+        sum_blocks(a.d.len(), |i| {
+            let b = w.add(24 * i);
+            let qh = std::ptr::read_unaligned(b.add(4) as *const u32);
+            let q = _mm256_or_si256(nibbles32(b.add(8)), fifth_bits(qh));
+            let xv = _mm256_loadu_si256(x.add(32 * i) as *const __m256i);
+            (
+                f16p(b) * *d.add(i),
+                mul_sum_u8_i8(q, xv),
+                f16p(b.add(2)) * *s.add(i),
+            )
+        })
     }
 
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn q8_0(row: &[u8], a: &QuantizedActs) -> f32 {
-        let mut acc = _mm256_setzero_ps();
-        for i in 0..a.d.len() {
-            let b = row.as_ptr().add(34 * i);
-            let w = _mm256_loadu_si256(b.add(2) as *const __m256i);
-            let x = _mm256_loadu_si256(a.qs.as_ptr().add(32 * i) as *const __m256i);
-            let s = _mm256_cvtepi32_ps(mul_sum_i8(w, x));
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(f16p(b) * a.d[i]), s, acc);
-        }
-        hsum_ps(acc)
+        let (w, x, d) = (row.as_ptr(), a.qs.as_ptr(), a.d.as_ptr());
+        sum_blocks(a.d.len(), |i| {
+            let b = w.add(34 * i);
+            let q = _mm256_loadu_si256(b.add(2) as *const __m256i);
+            let xv = _mm256_loadu_si256(x.add(32 * i) as *const __m256i);
+            (f16p(b) * *d.add(i), mul_sum_i8(q, xv), 0.0)
+        })
     }
 
     /// Q4_K (`five` false) and Q5_K (`five` true).
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn q45_k(row: &[u8], a: &QuantizedActs, five: bool) -> f32 {
         let bb = if five { 176 } else { 144 };
         let m4 = _mm256_set1_epi8(0x0F);
@@ -952,7 +974,7 @@ mod avx2 {
         let mut mins = 0.0f32;
         for i in 0..a.d.len() {
             let blk = &row[bb * i..bb * (i + 1)];
-            let (d, dmin) = (f16_at(blk, 0), f16_at(blk, 2));
+            let (d, dmin) = (f16p(blk.as_ptr()), f16p(blk.as_ptr().add(2)));
             let scales = &blk[4..16];
             let qs = if five {
                 blk.as_ptr().add(48)
@@ -1001,7 +1023,7 @@ mod avx2 {
         hsum_ps(acc) - mins
     }
 
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn q6_k(row: &[u8], a: &QuantizedActs) -> f32 {
         let m4 = _mm256_set1_epi8(0x0F);
         let m2 = _mm256_set1_epi8(3);
@@ -1010,7 +1032,7 @@ mod avx2 {
         for i in 0..a.d.len() {
             let blk = &row[210 * i..210 * (i + 1)];
             let sc = &blk[192..208];
-            let d = f16_at(blk, 208) * a.d[i];
+            let d = f16p(blk.as_ptr().add(208)) * a.d[i];
             let xq = a.qs.as_ptr().add(256 * i);
             let mut sumi = _mm256_setzero_si256();
             let mut off = 0i32;
