@@ -170,7 +170,7 @@ fn reads_every_value_type_and_tensor_v2_v3() {
         assert_eq!(t.data, &q8_0_bytes(3, 64, 13)[..]);
         let w = t.dequantize().unwrap();
         assert_eq!(w[0], 0.0);
-        assert_eq!(w[1], 0.5 * ((13u8) % 31) as f32);
+        assert_eq!(w[1], 0.5 * 13.0); // byte (0·7 + 0·3 + 1)·13 mod 31
         let norm = f.tensor_f32("norm.weight").unwrap();
         assert_eq!(
             (norm.shape(), norm.data()),
