@@ -292,6 +292,8 @@ fn dots_reject_mismatched_inputs() {
 #[test]
 fn qmatrix_matvec_and_prefill_on_awkward_shapes() {
     let mut rng = StdRng::seed_from_u64(11);
+    // Two threads, so that the large matrix takes the threaded row split.
+    lucent::threads::set_threads(2);
     // (rows, cols): single row, odd counts, and one large enough to take the threaded path.
     for t in GgmlType::ALL {
         for &(rows, cols) in &[(1usize, 256usize), (3, 512), (17, 256), (1000, 512)] {

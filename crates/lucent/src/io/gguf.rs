@@ -1021,6 +1021,34 @@ impl GgufFile {
         .map_err(|e| Error::Weights(format!("{}: tensor '{name}': {e}", self.path.display())))
     }
 
+    /// Tensor `name` as a [`QMatrix`], checked to have lucent shape `(rows, cols)`
+    /// (`ne = [cols, rows]`); the error names the tensor and both shapes.
+    pub fn qmatrix_shaped(&self, name: &str, rows: usize, cols: usize) -> Result<QMatrix> {
+        self.check_shape(name, &[rows, cols])?;
+        self.qmatrix(name)
+    }
+
+    /// Tensor `name` as f32, checked to have lucent `shape`; the error names the tensor
+    /// and both shapes.
+    pub fn tensor_f32_shaped(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
+        self.check_shape(name, shape)?;
+        self.tensor_f32(name)
+    }
+
+    fn check_shape(&self, name: &str, shape: &[usize]) -> Result<()> {
+        let t = self.tensor(name)?;
+        if t.info.shape != shape {
+            return Err(Error::Weights(format!(
+                "{}: tensor '{name}' has shape {:?} (GGUF ne {:?}), expected {shape:?}; \
+                 the file does not match the model configuration read from its metadata",
+                self.path.display(),
+                t.info.shape,
+                t.info.dims
+            )));
+        }
+        Ok(())
+    }
+
     /// Tensor `name` widened to an f32 [`Tensor`] of its lucent shape (outermost first).
     /// F32 data is used in place (mapped); other types are dequantised (a copy).
     pub fn tensor_f32(&self, name: &str) -> Result<Tensor> {
