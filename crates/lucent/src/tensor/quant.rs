@@ -1098,10 +1098,14 @@ pub enum QBytes {
 }
 
 impl QBytes {
-    /// The bytes.
+    /// The bytes (empty if a mapped window lies outside its map).
     pub fn as_slice(&self) -> &[u8] {
         match self {
-            QBytes::Mapped { map, start, len } => &map[*start..*start + *len],
+            // An out-of-range window reads as empty, which QMatrix::new then rejects.
+            QBytes::Mapped { map, start, len } => start
+                .checked_add(*len)
+                .and_then(|end| map.get(*start..end))
+                .unwrap_or(&[]),
             QBytes::Owned(v) => v,
         }
     }
