@@ -343,3 +343,43 @@ fn qmatrix_matvec_and_prefill_on_awkward_shapes() {
     assert!(m.dequantize_rows(1..3).is_err());
     assert!(QMatrix::from_vec(GgmlType::Q8_0, 2, 32, vec![0; 67]).is_err());
 }
+
+#[test]
+fn extreme_blocks_do_not_saturate() {
+    // Every quant byte 0xFF or 0x80 (largest magnitudes: Q8_0's −128, nibbles of 15, Q6_K's
+    // q = 63) against activations at ±127: the 16-bit pair sums of the SIMD kernels must
+    // not saturate, so the fast path still equals the twin and dequantise-then-dot.
+    for t in GgmlType::ALL.into_iter().filter(|t| t.block_len() > 1) {
+        for fill in [0xFFu8, 0x80] {
+            let mut row = vec![fill; t.row_bytes(512).unwrap()];
+            for blk in row.chunks_exact_mut(t.block_bytes()) {
+                let at = if t == GgmlType::Q6_K { 208 } else { 0 };
+                blk[at..at + 2].copy_from_slice(&h(1.0));
+                if matches!(
+                    t,
+                    GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K
+                ) {
+                    blk[2..4].copy_from_slice(&h(0.5));
+                }
+            }
+            for sign in [1.0f32, -1.0] {
+                let x = vec![sign; 512];
+                let a = quantize_activations(t, &x).unwrap();
+                let mut w = vec![0.0; 512];
+                dequantize(t, &row, &mut w).unwrap();
+                let exact = dot64(&w, &a.dequantize());
+                let scale = abs_dot64(&w, &a.dequantize()) + 1e-6;
+                let fast = vec_dot(t, &row, &a).unwrap() as f64;
+                let slow = reference::vec_dot(t, &row, &a).unwrap() as f64;
+                assert!(
+                    (fast - exact).abs() <= 1e-5 * scale,
+                    "{t} fill {fill:#x} sign {sign}: {fast} vs {exact}"
+                );
+                assert!(
+                    (slow - exact).abs() <= 1e-5 * scale,
+                    "{t} twin: {slow} vs {exact}"
+                );
+            }
+        }
+    }
+}
