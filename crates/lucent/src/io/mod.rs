@@ -5,4 +5,6 @@ pub mod gguf;
 pub mod gguf_tokenizer;
 pub mod safetensors;
 
+pub use self::gguf::GgufFile;
+pub use self::gguf_tokenizer::GgufTokenizer;
 pub use self::safetensors::SafetensorsFile;
