@@ -2,6 +2,10 @@
 //! model cache with its fetcher.
 
 pub mod fetch;
+pub mod gguf;
+pub mod gguf_tokenizer;
 pub mod safetensors;
 
+pub use self::gguf::GgufFile;
+pub use self::gguf_tokenizer::GgufTokenizer;
 pub use self::safetensors::SafetensorsFile;
