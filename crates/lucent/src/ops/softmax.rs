@@ -52,7 +52,8 @@ pub fn softmax_row(row: &mut [f32], temperature: f32) {
     simd::scale(row, 1.0 / sum);
 }
 
-/// The plain twin: the formula, in f32, one pass for each step.
+/// The plain twin: the formula, one pass for each step, with exp and the sum in f64
+/// (a long f32 running sum drifts by a few 1e-6; this twin is the yardstick).
 pub mod reference {
     /// In place: row ← softmax(row / T).
     pub fn softmax_row(row: &mut [f32], temperature: f32) {
@@ -61,15 +62,11 @@ pub mod reference {
             row.fill(0.0);
             return;
         }
-        let inv_t = 1.0 / temperature;
-        let mut sum = 0.0f32;
-        for x in row.iter_mut() {
-            *x = ((*x - max) * inv_t).exp();
-            sum += *x;
-        }
-        let inv = 1.0 / sum;
-        for x in row.iter_mut() {
-            *x *= inv;
+        let inv_t = 1.0 / temperature as f64;
+        let e: Vec<f64> = row.iter().map(|&x| ((x as f64 - max as f64) * inv_t).exp()).collect();
+        let sum: f64 = e.iter().sum();
+        for (x, e) in row.iter_mut().zip(e) {
+            *x = (e / sum) as f32;
         }
     }
 }
