@@ -28,6 +28,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Measure lucent's speed: `lucent bench kernels` (medians of several runs).
+    Bench(commands::bench::Args),
     /// Softmax of a list of scores at one or more temperatures (the guides' table).
     Softmax(commands::softmax::Args),
 }
@@ -36,6 +38,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     lucent::set_threads(cli.threads.unwrap_or(0));
     let result = match cli.command {
+        Command::Bench(a) => commands::bench::run(a),
         Command::Softmax(a) => commands::softmax::run(a),
     };
     match result {

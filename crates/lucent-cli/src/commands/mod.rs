@@ -1,3 +1,4 @@
 //! The subcommands, one file each.
 
+pub mod bench;
 pub mod softmax;

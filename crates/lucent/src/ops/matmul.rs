@@ -19,8 +19,10 @@ use crate::tensor::Tensor;
 use crate::threads::gemm_parallelism;
 use crate::{Error, Result};
 
-/// Multiply-adds below which a matrix-vector product stays on one thread.
-const GEMV_PARALLEL_MIN: usize = 1 << 16;
+/// Multiply-adds below which a matrix-vector product stays on one thread: a weight
+/// matrix up to 2 MB is read from one core's L2 faster than threads wake (measured: a
+/// 576×576 product takes 17 µs on one thread, 19-23 µs split in two).
+const GEMV_PARALLEL_MIN: usize = 1 << 19;
 
 /// A · B over the last two dimensions, batched over the leading ones.
 ///
