@@ -109,7 +109,10 @@ impl Timer {
 }
 
 fn kernels(a: KernelArgs) -> Result<()> {
-    let timer = Timer { runs: a.runs, min: Duration::from_millis(a.min_ms.max(1)) };
+    let timer = Timer {
+        runs: a.runs,
+        min: Duration::from_millis(a.min_ms.max(1)),
+    };
     let wanted = |name: &str| a.only.as_deref().is_none_or(|o| name.contains(o));
     let mut rng = StdRng::seed_from_u64(0);
     let mut rows: Vec<Row> = Vec::new();
@@ -131,10 +134,13 @@ fn kernels(a: KernelArgs) -> Result<()> {
         let x = Tensor::randn(&[m, k], 1.0, &mut rng);
         let w = Tensor::randn(&[n, k], 1.0, &mut rng);
         let mut c = vec![0.0f32; m * n];
-        let (secs, best) = timer.time(|| matmul::gemm_into(&mut c, x.data(), w.data(), m, k, n, true));
+        let (secs, best) =
+            timer.time(|| matmul::gemm_into(&mut c, x.data(), w.data(), m, k, n, true));
         // For one row, also the gemm crate alone: the choice gemm_into makes, measured.
         let twin_secs = (m == 1).then(|| {
-            timer.time(|| matmul::gemm_crate_into(&mut c, x.data(), w.data(), m, k, n, true)).0
+            timer
+                .time(|| matmul::gemm_crate_into(&mut c, x.data(), w.data(), m, k, n, true))
+                .0
         });
         black_box(&c);
         rows.push(Row {
@@ -150,18 +156,19 @@ fn kernels(a: KernelArgs) -> Result<()> {
     }
 
     let twins = !a.no_twins;
-    let mut push = |name: &str, shape: &[usize], (secs, best): (f64, f64), twin_secs: Option<(f64, f64)>| {
-        rows.push(Row {
-            name: name.to_string(),
-            shape: format!("{shape:?}"),
-            secs,
-            best,
-            work: shape.iter().product::<usize>() as f64,
-            unit: "Melem/s",
-            twin_secs: twin_secs.map(|t| t.0),
-            mkn: None,
-        });
-    };
+    let mut push =
+        |name: &str, shape: &[usize], (secs, best): (f64, f64), twin_secs: Option<(f64, f64)>| {
+            rows.push(Row {
+                name: name.to_string(),
+                shape: format!("{shape:?}"),
+                secs,
+                best,
+                work: shape.iter().product::<usize>() as f64,
+                unit: "Melem/s",
+                twin_secs: twin_secs.map(|t| t.0),
+                mkn: None,
+            });
+        };
 
     let shape = [768, 384];
     if wanted("softmax") {
@@ -170,7 +177,9 @@ fn kernels(a: KernelArgs) -> Result<()> {
         let twin = twins.then(|| {
             timer.time(|| {
                 let mut y = x.clone();
-                y.data_mut().chunks_mut(shape[1]).for_each(|r| softmax::reference::softmax_row(r, 1.0));
+                y.data_mut()
+                    .chunks_mut(shape[1])
+                    .for_each(|r| softmax::reference::softmax_row(r, 1.0));
                 black_box(y);
             })
         });
@@ -178,14 +187,17 @@ fn kernels(a: KernelArgs) -> Result<()> {
     }
     if wanted("layer_norm") {
         let x = Tensor::randn(&shape, 1.0, &mut rng);
-        let (g, b) = (Tensor::full(&[shape[1]], 1.1), Tensor::full(&[shape[1]], 0.1));
+        let (g, b) = (
+            Tensor::full(&[shape[1]], 1.1),
+            Tensor::full(&[shape[1]], 0.1),
+        );
         let secs = timer.time(|| drop(black_box(ops::layer_norm(&x, &g, Some(&b), 1e-12))));
         let twin = twins.then(|| {
             timer.time(|| {
                 let mut y = x.clone();
-                y.data_mut()
-                    .chunks_mut(shape[1])
-                    .for_each(|r| norm::reference::layer_norm_row(r, g.data(), Some(b.data()), 1e-12));
+                y.data_mut().chunks_mut(shape[1]).for_each(|r| {
+                    norm::reference::layer_norm_row(r, g.data(), Some(b.data()), 1e-12)
+                });
                 black_box(y);
             })
         });
@@ -201,7 +213,9 @@ fn kernels(a: KernelArgs) -> Result<()> {
         let twin = twins.then(|| {
             timer.time(|| {
                 let mut y = x.clone();
-                y.data_mut().chunks_mut(shape[1]).for_each(|r| norm::reference::rms_norm_row(r, g.data(), 1e-5));
+                y.data_mut()
+                    .chunks_mut(shape[1])
+                    .for_each(|r| norm::reference::rms_norm_row(r, g.data(), 1e-5));
                 black_box(y);
             })
         });
@@ -229,9 +243,14 @@ fn kernels(a: KernelArgs) -> Result<()> {
         let q = Tensor::randn(&[b, h, t_q, d], 1.0, &mut rng);
         let k = Tensor::randn(&[b, h_kv, t_k, d], 1.0, &mut rng);
         let v = Tensor::randn(&[b, h_kv, t_k, d], 1.0, &mut rng);
-        let p = AttentionParams { causal, ..AttentionParams::new(d) };
+        let p = AttentionParams {
+            causal,
+            ..AttentionParams::new(d)
+        };
         let secs = timer.time(|| drop(black_box(attention::attention(&q, &k, &v, &p))));
-        let twin = twins.then(|| timer.time(|| drop(black_box(attention::reference::attention(&q, &k, &v, &p)))));
+        let twin = twins.then(|| {
+            timer.time(|| drop(black_box(attention::reference::attention(&q, &k, &v, &p))))
+        });
         push(name, &[b, h, t_q, t_k], secs, twin);
     }
 

@@ -12,15 +12,18 @@
 //! With a KV cache the queries are the *last* t_q of t_k positions: query i sits at
 //! position t_k − t_q + i, which is what the causal and window rules use.
 //!
-//! The fused kernel ([`attention`]) takes one query row at a time: SIMD dot products
-//! with the keys it may see (masked keys are skipped, not computed), scale and bias into
-//! a per-thread row buffer of t_k scores, softmax in place, then the weighted sum of V
-//! rows by axpy. No (t_q × t_k) scores tensor exists unless the weights are asked for.
+//! The fused kernel ([`attention`]) works per (batch, head). A few queries (a decode
+//! step) go one row at a time: SIMD dot products with the keys the row may see (masked
+//! keys are skipped, not computed), scale and bias into a per-thread row buffer of t_k
+//! scores, softmax in place, then the weighted sum of V rows by axpy. Many queries go in
+//! blocks of 64: the block's scores come from one small GEMM into a per-thread
+//! (64 × t_k) buffer, are scaled, masked and softmaxed row by row, and multiply V in a
+//! second GEMM. No (t_q × t_k) scores tensor exists unless the weights are asked for.
 //! Work is split over (batch, head) pairs across threads when it is large enough.
 
 use rayon::prelude::*;
 
-use crate::ops::{simd, softmax};
+use crate::ops::{matmul, simd, softmax};
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
@@ -85,7 +88,12 @@ pub struct AttentionDims {
 }
 
 /// Check the shapes of an attention call and name its dimensions.
-pub fn check_dims(q: &Tensor, k: &Tensor, v: &Tensor, p: &AttentionParams) -> Result<AttentionDims> {
+pub fn check_dims(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    p: &AttentionParams,
+) -> Result<AttentionDims> {
     let [b, h, t_q, d_k] = q.dims()?;
     let [bk, h_kv, t_k, dk2] = k.dims()?;
     let [bv, hv, tv, d_v] = v.dims()?;
@@ -121,11 +129,25 @@ pub fn check_dims(q: &Tensor, k: &Tensor, v: &Tensor, p: &AttentionParams) -> Re
             )));
         }
     }
-    Ok(AttentionDims { b, h, h_kv, t_q, t_k, d_k, d_v })
+    Ok(AttentionDims {
+        b,
+        h,
+        h_kv,
+        t_q,
+        t_k,
+        d_k,
+        d_v,
+    })
 }
 
 /// The bias row for (batch bi, head hi, query i), or None.
-pub fn bias_row<'a>(bias: Option<&'a Tensor>, d: &AttentionDims, bi: usize, hi: usize, i: usize) -> Option<&'a [f32]> {
+pub fn bias_row<'a>(
+    bias: Option<&'a Tensor>,
+    d: &AttentionDims,
+    bi: usize,
+    hi: usize,
+    i: usize,
+) -> Option<&'a [f32]> {
     bias.map(|t| {
         let s = t.shape();
         let off = match s {
@@ -155,11 +177,20 @@ pub fn visible_keys(p: &AttentionParams, d: &AttentionDims, i: usize) -> std::op
 /// # Shapes
 /// q: (b, h, t_q, d_k), k: (b, h_kv, t_k, d_k), v: (b, h_kv, t_k, d_v)
 /// → output (b, h, t_q, d_v), weights (b, h, t_q, t_k)
-pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, p: &AttentionParams) -> Result<AttentionOutput> {
+pub fn attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    p: &AttentionParams,
+) -> Result<AttentionOutput> {
     let d = check_dims(q, k, v, p)?;
     let (bh, out_len, w_len) = (d.b * d.h, d.t_q * d.d_v, d.t_q * d.t_k);
     let mut out = vec![0.0f32; bh * out_len];
-    let mut weights = if p.want_weights { vec![0.0f32; bh * w_len] } else { Vec::new() };
+    let mut weights = if p.want_weights {
+        vec![0.0f32; bh * w_len]
+    } else {
+        Vec::new()
+    };
     let work = bh * d.t_q * d.t_k * (d.d_k + d.d_v);
     let parts = simd::parts_for(work, bh, PARALLEL_MIN);
     let (qd, kd, vd) = (q.data(), k.data(), v.data());
@@ -170,7 +201,9 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, p: &AttentionParams) -> Res
         let outs = out.par_chunks_mut(out_len).enumerate();
         if p.want_weights {
             outs.zip(weights.par_chunks_mut(w_len))
-                .for_each_init(Vec::new, |buf, ((idx, o), w)| one_head(idx, o, Some(w), buf));
+                .for_each_init(Vec::new, |buf, ((idx, o), w)| {
+                    one_head(idx, o, Some(w), buf)
+                });
         } else {
             outs.for_each_init(Vec::new, |buf, (idx, o)| one_head(idx, o, None, buf));
         }
@@ -178,7 +211,9 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, p: &AttentionParams) -> Res
         let mut buf = Vec::new();
         for idx in 0..bh {
             let o = &mut out[idx * out_len..(idx + 1) * out_len];
-            let w = p.want_weights.then(|| &mut weights[idx * w_len..(idx + 1) * w_len]);
+            let w = p
+                .want_weights
+                .then(|| &mut weights[idx * w_len..(idx + 1) * w_len]);
             one_head(idx, o, w, &mut buf);
         }
     }
@@ -191,8 +226,20 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, p: &AttentionParams) -> Res
     })
 }
 
+/// Queries per block on the blocked path (one scores buffer of BLOCK × t_k per thread).
+const BLOCK: usize = 64;
+/// Query rows from which a head runs blocked (two small GEMMs per block) rather than
+/// one dot product per key.
+const BLOCKED_MIN_T_Q: usize = 8;
+
 /// One (batch, head) pair, `idx = bi·h + hi`: every query row of it.
 /// `out` is that head's (t_q, d_v) block, `weights` its (t_q, t_k) block (zeroed).
+///
+/// Few queries (a decode step) take one SIMD dot per visible key and one axpy per
+/// weight. Many queries (a prompt, an encoder) go in blocks of [`BLOCK`]: the block's
+/// scores S = Q_blk · K_rangeᵀ and its output P · V_range are two GEMMs over the range
+/// of keys any query of the block may see; keys a query may not see are masked to −∞
+/// before its softmax.
 #[allow(clippy::too_many_arguments)]
 fn head(
     qd: &[f32],
@@ -210,6 +257,62 @@ fn head(
     let keys = &kd[kv * d.t_k * d.d_k..][..d.t_k * d.d_k]; // (t_k, d_k)
     let values = &vd[kv * d.t_k * d.d_v..][..d.t_k * d.d_v]; // (t_k, d_v)
     let queries = &qd[idx * d.t_q * d.d_k..][..d.t_q * d.d_k]; // (t_q, d_k)
+    if d.t_q >= BLOCKED_MIN_T_Q && d.d_k > 0 {
+        buf.resize(BLOCK.min(d.t_q) * d.t_k, 0.0);
+        for i0 in (0..d.t_q).step_by(BLOCK) {
+            let i1 = (i0 + BLOCK).min(d.t_q);
+            let bq = i1 - i0;
+            // keys any query of the block may see
+            let (first, last) = (visible_keys(p, d, i0), visible_keys(p, d, i1 - 1));
+            let (lo, hi_k) = (first.start, last.end);
+            let kn = hi_k - lo;
+            if kn == 0 {
+                continue;
+            }
+            let scores = &mut buf[..bq * kn]; // (bq, kn)
+            matmul::gemm_serial_into(
+                scores,
+                &queries[i0 * d.d_k..i1 * d.d_k],
+                &keys[lo * d.d_k..hi_k * d.d_k],
+                bq,
+                d.d_k,
+                kn,
+                true,
+            );
+            for (r, row) in scores.chunks_mut(kn).enumerate() {
+                let i = i0 + r;
+                let vis = visible_keys(p, d, i);
+                let bias = bias_row(p.bias, d, bi, hi, i);
+                // row holds keys lo..hi_k; this query sees vis ⊆ that range
+                let (a, z) = (vis.start - lo, vis.end - lo);
+                row[..a].fill(f32::NEG_INFINITY);
+                row[z..].fill(f32::NEG_INFINITY);
+                let seen = &mut row[a..z];
+                match bias {
+                    Some(b) => {
+                        for (s, &bj) in seen.iter_mut().zip(&b[vis]) {
+                            *s = s.mul_add(p.scale, bj);
+                        }
+                    }
+                    None => simd::scale(seen, p.scale),
+                }
+                softmax::softmax_row(row, 1.0);
+                if let Some(ws) = weights.as_deref_mut() {
+                    ws[i * d.t_k + lo..i * d.t_k + hi_k].copy_from_slice(row);
+                }
+            }
+            matmul::gemm_serial_into(
+                &mut out[i0 * d.d_v..i1 * d.d_v],
+                scores,
+                &values[lo * d.d_v..hi_k * d.d_v],
+                bq,
+                kn,
+                d.d_v,
+                false,
+            );
+        }
+        return;
+    }
     buf.resize(d.t_k, 0.0);
     for i in 0..d.t_q {
         let q = &queries[i * d.d_k..][..d.d_k];
@@ -239,12 +342,19 @@ pub mod reference {
     use crate::ops::softmax::reference::softmax_row;
 
     /// Scaled dot-product attention, step by step.
-    pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, p: &AttentionParams) -> Result<AttentionOutput> {
+    pub fn attention(
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        p: &AttentionParams,
+    ) -> Result<AttentionOutput> {
         let d = check_dims(q, k, v, p)?;
         let group = d.h / d.h_kv;
         let (qd, kd, vd) = (q.data(), k.data(), v.data());
         let mut out = vec![0.0f32; d.b * d.h * d.t_q * d.d_v];
-        let mut weights = p.want_weights.then(|| vec![0.0f32; d.b * d.h * d.t_q * d.t_k]);
+        let mut weights = p
+            .want_weights
+            .then(|| vec![0.0f32; d.b * d.h * d.t_q * d.t_k]);
         let mut row = vec![0.0f32; d.t_k];
         for bi in 0..d.b {
             for hi in 0..d.h {

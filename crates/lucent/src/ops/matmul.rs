@@ -47,7 +47,11 @@ pub fn matmul_t(a: &Tensor, b: &Tensor) -> Result<Tensor> {
 pub fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     let [out, inp] = w.dims()?;
     if x.last_dim() != inp || x.rank() == 0 {
-        return Err(Error::mismatch("linear (x vs weight (out, in))", x.shape(), w.shape()));
+        return Err(Error::mismatch(
+            "linear (x vs weight (out, in))",
+            x.shape(),
+            w.shape(),
+        ));
     }
     let rows = x.numel() / inp.max(1);
     let y = matmul_t(&x.reshape(&[rows, inp])?, w)?; // (rows, out)
@@ -108,9 +112,20 @@ fn batched(a: &Tensor, b: &Tensor, transpose_b: bool, op: &str) -> Result<Tensor
 /// C (m×n) = A (m×k) · B, where B is (k×n), or (n×k) read transposed when
 /// `transpose_b`. All row-major. C is overwritten. One row (m = 1) runs the
 /// matrix-vector kernel, everything else the `gemm` crate.
-pub fn gemm_into(c: &mut [f32], a: &[f32], b: &[f32], m: usize, k: usize, n: usize, transpose_b: bool) {
+pub fn gemm_into(
+    c: &mut [f32],
+    a: &[f32],
+    b: &[f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    transpose_b: bool,
+) {
     if m == 1 && k > 0 && simd::has_avx2_fma() {
-        assert!(c.len() == n && a.len() == k && b.len() == k * n, "gemm_into sizes"); // ok: internal invariant
+        assert!(
+            c.len() == n && a.len() == k && b.len() == k * n,
+            "gemm_into sizes"
+        ); // ok: internal invariant
         gemv(c, a, b, k, n, transpose_b);
         return;
     }
@@ -142,7 +157,9 @@ fn gemv(y: &mut [f32], x: &[f32], b: &[f32], k: usize, n: usize, transpose_b: bo
         if parts <= 1 {
             run(0, y);
         } else {
-            y.par_chunks_mut(block).enumerate().for_each(|(i, yb)| run(i * block, yb));
+            y.par_chunks_mut(block)
+                .enumerate()
+                .for_each(|(i, yb)| run(i * block, yb));
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -151,8 +168,47 @@ fn gemv(y: &mut [f32], x: &[f32], b: &[f32], k: usize, n: usize, transpose_b: bo
 
 /// C (m×n) = A (m×k) · B on the `gemm` crate for every shape (no matrix-vector path):
 /// what [`gemm_into`] uses for m > 1, public so benchmarks can compare the two.
-pub fn gemm_crate_into(c: &mut [f32], a: &[f32], b: &[f32], m: usize, k: usize, n: usize, transpose_b: bool) {
-    assert!(c.len() == m * n && a.len() == m * k && b.len() == k * n, "gemm_into sizes"); // ok: internal invariant
+pub fn gemm_crate_into(
+    c: &mut [f32],
+    a: &[f32],
+    b: &[f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    transpose_b: bool,
+) {
+    gemm_with(c, a, b, m, k, n, transpose_b, gemm_parallelism(m * n * k))
+}
+
+/// [`gemm_crate_into`] on the calling thread only: for kernels that already run one
+/// task per thread (fused attention's query blocks).
+pub(crate) fn gemm_serial_into(
+    c: &mut [f32],
+    a: &[f32],
+    b: &[f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    transpose_b: bool,
+) {
+    gemm_with(c, a, b, m, k, n, transpose_b, gemm::Parallelism::None)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn gemm_with(
+    c: &mut [f32],
+    a: &[f32],
+    b: &[f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    transpose_b: bool,
+    parallelism: gemm::Parallelism,
+) {
+    assert!(
+        c.len() == m * n && a.len() == m * k && b.len() == k * n,
+        "gemm_into sizes"
+    ); // ok: internal invariant
     if m == 0 || n == 0 {
         return;
     }
@@ -162,7 +218,11 @@ pub fn gemm_crate_into(c: &mut [f32], a: &[f32], b: &[f32], m: usize, k: usize, 
     }
     // Row-major strides: element (i, j) of a matrix with `cols` columns is at i*cols + j,
     // so the row stride is `cols` and the column stride is 1. Bᵀ swaps them.
-    let (b_cs, b_rs) = if transpose_b { (k as isize, 1) } else { (1, n as isize) };
+    let (b_cs, b_rs) = if transpose_b {
+        (k as isize, 1)
+    } else {
+        (1, n as isize)
+    };
     // SAFETY: the slices are exactly m×n, m×k and k×n elements (asserted above) and
     // the strides address only elements inside them.
     unsafe {
@@ -185,7 +245,7 @@ pub fn gemm_crate_into(c: &mut [f32], a: &[f32], b: &[f32], m: usize, k: usize, 
             false,
             false,
             false,
-            gemm_parallelism(m * n * k),
+            parallelism,
         );
     }
 }
@@ -199,7 +259,11 @@ pub mod reference {
             for j in 0..n {
                 let mut s = 0.0f64;
                 for p in 0..k {
-                    let bv = if transpose_b { b[j * k + p] } else { b[p * n + j] };
+                    let bv = if transpose_b {
+                        b[j * k + p]
+                    } else {
+                        b[p * n + j]
+                    };
                     s += a[i * k + p] as f64 * bv as f64;
                 }
                 c[i * n + j] = s as f32;
@@ -217,7 +281,13 @@ mod tests {
     #[test]
     fn gemm_equals_reference_on_awkward_shapes() {
         let mut rng = StdRng::seed_from_u64(7);
-        for &(m, k, n) in &[(1, 1, 1), (1, 576, 37), (3, 5, 7), (17, 33, 9), (65, 31, 129)] {
+        for &(m, k, n) in &[
+            (1, 1, 1),
+            (1, 576, 37),
+            (3, 5, 7),
+            (17, 33, 9),
+            (65, 31, 129),
+        ] {
             for tb in [false, true] {
                 let a = Tensor::randn(&[m, k], 1.0, &mut rng);
                 let b_shape = if tb { [n, k] } else { [k, n] };
@@ -243,7 +313,16 @@ mod tests {
     #[test]
     fn gemv_equals_reference_and_gemm_crate() {
         let mut rng = StdRng::seed_from_u64(8);
-        for &(k, n) in &[(1, 1), (3, 7), (9, 17), (33, 65), (576, 129), (577, 200), (64, 1000), (576, 1536)] {
+        for &(k, n) in &[
+            (1, 1),
+            (3, 7),
+            (9, 17),
+            (33, 65),
+            (576, 129),
+            (577, 200),
+            (64, 1000),
+            (576, 1536),
+        ] {
             for tb in [false, true] {
                 let a = Tensor::randn(&[1, k], 1.0, &mut rng);
                 let b_shape = if tb { [n, k] } else { [k, n] };
@@ -259,7 +338,10 @@ mod tests {
                 for j in 0..n {
                     let tol = 1e-6 * (1.0 + mag[j]);
                     assert!((got[j] - want[j]).abs() <= tol, "k={k} n={n} tb={tb} j={j}");
-                    assert!((got[j] - packed[j]).abs() <= 2.0 * tol, "k={k} n={n} tb={tb} j={j} vs gemm");
+                    assert!(
+                        (got[j] - packed[j]).abs() <= 2.0 * tol,
+                        "k={k} n={n} tb={tb} j={j} vs gemm"
+                    );
                 }
             }
         }
@@ -275,6 +357,9 @@ mod tests {
         let y2 = linear(&a, &w, None).unwrap();
         assert_eq!(y.data(), y2.data());
         let err = matmul(&a, &w).unwrap_err().to_string();
-        assert!(err.contains("[2, 3, 4, 5]") && err.contains("[6, 5]"), "{err}");
+        assert!(
+            err.contains("[2, 3, 4, 5]") && err.contains("[6, 5]"),
+            "{err}"
+        );
     }
 }

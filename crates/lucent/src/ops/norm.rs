@@ -26,7 +26,9 @@ pub fn layer_norm(x: &Tensor, gamma: &Tensor, beta: Option<&Tensor>, eps: f32) -
     let d = check(x, gamma, beta, "layer_norm")?;
     let mut out = x.clone();
     let (g, b) = (gamma.data(), beta.map(|b| b.data()));
-    simd::for_each_row(out.data_mut(), d, PARALLEL_MIN, |row| layer_norm_row(row, g, b, eps));
+    simd::for_each_row(out.data_mut(), d, PARALLEL_MIN, |row| {
+        layer_norm_row(row, g, b, eps)
+    });
     Ok(out)
 }
 
@@ -38,7 +40,9 @@ pub fn rms_norm(x: &Tensor, gamma: &Tensor, eps: f32) -> Result<Tensor> {
     let d = check(x, gamma, None, "rms_norm")?;
     let mut out = x.clone();
     let g = gamma.data();
-    simd::for_each_row(out.data_mut(), d, PARALLEL_MIN, |row| rms_norm_row(row, g, eps));
+    simd::for_each_row(out.data_mut(), d, PARALLEL_MIN, |row| {
+        rms_norm_row(row, g, eps)
+    });
     Ok(out)
 }
 
@@ -62,14 +66,25 @@ pub fn rms_norm_row(row: &mut [f32], gamma: &[f32], eps: f32) {
 fn check(x: &Tensor, gamma: &Tensor, beta: Option<&Tensor>, op: &str) -> Result<usize> {
     let d = x.last_dim();
     if x.rank() == 0 || d == 0 {
-        return Err(Error::Shape(format!("{op} of an empty tensor {:?}", x.shape())));
+        return Err(Error::Shape(format!(
+            "{op} of an empty tensor {:?}",
+            x.shape()
+        )));
     }
     if gamma.shape() != [d] {
-        return Err(Error::mismatch(format!("{op} (x vs weight)"), x.shape(), gamma.shape()));
+        return Err(Error::mismatch(
+            format!("{op} (x vs weight)"),
+            x.shape(),
+            gamma.shape(),
+        ));
     }
     if let Some(b) = beta {
         if b.shape() != [d] {
-            return Err(Error::mismatch(format!("{op} (x vs bias)"), x.shape(), b.shape()));
+            return Err(Error::mismatch(
+                format!("{op} (x vs bias)"),
+                x.shape(),
+                b.shape(),
+            ));
         }
     }
     Ok(d)
@@ -110,7 +125,9 @@ mod tests {
         let mut rng = StdRng::seed_from_u64(4);
         for n in [1, 3, 7, 8, 9, 17, 33, 65, 129, 384, 576, 1536] {
             // an offset mean, as real activations have
-            let x: Vec<f32> = (0..n).map(|_| 3.0 + rng.random_range(-2.0f32..2.0)).collect();
+            let x: Vec<f32> = (0..n)
+                .map(|_| 3.0 + rng.random_range(-2.0f32..2.0))
+                .collect();
             let g: Vec<f32> = (0..n).map(|_| rng.random_range(0.5f32..1.5)).collect();
             let b: Vec<f32> = (0..n).map(|_| rng.random_range(-0.5f32..0.5)).collect();
             let (mut f, mut r) = (x.clone(), x.clone());

@@ -38,7 +38,12 @@ pub enum RopeConvention {
 ///
 /// # Shapes
 /// x: (..., t, d) with d even; positions: t → (..., t, d)
-pub fn rope(x: &Tensor, positions: &[usize], base: f32, convention: RopeConvention) -> Result<Tensor> {
+pub fn rope(
+    x: &Tensor,
+    positions: &[usize],
+    base: f32,
+    convention: RopeConvention,
+) -> Result<Tensor> {
     let (_, d) = check(x, positions)?;
     let lo = positions.iter().copied().min().unwrap_or(0);
     let hi = positions.iter().copied().max().map_or(0, |p| p + 1);
@@ -50,11 +55,16 @@ pub fn rope(x: &Tensor, positions: &[usize], base: f32, convention: RopeConventi
 fn check(x: &Tensor, positions: &[usize]) -> Result<(usize, usize)> {
     let r = x.rank();
     if r < 2 {
-        return Err(Error::Shape(format!("rope needs (..., t, d), got {:?}", x.shape())));
+        return Err(Error::Shape(format!(
+            "rope needs (..., t, d), got {:?}",
+            x.shape()
+        )));
     }
     let (t, d) = (x.shape()[r - 2], x.shape()[r - 1]);
     if d % 2 != 0 || d == 0 {
-        return Err(Error::Shape(format!("rope needs an even head dimension, got {d}")));
+        return Err(Error::Shape(format!(
+            "rope needs an even head dimension, got {d}"
+        )));
     }
     if positions.len() != t {
         return Err(Error::Shape(format!(
@@ -84,10 +94,14 @@ impl RopeTable {
     /// The table for heads of `d` features (even) at `positions`, with θᵢ = base^(−2i/d).
     pub fn new(base: f32, d: usize, positions: std::ops::Range<usize>) -> Result<RopeTable> {
         if d % 2 != 0 || d == 0 {
-            return Err(Error::Shape(format!("rope needs an even head dimension, got {d}")));
+            return Err(Error::Shape(format!(
+                "rope needs an even head dimension, got {d}"
+            )));
         }
         if !(base.is_finite() && base > 0.0) {
-            return Err(Error::Argument(format!("rope base must be a finite number > 0, got {base}")));
+            return Err(Error::Argument(format!(
+                "rope base must be a finite number > 0, got {base}"
+            )));
         }
         let half = d / 2;
         let n = positions.len();
@@ -100,7 +114,13 @@ impl RopeTable {
                 sin.push(s as f32);
             }
         }
-        Ok(RopeTable { base, d, positions, cos, sin })
+        Ok(RopeTable {
+            base,
+            d,
+            positions,
+            cos,
+            sin,
+        })
     }
 
     /// The base θ is built from.
@@ -135,7 +155,12 @@ impl RopeTable {
     ///
     /// # Shapes
     /// x: (..., t, d) with d = the table's head_dim; positions: t → (..., t, d)
-    pub fn apply(&self, x: &Tensor, positions: &[usize], convention: RopeConvention) -> Result<Tensor> {
+    pub fn apply(
+        &self,
+        x: &Tensor,
+        positions: &[usize],
+        convention: RopeConvention,
+    ) -> Result<Tensor> {
         let (t, d) = check(x, positions)?;
         if d != self.d {
             return Err(Error::Shape(format!(
@@ -252,13 +277,21 @@ mod tests {
     fn table_errors_name_the_problem() {
         let table = RopeTable::new(10_000.0, 8, 0..4).unwrap();
         let x = Tensor::zeros(&[1, 8]);
-        let e = table.apply(&x, &[4], RopeConvention::RotateHalf).unwrap_err().to_string();
+        let e = table
+            .apply(&x, &[4], RopeConvention::RotateHalf)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("0..4") && e.contains('4'), "{e}");
-        let e = table.apply(&Tensor::zeros(&[1, 6]), &[0], RopeConvention::RotateHalf).unwrap_err().to_string();
+        let e = table
+            .apply(&Tensor::zeros(&[1, 6]), &[0], RopeConvention::RotateHalf)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains('8') && e.contains('6'), "{e}");
         assert!(RopeTable::new(10_000.0, 7, 0..4).is_err());
         let mut row = [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0];
-        table.apply_row(&mut row, 0, RopeConvention::Interleaved).unwrap();
+        table
+            .apply_row(&mut row, 0, RopeConvention::Interleaved)
+            .unwrap();
         assert_eq!(row, [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]);
     }
 }

@@ -135,12 +135,20 @@ pub(crate) fn parts_for(elements: usize, units: usize, min_parallel: usize) -> u
     if elements < min_parallel {
         return 1;
     }
-    threads().min(units).min(elements / (min_parallel / 2).max(1)).max(1)
+    threads()
+        .min(units)
+        .min(elements / (min_parallel / 2).max(1))
+        .max(1)
 }
 
 /// Run `f` on every row (of `d` elements) of `data`, split across threads when `data`
 /// holds at least `min_parallel` elements and there is more than one row.
-pub(crate) fn for_each_row(data: &mut [f32], d: usize, min_parallel: usize, f: impl Fn(&mut [f32]) + Sync) {
+pub(crate) fn for_each_row(
+    data: &mut [f32],
+    d: usize,
+    min_parallel: usize,
+    f: impl Fn(&mut [f32]) + Sync,
+) {
     if d == 0 {
         return;
     }
@@ -151,7 +159,8 @@ pub(crate) fn for_each_row(data: &mut [f32], d: usize, min_parallel: usize, f: i
         return;
     }
     let per = rows.div_ceil(parts) * d;
-    data.par_chunks_mut(per).for_each(|c| c.chunks_mut(d).for_each(&f));
+    data.par_chunks_mut(per)
+        .for_each(|c| c.chunks_mut(d).for_each(&f));
 }
 
 /// Σ a[i]·b[i] over the common length.
@@ -227,7 +236,10 @@ pub fn exp_shifted_sum(x: &mut [f32], shift: f32, mul: f32) -> f32 {
 /// In place: x[i] ← (x[i] − shift) · mul[i] + add[i] (or without `add`): the last step
 /// of LayerNorm (shift = μ, mul = γ / σ) and RMSNorm (shift = 0).
 pub fn shift_mul_add(x: &mut [f32], shift: f32, inv: f32, gamma: &[f32], beta: Option<&[f32]>) {
-    let n = x.len().min(gamma.len()).min(beta.map_or(usize::MAX, |b| b.len()));
+    let n = x
+        .len()
+        .min(gamma.len())
+        .min(beta.map_or(usize::MAX, |b| b.len()));
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
         let bp = beta.map_or(std::ptr::null(), |b| b.as_ptr());
@@ -335,7 +347,9 @@ mod avx2 {
     pub fn exp8(x: __m256) -> __m256 {
         // min/max return their second operand when either is NaN: x second keeps NaN.
         let xc = _mm256_max_ps(splat(EXP_LO), _mm256_min_ps(splat(EXP_HI), x));
-        let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(xc, splat(LOG2E)));
+        let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+            _mm256_mul_ps(xc, splat(LOG2E)),
+        );
         let r = _mm256_fnmadd_ps(n, splat(LN2_HI), xc);
         let r = _mm256_fnmadd_ps(n, splat(LN2_LO), r);
         let mut p = _mm256_fmadd_ps(splat(E7), r, splat(E6));
@@ -401,7 +415,10 @@ mod avx2 {
     #[target_feature(enable = "avx2,fma")]
     pub fn tanh8(x: __m256) -> __m256 {
         let e = exp8(_mm256_add_ps(x, x));
-        _mm256_sub_ps(splat(1.0), _mm256_div_ps(splat(2.0), _mm256_add_ps(e, splat(1.0))))
+        _mm256_sub_ps(
+            splat(1.0),
+            _mm256_div_ps(splat(2.0), _mm256_add_ps(e, splat(1.0))),
+        )
     }
 
     /// GELU(x) = ½x(1 + erf(x/√2)), with 1 + erf(−a) = erfc(a) for negative x.
@@ -526,19 +543,31 @@ mod avx2 {
         unsafe {
             while i + 32 <= n {
                 for (j, acc) in acc.iter_mut().enumerate() {
-                    *acc = _mm256_fmadd_ps(_mm256_loadu_ps(a.add(i + 8 * j)), _mm256_loadu_ps(b.add(i + 8 * j)), *acc);
+                    *acc = _mm256_fmadd_ps(
+                        _mm256_loadu_ps(a.add(i + 8 * j)),
+                        _mm256_loadu_ps(b.add(i + 8 * j)),
+                        *acc,
+                    );
                 }
                 i += 32;
             }
             while i + 8 <= n {
-                acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(a.add(i)), _mm256_loadu_ps(b.add(i)), acc[0]);
+                acc[0] =
+                    _mm256_fmadd_ps(_mm256_loadu_ps(a.add(i)), _mm256_loadu_ps(b.add(i)), acc[0]);
                 i += 8;
             }
             if i < n {
-                acc[1] = _mm256_fmadd_ps(load_tail(a.add(i), n - i, 0.0), load_tail(b.add(i), n - i, 0.0), acc[1]);
+                acc[1] = _mm256_fmadd_ps(
+                    load_tail(a.add(i), n - i, 0.0),
+                    load_tail(b.add(i), n - i, 0.0),
+                    acc[1],
+                );
             }
         }
-        hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])))
+        hsum(_mm256_add_ps(
+            _mm256_add_ps(acc[0], acc[1]),
+            _mm256_add_ps(acc[2], acc[3]),
+        ))
     }
 
     /// y[i] += alpha · x[i].
@@ -599,7 +628,10 @@ mod avx2 {
                 acc[1] = _mm256_add_ps(acc[1], load_tail(x.add(i), n - i, 0.0));
             }
         }
-        hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])))
+        hsum(_mm256_add_ps(
+            _mm256_add_ps(acc[0], acc[1]),
+            _mm256_add_ps(acc[2], acc[3]),
+        ))
     }
 
     /// Σ (x[i] − c)².
@@ -668,7 +700,10 @@ mod avx2 {
         // SAFETY (all accesses): i + width ≤ n and x covers n elements.
         unsafe {
             while i + 8 <= n {
-                let e = exp8(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x.add(i)), sv), mv));
+                let e = exp8(_mm256_mul_ps(
+                    _mm256_sub_ps(_mm256_loadu_ps(x.add(i)), sv),
+                    mv,
+                ));
                 _mm256_storeu_ps(x.add(i), e);
                 acc = _mm256_add_ps(acc, e);
                 i += 8;
@@ -686,7 +721,14 @@ mod avx2 {
 
     /// x[i] ← (x[i] − shift)·inv·gamma[i] + beta[i] (beta may be null).
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn shift_mul_add(x: *mut f32, shift: f32, inv: f32, gamma: *const f32, beta: *const f32, n: usize) {
+    pub unsafe fn shift_mul_add(
+        x: *mut f32,
+        shift: f32,
+        inv: f32,
+        gamma: *const f32,
+        beta: *const f32,
+        n: usize,
+    ) {
         let (sv, iv) = (splat(shift), splat(inv));
         let mut i = 0;
         // SAFETY (all accesses): i + width ≤ n and every non-null pointer covers n.
@@ -694,7 +736,11 @@ mod avx2 {
             while i + 8 <= n {
                 let g = _mm256_mul_ps(_mm256_loadu_ps(gamma.add(i)), iv);
                 let d = _mm256_sub_ps(_mm256_loadu_ps(x.add(i)), sv);
-                let b = if beta.is_null() { _mm256_setzero_ps() } else { _mm256_loadu_ps(beta.add(i)) };
+                let b = if beta.is_null() {
+                    _mm256_setzero_ps()
+                } else {
+                    _mm256_loadu_ps(beta.add(i))
+                };
                 _mm256_storeu_ps(x.add(i), _mm256_fmadd_ps(d, g, b));
                 i += 8;
             }
@@ -724,7 +770,12 @@ pub(crate) mod gemv {
         // p + 16 ≤ k (or p + 8 ≤ k) inside it.
         unsafe {
             while j + 4 <= n {
-                let r = [w.add(j * k), w.add((j + 1) * k), w.add((j + 2) * k), w.add((j + 3) * k)];
+                let r = [
+                    w.add(j * k),
+                    w.add((j + 1) * k),
+                    w.add((j + 2) * k),
+                    w.add((j + 3) * k),
+                ];
                 let mut a = [_mm256_setzero_ps(); 8];
                 let mut p = 0;
                 while p + 16 <= k {
@@ -732,7 +783,8 @@ pub(crate) mod gemv {
                     let x1 = _mm256_loadu_ps(x.add(p + 8));
                     for q in 0..4 {
                         a[2 * q] = _mm256_fmadd_ps(_mm256_loadu_ps(r[q].add(p)), x0, a[2 * q]);
-                        a[2 * q + 1] = _mm256_fmadd_ps(_mm256_loadu_ps(r[q].add(p + 8)), x1, a[2 * q + 1]);
+                        a[2 * q + 1] =
+                            _mm256_fmadd_ps(_mm256_loadu_ps(r[q].add(p + 8)), x1, a[2 * q + 1]);
                     }
                     p += 16;
                 }
@@ -787,7 +839,11 @@ pub(crate) mod gemv {
             while j + 8 <= n {
                 let mut a = _mm256_setzero_ps();
                 for p in 0..k {
-                    a = _mm256_fmadd_ps(_mm256_set1_ps(*x.add(p)), _mm256_loadu_ps(b.add(p * ldb + j)), a);
+                    a = _mm256_fmadd_ps(
+                        _mm256_set1_ps(*x.add(p)),
+                        _mm256_loadu_ps(b.add(p * ldb + j)),
+                        a,
+                    );
                 }
                 _mm256_storeu_ps(y.add(j), a);
                 j += 8;
@@ -810,7 +866,9 @@ mod tests {
     use rand::{rngs::StdRng, Rng, SeedableRng};
 
     fn grid(lo: f32, hi: f32, n: usize) -> Vec<f32> {
-        (0..=n).map(|i| lo + (hi - lo) * i as f32 / n as f32).collect()
+        (0..=n)
+            .map(|i| lo + (hi - lo) * i as f32 / n as f32)
+            .collect()
     }
 
     fn mapped(op: Unary, xs: &[f32]) -> Vec<f32> {
@@ -824,7 +882,15 @@ mod tests {
         let mut xs = grid(-87.0, 88.0, 400_000);
         let mut rng = StdRng::seed_from_u64(3);
         xs.extend((0..100_000).map(|_| rng.random_range(-87.0f32..88.0)));
-        xs.extend([0.0, -0.0, 1e-30, -1e-30, 88.0, -87.0, 0.5 * std::f32::consts::LN_2]);
+        xs.extend([
+            0.0,
+            -0.0,
+            1e-30,
+            -1e-30,
+            88.0,
+            -87.0,
+            0.5 * std::f32::consts::LN_2,
+        ]);
         let got = mapped(Unary::Exp, &xs);
         let mut worst = 0.0f64;
         for (&x, &y) in xs.iter().zip(&got) {
@@ -837,7 +903,17 @@ mod tests {
 
     #[test]
     fn exp_edges_nan_and_infinities() {
-        let xs = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 89.0, 88.8, -104.0, -200.0, -95.0, -87.5];
+        let xs = [
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            89.0,
+            88.8,
+            -104.0,
+            -200.0,
+            -95.0,
+            -87.5,
+        ];
         let got = mapped(Unary::Exp, &xs);
         assert!(got[0].is_nan());
         assert_eq!(got[1], f32::INFINITY);
@@ -849,13 +925,21 @@ mod tests {
         // subnormal results: within 1e-3 relative (subnormals have fewer bits)
         for i in 7..9 {
             let want = (xs[i] as f64).exp();
-            assert!(((got[i] as f64 - want) / want).abs() < 1e-3, "exp({}) = {} vs {want}", xs[i], got[i]);
+            assert!(
+                ((got[i] as f64 - want) / want).abs() < 1e-3,
+                "exp({}) = {} vs {want}",
+                xs[i],
+                got[i]
+            );
         }
     }
 
     fn max_abs_err(op: Unary, xs: &[f32], f: impl Fn(f64) -> f64) -> f64 {
         let got = mapped(op, xs);
-        xs.iter().zip(&got).map(|(&x, &y)| (y as f64 - f(x as f64)).abs()).fold(0.0, f64::max)
+        xs.iter()
+            .zip(&got)
+            .map(|(&x, &y)| (y as f64 - f(x as f64)).abs())
+            .fold(0.0, f64::max)
     }
 
     #[test]
@@ -885,7 +969,10 @@ mod tests {
         let got = mapped(Unary::Sigmoid, &xs);
         assert!(got[0].is_nan());
         assert_eq!((got[1], got[2]), (1.0, 0.0));
-        let got = mapped(Unary::Relu, &[f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.5, 2.0]);
+        let got = mapped(
+            Unary::Relu,
+            &[f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.5, 2.0],
+        );
         assert_eq!(got, [0.0, f32::INFINITY, 0.0, 0.0, 2.0]);
     }
 
@@ -894,11 +981,20 @@ mod tests {
         let mut xs = grid(-12.0, 12.0, 200_003);
         xs.extend([0.0, -0.0, 1e-30, 50.0, -50.0]);
         // Tolerance: 1e-6 · (1 + |x|): the twins' 1e-6 function error scaled by the x factor.
-        for op in [Unary::Relu, Unary::Gelu, Unary::GeluTanh, Unary::Silu, Unary::Sigmoid] {
+        for op in [
+            Unary::Relu,
+            Unary::Gelu,
+            Unary::GeluTanh,
+            Unary::Silu,
+            Unary::Sigmoid,
+        ] {
             let got = mapped(op, &xs);
             for (&x, &y) in xs.iter().zip(&got) {
                 let want = op.reference(x);
-                assert!((y - want).abs() <= 1e-6 * (1.0 + x.abs()), "{op:?}({x}) = {y} vs {want}");
+                assert!(
+                    (y - want).abs() <= 1e-6 * (1.0 + x.abs()),
+                    "{op:?}({x}) = {y} vs {want}"
+                );
             }
         }
     }
@@ -927,11 +1023,21 @@ mod tests {
             let a: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
             let b: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
             let exact: f64 = a.iter().zip(&b).map(|(&x, &y)| x as f64 * y as f64).sum();
-            let mag: f64 = a.iter().zip(&b).map(|(&x, &y)| (x as f64 * y as f64).abs()).sum();
+            let mag: f64 = a
+                .iter()
+                .zip(&b)
+                .map(|(&x, &y)| (x as f64 * y as f64).abs())
+                .sum();
             // Tolerance: 1e-6 · Σ|a·b| (f32 rounding of a blocked sum).
-            assert!((dot(&a, &b) as f64 - exact).abs() <= 1e-6 * (1.0 + mag), "dot n={n}");
+            assert!(
+                (dot(&a, &b) as f64 - exact).abs() <= 1e-6 * (1.0 + mag),
+                "dot n={n}"
+            );
             let s: f64 = a.iter().map(|&x| x as f64).sum();
-            assert!((sum(&a) as f64 - s).abs() <= 1e-6 * (1.0 + n as f64), "sum n={n}");
+            assert!(
+                (sum(&a) as f64 - s).abs() <= 1e-6 * (1.0 + n as f64),
+                "sum n={n}"
+            );
             assert_eq!(max(&a), reference::max(&a), "max n={n}");
             let mut y = b.clone();
             axpy(&mut y, 0.75, &a);
@@ -941,7 +1047,21 @@ mod tests {
                 assert!((u - v).abs() <= 1e-6, "axpy n={n}");
             }
         }
-        assert_eq!(max(&[f32::NAN, 1.0, f32::NAN, -3.0, 2.0, 0.0, 0.0, 0.0, 0.0, f32::NAN]), 2.0);
+        assert_eq!(
+            max(&[
+                f32::NAN,
+                1.0,
+                f32::NAN,
+                -3.0,
+                2.0,
+                0.0,
+                0.0,
+                0.0,
+                0.0,
+                f32::NAN
+            ]),
+            2.0
+        );
         assert_eq!(max(&[]), f32::NEG_INFINITY);
     }
 }

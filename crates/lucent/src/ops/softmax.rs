@@ -36,7 +36,9 @@ pub fn softmax_with_temperature(x: &Tensor, temperature: f32) -> Result<Tensor> 
     }
     let mut out = x.clone();
     let n = x.last_dim();
-    simd::for_each_row(out.data_mut(), n, PARALLEL_MIN, |row| softmax_row(row, temperature));
+    simd::for_each_row(out.data_mut(), n, PARALLEL_MIN, |row| {
+        softmax_row(row, temperature)
+    });
     Ok(out)
 }
 
@@ -63,7 +65,10 @@ pub mod reference {
             return;
         }
         let inv_t = 1.0 / temperature as f64;
-        let e: Vec<f64> = row.iter().map(|&x| ((x as f64 - max as f64) * inv_t).exp()).collect();
+        let e: Vec<f64> = row
+            .iter()
+            .map(|&x| ((x as f64 - max as f64) * inv_t).exp())
+            .collect();
         let sum: f64 = e.iter().sum();
         for (x, e) in row.iter_mut().zip(e) {
             *x = (e / sum) as f32;
