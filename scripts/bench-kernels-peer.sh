@@ -2,8 +2,8 @@
 # Compare lucent's matrix products with numpy's (OpenBLAS sgemm) on the same shapes, in
 # the same run, on the same machine, at 1 and 2 threads.
 #
-#   scripts/bench-kernels-peer.sh            # RUNS=7 MIN_MS=40 by default
-#   RUNS=9 MIN_MS=60 scripts/bench-kernels-peer.sh
+#   scripts/bench-kernels-peer.sh            # RUNS=15 MIN_MS=10 by default
+#   RUNS=21 MIN_MS=40 THREADS="1 2 4" scripts/bench-kernels-peer.sh
 #
 # numpy comes from PyPI into a virtual environment outside the repository
 # (${LUCENT_BENCH_VENV:-$HOME/.cache/lucent/bench-venv}). Both sides time a call the same
@@ -15,8 +15,8 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${LUCENT_BENCH_VENV:-$HOME/.cache/lucent/bench-venv}"
-RUNS="${RUNS:-7}"
-MIN_MS="${MIN_MS:-40}"
+RUNS="${RUNS:-15}"
+MIN_MS="${MIN_MS:-10}"
 THREADS="${THREADS:-1 2}"
 
 if [ ! -x "$VENV/bin/python" ]; then

@@ -36,10 +36,10 @@ enum Target {
 #[derive(clap::Args)]
 struct KernelArgs {
     /// Runs per kernel; the median is reported.
-    #[arg(long, default_value_t = 7)]
+    #[arg(long, default_value_t = 15)]
     runs: usize,
     /// Least time of one run, in milliseconds (calls are repeated to fill it).
-    #[arg(long, default_value_t = 40)]
+    #[arg(long, default_value_t = 10)]
     min_ms: u64,
     /// Only kernels whose name contains this text (e.g. `matmul`).
     #[arg(long)]
