@@ -13,9 +13,10 @@
 //! position t_k − t_q + i, which is what the causal and window rules use.
 //!
 //! The fused kernel ([`attention`]) works per (batch, head). A few queries (a decode
-//! step) go one row at a time: SIMD dot products with the keys the row may see (masked
-//! keys are skipped, not computed), scale and bias into a per-thread row buffer of t_k
-//! scores, softmax in place, then the weighted sum of V rows by axpy. Many queries go in
+//! step) go one row at a time: SIMD dot products with the keys the row may see, four
+//! keys at a time (masked keys are skipped, not computed), scale and bias into a
+//! per-thread row buffer of t_k scores, softmax in place, then the weighted sum of the
+//! visible V rows (a vector-matrix product). Many queries go in
 //! blocks of 64: the block's scores come from one small GEMM into a per-thread
 //! (64 × t_k) buffer, are scaled, masked and softmaxed row by row, and multiply V in a
 //! second GEMM. No (t_q × t_k) scores tensor exists unless the weights are asked for.
@@ -235,8 +236,8 @@ const BLOCKED_MIN_T_Q: usize = 8;
 /// One (batch, head) pair, `idx = bi·h + hi`: every query row of it.
 /// `out` is that head's (t_q, d_v) block, `weights` its (t_q, t_k) block (zeroed).
 ///
-/// Few queries (a decode step) take one SIMD dot per visible key and one axpy per
-/// weight. Many queries (a prompt, an encoder) go in blocks of [`BLOCK`]: the block's
+/// Few queries (a decode step) take a matrix-vector product with the visible keys and
+/// a vector-matrix product with the visible values. Many queries (a prompt, an encoder) go in blocks of [`BLOCK`]: the block's
 /// scores S = Q_blk · K_rangeᵀ and its output P · V_range are two GEMMs over the range
 /// of keys any query of the block may see; keys a query may not see are masked to −∞
 /// before its softmax.
@@ -319,17 +320,25 @@ fn head(
         let vis = visible_keys(p, d, i);
         let bias = bias_row(p.bias, d, bi, hi, i);
         let scores = &mut buf[vis.clone()];
-        for (s, j) in scores.iter_mut().zip(vis.clone()) {
-            let dot = simd::dot(q, &keys[j * d.d_k..][..d.d_k]);
-            *s = dot * p.scale + bias.map_or(0.0, |b| b[j]);
+        // scores = K_vis · q, four keys at a time
+        simd::matvec_t(scores, q, &keys[vis.start * d.d_k..vis.end * d.d_k]);
+        match bias {
+            Some(b) => {
+                for (s, &bj) in scores.iter_mut().zip(&b[vis.clone()]) {
+                    *s = s.mul_add(p.scale, bj);
+                }
+            }
+            None => simd::scale(scores, p.scale),
         }
         softmax::softmax_row(scores, 1.0);
+        // out = weightsᵀ · V_vis
         let o = &mut out[i * d.d_v..][..d.d_v];
-        for (&w, j) in scores.iter().zip(vis.clone()) {
-            if w != 0.0 {
-                simd::axpy(o, w, &values[j * d.d_v..][..d.d_v]);
-            }
-        }
+        simd::vecmat(
+            o,
+            scores,
+            &values[vis.start * d.d_v..vis.end * d.d_v],
+            d.d_v,
+        );
         if let Some(ws) = weights.as_deref_mut() {
             ws[i * d.t_k..][..d.t_k][vis].copy_from_slice(scores);
         }

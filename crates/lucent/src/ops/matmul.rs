@@ -121,7 +121,7 @@ pub fn gemm_into(
     n: usize,
     transpose_b: bool,
 ) {
-    if m == 1 && k > 0 && simd::has_avx2_fma() {
+    if m == 1 && k > 0 && n > 0 && simd::has_avx2_fma() {
         assert!(
             c.len() == n && a.len() == k && b.len() == k * n,
             "gemm_into sizes"
@@ -133,37 +133,25 @@ pub fn gemm_into(
 }
 
 /// y (n) = x (k) · B with B (k×n), or (n×k) read transposed: the decode-step product.
-/// Needs AVX2 + FMA (checked by the caller).
 fn gemv(y: &mut [f32], x: &[f32], b: &[f32], k: usize, n: usize, transpose_b: bool) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let parts = simd::parts_for(n * k, n.div_ceil(64), GEMV_PARALLEL_MIN);
-        // Each part owns a block of output columns; blocks are multiples of 64 columns
-        // (whole cache lines of a row-major B, whole 4-row groups of a transposed one).
-        let block = n.div_ceil(parts).next_multiple_of(64);
-        let run = |j0: usize, yb: &mut [f32]| {
-            let w = yb.len();
-            // SAFETY: AVX2 + FMA were checked by the caller; yb holds w outputs for
-            // columns j0..j0+w < n; x holds k values; b holds k·n values, and the kernels
-            // read rows j0..j0+w of the (n, k) matrix, or columns j0..j0+w of the (k, n).
-            unsafe {
-                if transpose_b {
-                    simd::gemv::rows(yb.as_mut_ptr(), x.as_ptr(), b.as_ptr().add(j0 * k), w, k);
-                } else {
-                    simd::gemv::cols(yb.as_mut_ptr(), x.as_ptr(), b.as_ptr().add(j0), w, k, n);
-                }
-            }
-        };
-        if parts <= 1 {
-            run(0, y);
+    let parts = simd::parts_for(n * k, n.div_ceil(64), GEMV_PARALLEL_MIN);
+    // Each part owns a block of output columns; blocks are multiples of 64 columns
+    // (whole cache lines of a row-major B, whole 4-row groups of a transposed one).
+    let block = n.div_ceil(parts).next_multiple_of(64);
+    let run = |j0: usize, yb: &mut [f32]| {
+        if transpose_b {
+            simd::matvec_t(yb, x, &b[j0 * k..]);
         } else {
-            y.par_chunks_mut(block)
-                .enumerate()
-                .for_each(|(i, yb)| run(i * block, yb));
+            simd::vecmat(yb, x, &b[j0..], n);
         }
+    };
+    if parts <= 1 {
+        run(0, y);
+    } else {
+        y.par_chunks_mut(block)
+            .enumerate()
+            .for_each(|(i, yb)| run(i * block, yb));
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    gemm_crate_into(y, x, b, 1, k, n, transpose_b)
 }
 
 /// C (m×n) = A (m×k) · B on the `gemm` crate for every shape (no matrix-vector path):

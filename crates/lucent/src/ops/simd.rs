@@ -263,6 +263,53 @@ pub fn sum_sq_diff(x: &[f32], c: f32) -> f32 {
     x.iter().map(|&v| (v - c) * (v - c)).sum()
 }
 
+/// y[j] = Σ_p x[p] · w[j·k + p] for j < y.len(), k = x.len(): a row-major (n, k) matrix
+/// (a Linear weight, or the keys of one head) times a vector. Rows that `w` does not
+/// hold in full are left untouched.
+pub fn matvec_t(y: &mut [f32], x: &[f32], w: &[f32]) {
+    let k = x.len();
+    let n = if k == 0 {
+        y.len()
+    } else {
+        y.len().min(w.len() / k)
+    };
+    if k == 0 {
+        y[..n].fill(0.0);
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() {
+        // SAFETY: features detected; y holds n, x holds k, w holds at least n·k elements.
+        unsafe { gemv::rows(y.as_mut_ptr(), x.as_ptr(), w.as_ptr(), n, k) };
+        return;
+    }
+    for (j, y) in y[..n].iter_mut().enumerate() {
+        *y = reference::dot(x, &w[j * k..(j + 1) * k]);
+    }
+}
+
+/// y[j] = Σ_p x[p] · b[p·ldb + j] for j < y.len(), p < x.len(): a vector times the first
+/// y.len() columns of a row-major matrix with row stride `ldb` (the weighted sum of the
+/// value rows of one head, or a column block of a (k, n) weight). Does nothing unless
+/// `b` holds every row and ldb ≥ y.len().
+pub fn vecmat(y: &mut [f32], x: &[f32], b: &[f32], ldb: usize) {
+    let (n, k) = (y.len(), x.len());
+    if n == 0 || ldb < n || (k > 0 && b.len() < (k - 1) * ldb + n) {
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() {
+        // SAFETY: features detected; y holds n, x holds k, and rows p < k of n elements
+        // at stride ldb lie inside b (checked above).
+        unsafe { gemv::cols(y.as_mut_ptr(), x.as_ptr(), b.as_ptr(), n, k, ldb) };
+        return;
+    }
+    y.fill(0.0);
+    for (p, &xp) in x.iter().enumerate() {
+        reference::axpy(y, xp, &b[p * ldb..p * ldb + n]);
+    }
+}
+
 /// The plain scalar twins, computed in f64 where that is the honest formula.
 pub mod reference {
     /// eˣ
@@ -753,10 +800,10 @@ mod avx2 {
     }
 }
 
-/// Matrix-vector products for the decode shape (one row times a weight matrix), on
-/// AVX2 + FMA; see [`crate::ops::matmul`].
+/// Matrix-vector products (one row times a matrix), on AVX2 + FMA; the safe entry points
+/// are [`matvec_t`] and [`vecmat`].
 #[cfg(target_arch = "x86_64")]
-pub(crate) mod gemv {
+mod gemv {
     use std::arch::x86_64::*;
 
     /// y[j] = Σ_p x[p] · w[j·k + p] for j < n: w is (n, k) row-major (a Linear weight).
