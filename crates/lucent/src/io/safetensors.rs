@@ -37,28 +37,23 @@ impl SafetensorsFile {
         let file = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
         // SAFETY: the map is read-only; lucent never writes to model files while open.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(&path, e))?;
-        let (header_len, meta) =
-            safetensors::SafeTensors::read_metadata(&map[..]).map_err(|e| {
-                Error::format(
-                    &path,
-                    format!("not a valid safetensors file ({e}); re-download it"),
-                )
-            })?;
+        let (header_len, meta) = safetensors::SafeTensors::read_metadata(&map[..]).map_err(|e| {
+            Error::format(&path, format!("not a valid safetensors file ({e}); re-download it"))
+        })?;
         let data_start = 8 + header_len;
         let mut entries = BTreeMap::new();
         for (name, info) in meta.tensors() {
-            let dtype =
-                match info.dtype {
-                    safetensors::Dtype::F32 => Dtype::F32,
-                    safetensors::Dtype::F16 => Dtype::F16,
-                    safetensors::Dtype::BF16 => Dtype::BF16,
-                    other => return Err(Error::format(
+            let dtype = match info.dtype {
+                safetensors::Dtype::F32 => Dtype::F32,
+                safetensors::Dtype::F16 => Dtype::F16,
+                safetensors::Dtype::BF16 => Dtype::BF16,
+                other => {
+                    return Err(Error::format(
                         &path,
-                        format!(
-                            "tensor '{name}' has dtype {other:?}; lucent reads f32, f16 and bf16"
-                        ),
-                    )),
-                };
+                        format!("tensor '{name}' has dtype {other:?}; lucent reads f32, f16 and bf16"),
+                    ))
+                }
+            };
             let (b, e) = info.data_offsets;
             entries.insert(
                 name.clone(),
@@ -126,15 +121,11 @@ impl SafetensorsFile {
 
     /// A metadata value parsed as a number; the error names the key.
     pub fn meta_f64(&self, key: &str) -> Result<f64> {
-        let v = self
-            .metadata
-            .get(key)
-            .ok_or_else(|| Error::format(&self.path, format!("metadata has no key '{key}'")))?;
-        v.trim().parse().map_err(|_| {
-            Error::format(
-                &self.path,
-                format!("metadata '{key}' = '{v}' is not a number"),
-            )
-        })
+        let v = self.metadata.get(key).ok_or_else(|| {
+            Error::format(&self.path, format!("metadata has no key '{key}'"))
+        })?;
+        v.trim()
+            .parse()
+            .map_err(|_| Error::format(&self.path, format!("metadata '{key}' = '{v}' is not a number")))
     }
 }

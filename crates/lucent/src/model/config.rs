@@ -177,41 +177,26 @@ impl ModelConfig {
         let (enc, dec) = (self.encoder_layers, self.decoder_layers);
         match self.kind {
             ModelKind::Encoder if enc == 0 || dec != 0 => {
-                return bad(format!(
-                    "an encoder needs encoder_layers > 0 and decoder_layers = 0 (got {enc}, {dec})"
-                ))
+                return bad(format!("an encoder needs encoder_layers > 0 and decoder_layers = 0 (got {enc}, {dec})"))
             }
             ModelKind::Decoder if dec == 0 || enc != 0 => {
-                return bad(format!(
-                    "a decoder needs decoder_layers > 0 and encoder_layers = 0 (got {enc}, {dec})"
-                ))
+                return bad(format!("a decoder needs decoder_layers > 0 and encoder_layers = 0 (got {enc}, {dec})"))
             }
-            ModelKind::EncoderDecoder if enc == 0 || dec == 0 => return bad(format!(
-                "an encoder-decoder needs both stacks (got {enc} encoder, {dec} decoder layers)"
-            )),
+            ModelKind::EncoderDecoder if enc == 0 || dec == 0 => {
+                return bad(format!("an encoder-decoder needs both stacks (got {enc} encoder, {dec} decoder layers)"))
+            }
             _ => {}
         }
-        if let PositionKind::Rope {
-            base, local_base, ..
-        } = self.position
-        {
+        if let PositionKind::Rope { base, local_base, .. } = self.position {
             if self.head_dim % 2 != 0 {
-                return bad(format!(
-                    "RoPE needs an even head_dim, got {}",
-                    self.head_dim
-                ));
+                return bad(format!("RoPE needs an even head_dim, got {}", self.head_dim));
             }
             if !(base > 0.0) || local_base.is_some_and(|b| !(b > 0.0)) {
-                return bad(format!(
-                    "rope base must be > 0, got {base} / {local_base:?}"
-                ));
+                return bad(format!("rope base must be > 0, got {base} / {local_base:?}"));
             }
         }
         if self.position == PositionKind::Sinusoidal && self.d_model % 2 != 0 {
-            return bad(format!(
-                "sinusoidal positions need an even d_model, got {}",
-                self.d_model
-            ));
+            return bad(format!("sinusoidal positions need an even d_model, got {}", self.d_model));
         }
         if !(self.norm_eps >= 0.0) {
             return bad(format!("norm_eps must be ≥ 0, got {}", self.norm_eps));

@@ -268,15 +268,11 @@ pub fn sum_sq_diff(x: &[f32], c: f32) -> f32 {
 /// hold in full are left untouched.
 pub fn matvec_t(y: &mut [f32], x: &[f32], w: &[f32]) {
     let k = x.len();
-    let n = if k == 0 {
-        y.len()
-    } else {
-        y.len().min(w.len() / k)
-    };
     if k == 0 {
-        y[..n].fill(0.0);
+        y.fill(0.0); // empty sums
         return;
     }
+    let n = y.len().min(w.len() / k);
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
         // SAFETY: features detected; y holds n, x holds k, w holds at least n·k elements.

@@ -345,11 +345,7 @@ impl Tensor {
     pub fn permute(&self, perm: &[usize]) -> Result<Tensor> {
         let r = self.rank();
         let mut seen = vec![false; r];
-        if perm.len() != r
-            || perm
-                .iter()
-                .any(|&p| p >= r || std::mem::replace(&mut seen[p], true))
-        {
+        if perm.len() != r || perm.iter().any(|&p| p >= r || std::mem::replace(&mut seen[p], true)) {
             return Err(Error::Shape(format!(
                 "permute({perm:?}) is not a permutation of the {r} dimensions of {:?}",
                 self.shape
@@ -423,11 +419,7 @@ impl Tensor {
                     .enumerate()
                     .all(|(i, (a, b))| i == dim || a == b);
             if !same {
-                return Err(Error::mismatch(
-                    format!("cat(dim {dim})"),
-                    &first.shape,
-                    &t.shape,
-                ));
+                return Err(Error::mismatch(format!("cat(dim {dim})"), &first.shape, &t.shape));
             }
         }
         let outer: usize = first.shape[..dim].iter().product();
@@ -640,13 +632,7 @@ mod tests {
             .iter()
             .flat_map(|&x| half::bf16::from_f32(x).to_le_bytes())
             .collect();
-        assert_eq!(
-            Tensor::from_bytes(&f16, Dtype::F16, &[3]).unwrap().data(),
-            &v
-        );
-        assert_eq!(
-            Tensor::from_bytes(&bf, Dtype::BF16, &[3]).unwrap().data(),
-            &v
-        );
+        assert_eq!(Tensor::from_bytes(&f16, Dtype::F16, &[3]).unwrap().data(), &v);
+        assert_eq!(Tensor::from_bytes(&bf, Dtype::BF16, &[3]).unwrap().data(), &v);
     }
 }
