@@ -1,6 +1,6 @@
 //! Kernels: the arithmetic every building block stands on.
 //!
-//! Each op has a public entry point over [`Tensor`]s (what `nn` calls) and, beside any
+//! Each op has a public entry point over [`Tensor`](crate::Tensor)s (what `nn` calls) and, beside any
 //! fast version, a plain `reference` twin that reads like the formula. Tests hold the
 //! fast path to its twin on random and awkward shapes, and the twin to PyTorch.
 //!

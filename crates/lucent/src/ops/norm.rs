@@ -6,7 +6,7 @@
 //! RMSNorm (Zhang & Sennrich 2019, as LLaMA uses it): y = x / √(mean(x²) + ε) · γ.
 //!
 //! The fast path makes two SIMD passes for LayerNorm's statistics (the mean, then the
-//! sum of squared deviations from it: no cancellation as in E[x²] − μ²) and one for
+//! sum of squared deviations from it: no cancellation as in E(x²) − μ²) and one for
 //! RMSNorm's, accumulating in f32 over 8-lane partial sums, and a last pass that writes
 //! (x − μ) · (γ/σ) + β with one fused multiply-add. Large tensors split their rows across
 //! threads; one row (a decode step) stays on the calling thread.

@@ -1,6 +1,6 @@
 //! SIMD building blocks for the fast kernels: vectorised exp, erf, tanh and sigmoid, and
 //! dot / axpy / sum / max over slices, on AVX2 + FMA with runtime feature detection.
-//! Every function falls back to its plain scalar twin (module [`reference`]) on machines
+//! Every function falls back to its plain scalar twin (module [`reference`](mod@reference)) on machines
 //! without AVX2 and FMA.
 //!
 //! How each function is approximated (written for lucent; the methods are the textbook
@@ -85,7 +85,7 @@ impl Unary {
     }
 }
 
-/// dst[i] = f(src[i]) for i < min(src.len(), dst.len()), on one thread.
+/// `dst[i] = f(src[i])` for i < min(src.len(), dst.len()), on one thread.
 pub fn map(op: Unary, src: &[f32], dst: &mut [f32]) {
     let n = src.len().min(dst.len());
     #[cfg(target_arch = "x86_64")]
@@ -99,7 +99,7 @@ pub fn map(op: Unary, src: &[f32], dst: &mut [f32]) {
     }
 }
 
-/// x[i] = f(x[i]), on one thread.
+/// `x[i] = f(x[i])`, on one thread.
 pub fn map_in_place(op: Unary, x: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
@@ -163,7 +163,7 @@ pub(crate) fn for_each_row(
         .for_each(|c| c.chunks_mut(d).for_each(&f));
 }
 
-/// Σ a[i]·b[i] over the common length.
+/// `Σ a[i]·b[i]` over the common length.
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
     #[cfg(target_arch = "x86_64")]
@@ -174,7 +174,7 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     reference::dot(&a[..n], &b[..n])
 }
 
-/// y[i] += alpha · x[i] over the common length.
+/// `y[i] += alpha · x[i]` over the common length.
 pub fn axpy(y: &mut [f32], alpha: f32, x: &[f32]) {
     let n = y.len().min(x.len());
     #[cfg(target_arch = "x86_64")]
@@ -186,7 +186,7 @@ pub fn axpy(y: &mut [f32], alpha: f32, x: &[f32]) {
     reference::axpy(&mut y[..n], alpha, &x[..n])
 }
 
-/// x[i] *= s.
+/// `x[i] *= s`.
 pub fn scale(x: &mut [f32], s: f32) {
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
@@ -197,7 +197,7 @@ pub fn scale(x: &mut [f32], s: f32) {
     x.iter_mut().for_each(|v| *v *= s);
 }
 
-/// Σ x[i].
+/// `Σ x[i]`.
 pub fn sum(x: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
@@ -217,7 +217,7 @@ pub fn max(x: &[f32]) -> f32 {
     reference::max(x)
 }
 
-/// In place: x[i] ← exp((x[i] − shift) · mul); returns Σ of the new values.
+/// In place: `x[i] ← exp((x[i] − shift) · mul)`; returns Σ of the new values.
 /// (The middle of a softmax.)
 pub fn exp_shifted_sum(x: &mut [f32], shift: f32, mul: f32) -> f32 {
     #[cfg(target_arch = "x86_64")]
@@ -233,8 +233,8 @@ pub fn exp_shifted_sum(x: &mut [f32], shift: f32, mul: f32) -> f32 {
     s
 }
 
-/// In place: x[i] ← (x[i] − shift) · mul[i] + add[i] (or without `add`): the last step
-/// of LayerNorm (shift = μ, mul = γ / σ) and RMSNorm (shift = 0).
+/// In place: `x[i] ← (x[i] − shift) · inv · gamma[i] + beta[i]` (or without beta): the last step
+/// of LayerNorm (shift = μ, inv = 1/σ) and RMSNorm (shift = 0, inv = 1/rms).
 pub fn shift_mul_add(x: &mut [f32], shift: f32, inv: f32, gamma: &[f32], beta: Option<&[f32]>) {
     let n = x
         .len()
@@ -253,7 +253,7 @@ pub fn shift_mul_add(x: &mut [f32], shift: f32, inv: f32, gamma: &[f32], beta: O
     }
 }
 
-/// Σ (x[i] − c)², the spread of a row about c.
+/// `Σ (x[i] − c)²`, the spread of a row about c.
 pub fn sum_sq_diff(x: &[f32], c: f32) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
@@ -263,7 +263,7 @@ pub fn sum_sq_diff(x: &[f32], c: f32) -> f32 {
     x.iter().map(|&v| (v - c) * (v - c)).sum()
 }
 
-/// y[j] = Σ_p x[p] · w[j·k + p] for j < y.len(), k = x.len(): a row-major (n, k) matrix
+/// `y[j] = Σ_p x[p] · w[j·k + p]` for j < y.len(), k = x.len(): a row-major (n, k) matrix
 /// (a Linear weight, or the keys of one head) times a vector. Rows that `w` does not
 /// hold in full are left untouched.
 pub fn matvec_t(y: &mut [f32], x: &[f32], w: &[f32]) {
@@ -284,7 +284,7 @@ pub fn matvec_t(y: &mut [f32], x: &[f32], w: &[f32]) {
     }
 }
 
-/// y[j] = Σ_p x[p] · b[p·ldb + j] for j < y.len(), p < x.len(): a vector times the first
+/// `y[j] = Σ_p x[p] · b[p·ldb + j]` for j < y.len(), p < x.len(): a vector times the first
 /// y.len() columns of a row-major matrix with row stride `ldb` (the weighted sum of the
 /// value rows of one head, or a column block of a (k, n) weight). Does nothing unless
 /// `b` holds every row and ldb ≥ y.len().
@@ -328,12 +328,12 @@ pub mod reference {
         (1.0 / (1.0 + (-(x as f64)).exp())) as f32
     }
 
-    /// Σ a[i]·b[i], left to right in f32.
+    /// `Σ a[i]·b[i]`, left to right in f32.
     pub fn dot(a: &[f32], b: &[f32]) -> f32 {
         a.iter().zip(b).map(|(x, y)| x * y).sum()
     }
 
-    /// y[i] += alpha · x[i]
+    /// `y[i] += alpha · x[i]`
     pub fn axpy(y: &mut [f32], alpha: f32, x: &[f32]) {
         for (y, &x) in y.iter_mut().zip(x) {
             *y += alpha * x;
