@@ -7,13 +7,14 @@
 //!
 //! Targets: `kernels` — matrix products at MiniLM and SmolLM2 shapes (GFLOP/s, counting
 //! a multiply-add as 2 flops), softmax, norms, activations and fused attention
-//! (elements/s), each beside its plain `reference` twin where it has one.
+//! (elements/s), RoPE from a cached table, each beside its plain `reference` twin.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use lucent::ops::attention::{self, AttentionParams};
-use lucent::ops::{self, matmul, norm, softmax, Activation};
+use lucent::ops::rope::{self, RopeTable};
+use lucent::ops::{self, matmul, norm, softmax, Activation, RopeConvention};
 use lucent::{Result, Tensor};
 use rand::{rngs::StdRng, SeedableRng};
 
@@ -230,6 +231,31 @@ fn kernels(a: KernelArgs) -> Result<()> {
         let secs = timer.time(|| drop(black_box(act.apply(&x))));
         let twin = twins.then(|| timer.time(|| drop(black_box(x.map(|v| act.scalar(v))))));
         push(act.name(), &shape, secs, twin);
+    }
+    // RoPE from a cached table: SmolLM2's 9 query heads of 64 over 128 positions.
+    for conv in [RopeConvention::RotateHalf, RopeConvention::Interleaved] {
+        let name = match conv {
+            RopeConvention::RotateHalf => "rope rotate_half",
+            RopeConvention::Interleaved => "rope interleaved",
+        };
+        if !wanted(name) {
+            continue;
+        }
+        let shape = [1, 9, 128, 64];
+        let x = Tensor::randn(&shape, 1.0, &mut rng);
+        let positions: Vec<usize> = (0..shape[2]).collect();
+        let table = RopeTable::new(100_000.0, shape[3], 0..shape[2])?;
+        let secs = timer.time(|| drop(black_box(table.apply(&x, &positions, conv))));
+        let twin = twins.then(|| {
+            timer.time(|| {
+                let mut y = x.clone();
+                for (i, row) in y.data_mut().chunks_mut(shape[3]).enumerate() {
+                    rope::reference::rotate_row(row, positions[i % shape[2]], 100_000.0, conv);
+                }
+                black_box(y);
+            })
+        });
+        push(name, &shape, secs, twin);
     }
     // Fused attention: MiniLM (12 heads of 32, 128 tokens) and a SmolLM2 decode step
     // (9 query heads on 3 kv heads of 64, 512 cached positions). Work = scores t_q·t_k.

@@ -292,7 +292,7 @@ fn head(
                 match bias {
                     Some(b) => {
                         for (s, &bj) in seen.iter_mut().zip(&b[vis]) {
-                            *s = s.mul_add(p.scale, bj);
+                            *s = *s * p.scale + bj;
                         }
                     }
                     None => simd::scale(seen, p.scale),
@@ -325,7 +325,7 @@ fn head(
         match bias {
             Some(b) => {
                 for (s, &bj) in scores.iter_mut().zip(&b[vis.clone()]) {
-                    *s = s.mul_add(p.scale, bj);
+                    *s = *s * p.scale + bj;
                 }
             }
             None => simd::scale(scores, p.scale),

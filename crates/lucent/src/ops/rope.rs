@@ -201,6 +201,9 @@ impl RopeTable {
 }
 
 /// Rotate one row by the given angles' cos and sin (d/2 each).
+///
+/// Plain multiplies and adds, which the compiler vectorises; not `f32::mul_add`, which
+/// is a slow library call unless the whole crate is built with the FMA feature.
 fn rotate_row(row: &mut [f32], cos: &[f32], sin: &[f32], convention: RopeConvention) {
     let half = cos.len();
     match convention {
@@ -208,15 +211,15 @@ fn rotate_row(row: &mut [f32], cos: &[f32], sin: &[f32], convention: RopeConvent
             let (x1, x2) = row.split_at_mut(half);
             for (((a, b), &c), &s) in x1.iter_mut().zip(x2.iter_mut()).zip(cos).zip(sin) {
                 let (u, v) = (*a, *b);
-                *a = u.mul_add(c, -(v * s));
-                *b = u.mul_add(s, v * c);
+                *a = u * c - v * s;
+                *b = u * s + v * c;
             }
         }
         RopeConvention::Interleaved => {
             for ((pair, &c), &s) in row.chunks_exact_mut(2).zip(cos).zip(sin) {
                 let (u, v) = (pair[0], pair[1]);
-                pair[0] = u.mul_add(c, -(v * s));
-                pair[1] = u.mul_add(s, v * c);
+                pair[0] = u * c - v * s;
+                pair[1] = u * s + v * c;
             }
         }
     }
