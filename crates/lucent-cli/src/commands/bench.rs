@@ -29,7 +29,7 @@ pub struct Args {
 /// What to benchmark.
 #[derive(clap::Subcommand)]
 enum Target {
-    /// The kernels: matmul (GFLOP/s), softmax, norms, activations, attention.
+    /// The kernels: matmul (GFLOP/s), softmax, norms, activations, RoPE, attention.
     Kernels(KernelArgs),
 }
 
