@@ -35,6 +35,8 @@ enum Command {
     Mask(commands::mask::Args),
     /// The sinusoidal position encoding table, its heatmap, nearby-vs-far similarity.
     Pe(commands::pe::Args),
+    /// Measure lucent's speed: `lucent bench kernels` (medians of several runs).
+    Bench(commands::bench::Args),
     /// Softmax of a list of scores at one or more temperatures (the guides' table).
     Softmax(commands::softmax::Args),
     /// Download a model into the cache (done automatically on first use).
@@ -57,6 +59,7 @@ fn main() -> ExitCode {
         Command::Attention(a) => commands::attention::run(a),
         Command::Mask(a) => commands::mask::run(a),
         Command::Pe(a) => commands::pe::run(a),
+        Command::Bench(a) => commands::bench::run(a),
         Command::Softmax(a) => commands::softmax::run(a),
         Command::Fetch(a) => commands::fetch::run_fetch(a),
         Command::Models(a) => commands::fetch::run_models(a),

@@ -1,6 +1,7 @@
 //! The subcommands, one file each.
 
 pub mod attention;
+pub mod bench;
 pub mod fetch;
 pub mod mask;
 pub mod memory;

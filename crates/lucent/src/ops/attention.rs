@@ -11,9 +11,26 @@
 //!
 //! With a KV cache the queries are the *last* t_q of t_k positions: query i sits at
 //! position t_k − t_q + i, which is what the causal and window rules use.
+//!
+//! The fused kernel ([`attention`]) works per (batch, head). A few queries (a decode
+//! step) go one row at a time: SIMD dot products with the keys the row may see, four
+//! keys at a time (masked keys are skipped, not computed), scale and bias into a
+//! per-thread row buffer of t_k scores, softmax in place, then the weighted sum of the
+//! visible V rows (a vector-matrix product). Many queries go in
+//! blocks of 64: the block's scores come from one small GEMM into a per-thread
+//! (64 × t_k) buffer, are scaled, masked and softmaxed row by row, and multiply V in a
+//! second GEMM. No (t_q × t_k) scores tensor exists unless the weights are asked for.
+//! Work is split over (batch, head) pairs across threads when it is large enough.
 
+use rayon::prelude::*;
+
+use crate::ops::{matmul, simd, softmax};
 use crate::tensor::Tensor;
 use crate::{Error, Result};
+
+/// Multiply-adds (t_q·t_k·(d_k + d_v) over all heads) below which attention stays on
+/// one thread.
+const PARALLEL_MIN: usize = 1 << 17;
 
 /// What [`attention`] computes besides Q, K, V.
 #[derive(Clone, Copy, Debug)]
@@ -167,7 +184,165 @@ pub fn attention(
     v: &Tensor,
     p: &AttentionParams,
 ) -> Result<AttentionOutput> {
-    reference::attention(q, k, v, p)
+    let d = check_dims(q, k, v, p)?;
+    let (bh, out_len, w_len) = (d.b * d.h, d.t_q * d.d_v, d.t_q * d.t_k);
+    let mut out = vec![0.0f32; bh * out_len];
+    let mut weights = if p.want_weights {
+        vec![0.0f32; bh * w_len]
+    } else {
+        Vec::new()
+    };
+    let work = bh * d.t_q * d.t_k * (d.d_k + d.d_v);
+    let parts = simd::parts_for(work, bh, PARALLEL_MIN);
+    let (qd, kd, vd) = (q.data(), k.data(), v.data());
+    let one_head = |idx: usize, o: &mut [f32], w: Option<&mut [f32]>, buf: &mut Vec<f32>| {
+        head(qd, kd, vd, p, &d, idx, o, w, buf);
+    };
+    if parts > 1 && out_len > 0 && (!p.want_weights || w_len > 0) {
+        let outs = out.par_chunks_mut(out_len).enumerate();
+        if p.want_weights {
+            outs.zip(weights.par_chunks_mut(w_len))
+                .for_each_init(Vec::new, |buf, ((idx, o), w)| {
+                    one_head(idx, o, Some(w), buf)
+                });
+        } else {
+            outs.for_each_init(Vec::new, |buf, (idx, o)| one_head(idx, o, None, buf));
+        }
+    } else {
+        let mut buf = Vec::new();
+        for idx in 0..bh {
+            let o = &mut out[idx * out_len..(idx + 1) * out_len];
+            let w = p
+                .want_weights
+                .then(|| &mut weights[idx * w_len..(idx + 1) * w_len]);
+            one_head(idx, o, w, &mut buf);
+        }
+    }
+    Ok(AttentionOutput {
+        output: Tensor::new(out, &[d.b, d.h, d.t_q, d.d_v])?, // (b, h, t_q, d_v)
+        weights: p
+            .want_weights
+            .then(|| Tensor::new(weights, &[d.b, d.h, d.t_q, d.t_k])) // (b, h, t_q, t_k)
+            .transpose()?,
+    })
+}
+
+/// Queries per block on the blocked path (one scores buffer of BLOCK × t_k per thread).
+const BLOCK: usize = 64;
+/// Query rows from which a head runs blocked (two small GEMMs per block) rather than
+/// one dot product per key.
+const BLOCKED_MIN_T_Q: usize = 8;
+
+/// One (batch, head) pair, `idx = bi·h + hi`: every query row of it.
+/// `out` is that head's (t_q, d_v) block, `weights` its (t_q, t_k) block (zeroed).
+///
+/// Few queries (a decode step) take a matrix-vector product with the visible keys and
+/// a vector-matrix product with the visible values. Many queries (a prompt, an encoder) go in blocks of [`BLOCK`]: the block's
+/// scores S = Q_blk · K_rangeᵀ and its output P · V_range are two GEMMs over the range
+/// of keys any query of the block may see; keys a query may not see are masked to −∞
+/// before its softmax.
+#[allow(clippy::too_many_arguments)]
+fn head(
+    qd: &[f32],
+    kd: &[f32],
+    vd: &[f32],
+    p: &AttentionParams,
+    d: &AttentionDims,
+    idx: usize,
+    out: &mut [f32],
+    mut weights: Option<&mut [f32]>,
+    buf: &mut Vec<f32>,
+) {
+    let (bi, hi) = (idx / d.h, idx % d.h);
+    let kv = bi * d.h_kv + hi / (d.h / d.h_kv); // the kv head this query head reads
+    let keys = &kd[kv * d.t_k * d.d_k..][..d.t_k * d.d_k]; // (t_k, d_k)
+    let values = &vd[kv * d.t_k * d.d_v..][..d.t_k * d.d_v]; // (t_k, d_v)
+    let queries = &qd[idx * d.t_q * d.d_k..][..d.t_q * d.d_k]; // (t_q, d_k)
+    if d.t_q >= BLOCKED_MIN_T_Q && d.d_k > 0 {
+        buf.resize(BLOCK.min(d.t_q) * d.t_k, 0.0);
+        for i0 in (0..d.t_q).step_by(BLOCK) {
+            let i1 = (i0 + BLOCK).min(d.t_q);
+            let bq = i1 - i0;
+            // keys any query of the block may see
+            let (first, last) = (visible_keys(p, d, i0), visible_keys(p, d, i1 - 1));
+            let (lo, hi_k) = (first.start, last.end);
+            let kn = hi_k - lo;
+            if kn == 0 {
+                continue;
+            }
+            let scores = &mut buf[..bq * kn]; // (bq, kn)
+            matmul::gemm_serial_into(
+                scores,
+                &queries[i0 * d.d_k..i1 * d.d_k],
+                &keys[lo * d.d_k..hi_k * d.d_k],
+                bq,
+                d.d_k,
+                kn,
+                true,
+            );
+            for (r, row) in scores.chunks_mut(kn).enumerate() {
+                let i = i0 + r;
+                let vis = visible_keys(p, d, i);
+                let bias = bias_row(p.bias, d, bi, hi, i);
+                // row holds keys lo..hi_k; this query sees vis ⊆ that range
+                let (a, z) = (vis.start - lo, vis.end - lo);
+                row[..a].fill(f32::NEG_INFINITY);
+                row[z..].fill(f32::NEG_INFINITY);
+                let seen = &mut row[a..z];
+                match bias {
+                    Some(b) => {
+                        for (s, &bj) in seen.iter_mut().zip(&b[vis]) {
+                            *s = *s * p.scale + bj;
+                        }
+                    }
+                    None => simd::scale(seen, p.scale),
+                }
+                softmax::softmax_row(row, 1.0);
+                if let Some(ws) = weights.as_deref_mut() {
+                    ws[i * d.t_k + lo..i * d.t_k + hi_k].copy_from_slice(row);
+                }
+            }
+            matmul::gemm_serial_into(
+                &mut out[i0 * d.d_v..i1 * d.d_v],
+                scores,
+                &values[lo * d.d_v..hi_k * d.d_v],
+                bq,
+                kn,
+                d.d_v,
+                false,
+            );
+        }
+        return;
+    }
+    buf.resize(d.t_k, 0.0);
+    for i in 0..d.t_q {
+        let q = &queries[i * d.d_k..][..d.d_k];
+        let vis = visible_keys(p, d, i);
+        let bias = bias_row(p.bias, d, bi, hi, i);
+        let scores = &mut buf[vis.clone()];
+        // scores = K_vis · q, four keys at a time
+        simd::matvec_t(scores, q, &keys[vis.start * d.d_k..vis.end * d.d_k]);
+        match bias {
+            Some(b) => {
+                for (s, &bj) in scores.iter_mut().zip(&b[vis.clone()]) {
+                    *s = *s * p.scale + bj;
+                }
+            }
+            None => simd::scale(scores, p.scale),
+        }
+        softmax::softmax_row(scores, 1.0);
+        // out = weightsᵀ · V_vis
+        let o = &mut out[i * d.d_v..][..d.d_v];
+        simd::vecmat(
+            o,
+            scores,
+            &values[vis.start * d.d_v..vis.end * d.d_v],
+            d.d_v,
+        );
+        if let Some(ws) = weights.as_deref_mut() {
+            ws[i * d.t_k..][..d.t_k][vis].copy_from_slice(scores);
+        }
+    }
 }
 
 /// The plain twin: scores, scale, mask, softmax, weighted sum, one query at a time.
