@@ -3,5 +3,7 @@
 
 pub mod fetch;
 pub mod safetensors;
+pub mod tokenizer;
 
 pub use self::safetensors::SafetensorsFile;
+pub use self::tokenizer::{Encoding, Tokenizer};

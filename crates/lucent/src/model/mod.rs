@@ -3,5 +3,6 @@
 //! tables), loading and parameter counts.
 
 pub mod config;
+pub mod family;
 
 pub use config::{FfnKind, ModelConfig, ModelKind, NormKind, NormPlacement, PositionKind};
