@@ -9,7 +9,7 @@
 //! | module | holds |
 //! | --- | --- |
 //! | [`model`] | `ModelConfig`, the generic Transformer, families, loading, parameter counts |
-//! | `nn` | the guides' building blocks and the KV cache |
+//! | [`nn`] | the guides' building blocks and the KV cache |
 //! | [`ops`] | kernels: matmul, softmax, norms, activations, rope, attention |
 //! | [`tensor`] | `Tensor`: shape + f32 storage, owned or memory-mapped |
 //! | [`io`] | safetensors, GGUF, configs, tokenizers, model cache and fetch |
@@ -19,6 +19,7 @@
 pub mod error;
 pub mod io;
 pub mod model;
+pub mod nn;
 pub mod ops;
 pub mod tensor;
 pub mod threads;

@@ -1,0 +1,606 @@
+//! Scaled dot-product attention and multi-head attention (Vaswani et al. 2017, §3.2).
+//!
+//! Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k + M) · V
+//!
+//! MultiHead(X_q, X_kv) = Concat(head₁, …, head_h) · W_Oᵀ,
+//! headᵢ = Attention(X_q W_Qᵢᵀ, X_kv W_Kᵢᵀ, X_kv W_Vᵢᵀ)
+//!
+//! [`scaled_dot_product_attention`] is the guides' pure function; [`MultiHeadAttention`]
+//! projects, splits into heads, attends and projects back. It covers the variants real
+//! models use:
+//! - self-attention (X_kv = X_q) and cross-attention (X_kv = the encoder output),
+//! - grouped-query (GQA, Ainslie et al. 2023) and multi-query attention: h query heads
+//!   share h_kv key/value heads, query head j reading kv head j / (h / h_kv),
+//! - QK-norm (Gemma 3): RMSNorm over each head's queries and keys, before RoPE,
+//! - RoPE (Su et al. 2021) on queries and keys, at positions offset by what the
+//!   [`LayerKvCache`] already holds,
+//! - projections with or without biases; PyTorch's fused `in_proj_weight` (3d, d) is
+//!   split into separate Q, K, V projections by [`MultiHeadAttention::from_in_proj`].
+//!
+//! The arithmetic is [`ops::attention`]; masks are its causal/window rule plus an
+//! additive bias (0 keeps, −∞ removes; ALiBi or any float mask also fits).
+
+use rand::Rng;
+
+use crate::model::ModelConfig;
+use crate::nn::kv_cache::LayerKvCache;
+use crate::nn::linear::Linear;
+use crate::nn::norm::RmsNorm;
+use crate::nn::trace::{record, wants, Trace};
+use crate::ops::attention::{bias_row, check_dims, visible_keys};
+use crate::ops::{self, AttentionParams, RopeConvention};
+use crate::tensor::Tensor;
+use crate::{Error, Result};
+
+/// Masking and position options for one attention call.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AttentionOptions<'a> {
+    /// Query i may only see keys at positions ≤ its own (decoder self-attention).
+    pub causal: bool,
+    /// With `causal`: only the last `window` keys up to its own position (sliding
+    /// window); combined with a layer's own window, this one wins.
+    pub window: Option<usize>,
+    /// Added to the scaled scores: (t_q, t_k) or (b|1, h|1, t_q, t_k); 0 keeps a key,
+    /// −∞ removes it (padding), other values shift it (ALiBi).
+    pub bias: Option<&'a Tensor>,
+    /// RoPE position of the first query (and, for self-attention, of the first new key);
+    /// with a KV cache the cached length is added to it.
+    pub position_offset: usize,
+    /// Also return the per-head softmax weights.
+    pub want_weights: bool,
+}
+
+impl<'a> AttentionOptions<'a> {
+    /// No mask: every query sees every key.
+    pub fn none() -> Self {
+        AttentionOptions::default()
+    }
+
+    /// The causal rule.
+    pub fn causal() -> Self {
+        AttentionOptions {
+            causal: true,
+            ..AttentionOptions::default()
+        }
+    }
+
+    /// These options with an additive bias/mask.
+    pub fn with_bias(self, bias: &'a Tensor) -> Self {
+        AttentionOptions {
+            bias: Some(bias),
+            ..self
+        }
+    }
+
+    /// These options, also returning the weights.
+    pub fn with_weights(self) -> Self {
+        AttentionOptions {
+            want_weights: true,
+            ..self
+        }
+    }
+}
+
+/// The guides' `attention(Q, K, V, mask)`: softmax(Q·Kᵀ/√d_k + mask) · V, returning the
+/// output and (when `opts.want_weights`) the weights. A thin wrapper over
+/// [`ops::attention`] that also takes the guides' single matrices.
+///
+/// # Shapes
+/// q: (t_q, d_k) | (b, t_q, d_k) | (b, h, t_q, d_k); k, v of the same rank with t_k keys
+/// (and h_kv heads) → output as q with d_v, weights (…, t_q, t_k) of the same rank
+pub fn scaled_dot_product_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    opts: &AttentionOptions,
+) -> Result<(Tensor, Option<Tensor>)> {
+    let rank = q.rank();
+    if k.rank() != rank || v.rank() != rank || !(2..=4).contains(&rank) {
+        return Err(Error::Shape(format!(
+            "attention needs q, k, v of one rank 2, 3 or 4; got {:?}, {:?}, {:?}",
+            q.shape(),
+            k.shape(),
+            v.shape()
+        )));
+    }
+    let as4 = |t: &Tensor| -> Result<Tensor> {
+        let s = t.shape();
+        match rank {
+            2 => t.reshape(&[1, 1, s[0], s[1]]),    // (1, 1, t, d)
+            3 => t.reshape(&[s[0], 1, s[1], s[2]]), // (b, 1, t, d)
+            _ => Ok(t.clone()),
+        }
+    };
+    let d_k = q.last_dim();
+    let params = AttentionParams {
+        scale: 1.0 / (d_k as f32).sqrt(),
+        causal: opts.causal,
+        window: opts.window,
+        bias: opts.bias,
+        want_weights: opts.want_weights,
+    };
+    let out = ops::attention(&as4(q)?, &as4(k)?, &as4(v)?, &params)?;
+    let back = |t: Tensor| -> Result<Tensor> {
+        let [b, h, r, c] = t.dims()?;
+        match rank {
+            2 => t.reshape(&[r, c]),
+            3 => t.reshape(&[b * h, r, c]),
+            _ => Ok(t),
+        }
+    };
+    Ok((back(out.output)?, out.weights.map(back).transpose()?))
+}
+
+/// RoPE settings of an attention layer.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RopeSpec {
+    /// θ base (10 000 in the paper).
+    pub base: f32,
+    /// Which features are rotated together.
+    pub convention: RopeConvention,
+}
+
+/// The shape of a [`MultiHeadAttention`] and the variants it uses.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AttentionConfig {
+    /// Model width d (input and output of the layer).
+    pub d_model: usize,
+    /// Query heads h.
+    pub n_heads: usize,
+    /// Key/value heads h_kv (h: multi-head, 1: multi-query, between: grouped-query).
+    pub n_kv_heads: usize,
+    /// Features per head d_k.
+    pub head_dim: usize,
+    /// Biases on the Q, K, V projections.
+    pub qkv_bias: bool,
+    /// Bias on the output projection.
+    pub out_bias: bool,
+    /// RMSNorm on each head's queries and keys (Gemma 3).
+    pub qk_norm: bool,
+    /// ε of the QK-norm.
+    pub norm_eps: f32,
+    /// RoPE on queries and keys, if any.
+    pub rope: Option<RopeSpec>,
+    /// This layer's sliding window (local layers), if any; applies with the causal rule.
+    pub window: Option<usize>,
+    /// Multiplies Q·Kᵀ (usually 1/√d_k).
+    pub scale: f32,
+}
+
+impl AttentionConfig {
+    /// Plain multi-head attention as the paper and `torch.nn.MultiheadAttention` have it:
+    /// d_k = d / h, biases everywhere, no RoPE. Errors if h does not divide d.
+    pub fn new(d_model: usize, n_heads: usize) -> Result<Self> {
+        let head_dim = ModelConfig::head_dim_for(d_model, n_heads)?;
+        Ok(AttentionConfig {
+            d_model,
+            n_heads,
+            n_kv_heads: n_heads,
+            head_dim,
+            qkv_bias: true,
+            out_bias: true,
+            qk_norm: false,
+            norm_eps: 1e-6,
+            rope: None,
+            window: None,
+            scale: 1.0 / (head_dim as f32).sqrt(),
+        })
+    }
+
+    /// The same with `n_kv_heads` key/value heads (checked to divide the query heads).
+    pub fn with_kv_heads(mut self, n_kv_heads: usize) -> Result<Self> {
+        self.n_kv_heads = n_kv_heads;
+        self.validate()?;
+        Ok(self)
+    }
+
+    /// The attention of layer `layer` of a model (`cross`: the decoder's cross-attention,
+    /// which has no RoPE and no window). Local (windowed) layers use the local RoPE base.
+    pub fn from_model(cfg: &ModelConfig, layer: usize, cross: bool) -> Self {
+        let window = if cross {
+            None
+        } else {
+            cfg.window_of_layer(layer)
+        };
+        let rope = match cfg.position {
+            crate::model::config::PositionKind::Rope {
+                base,
+                local_base,
+                convention,
+            } if !cross => Some(RopeSpec {
+                base: if window.is_some() {
+                    local_base.unwrap_or(base)
+                } else {
+                    base
+                },
+                convention,
+            }),
+            _ => None,
+        };
+        AttentionConfig {
+            d_model: cfg.d_model,
+            n_heads: cfg.n_heads,
+            n_kv_heads: cfg.n_kv_heads,
+            head_dim: cfg.head_dim,
+            qkv_bias: cfg.qkv_bias,
+            out_bias: cfg.attn_out_bias,
+            qk_norm: cfg.qk_norm,
+            norm_eps: cfg.norm_eps,
+            rope,
+            window,
+            scale: cfg.score_scale(),
+        }
+    }
+
+    /// Check the constraints the forward relies on; errors name the field.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::Config(m));
+        if self.d_model == 0 || self.n_heads == 0 || self.head_dim == 0 {
+            return bad(format!(
+                "attention needs d_model, heads and head_dim > 0 (got {}, {}, {})",
+                self.d_model, self.n_heads, self.head_dim
+            ));
+        }
+        if self.n_kv_heads == 0 || self.n_heads % self.n_kv_heads != 0 {
+            return bad(format!(
+                "heads ({}) must be divisible by kv_heads ({}): each key/value head serves a whole group of query heads",
+                self.n_heads, self.n_kv_heads
+            ));
+        }
+        if self.rope.is_some() && self.head_dim % 2 != 0 {
+            return bad(format!(
+                "RoPE needs an even head_dim, got {}",
+                self.head_dim
+            ));
+        }
+        Ok(())
+    }
+
+    /// h · d_k
+    pub fn q_dim(&self) -> usize {
+        self.n_heads * self.head_dim
+    }
+
+    /// h_kv · d_k
+    pub fn kv_dim(&self) -> usize {
+        self.n_kv_heads * self.head_dim
+    }
+}
+
+/// The result of [`MultiHeadAttention::forward`].
+#[derive(Clone, Debug)]
+pub struct MhaOutput {
+    /// (b, t_q, d)
+    pub output: Tensor,
+    /// Per-head softmax weights (b, h, t_q, t_k), when asked for.
+    pub weights: Option<Tensor>,
+}
+
+/// Multi-head attention with separate Q, K, V and output projections.
+#[derive(Clone, Debug)]
+pub struct MultiHeadAttention {
+    /// Shape and variants.
+    pub config: AttentionConfig,
+    /// W_Q: (h·d_k, d)
+    pub q_proj: Linear,
+    /// W_K: (h_kv·d_k, d)
+    pub k_proj: Linear,
+    /// W_V: (h_kv·d_k, d)
+    pub v_proj: Linear,
+    /// W_O: (d, h·d_k)
+    pub o_proj: Linear,
+    /// RMSNorm over each query head's d_k features (QK-norm), if any.
+    pub q_norm: Option<RmsNorm>,
+    /// RMSNorm over each key head's d_k features (QK-norm), if any.
+    pub k_norm: Option<RmsNorm>,
+}
+
+impl MultiHeadAttention {
+    /// From its parts; checks every projection's shape against `config`, naming both.
+    pub fn new(
+        config: AttentionConfig,
+        q_proj: Linear,
+        k_proj: Linear,
+        v_proj: Linear,
+        o_proj: Linear,
+        q_norm: Option<RmsNorm>,
+        k_norm: Option<RmsNorm>,
+    ) -> Result<Self> {
+        config.validate()?;
+        let c = &config;
+        let checks = [
+            ("q_proj", &q_proj, [c.q_dim(), c.d_model]),
+            ("k_proj", &k_proj, [c.kv_dim(), c.d_model]),
+            ("v_proj", &v_proj, [c.kv_dim(), c.d_model]),
+            ("o_proj", &o_proj, [c.d_model, c.q_dim()]),
+        ];
+        for (name, lin, want) in checks {
+            if lin.weight.shape() != want {
+                return Err(Error::Weights(format!(
+                    "attention {name} weight has shape {:?}, expected {want:?} (d_model {}, heads {}, kv_heads {}, head_dim {})",
+                    lin.weight.shape(),
+                    c.d_model,
+                    c.n_heads,
+                    c.n_kv_heads,
+                    c.head_dim
+                )));
+            }
+        }
+        for (name, n) in [("q_norm", &q_norm), ("k_norm", &k_norm)] {
+            if let Some(n) = n {
+                if n.weight.shape() != [c.head_dim] {
+                    return Err(Error::Weights(format!(
+                        "attention {name} weight has shape {:?}, expected [{}] (head_dim)",
+                        n.weight.shape(),
+                        c.head_dim
+                    )));
+                }
+            }
+        }
+        if q_norm.is_some() != k_norm.is_some() {
+            return Err(Error::Weights(
+                "QK-norm needs both q_norm and k_norm".into(),
+            ));
+        }
+        let mut config = config;
+        config.qk_norm = q_norm.is_some();
+        Ok(MultiHeadAttention {
+            config,
+            q_proj,
+            k_proj,
+            v_proj,
+            o_proj,
+            q_norm,
+            k_norm,
+        })
+    }
+
+    /// From `torch.nn.MultiheadAttention`'s weights: `in_proj_weight` (3d, d) stacks
+    /// W_Q, W_K, W_V (and `in_proj_bias` (3d) their biases); `out_proj` is W_O.
+    pub fn from_in_proj(
+        n_heads: usize,
+        in_proj_weight: &Tensor,
+        in_proj_bias: Option<&Tensor>,
+        out_weight: Tensor,
+        out_bias: Option<Tensor>,
+    ) -> Result<Self> {
+        let [three_d, d] = in_proj_weight.dims()?;
+        if three_d != 3 * d {
+            return Err(Error::Weights(format!(
+                "in_proj_weight must be (3·d, d) stacking W_Q, W_K, W_V; got {:?}",
+                in_proj_weight.shape()
+            )));
+        }
+        if let Some(b) = in_proj_bias {
+            if b.shape() != [3 * d] {
+                return Err(Error::mismatch(
+                    "in_proj_bias vs in_proj_weight",
+                    b.shape(),
+                    in_proj_weight.shape(),
+                ));
+            }
+        }
+        let mut config = AttentionConfig::new(d, n_heads)?;
+        config.qkv_bias = in_proj_bias.is_some();
+        config.out_bias = out_bias.is_some();
+        let part = |i: usize| -> Result<Linear> {
+            let w = in_proj_weight.narrow(0, i * d, d)?; // (d, d)
+            let b = in_proj_bias.map(|b| b.narrow(0, i * d, d)).transpose()?; // (d)
+            Linear::new(w, b)
+        };
+        let (q, k, v) = (part(0)?, part(1)?, part(2)?);
+        MultiHeadAttention::new(
+            config,
+            q,
+            k,
+            v,
+            Linear::new(out_weight, out_bias)?,
+            None,
+            None,
+        )
+    }
+
+    /// Random weights: N(0, 0.02²) for Q, K, V, N(0, out_std²) for W_O (GPT-2 scales the
+    /// residual projections by 1/√(2N)); biases zero, QK-norm γ = 1.
+    pub fn new_random(config: &AttentionConfig, out_std: f32, rng: &mut impl Rng) -> Result<Self> {
+        config.validate()?;
+        let c = config;
+        let q = Linear::new_random(c.d_model, c.q_dim(), c.qkv_bias, 0.02, rng);
+        let k = Linear::new_random(c.d_model, c.kv_dim(), c.qkv_bias, 0.02, rng);
+        let v = Linear::new_random(c.d_model, c.kv_dim(), c.qkv_bias, 0.02, rng);
+        let o = Linear::new_random(c.q_dim(), c.d_model, c.out_bias, out_std, rng);
+        let norms = c.qk_norm.then(|| RmsNorm::identity(c.head_dim, c.norm_eps));
+        MultiHeadAttention::new(c.clone(), q, k, v, o, norms.clone(), norms)
+    }
+
+    /// Attend from `x_q` to `x_kv` (None: self-attention to `x_q`). With a `cache`
+    /// (self-attention only) the new keys and values are appended and the queries attend
+    /// over everything cached; RoPE positions start at `opts.position_offset` plus the
+    /// cached length. Records q, k, v, scores, scaled, mask, weights, context and output
+    /// into `trace` (scores, scaled and mask are computed only when the trace wants them).
+    ///
+    /// # Shapes
+    /// x_q: (b, t_q, d), x_kv: (b, t_k, d) → output (b, t_q, d), weights (b, h, t_q, t_k)
+    pub fn forward(
+        &self,
+        x_q: &Tensor,
+        x_kv: Option<&Tensor>,
+        opts: &AttentionOptions,
+        cache: Option<&mut LayerKvCache>,
+        trace: Option<&mut Trace>,
+    ) -> Result<MhaOutput> {
+        let mut trace = trace;
+        let c = &self.config;
+        let (h, h_kv, d_k) = (c.n_heads, c.n_kv_heads, c.head_dim);
+        let [b, t_q, _] = self.check_input("x_q", x_q)?;
+        let kv_in = x_kv.unwrap_or(x_q);
+        let [bk, t_k, _] = self.check_input("x_kv", kv_in)?;
+        if bk != b {
+            return Err(Error::mismatch(
+                "attention: batch of x_q vs x_kv",
+                x_q.shape(),
+                kv_in.shape(),
+            ));
+        }
+        if x_kv.is_some() && cache.is_some() {
+            return Err(Error::Argument(
+                "a KV cache serves self-attention only; pass x_kv = None or no cache".into(),
+            ));
+        }
+
+        let split = |x: Tensor, heads: usize, t: usize| -> Result<Tensor> {
+            x.reshape(&[b, t, heads, d_k])? // (b, t, heads, d_k)
+                .transpose(1, 2) // (b, heads, t, d_k)
+        };
+        let mut q = split(self.q_proj.forward(x_q)?, h, t_q)?; // (b, h, t_q, d_k)
+        let mut k = split(self.k_proj.forward(kv_in)?, h_kv, t_k)?; // (b, h_kv, t_k, d_k)
+        let v = split(self.v_proj.forward(kv_in)?, h_kv, t_k)?; // (b, h_kv, t_k, d_k)
+        if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
+            q = qn.forward(&q)?;
+            k = kn.forward(&k)?;
+        }
+        let start = opts.position_offset + cache.as_ref().map_or(0, |c| c.len());
+        if let Some(r) = c.rope {
+            let q_pos: Vec<usize> = (start..start + t_q).collect();
+            q = ops::rope(&q, &q_pos, r.base, r.convention)?;
+            let k_start = if x_kv.is_some() { 0 } else { start };
+            let k_pos: Vec<usize> = (k_start..k_start + t_k).collect();
+            k = ops::rope(&k, &k_pos, r.base, r.convention)?;
+        }
+
+        let (k, v) = match cache {
+            Some(cache) => {
+                let before = cache.len();
+                cache.append(&k, &v)?;
+                let kv = cache.keys().and_then(|k| Ok((k, cache.values()?)));
+                if kv.is_err() {
+                    cache.truncate(before);
+                }
+                kv? // (b, h_kv, t_cached, d_k)
+            }
+            None => (k, v),
+        };
+
+        let params = AttentionParams {
+            scale: c.scale,
+            causal: opts.causal,
+            window: opts.window.or(c.window),
+            bias: opts.bias,
+            want_weights: opts.want_weights || wants(&trace, "weights"),
+        };
+        let attended = ops::attention(&q, &k, &v, &params)?;
+        if trace.is_some() {
+            self.record_steps(&mut trace, &q, &k, &v, &params)?;
+            if let Some(w) = &attended.weights {
+                record(&mut trace, "weights", w);
+            }
+            record(&mut trace, "context", &attended.output);
+        }
+        let t_v = attended.output.shape()[2];
+        let concat = attended
+            .output
+            .transpose(1, 2)? // (b, t_q, h, d_k)
+            .reshape(&[b, t_v, h * d_k])?; // (b, t_q, h·d_k)
+        let output = self.o_proj.forward(&concat)?; // (b, t_q, d)
+        record(&mut trace, "output", &output);
+        Ok(MhaOutput {
+            output,
+            weights: if opts.want_weights {
+                attended.weights
+            } else {
+                None
+            },
+        })
+    }
+
+    /// Self-attention without cache: `forward(x, None, opts, None, trace)`.
+    ///
+    /// # Shapes
+    /// x: (b, t, d) → output (b, t, d), weights (b, h, t, t)
+    pub fn forward_self(
+        &self,
+        x: &Tensor,
+        opts: &AttentionOptions,
+        trace: Option<&mut Trace>,
+    ) -> Result<MhaOutput> {
+        self.forward(x, None, opts, None, trace)
+    }
+
+    fn check_input(&self, name: &str, x: &Tensor) -> Result<[usize; 3]> {
+        let d = self.config.d_model;
+        match x.dims::<3>() {
+            Ok([b, t, dx]) if dx == d => Ok([b, t, dx]),
+            _ => Err(Error::mismatch(
+                format!("MultiHeadAttention: {name} must be (b, t, d_model = {d})"),
+                x.shape(),
+                &[d],
+            )),
+        }
+    }
+
+    /// Record Q, K, V and, when wanted, the raw and scaled scores and the mask (these
+    /// three are recomputed here, outside the fused kernel).
+    fn record_steps(
+        &self,
+        trace: &mut Option<&mut Trace>,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        p: &AttentionParams,
+    ) -> Result<()> {
+        record(trace, "q", q);
+        record(trace, "k", k);
+        record(trace, "v", v);
+        let want_scores = wants(trace, "scores") || wants(trace, "scaled");
+        if want_scores {
+            let scores = ops::matmul_t(q, &repeat_kv(k, self.config.n_heads)?)?; // (b, h, t_q, t_k)
+            record(trace, "scores", &scores);
+            record(trace, "scaled", &scores.scale(p.scale));
+        }
+        if wants(trace, "mask") {
+            record(trace, "mask", &full_mask(q, k, v, p)?);
+        }
+        Ok(())
+    }
+}
+
+/// Repeat each of h_kv key/value heads h / h_kv times, so head j of the result is kv
+/// head j / (h / h_kv) (for showing per-query-head scores under GQA).
+///
+/// # Shapes
+/// x: (b, h_kv, t, d) → (b, h, t, d)
+pub fn repeat_kv(x: &Tensor, h: usize) -> Result<Tensor> {
+    let [b, h_kv, t, d] = x.dims()?;
+    if h == h_kv {
+        return Ok(x.clone());
+    }
+    if h_kv == 0 || h % h_kv != 0 {
+        return Err(Error::Shape(format!(
+            "repeat_kv: {h} heads cannot share {h_kv} key/value heads"
+        )));
+    }
+    let one = x.reshape(&[b, h_kv, 1, t * d])?; // (b, h_kv, 1, t·d)
+    let copies: Vec<&Tensor> = std::iter::repeat_n(&one, h / h_kv).collect();
+    Tensor::cat(&copies, 2)? // (b, h_kv, group, t·d)
+        .reshape(&[b, h, t, d]) // (b, h, t, d)
+}
+
+/// The additive mask the kernel applies, written out: −∞ where the causal/window rule
+/// hides a key, plus the bias.
+///
+/// # Shapes
+/// → (b, h, t_q, t_k)
+fn full_mask(q: &Tensor, k: &Tensor, v: &Tensor, p: &AttentionParams) -> Result<Tensor> {
+    let dims = check_dims(q, k, v, p)?;
+    let (h, t_q, t_k) = (dims.h, dims.t_q, dims.t_k);
+    Ok(Tensor::from_fn(&[dims.b, h, t_q, t_k], |idx| {
+        let j = idx % t_k;
+        let i = (idx / t_k) % t_q;
+        let hi = (idx / (t_k * t_q)) % h;
+        let bi = idx / (t_k * t_q * h);
+        if !visible_keys(p, &dims, i).contains(&j) {
+            return f32::NEG_INFINITY;
+        }
+        bias_row(p.bias, &dims, bi, hi, i).map_or(0.0, |row| row[j])
+    }))
+}

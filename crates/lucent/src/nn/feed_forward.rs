@@ -1,0 +1,180 @@
+//! The position-wise feed-forward network (Vaswani et al. 2017, §3.3), and its gated form.
+//!
+//! MLP:   FFN(x) = W₂ · act(W₁ x + b₁) + b₂          (the paper: ReLU; BERT, GPT-2: GELU)
+//! Gated: FFN(x) = W_down · (act(W_gate x) ⊙ W_up x)  (Shazeer 2020: SwiGLU with SiLU in
+//! LLaMA, GeGLU with tanh-GELU in Gemma)
+//!
+//! Applied to every position alone; d_ff is usually 4·d (MLP) or about 8/3·d (gated).
+
+use rand::Rng;
+
+use crate::model::config::FfnKind;
+use crate::model::ModelConfig;
+use crate::nn::linear::Linear;
+use crate::nn::trace::{record, Trace};
+use crate::ops::Activation;
+use crate::tensor::Tensor;
+use crate::{Error, Result};
+
+/// A feed-forward network, plain or gated.
+#[derive(Clone, Debug)]
+pub enum FeedForward {
+    /// W₂ · act(W₁ x + b₁) + b₂
+    Mlp {
+        /// W₁: (d_ff, d)
+        w1: Linear,
+        /// W₂: (d, d_ff)
+        w2: Linear,
+        /// act
+        activation: Activation,
+    },
+    /// W_down · (act(W_gate x) ⊙ W_up x)
+    Gated {
+        /// W_gate: (d_ff, d)
+        gate: Linear,
+        /// W_up: (d_ff, d)
+        up: Linear,
+        /// W_down: (d, d_ff)
+        down: Linear,
+        /// act (SiLU: SwiGLU, GELU: GeGLU)
+        activation: Activation,
+    },
+}
+
+impl FeedForward {
+    /// A plain MLP from W₁ (d_ff, d) and W₂ (d, d_ff); errors name both shapes.
+    pub fn mlp(w1: Linear, w2: Linear, activation: Activation) -> Result<Self> {
+        if w2.weight.shape() != [w1.in_features(), w1.out_features()] {
+            return Err(Error::mismatch(
+                "FeedForward W₁ (d_ff, d) vs W₂ (d, d_ff)",
+                w1.weight.shape(),
+                w2.weight.shape(),
+            ));
+        }
+        Ok(FeedForward::Mlp { w1, w2, activation })
+    }
+
+    /// A gated FFN from W_gate (d_ff, d), W_up (d_ff, d), W_down (d, d_ff).
+    pub fn gated(gate: Linear, up: Linear, down: Linear, activation: Activation) -> Result<Self> {
+        if up.weight.shape() != gate.weight.shape() {
+            return Err(Error::mismatch(
+                "FeedForward W_gate vs W_up",
+                gate.weight.shape(),
+                up.weight.shape(),
+            ));
+        }
+        if down.weight.shape() != [gate.in_features(), gate.out_features()] {
+            return Err(Error::mismatch(
+                "FeedForward W_gate (d_ff, d) vs W_down (d, d_ff)",
+                gate.weight.shape(),
+                down.weight.shape(),
+            ));
+        }
+        Ok(FeedForward::Gated {
+            gate,
+            up,
+            down,
+            activation,
+        })
+    }
+
+    /// Random weights N(0, 0.02²) in, N(0, out_std²) for the output projection
+    /// (W₂ / W_down), biases zero.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new_random(
+        kind: FfnKind,
+        activation: Activation,
+        d_model: usize,
+        d_ff: usize,
+        bias: bool,
+        out_std: f32,
+        rng: &mut impl Rng,
+    ) -> Self {
+        match kind {
+            FfnKind::Mlp => FeedForward::Mlp {
+                w1: Linear::new_random(d_model, d_ff, bias, 0.02, rng),
+                w2: Linear::new_random(d_ff, d_model, bias, out_std, rng),
+                activation,
+            },
+            FfnKind::Gated => FeedForward::Gated {
+                gate: Linear::new_random(d_model, d_ff, bias, 0.02, rng),
+                up: Linear::new_random(d_model, d_ff, bias, 0.02, rng),
+                down: Linear::new_random(d_ff, d_model, bias, out_std, rng),
+                activation,
+            },
+        }
+    }
+
+    /// Random weights for a layer of `cfg` in a stack of `n_layers` (out_std = 0.02/√(2N)).
+    pub fn new_random_for(cfg: &ModelConfig, n_layers: usize, rng: &mut impl Rng) -> Self {
+        let out_std = residual_std(n_layers);
+        FeedForward::new_random(
+            cfg.ffn,
+            cfg.activation,
+            cfg.d_model,
+            cfg.d_ff,
+            cfg.ffn_bias,
+            out_std,
+            rng,
+        )
+    }
+
+    /// Plain or gated.
+    pub fn kind(&self) -> FfnKind {
+        match self {
+            FeedForward::Mlp { .. } => FfnKind::Mlp,
+            FeedForward::Gated { .. } => FfnKind::Gated,
+        }
+    }
+
+    /// The model width d.
+    pub fn d_model(&self) -> usize {
+        match self {
+            FeedForward::Mlp { w1, .. } => w1.in_features(),
+            FeedForward::Gated { gate, .. } => gate.in_features(),
+        }
+    }
+
+    /// The hidden width d_ff.
+    pub fn d_ff(&self) -> usize {
+        match self {
+            FeedForward::Mlp { w1, .. } => w1.out_features(),
+            FeedForward::Gated { gate, .. } => gate.out_features(),
+        }
+    }
+
+    /// Apply the network to every position; records `hidden` (after the activation /
+    /// gating) and `output`.
+    ///
+    /// # Shapes
+    /// x: (..., d) → (..., d); hidden (..., d_ff)
+    pub fn forward(&self, x: &Tensor, trace: Option<&mut Trace>) -> Result<Tensor> {
+        let mut trace = trace;
+        let (hidden, out) = match self {
+            FeedForward::Mlp { w1, w2, activation } => {
+                let hidden = activation.apply(&w1.forward(x)?); // (..., d_ff)
+                let out = w2.forward(&hidden)?;
+                (hidden, out)
+            }
+            FeedForward::Gated {
+                gate,
+                up,
+                down,
+                activation,
+            } => {
+                let hidden = activation.apply(&gate.forward(x)?).mul(&up.forward(x)?)?; // (..., d_ff)
+                let out = down.forward(&hidden)?;
+                (hidden, out)
+            }
+        };
+        record(&mut trace, "hidden", &hidden);
+        record(&mut trace, "output", &out);
+        Ok(out)
+    }
+}
+
+/// GPT-2's initialisation scale for projections that feed the residual stream:
+/// 0.02 / √(2N) for a stack of N layers (each layer adds two such projections).
+pub fn residual_std(n_layers: usize) -> f32 {
+    0.02 / ((2 * n_layers.max(1)) as f32).sqrt()
+}

@@ -1,0 +1,456 @@
+//! `EncoderLayer` and `DecoderLayer`: attention and a feed-forward network, each wrapped
+//! in a residual connection with a norm (Vaswani et al. 2017, §3.1).
+//!
+//! Where the norm sits ([`NormPlacement`]):
+//! - Post (the paper, BERT):  x ← norm(x + f(x))
+//! - Pre (GPT-2, LLaMA):      x ← x + f(norm(x))        (the stack ends with a final norm)
+//! - Sandwich (Gemma 2/3):    x ← x + post_norm(f(pre_norm(x)))
+//!
+//! An encoder layer is self-attention then FFN. A decoder layer is masked (causal)
+//! self-attention, then cross-attention to the encoder output (the "memory"; absent in
+//! decoder-only models), then FFN.
+
+use rand::Rng;
+
+use crate::model::config::NormPlacement;
+use crate::model::ModelConfig;
+use crate::nn::attention::{AttentionConfig, AttentionOptions, MultiHeadAttention};
+use crate::nn::feed_forward::{residual_std, FeedForward};
+use crate::nn::kv_cache::LayerKvCache;
+use crate::nn::norm::Norm;
+use crate::nn::trace::{record, scoped, Trace};
+use crate::tensor::Tensor;
+use crate::{Error, Result};
+
+/// One residual sub-layer, with its norm placed per `placement`, inside trace `scope`.
+fn residual(
+    placement: NormPlacement,
+    x: &Tensor,
+    norm: &Norm,
+    post_norm: Option<&Norm>,
+    trace: Option<&mut Trace>,
+    scope: &str,
+    f: impl FnOnce(&Tensor, Option<&mut Trace>) -> Result<Tensor>,
+) -> Result<Tensor> {
+    scoped(trace, scope, |tr| match placement {
+        NormPlacement::Pre => x.add(&f(&norm.forward(x)?, tr)?),
+        NormPlacement::Post => norm.forward(&x.add(&f(x, tr)?)?),
+        NormPlacement::Sandwich => {
+            let post = post_norm.ok_or_else(|| {
+                Error::Config(format!(
+                    "{scope}: sandwich norm placement needs a post-norm on every sub-layer"
+                ))
+            })?;
+            x.add(&post.forward(&f(&norm.forward(x)?, tr)?)?)
+        }
+    })
+}
+
+fn check_norm(what: &str, norm: Option<&Norm>, d: usize) -> Result<()> {
+    match norm {
+        Some(n) if n.dim() != d => Err(Error::Weights(format!(
+            "{what} normalises {} features but the layer's d_model is {d}",
+            n.dim()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+fn fresh_norm(cfg: &ModelConfig) -> Norm {
+    Norm::identity(cfg.norm, cfg.d_model, cfg.norm_bias, cfg.norm_eps)
+}
+
+fn sandwich(cfg: &ModelConfig) -> Option<Norm> {
+    (cfg.norm_placement == NormPlacement::Sandwich).then(|| fresh_norm(cfg))
+}
+
+/// An encoder layer: self-attention and FFN, each with a residual connection and norm.
+#[derive(Clone, Debug)]
+pub struct EncoderLayer {
+    /// Where the norms sit.
+    pub placement: NormPlacement,
+    /// Bidirectional self-attention.
+    pub self_attn: MultiHeadAttention,
+    /// The attention sub-layer's norm (PyTorch `norm1`; before f for Pre/Sandwich, after
+    /// the residual sum for Post).
+    pub self_attn_norm: Norm,
+    /// Sandwich only: the norm on the attention's output.
+    pub self_attn_post_norm: Option<Norm>,
+    /// The feed-forward network.
+    pub ffn: FeedForward,
+    /// The FFN sub-layer's norm (PyTorch `norm2`).
+    pub ffn_norm: Norm,
+    /// Sandwich only: the norm on the FFN's output.
+    pub ffn_post_norm: Option<Norm>,
+}
+
+impl EncoderLayer {
+    /// A pre- or post-norm layer from its parts (for sandwich, add
+    /// [`EncoderLayer::with_post_norms`]); checks that the widths agree.
+    pub fn new(
+        placement: NormPlacement,
+        self_attn: MultiHeadAttention,
+        self_attn_norm: Norm,
+        ffn: FeedForward,
+        ffn_norm: Norm,
+    ) -> Result<Self> {
+        let layer = EncoderLayer {
+            placement,
+            self_attn,
+            self_attn_norm,
+            self_attn_post_norm: None,
+            ffn,
+            ffn_norm,
+            ffn_post_norm: None,
+        };
+        if placement != NormPlacement::Sandwich {
+            layer.validate()?;
+        }
+        Ok(layer)
+    }
+
+    /// This layer in sandwich form, with norms on the attention's and the FFN's outputs.
+    pub fn with_post_norms(
+        mut self,
+        self_attn_post_norm: Norm,
+        ffn_post_norm: Norm,
+    ) -> Result<Self> {
+        self.placement = NormPlacement::Sandwich;
+        self.self_attn_post_norm = Some(self_attn_post_norm);
+        self.ffn_post_norm = Some(ffn_post_norm);
+        self.validate()?;
+        Ok(self)
+    }
+
+    /// Random weights for layer `layer` of `cfg`'s encoder stack.
+    pub fn new_random(cfg: &ModelConfig, layer: usize, rng: &mut impl Rng) -> Result<Self> {
+        let n = cfg.encoder_layers;
+        let attn = MultiHeadAttention::new_random(
+            &AttentionConfig::from_model(cfg, layer, false),
+            residual_std(n),
+            rng,
+        )?;
+        let ffn = FeedForward::new_random_for(cfg, n, rng);
+        let layer = EncoderLayer {
+            placement: cfg.norm_placement,
+            self_attn: attn,
+            self_attn_norm: fresh_norm(cfg),
+            self_attn_post_norm: sandwich(cfg),
+            ffn,
+            ffn_norm: fresh_norm(cfg),
+            ffn_post_norm: sandwich(cfg),
+        };
+        layer.validate()?;
+        Ok(layer)
+    }
+
+    /// Check widths and that sandwich placement has its post-norms.
+    pub fn validate(&self) -> Result<()> {
+        let d = self.self_attn.config.d_model;
+        if self.ffn.d_model() != d {
+            return Err(Error::Weights(format!(
+                "encoder layer: attention width {d} but FFN width {}",
+                self.ffn.d_model()
+            )));
+        }
+        check_norm("self_attn_norm", Some(&self.self_attn_norm), d)?;
+        check_norm("ffn_norm", Some(&self.ffn_norm), d)?;
+        check_norm("self_attn_post_norm", self.self_attn_post_norm.as_ref(), d)?;
+        check_norm("ffn_post_norm", self.ffn_post_norm.as_ref(), d)?;
+        let has_post = self.self_attn_post_norm.is_some() && self.ffn_post_norm.is_some();
+        if (self.placement == NormPlacement::Sandwich) != has_post {
+            return Err(Error::Config(
+                "encoder layer: post-norms belong to sandwich placement exactly (both, and only then)".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The layer. `opts` masks the self-attention (a padding bias, ALiBi...); attention
+    /// weights come out through the trace (`attn.weights`), which also gets `attn.*`,
+    /// `ffn.*` and the layer's `output`.
+    ///
+    /// # Shapes
+    /// x: (b, t, d) → (b, t, d)
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        opts: &AttentionOptions,
+        trace: Option<&mut Trace>,
+    ) -> Result<Tensor> {
+        let mut trace = trace;
+        let opts = AttentionOptions {
+            want_weights: false,
+            ..*opts
+        };
+        let x = residual(
+            self.placement,
+            x,
+            &self.self_attn_norm,
+            self.self_attn_post_norm.as_ref(),
+            trace.as_deref_mut(),
+            "attn",
+            |h, tr| Ok(self.self_attn.forward(h, None, &opts, None, tr)?.output),
+        )?;
+        let x = residual(
+            self.placement,
+            &x,
+            &self.ffn_norm,
+            self.ffn_post_norm.as_ref(),
+            trace.as_deref_mut(),
+            "ffn",
+            |h, tr| self.ffn.forward(h, tr),
+        )?;
+        record(&mut trace, "output", &x);
+        Ok(x)
+    }
+}
+
+/// A decoder layer: causal self-attention, optional cross-attention to the encoder
+/// output, and FFN, each with a residual connection and norm.
+#[derive(Clone, Debug)]
+pub struct DecoderLayer {
+    /// Where the norms sit.
+    pub placement: NormPlacement,
+    /// Masked (causal) self-attention.
+    pub self_attn: MultiHeadAttention,
+    /// Its norm (PyTorch `norm1`).
+    pub self_attn_norm: Norm,
+    /// Sandwich only: the norm on its output.
+    pub self_attn_post_norm: Option<Norm>,
+    /// Cross-attention: queries from the decoder, keys and values from the memory
+    /// (PyTorch `multihead_attn`); None in decoder-only models.
+    pub cross_attn: Option<MultiHeadAttention>,
+    /// Its norm (PyTorch `norm2`); present with `cross_attn`.
+    pub cross_attn_norm: Option<Norm>,
+    /// Sandwich only: the norm on its output.
+    pub cross_attn_post_norm: Option<Norm>,
+    /// The feed-forward network.
+    pub ffn: FeedForward,
+    /// Its norm (PyTorch `norm3`, or `norm2` without cross-attention).
+    pub ffn_norm: Norm,
+    /// Sandwich only: the norm on its output.
+    pub ffn_post_norm: Option<Norm>,
+}
+
+impl DecoderLayer {
+    /// A pre- or post-norm layer from its parts; `cross` is the cross-attention and its
+    /// norm (None for decoder-only). For sandwich, add [`DecoderLayer::with_post_norms`].
+    pub fn new(
+        placement: NormPlacement,
+        self_attn: MultiHeadAttention,
+        self_attn_norm: Norm,
+        cross: Option<(MultiHeadAttention, Norm)>,
+        ffn: FeedForward,
+        ffn_norm: Norm,
+    ) -> Result<Self> {
+        let (cross_attn, cross_attn_norm) = match cross {
+            Some((a, n)) => (Some(a), Some(n)),
+            None => (None, None),
+        };
+        let layer = DecoderLayer {
+            placement,
+            self_attn,
+            self_attn_norm,
+            self_attn_post_norm: None,
+            cross_attn,
+            cross_attn_norm,
+            cross_attn_post_norm: None,
+            ffn,
+            ffn_norm,
+            ffn_post_norm: None,
+        };
+        if placement != NormPlacement::Sandwich {
+            layer.validate()?;
+        }
+        Ok(layer)
+    }
+
+    /// This layer in sandwich form (`cross_attn_post_norm` is needed iff it has
+    /// cross-attention).
+    pub fn with_post_norms(
+        mut self,
+        self_attn_post_norm: Norm,
+        cross_attn_post_norm: Option<Norm>,
+        ffn_post_norm: Norm,
+    ) -> Result<Self> {
+        self.placement = NormPlacement::Sandwich;
+        self.self_attn_post_norm = Some(self_attn_post_norm);
+        self.cross_attn_post_norm = cross_attn_post_norm;
+        self.ffn_post_norm = Some(ffn_post_norm);
+        self.validate()?;
+        Ok(self)
+    }
+
+    /// Random weights for layer `layer` of `cfg`'s decoder stack, with cross-attention
+    /// when `cross`.
+    pub fn new_random(
+        cfg: &ModelConfig,
+        layer: usize,
+        cross: bool,
+        rng: &mut impl Rng,
+    ) -> Result<Self> {
+        let n = cfg.decoder_layers;
+        let out_std = residual_std(n);
+        let self_attn = MultiHeadAttention::new_random(
+            &AttentionConfig::from_model(cfg, layer, false),
+            out_std,
+            rng,
+        )?;
+        let cross_attn = if cross {
+            Some(MultiHeadAttention::new_random(
+                &AttentionConfig::from_model(cfg, layer, true),
+                out_std,
+                rng,
+            )?)
+        } else {
+            None
+        };
+        let ffn = FeedForward::new_random_for(cfg, n, rng);
+        let layer = DecoderLayer {
+            placement: cfg.norm_placement,
+            self_attn,
+            self_attn_norm: fresh_norm(cfg),
+            self_attn_post_norm: sandwich(cfg),
+            cross_attn_norm: cross.then(|| fresh_norm(cfg)),
+            cross_attn_post_norm: if cross { sandwich(cfg) } else { None },
+            cross_attn,
+            ffn,
+            ffn_norm: fresh_norm(cfg),
+            ffn_post_norm: sandwich(cfg),
+        };
+        layer.validate()?;
+        Ok(layer)
+    }
+
+    /// Check widths, that cross-attention comes with its norm, and that sandwich
+    /// placement has its post-norms.
+    pub fn validate(&self) -> Result<()> {
+        let d = self.self_attn.config.d_model;
+        if self.ffn.d_model() != d {
+            return Err(Error::Weights(format!(
+                "decoder layer: attention width {d} but FFN width {}",
+                self.ffn.d_model()
+            )));
+        }
+        if let Some(c) = &self.cross_attn {
+            if c.config.d_model != d {
+                return Err(Error::Weights(format!(
+                    "decoder layer: self-attention width {d} but cross-attention width {}",
+                    c.config.d_model
+                )));
+            }
+        }
+        if self.cross_attn.is_some() != self.cross_attn_norm.is_some() {
+            return Err(Error::Config(
+                "decoder layer: cross_attn and cross_attn_norm come together".into(),
+            ));
+        }
+        for (what, n) in [
+            ("self_attn_norm", Some(&self.self_attn_norm)),
+            ("self_attn_post_norm", self.self_attn_post_norm.as_ref()),
+            ("cross_attn_norm", self.cross_attn_norm.as_ref()),
+            ("cross_attn_post_norm", self.cross_attn_post_norm.as_ref()),
+            ("ffn_norm", Some(&self.ffn_norm)),
+            ("ffn_post_norm", self.ffn_post_norm.as_ref()),
+        ] {
+            check_norm(what, n, d)?;
+        }
+        let sandwich = self.placement == NormPlacement::Sandwich;
+        let has_post = self.self_attn_post_norm.is_some()
+            && self.ffn_post_norm.is_some()
+            && (self.cross_attn.is_none() || self.cross_attn_post_norm.is_some());
+        if sandwich != has_post {
+            return Err(Error::Config(
+                "decoder layer: post-norms belong to sandwich placement exactly (all of them, and only then)".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The layer. Self-attention is always causal (`opts` adds a bias, a window or a
+    /// RoPE offset); `memory` is the encoder output for cross-attention, masked by
+    /// `memory_bias` (e.g. source padding). With a `cache`, `x` holds only the new
+    /// positions. The trace gets `attn.*`, `cross_attn.*`, `ffn.*` and `output`.
+    ///
+    /// # Shapes
+    /// x: (b, t, d), memory: (b, t_src, d), memory_bias: (t, t_src) or (b|1, h|1, t, t_src)
+    /// → (b, t, d)
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        memory: Option<&Tensor>,
+        opts: &AttentionOptions,
+        memory_bias: Option<&Tensor>,
+        cache: Option<&mut LayerKvCache>,
+        trace: Option<&mut Trace>,
+    ) -> Result<Tensor> {
+        let mut trace = trace;
+        let self_opts = AttentionOptions {
+            causal: true,
+            want_weights: false,
+            ..*opts
+        };
+        let x = residual(
+            self.placement,
+            x,
+            &self.self_attn_norm,
+            self.self_attn_post_norm.as_ref(),
+            trace.as_deref_mut(),
+            "attn",
+            |h, tr| {
+                Ok(self
+                    .self_attn
+                    .forward(h, None, &self_opts, cache, tr)?
+                    .output)
+            },
+        )?;
+        let x =
+            match (&self.cross_attn, &self.cross_attn_norm, memory) {
+                (Some(cross), Some(norm), Some(memory)) => {
+                    let cross_opts = AttentionOptions {
+                        bias: memory_bias,
+                        ..AttentionOptions::none()
+                    };
+                    residual(
+                        self.placement,
+                        &x,
+                        norm,
+                        self.cross_attn_post_norm.as_ref(),
+                        trace.as_deref_mut(),
+                        "cross_attn",
+                        |h, tr| {
+                            Ok(cross
+                                .forward(h, Some(memory), &cross_opts, None, tr)?
+                                .output)
+                        },
+                    )?
+                }
+                (Some(_), _, None) => return Err(Error::Argument(
+                    "this decoder layer has cross-attention and needs the encoder output (memory)"
+                        .into(),
+                )),
+                (None, _, Some(_)) => return Err(Error::Argument(
+                    "memory given to a decoder layer without cross-attention (decoder-only model)"
+                        .into(),
+                )),
+                (Some(_), None, Some(_)) => {
+                    return Err(Error::Config(
+                        "decoder layer: cross_attn has no cross_attn_norm".into(),
+                    ))
+                }
+                (None, _, None) => x,
+            };
+        let x = residual(
+            self.placement,
+            &x,
+            &self.ffn_norm,
+            self.ffn_post_norm.as_ref(),
+            trace.as_deref_mut(),
+            "ffn",
+            |h, tr| self.ffn.forward(h, tr),
+        )?;
+        record(&mut trace, "output", &x);
+        Ok(x)
+    }
+}

@@ -1,0 +1,42 @@
+//! The guides' building blocks, one concept per file, each opening with its formula.
+//!
+//! | file | holds |
+//! | --- | --- |
+//! | `trace` | [`Trace`]: named intermediates of a forward pass (Q, K, V, scores, weights...) |
+//! | `linear` | [`Linear`]: y = x·Wᵀ + b |
+//! | `embedding` | [`Embedding`]: token ids → vectors |
+//! | `norm` | [`LayerNorm`], [`RmsNorm`], [`Norm`] |
+//! | `dropout` | [`Dropout`]: inverted dropout, active only in training mode |
+//! | `attention` | [`scaled_dot_product_attention`], [`MultiHeadAttention`] (GQA, QK-norm, RoPE, cross) |
+//! | `feed_forward` | [`FeedForward`]: MLP and gated (SwiGLU, GeGLU) |
+//! | `layer` | [`EncoderLayer`], [`DecoderLayer`] in pre-, post- and sandwich-norm form |
+//! | `transformer` | [`Encoder`], [`Decoder`], [`Transformer`], [`Head`] |
+//! | `kv_cache` | [`KvCache`]: keys and values of past positions for incremental decoding |
+//!
+//! Every forward is written in terms of [`crate::Tensor`] methods and [`crate::ops`]
+//! functions only, and takes an optional [`Trace`].
+
+pub mod attention;
+pub mod dropout;
+pub mod embedding;
+pub mod feed_forward;
+pub mod kv_cache;
+pub mod layer;
+pub mod linear;
+pub mod norm;
+pub mod trace;
+pub mod transformer;
+
+pub use attention::{
+    scaled_dot_product_attention, AttentionConfig, AttentionOptions, MhaOutput, MultiHeadAttention,
+    RopeSpec,
+};
+pub use dropout::Dropout;
+pub use embedding::Embedding;
+pub use feed_forward::FeedForward;
+pub use kv_cache::{KvCache, LayerKvCache};
+pub use layer::{DecoderLayer, EncoderLayer};
+pub use linear::Linear;
+pub use norm::{LayerNorm, Norm, RmsNorm};
+pub use trace::{Trace, TraceFilter};
+pub use transformer::{Decoder, Encoder, Head, Transformer};

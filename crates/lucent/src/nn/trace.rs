@@ -1,0 +1,248 @@
+//! `Trace`: a recorder a forward pass can be given, keeping named intermediates.
+//!
+//! This is how `lucent attention` shows what the guides show on paper: for each layer
+//! and head, the queries Q, keys K and values V, the raw scores Q·Kᵀ, the scaled scores
+//! Q·Kᵀ/√d_k, the additive mask, the softmax weights and the output. Every forward in
+//! [`crate::nn`] takes an `Option<&mut Trace>`; with `None` nothing is recorded and
+//! nothing extra is computed (the raw scores, for example, are only formed when a trace
+//! asks for them, since the fused attention kernel never materialises them).
+//!
+//! Names are dotted paths built from scopes, e.g. `encoder.layer.0.attn.q`:
+//!
+//! | leaf | tensor | shape |
+//! | --- | --- | --- |
+//! | `q` | queries after projection (and QK-norm, RoPE) | (b, h, t_q, d_k) |
+//! | `k`, `v` | keys, values (the whole cache when decoding) | (b, h_kv, t_k, d_k) |
+//! | `scores` | raw Q·Kᵀ, per query head | (b, h, t_q, t_k) |
+//! | `scaled` | Q·Kᵀ · scale | (b, h, t_q, t_k) |
+//! | `mask` | what is added before softmax (0 or −∞, plus any bias) | (b, h, t_q, t_k) |
+//! | `weights` | softmax(scaled + mask) | (b, h, t_q, t_k) |
+//! | `context` | weights · V, per head | (b, h, t_q, d_v) |
+//! | `output` | the sub-layer's or layer's output | (b, t, d) |
+//!
+//! Heads are always index 1. A [`TraceFilter`] keeps real models from storing
+//! everything: only some leaves (e.g. just `weights`), only some layers, or only names
+//! under a prefix.
+
+use crate::tensor::Tensor;
+
+/// Which intermediates a [`Trace`] keeps. The default keeps everything.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TraceFilter {
+    /// Keep only these leaf names (the last dotted part: `"weights"`, `"q"`, ...); `None`
+    /// keeps every leaf.
+    pub leaves: Option<Vec<String>>,
+    /// Keep only names inside `layer.L` for these L; `None` keeps every layer (names that
+    /// are in no layer, such as a stack's final output, are kept by any layer filter).
+    pub layers: Option<Vec<usize>>,
+    /// Keep only names starting with this prefix (e.g. `"decoder."`).
+    pub prefix: Option<String>,
+}
+
+impl TraceFilter {
+    /// Whether the full dotted `name` passes the filter.
+    pub fn accepts(&self, name: &str) -> bool {
+        let leaf = name.rsplit('.').next().unwrap_or(name);
+        if let Some(leaves) = &self.leaves {
+            if !leaves.iter().any(|l| l == leaf) {
+                return false;
+            }
+        }
+        if let Some(prefix) = &self.prefix {
+            if !name.starts_with(prefix.as_str()) {
+                return false;
+            }
+        }
+        if let Some(layers) = &self.layers {
+            if let Some(l) = layer_of(name) {
+                if !layers.contains(&l) {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+}
+
+/// The L of the first `layer.L` part of a dotted name, if any.
+fn layer_of(name: &str) -> Option<usize> {
+    let mut parts = name.split('.');
+    while let Some(p) = parts.next() {
+        if p == "layer" {
+            return parts.next().and_then(|n| n.parse().ok());
+        }
+    }
+    None
+}
+
+/// A recorder of named intermediate tensors, in the order they were produced.
+#[derive(Clone, Debug, Default)]
+pub struct Trace {
+    filter: TraceFilter,
+    scope: Vec<String>,
+    entries: Vec<(String, Tensor)>,
+}
+
+impl Trace {
+    /// A trace that keeps everything.
+    pub fn new() -> Self {
+        Trace::default()
+    }
+
+    /// A trace that keeps what `filter` accepts.
+    pub fn with_filter(filter: TraceFilter) -> Self {
+        Trace {
+            filter,
+            ..Trace::default()
+        }
+    }
+
+    /// A trace that keeps only these leaves, e.g. `Trace::only(&["weights"])`.
+    pub fn only(leaves: &[&str]) -> Self {
+        Trace::with_filter(TraceFilter {
+            leaves: Some(leaves.iter().map(|s| s.to_string()).collect()),
+            ..TraceFilter::default()
+        })
+    }
+
+    /// Restrict this trace to layers `layers` (keeps its other filters).
+    pub fn in_layers(mut self, layers: &[usize]) -> Self {
+        self.filter.layers = Some(layers.to_vec());
+        self
+    }
+
+    /// The filter in use.
+    pub fn filter(&self) -> &TraceFilter {
+        &self.filter
+    }
+
+    /// Enter a scope: later names get `scope.` in front (scopes nest).
+    pub fn push_scope(&mut self, scope: impl Into<String>) {
+        self.scope.push(scope.into());
+    }
+
+    /// Leave the innermost scope.
+    pub fn pop_scope(&mut self) {
+        self.scope.pop();
+    }
+
+    /// The full dotted name of `leaf` in the current scope.
+    pub fn full_name(&self, leaf: &str) -> String {
+        if self.scope.is_empty() {
+            leaf.to_string()
+        } else {
+            format!("{}.{leaf}", self.scope.join("."))
+        }
+    }
+
+    /// Whether a tensor named `leaf` in the current scope would be kept. Forwards ask
+    /// this before computing anything that exists only to be recorded.
+    pub fn wants(&self, leaf: &str) -> bool {
+        self.filter.accepts(&self.full_name(leaf))
+    }
+
+    /// Keep `t` as `leaf` in the current scope, if the filter accepts it (cheap: tensors
+    /// share their storage).
+    pub fn record(&mut self, leaf: &str, t: &Tensor) {
+        let name = self.full_name(leaf);
+        if self.filter.accepts(&name) {
+            self.entries.push((name, t.clone()));
+        }
+    }
+
+    /// The tensor recorded under the full dotted `name` (the latest, if recorded twice).
+    pub fn get(&self, name: &str) -> Option<&Tensor> {
+        self.entries
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, t)| t)
+    }
+
+    /// All recorded names, in order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.entries.iter().map(|(n, _)| n.as_str())
+    }
+
+    /// All recorded (name, tensor) pairs, in order.
+    pub fn entries(&self) -> &[(String, Tensor)] {
+        &self.entries
+    }
+
+    /// The number of recorded tensors.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether nothing has been recorded.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Forget every recorded tensor (keeps the filter).
+    pub fn clear(&mut self) {
+        self.entries.clear();
+    }
+}
+
+/// Run `f` inside `scope` of an optional trace: the scope is entered before and left
+/// after, whatever `f` returns. With `None`, just runs `f`.
+pub fn scoped<R>(
+    trace: Option<&mut Trace>,
+    scope: &str,
+    f: impl FnOnce(Option<&mut Trace>) -> R,
+) -> R {
+    match trace {
+        Some(tr) => {
+            tr.push_scope(scope);
+            let r = f(Some(&mut *tr));
+            tr.pop_scope();
+            r
+        }
+        None => f(None),
+    }
+}
+
+/// Record `t` as `leaf` into an optional trace.
+pub fn record(trace: &mut Option<&mut Trace>, leaf: &str, t: &Tensor) {
+    if let Some(tr) = trace.as_deref_mut() {
+        tr.record(leaf, t);
+    }
+}
+
+/// Whether an optional trace wants `leaf` (false for `None`).
+pub fn wants(trace: &Option<&mut Trace>, leaf: &str) -> bool {
+    trace.as_deref().is_some_and(|tr| tr.wants(leaf))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scopes_build_dotted_names_and_filters_select() {
+        let t = Tensor::zeros(&[1]);
+        let mut tr = Trace::only(&["weights"]).in_layers(&[1]);
+        for l in 0..3 {
+            scoped(Some(&mut tr), &format!("encoder.layer.{l}"), |tr| {
+                scoped(tr, "attn", |mut tr| {
+                    record(&mut tr, "q", &t);
+                    record(&mut tr, "weights", &t);
+                });
+            });
+        }
+        let names: Vec<&str> = tr.names().collect();
+        assert_eq!(names, ["encoder.layer.1.attn.weights"]);
+        assert!(tr.get("encoder.layer.1.attn.weights").is_some());
+        assert!(tr.full_name("x") == "x", "scopes are left after scoped()");
+        let mut all = Trace::new();
+        all.push_scope("decoder");
+        all.record("output", &t);
+        assert_eq!(all.names().collect::<Vec<_>>(), ["decoder.output"]);
+        let f = TraceFilter {
+            prefix: Some("encoder.".into()),
+            ..Default::default()
+        };
+        assert!(f.accepts("encoder.layer.0.attn.q") && !f.accepts("decoder.layer.0.attn.q"));
+    }
+}

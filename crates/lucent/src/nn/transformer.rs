@@ -1,0 +1,292 @@
+//! The stacks: `Encoder`, `Decoder`, the encoder-decoder `Transformer`, and the output
+//! `Head` (Vaswani et al. 2017, figure 1).
+//!
+//! Encoder: x ← layerₙ(… layer₁(x)), then an optional final norm (pre-norm models need
+//! it: their residual stream is never normalised otherwise).
+//! Decoder: the same over decoder layers, each also reading the encoder output.
+//! Transformer: memory = Encoder(src); out = Decoder(tgt, memory), as
+//! `torch.nn.Transformer` (which has a final norm on both stacks).
+//! Head ("generator"): logits = x · W_vocabᵀ (+ b); P(next) = softmax(logits / T).
+//!
+//! Embeddings and positions are not part of these stacks: the model layer adds them.
+
+use rand::Rng;
+
+use crate::model::config::ModelKind;
+use crate::model::ModelConfig;
+use crate::nn::attention::AttentionOptions;
+use crate::nn::kv_cache::KvCache;
+use crate::nn::layer::{DecoderLayer, EncoderLayer};
+use crate::nn::linear::Linear;
+use crate::nn::norm::Norm;
+use crate::nn::trace::{record, scoped, Trace};
+use crate::ops;
+use crate::tensor::Tensor;
+use crate::{Error, Result};
+
+fn final_norm_of(cfg: &ModelConfig) -> Option<Norm> {
+    cfg.final_norm
+        .then(|| Norm::identity(cfg.norm, cfg.d_model, cfg.norm_bias, cfg.norm_eps))
+}
+
+fn check_final_norm(norm: Option<&Norm>, d: Option<usize>, what: &str) -> Result<()> {
+    match (norm, d) {
+        (Some(n), Some(d)) if n.dim() != d => Err(Error::Weights(format!(
+            "{what} final norm has {} features but the layers have d_model {d}",
+            n.dim()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// A stack of encoder layers and an optional final norm.
+#[derive(Clone, Debug)]
+pub struct Encoder {
+    /// The layers, applied in order.
+    pub layers: Vec<EncoderLayer>,
+    /// A norm after the last layer, if any.
+    pub final_norm: Option<Norm>,
+}
+
+impl Encoder {
+    /// From layers and an optional final norm; checks that the widths agree.
+    pub fn new(layers: Vec<EncoderLayer>, final_norm: Option<Norm>) -> Result<Self> {
+        let d = layers.first().map(|l| l.self_attn.config.d_model);
+        for (i, l) in layers.iter().enumerate() {
+            if Some(l.self_attn.config.d_model) != d {
+                return Err(Error::Weights(format!(
+                    "encoder layer {i} has a different d_model from layer 0"
+                )));
+            }
+        }
+        check_final_norm(final_norm.as_ref(), d, "encoder")?;
+        Ok(Encoder { layers, final_norm })
+    }
+
+    /// Random weights for `cfg`'s encoder stack (`cfg.encoder_layers` layers).
+    pub fn new_random(cfg: &ModelConfig, rng: &mut impl Rng) -> Result<Self> {
+        cfg.validate()?;
+        let layers = (0..cfg.encoder_layers)
+            .map(|i| EncoderLayer::new_random(cfg, i, rng))
+            .collect::<Result<Vec<_>>>()?;
+        Encoder::new(layers, final_norm_of(cfg))
+    }
+
+    /// Run the stack; `opts` masks every layer's self-attention (e.g. padding). The
+    /// trace gets `encoder.layer.i.*` and `encoder.output`.
+    ///
+    /// # Shapes
+    /// x: (b, t, d) → (b, t, d)
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        opts: &AttentionOptions,
+        trace: Option<&mut Trace>,
+    ) -> Result<Tensor> {
+        scoped(trace, "encoder", |mut trace| {
+            let mut x = x.clone();
+            for (i, layer) in self.layers.iter().enumerate() {
+                x = scoped(trace.as_deref_mut(), &format!("layer.{i}"), |tr| {
+                    layer.forward(&x, opts, tr)
+                })?;
+            }
+            if let Some(n) = &self.final_norm {
+                x = n.forward(&x)?;
+            }
+            record(&mut trace, "output", &x);
+            Ok(x)
+        })
+    }
+}
+
+/// A stack of decoder layers and an optional final norm.
+#[derive(Clone, Debug)]
+pub struct Decoder {
+    /// The layers, applied in order.
+    pub layers: Vec<DecoderLayer>,
+    /// A norm after the last layer, if any.
+    pub final_norm: Option<Norm>,
+}
+
+impl Decoder {
+    /// From layers and an optional final norm; checks that the widths agree.
+    pub fn new(layers: Vec<DecoderLayer>, final_norm: Option<Norm>) -> Result<Self> {
+        let d = layers.first().map(|l| l.self_attn.config.d_model);
+        for (i, l) in layers.iter().enumerate() {
+            if Some(l.self_attn.config.d_model) != d {
+                return Err(Error::Weights(format!(
+                    "decoder layer {i} has a different d_model from layer 0"
+                )));
+            }
+        }
+        check_final_norm(final_norm.as_ref(), d, "decoder")?;
+        Ok(Decoder { layers, final_norm })
+    }
+
+    /// Random weights for `cfg`'s decoder stack, with cross-attention when `cfg` is an
+    /// encoder-decoder.
+    pub fn new_random(cfg: &ModelConfig, rng: &mut impl Rng) -> Result<Self> {
+        cfg.validate()?;
+        let cross = cfg.kind == ModelKind::EncoderDecoder;
+        let layers = (0..cfg.decoder_layers)
+            .map(|i| DecoderLayer::new_random(cfg, i, cross, rng))
+            .collect::<Result<Vec<_>>>()?;
+        Decoder::new(layers, final_norm_of(cfg))
+    }
+
+    /// A KV cache fitting this stack, for `b` sequences of up to `max_t` positions.
+    pub fn new_cache(&self, b: usize, max_t: usize) -> KvCache {
+        let (h_kv, d_k) = self.layers.first().map_or((0, 0), |l| {
+            (l.self_attn.config.n_kv_heads, l.self_attn.config.head_dim)
+        });
+        KvCache::new(self.layers.len(), b, h_kv, max_t, d_k)
+    }
+
+    /// Run the stack. Self-attention is causal (`opts` adds bias/window/offset);
+    /// `memory` is the encoder output (None for decoder-only), masked by `memory_bias`.
+    /// With a `cache`, `x` holds only the new positions, which attend to everything
+    /// cached. The trace gets `decoder.layer.i.*` and `decoder.output`.
+    ///
+    /// # Shapes
+    /// x: (b, t, d), memory: (b, t_src, d) → (b, t, d)
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        memory: Option<&Tensor>,
+        opts: &AttentionOptions,
+        memory_bias: Option<&Tensor>,
+        cache: Option<&mut KvCache>,
+        trace: Option<&mut Trace>,
+    ) -> Result<Tensor> {
+        let mut cache = cache;
+        if let Some(c) = cache.as_deref() {
+            if c.n_layers() != self.layers.len() {
+                return Err(Error::Argument(format!(
+                    "KvCache has {} layers but the decoder has {}; build it with Decoder::new_cache",
+                    c.n_layers(),
+                    self.layers.len()
+                )));
+            }
+        }
+        scoped(trace, "decoder", |mut trace| {
+            let mut x = x.clone();
+            for (i, layer) in self.layers.iter().enumerate() {
+                let layer_cache = match cache.as_deref_mut() {
+                    Some(c) => Some(c.layer_mut(i)?),
+                    None => None,
+                };
+                x = scoped(trace.as_deref_mut(), &format!("layer.{i}"), |tr| {
+                    layer.forward(&x, memory, opts, memory_bias, layer_cache, tr)
+                })?;
+            }
+            if let Some(n) = &self.final_norm {
+                x = n.forward(&x)?;
+            }
+            record(&mut trace, "output", &x);
+            Ok(x)
+        })
+    }
+}
+
+/// The encoder-decoder Transformer of the paper (as `torch.nn.Transformer`: encoder
+/// stack + final norm, decoder stack + final norm; no embeddings, no head).
+#[derive(Clone, Debug)]
+pub struct Transformer {
+    /// Reads the source.
+    pub encoder: Encoder,
+    /// Writes the target, attending to the encoder's output.
+    pub decoder: Decoder,
+}
+
+impl Transformer {
+    /// From the two stacks; checks that every decoder layer has cross-attention.
+    pub fn new(encoder: Encoder, decoder: Decoder) -> Result<Self> {
+        if let Some(i) = decoder.layers.iter().position(|l| l.cross_attn.is_none()) {
+            return Err(Error::Config(format!(
+                "Transformer: decoder layer {i} has no cross-attention, so it could not read the encoder"
+            )));
+        }
+        Ok(Transformer { encoder, decoder })
+    }
+
+    /// Random weights for an encoder-decoder `cfg`.
+    pub fn new_random(cfg: &ModelConfig, rng: &mut impl Rng) -> Result<Self> {
+        if cfg.kind != ModelKind::EncoderDecoder {
+            return Err(Error::Config(format!(
+                "Transformer needs kind encoder_decoder, got {:?}",
+                cfg.kind
+            )));
+        }
+        Transformer::new(
+            Encoder::new_random(cfg, rng)?,
+            Decoder::new_random(cfg, rng)?,
+        )
+    }
+
+    /// memory = encoder(src); out = decoder(tgt, memory). `src_opts` masks the encoder's
+    /// self-attention (e.g. source padding), `tgt_opts` adds to the decoder's causal
+    /// self-attention mask, `memory_bias` masks cross-attention (usually the source
+    /// padding again, shaped (b, 1, t_tgt, t_src)).
+    ///
+    /// # Shapes
+    /// src: (b, t_src, d), tgt: (b, t_tgt, d) → (b, t_tgt, d)
+    pub fn forward(
+        &self,
+        src: &Tensor,
+        tgt: &Tensor,
+        src_opts: &AttentionOptions,
+        tgt_opts: &AttentionOptions,
+        memory_bias: Option<&Tensor>,
+        trace: Option<&mut Trace>,
+    ) -> Result<Tensor> {
+        let mut trace = trace;
+        let memory = self.encoder.forward(src, src_opts, trace.as_deref_mut())?;
+        self.decoder
+            .forward(tgt, Some(&memory), tgt_opts, memory_bias, None, trace)
+    }
+}
+
+/// The output head ("generator"): a linear map to vocabulary logits, and softmax with
+/// temperature for next-token probabilities.
+#[derive(Clone, Debug)]
+pub struct Head {
+    /// W_vocab: (V, d), bias (V) if any.
+    pub proj: Linear,
+}
+
+impl Head {
+    /// From a projection (V, d).
+    pub fn new(proj: Linear) -> Self {
+        Head { proj }
+    }
+
+    /// Tied to the token embedding table (V, d), as GPT-2, LLaMA-small and Gemma do.
+    pub fn tied(table: &Tensor) -> Result<Self> {
+        Ok(Head {
+            proj: Linear::new(table.clone(), None)?,
+        })
+    }
+
+    /// Random N(0, 0.02²) weights, no bias.
+    pub fn new_random(d_model: usize, vocab: usize, rng: &mut impl Rng) -> Self {
+        Head {
+            proj: Linear::new_random(d_model, vocab, false, 0.02, rng),
+        }
+    }
+
+    /// Vocabulary logits.
+    ///
+    /// # Shapes
+    /// x: (..., d) → (..., V)
+    pub fn logits(&self, x: &Tensor) -> Result<Tensor> {
+        self.proj.forward(x)
+    }
+
+    /// softmax(logits / T): T < 1 sharpens, T > 1 flattens; T must be > 0.
+    ///
+    /// # Shapes
+    /// x: (..., d) → (..., V)
+    pub fn probabilities(&self, x: &Tensor, temperature: f32) -> Result<Tensor> {
+        ops::softmax_with_temperature(&self.logits(x)?, temperature)
+    }
+}
