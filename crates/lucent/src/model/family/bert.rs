@@ -13,7 +13,9 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::{NameTable, Param};
+use super::{NameTable, Param, Weights};
+use crate::io::SafetensorsFile;
+use crate::model::encoder::EncoderModel;
 use crate::model::{FfnKind, ModelConfig, ModelKind, NormKind, NormPlacement, PositionKind};
 use crate::ops::Activation;
 use crate::{Error, Result};
@@ -149,6 +151,21 @@ pub fn load_config(path: &Path) -> Result<ModelConfig> {
         Error::Config(msg) => Error::format(path, msg),
         other => other,
     })
+}
+
+/// Load a BERT model folder in Hugging Face layout (`config.json`, `model.safetensors`)
+/// as the generic [`EncoderModel`]. Errors name the missing file or tensor.
+pub fn load_model(dir: &Path) -> Result<EncoderModel> {
+    if !dir.is_dir() {
+        return Err(Error::Argument(format!(
+            "model folder {} does not exist; pass a known model name (lucent models) or a folder with config.json, model.safetensors and tokenizer.json",
+            dir.display()
+        )));
+    }
+    let cfg = load_config(&dir.join("config.json"))?;
+    let file = SafetensorsFile::open(dir.join("model.safetensors"))?;
+    let weights = Weights::new(&file, &NAMES, &cfg)?;
+    EncoderModel::load(cfg.clone(), &weights)
 }
 
 /// Every BERT parameter's checkpoint key (`{i}` = layer). MiniLM's sentence-transformers
