@@ -35,6 +35,14 @@ enum Command {
     Fetch(commands::fetch::FetchArgs),
     /// List the models lucent knows and which are cached.
     Models(commands::fetch::ModelsArgs),
+    /// Sentence embeddings from a real encoder (all-MiniLM-L6-v2 by default).
+    Embed(commands::embed::EmbedArgs),
+    /// Cosine similarity matrix of two or more texts' embeddings.
+    Similarity(commands::embed::SimilarityArgs),
+    /// Vector arithmetic on embeddings: king - man + woman ≈ ?
+    Analogy(commands::embed::AnalogyArgs),
+    /// Benchmark sentence embeddings (sentences/s, latency) at several thread counts.
+    BenchEmbed(commands::bench_embed::EmbedBenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -44,6 +52,10 @@ fn main() -> ExitCode {
         Command::Softmax(a) => commands::softmax::run(a),
         Command::Fetch(a) => commands::fetch::run_fetch(a),
         Command::Models(a) => commands::fetch::run_models(a),
+        Command::Embed(a) => commands::embed::run_embed(a),
+        Command::Similarity(a) => commands::embed::run_similarity(a),
+        Command::Analogy(a) => commands::embed::run_analogy(a),
+        Command::BenchEmbed(a) => commands::bench_embed::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,4 +1,6 @@
 //! The subcommands, one file each.
 
+pub mod bench_embed;
+pub mod embed;
 pub mod fetch;
 pub mod softmax;
