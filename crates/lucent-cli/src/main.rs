@@ -29,6 +29,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Measure lucent's speed: `lucent bench kernels` (medians of several runs).
+    Bench(commands::bench::Args),
     /// Softmax of a list of scores at one or more temperatures (the guides' table).
     Softmax(commands::softmax::Args),
     /// Download a model into the cache (done automatically on first use).
@@ -49,6 +51,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     lucent::set_threads(cli.threads.unwrap_or(0));
     let result = match cli.command {
+        Command::Bench(a) => commands::bench::run(a),
         Command::Softmax(a) => commands::softmax::run(a),
         Command::Fetch(a) => commands::fetch::run_fetch(a),
         Command::Models(a) => commands::fetch::run_models(a),

@@ -1,5 +1,6 @@
 //! The subcommands, one file each.
 
+pub mod bench;
 pub mod bench_embed;
 pub mod embed;
 pub mod fetch;

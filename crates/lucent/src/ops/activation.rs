@@ -4,9 +4,14 @@
 //! - GELU(x) = x · Φ(x) = ½ x (1 + erf(x / √2))          (BERT, torch `gelu`)
 //! - GELU-tanh(x) = ½ x (1 + tanh(√(2/π) (x + 0.044715 x³)))  (GPT-2, Gemma)
 //! - SiLU(x) = x · σ(x) = x / (1 + e⁻ˣ)                    (LLaMA's SwiGLU gate)
+//!
+//! The tensor functions run the SIMD versions of [`crate::ops::simd`] (erf, tanh and
+//! σ by polynomial and exp, within 1e-6 of the f64 twins below) and split large tensors
+//! across threads.
 
 use serde::{Deserialize, Serialize};
 
+use crate::ops::simd::{self, Unary};
 use crate::tensor::Tensor;
 
 /// Which nonlinearity a feed-forward network uses.
@@ -57,22 +62,43 @@ impl Activation {
 
 /// ReLU, elementwise.
 pub fn relu(x: &Tensor) -> Tensor {
-    x.map(reference::relu)
+    unary(Unary::Relu, x)
 }
 
 /// GELU with the exact erf, elementwise.
 pub fn gelu(x: &Tensor) -> Tensor {
-    x.map(reference::gelu)
+    unary(Unary::Gelu, x)
 }
 
 /// GELU, tanh approximation, elementwise.
 pub fn gelu_tanh(x: &Tensor) -> Tensor {
-    x.map(reference::gelu_tanh)
+    unary(Unary::GeluTanh, x)
 }
 
 /// SiLU (swish), elementwise.
 pub fn silu(x: &Tensor) -> Tensor {
-    x.map(reference::silu)
+    unary(Unary::Silu, x)
+}
+
+/// In place: `x[i] ← act(x[i])` on the SIMD path, on one thread (for callers that own a
+/// buffer, e.g. a decode step's hidden row).
+pub fn apply_in_place(act: Activation, x: &mut [f32]) {
+    simd::map_in_place(unary_of(act), x);
+}
+
+fn unary_of(act: Activation) -> Unary {
+    match act {
+        Activation::Relu => Unary::Relu,
+        Activation::Gelu => Unary::Gelu,
+        Activation::GeluTanh => Unary::GeluTanh,
+        Activation::Silu => Unary::Silu,
+    }
+}
+
+fn unary(op: Unary, x: &Tensor) -> Tensor {
+    let mut out = Tensor::zeros(x.shape());
+    simd::map_parallel(op, x.data(), out.data_mut());
+    out
 }
 
 /// The plain twins: each formula on one value, computed in f64.

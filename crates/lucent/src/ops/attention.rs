@@ -11,9 +11,22 @@
 //!
 //! With a KV cache the queries are the *last* t_q of t_k positions: query i sits at
 //! position t_k − t_q + i, which is what the causal and window rules use.
+//!
+//! The fused kernel ([`attention`]) takes one query row at a time: SIMD dot products
+//! with the keys it may see (masked keys are skipped, not computed), scale and bias into
+//! a per-thread row buffer of t_k scores, softmax in place, then the weighted sum of V
+//! rows by axpy. No (t_q × t_k) scores tensor exists unless the weights are asked for.
+//! Work is split over (batch, head) pairs across threads when it is large enough.
 
+use rayon::prelude::*;
+
+use crate::ops::{simd, softmax};
 use crate::tensor::Tensor;
 use crate::{Error, Result};
+
+/// Multiply-adds (t_q·t_k·(d_k + d_v) over all heads) below which attention stays on
+/// one thread.
+const PARALLEL_MIN: usize = 1 << 17;
 
 /// What [`attention`] computes besides Q, K, V.
 #[derive(Clone, Copy, Debug)]
@@ -72,12 +85,7 @@ pub struct AttentionDims {
 }
 
 /// Check the shapes of an attention call and name its dimensions.
-pub fn check_dims(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    p: &AttentionParams,
-) -> Result<AttentionDims> {
+pub fn check_dims(q: &Tensor, k: &Tensor, v: &Tensor, p: &AttentionParams) -> Result<AttentionDims> {
     let [b, h, t_q, d_k] = q.dims()?;
     let [bk, h_kv, t_k, dk2] = k.dims()?;
     let [bv, hv, tv, d_v] = v.dims()?;
@@ -113,25 +121,11 @@ pub fn check_dims(
             )));
         }
     }
-    Ok(AttentionDims {
-        b,
-        h,
-        h_kv,
-        t_q,
-        t_k,
-        d_k,
-        d_v,
-    })
+    Ok(AttentionDims { b, h, h_kv, t_q, t_k, d_k, d_v })
 }
 
 /// The bias row for (batch bi, head hi, query i), or None.
-pub fn bias_row<'a>(
-    bias: Option<&'a Tensor>,
-    d: &AttentionDims,
-    bi: usize,
-    hi: usize,
-    i: usize,
-) -> Option<&'a [f32]> {
+pub fn bias_row<'a>(bias: Option<&'a Tensor>, d: &AttentionDims, bi: usize, hi: usize, i: usize) -> Option<&'a [f32]> {
     bias.map(|t| {
         let s = t.shape();
         let off = match s {
@@ -161,13 +155,82 @@ pub fn visible_keys(p: &AttentionParams, d: &AttentionDims, i: usize) -> std::op
 /// # Shapes
 /// q: (b, h, t_q, d_k), k: (b, h_kv, t_k, d_k), v: (b, h_kv, t_k, d_v)
 /// → output (b, h, t_q, d_v), weights (b, h, t_q, t_k)
-pub fn attention(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
+pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, p: &AttentionParams) -> Result<AttentionOutput> {
+    let d = check_dims(q, k, v, p)?;
+    let (bh, out_len, w_len) = (d.b * d.h, d.t_q * d.d_v, d.t_q * d.t_k);
+    let mut out = vec![0.0f32; bh * out_len];
+    let mut weights = if p.want_weights { vec![0.0f32; bh * w_len] } else { Vec::new() };
+    let work = bh * d.t_q * d.t_k * (d.d_k + d.d_v);
+    let parts = simd::parts_for(work, bh, PARALLEL_MIN);
+    let (qd, kd, vd) = (q.data(), k.data(), v.data());
+    let one_head = |idx: usize, o: &mut [f32], w: Option<&mut [f32]>, buf: &mut Vec<f32>| {
+        head(qd, kd, vd, p, &d, idx, o, w, buf);
+    };
+    if parts > 1 && out_len > 0 && (!p.want_weights || w_len > 0) {
+        let outs = out.par_chunks_mut(out_len).enumerate();
+        if p.want_weights {
+            outs.zip(weights.par_chunks_mut(w_len))
+                .for_each_init(Vec::new, |buf, ((idx, o), w)| one_head(idx, o, Some(w), buf));
+        } else {
+            outs.for_each_init(Vec::new, |buf, (idx, o)| one_head(idx, o, None, buf));
+        }
+    } else {
+        let mut buf = Vec::new();
+        for idx in 0..bh {
+            let o = &mut out[idx * out_len..(idx + 1) * out_len];
+            let w = p.want_weights.then(|| &mut weights[idx * w_len..(idx + 1) * w_len]);
+            one_head(idx, o, w, &mut buf);
+        }
+    }
+    Ok(AttentionOutput {
+        output: Tensor::new(out, &[d.b, d.h, d.t_q, d.d_v])?, // (b, h, t_q, d_v)
+        weights: p
+            .want_weights
+            .then(|| Tensor::new(weights, &[d.b, d.h, d.t_q, d.t_k])) // (b, h, t_q, t_k)
+            .transpose()?,
+    })
+}
+
+/// One (batch, head) pair, `idx = bi·h + hi`: every query row of it.
+/// `out` is that head's (t_q, d_v) block, `weights` its (t_q, t_k) block (zeroed).
+#[allow(clippy::too_many_arguments)]
+fn head(
+    qd: &[f32],
+    kd: &[f32],
+    vd: &[f32],
     p: &AttentionParams,
-) -> Result<AttentionOutput> {
-    reference::attention(q, k, v, p)
+    d: &AttentionDims,
+    idx: usize,
+    out: &mut [f32],
+    mut weights: Option<&mut [f32]>,
+    buf: &mut Vec<f32>,
+) {
+    let (bi, hi) = (idx / d.h, idx % d.h);
+    let kv = bi * d.h_kv + hi / (d.h / d.h_kv); // the kv head this query head reads
+    let keys = &kd[kv * d.t_k * d.d_k..][..d.t_k * d.d_k]; // (t_k, d_k)
+    let values = &vd[kv * d.t_k * d.d_v..][..d.t_k * d.d_v]; // (t_k, d_v)
+    let queries = &qd[idx * d.t_q * d.d_k..][..d.t_q * d.d_k]; // (t_q, d_k)
+    buf.resize(d.t_k, 0.0);
+    for i in 0..d.t_q {
+        let q = &queries[i * d.d_k..][..d.d_k];
+        let vis = visible_keys(p, d, i);
+        let bias = bias_row(p.bias, d, bi, hi, i);
+        let scores = &mut buf[vis.clone()];
+        for (s, j) in scores.iter_mut().zip(vis.clone()) {
+            let dot = simd::dot(q, &keys[j * d.d_k..][..d.d_k]);
+            *s = dot * p.scale + bias.map_or(0.0, |b| b[j]);
+        }
+        softmax::softmax_row(scores, 1.0);
+        let o = &mut out[i * d.d_v..][..d.d_v];
+        for (&w, j) in scores.iter().zip(vis.clone()) {
+            if w != 0.0 {
+                simd::axpy(o, w, &values[j * d.d_v..][..d.d_v]);
+            }
+        }
+        if let Some(ws) = weights.as_deref_mut() {
+            ws[i * d.t_k..][..d.t_k][vis].copy_from_slice(scores);
+        }
+    }
 }
 
 /// The plain twin: scores, scale, mask, softmax, weighted sum, one query at a time.
@@ -176,19 +239,12 @@ pub mod reference {
     use crate::ops::softmax::reference::softmax_row;
 
     /// Scaled dot-product attention, step by step.
-    pub fn attention(
-        q: &Tensor,
-        k: &Tensor,
-        v: &Tensor,
-        p: &AttentionParams,
-    ) -> Result<AttentionOutput> {
+    pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, p: &AttentionParams) -> Result<AttentionOutput> {
         let d = check_dims(q, k, v, p)?;
         let group = d.h / d.h_kv;
         let (qd, kd, vd) = (q.data(), k.data(), v.data());
         let mut out = vec![0.0f32; d.b * d.h * d.t_q * d.d_v];
-        let mut weights = p
-            .want_weights
-            .then(|| vec![0.0f32; d.b * d.h * d.t_q * d.t_k]);
+        let mut weights = p.want_weights.then(|| vec![0.0f32; d.b * d.h * d.t_q * d.t_k]);
         let mut row = vec![0.0f32; d.t_k];
         for bi in 0..d.b {
             for hi in 0..d.h {

@@ -12,12 +12,14 @@
 //! | `activation` | ReLU, GELU (erf and tanh), SiLU |
 //! | `rope` | rotary position embedding, rotate-half and interleaved conventions |
 //! | `attention` | fused scaled dot-product attention that can also write its weights |
+//! | `simd` | AVX2 exp / erf / tanh / sigmoid, dot, axpy, matrix-vector, with scalar twins |
 
 pub mod activation;
 pub mod attention;
 pub mod matmul;
 pub mod norm;
 pub mod rope;
+pub mod simd;
 pub mod softmax;
 
 pub use activation::{gelu, gelu_tanh, relu, silu, Activation};

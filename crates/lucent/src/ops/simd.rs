@@ -1,0 +1,947 @@
+//! SIMD building blocks for the fast kernels: vectorised exp, erf, tanh and sigmoid, and
+//! dot / axpy / sum / max over slices, on AVX2 + FMA with runtime feature detection.
+//! Every function falls back to its plain scalar twin (module [`reference`]) on machines
+//! without AVX2 and FMA.
+//!
+//! How each function is approximated (written for lucent; the methods are the textbook
+//! ones):
+//!
+//! - exp(x) = 2ⁿ · eʳ with n = round(x / ln 2) and r = x − n·ln 2 ∈ [−ln2/2, ln2/2]
+//!   (ln 2 split in a high part with few mantissa bits and a low part, so n·ln2_hi is
+//!   exact); eʳ by its Taylor polynomial of degree 7 (truncation < 6e-9 on that
+//!   interval); 2ⁿ built in the exponent bits as 2^⌊n/2⌋ · 2^(n−⌊n/2⌋) so that results
+//!   down to the subnormal range stay right. Inputs above ln(f32::MAX) give +∞, below
+//!   −104 give 0, NaN gives NaN. Relative error ≤ 2e-7 on [−87, 88].
+//! - erf(x) by Abramowitz & Stegun 7.1.26: erf(a) = 1 − t·P(t)·e^(−a²) with
+//!   t = 1 / (1 + p·a), a = |x|, P of degree 4; absolute error ≤ 1.5e-7 in exact
+//!   arithmetic, ≤ 1e-6 in f32. The same form gives erfc(a) = t·P(t)·e^(−a²) without
+//!   cancellation, which GELU uses for negative inputs.
+//! - σ(x) = 1 / (1 + e^(−x)); tanh(x) = 2σ(2x) − 1 (absolute error ≤ 1e-6).
+//! - GELU(x) = ½x(1 + erf(x/√2)); GELU-tanh(x) = ½x(1 + tanh(u)) = x·σ(2u) with
+//!   u = √(2/π)(x + 0.044715x³); SiLU(x) = x·σ(x).
+//!
+//! Slice tails shorter than 8 lanes are copied into a padded vector and go through the
+//! same vector code, so every element of a slice is computed the same way.
+
+use rayon::prelude::*;
+
+use crate::threads::threads;
+
+/// Whether this machine runs the AVX2 + FMA paths (checked once by the standard
+/// library's cached feature detection).
+pub fn has_avx2_fma() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// An elementwise function the SIMD code knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unary {
+    /// eˣ
+    Exp,
+    /// the error function
+    Erf,
+    /// the hyperbolic tangent
+    Tanh,
+    /// σ(x) = 1 / (1 + e⁻ˣ)
+    Sigmoid,
+    /// max(0, x)
+    Relu,
+    /// ½x(1 + erf(x/√2))
+    Gelu,
+    /// ½x(1 + tanh(√(2/π)(x + 0.044715x³)))
+    GeluTanh,
+    /// x·σ(x)
+    Silu,
+}
+
+impl Unary {
+    /// The plain scalar twin of this function.
+    pub fn reference(self, x: f32) -> f32 {
+        match self {
+            Unary::Exp => reference::exp(x),
+            Unary::Erf => reference::erf(x),
+            Unary::Tanh => reference::tanh(x),
+            Unary::Sigmoid => reference::sigmoid(x),
+            Unary::Relu => crate::ops::activation::reference::relu(x),
+            Unary::Gelu => crate::ops::activation::reference::gelu(x),
+            Unary::GeluTanh => crate::ops::activation::reference::gelu_tanh(x),
+            Unary::Silu => crate::ops::activation::reference::silu(x),
+        }
+    }
+
+    /// Elements below which splitting the work across threads costs more than it saves.
+    fn parallel_min(self) -> usize {
+        match self {
+            Unary::Relu => 1 << 18,
+            _ => 1 << 16,
+        }
+    }
+}
+
+/// dst[i] = f(src[i]) for i < min(src.len(), dst.len()), on one thread.
+pub fn map(op: Unary, src: &[f32], dst: &mut [f32]) {
+    let n = src.len().min(dst.len());
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() {
+        // SAFETY: the features were detected above; both pointers cover n elements.
+        unsafe { avx2::map(op, src.as_ptr(), dst.as_mut_ptr(), n) };
+        return;
+    }
+    for (d, &s) in dst[..n].iter_mut().zip(&src[..n]) {
+        *d = op.reference(s);
+    }
+}
+
+/// x[i] = f(x[i]), on one thread.
+pub fn map_in_place(op: Unary, x: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() {
+        let p = x.as_mut_ptr();
+        // SAFETY: features detected; source and destination are the same n elements,
+        // and the kernel reads each vector before it writes it.
+        unsafe { avx2::map(op, p, p, x.len()) };
+        return;
+    }
+    for v in x.iter_mut() {
+        *v = op.reference(*v);
+    }
+}
+
+/// dst = f(src), split across threads when the slice is large enough to pay for it.
+pub fn map_parallel(op: Unary, src: &[f32], dst: &mut [f32]) {
+    let n = src.len().min(dst.len());
+    let parts = parts_for(n, n, op.parallel_min());
+    if parts <= 1 {
+        map(op, src, dst);
+        return;
+    }
+    let chunk = n.div_ceil(parts).next_multiple_of(8);
+    dst[..n]
+        .par_chunks_mut(chunk)
+        .zip(src[..n].par_chunks(chunk))
+        .for_each(|(d, s)| map(op, s, d));
+}
+
+/// How many parts to split `elements` of work made of `units` independent pieces into:
+/// 1 below `min_parallel` elements, else up to [`threads`].
+pub(crate) fn parts_for(elements: usize, units: usize, min_parallel: usize) -> usize {
+    if elements < min_parallel {
+        return 1;
+    }
+    threads().min(units).min(elements / (min_parallel / 2).max(1)).max(1)
+}
+
+/// Run `f` on every row (of `d` elements) of `data`, split across threads when `data`
+/// holds at least `min_parallel` elements and there is more than one row.
+pub(crate) fn for_each_row(data: &mut [f32], d: usize, min_parallel: usize, f: impl Fn(&mut [f32]) + Sync) {
+    if d == 0 {
+        return;
+    }
+    let rows = data.len() / d;
+    let parts = parts_for(data.len(), rows, min_parallel);
+    if parts <= 1 {
+        data.chunks_mut(d).for_each(f);
+        return;
+    }
+    let per = rows.div_ceil(parts) * d;
+    data.par_chunks_mut(per).for_each(|c| c.chunks_mut(d).for_each(&f));
+}
+
+/// Σ a[i]·b[i] over the common length.
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() {
+        // SAFETY: features detected; both slices hold at least n elements.
+        return unsafe { avx2::dot(a.as_ptr(), b.as_ptr(), n) };
+    }
+    reference::dot(&a[..n], &b[..n])
+}
+
+/// y[i] += alpha · x[i] over the common length.
+pub fn axpy(y: &mut [f32], alpha: f32, x: &[f32]) {
+    let n = y.len().min(x.len());
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() {
+        // SAFETY: features detected; both slices hold at least n elements.
+        unsafe { avx2::axpy(y.as_mut_ptr(), alpha, x.as_ptr(), n) };
+        return;
+    }
+    reference::axpy(&mut y[..n], alpha, &x[..n])
+}
+
+/// x[i] *= s.
+pub fn scale(x: &mut [f32], s: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() {
+        // SAFETY: features detected; the pointer covers x.len() elements.
+        unsafe { avx2::scale(x.as_mut_ptr(), s, x.len()) };
+        return;
+    }
+    x.iter_mut().for_each(|v| *v *= s);
+}
+
+/// Σ x[i].
+pub fn sum(x: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() {
+        // SAFETY: features detected; the pointer covers x.len() elements.
+        return unsafe { avx2::sum(x.as_ptr(), x.len()) };
+    }
+    x.iter().sum()
+}
+
+/// The largest element, ignoring NaN; −∞ for an empty slice.
+pub fn max(x: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() {
+        // SAFETY: features detected; the pointer covers x.len() elements.
+        return unsafe { avx2::max(x.as_ptr(), x.len()) };
+    }
+    reference::max(x)
+}
+
+/// In place: x[i] ← exp((x[i] − shift) · mul); returns Σ of the new values.
+/// (The middle of a softmax.)
+pub fn exp_shifted_sum(x: &mut [f32], shift: f32, mul: f32) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() {
+        // SAFETY: features detected; the pointer covers x.len() elements.
+        return unsafe { avx2::exp_shifted_sum(x.as_mut_ptr(), x.len(), shift, mul) };
+    }
+    let mut s = 0.0f32;
+    for v in x.iter_mut() {
+        *v = ((*v - shift) * mul).exp();
+        s += *v;
+    }
+    s
+}
+
+/// In place: x[i] ← (x[i] − shift) · mul[i] + add[i] (or without `add`): the last step
+/// of LayerNorm (shift = μ, mul = γ / σ) and RMSNorm (shift = 0).
+pub fn shift_mul_add(x: &mut [f32], shift: f32, inv: f32, gamma: &[f32], beta: Option<&[f32]>) {
+    let n = x.len().min(gamma.len()).min(beta.map_or(usize::MAX, |b| b.len()));
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() {
+        let bp = beta.map_or(std::ptr::null(), |b| b.as_ptr());
+        // SAFETY: features detected; every pointer covers n elements (bp is checked
+        // for null before use).
+        unsafe { avx2::shift_mul_add(x.as_mut_ptr(), shift, inv, gamma.as_ptr(), bp, n) };
+        return;
+    }
+    for i in 0..n {
+        x[i] = (x[i] - shift) * inv * gamma[i] + beta.map_or(0.0, |b| b[i]);
+    }
+}
+
+/// Σ (x[i] − c)², the spread of a row about c.
+pub fn sum_sq_diff(x: &[f32], c: f32) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() {
+        // SAFETY: features detected; the pointer covers x.len() elements.
+        return unsafe { avx2::sum_sq_diff(x.as_ptr(), x.len(), c) };
+    }
+    x.iter().map(|&v| (v - c) * (v - c)).sum()
+}
+
+/// The plain scalar twins, computed in f64 where that is the honest formula.
+pub mod reference {
+    /// eˣ
+    pub fn exp(x: f32) -> f32 {
+        (x as f64).exp() as f32
+    }
+
+    /// erf(x)
+    pub fn erf(x: f32) -> f32 {
+        libm::erf(x as f64) as f32
+    }
+
+    /// tanh(x)
+    pub fn tanh(x: f32) -> f32 {
+        (x as f64).tanh() as f32
+    }
+
+    /// 1 / (1 + e⁻ˣ)
+    pub fn sigmoid(x: f32) -> f32 {
+        (1.0 / (1.0 + (-(x as f64)).exp())) as f32
+    }
+
+    /// Σ a[i]·b[i], left to right in f32.
+    pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+        a.iter().zip(b).map(|(x, y)| x * y).sum()
+    }
+
+    /// y[i] += alpha · x[i]
+    pub fn axpy(y: &mut [f32], alpha: f32, x: &[f32]) {
+        for (y, &x) in y.iter_mut().zip(x) {
+            *y += alpha * x;
+        }
+    }
+
+    /// The largest element, ignoring NaN.
+    pub fn max(x: &[f32]) -> f32 {
+        x.iter().copied().fold(f32::NEG_INFINITY, f32::max)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    //! The AVX2 + FMA kernels. Every function here requires those features; callers
+    //! check [`super::has_avx2_fma`] first.
+
+    use super::Unary;
+    use std::arch::x86_64::*;
+
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    /// ln 2 to 16 significant bits: n · LN2_HI is exact for |n| < 2⁸.
+    const LN2_HI: f32 = 0.693_145_75;
+    /// ln 2 − LN2_HI.
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    /// ln(f32::MAX): above it eˣ overflows.
+    const EXP_HI: f32 = 88.722_84;
+    /// Below it eˣ rounds to 0 even as a subnormal.
+    const EXP_LO: f32 = -104.0;
+    /// 1/k! for k = 2..=7, the Taylor coefficients of eʳ.
+    const E2: f32 = 1.0 / 2.0;
+    const E3: f32 = 1.0 / 6.0;
+    const E4: f32 = 1.0 / 24.0;
+    const E5: f32 = 1.0 / 120.0;
+    const E6: f32 = 1.0 / 720.0;
+    const E7: f32 = 1.0 / 5040.0;
+    /// Abramowitz & Stegun 7.1.26.
+    const AS_P: f32 = 0.327_591_1;
+    const AS_A1: f32 = 0.254_829_6;
+    const AS_A2: f32 = -0.284_496_74;
+    const AS_A3: f32 = 1.421_413_8;
+    const AS_A4: f32 = -1.453_152;
+    const AS_A5: f32 = 1.061_405_4;
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn splat(v: f32) -> __m256 {
+        _mm256_set1_ps(v)
+    }
+
+    /// eˣ on 8 lanes.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub fn exp8(x: __m256) -> __m256 {
+        // min/max return their second operand when either is NaN: x second keeps NaN.
+        let xc = _mm256_max_ps(splat(EXP_LO), _mm256_min_ps(splat(EXP_HI), x));
+        let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(xc, splat(LOG2E)));
+        let r = _mm256_fnmadd_ps(n, splat(LN2_HI), xc);
+        let r = _mm256_fnmadd_ps(n, splat(LN2_LO), r);
+        let mut p = _mm256_fmadd_ps(splat(E7), r, splat(E6));
+        p = _mm256_fmadd_ps(p, r, splat(E5));
+        p = _mm256_fmadd_ps(p, r, splat(E4));
+        p = _mm256_fmadd_ps(p, r, splat(E3));
+        p = _mm256_fmadd_ps(p, r, splat(E2));
+        p = _mm256_fmadd_ps(p, r, splat(1.0));
+        p = _mm256_fmadd_ps(p, r, splat(1.0));
+        // 2ⁿ = 2^n1 · 2^n2 with n1 = ⌊n/2⌋: both factors stay normal for n ∈ [−150, 128].
+        let ni = _mm256_cvtps_epi32(n);
+        let n1 = _mm256_srai_epi32::<1>(ni);
+        let n2 = _mm256_sub_epi32(ni, n1);
+        let bias = _mm256_set1_epi32(127);
+        let s1 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(n1, bias)));
+        let s2 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(n2, bias)));
+        let y = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+        let over = _mm256_cmp_ps::<_CMP_GT_OQ>(x, splat(EXP_HI));
+        _mm256_blendv_ps(y, splat(f32::INFINITY), over)
+    }
+
+    /// |x| and the sign bit of x.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn abs_sign(x: __m256) -> (__m256, __m256) {
+        let sign_mask = splat(-0.0);
+        (_mm256_andnot_ps(sign_mask, x), _mm256_and_ps(sign_mask, x))
+    }
+
+    /// erfc(a) for a ≥ 0 (A&S 7.1.26): t·P(t)·e^(−a²), t = 1 / (1 + p·a).
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn erfc_pos8(a: __m256) -> __m256 {
+        let t = _mm256_div_ps(splat(1.0), _mm256_fmadd_ps(splat(AS_P), a, splat(1.0)));
+        let mut p = _mm256_fmadd_ps(splat(AS_A5), t, splat(AS_A4));
+        p = _mm256_fmadd_ps(p, t, splat(AS_A3));
+        p = _mm256_fmadd_ps(p, t, splat(AS_A2));
+        p = _mm256_fmadd_ps(p, t, splat(AS_A1));
+        p = _mm256_mul_ps(p, t);
+        let e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(a, a)));
+        _mm256_mul_ps(p, e)
+    }
+
+    /// erf(x) on 8 lanes.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub fn erf8(x: __m256) -> __m256 {
+        let (a, sign) = abs_sign(x);
+        let y = _mm256_sub_ps(splat(1.0), erfc_pos8(a));
+        _mm256_or_ps(y, sign)
+    }
+
+    /// σ(x) on 8 lanes.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub fn sigmoid8(x: __m256) -> __m256 {
+        let e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), x));
+        _mm256_div_ps(splat(1.0), _mm256_add_ps(splat(1.0), e))
+    }
+
+    /// tanh(x) = 1 − 2 / (e^(2x) + 1) on 8 lanes.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub fn tanh8(x: __m256) -> __m256 {
+        let e = exp8(_mm256_add_ps(x, x));
+        _mm256_sub_ps(splat(1.0), _mm256_div_ps(splat(2.0), _mm256_add_ps(e, splat(1.0))))
+    }
+
+    /// GELU(x) = ½x(1 + erf(x/√2)), with 1 + erf(−a) = erfc(a) for negative x.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub fn gelu8(x: __m256) -> __m256 {
+        let z = _mm256_mul_ps(x, splat(std::f32::consts::FRAC_1_SQRT_2));
+        let (a, _) = abs_sign(z);
+        let q = erfc_pos8(a);
+        let neg = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_setzero_ps());
+        let one_plus_erf = _mm256_blendv_ps(_mm256_sub_ps(splat(2.0), q), q, neg);
+        _mm256_mul_ps(_mm256_mul_ps(splat(0.5), x), one_plus_erf)
+    }
+
+    /// GELU-tanh(x) = x·σ(2u), u = √(2/π)(x + 0.044715x³).
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub fn gelu_tanh8(x: __m256) -> __m256 {
+        const C: f32 = 0.797_884_6; // √(2/π)
+        let x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+        let u = _mm256_mul_ps(splat(C), _mm256_fmadd_ps(splat(0.044715), x3, x));
+        _mm256_mul_ps(x, sigmoid8(_mm256_add_ps(u, u)))
+    }
+
+    /// SiLU(x) = x·σ(x).
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub fn silu8(x: __m256) -> __m256 {
+        _mm256_mul_ps(x, sigmoid8(x))
+    }
+
+    /// ReLU(x) = max(0, x) (NaN gives 0, as f32::max does).
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub fn relu8(x: __m256) -> __m256 {
+        _mm256_max_ps(x, _mm256_setzero_ps())
+    }
+
+    /// Load `n < 8` floats, the other lanes set to `fill`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn load_tail(p: *const f32, n: usize, fill: f32) -> __m256 {
+        let mut buf = [fill; 8];
+        // SAFETY: the caller guarantees p covers n < 8 elements.
+        unsafe { std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), n) };
+        // SAFETY: buf holds 8 floats.
+        unsafe { _mm256_loadu_ps(buf.as_ptr()) }
+    }
+
+    /// Store the first `n < 8` lanes.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn store_tail(p: *mut f32, n: usize, v: __m256) {
+        let mut buf = [0.0f32; 8];
+        // SAFETY: buf holds 8 floats.
+        unsafe { _mm256_storeu_ps(buf.as_mut_ptr(), v) };
+        // SAFETY: the caller guarantees p covers n < 8 elements.
+        unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), p, n) };
+    }
+
+    /// Sum of the 8 lanes.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub fn hsum(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        _mm_cvtss_f32(s)
+    }
+
+    macro_rules! map_kernel {
+        ($name:ident, $f:ident) => {
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn $name(src: *const f32, dst: *mut f32, n: usize) {
+                let mut i = 0;
+                while i + 8 <= n {
+                    // SAFETY: i + 8 ≤ n; src and dst cover n elements (they may be equal:
+                    // each vector is read before it is written).
+                    unsafe { _mm256_storeu_ps(dst.add(i), $f(_mm256_loadu_ps(src.add(i)))) };
+                    i += 8;
+                }
+                if i < n {
+                    // SAFETY: n − i < 8 elements remain in both.
+                    unsafe { store_tail(dst.add(i), n - i, $f(load_tail(src.add(i), n - i, 0.0))) };
+                }
+            }
+        };
+    }
+    map_kernel!(map_exp, exp8);
+    map_kernel!(map_erf, erf8);
+    map_kernel!(map_tanh, tanh8);
+    map_kernel!(map_sigmoid, sigmoid8);
+    map_kernel!(map_relu, relu8);
+    map_kernel!(map_gelu, gelu8);
+    map_kernel!(map_gelu_tanh, gelu_tanh8);
+    map_kernel!(map_silu, silu8);
+
+    /// dst[i] = op(src[i]) for i < n. Safety: AVX2 + FMA present; src and dst cover n
+    /// elements and are either equal or do not overlap.
+    pub unsafe fn map(op: Unary, src: *const f32, dst: *mut f32, n: usize) {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            match op {
+                Unary::Exp => map_exp(src, dst, n),
+                Unary::Erf => map_erf(src, dst, n),
+                Unary::Tanh => map_tanh(src, dst, n),
+                Unary::Sigmoid => map_sigmoid(src, dst, n),
+                Unary::Relu => map_relu(src, dst, n),
+                Unary::Gelu => map_gelu(src, dst, n),
+                Unary::GeluTanh => map_gelu_tanh(src, dst, n),
+                Unary::Silu => map_silu(src, dst, n),
+            }
+        }
+    }
+
+    /// Σ a[i]·b[i], four accumulators of 8 lanes.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot(a: *const f32, b: *const f32, n: usize) -> f32 {
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut i = 0;
+        // SAFETY (all loads): i + width ≤ n and both pointers cover n elements.
+        unsafe {
+            while i + 32 <= n {
+                for (j, acc) in acc.iter_mut().enumerate() {
+                    *acc = _mm256_fmadd_ps(_mm256_loadu_ps(a.add(i + 8 * j)), _mm256_loadu_ps(b.add(i + 8 * j)), *acc);
+                }
+                i += 32;
+            }
+            while i + 8 <= n {
+                acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(a.add(i)), _mm256_loadu_ps(b.add(i)), acc[0]);
+                i += 8;
+            }
+            if i < n {
+                acc[1] = _mm256_fmadd_ps(load_tail(a.add(i), n - i, 0.0), load_tail(b.add(i), n - i, 0.0), acc[1]);
+            }
+        }
+        hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])))
+    }
+
+    /// y[i] += alpha · x[i].
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn axpy(y: *mut f32, alpha: f32, x: *const f32, n: usize) {
+        let av = splat(alpha);
+        let mut i = 0;
+        // SAFETY (all accesses): i + width ≤ n and both pointers cover n elements.
+        unsafe {
+            while i + 8 <= n {
+                let v = _mm256_fmadd_ps(av, _mm256_loadu_ps(x.add(i)), _mm256_loadu_ps(y.add(i)));
+                _mm256_storeu_ps(y.add(i), v);
+                i += 8;
+            }
+            while i < n {
+                *y.add(i) = alpha.mul_add(*x.add(i), *y.add(i));
+                i += 1;
+            }
+        }
+    }
+
+    /// x[i] *= s.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn scale(x: *mut f32, s: f32, n: usize) {
+        let sv = splat(s);
+        let mut i = 0;
+        // SAFETY (all accesses): i + width ≤ n and x covers n elements.
+        unsafe {
+            while i + 8 <= n {
+                _mm256_storeu_ps(x.add(i), _mm256_mul_ps(sv, _mm256_loadu_ps(x.add(i))));
+                i += 8;
+            }
+            while i < n {
+                *x.add(i) *= s;
+                i += 1;
+            }
+        }
+    }
+
+    /// Σ x[i].
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn sum(x: *const f32, n: usize) -> f32 {
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut i = 0;
+        // SAFETY (all loads): i + width ≤ n and x covers n elements.
+        unsafe {
+            while i + 32 <= n {
+                for (j, acc) in acc.iter_mut().enumerate() {
+                    *acc = _mm256_add_ps(*acc, _mm256_loadu_ps(x.add(i + 8 * j)));
+                }
+                i += 32;
+            }
+            while i + 8 <= n {
+                acc[0] = _mm256_add_ps(acc[0], _mm256_loadu_ps(x.add(i)));
+                i += 8;
+            }
+            if i < n {
+                acc[1] = _mm256_add_ps(acc[1], load_tail(x.add(i), n - i, 0.0));
+            }
+        }
+        hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])))
+    }
+
+    /// Σ (x[i] − c)².
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn sum_sq_diff(x: *const f32, n: usize, c: f32) -> f32 {
+        let cv = splat(c);
+        let mut acc = [_mm256_setzero_ps(); 2];
+        let mut i = 0;
+        // SAFETY (all loads): i + width ≤ n and x covers n elements.
+        unsafe {
+            while i + 16 <= n {
+                for (j, acc) in acc.iter_mut().enumerate() {
+                    let d = _mm256_sub_ps(_mm256_loadu_ps(x.add(i + 8 * j)), cv);
+                    *acc = _mm256_fmadd_ps(d, d, *acc);
+                }
+                i += 16;
+            }
+            while i + 8 <= n {
+                let d = _mm256_sub_ps(_mm256_loadu_ps(x.add(i)), cv);
+                acc[0] = _mm256_fmadd_ps(d, d, acc[0]);
+                i += 8;
+            }
+            if i < n {
+                // padded with c: those lanes add (c − c)² = 0
+                let d = _mm256_sub_ps(load_tail(x.add(i), n - i, c), cv);
+                acc[1] = _mm256_fmadd_ps(d, d, acc[1]);
+            }
+        }
+        hsum(_mm256_add_ps(acc[0], acc[1]))
+    }
+
+    /// The largest element, ignoring NaN.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn max(x: *const f32, n: usize) -> f32 {
+        let mut acc = [splat(f32::NEG_INFINITY); 2];
+        let mut i = 0;
+        // max_ps(v, acc) returns acc when v is NaN: NaN lanes are skipped.
+        // SAFETY (all loads): i + width ≤ n and x covers n elements.
+        unsafe {
+            while i + 16 <= n {
+                acc[0] = _mm256_max_ps(_mm256_loadu_ps(x.add(i)), acc[0]);
+                acc[1] = _mm256_max_ps(_mm256_loadu_ps(x.add(i + 8)), acc[1]);
+                i += 16;
+            }
+            while i + 8 <= n {
+                acc[0] = _mm256_max_ps(_mm256_loadu_ps(x.add(i)), acc[0]);
+                i += 8;
+            }
+            if i < n {
+                acc[1] = _mm256_max_ps(load_tail(x.add(i), n - i, f32::NEG_INFINITY), acc[1]);
+            }
+        }
+        let m = _mm256_max_ps(acc[0], acc[1]);
+        let mut lanes = [0.0f32; 8];
+        // SAFETY: lanes holds 8 floats.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), m) };
+        lanes.iter().copied().fold(f32::NEG_INFINITY, f32::max)
+    }
+
+    /// x[i] ← exp((x[i] − shift)·mul); returns the sum.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn exp_shifted_sum(x: *mut f32, n: usize, shift: f32, mul: f32) -> f32 {
+        let (sv, mv) = (splat(shift), splat(mul));
+        let mut acc = _mm256_setzero_ps();
+        let mut i = 0;
+        // SAFETY (all accesses): i + width ≤ n and x covers n elements.
+        unsafe {
+            while i + 8 <= n {
+                let e = exp8(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x.add(i)), sv), mv));
+                _mm256_storeu_ps(x.add(i), e);
+                acc = _mm256_add_ps(acc, e);
+                i += 8;
+            }
+            if i < n {
+                // padded with −∞: those lanes add e^−∞ = 0
+                let v = load_tail(x.add(i), n - i, f32::NEG_INFINITY);
+                let e = exp8(_mm256_mul_ps(_mm256_sub_ps(v, sv), mv));
+                store_tail(x.add(i), n - i, e);
+                acc = _mm256_add_ps(acc, e);
+            }
+        }
+        hsum(acc)
+    }
+
+    /// x[i] ← (x[i] − shift)·inv·gamma[i] + beta[i] (beta may be null).
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn shift_mul_add(x: *mut f32, shift: f32, inv: f32, gamma: *const f32, beta: *const f32, n: usize) {
+        let (sv, iv) = (splat(shift), splat(inv));
+        let mut i = 0;
+        // SAFETY (all accesses): i + width ≤ n and every non-null pointer covers n.
+        unsafe {
+            while i + 8 <= n {
+                let g = _mm256_mul_ps(_mm256_loadu_ps(gamma.add(i)), iv);
+                let d = _mm256_sub_ps(_mm256_loadu_ps(x.add(i)), sv);
+                let b = if beta.is_null() { _mm256_setzero_ps() } else { _mm256_loadu_ps(beta.add(i)) };
+                _mm256_storeu_ps(x.add(i), _mm256_fmadd_ps(d, g, b));
+                i += 8;
+            }
+            while i < n {
+                let b = if beta.is_null() { 0.0 } else { *beta.add(i) };
+                *x.add(i) = (*x.add(i) - shift).mul_add(*gamma.add(i) * inv, b);
+                i += 1;
+            }
+        }
+    }
+}
+
+/// Matrix-vector products for the decode shape (one row times a weight matrix), on
+/// AVX2 + FMA; see [`crate::ops::matmul`].
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod gemv {
+    use std::arch::x86_64::*;
+
+    /// y[j] = Σ_p x[p] · w[j·k + p] for j < n: w is (n, k) row-major (a Linear weight).
+    ///
+    /// # Safety
+    /// AVX2 + FMA present; x covers k, w covers n·k, y covers n elements.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn rows(y: *mut f32, x: *const f32, w: *const f32, n: usize, k: usize) {
+        let mut j = 0;
+        // SAFETY (all accesses): row r < n starts at r·k and every load stays below
+        // p + 16 ≤ k (or p + 8 ≤ k) inside it.
+        unsafe {
+            while j + 4 <= n {
+                let r = [w.add(j * k), w.add((j + 1) * k), w.add((j + 2) * k), w.add((j + 3) * k)];
+                let mut a = [_mm256_setzero_ps(); 8];
+                let mut p = 0;
+                while p + 16 <= k {
+                    let x0 = _mm256_loadu_ps(x.add(p));
+                    let x1 = _mm256_loadu_ps(x.add(p + 8));
+                    for q in 0..4 {
+                        a[2 * q] = _mm256_fmadd_ps(_mm256_loadu_ps(r[q].add(p)), x0, a[2 * q]);
+                        a[2 * q + 1] = _mm256_fmadd_ps(_mm256_loadu_ps(r[q].add(p + 8)), x1, a[2 * q + 1]);
+                    }
+                    p += 16;
+                }
+                while p + 8 <= k {
+                    let x0 = _mm256_loadu_ps(x.add(p));
+                    for q in 0..4 {
+                        a[2 * q] = _mm256_fmadd_ps(_mm256_loadu_ps(r[q].add(p)), x0, a[2 * q]);
+                    }
+                    p += 8;
+                }
+                for q in 0..4 {
+                    let mut s = super::avx2::hsum(_mm256_add_ps(a[2 * q], a[2 * q + 1]));
+                    for pp in p..k {
+                        s = (*x.add(pp)).mul_add(*r[q].add(pp), s);
+                    }
+                    *y.add(j + q) = s;
+                }
+                j += 4;
+            }
+            while j < n {
+                *y.add(j) = super::avx2::dot(x, w.add(j * k), k);
+                j += 1;
+            }
+        }
+    }
+
+    /// y[j] = Σ_p x[p] · b[p·ldb + j] for j < n: columns of a (k, ldb) row-major matrix
+    /// whose block starts at `b`.
+    ///
+    /// # Safety
+    /// AVX2 + FMA present; x covers k, y covers n elements, b covers rows p < k of
+    /// `n` elements at stride ldb.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn cols(y: *mut f32, x: *const f32, b: *const f32, n: usize, k: usize, ldb: usize) {
+        let mut j = 0;
+        // SAFETY (all accesses): columns j..j+width < n of rows p < k.
+        unsafe {
+            while j + 64 <= n {
+                let mut a = [_mm256_setzero_ps(); 8];
+                for p in 0..k {
+                    let xv = _mm256_set1_ps(*x.add(p));
+                    let row = b.add(p * ldb + j);
+                    for (q, a) in a.iter_mut().enumerate() {
+                        *a = _mm256_fmadd_ps(xv, _mm256_loadu_ps(row.add(8 * q)), *a);
+                    }
+                }
+                for (q, a) in a.iter().enumerate() {
+                    _mm256_storeu_ps(y.add(j + 8 * q), *a);
+                }
+                j += 64;
+            }
+            while j + 8 <= n {
+                let mut a = _mm256_setzero_ps();
+                for p in 0..k {
+                    a = _mm256_fmadd_ps(_mm256_set1_ps(*x.add(p)), _mm256_loadu_ps(b.add(p * ldb + j)), a);
+                }
+                _mm256_storeu_ps(y.add(j), a);
+                j += 8;
+            }
+            while j < n {
+                let mut s = 0.0f32;
+                for p in 0..k {
+                    s = (*x.add(p)).mul_add(*b.add(p * ldb + j), s);
+                }
+                *y.add(j) = s;
+                j += 1;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{rngs::StdRng, Rng, SeedableRng};
+
+    fn grid(lo: f32, hi: f32, n: usize) -> Vec<f32> {
+        (0..=n).map(|i| lo + (hi - lo) * i as f32 / n as f32).collect()
+    }
+
+    fn mapped(op: Unary, xs: &[f32]) -> Vec<f32> {
+        let mut out = vec![0.0; xs.len()];
+        map(op, xs, &mut out);
+        out
+    }
+
+    #[test]
+    fn exp_relative_error_on_dense_grid_and_random() {
+        let mut xs = grid(-87.0, 88.0, 400_000);
+        let mut rng = StdRng::seed_from_u64(3);
+        xs.extend((0..100_000).map(|_| rng.random_range(-87.0f32..88.0)));
+        xs.extend([0.0, -0.0, 1e-30, -1e-30, 88.0, -87.0, 0.5 * std::f32::consts::LN_2]);
+        let got = mapped(Unary::Exp, &xs);
+        let mut worst = 0.0f64;
+        for (&x, &y) in xs.iter().zip(&got) {
+            let want = (x as f64).exp();
+            worst = worst.max(((y as f64) - want).abs() / want);
+        }
+        // Tolerance: 2e-7 relative (about 1.7 ulp of f32).
+        assert!(worst <= 2e-7, "exp max relative error {worst:e}");
+    }
+
+    #[test]
+    fn exp_edges_nan_and_infinities() {
+        let xs = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 89.0, 88.8, -104.0, -200.0, -95.0, -87.5];
+        let got = mapped(Unary::Exp, &xs);
+        assert!(got[0].is_nan());
+        assert_eq!(got[1], f32::INFINITY);
+        assert_eq!(got[2], 0.0);
+        assert_eq!(got[3], f32::INFINITY);
+        assert_eq!(got[4], f32::INFINITY);
+        assert_eq!(got[5], 0.0);
+        assert_eq!(got[6], 0.0);
+        // subnormal results: within 1e-3 relative (subnormals have fewer bits)
+        for i in 7..9 {
+            let want = (xs[i] as f64).exp();
+            assert!(((got[i] as f64 - want) / want).abs() < 1e-3, "exp({}) = {} vs {want}", xs[i], got[i]);
+        }
+    }
+
+    fn max_abs_err(op: Unary, xs: &[f32], f: impl Fn(f64) -> f64) -> f64 {
+        let got = mapped(op, xs);
+        xs.iter().zip(&got).map(|(&x, &y)| (y as f64 - f(x as f64)).abs()).fold(0.0, f64::max)
+    }
+
+    #[test]
+    fn erf_and_tanh_absolute_error() {
+        let mut xs = grid(-10.0, 10.0, 400_000);
+        let mut rng = StdRng::seed_from_u64(5);
+        xs.extend((0..100_000).map(|_| rng.random_range(-12.0f32..12.0)));
+        xs.extend([0.0, -0.0, 1e-20, -1e-20, 1e6, -1e6, f32::MAX, f32::MIN]);
+        // Tolerance: 1e-6 absolute for both.
+        let e = max_abs_err(Unary::Erf, &xs, libm::erf);
+        assert!(e <= 1e-6, "erf max abs error {e:e}");
+        let t = max_abs_err(Unary::Tanh, &xs, f64::tanh);
+        assert!(t <= 1e-6, "tanh max abs error {t:e}");
+        let s = max_abs_err(Unary::Sigmoid, &xs, |x| 1.0 / (1.0 + (-x).exp()));
+        assert!(s <= 1e-6, "sigmoid max abs error {s:e}");
+    }
+
+    #[test]
+    fn erf_tanh_sigmoid_edges() {
+        let xs = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY];
+        for op in [Unary::Erf, Unary::Tanh] {
+            let got = mapped(op, &xs);
+            assert!(got[0].is_nan(), "{op:?}(NaN)");
+            assert_eq!(got[1], 1.0, "{op:?}(inf)");
+            assert_eq!(got[2], -1.0, "{op:?}(-inf)");
+        }
+        let got = mapped(Unary::Sigmoid, &xs);
+        assert!(got[0].is_nan());
+        assert_eq!((got[1], got[2]), (1.0, 0.0));
+        let got = mapped(Unary::Relu, &[f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.5, 2.0]);
+        assert_eq!(got, [0.0, f32::INFINITY, 0.0, 0.0, 2.0]);
+    }
+
+    #[test]
+    fn activations_match_their_twins() {
+        let mut xs = grid(-12.0, 12.0, 200_003);
+        xs.extend([0.0, -0.0, 1e-30, 50.0, -50.0]);
+        // Tolerance: 1e-6 · (1 + |x|): the twins' 1e-6 function error scaled by the x factor.
+        for op in [Unary::Relu, Unary::Gelu, Unary::GeluTanh, Unary::Silu, Unary::Sigmoid] {
+            let got = mapped(op, &xs);
+            for (&x, &y) in xs.iter().zip(&got) {
+                let want = op.reference(x);
+                assert!((y - want).abs() <= 1e-6 * (1.0 + x.abs()), "{op:?}({x}) = {y} vs {want}");
+            }
+        }
+    }
+
+    #[test]
+    fn in_place_and_parallel_equal_map() {
+        let mut rng = StdRng::seed_from_u64(9);
+        for n in [0, 1, 3, 7, 8, 9, 17, 33, 65, 129, 1000, 200_001] {
+            let xs: Vec<f32> = (0..n).map(|_| rng.random_range(-6.0f32..6.0)).collect();
+            for op in [Unary::Gelu, Unary::Exp, Unary::Relu] {
+                let want = mapped(op, &xs);
+                let mut a = xs.clone();
+                map_in_place(op, &mut a);
+                assert_eq!(a, want);
+                let mut b = vec![0.0; n];
+                map_parallel(op, &xs, &mut b);
+                assert_eq!(b, want);
+            }
+        }
+    }
+
+    #[test]
+    fn reductions_match_twins() {
+        let mut rng = StdRng::seed_from_u64(11);
+        for n in [0, 1, 3, 7, 8, 9, 17, 31, 33, 65, 129, 384, 576, 1000] {
+            let a: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+            let b: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+            let exact: f64 = a.iter().zip(&b).map(|(&x, &y)| x as f64 * y as f64).sum();
+            let mag: f64 = a.iter().zip(&b).map(|(&x, &y)| (x as f64 * y as f64).abs()).sum();
+            // Tolerance: 1e-6 · Σ|a·b| (f32 rounding of a blocked sum).
+            assert!((dot(&a, &b) as f64 - exact).abs() <= 1e-6 * (1.0 + mag), "dot n={n}");
+            let s: f64 = a.iter().map(|&x| x as f64).sum();
+            assert!((sum(&a) as f64 - s).abs() <= 1e-6 * (1.0 + n as f64), "sum n={n}");
+            assert_eq!(max(&a), reference::max(&a), "max n={n}");
+            let mut y = b.clone();
+            axpy(&mut y, 0.75, &a);
+            let mut y2 = b.clone();
+            reference::axpy(&mut y2, 0.75, &a);
+            for (u, v) in y.iter().zip(&y2) {
+                assert!((u - v).abs() <= 1e-6, "axpy n={n}");
+            }
+        }
+        assert_eq!(max(&[f32::NAN, 1.0, f32::NAN, -3.0, 2.0, 0.0, 0.0, 0.0, 0.0, f32::NAN]), 2.0);
+        assert_eq!(max(&[]), f32::NEG_INFINITY);
+    }
+}
