@@ -59,7 +59,13 @@ pub fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
             if b.shape() != [out] {
                 return Err(Error::mismatch("linear bias", b.shape(), &[out]));
             }
-            y.add(b)
+            let mut y = y;
+            for row in y.data_mut().chunks_exact_mut(out.max(1)) {
+                for (v, &bias) in row.iter_mut().zip(b.data()) {
+                    *v += bias; // in place: y is freshly computed
+                }
+            }
+            Ok(y)
         }
         None => Ok(y),
     }

@@ -359,16 +359,73 @@ impl Embedder {
         let encodings = self.encode(texts)?;
         let mut order: Vec<usize> = (0..texts.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(encodings[i].len()));
-        let mut out: Vec<Vec<f32>> = vec![Vec::new(); texts.len()];
-        for chunk in order.chunks(batch) {
+        let groups: Vec<&[usize]> = order.chunks(batch).collect();
+        let run = |chunk: &[usize]| -> Result<Vec<Vec<f32>>> {
             let group: Vec<&Encoding> = chunk.iter().map(|&i| &encodings[i]).collect();
-            let vecs = self.embed_encodings(&group)?;
-            for (&i, v) in chunk.iter().zip(vecs) {
+            self.embed_encodings(&group)
+        };
+        let workers = crate::threads::threads().min(groups.len());
+        let done: Vec<(usize, Vec<Vec<f32>>)> = if workers <= 1 {
+            groups
+                .iter()
+                .enumerate()
+                .map(|(g, chunk)| Ok((g, run(chunk)?)))
+                .collect::<Result<_>>()?
+        } else {
+            parallel_batches(groups.len(), workers, |g| run(groups[g]))?
+        };
+        let mut out: Vec<Vec<f32>> = vec![Vec::new(); texts.len()];
+        for (g, vecs) in done {
+            for (&i, v) in groups[g].iter().zip(vecs) {
                 out[i] = v;
             }
         }
         Ok(out)
     }
+}
+
+/// Run `n` batches on `workers` threads, each worker taking the next batch when free and
+/// running it with single-threaded kernels (its own one-thread rayon pool): data
+/// parallelism, so no kernel pays for waking threads, and every op runs in parallel, not
+/// only the matrix products. Results come back tagged with their batch index.
+fn parallel_batches<T: Send>(
+    n: usize,
+    workers: usize,
+    run: impl Fn(usize) -> Result<T> + Sync,
+) -> Result<Vec<(usize, T)>> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let worker = || -> Result<Vec<(usize, T)>> {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .map_err(|e| Error::Argument(format!("cannot start a worker thread: {e}")))?;
+        pool.install(|| {
+            let mut mine = Vec::new();
+            loop {
+                let g = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if g >= n {
+                    return Ok(mine);
+                }
+                mine.push((g, run(g)?));
+            }
+        })
+    };
+    let results: Vec<Result<Vec<(usize, T)>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers).map(|_| s.spawn(&worker)).collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(Error::Argument("an embedding worker thread panicked".into()))
+                })
+            })
+            .collect()
+    });
+    let mut all = Vec::with_capacity(n);
+    for r in results {
+        all.extend(r?);
+    }
+    Ok(all)
 }
 
 /// One term of a vector-arithmetic query: `+ word` or `- word`.
