@@ -50,10 +50,11 @@ pub fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
         return Err(Error::mismatch("linear (x vs weight (out, in))", x.shape(), w.shape()));
     }
     let rows = x.numel() / inp.max(1);
-    let y = matmul_t(&x.reshape(&[rows, inp])?, w)?; // (rows, out)
     let mut shape = x.shape().to_vec();
     *shape.last_mut().expect("rank ≥ 1 checked above") = out; // ok: rank checked
-    let y = y.reshape(&shape)?;
+    // (rows, out) → (..., out); the 2-d product is dropped here, so y owns its storage
+    // alone and the bias is added without a copy.
+    let y = matmul_t(&x.reshape(&[rows, inp])?, w)?.reshape(&shape)?;
     match bias {
         Some(b) => {
             if b.shape() != [out] {
