@@ -31,6 +31,12 @@ struct Cli {
 enum Command {
     /// Measure lucent's speed: `lucent bench kernels` (medians of several runs).
     Bench(commands::bench::Args),
+    /// Scaled dot-product attention step by step (`--demo`: the guides' example).
+    Attention(commands::attention::Args),
+    /// Attention masks: causal, bidirectional, prefix-LM; which position sees which.
+    Mask(commands::mask::Args),
+    /// The sinusoidal position encoding table, its heatmap, nearby-vs-far similarity.
+    Pe(commands::pe::Args),
     /// Softmax of a list of scores at one or more temperatures (the guides' table).
     Softmax(commands::softmax::Args),
     /// Download a model into the cache (done automatically on first use).
@@ -52,6 +58,9 @@ fn main() -> ExitCode {
     lucent::set_threads(cli.threads.unwrap_or(0));
     let result = match cli.command {
         Command::Bench(a) => commands::bench::run(a),
+        Command::Attention(a) => commands::attention::run(a),
+        Command::Mask(a) => commands::mask::run(a),
+        Command::Pe(a) => commands::pe::run(a),
         Command::Softmax(a) => commands::softmax::run(a),
         Command::Fetch(a) => commands::fetch::run_fetch(a),
         Command::Models(a) => commands::fetch::run_models(a),

@@ -13,6 +13,7 @@
 //! | [`ops`] | kernels: matmul, softmax, norms, activations, rope, attention |
 //! | [`tensor`] | `Tensor`: shape + f32 storage, owned or memory-mapped |
 //! | [`io`] | safetensors, GGUF, configs, tokenizers, model cache and fetch |
+//! | [`viz`] | heatmaps of attention, masks and positions (PNG/SVG) |
 //!
 //! Errors are values: every fallible function returns [`Result`].
 
@@ -24,6 +25,7 @@ pub mod ops;
 pub mod pipeline;
 pub mod tensor;
 pub mod threads;
+pub mod viz;
 
 pub use error::{Error, Result};
 pub use model::ModelConfig;

@@ -1,7 +1,11 @@
 //! The subcommands, one file each.
 
+pub mod attention;
 pub mod bench;
 pub mod bench_embed;
 pub mod embed;
 pub mod fetch;
+pub mod mask;
+pub mod pe;
+pub mod show;
 pub mod softmax;

@@ -11,6 +11,8 @@
 //! | `feed_forward` | [`FeedForward`]: MLP and gated (SwiGLU, GeGLU) |
 //! | `layer` | [`EncoderLayer`], [`DecoderLayer`] in pre-, post- and sandwich-norm form |
 //! | `transformer` | [`Encoder`], [`Decoder`], [`Transformer`], [`Head`] |
+//! | `mask` | `causal_mask`, `padding_mask`, `prefix_lm_mask`, bidirectional; boolean ↔ additive masks |
+//! | `position` | `SinusoidalEncoding`, `LearnedPositions`, `Rope`, `Alibi` |
 //! | `kv_cache` | [`KvCache`]: keys and values of past positions for incremental decoding |
 //!
 //! Every forward is written in terms of [`crate::Tensor`] methods and [`crate::ops`]
@@ -23,7 +25,9 @@ pub mod feed_forward;
 pub mod kv_cache;
 pub mod layer;
 pub mod linear;
+pub mod mask;
 pub mod norm;
+pub mod position;
 pub mod trace;
 pub mod transformer;
 
