@@ -51,6 +51,8 @@ enum Command {
     Analogy(commands::embed::AnalogyArgs),
     /// Benchmark sentence embeddings (sentences/s, latency) at several thread counts.
     BenchEmbed(commands::bench_embed::EmbedBenchArgs),
+    /// A real model's attention weights per layer and head (all-MiniLM-L6-v2 by default).
+    AttentionModel(commands::attention_model::ModelAttentionArgs),
 }
 
 fn main() -> ExitCode {
@@ -68,6 +70,7 @@ fn main() -> ExitCode {
         Command::Similarity(a) => commands::embed::run_similarity(a),
         Command::Analogy(a) => commands::embed::run_analogy(a),
         Command::BenchEmbed(a) => commands::bench_embed::run(a),
+        Command::AttentionModel(a) => commands::attention_model::run_model(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

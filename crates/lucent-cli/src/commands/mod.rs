@@ -1,6 +1,7 @@
 //! The subcommands, one file each.
 
 pub mod attention;
+pub mod attention_model;
 pub mod bench;
 pub mod bench_embed;
 pub mod embed;
