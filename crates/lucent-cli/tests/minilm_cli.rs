@@ -30,7 +30,10 @@ fn fails(args: &[&str], needle: &str) {
     let (ok, _, err) = lucent(args);
     assert!(!ok, "lucent {args:?} should fail");
     assert!(!err.contains("panicked"), "lucent {args:?} panicked: {err}");
-    assert!(err.contains(needle), "lucent {args:?}: expected {needle:?} in {err}");
+    assert!(
+        err.contains(needle),
+        "lucent {args:?}: expected {needle:?} in {err}"
+    );
 }
 
 fn model_dir() -> PathBuf {
@@ -115,14 +118,25 @@ fn attention_model_weights_are_distributions() {
     assert_eq!(v["heads"], 12);
     for head in v["weights"].as_array().unwrap() {
         for row in head.as_array().unwrap() {
-            let s: f64 = row.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).sum();
+            let s: f64 = row
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap())
+                .sum();
             assert!((s - 1.0).abs() < 1e-5, "row sums to {s}");
         }
     }
     assert_eq!(v["steps"]["token"], 8);
     assert!(v["steps"]["by_hand_max_diff"].as_f64().unwrap() < 1e-5);
-    fails(&["attention-model", "a b", "--layer", "6"], "--layer 6 is out of range");
-    fails(&["attention-model", "a b", "--token", "zebra"], "--token 'zebra'");
+    fails(
+        &["attention-model", "a b", "--layer", "6"],
+        "--layer 6 is out of range",
+    );
+    fails(
+        &["attention-model", "a b", "--token", "zebra"],
+        "--token 'zebra'",
+    );
 }
 
 #[test]
@@ -144,14 +158,21 @@ fn bench_embed_runs() {
 #[test]
 fn bad_input_is_a_clear_error() {
     fails(&["embed"], "no input texts");
-    fails(&["embed", "-m", "/nonexistent/model", "x"], "/nonexistent/model");
+    fails(
+        &["embed", "-m", "/nonexistent/model", "x"],
+        "/nonexistent/model",
+    );
     let src = model_dir();
     let tmp = std::env::temp_dir().join(format!("lucent-cli-minilm-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
     for f in ["config.json", "tokenizer.json"] {
         std::fs::copy(src.join(f), tmp.join(f)).unwrap();
     }
-    std::fs::write(tmp.join("model.safetensors"), b"\xff\xff\xff\xff\x00\x00\x00\x00garbage").unwrap();
+    std::fs::write(
+        tmp.join("model.safetensors"),
+        b"\xff\xff\xff\xff\x00\x00\x00\x00garbage",
+    )
+    .unwrap();
     let dir = tmp.to_str().unwrap();
     fails(&["embed", "-m", dir, "x"], "not a valid safetensors file");
     let cfg = std::fs::read_to_string(src.join("config.json")).unwrap();

@@ -194,7 +194,10 @@ pub fn run_model(args: ModelAttentionArgs) -> Result<()> {
             }
         }
         (Some(i), None) => {
-            println!("where {:?} (position {i}) looks, one row per head:\n", tokens[i]);
+            println!(
+                "where {:?} (position {i}) looks, one row per head:\n",
+                tokens[i]
+            );
             print!("{:>6}", "head");
             for tok in &tokens {
                 print!("{:>9}", clip(tok, 8));
@@ -282,12 +285,14 @@ fn step_by_step(trace: &Trace, layer: usize, h: usize, i: usize, d_k: usize) -> 
     for (j, w) in weights.iter().enumerate() {
         diff = diff.max((e[j] / z - w).abs());
     }
-    for c in 0..context.len() {
-        let mut acc = 0.0f32;
-        for (j, w) in weights.iter().enumerate() {
-            acc += w * row(v, h, j)?[c];
+    let mut by_hand_context = vec![0.0f32; context.len()];
+    for (j, w) in weights.iter().enumerate() {
+        for (acc, x) in by_hand_context.iter_mut().zip(row(v, h, j)?) {
+            *acc += w * x;
         }
-        diff = diff.max((acc - context[c]).abs());
+    }
+    for (a, b) in by_hand_context.iter().zip(&context) {
+        diff = diff.max((a - b).abs());
     }
     Ok(Steps {
         head: h,
@@ -309,13 +314,19 @@ impl Steps {
             "\nstep by step: head {}, query {:?} (position {i})\n",
             self.head, tokens[i]
         );
-        println!("1. query q = x·W_Qᵀ + b_Q (head slice): {}", vec_preview(&self.q, 6));
+        println!(
+            "1. query q = x·W_Qᵀ + b_Q (head slice): {}",
+            vec_preview(&self.q, 6)
+        );
         println!(
             "2. scores sⱼ = q·kⱼ; 3. scaled sⱼ/√d_k (√{} = {:.3}); 4. softmax → weights:",
             self.d_k,
             (self.d_k as f32).sqrt()
         );
-        println!("   {:>12} {:>9} {:>9} {:>8}", "key", "q·k", "scaled", "weight");
+        println!(
+            "   {:>12} {:>9} {:>9} {:>8}",
+            "key", "q·k", "scaled", "weight"
+        );
         for (j, tok) in tokens.iter().enumerate() {
             println!(
                 "   {tok:>12} {:>9.3} {:>9.3} {:>8.3} {}",
@@ -325,10 +336,7 @@ impl Steps {
                 bar(self.weights[j])
             );
         }
-        println!(
-            "5. output Σⱼ weightⱼ·vⱼ: {}",
-            vec_preview(&self.context, 6)
-        );
+        println!("5. output Σⱼ weightⱼ·vⱼ: {}", vec_preview(&self.context, 6));
         println!(
             "   recomputed by hand from q, k, v: largest difference from the kernel {:.1e}",
             self.by_hand_diff

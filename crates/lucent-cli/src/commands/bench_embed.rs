@@ -117,7 +117,10 @@ pub fn run(args: EmbedBenchArgs) -> Result<()> {
         args.batch,
         args.runs
     );
-    println!("{:>8} {:>12} {:>14} {:>12}", "threads", "pass (s)", "sentences/s", "latency ms");
+    println!(
+        "{:>8} {:>12} {:>14} {:>12}",
+        "threads", "pass (s)", "sentences/s", "latency ms"
+    );
     for (n, pass, sps, lat) in rows {
         println!("{n:>8} {pass:>12.3} {sps:>14.1} {lat:>12.2}");
     }

@@ -58,7 +58,12 @@ fn read_inputs(texts: &[String], file: Option<&str>) -> Result<Vec<String>> {
         } else {
             std::fs::read_to_string(f).map_err(|e| Error::io(f, e))?
         };
-        all.extend(content.lines().filter(|l| !l.trim().is_empty()).map(String::from));
+        all.extend(
+            content
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(String::from),
+        );
     }
     if all.is_empty() {
         return Err(Error::Argument(
@@ -77,7 +82,10 @@ fn clip(s: &str, n: usize) -> String {
     let one_line = s.replace('\n', "⏎");
     let c: String = one_line.chars().take(n).collect();
     if c.len() < one_line.len() {
-        format!("{}…", c.chars().take(n.saturating_sub(1)).collect::<String>())
+        format!(
+            "{}…",
+            c.chars().take(n.saturating_sub(1)).collect::<String>()
+        )
     } else {
         c
     }
@@ -135,7 +143,9 @@ pub struct SimilarityArgs {
 /// Run `lucent similarity`: the cosine similarity matrix.
 pub fn run_similarity(args: SimilarityArgs) -> Result<()> {
     if args.texts.len() < 2 {
-        return Err(Error::Argument("similarity needs at least two texts".into()));
+        return Err(Error::Argument(
+            "similarity needs at least two texts".into(),
+        ));
     }
     let embedder = load_embedder(&args.model)?;
     let refs: Vec<&str> = args.texts.iter().map(|s| s.as_str()).collect();
@@ -145,11 +155,16 @@ pub fn run_similarity(args: SimilarityArgs) -> Result<()> {
         .map(|a| vecs.iter().map(|b| cosine(a, b)).collect())
         .collect();
     if args.json {
-        let v = serde_json::json!({"model": embedder.name(), "texts": args.texts, "matrix": matrix});
+        let v =
+            serde_json::json!({"model": embedder.name(), "texts": args.texts, "matrix": matrix});
         println!("{v:#}");
         return Ok(());
     }
-    println!("cosine similarity ({}, {}-d)\n", embedder.name(), embedder.dim());
+    println!(
+        "cosine similarity ({}, {}-d)\n",
+        embedder.name(),
+        embedder.dim()
+    );
     let w = 14;
     let labels: Vec<String> = args.texts.iter().map(|t| clip(t, w - 2)).collect();
     print!("{:w$}", "");
@@ -186,7 +201,9 @@ const DEFAULT_CANDIDATES: &str =
 
 /// Arguments of `lucent analogy`.
 #[derive(clap::Args)]
-#[command(after_help = "Examples:\n  lucent analogy king - man + woman\n  lucent analogy paris - france + germany --candidates berlin,munich,london,rome")]
+#[command(
+    after_help = "Examples:\n  lucent analogy king - man + woman\n  lucent analogy paris - france + germany --candidates berlin,munich,london,rome"
+)]
 pub struct AnalogyArgs {
     /// The expression: terms joined by + and - (e.g. `king - man + woman`).
     #[arg(required = true, num_args = 1.., allow_hyphen_values = true)]
@@ -236,7 +253,11 @@ pub fn run_analogy(args: AnalogyArgs) -> Result<()> {
     let mut pairs = Vec::new();
     for i in 0..words.len() {
         for j in i + 1..words.len() {
-            pairs.push((words[i].clone(), words[j].clone(), cosine(&vecs[i], &vecs[j])));
+            pairs.push((
+                words[i].clone(),
+                words[j].clone(),
+                cosine(&vecs[i], &vecs[j]),
+            ));
         }
     }
     if args.json {

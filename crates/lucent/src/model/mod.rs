@@ -6,5 +6,5 @@ pub mod config;
 pub mod encoder;
 pub mod family;
 
-pub use encoder::EncoderModel;
 pub use config::{FfnKind, ModelConfig, ModelKind, NormKind, NormPlacement, PositionKind};
+pub use encoder::EncoderModel;

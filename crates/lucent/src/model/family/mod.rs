@@ -128,9 +128,16 @@ pub struct Weights<'a> {
 impl<'a> Weights<'a> {
     /// Match `file` to `table`: find the key prefix under which the token embedding is
     /// stored. Error if none matches (the file is not of this family).
-    pub fn new(file: &'a SafetensorsFile, table: &'a NameTable, cfg: &'a ModelConfig) -> Result<Self> {
+    pub fn new(
+        file: &'a SafetensorsFile,
+        table: &'a NameTable,
+        cfg: &'a ModelConfig,
+    ) -> Result<Self> {
         let emb = table.pattern(Param::TokenEmbedding).ok_or_else(|| {
-            Error::Weights(format!("{}: name table has no token embedding", table.family))
+            Error::Weights(format!(
+                "{}: name table has no token embedding",
+                table.family
+            ))
         })?;
         let prefix = table
             .prefixes
@@ -161,7 +168,11 @@ impl<'a> Weights<'a> {
                 self.table.family
             ))
         })?;
-        Ok(format!("{}{}", self.prefix, pat.replace("{i}", &layer.to_string())))
+        Ok(format!(
+            "{}{}",
+            self.prefix,
+            pat.replace("{i}", &layer.to_string())
+        ))
     }
 
     /// Whether the file holds `param` (for optional parameters).
