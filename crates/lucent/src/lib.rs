@@ -8,6 +8,7 @@
 //!
 //! | module | holds |
 //! | --- | --- |
+//! | [`pipeline`] | user tasks: sentence embeddings, similarity, analogies |
 //! | [`model`] | `ModelConfig`, the generic Transformer, families, loading, parameter counts |
 //! | [`nn`] | the guides' building blocks and the KV cache |
 //! | [`ops`] | kernels: matmul, softmax, norms, activations, rope, attention |
