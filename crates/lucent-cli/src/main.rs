@@ -29,14 +29,14 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Measure lucent's speed: `lucent bench kernels` (medians of several runs).
+    Bench(commands::bench::Args),
     /// Scaled dot-product attention step by step (`--demo`: the guides' example).
     Attention(commands::attention::Args),
     /// Attention masks: causal, bidirectional, prefix-LM; which position sees which.
     Mask(commands::mask::Args),
     /// The sinusoidal position encoding table, its heatmap, nearby-vs-far similarity.
     Pe(commands::pe::Args),
-    /// Measure lucent's speed: `lucent bench kernels` (medians of several runs).
-    Bench(commands::bench::Args),
     /// Softmax of a list of scores at one or more temperatures (the guides' table).
     Softmax(commands::softmax::Args),
     /// Download a model into the cache (done automatically on first use).
@@ -49,6 +49,16 @@ enum Command {
     Memory(commands::memory::Args),
     /// The tensor shape after every step of a forward pass.
     Shapes(commands::shapes::Args),
+    /// Sentence embeddings from a real encoder (all-MiniLM-L6-v2 by default).
+    Embed(commands::embed::EmbedArgs),
+    /// Cosine similarity matrix of two or more texts' embeddings.
+    Similarity(commands::embed::SimilarityArgs),
+    /// Vector arithmetic on embeddings: king - man + woman ≈ ?
+    Analogy(commands::embed::AnalogyArgs),
+    /// Benchmark sentence embeddings (sentences/s, latency) at several thread counts.
+    BenchEmbed(commands::bench_embed::EmbedBenchArgs),
+    /// A real model's attention weights per layer and head (all-MiniLM-L6-v2 by default).
+    AttentionModel(commands::attention_model::ModelAttentionArgs),
 }
 
 fn main() -> ExitCode {
@@ -66,6 +76,11 @@ fn main() -> ExitCode {
         Command::Params(a) => commands::params::run(a),
         Command::Memory(a) => commands::memory::run(a),
         Command::Shapes(a) => commands::shapes::run(a),
+        Command::Embed(a) => commands::embed::run_embed(a),
+        Command::Similarity(a) => commands::embed::run_similarity(a),
+        Command::Analogy(a) => commands::embed::run_analogy(a),
+        Command::BenchEmbed(a) => commands::bench_embed::run(a),
+        Command::AttentionModel(a) => commands::attention_model::run_model(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -8,6 +8,7 @@
 //!
 //! | module | holds |
 //! | --- | --- |
+//! | [`pipeline`] | user tasks: sentence embeddings, similarity, analogies |
 //! | [`model`] | `ModelConfig`, the generic Transformer, families, loading, parameter counts |
 //! | [`nn`] | the guides' building blocks and the KV cache |
 //! | [`ops`] | kernels: matmul, softmax, norms, activations, rope, attention |
@@ -22,6 +23,7 @@ pub mod io;
 pub mod model;
 pub mod nn;
 pub mod ops;
+pub mod pipeline;
 pub mod tensor;
 pub mod threads;
 pub mod viz;

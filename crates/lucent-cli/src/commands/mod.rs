@@ -1,7 +1,10 @@
 //! The subcommands, one file each.
 
 pub mod attention;
+pub mod attention_model;
 pub mod bench;
+pub mod bench_embed;
+pub mod embed;
 pub mod fetch;
 pub mod mask;
 pub mod memory;

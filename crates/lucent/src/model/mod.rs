@@ -3,6 +3,8 @@
 //! tables), loading and parameter counts.
 
 pub mod config;
+pub mod encoder;
+pub mod family;
 
 pub use config::{FfnKind, ModelConfig, ModelKind, NormKind, NormPlacement, PositionKind};
 pub mod memory;
@@ -10,6 +12,7 @@ pub mod params;
 pub mod presets;
 pub mod shapes;
 
+pub use encoder::EncoderModel;
 pub use memory::MemoryEstimate;
 pub use params::ParamCount;
 pub use presets::{preset, ConfigOverrides, PRESETS};

@@ -11,6 +11,8 @@
 //! | `feed_forward` | [`FeedForward`]: MLP and gated (SwiGLU, GeGLU) |
 //! | `layer` | [`EncoderLayer`], [`DecoderLayer`] in pre-, post- and sandwich-norm form |
 //! | `transformer` | [`Encoder`], [`Decoder`], [`Transformer`], [`Head`] |
+//! | `mask` | `causal_mask`, `padding_mask`, `prefix_lm_mask`, bidirectional; boolean ↔ additive masks |
+//! | `position` | `SinusoidalEncoding`, `LearnedPositions`, `Rope`, `Alibi` |
 //! | `kv_cache` | [`KvCache`]: keys and values of past positions for incremental decoding |
 //! | `mask` | `causal_mask`, `padding_mask`, `prefix_lm_mask`, bidirectional; boolean ↔ additive masks |
 //! | `position` | `SinusoidalEncoding`, `LearnedPositions`, `Rope`, `Alibi` |

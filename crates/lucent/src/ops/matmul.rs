@@ -54,16 +54,35 @@ pub fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
         ));
     }
     let rows = x.numel() / inp.max(1);
-    let y = matmul_t(&x.reshape(&[rows, inp])?, w)?; // (rows, out)
     let mut shape = x.shape().to_vec();
     *shape.last_mut().expect("rank ≥ 1 checked above") = out; // ok: rank checked
-    let y = y.reshape(&shape)?;
+    if let Some(b) = bias {
+        if b.shape() != [out] {
+            return Err(Error::mismatch("linear bias", b.shape(), &[out]));
+        }
+        if rows > 1 && inp > 0 && out > 0 {
+            // Start every output row at b and let the GEMM accumulate x·Wᵀ onto it: one
+            // pass over y instead of zeroing it and adding b afterwards.
+            let mut y = Vec::with_capacity(rows * out);
+            for _ in 0..rows {
+                y.extend_from_slice(b.data());
+            }
+            gemm_accumulate(&mut y, x.data(), w.data(), rows, inp, out);
+            return Tensor::new(y, &shape); // (..., out)
+        }
+    }
+    // (rows, out) → (..., out); the 2-d product is dropped here, so y owns its storage
+    // alone and the bias is added without a copy.
+    let y = matmul_t(&x.reshape(&[rows, inp])?, w)?.reshape(&shape)?;
     match bias {
         Some(b) => {
-            if b.shape() != [out] {
-                return Err(Error::mismatch("linear bias", b.shape(), &[out]));
+            let mut y = y;
+            for row in y.data_mut().chunks_exact_mut(out.max(1)) {
+                for (v, &bias) in row.iter_mut().zip(b.data()) {
+                    *v += bias; // in place: y is freshly computed
+                }
             }
-            y.add(b)
+            Ok(y)
         }
         None => Ok(y),
     }
@@ -238,6 +257,40 @@ fn gemm_with(
     }
 }
 
+/// C (m×n) += A (m×k) · Bᵀ with B stored (n×k), row-major, on the `gemm` crate (the
+/// bias-first form of [`linear`]).
+fn gemm_accumulate(c: &mut [f32], a: &[f32], b: &[f32], m: usize, k: usize, n: usize) {
+    assert!(
+        c.len() == m * n && a.len() == m * k && b.len() == k * n,
+        "gemm_accumulate sizes"
+    ); // ok: internal invariant
+       // SAFETY: the slices are exactly m×n, m×k and n×k elements (asserted above) and the
+       // strides address only elements inside them; dst = 1·dst + 1·A·Bᵀ.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            n as isize,
+            true,
+            a.as_ptr(),
+            1,
+            k as isize,
+            b.as_ptr(),
+            k as isize,
+            1,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm_parallelism(m * n * k),
+        );
+    }
+}
+
 /// The plain twin of [`gemm_into`]: three loops, as the formula C_ij = Σ_k A_ik B_kj.
 pub mod reference {
     /// C = A · B (or A · Bᵀ), row-major, f64 accumulation.
@@ -344,6 +397,26 @@ mod tests {
         assert_eq!(y.shape(), &[2, 3, 4, 6]);
         let y2 = linear(&a, &w, None).unwrap();
         assert_eq!(y.data(), y2.data());
+        // With a bias (accumulated by the GEMM for rows > 1), against the formula, 1e-5.
+        for &(rows, inp, out) in &[(1, 5, 6), (3, 7, 9), (37, 33, 17), (64, 384, 96)] {
+            let x = Tensor::randn(&[rows, inp], 1.0, &mut rng);
+            let w = Tensor::randn(&[out, inp], 1.0, &mut rng);
+            let b = Tensor::randn(&[out], 1.0, &mut rng);
+            let y = linear(&x, &w, Some(&b)).unwrap();
+            for i in 0..rows {
+                for j in 0..out {
+                    let want: f32 = b.data()[j]
+                        + (0..inp)
+                            .map(|p| x.data()[i * inp + p] * w.data()[j * inp + p])
+                            .sum::<f32>();
+                    let got = y.data()[i * out + j];
+                    assert!(
+                        (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                        "({rows},{inp},{out}) [{i},{j}]: {got} vs {want}"
+                    );
+                }
+            }
+        }
         let err = matmul(&a, &w).unwrap_err().to_string();
         assert!(
             err.contains("[2, 3, 4, 5]") && err.contains("[6, 5]"),

@@ -378,7 +378,11 @@ impl Tensor {
                     base += (rest % len) * src_strides[k];
                     rest /= len;
                 }
-                out.extend((0..inner).map(|j| src[base + j * inner_stride]));
+                if inner_stride == 1 {
+                    out.extend_from_slice(&src[base..base + inner]); // contiguous run
+                } else {
+                    out.extend((0..inner).map(|j| src[base + j * inner_stride]));
+                }
             }
         }
         Tensor::new(out, &out_shape)
@@ -483,14 +487,13 @@ impl Tensor {
             return Err(Error::mismatch(op, &self.shape, &rhs.shape));
         }
         let b = rhs.data();
-        let out: Vec<f32> = if b.is_empty() {
-            Vec::new()
-        } else {
-            self.data()
-                .chunks(b.len())
-                .flat_map(|a| a.iter().zip(b).map(|(&x, &y)| f(x, y)))
-                .collect()
-        };
+        let mut out: Vec<f32> = Vec::with_capacity(self.numel());
+        if !b.is_empty() {
+            // One rhs-sized chunk at a time: slice zips the compiler vectorises.
+            for a in self.data().chunks_exact(b.len()) {
+                out.extend(a.iter().zip(b).map(|(&x, &y)| f(x, y)));
+            }
+        }
         Tensor::new(out, &self.shape)
     }
 

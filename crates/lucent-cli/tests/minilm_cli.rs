@@ -1,0 +1,182 @@
+//! The MiniLM commands run as a user would: `embed`, `similarity`, `analogy`,
+//! `attention-model`, `bench-embed`, and their errors on bad input (exit code ≠ 0, a
+//! message naming the problem, no panic). The model is fetched into the lucent cache on
+//! first use. Tolerance against sentence-transformers: max |Δ| ≤ 1e-4 (the issue's).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn lucent(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_lucent"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+fn json(args: &[&str]) -> Value {
+    let (ok, out, err) = lucent(args);
+    assert!(ok, "lucent {args:?} failed: {err}");
+    serde_json::from_str(&out).unwrap()
+}
+
+fn fails(args: &[&str], needle: &str) {
+    let (ok, _, err) = lucent(args);
+    assert!(!ok, "lucent {args:?} should fail");
+    assert!(!err.contains("panicked"), "lucent {args:?} panicked: {err}");
+    assert!(
+        err.contains(needle),
+        "lucent {args:?}: expected {needle:?} in {err}"
+    );
+}
+
+fn model_dir() -> PathBuf {
+    let v = json(&["fetch", "minilm", "--json"]);
+    PathBuf::from(v["models"][0]["path"].as_str().unwrap())
+}
+
+/// Rows 0 and 1 of the reference (king, queen), read from the safetensors file by hand.
+fn reference_rows() -> Vec<Vec<f32>> {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/data/minilm_reference.safetensors");
+    let bytes = std::fs::read(p).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let data = &bytes[8 + n..];
+    (0..2)
+        .map(|r| {
+            (0..384)
+                .map(|i| {
+                    let o = (r * 384 + i) * 4;
+                    f32::from_le_bytes(data[o..o + 4].try_into().unwrap())
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn embed_json_equals_the_reference() {
+    let v = json(&["embed", "--json", "king", "queen"]);
+    assert_eq!(v["model"], "minilm");
+    assert_eq!(v["dim"], 384);
+    let rows = v["embeddings"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for (got, want) in rows.iter().zip(reference_rows()) {
+        let got: Vec<f32> = got
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap() as f32)
+            .collect();
+        let m = got
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max);
+        assert!(m <= 1e-4, "max |Δ| {m}");
+    }
+}
+
+#[test]
+fn similarity_and_analogy_print_the_guide_figures() {
+    let (ok, out, err) = lucent(&["similarity", "king", "queen", "man"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("0.681") && out.contains("0.322"), "{out}");
+    let (ok, out, err) = lucent(&["analogy", "king", "-", "man", "+", "woman"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("king – queen        0.681"), "{out}");
+    let first = out
+        .lines()
+        .skip_while(|l| !l.starts_with("nearest"))
+        .nth(1)
+        .unwrap();
+    assert!(first.contains("queen") && first.contains("0.579"), "{out}");
+}
+
+#[test]
+fn attention_model_weights_are_distributions() {
+    let v = json(&[
+        "attention-model",
+        "The cat sat on the mat because it was tired",
+        "--layer",
+        "2",
+        "--head",
+        "5",
+        "--token",
+        "it",
+        "--steps",
+        "--json",
+    ]);
+    let tokens = v["tokens"].as_array().unwrap();
+    assert_eq!(tokens.len(), 12);
+    assert_eq!(v["heads"], 12);
+    for head in v["weights"].as_array().unwrap() {
+        for row in head.as_array().unwrap() {
+            let s: f64 = row
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap())
+                .sum();
+            assert!((s - 1.0).abs() < 1e-5, "row sums to {s}");
+        }
+    }
+    assert_eq!(v["steps"]["token"], 8);
+    assert!(v["steps"]["by_hand_max_diff"].as_f64().unwrap() < 1e-5);
+    fails(
+        &["attention-model", "a b", "--layer", "6"],
+        "--layer 6 is out of range",
+    );
+    fails(
+        &["attention-model", "a b", "--token", "zebra"],
+        "--token 'zebra'",
+    );
+}
+
+#[test]
+fn bench_embed_runs() {
+    let v = json(&[
+        "bench-embed",
+        "--threads-list",
+        "1",
+        "--runs",
+        "1",
+        "--latency-samples",
+        "2",
+        "--json",
+    ]);
+    assert_eq!(v["sentences"], 256);
+    assert!(v["threads"][0]["sentences_per_s"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    fails(&["embed"], "no input texts");
+    fails(
+        &["embed", "-m", "/nonexistent/model", "x"],
+        "/nonexistent/model",
+    );
+    let src = model_dir();
+    let tmp = std::env::temp_dir().join(format!("lucent-cli-minilm-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    for f in ["config.json", "tokenizer.json"] {
+        std::fs::copy(src.join(f), tmp.join(f)).unwrap();
+    }
+    std::fs::write(
+        tmp.join("model.safetensors"),
+        b"\xff\xff\xff\xff\x00\x00\x00\x00garbage",
+    )
+    .unwrap();
+    let dir = tmp.to_str().unwrap();
+    fails(&["embed", "-m", dir, "x"], "not a valid safetensors file");
+    let cfg = std::fs::read_to_string(src.join("config.json")).unwrap();
+    std::fs::write(tmp.join("config.json"), cfg.replace("\"gelu\"", "\"mish\"")).unwrap();
+    fails(&["embed", "-m", dir, "x"], "hidden_act 'mish'");
+    std::fs::remove_dir_all(&tmp).unwrap();
+}
