@@ -46,7 +46,7 @@ LAT = 20
 
 def lucent_pass(n):
     out = subprocess.run(
-        [lucent, "bench-embed", "--threads-list", str(n), "--batch", "32", "--runs", "1",
+        [lucent, "bench", "embed", "--threads-list", str(n), "--batch", "32", "--runs", "1",
          "--latency-samples", str(LAT), "--json"],
         check=True, capture_output=True, text=True).stdout
     r = json.loads(out)["threads"][0]

@@ -29,9 +29,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Measure lucent's speed: `lucent bench kernels` (medians of several runs).
+    /// Measure lucent's speed: `lucent bench kernels|embed` (medians of several runs).
     Bench(commands::bench::Args),
-    /// Scaled dot-product attention step by step (`--demo`: the guides' example).
+    /// Attention step by step: `--demo` (the guides' example) or a real model's (`-m MODEL TEXT`).
     Attention(commands::attention::Args),
     /// Attention masks: causal, bidirectional, prefix-LM; which position sees which.
     Mask(commands::mask::Args),
@@ -55,10 +55,6 @@ enum Command {
     Similarity(commands::embed::SimilarityArgs),
     /// Vector arithmetic on embeddings: king - man + woman ≈ ?
     Analogy(commands::embed::AnalogyArgs),
-    /// Benchmark sentence embeddings (sentences/s, latency) at several thread counts.
-    BenchEmbed(commands::bench_embed::EmbedBenchArgs),
-    /// A real model's attention weights per layer and head (all-MiniLM-L6-v2 by default).
-    AttentionModel(commands::attention_model::ModelAttentionArgs),
 }
 
 fn main() -> ExitCode {
@@ -79,8 +75,6 @@ fn main() -> ExitCode {
         Command::Embed(a) => commands::embed::run_embed(a),
         Command::Similarity(a) => commands::embed::run_similarity(a),
         Command::Analogy(a) => commands::embed::run_analogy(a),
-        Command::BenchEmbed(a) => commands::bench_embed::run(a),
-        Command::AttentionModel(a) => commands::attention_model::run_model(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,5 +1,5 @@
 //! The MiniLM commands run as a user would: `embed`, `similarity`, `analogy`,
-//! `attention-model`, `bench-embed`, and their errors on bad input (exit code ≠ 0, a
+//! `attention -m`, `bench embed`, and their errors on bad input (exit code ≠ 0, a
 //! message naming the problem, no panic). The model is fetched into the lucent cache on
 //! first use. Tolerance against sentence-transformers: max |Δ| ≤ 1e-4 (the issue's).
 
@@ -102,7 +102,9 @@ fn similarity_and_analogy_print_the_guide_figures() {
 #[test]
 fn attention_model_weights_are_distributions() {
     let v = json(&[
-        "attention-model",
+        "attention",
+        "-m",
+        "minilm",
         "The cat sat on the mat because it was tired",
         "--layer",
         "2",
@@ -130,11 +132,11 @@ fn attention_model_weights_are_distributions() {
     assert_eq!(v["steps"]["token"], 8);
     assert!(v["steps"]["by_hand_max_diff"].as_f64().unwrap() < 1e-5);
     fails(
-        &["attention-model", "a b", "--layer", "6"],
+        &["attention", "-m", "minilm", "a b", "--layer", "6"],
         "--layer 6 is out of range",
     );
     fails(
-        &["attention-model", "a b", "--token", "zebra"],
+        &["attention", "-m", "minilm", "a b", "--token", "zebra"],
         "--token 'zebra'",
     );
 }
@@ -142,7 +144,8 @@ fn attention_model_weights_are_distributions() {
 #[test]
 fn bench_embed_runs() {
     let v = json(&[
-        "bench-embed",
+        "bench",
+        "embed",
         "--threads-list",
         "1",
         "--runs",

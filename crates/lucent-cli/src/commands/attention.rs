@@ -95,6 +95,23 @@ pub struct Args {
     /// Run the guides' single-head example (seed-42 Q, K, V of 3 tokens × 4 features).
     #[arg(long)]
     demo: bool,
+    /// With `-m`: the text whose attention to show.
+    text: Option<String>,
+    /// A real model: a name (see `lucent models`), a Hugging Face folder or a .gguf file.
+    #[arg(long, short = 'm')]
+    model: Option<String>,
+    /// With `-m`: the layer to show, from 0 (default: the last).
+    #[arg(long)]
+    layer: Option<usize>,
+    /// With `-m`: the head to show, from 0 (default: all heads).
+    #[arg(long)]
+    head: Option<usize>,
+    /// With `-m`: the query token whose row to show, as a token (`it`) or a position.
+    #[arg(long)]
+    token: Option<String>,
+    /// With `-m`: recompute one head step by step (scores, scale, mask, softmax, output).
+    #[arg(long)]
+    steps: bool,
     /// Apply a causal mask: token i may only attend to tokens 0..=i.
     #[arg(long)]
     causal: bool,
@@ -120,10 +137,11 @@ fn rows(t: &Tensor) -> Vec<Vec<f32>> {
 /// Run `lucent attention`.
 pub fn run(args: Args) -> Result<()> {
     if !args.demo {
+        return run_real_model(args);
+    }
+    if args.model.is_some() || args.text.is_some() {
         return Err(Error::Argument(
-            "give --demo to see the guides' attention example step by step \
-             (showing a real model's attention, `-m MODEL TEXT`, comes with the model commands)"
-                .into(),
+            "--demo runs the guides' fixed example; drop it to show a model's attention (-m MODEL TEXT)".into(),
         ));
     }
     let (q, k, v) = (tensor(&Q)?, tensor(&K)?, tensor(&V)?);
@@ -309,4 +327,32 @@ pub fn run(args: Args) -> Result<()> {
         println!("\nWrote {}", path.display());
     }
     Ok(())
+}
+
+/// `lucent attention -m MODEL TEXT`: a real model's attention weights, per layer and head.
+fn run_real_model(args: Args) -> Result<()> {
+    let Some(text) = args.text else {
+        return Err(Error::Argument(
+            "give --demo for the guides' example, or a text (and optionally -m MODEL) for a real model's attention, \
+             e.g. lucent attention -m minilm \"The cat sat on the mat because it was tired\""
+                .into(),
+        ));
+    };
+    if args.causal {
+        return Err(Error::Argument(
+            "--causal belongs to --demo; a real model uses its own mask (causal for decoders)"
+                .into(),
+        ));
+    }
+    let model = args.model.unwrap_or_else(|| "minilm".into());
+    super::attention_model::run_model(super::attention_model::ModelAttentionArgs {
+        text,
+        model,
+        layer: args.layer,
+        head: args.head,
+        token: args.token,
+        steps: args.steps,
+        png: args.png,
+        json: args.json,
+    })
 }

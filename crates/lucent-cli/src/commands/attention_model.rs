@@ -1,4 +1,4 @@
-//! `lucent attention-model -m minilm "The cat sat on the mat because it was tired"`:
+//! `lucent attention -m minilm -m minilm "The cat sat on the mat because it was tired"`:
 //! the attention weights of a real model, per layer and head, with token labels.
 //!
 //! Weights(layer, head) = softmax(Q·Kᵀ / √d_k + mask), one row per query token. They come
@@ -18,7 +18,7 @@ use super::embed::load_embedder;
 /// Options of the model mode of `lucent attention`.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Examples:\n  lucent attention-model \"The cat sat on the mat because it was tired\" --token it\n  lucent attention-model \"The cat sat on the mat because it was tired\" --layer 2 --head 5 --token it --steps\n  lucent attention-model \"The cat sat on the mat\" --png heads.png"
+    after_help = "Examples:\n  lucent attention -m minilm \"The cat sat on the mat because it was tired\" --token it\n  lucent attention -m minilm \"The cat sat on the mat because it was tired\" --layer 2 --head 5 --token it --steps\n  lucent attention -m minilm \"The cat sat on the mat\" --png heads.png"
 )]
 pub struct ModelAttentionArgs {
     /// The text to run through the model.

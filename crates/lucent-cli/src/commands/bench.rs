@@ -20,7 +20,9 @@ use rand::{rngs::StdRng, SeedableRng};
 
 /// Arguments of `lucent bench`.
 #[derive(clap::Args)]
-#[command(after_help = "Example: lucent bench kernels --threads 2 --json")]
+#[command(
+    after_help = "Examples:\n  lucent bench kernels --threads 2 --json\n  lucent bench embed --threads-list 1,2"
+)]
 pub struct Args {
     #[command(subcommand)]
     target: Target,
@@ -31,6 +33,8 @@ pub struct Args {
 enum Target {
     /// The kernels: matmul (GFLOP/s), softmax, norms, activations, RoPE, attention.
     Kernels(KernelArgs),
+    /// Sentence embeddings of a real encoder: sentences/s and single-sentence latency.
+    Embed(super::bench_embed::EmbedBenchArgs),
 }
 
 /// Options of `lucent bench kernels`.
@@ -57,6 +61,7 @@ struct KernelArgs {
 pub fn run(args: Args) -> Result<()> {
     match args.target {
         Target::Kernels(a) => kernels(a),
+        Target::Embed(a) => super::bench_embed::run(a),
     }
 }
 

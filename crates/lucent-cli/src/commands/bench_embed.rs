@@ -1,4 +1,4 @@
-//! `lucent bench-embed`: sentence-embedding throughput and latency of a real encoder
+//! `lucent bench embed`: sentence-embedding throughput and latency of a real encoder
 //! (all-MiniLM-L6-v2 by default) on 256 fixed English sentences (benches/sentences.txt,
 //! built into the binary), batch 32, at each thread count asked for.
 //!
@@ -16,9 +16,9 @@ use super::embed::load_embedder;
 /// The benchmark's 256 sentences, one per line.
 pub const SENTENCES: &str = include_str!("../../../../benches/sentences.txt");
 
-/// Arguments of `lucent bench-embed`.
+/// Arguments of `lucent bench embed`.
 #[derive(clap::Args)]
-#[command(after_help = "Example: lucent bench-embed --threads-list 1,2 --runs 5")]
+#[command(after_help = "Example: lucent bench embed --threads-list 1,2 --runs 5")]
 pub struct EmbedBenchArgs {
     /// A model name (see `lucent models`) or a local folder in Hugging Face layout.
     #[arg(long, short = 'm', default_value = "minilm")]
@@ -53,7 +53,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-/// Run `lucent bench-embed`.
+/// Run `lucent bench embed`.
 pub fn run(args: EmbedBenchArgs) -> Result<()> {
     if args.runs == 0 || args.batch == 0 || args.threads_list.contains(&0) {
         return Err(Error::Argument(
