@@ -57,22 +57,22 @@ impl Activation {
 
 /// ReLU, elementwise.
 pub fn relu(x: &Tensor) -> Tensor {
-    x.map(reference::relu)
+    crate::autograd::rules::activation(x.map(reference::relu), x, Activation::Relu)
 }
 
 /// GELU with the exact erf, elementwise.
 pub fn gelu(x: &Tensor) -> Tensor {
-    x.map(reference::gelu)
+    crate::autograd::rules::activation(x.map(reference::gelu), x, Activation::Gelu)
 }
 
 /// GELU, tanh approximation, elementwise.
 pub fn gelu_tanh(x: &Tensor) -> Tensor {
-    x.map(reference::gelu_tanh)
+    crate::autograd::rules::activation(x.map(reference::gelu_tanh), x, Activation::GeluTanh)
 }
 
 /// SiLU (swish), elementwise.
 pub fn silu(x: &Tensor) -> Tensor {
-    x.map(reference::silu)
+    crate::autograd::rules::activation(x.map(reference::silu), x, Activation::Silu)
 }
 
 /// The plain twins: each formula on one value, computed in f64.

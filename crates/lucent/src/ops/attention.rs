@@ -167,7 +167,7 @@ pub fn attention(
     v: &Tensor,
     p: &AttentionParams,
 ) -> Result<AttentionOutput> {
-    reference::attention(q, k, v, p)
+    crate::autograd::rules::attention(q, k, v, p, reference::attention)
 }
 
 /// The plain twin: scores, scale, mask, softmax, weighted sum, one query at a time.

@@ -15,7 +15,8 @@ use crate::{Error, Result};
 /// # Shapes
 /// a: (..., m, k), b: (..., k, n) or (k, n) → (..., m, n)
 pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    batched(a, b, false, "matmul")
+    let out = batched(a, b, false, "matmul")?;
+    Ok(crate::autograd::rules::matmul(out, a, b, false))
 }
 
 /// A · Bᵀ over the last two dimensions, batched over the leading ones.
@@ -23,7 +24,8 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
 /// # Shapes
 /// a: (..., m, k), b: (..., n, k) or (n, k) → (..., m, n)
 pub fn matmul_t(a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    batched(a, b, true, "matmul_t")
+    let out = batched(a, b, true, "matmul_t")?;
+    Ok(crate::autograd::rules::matmul(out, a, b, true))
 }
 
 /// A linear layer as PyTorch defines it: y = x · Wᵀ + b.

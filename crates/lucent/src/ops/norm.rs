@@ -19,7 +19,7 @@ pub fn layer_norm(x: &Tensor, gamma: &Tensor, beta: Option<&Tensor>, eps: f32) -
     for row in out.data_mut().chunks_mut(d) {
         reference::layer_norm_row(row, g, b, eps);
     }
-    Ok(out)
+    Ok(crate::autograd::rules::layer_norm(out, x, gamma, beta, eps))
 }
 
 /// RMSNorm over the last axis.
@@ -33,7 +33,7 @@ pub fn rms_norm(x: &Tensor, gamma: &Tensor, eps: f32) -> Result<Tensor> {
     for row in out.data_mut().chunks_mut(d) {
         reference::rms_norm_row(row, g, eps);
     }
-    Ok(out)
+    Ok(crate::autograd::rules::rms_norm(out, x, gamma, eps))
 }
 
 fn check(x: &Tensor, gamma: &Tensor, beta: Option<&Tensor>, op: &str) -> Result<usize> {

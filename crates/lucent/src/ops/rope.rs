@@ -60,7 +60,9 @@ pub fn rope(
     for (i, row) in out.data_mut().chunks_mut(d).enumerate() {
         reference::rotate_row(row, positions[i % t], base, convention);
     }
-    Ok(out)
+    Ok(crate::autograd::rules::rope(
+        out, x, positions, base, convention,
+    ))
 }
 
 /// The plain twin: one row rotated with angles computed in f64.

@@ -21,7 +21,7 @@ pub fn softmax(x: &Tensor) -> Tensor {
             softmax_row(row, 1.0);
         }
     }
-    out
+    crate::autograd::rules::softmax(out, x, 1.0)
 }
 
 /// Softmax of x / T over the last axis. Errors unless T is finite and > 0.
@@ -38,7 +38,7 @@ pub fn softmax_with_temperature(x: &Tensor, temperature: f32) -> Result<Tensor> 
             softmax_row(row, temperature);
         }
     }
-    Ok(out)
+    Ok(crate::autograd::rules::softmax(out, x, temperature))
 }
 
 /// In place: one row ← softmax(row / T).

@@ -68,6 +68,9 @@ enum Storage {
 pub struct Tensor {
     shape: Vec<usize>,
     storage: Storage,
+    /// The autograd node that made this tensor, or marks it as a parameter that wants a
+    /// gradient ([`crate::autograd`]). `None` for every tensor of an inference run.
+    grad_node: Option<Arc<crate::autograd::Node>>,
 }
 
 impl fmt::Debug for Tensor {
@@ -105,6 +108,7 @@ impl Tensor {
         Ok(Tensor {
             shape: shape.to_vec(),
             storage: Storage::Owned(Arc::new(data)),
+            grad_node: None,
         })
     }
 
@@ -119,6 +123,7 @@ impl Tensor {
         Tensor {
             shape: shape.to_vec(),
             storage: Storage::Owned(Arc::new(vec![value; n])),
+            grad_node: None,
         }
     }
 
@@ -128,6 +133,7 @@ impl Tensor {
         Tensor {
             shape: shape.to_vec(),
             storage: Storage::Owned(Arc::new((0..n).map(f).collect())),
+            grad_node: None,
         }
     }
 
@@ -136,6 +142,7 @@ impl Tensor {
         Tensor {
             shape: vec![data.len()],
             storage: Storage::Owned(Arc::new(data.to_vec())),
+            grad_node: None,
         }
     }
 
@@ -211,6 +218,7 @@ impl Tensor {
         Ok(Tensor {
             shape: shape.to_vec(),
             storage: Storage::Mapped { map, start, len: n },
+            grad_node: None,
         })
     }
 
@@ -256,10 +264,12 @@ impl Tensor {
                 self.numel()
             )));
         }
-        Ok(Tensor {
+        let out = Tensor {
             shape: shape.to_vec(),
             storage: self.storage.clone(),
-        })
+            grad_node: None,
+        };
+        Ok(crate::autograd::rules::reshape(out, self))
     }
 
     // ---------------------------------------------------------------- data
@@ -358,6 +368,13 @@ impl Tensor {
         if perm.iter().enumerate().all(|(i, &p)| i == p) {
             return Ok(self.clone());
         }
+        let out = self.permute_copy(perm)?;
+        Ok(crate::autograd::rules::permute(out, self, perm))
+    }
+
+    /// The copy behind [`Tensor::permute`] (a valid, non-identity `perm`).
+    fn permute_copy(&self, perm: &[usize]) -> Result<Tensor> {
+        let r = self.rank();
         let out_shape: Vec<usize> = perm.iter().map(|&p| self.shape[p]).collect();
         let in_strides = strides(&self.shape);
         let src_strides: Vec<usize> = perm.iter().map(|&p| in_strides[p]).collect();
@@ -401,7 +418,8 @@ impl Tensor {
         }
         let mut shape = self.shape.clone();
         shape[dim] = len;
-        Tensor::new(out, &shape)
+        let out = Tensor::new(out, &shape)?;
+        Ok(crate::autograd::rules::narrow(out, self, dim, start))
     }
 
     /// Join tensors along dimension `dim`; all other dimensions must agree.
@@ -442,7 +460,8 @@ impl Tensor {
         }
         let mut shape = first.shape.clone();
         shape[dim] = total;
-        Tensor::new(out, &shape)
+        let out = Tensor::new(out, &shape)?;
+        Ok(crate::autograd::rules::cat(out, tensors, dim))
     }
 
     /// Rows of a matrix picked by index (an embedding lookup): `self` is (n, d), the
@@ -459,7 +478,8 @@ impl Tensor {
             }
             out.extend_from_slice(&src[i * d..(i + 1) * d]);
         }
-        Tensor::new(out, &[ids.len(), d])
+        let out = Tensor::new(out, &[ids.len(), d])?;
+        Ok(crate::autograd::rules::select_rows(out, self, ids))
     }
 
     // ---------------------------------------------------------------- elementwise
@@ -469,6 +489,7 @@ impl Tensor {
         Tensor {
             shape: self.shape.clone(),
             storage: Storage::Owned(Arc::new(self.data().iter().map(|&x| f(x)).collect())),
+            grad_node: None,
         }
     }
 
@@ -494,22 +515,25 @@ impl Tensor {
 
     /// Elementwise sum (rhs broadcast over leading dimensions).
     pub fn add(&self, rhs: &Tensor) -> Result<Tensor> {
-        self.zip_with(rhs, "add", |a, b| a + b)
+        let out = self.zip_with(rhs, "add", |a, b| a + b)?;
+        Ok(crate::autograd::rules::add(out, self, rhs))
     }
 
     /// Elementwise difference (rhs broadcast over leading dimensions).
     pub fn sub(&self, rhs: &Tensor) -> Result<Tensor> {
-        self.zip_with(rhs, "sub", |a, b| a - b)
+        let out = self.zip_with(rhs, "sub", |a, b| a - b)?;
+        Ok(crate::autograd::rules::sub(out, self, rhs))
     }
 
     /// Elementwise product (rhs broadcast over leading dimensions).
     pub fn mul(&self, rhs: &Tensor) -> Result<Tensor> {
-        self.zip_with(rhs, "mul", |a, b| a * b)
+        let out = self.zip_with(rhs, "mul", |a, b| a * b)?;
+        Ok(crate::autograd::rules::mul(out, self, rhs))
     }
 
     /// Multiply every element by `s`.
     pub fn scale(&self, s: f32) -> Tensor {
-        self.map(|x| x * s)
+        crate::autograd::rules::scale(self.map(|x| x * s), self, s)
     }
 
     /// In place: `self += rhs` (same shape), e.g. a residual connection.
@@ -522,6 +546,19 @@ impl Tensor {
             *a += b;
         }
         Ok(())
+    }
+
+    // ---------------------------------------------------------------- autograd
+
+    /// The autograd node of this tensor, if it was recorded or is a parameter.
+    pub(crate) fn grad_node(&self) -> Option<&Arc<crate::autograd::Node>> {
+        self.grad_node.as_ref()
+    }
+
+    /// The same tensor carrying `node` (or none).
+    pub(crate) fn with_grad_node(mut self, node: Option<Arc<crate::autograd::Node>>) -> Tensor {
+        self.grad_node = node;
+        self
     }
 
     // ---------------------------------------------------------------- comparisons
