@@ -8,7 +8,7 @@
 //!
 //! | module | holds |
 //! | --- | --- |
-
+//! | [`pipeline`] | user tasks: training language models and encoder-decoders |
 //! | [`model`] | `ModelConfig`, the generic Transformer, families, loading, parameter counts |
 //! | [`nn`] | the guides' building blocks and the KV cache |
 //! | [`autograd`] | reverse-mode gradients over tensor ops, optimisers |
@@ -25,6 +25,7 @@ pub mod io;
 pub mod model;
 pub mod nn;
 pub mod ops;
+pub mod pipeline;
 pub mod tensor;
 pub mod threads;
 pub mod viz;

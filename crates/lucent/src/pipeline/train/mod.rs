@@ -1,0 +1,3 @@
+//! Training from scratch: models, data, the training loop, checkpoints.
+
+pub mod models;
