@@ -11,7 +11,7 @@ use rand::SeedableRng;
 
 use super::*;
 use crate::nn::Dropout;
-use crate::ops::{self, AttentionParams, RopeConvention};
+use crate::ops::{self, Activation, AttentionParams, RopeConvention};
 
 const EPS: f32 = 1e-2;
 const ATOL: f64 = 5e-3;
@@ -247,4 +247,18 @@ fn shared_use_accumulates_and_no_grad_records_nothing() {
         ops::matmul(&w, &w).unwrap().backward().is_err(),
         "backward needs a scalar"
     );
+}
+
+#[test]
+fn fast_activation_gradients_match_their_f64_twin() {
+    let x: Vec<f32> = (0..2001).map(|i| (i as f32 - 1000.0) * 0.012).collect();
+    let g = vec![1.0f32; x.len()];
+    for act in [Activation::Relu, Activation::Gelu, Activation::GeluTanh, Activation::Silu] {
+        let mut fast = vec![0.0; x.len()];
+        rules::activation_grad_row(act, &x, &g, &mut fast);
+        for (&xv, &f) in x.iter().zip(&fast) {
+            let want = rules::activation_derivative(act, xv);
+            assert!((f - want).abs() <= 1e-6, "{}: f'({xv}) fast {f} vs f64 {want}", act.name());
+        }
+    }
 }
