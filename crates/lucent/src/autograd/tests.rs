@@ -253,12 +253,21 @@ fn shared_use_accumulates_and_no_grad_records_nothing() {
 fn fast_activation_gradients_match_their_f64_twin() {
     let x: Vec<f32> = (0..2001).map(|i| (i as f32 - 1000.0) * 0.012).collect();
     let g = vec![1.0f32; x.len()];
-    for act in [Activation::Relu, Activation::Gelu, Activation::GeluTanh, Activation::Silu] {
+    for act in [
+        Activation::Relu,
+        Activation::Gelu,
+        Activation::GeluTanh,
+        Activation::Silu,
+    ] {
         let mut fast = vec![0.0; x.len()];
         rules::activation_grad_row(act, &x, &g, &mut fast);
         for (&xv, &f) in x.iter().zip(&fast) {
             let want = rules::activation_derivative(act, xv);
-            assert!((f - want).abs() <= 1e-6, "{}: f'({xv}) fast {f} vs f64 {want}", act.name());
+            assert!(
+                (f - want).abs() <= 1e-6,
+                "{}: f'({xv}) fast {f} vs f64 {want}",
+                act.name()
+            );
         }
     }
 }

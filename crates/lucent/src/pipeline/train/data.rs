@@ -51,7 +51,9 @@ impl CharTokenizer {
 
     /// Text of `ids` (ids outside the vocabulary become U+FFFD).
     pub fn decode(&self, ids: &[usize]) -> String {
-        ids.iter().map(|&i| self.chars.get(i).copied().unwrap_or('\u{fffd}')).collect()
+        ids.iter()
+            .map(|&i| self.chars.get(i).copied().unwrap_or('\u{fffd}'))
+            .collect()
     }
 }
 
@@ -148,12 +150,14 @@ impl TextTokenizer {
         match self {
             TextTokenizer::Char(c) => {
                 let path = dir.join("vocab.json");
-                let json = serde_json::to_string(c).map_err(|e| Error::format(&path, e.to_string()))?;
+                let json =
+                    serde_json::to_string(c).map_err(|e| Error::format(&path, e.to_string()))?;
                 std::fs::write(&path, json).map_err(|e| Error::io(&path, e))
             }
             TextTokenizer::Bpe(t) => {
                 let path = dir.join("tokenizer.json");
-                t.save(&path, false).map_err(|e| Error::format(&path, e.to_string()))
+                t.save(&path, false)
+                    .map_err(|e| Error::format(&path, e.to_string()))
             }
         }
     }
@@ -170,7 +174,8 @@ impl TextTokenizer {
             }
             "bpe" => {
                 let path = dir.join("tokenizer.json");
-                let t = tokenizers::Tokenizer::from_file(&path).map_err(|e| Error::format(&path, e.to_string()))?;
+                let t = tokenizers::Tokenizer::from_file(&path)
+                    .map_err(|e| Error::format(&path, e.to_string()))?;
                 Ok(TextTokenizer::Bpe(Box::new(t)))
             }
             other => Err(Error::Format {
@@ -212,25 +217,40 @@ impl TokenStream {
 
 /// `b` random windows from `ids`: inputs `ids[s .. s+block]`, targets
 /// `ids[s+1 .. s+block+1]`. `ids` must hold at least block + 1 ids.
-pub fn random_batch(ids: &[usize], b: usize, block: usize, rng: &mut impl Rng) -> (Vec<Vec<usize>>, Vec<Vec<usize>>) {
+pub fn random_batch(
+    ids: &[usize],
+    b: usize,
+    block: usize,
+    rng: &mut impl Rng,
+) -> (Vec<Vec<usize>>, Vec<Vec<usize>>) {
     let max_start = ids.len() - block - 1;
     (0..b)
         .map(|_| {
             let s = rng.random_range(0..=max_start);
-            (ids[s..s + block].to_vec(), ids[s + 1..s + block + 1].to_vec())
+            (
+                ids[s..s + block].to_vec(),
+                ids[s + 1..s + block + 1].to_vec(),
+            )
         })
         .unzip()
 }
 
 /// Evenly spaced windows covering `ids` (at most `max_windows`), for a deterministic
 /// validation loss.
-pub fn eval_windows(ids: &[usize], block: usize, max_windows: usize) -> (Vec<Vec<usize>>, Vec<Vec<usize>>) {
+pub fn eval_windows(
+    ids: &[usize],
+    block: usize,
+    max_windows: usize,
+) -> (Vec<Vec<usize>>, Vec<Vec<usize>>) {
     let max_start = ids.len() - block - 1;
     let n = (max_start / block + 1).min(max_windows).max(1);
     (0..n)
         .map(|i| {
             let s = if n == 1 { 0 } else { i * max_start / (n - 1) };
-            (ids[s..s + block].to_vec(), ids[s + 1..s + block + 1].to_vec())
+            (
+                ids[s..s + block].to_vec(),
+                ids[s + 1..s + block + 1].to_vec(),
+            )
         })
         .unzip()
 }
@@ -266,7 +286,9 @@ impl Task {
             "sort" => Ok(Task::Sort),
             "copy" => Ok(Task::Copy),
             "add" => Ok(Task::Add),
-            _ => Err(Error::Argument(format!("unknown task '{s}'; choose reverse, sort, copy or add"))),
+            _ => Err(Error::Argument(format!(
+                "unknown task '{s}'; choose reverse, sort, copy or add"
+            ))),
         }
     }
 
@@ -295,7 +317,13 @@ impl Task {
 
     /// One example (source ids, target ids, without BOS/EOS) of length in
     /// `min_len ..= max_len` over `n` symbols.
-    pub fn example(self, n: usize, min_len: usize, max_len: usize, rng: &mut impl Rng) -> (Vec<usize>, Vec<usize>) {
+    pub fn example(
+        self,
+        n: usize,
+        min_len: usize,
+        max_len: usize,
+        rng: &mut impl Rng,
+    ) -> (Vec<usize>, Vec<usize>) {
         let n = self.symbols(n).len();
         match self {
             Task::Add => {
@@ -306,13 +334,26 @@ impl Task {
                 };
                 let (a, b) = (number(rng), number(rng));
                 let digit_ids = |s: String| -> Vec<usize> {
-                    s.chars().map(|c| if c == '+' { FIRST_SYMBOL + 10 } else { FIRST_SYMBOL + c as usize - '0' as usize }).collect()
+                    s.chars()
+                        .map(|c| {
+                            if c == '+' {
+                                FIRST_SYMBOL + 10
+                            } else {
+                                FIRST_SYMBOL + c as usize - '0' as usize
+                            }
+                        })
+                        .collect()
                 };
-                (digit_ids(format!("{a}+{b}")), digit_ids((a + b).to_string()))
+                (
+                    digit_ids(format!("{a}+{b}")),
+                    digit_ids((a + b).to_string()),
+                )
             }
             _ => {
                 let len = rng.random_range(min_len.max(1)..=max_len.max(min_len.max(1)));
-                let src: Vec<usize> = (0..len).map(|_| FIRST_SYMBOL + rng.random_range(0..n)).collect();
+                let src: Vec<usize> = (0..len)
+                    .map(|_| FIRST_SYMBOL + rng.random_range(0..n))
+                    .collect();
                 let tgt = match self {
                     Task::Reverse => src.iter().rev().copied().collect(),
                     Task::Sort => {
@@ -330,7 +371,9 @@ impl Task {
     /// Text of ids (symbols only; PAD/BOS/EOS are skipped).
     pub fn render(self, n: usize, ids: &[usize]) -> String {
         let symbols = self.symbols(n);
-        ids.iter().filter_map(|&i| i.checked_sub(FIRST_SYMBOL).and_then(|s| symbols.get(s))).collect()
+        ids.iter()
+            .filter_map(|&i| i.checked_sub(FIRST_SYMBOL).and_then(|s| symbols.get(s)))
+            .collect()
     }
 
     /// Ids of a text of the task's symbols; an error names a stray character.
@@ -339,13 +382,17 @@ impl Task {
         text.chars()
             .filter(|c| !c.is_whitespace())
             .map(|c| {
-                symbols.iter().position(|&s| s == c).map(|i| FIRST_SYMBOL + i).ok_or_else(|| {
-                    Error::Argument(format!(
-                        "{c:?} is not a symbol of the {} task (symbols: {})",
-                        self.name(),
-                        symbols.iter().collect::<String>()
-                    ))
-                })
+                symbols
+                    .iter()
+                    .position(|&s| s == c)
+                    .map(|i| FIRST_SYMBOL + i)
+                    .ok_or_else(|| {
+                        Error::Argument(format!(
+                            "{c:?} is not a symbol of the {} task (symbols: {})",
+                            self.name(),
+                            symbols.iter().collect::<String>()
+                        ))
+                    })
             })
             .collect()
     }
@@ -379,7 +426,9 @@ pub fn pad_batch(examples: &[(Vec<usize>, Vec<usize>)]) -> Seq2SeqBatch {
     for (src, tgt) in examples {
         batch.src.push(pad(src.clone(), s));
         batch.tgt_in.push(pad([&[BOS], tgt.as_slice()].concat(), t));
-        batch.tgt_out.push(pad([tgt.as_slice(), &[EOS]].concat(), t));
+        batch
+            .tgt_out
+            .push(pad([tgt.as_slice(), &[EOS]].concat(), t));
     }
     batch
 }
