@@ -47,6 +47,14 @@ enum Command {
     Memory(commands::memory::Args),
     /// The tensor shape after every step of a forward pass.
     Shapes(commands::shapes::Args),
+    /// Train a small Transformer from scratch: a GPT on text, or the encoder-decoder on a task.
+    Train(commands::train::Args),
+    /// Sample from (or decode with) a model trained by `lucent train`.
+    SampleTrained(commands::train::SampleArgs),
+    /// Cross-attention heatmap of an encoder-decoder trained by `lucent train seq2seq`.
+    AttentionTrained(commands::train::AttentionArgs),
+    /// Training throughput (tokens/s) of a fixed tiny GPT at 1 and 2 threads.
+    BenchTrain(commands::bench_train::Args),
 }
 
 fn main() -> ExitCode {
@@ -63,6 +71,10 @@ fn main() -> ExitCode {
         Command::Params(a) => commands::params::run(a),
         Command::Memory(a) => commands::memory::run(a),
         Command::Shapes(a) => commands::shapes::run(a),
+        Command::Train(a) => commands::train::run(a),
+        Command::SampleTrained(a) => commands::train::run_sample(a),
+        Command::AttentionTrained(a) => commands::train::run_attention(a),
+        Command::BenchTrain(a) => commands::bench_train::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,6 +1,7 @@
 //! The subcommands, one file each.
 
 pub mod attention;
+pub mod bench_train;
 pub mod fetch;
 pub mod mask;
 pub mod memory;
@@ -9,3 +10,4 @@ pub mod pe;
 pub mod shapes;
 pub mod show;
 pub mod softmax;
+pub mod train;
