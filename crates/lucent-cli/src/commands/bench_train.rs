@@ -67,7 +67,11 @@ fn measure(a: &Args, threads: usize) -> Result<(f64, usize)> {
         .map_err(|e| Error::Argument(format!("cannot start {threads} threads: {e}")))?;
     lucent::set_threads(threads);
     let mut step = |model: &mut Gpt, rng: &mut StdRng| -> Result<()> {
-        let window = |rng: &mut StdRng| (0..=a.block).map(|_| rng.random_range(0..a.vocab)).collect::<Vec<_>>();
+        let window = |rng: &mut StdRng| {
+            (0..=a.block)
+                .map(|_| rng.random_range(0..a.vocab))
+                .collect::<Vec<_>>()
+        };
         let rows: Vec<Vec<usize>> = (0..a.batch).map(|_| window(rng)).collect();
         let x: Vec<Vec<usize>> = rows.iter().map(|r| r[..a.block].to_vec()).collect();
         let y: Vec<Vec<usize>> = rows.iter().map(|r| r[1..].to_vec()).collect();

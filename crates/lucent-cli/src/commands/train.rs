@@ -6,7 +6,9 @@ use std::path::PathBuf;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use lucent::pipeline::train::data::Task;
-use lucent::pipeline::train::{self, Job, Limits, Metrics, Observer, Summary, TrainConfig, TrainedModel};
+use lucent::pipeline::train::{
+    self, Job, Limits, Metrics, Observer, Summary, TrainConfig, TrainedModel,
+};
 use lucent::{Error, Result};
 
 use crate::progress::Bars;
@@ -180,9 +182,19 @@ pub fn run(args: Args) -> Result<()> {
     };
     let mut observer = Cli::new(common.json);
     let summary = match &common.resume {
-        Some(dir) => train::resume(dir, common.out.as_deref(), common.steps, limits, &mut observer, &mut Bars::default())?,
+        Some(dir) => train::resume(
+            dir,
+            common.out.as_deref(),
+            common.steps,
+            limits,
+            &mut observer,
+            &mut Bars::default(),
+        )?,
         None => {
-            let out = common.out.clone().unwrap_or_else(|| PathBuf::from(default_out(&cfg)));
+            let out = common
+                .out
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(default_out(&cfg)));
             train::train(cfg, &out, limits, &mut observer, &mut Bars::default())?
         }
     };
@@ -290,7 +302,8 @@ impl Observer for Cli {
                     m.step,
                     m.train_loss,
                     m.val_loss.unwrap_or(f32::NAN),
-                    m.exact_match.map_or(String::new(), |e| format!("  exact {:.1}%", 100.0 * e))
+                    m.exact_match
+                        .map_or(String::new(), |e| format!("  exact {:.1}%", 100.0 * e))
                 ));
             }
         }
@@ -309,7 +322,9 @@ impl Observer for Cli {
 
 /// Arguments of `lucent sample-trained` (temporary; `lucent generate -m DIR` at merge).
 #[derive(clap::Args)]
-#[command(after_help = "Example:\n  lucent sample-trained -m runs/moby \"Call me \" -n 300 --temperature 0.8")]
+#[command(
+    after_help = "Example:\n  lucent sample-trained -m runs/moby \"Call me \" -n 300 --temperature 0.8"
+)]
 pub struct SampleArgs {
     /// A folder written by `lucent train`.
     #[arg(short, long, value_name = "DIR")]
@@ -335,7 +350,10 @@ pub fn run_sample(args: SampleArgs) -> Result<()> {
     let m = TrainedModel::load(&args.model)?;
     let text = m.sample(&args.prompt, args.n, args.temperature, args.seed)?;
     if args.json {
-        println!("{}", serde_json::json!({"prompt": args.prompt, "text": text}));
+        println!(
+            "{}",
+            serde_json::json!({"prompt": args.prompt, "text": text})
+        );
     } else {
         println!("{text}");
     }
@@ -344,7 +362,9 @@ pub fn run_sample(args: SampleArgs) -> Result<()> {
 
 /// Arguments of `lucent attention-trained` (temporary; `lucent attention -m DIR` at merge).
 #[derive(clap::Args)]
-#[command(after_help = "Example:\n  lucent attention-trained -m runs/reverse abcdefghij --out reverse.png")]
+#[command(
+    after_help = "Example:\n  lucent attention-trained -m runs/reverse abcdefghij --out reverse.png"
+)]
 pub struct AttentionArgs {
     /// A folder written by `lucent train seq2seq`.
     #[arg(short, long, value_name = "DIR")]
@@ -368,9 +388,12 @@ pub fn run_attention(args: AttentionArgs) -> Result<()> {
         .iter()
         .enumerate()
         .map(|(i, w)| {
-            Ok(lucent::viz::Panel::from_tensor(format!("decoder layer {i}: cross-attention (mean over heads)"), w)?
-                .labels(rows.clone(), cols.clone())
-                .axes("input (keys)", "output (queries)"))
+            Ok(lucent::viz::Panel::from_tensor(
+                format!("decoder layer {i}: cross-attention (mean over heads)"),
+                w,
+            )?
+            .labels(rows.clone(), cols.clone())
+            .axes("input (keys)", "output (queries)"))
         })
         .collect::<Result<Vec<_>>>()?;
     if panels.is_empty() {
@@ -384,7 +407,11 @@ pub fn run_attention(args: AttentionArgs) -> Result<()> {
             serde_json::json!({"input": args.input, "output": output, "cross_attention": w, "file": args.out})
         );
     } else {
-        println!("input  {}\noutput {output}\nheatmap: {}", args.input, args.out.display());
+        println!(
+            "input  {}\noutput {output}\nheatmap: {}",
+            args.input,
+            args.out.display()
+        );
     }
     Ok(())
 }

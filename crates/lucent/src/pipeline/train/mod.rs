@@ -764,14 +764,10 @@ pub fn seq2seq_eval(model: &Seq2Seq, test: &[(Vec<usize>, Vec<usize>)]) -> Resul
         let l = no_grad(|| model.loss(&b.src, &b.tgt_in, &b.tgt_out, data::PAD))?.item()?;
         total += l as f64 * chunk.len() as f64;
         n += chunk.len();
-        // Greedy decoding reads unpadded sources one length at a time.
-        for ex in chunk {
-            let max_len = ex.1.len() + 2;
-            let out = model.greedy(std::slice::from_ref(&ex.0), data::BOS, data::EOS, max_len)?;
-            if out[0] == ex.1 {
-                exact += 1;
-            }
-        }
+        // Greedy decoding of the padded batch (padding is masked out).
+        let max_len = chunk.iter().map(|e| e.1.len()).max().unwrap_or(0) + 2;
+        let out = model.greedy(&b.src, data::BOS, data::EOS, max_len)?;
+        exact += out.iter().zip(chunk).filter(|(o, ex)| **o == ex.1).count();
     }
     Ok((
         (total / n.max(1) as f64) as f32,

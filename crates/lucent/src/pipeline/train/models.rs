@@ -271,6 +271,31 @@ impl Seq2Seq {
         })
     }
 
+    /// The additive mask that hides padding keys of `src` (PAD after the last symbol)
+    /// from `t_q` queries: (b, 1, t_q, s), 0 or −∞; `None` when nothing is padded.
+    pub fn padding_bias(src: &[Vec<usize>], t_q: usize) -> Option<Tensor> {
+        let s = src.first().map_or(0, Vec::len);
+        let lens: Vec<usize> = src
+            .iter()
+            .map(|r| {
+                r.iter()
+                    .position(|&id| id == super::data::PAD)
+                    .unwrap_or(r.len())
+            })
+            .collect();
+        if lens.iter().all(|&l| l == s) {
+            return None;
+        }
+        Some(Tensor::from_fn(&[src.len(), 1, t_q, s], |i| {
+            let (bi, j) = (i / (t_q * s), i % s);
+            if j < lens[bi] {
+                0.0
+            } else {
+                f32::NEG_INFINITY
+            }
+        }))
+    }
+
     fn embed_at(&self, ids: &[Vec<usize>], offset: usize) -> Result<Tensor> {
         let x = self.embed.forward(ids)?; // (b, t, d)
         self.positions.forward(&x, offset)
@@ -281,9 +306,15 @@ impl Seq2Seq {
     /// # Shapes
     /// src: b sequences of s ids → (b, s, d)
     pub fn encode(&self, src: &[Vec<usize>]) -> Result<Tensor> {
+        let s = src.first().map_or(0, Vec::len);
+        let bias = Seq2Seq::padding_bias(src, s);
+        let opts = AttentionOptions {
+            bias: bias.as_ref(),
+            ..AttentionOptions::none()
+        };
         self.transformer
             .encoder
-            .forward(&self.embed_at(src, 0)?, &AttentionOptions::none(), None)
+            .forward(&self.embed_at(src, 0)?, &opts, None)
     }
 
     /// Teacher-forced logits: the decoder reads `tgt_in` (the target shifted right, BOS
@@ -298,16 +329,24 @@ impl Seq2Seq {
         trace: Option<&mut Trace>,
     ) -> Result<Tensor> {
         let mut trace = trace;
+        let s = src.first().map_or(0, Vec::len);
+        let t = tgt_in.first().map_or(0, Vec::len);
+        let src_bias = Seq2Seq::padding_bias(src, s);
+        let memory_bias = Seq2Seq::padding_bias(src, t);
+        let src_opts = AttentionOptions {
+            bias: src_bias.as_ref(),
+            ..AttentionOptions::none()
+        };
         let memory = self.transformer.encoder.forward(
             &self.embed_at(src, 0)?,
-            &AttentionOptions::none(),
+            &src_opts,
             trace.as_deref_mut(),
         )?;
         let h = self.transformer.decoder.forward(
             &self.embed_at(tgt_in, 0)?,
             Some(&memory),
             &AttentionOptions::causal(),
-            None,
+            memory_bias.as_ref(),
             None,
             trace,
         )?;
@@ -338,6 +377,7 @@ impl Seq2Seq {
         no_grad(|| {
             let b = src.len();
             let memory = self.encode(src)?;
+            let memory_bias = Seq2Seq::padding_bias(src, 1);
             let mut cache = self.transformer.decoder.new_cache(b, max_len + 1);
             let mut current: Vec<Vec<usize>> = vec![vec![bos]; b];
             let mut out: Vec<Vec<usize>> = vec![Vec::new(); b];
@@ -348,7 +388,7 @@ impl Seq2Seq {
                     &x,
                     Some(&memory),
                     &AttentionOptions::causal(),
-                    None,
+                    memory_bias.as_ref(),
                     Some(&mut cache),
                     None,
                 )?;

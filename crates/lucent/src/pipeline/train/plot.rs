@@ -61,6 +61,7 @@ pub fn loss_curve(history: &[Metrics], path: &Path) -> Result<()> {
     chart
         .configure_mesh()
         .x_desc("step")
+        .x_label_formatter(&|x| format!("{x:.0}"))
         .y_desc("loss")
         .light_line_style(WHITE.mix(0.0))
         .draw()
