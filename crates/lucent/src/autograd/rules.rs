@@ -20,10 +20,12 @@
 //! | attention O = softmax(s QKᵀ + bias) V | ∂V = Pᵀ ∂O; ∂S = P ⊙ (∂P − rowsum(∂P ⊙ P)); ∂Q = s ∂S K; ∂K = s ∂Sᵀ Q |
 
 use crate::autograd::{needs_grad, record};
-use crate::ops::attention::{check_dims, AttentionOutput, AttentionParams};
+use rayon::prelude::*;
+
+use crate::ops::attention::{bias_row, check_dims, visible_keys, AttentionOutput, AttentionParams};
 use crate::ops::{Activation, RopeConvention};
 use crate::tensor::Tensor;
-use crate::{Error, Result};
+use crate::Result;
 
 /// Sum `g` over its leading dimensions down to `shape` (a suffix of g's shape): the
 /// gradient of a broadcast operand.
@@ -362,32 +364,38 @@ pub fn layer_norm(
     let has_beta = beta.is_some();
     record(out, "layer_norm", &inputs, move |g| {
         let d = xs.last_dim();
+        let n = d as f64;
         let gamma = gs.data();
         let mut gx = vec![0.0f32; xs.numel()];
+        // Row statistics (mean, 1/σ) and ∂x, in parallel over rows.
+        let mut stats = vec![(0.0f64, 0.0f64); xs.numel() / d.max(1)];
+        gx.par_chunks_mut(d)
+            .zip(stats.par_iter_mut())
+            .zip(xs.data().par_chunks(d).zip(g.data().par_chunks(d)))
+            .for_each(|((dst, st), (xr, gr))| {
+                let mean = xr.iter().map(|&v| v as f64).sum::<f64>() / n;
+                let var = xr.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
+                let inv = 1.0 / (var + eps as f64).sqrt();
+                *st = (mean, inv);
+                let (mut sum_g, mut sum_gx) = (0.0f64, 0.0f64);
+                for i in 0..d {
+                    let gh = gr[i] as f64 * gamma[i] as f64;
+                    sum_g += gh;
+                    sum_gx += gh * (xr[i] as f64 - mean) * inv;
+                }
+                for i in 0..d {
+                    let xhat = (xr[i] as f64 - mean) * inv;
+                    let gh = gr[i] as f64 * gamma[i] as f64;
+                    dst[i] = (inv * (gh - sum_g / n - xhat * sum_gx / n)) as f32;
+                }
+            });
+        // ∂γ = Σ g x̂, ∂β = Σ g over rows.
         let mut ggamma = vec![0.0f64; d];
         let mut gbeta = vec![0.0f64; d];
-        let mut xhat = vec![0.0f64; d];
-        let mut ghat = vec![0.0f64; d];
-        for ((dst, xr), gr) in gx
-            .chunks_mut(d)
-            .zip(xs.data().chunks(d))
-            .zip(g.data().chunks(d))
-        {
-            let n = d as f64;
-            let mean = xr.iter().map(|&v| v as f64).sum::<f64>() / n;
-            let var = xr.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
-            let inv = 1.0 / (var + eps as f64).sqrt();
-            let (mut sum_g, mut sum_gx) = (0.0f64, 0.0f64);
+        for ((xr, gr), &(mean, inv)) in xs.data().chunks(d).zip(g.data().chunks(d)).zip(&stats) {
             for i in 0..d {
-                xhat[i] = (xr[i] as f64 - mean) * inv;
-                ghat[i] = gr[i] as f64 * gamma[i] as f64;
-                sum_g += ghat[i];
-                sum_gx += ghat[i] * xhat[i];
-                ggamma[i] += gr[i] as f64 * xhat[i];
+                ggamma[i] += gr[i] as f64 * (xr[i] as f64 - mean) * inv;
                 gbeta[i] += gr[i] as f64;
-            }
-            for i in 0..d {
-                dst[i] = (inv * (ghat[i] - sum_g / n - xhat[i] * sum_gx / n)) as f32;
             }
         }
         let to_t = |v: Vec<f64>| Tensor::new(v.into_iter().map(|x| x as f32).collect(), &[d]);
@@ -512,7 +520,9 @@ pub fn activation(out: Tensor, x: &Tensor, act: Activation) -> Tensor {
     let xs = x.detach();
     record(out, act.name(), &[x], move |g| {
         let mut gx = vec![0.0f32; xs.numel()];
-        activation_grad_row(act, xs.data(), g.data(), &mut gx);
+        gx.par_chunks_mut(4096)
+            .zip(xs.data().par_chunks(4096).zip(g.data().par_chunks(4096)))
+            .for_each(|(dst, (x, g))| activation_grad_row(act, x, g, dst));
         Ok(vec![Some(Tensor::new(gx, xs.shape())?)])
     })
 }
@@ -553,8 +563,10 @@ pub fn rope(
     })
 }
 
-/// Recording for [`crate::ops::attention`]: runs `kernel` (asking it for the weights P
-/// when a gradient is needed) and records the backward of O = softmax(s·QKᵀ + bias)·V.
+/// Recording for [`crate::ops::attention`]. Without a gradient to record it runs
+/// `kernel`. With one it computes the forward itself — S = s·QKᵀ + bias (masked keys
+/// −∞), P = softmax(S), O = P·V, with GEMMs, in parallel over (batch, key/value head) —
+/// keeping P for the backward of O = softmax(s·QKᵀ + bias)·V.
 pub fn attention(
     q: &Tensor,
     k: &Tensor,
@@ -569,82 +581,80 @@ pub fn attention(
             weights: out.weights,
         });
     }
-    let dims = check_dims(q, k, v, p)?;
-    let with_weights = AttentionParams {
-        want_weights: true,
-        ..*p
-    };
-    let out = kernel(q, k, v, &with_weights)?;
-    let weights = out.weights.ok_or_else(|| {
-        Error::Training("attention kernel gave no weights, which its backward needs".into())
-    })?;
-    let probs = weights.detach();
+    let d = check_dims(q, k, v, p)?;
+    let group = d.h / d.h_kv;
+    let (qd, kd, vd) = (q.data(), k.data(), v.data());
+    let mut out = vec![0.0f32; d.b * d.h * d.t_q * d.d_v];
+    let mut probs = vec![0.0f32; d.b * d.h * d.t_q * d.t_k];
+    let (qt, pt, ot) = (d.t_q * d.d_k, d.t_q * d.t_k, d.t_q * d.d_v);
+    out.par_chunks_mut(group * ot)
+        .zip(probs.par_chunks_mut(group * pt))
+        .enumerate()
+        .for_each(|(kv, (o_grp, p_grp))| {
+            let bi = kv / d.h_kv;
+            let k_kv = &kd[kv * d.t_k * d.d_k..][..d.t_k * d.d_k];
+            let v_kv = &vd[kv * d.t_k * d.d_v..][..d.t_k * d.d_v];
+            for g in 0..group {
+                let bh = kv * group + g;
+                let hi = bh - bi * d.h;
+                let p_bh = &mut p_grp[g * pt..(g + 1) * pt];
+                gemm_general(p_bh, &qd[bh * qt..(bh + 1) * qt], false, k_kv, true, d.t_q, d.d_k, d.t_k, false);
+                for (i, row) in p_bh.chunks_mut(d.t_k).enumerate() {
+                    let vis = visible_keys(p, &d, i);
+                    let bias = bias_row(p.bias, &d, bi, hi, i);
+                    for (j, x) in row.iter_mut().enumerate() {
+                        *x = if vis.contains(&j) {
+                            *x * p.scale + bias.map_or(0.0, |b| b[j])
+                        } else {
+                            f32::NEG_INFINITY
+                        };
+                    }
+                    crate::ops::softmax::softmax_row(row, 1.0);
+                }
+                gemm_general(&mut o_grp[g * ot..(g + 1) * ot], p_bh, false, v_kv, false, d.t_q, d.t_k, d.d_v, false);
+            }
+        });
+    let output = Tensor::new(out, &[d.b, d.h, d.t_q, d.d_v])?;
+    let weights = Tensor::new(probs, &[d.b, d.h, d.t_q, d.t_k])?;
+    let probs = weights.clone();
     let (qs, ks, vs) = (q.detach(), k.detach(), v.detach());
     let scale = p.scale;
-    let output = record(out.output, "attention", &[q, k, v], move |g| {
-        let d = dims;
-        let group = d.h / d.h_kv;
+    let output = record(output, "attention", &[q, k, v], move |g| {
         let (qd, kd, vd, pd, gd) = (qs.data(), ks.data(), vs.data(), probs.data(), g.data());
         let mut gq = vec![0.0f32; qs.numel()];
         let mut gk = vec![0.0f32; ks.numel()];
         let mut gv = vec![0.0f32; vs.numel()];
-        let mut dp = vec![0.0f32; d.t_q * d.t_k];
-        for bi in 0..d.b {
-            for hi in 0..d.h {
-                let kv = bi * d.h_kv + hi / group;
-                let bh = bi * d.h + hi;
-                let p_bh = &pd[bh * d.t_q * d.t_k..][..d.t_q * d.t_k];
-                let g_bh = &gd[bh * d.t_q * d.d_v..][..d.t_q * d.d_v];
-                let q_bh = &qd[bh * d.t_q * d.d_k..][..d.t_q * d.d_k];
-                let k_kv = &kd[kv * d.t_k * d.d_k..][..d.t_k * d.d_k];
-                let v_kv = &vd[kv * d.t_k * d.d_v..][..d.t_k * d.d_v];
-                // ∂V += Pᵀ ∂O: (t_k, t_q)·(t_q, d_v)
-                gemm_general(
-                    &mut gv[kv * d.t_k * d.d_v..][..d.t_k * d.d_v],
-                    p_bh,
-                    true,
-                    g_bh,
-                    false,
-                    d.t_k,
-                    d.t_q,
-                    d.d_v,
-                    true,
-                );
-                // ∂P = ∂O Vᵀ: (t_q, d_v)·(d_v, t_k)
-                gemm_general(&mut dp, g_bh, false, v_kv, true, d.t_q, d.d_v, d.t_k, false);
-                // ∂S = P ⊙ (∂P − rowsum(∂P ⊙ P)), times the score scale s.
-                for (dr, pr) in dp.chunks_mut(d.t_k).zip(p_bh.chunks(d.t_k)) {
-                    let dot: f32 = dr.iter().zip(pr).map(|(a, b)| a * b).sum();
-                    for (x, &pv) in dr.iter_mut().zip(pr) {
-                        *x = pv * (*x - dot) * scale;
+        let (kt, vt) = (d.t_k * d.d_k, d.t_k * d.d_v);
+        gq.par_chunks_mut(group * qt)
+            .zip(gk.par_chunks_mut(kt))
+            .zip(gv.par_chunks_mut(vt))
+            .enumerate()
+            .for_each(|(kv, ((gq_grp, gk_kv), gv_kv))| {
+                let k_kv = &kd[kv * kt..(kv + 1) * kt];
+                let v_kv = &vd[kv * vt..(kv + 1) * vt];
+                let mut dp = vec![0.0f32; pt];
+                for gi in 0..group {
+                    let bh = kv * group + gi;
+                    let p_bh = &pd[bh * pt..(bh + 1) * pt];
+                    let g_bh = &gd[bh * ot..(bh + 1) * ot];
+                    let q_bh = &qd[bh * qt..(bh + 1) * qt];
+                    // ∂V += Pᵀ ∂O: (t_k, t_q)·(t_q, d_v)
+                    gemm_general(gv_kv, p_bh, true, g_bh, false, d.t_k, d.t_q, d.d_v, true);
+                    // ∂P = ∂O Vᵀ: (t_q, d_v)·(d_v, t_k)
+                    gemm_general(&mut dp, g_bh, false, v_kv, true, d.t_q, d.d_v, d.t_k, false);
+                    // ∂S = P ⊙ (∂P − rowsum(∂P ⊙ P)), times the score scale s.
+                    for (dr, pr) in dp.chunks_mut(d.t_k).zip(p_bh.chunks(d.t_k)) {
+                        let dot: f32 = dr.iter().zip(pr).map(|(a, b)| a * b).sum();
+                        for (x, &pv) in dr.iter_mut().zip(pr) {
+                            *x = pv * (*x - dot) * scale;
+                        }
                     }
+                    // ∂Q = ∂S K: (t_q, t_k)·(t_k, d_k)
+                    gemm_general(&mut gq_grp[gi * qt..(gi + 1) * qt], &dp, false, k_kv, false, d.t_q, d.t_k, d.d_k, false);
+                    // ∂K += ∂Sᵀ Q: (t_k, t_q)·(t_q, d_k)
+                    gemm_general(gk_kv, &dp, true, q_bh, false, d.t_k, d.t_q, d.d_k, true);
                 }
-                // ∂Q = ∂S K: (t_q, t_k)·(t_k, d_k)
-                gemm_general(
-                    &mut gq[bh * d.t_q * d.d_k..][..d.t_q * d.d_k],
-                    &dp,
-                    false,
-                    k_kv,
-                    false,
-                    d.t_q,
-                    d.t_k,
-                    d.d_k,
-                    false,
-                );
-                // ∂K += ∂Sᵀ Q: (t_k, t_q)·(t_q, d_k)
-                gemm_general(
-                    &mut gk[kv * d.t_k * d.d_k..][..d.t_k * d.d_k],
-                    &dp,
-                    true,
-                    q_bh,
-                    false,
-                    d.t_k,
-                    d.t_q,
-                    d.d_k,
-                    true,
-                );
-            }
-        }
+            });
         Ok(vec![
             Some(Tensor::new(gq, qs.shape())?),
             Some(Tensor::new(gk, ks.shape())?),

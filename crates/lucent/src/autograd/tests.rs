@@ -271,3 +271,21 @@ fn fast_activation_gradients_match_their_f64_twin() {
         }
     }
 }
+
+#[test]
+fn recorded_attention_forward_equals_the_kernel() {
+    // Training computes attention's forward itself (it keeps P); it must agree with the
+    // inference kernel to 1e-5 on awkward shapes, with masks and GQA.
+    let bias = Tensor::from_fn(&[1, 3, 5, 7], |i| if i % 5 == 0 { f32::NEG_INFINITY } else { 0.01 * i as f32 });
+    for (causal, bias) in [(false, None), (true, None), (true, Some(&bias)), (false, Some(&bias))] {
+        let (q, k, v) = (rnd(&[2, 3, 5, 4], 30), rnd(&[2, 1, 7, 4], 31), rnd(&[2, 1, 7, 3], 32));
+        let p = AttentionParams { causal, bias, want_weights: true, ..AttentionParams::new(4) };
+        let plain = ops::attention(&q, &k, &v, &p).unwrap();
+        let (qg, kg, vg) = (q.requires_grad(), k.requires_grad(), v.requires_grad());
+        let rec = ops::attention(&qg, &kg, &vg, &p).unwrap();
+        assert!(rec.output.tracks_grad());
+        assert!(rec.output.max_abs_diff(&plain.output).unwrap() <= 1e-5);
+        let (wr, wp) = (rec.weights.unwrap(), plain.weights.unwrap());
+        assert!(wr.max_abs_diff(&wp).unwrap() <= 1e-5);
+    }
+}
