@@ -168,7 +168,6 @@ fn tiny_gpt_logits_loss_gradients_and_one_adamw_step_match_pytorch() {
     let named = model.named_parameters();
     let grad_names: Vec<String> = f
         .names()
-        .into_iter()
         .filter_map(|n| n.strip_prefix("grad.").map(String::from))
         .collect();
     assert_eq!(

@@ -14,7 +14,7 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-fn corpus(dir: &PathBuf) -> String {
+fn corpus(dir: &std::path::Path) -> String {
     let text = "the whale swam in the sea and the ship sailed after the whale. ".repeat(60);
     let path = dir.join("corpus.txt");
     std::fs::write(&path, text).unwrap();

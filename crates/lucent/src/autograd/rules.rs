@@ -598,7 +598,17 @@ pub fn attention(
                 let bh = kv * group + g;
                 let hi = bh - bi * d.h;
                 let p_bh = &mut p_grp[g * pt..(g + 1) * pt];
-                gemm_general(p_bh, &qd[bh * qt..(bh + 1) * qt], false, k_kv, true, d.t_q, d.d_k, d.t_k, false);
+                gemm_general(
+                    p_bh,
+                    &qd[bh * qt..(bh + 1) * qt],
+                    false,
+                    k_kv,
+                    true,
+                    d.t_q,
+                    d.d_k,
+                    d.t_k,
+                    false,
+                );
                 for (i, row) in p_bh.chunks_mut(d.t_k).enumerate() {
                     let vis = visible_keys(p, &d, i);
                     let bias = bias_row(p.bias, &d, bi, hi, i);
@@ -611,7 +621,17 @@ pub fn attention(
                     }
                     crate::ops::softmax::softmax_row(row, 1.0);
                 }
-                gemm_general(&mut o_grp[g * ot..(g + 1) * ot], p_bh, false, v_kv, false, d.t_q, d.t_k, d.d_v, false);
+                gemm_general(
+                    &mut o_grp[g * ot..(g + 1) * ot],
+                    p_bh,
+                    false,
+                    v_kv,
+                    false,
+                    d.t_q,
+                    d.t_k,
+                    d.d_v,
+                    false,
+                );
             }
         });
     let output = Tensor::new(out, &[d.b, d.h, d.t_q, d.d_v])?;
@@ -650,7 +670,17 @@ pub fn attention(
                         }
                     }
                     // ∂Q = ∂S K: (t_q, t_k)·(t_k, d_k)
-                    gemm_general(&mut gq_grp[gi * qt..(gi + 1) * qt], &dp, false, k_kv, false, d.t_q, d.t_k, d.d_k, false);
+                    gemm_general(
+                        &mut gq_grp[gi * qt..(gi + 1) * qt],
+                        &dp,
+                        false,
+                        k_kv,
+                        false,
+                        d.t_q,
+                        d.t_k,
+                        d.d_k,
+                        false,
+                    );
                     // ∂K += ∂Sᵀ Q: (t_k, t_q)·(t_q, d_k)
                     gemm_general(gk_kv, &dp, true, q_bh, false, d.t_k, d.t_q, d.d_k, true);
                 }

@@ -6,6 +6,8 @@
 //! ε = 10⁻², tolerance |analytic − numeric| ≤ 5·10⁻³ + 10⁻²·|numeric| (f32 rounding in
 //! the forward divided by 2ε dominates; the truncation error is O(ε²)).
 
+#![allow(clippy::cloned_ref_to_slice_refs)] // check(&[x.clone()], ..) reads better in tests
+
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
@@ -276,10 +278,30 @@ fn fast_activation_gradients_match_their_f64_twin() {
 fn recorded_attention_forward_equals_the_kernel() {
     // Training computes attention's forward itself (it keeps P); it must agree with the
     // inference kernel to 1e-5 on awkward shapes, with masks and GQA.
-    let bias = Tensor::from_fn(&[1, 3, 5, 7], |i| if i % 5 == 0 { f32::NEG_INFINITY } else { 0.01 * i as f32 });
-    for (causal, bias) in [(false, None), (true, None), (true, Some(&bias)), (false, Some(&bias))] {
-        let (q, k, v) = (rnd(&[2, 3, 5, 4], 30), rnd(&[2, 1, 7, 4], 31), rnd(&[2, 1, 7, 3], 32));
-        let p = AttentionParams { causal, bias, want_weights: true, ..AttentionParams::new(4) };
+    let bias = Tensor::from_fn(&[1, 3, 5, 7], |i| {
+        if i % 5 == 0 {
+            f32::NEG_INFINITY
+        } else {
+            0.01 * i as f32
+        }
+    });
+    for (causal, bias) in [
+        (false, None),
+        (true, None),
+        (true, Some(&bias)),
+        (false, Some(&bias)),
+    ] {
+        let (q, k, v) = (
+            rnd(&[2, 3, 5, 4], 30),
+            rnd(&[2, 1, 7, 4], 31),
+            rnd(&[2, 1, 7, 3], 32),
+        );
+        let p = AttentionParams {
+            causal,
+            bias,
+            want_weights: true,
+            ..AttentionParams::new(4)
+        };
         let plain = ops::attention(&q, &k, &v, &p).unwrap();
         let (qg, kg, vg) = (q.requires_grad(), k.requires_grad(), v.requires_grad());
         let rec = ops::attention(&qg, &kg, &vg, &p).unwrap();
