@@ -278,3 +278,80 @@ pub fn clip_grad_norm(model: &mut dyn Parameters, max_norm: f32) -> f32 {
     }
     norm
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nn::Linear;
+
+    /// A 1×2 linear layer with weights `w` and gradient `g`, as a parameter holder.
+    fn holder(w: [f32; 2], g: [f32; 2]) -> Linear {
+        let lin = Linear::new(Tensor::from_slice(&w).reshape(&[1, 2]).unwrap(), None).unwrap();
+        let mut lin = lin;
+        lin.requires_grad();
+        lin.weight
+            .set_grad(Some(Tensor::from_slice(&g).reshape(&[1, 2]).unwrap()));
+        lin
+    }
+
+    #[test]
+    fn schedule_warms_up_linearly_then_follows_the_cosine() {
+        let s = Schedule {
+            lr: 1.0,
+            warmup: 10,
+            total: 110,
+            min_lr: 0.1,
+        };
+        assert!((s.lr_at(0) - 0.1).abs() < 1e-7);
+        assert!((s.lr_at(9) - 1.0).abs() < 1e-7);
+        assert!((s.lr_at(10) - 1.0).abs() < 1e-7);
+        assert!((s.lr_at(60) - 0.55).abs() < 1e-6, "half-way: (lr + min)/2");
+        assert!((s.lr_at(110) - 0.1).abs() < 1e-7 && (s.lr_at(500) - 0.1).abs() < 1e-7);
+        assert_eq!(Schedule::constant(0.3).lr_at(1000), 0.3);
+    }
+
+    #[test]
+    fn clipping_scales_to_the_global_norm() {
+        let mut lin = holder([0.0, 0.0], [3.0, 4.0]);
+        let norm = clip_grad_norm(&mut lin, 1.0);
+        assert!((norm - 5.0).abs() < 1e-6);
+        let g = lin.weight.grad().unwrap();
+        assert!((g.data()[0] - 0.6).abs() < 1e-5 && (g.data()[1] - 0.8).abs() < 1e-5);
+        let mut small = holder([0.0, 0.0], [0.3, 0.4]);
+        clip_grad_norm(&mut small, 1.0);
+        assert_eq!(
+            small.weight.grad().unwrap().data(),
+            &[0.3, 0.4],
+            "below the norm: untouched"
+        );
+    }
+
+    #[test]
+    fn sgd_momentum_and_adamw_first_steps_follow_the_formulas() {
+        // SGD: θ₁ = θ₀ − lr·g; b = g; θ₂ = θ₁ − lr·(μ·g + g).
+        let mut lin = holder([1.0, -2.0], [0.5, 0.25]);
+        let mut sgd = Sgd::new(0.1, 0.9, 0.0);
+        sgd.step(&mut lin).unwrap();
+        sgd.step(&mut lin).unwrap();
+        let want = [
+            1.0 - 0.1 * 0.5 - 0.1 * 1.9 * 0.5,
+            -2.0 - 0.1 * 0.25 - 0.1 * 1.9 * 0.25,
+        ];
+        for (got, want) in lin.weight.data().iter().zip(want) {
+            assert!((got - want).abs() < 1e-6, "{got} vs {want}");
+        }
+        // AdamW step 1: θ(1 − lr·λ) − lr·g/(|g| + ε).
+        let mut lin = holder([1.0, -2.0], [0.5, -0.25]);
+        let mut adam = AdamW::new(0.01, (0.9, 0.95), 1e-8, 0.1, DecayRule::All);
+        adam.step(&mut lin).unwrap();
+        let want = [1.0 * (1.0 - 0.001) - 0.01, -2.0 * (1.0 - 0.001) + 0.01];
+        for (got, want) in lin.weight.data().iter().zip(want) {
+            assert!((got - want).abs() < 1e-6, "{got} vs {want}");
+        }
+        assert_eq!(
+            adam.state_tensors().unwrap().len(),
+            2,
+            "m and v of one tensor"
+        );
+    }
+}

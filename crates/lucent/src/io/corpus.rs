@@ -254,3 +254,56 @@ pub fn assemble(tgz: &Path, how: Assemble, progress: &mut dyn Progress) -> Resul
         .join("\n\n")
         + "\n")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::fetch::Silent;
+
+    #[test]
+    fn assembles_members_from_a_tgz() {
+        let dir = std::env::temp_dir().join(format!("lucent-corpus-test-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("p.tgz");
+        {
+            let gz = flate2::write::GzEncoder::new(
+                fs::File::create(&path).unwrap(),
+                flate2::Compression::fast(),
+            );
+            let mut tar = tar::Builder::new(gz);
+            for (name, text) in [
+                ("package/data/b.txt", "second\n"),
+                ("package/data/a.txt", "first\n"),
+                ("package/data/a.json", "{}"),
+                ("package/data/sub/c.txt", "nested"),
+            ] {
+                let mut h = tar::Header::new_gnu();
+                h.set_size(text.len() as u64);
+                h.set_mode(0o644);
+                h.set_cksum();
+                tar.append_data(&mut h, name, text.as_bytes()).unwrap();
+            }
+            tar.into_inner().unwrap().finish().unwrap();
+        }
+        let glob = Assemble::Glob {
+            dir: "package/data/",
+            suffix: ".txt",
+        };
+        assert_eq!(
+            assemble(&path, glob, &mut Silent).unwrap(),
+            "first\n\nsecond\n"
+        );
+        let one = Assemble::File("package/data/b.txt");
+        assert_eq!(assemble(&path, one, &mut Silent).unwrap(), "second\n");
+        let none = Assemble::File("package/missing.txt");
+        assert!(assemble(&path, none, &mut Silent)
+            .unwrap_err()
+            .to_string()
+            .contains("no member"));
+        assert!(known_corpus("moby")
+            .unwrap_err()
+            .to_string()
+            .contains("moby-dick"));
+        let _ = fs::remove_dir_all(&dir);
+    }
+}

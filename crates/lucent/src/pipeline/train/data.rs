@@ -432,3 +432,66 @@ pub fn pad_batch(examples: &[(Vec<usize>, Vec<usize>)]) -> Seq2SeqBatch {
     }
     batch
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::rngs::StdRng;
+    use rand::SeedableRng;
+
+    #[test]
+    fn tokenizers_round_trip() {
+        let text = "Call me Ishmael. Some years ago—never mind how long precisely.\n".repeat(20);
+        let c = TextTokenizer::Char(CharTokenizer::fit(&text));
+        let ids = c.encode(&text).unwrap();
+        assert_eq!(c.decode(&ids).unwrap(), text);
+        assert!(c.encode("Z").is_err(), "unseen character");
+        let bpe = TextTokenizer::train_bpe(&text, 300).unwrap();
+        assert!(bpe.vocab_size() > 256 && bpe.vocab_size() <= 300);
+        let ids = bpe.encode(&text).unwrap();
+        assert!(
+            ids.len() < text.len() / 2,
+            "merges shorten the text: {} ids",
+            ids.len()
+        );
+        assert_eq!(bpe.decode(&ids).unwrap(), text);
+        assert!(TextTokenizer::train_bpe(&text, 100).is_err());
+    }
+
+    #[test]
+    fn split_batches_and_tasks() {
+        let s = TokenStream::split((0..100).collect(), 5).unwrap();
+        assert_eq!((s.train.len(), s.val.len()), (90, 10));
+        assert_eq!(s.val[0], 90, "the last 10% is held out");
+        assert!(TokenStream::split((0..100).collect(), 10).is_err());
+        let mut rng = StdRng::seed_from_u64(1);
+        let (x, y) = random_batch(&s.train, 3, 5, &mut rng);
+        for (xi, yi) in x.iter().zip(&y) {
+            assert_eq!(xi.len(), 5);
+            assert_eq!(&xi[1..], &yi[..4], "targets are the inputs shifted by one");
+        }
+        for task in [Task::Reverse, Task::Sort, Task::Copy, Task::Add] {
+            let (src, tgt) = task.example(10, 3, 7, &mut rng);
+            let (s, t) = (task.render(10, &src), task.render(10, &tgt));
+            match task {
+                Task::Reverse => assert_eq!(t, s.chars().rev().collect::<String>()),
+                Task::Copy => assert_eq!(t, s),
+                Task::Sort => {
+                    let mut c: Vec<char> = s.chars().collect();
+                    c.sort_unstable();
+                    assert_eq!(t, c.into_iter().collect::<String>());
+                }
+                Task::Add => {
+                    let (a, b) = s.split_once('+').unwrap();
+                    let sum = a.parse::<u64>().unwrap() + b.parse::<u64>().unwrap();
+                    assert_eq!(t, sum.to_string());
+                }
+            }
+            assert_eq!(task.parse_input(10, &s).unwrap(), src);
+        }
+        let b = pad_batch(&[(vec![3, 4], vec![4, 3]), (vec![5], vec![5])]);
+        assert_eq!(b.src, vec![vec![3, 4], vec![5, PAD]]);
+        assert_eq!(b.tgt_in, vec![vec![BOS, 4, 3], vec![BOS, 5, PAD]]);
+        assert_eq!(b.tgt_out, vec![vec![4, 3, EOS], vec![5, EOS, PAD]]);
+    }
+}
