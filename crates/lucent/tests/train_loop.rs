@@ -31,6 +31,7 @@ fn tiny(corpus: &str) -> TrainConfig {
         steps: 6,
         eval_every: 3,
         eval_windows: 8,
+        dropout: 0.1,
         warmup: 2,
         ..TrainConfig::lm(corpus)
     }
@@ -80,6 +81,19 @@ fn resume_reproduces_the_uninterrupted_losses_exactly() {
         "it learns"
     );
     assert!(dir.join("a/loss.png").is_file(), "loss curve drawn");
+    let no_dropout = TrainConfig {
+        dropout: 0.0,
+        ..tiny(&c)
+    };
+    let one = Limits {
+        stop_after: Some(1),
+        ..Limits::default()
+    };
+    let plain = train(no_dropout, &dir.join("c"), one, &mut Quiet, &mut Silent).unwrap();
+    assert_ne!(
+        plain.history[0].train_loss, full.history[0].train_loss,
+        "dropout is applied"
+    );
 
     // The saved run samples, deterministically for a seed, from its own characters.
     let m = TrainedModel::load(&dir.join("a")).unwrap();

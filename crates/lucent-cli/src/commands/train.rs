@@ -93,6 +93,9 @@ struct LmArgs {
     /// Context length.
     #[arg(long)]
     block: Option<usize>,
+    /// Dropout on the embeddings while training.
+    #[arg(long, default_value_t = 0.0)]
+    dropout: f32,
     #[command(flatten)]
     common: Common,
 }
@@ -161,6 +164,7 @@ pub fn run(args: Args) -> Result<()> {
             if let Some(b) = a.block {
                 cfg.block = b;
             }
+            cfg.dropout = a.dropout;
             (&a.common, apply(&a.common, cfg))
         }
         TrainJob::Seq2seq(a) => {

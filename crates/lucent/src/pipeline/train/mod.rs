@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 use crate::autograd::optim::{clip_grad_norm, AdamW, DecayRule, Schedule};
 use crate::autograd::{no_grad, Parameters};
 use crate::io::fetch::Progress;
-use crate::nn::Trace;
+use crate::nn::{Dropout, Trace};
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
@@ -105,6 +105,9 @@ pub struct TrainConfig {
     pub seed: u64,
     /// Evaluate (and checkpoint) every this many steps.
     pub eval_every: u64,
+    /// Embedding dropout probability while training (LM; 0 = none).
+    #[serde(default)]
+    pub dropout: f32,
     /// Validation windows per evaluation (LM).
     pub eval_windows: usize,
 }
@@ -132,6 +135,7 @@ impl TrainConfig {
             grad_clip: 1.0,
             seed: 1337,
             eval_every: 200,
+            dropout: 0.0,
             eval_windows: 200,
         }
     }
@@ -160,6 +164,7 @@ impl TrainConfig {
             grad_clip: 1.0,
             seed: 1337,
             eval_every: 250,
+            dropout: 0.0,
             eval_windows: 0,
         }
     }
@@ -171,6 +176,9 @@ impl TrainConfig {
                 "--batch, --steps and --eval-every must be > 0 (got {}, {}, {})",
                 self.batch, self.steps, self.eval_every
             ));
+        }
+        if !(0.0..1.0).contains(&self.dropout) {
+            return bad(format!("--dropout must be in [0, 1), got {}", self.dropout));
         }
         if !(self.lr.is_finite() && self.lr > 0.0) {
             return bad(format!("--lr must be a finite number > 0, got {}", self.lr));
@@ -624,7 +632,17 @@ impl Run {
                     self.config.block,
                     &mut rng,
                 );
-                (m.loss(&x, &y)?, self.config.batch * self.config.block)
+                let loss = if self.config.dropout > 0.0 {
+                    // Seeded per step, like the batch, so resuming stays exact.
+                    let mut d = Dropout::new(
+                        self.config.dropout,
+                        self.config.seed ^ t.wrapping_mul(0xA24B_AED4_963E_E407),
+                    )?;
+                    m.loss_with_dropout(&x, &y, Some(&mut d))?
+                } else {
+                    m.loss(&x, &y)?
+                };
+                (loss, self.config.batch * self.config.block)
             }
             (Net::Seq2Seq(m), Data::Seq2Seq { held_out, .. }) => {
                 let Job::Seq2Seq {

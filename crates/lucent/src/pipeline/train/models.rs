@@ -20,7 +20,7 @@ use crate::model::config::{ModelKind, NormPlacement, PositionKind};
 use crate::model::presets::preset;
 use crate::model::ModelConfig;
 use crate::nn::position::{LearnedPositions, SinusoidalEncoding};
-use crate::nn::{AttentionOptions, Decoder, Embedding, Head, KvCache, Trace, Transformer};
+use crate::nn::{AttentionOptions, Decoder, Dropout, Embedding, Head, KvCache, Trace, Transformer};
 use crate::ops;
 use crate::tensor::Tensor;
 use crate::{Error, Result};
@@ -138,7 +138,26 @@ impl Gpt {
 
     /// Mean next-token cross-entropy of `targets` given `ids` (same shapes).
     pub fn loss(&self, ids: &[Vec<usize>], targets: &[Vec<usize>]) -> Result<Tensor> {
-        let logits = self.forward(ids)?;
+        self.loss_with_dropout(ids, targets, None)
+    }
+
+    /// [`Gpt::loss`] with GPT-2's embedding dropout: `dropout` (in training mode) is
+    /// applied to token + position embeddings before the first layer.
+    pub fn loss_with_dropout(
+        &self,
+        ids: &[Vec<usize>],
+        targets: &[Vec<usize>],
+        dropout: Option<&mut Dropout>,
+    ) -> Result<Tensor> {
+        let x = self.embed.forward(ids)?; // (b, t, d)
+        let mut x = self.positions.forward(&x, 0)?; // (b, t, d)
+        if let Some(d) = dropout {
+            x = d.forward(&x)?;
+        }
+        let h = self
+            .decoder
+            .forward(&x, None, &AttentionOptions::causal(), None, None, None)?; // (b, t, d)
+        let logits = ops::linear(&h, &self.embed.table, None)?; // (b, t, V)
         ops::cross_entropy(&logits, &targets.concat(), None)
     }
 
