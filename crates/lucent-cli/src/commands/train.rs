@@ -301,14 +301,20 @@ impl Observer for Cli {
             b.set_message(msg);
             b.set_position(m.step);
             if m.val_loss.is_some() {
-                b.println(format!(
+                let line = format!(
                     "step {:>6}  train {:.4}  val {:.4}{}",
                     m.step,
                     m.train_loss,
                     m.val_loss.unwrap_or(f32::NAN),
                     m.exact_match
                         .map_or(String::new(), |e| format!("  exact {:.1}%", 100.0 * e))
-                ));
+                );
+                // A hidden bar (output not a terminal) prints nothing itself.
+                if b.is_hidden() {
+                    eprintln!("{line}");
+                } else {
+                    b.println(line);
+                }
             }
         }
     }
@@ -318,8 +324,8 @@ impl Observer for Cli {
             return;
         }
         match &self.bar {
-            Some(b) => b.println(msg),
-            None => eprintln!("{msg}"),
+            Some(b) if !b.is_hidden() => b.println(msg),
+            _ => eprintln!("{msg}"),
         }
     }
 }
