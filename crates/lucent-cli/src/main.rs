@@ -55,6 +55,14 @@ enum Command {
     Similarity(commands::embed::SimilarityArgs),
     /// Vector arithmetic on embeddings: king - man + woman ≈ ?
     Analogy(commands::embed::AnalogyArgs),
+    /// Train a small Transformer from scratch: a GPT on text, or the encoder-decoder on a task.
+    Train(commands::train::Args),
+    /// Sample from (or decode with) a model trained by `lucent train`.
+    SampleTrained(commands::train::SampleArgs),
+    /// Cross-attention heatmap of an encoder-decoder trained by `lucent train seq2seq`.
+    AttentionTrained(commands::train::AttentionArgs),
+    /// Training throughput (tokens/s) of a fixed tiny GPT at 1 and 2 threads.
+    BenchTrain(commands::bench_train::Args),
 }
 
 fn main() -> ExitCode {
@@ -75,6 +83,10 @@ fn main() -> ExitCode {
         Command::Embed(a) => commands::embed::run_embed(a),
         Command::Similarity(a) => commands::embed::run_similarity(a),
         Command::Analogy(a) => commands::embed::run_analogy(a),
+        Command::Train(a) => commands::train::run(a),
+        Command::SampleTrained(a) => commands::train::run_sample(a),
+        Command::AttentionTrained(a) => commands::train::run_attention(a),
+        Command::BenchTrain(a) => commands::bench_train::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -8,9 +8,10 @@
 //!
 //! | module | holds |
 //! | --- | --- |
-//! | [`pipeline`] | user tasks: sentence embeddings, similarity, analogies |
+//! | [`pipeline`] | user tasks: embeddings, similarity, analogies, generation, training |
 //! | [`model`] | `ModelConfig`, the generic Transformer, families, loading, parameter counts |
 //! | [`nn`] | the guides' building blocks and the KV cache |
+//! | [`autograd`] | reverse-mode gradients over tensor ops, optimisers |
 //! | [`ops`] | kernels: matmul, softmax, norms, activations, rope, attention |
 //! | [`tensor`] | `Tensor`: shape + f32 storage, owned or memory-mapped |
 //! | [`io`] | safetensors, GGUF, configs, tokenizers, model cache and fetch |
@@ -18,6 +19,7 @@
 //!
 //! Errors are values: every fallible function returns [`Result`].
 
+pub mod autograd;
 pub mod error;
 pub mod io;
 pub mod model;

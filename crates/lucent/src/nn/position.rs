@@ -144,6 +144,11 @@ impl LearnedPositions {
         &self.table
     }
 
+    /// The table, writable (for training: optimisers update it in place).
+    pub fn table_mut(&mut self) -> &mut Tensor {
+        &mut self.table
+    }
+
     /// How many positions the table holds.
     pub fn max_len(&self) -> usize {
         self.table.shape()[0]

@@ -62,22 +62,22 @@ impl Activation {
 
 /// ReLU, elementwise.
 pub fn relu(x: &Tensor) -> Tensor {
-    unary(Unary::Relu, x)
+    crate::autograd::rules::activation(unary(Unary::Relu, x), x, Activation::Relu)
 }
 
 /// GELU with the exact erf, elementwise.
 pub fn gelu(x: &Tensor) -> Tensor {
-    unary(Unary::Gelu, x)
+    crate::autograd::rules::activation(unary(Unary::Gelu, x), x, Activation::Gelu)
 }
 
 /// GELU, tanh approximation, elementwise.
 pub fn gelu_tanh(x: &Tensor) -> Tensor {
-    unary(Unary::GeluTanh, x)
+    crate::autograd::rules::activation(unary(Unary::GeluTanh, x), x, Activation::GeluTanh)
 }
 
 /// SiLU (swish), elementwise.
 pub fn silu(x: &Tensor) -> Tensor {
-    unary(Unary::Silu, x)
+    crate::autograd::rules::activation(unary(Unary::Silu, x), x, Activation::Silu)
 }
 
 /// In place: `x[i] ← act(x[i])` on the SIMD path, on one thread (for callers that own a

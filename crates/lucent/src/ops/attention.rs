@@ -173,7 +173,8 @@ pub fn visible_keys(p: &AttentionParams, d: &AttentionDims, i: usize) -> std::op
     start..pos + 1
 }
 
-/// Scaled dot-product attention.
+/// Scaled dot-product attention. Runs the fused kernel; when Q, K or V track gradients
+/// (training), the autograd rule records it for the backward pass.
 ///
 /// # Shapes
 /// q: (b, h, t_q, d_k), k: (b, h_kv, t_k, d_k), v: (b, h_kv, t_k, d_v)
@@ -184,6 +185,12 @@ pub fn attention(
     v: &Tensor,
     p: &AttentionParams,
 ) -> Result<AttentionOutput> {
+    crate::autograd::rules::attention(q, k, v, p, fused)
+}
+
+/// The fused kernel behind [`attention`]: per (batch, head), blocks of queries as two
+/// small GEMMs (prompts) or one SIMD dot per key (decode steps); weights on request.
+fn fused(q: &Tensor, k: &Tensor, v: &Tensor, p: &AttentionParams) -> Result<AttentionOutput> {
     let d = check_dims(q, k, v, p)?;
     let (bh, out_len, w_len) = (d.b * d.h, d.t_q * d.d_v, d.t_q * d.t_k);
     let mut out = vec![0.0f32; bh * out_len];

@@ -29,7 +29,8 @@ const GEMV_PARALLEL_MIN: usize = 1 << 19;
 /// # Shapes
 /// a: (..., m, k), b: (..., k, n) or (k, n) → (..., m, n)
 pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    batched(a, b, false, "matmul")
+    let out = batched(a, b, false, "matmul")?;
+    Ok(crate::autograd::rules::matmul(out, a, b, false))
 }
 
 /// A · Bᵀ over the last two dimensions, batched over the leading ones.
@@ -37,7 +38,8 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
 /// # Shapes
 /// a: (..., m, k), b: (..., n, k) or (n, k) → (..., m, n)
 pub fn matmul_t(a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    batched(a, b, true, "matmul_t")
+    let out = batched(a, b, true, "matmul_t")?;
+    Ok(crate::autograd::rules::matmul(out, a, b, true))
 }
 
 /// A linear layer as PyTorch defines it: y = x · Wᵀ + b.
@@ -56,9 +58,17 @@ pub fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     let rows = x.numel() / inp.max(1);
     let mut shape = x.shape().to_vec();
     *shape.last_mut().expect("rank ≥ 1 checked above") = out; // ok: rank checked
+                                                              // Training: build y from recorded ops (matmul_t, add) so gradients flow; the fused
+                                                              // forms below write into buffers the tape cannot see.
+    let training = crate::autograd::is_grad_enabled()
+        && (x.tracks_grad() || w.tracks_grad() || bias.is_some_and(|b| b.tracks_grad()));
     if let Some(b) = bias {
         if b.shape() != [out] {
             return Err(Error::mismatch("linear bias", b.shape(), &[out]));
+        }
+        if training {
+            let y = matmul_t(&x.reshape(&[rows, inp])?, w)?.reshape(&shape)?; // (..., out)
+            return y.add(b);
         }
         if rows > 1 && inp > 0 && out > 0 {
             // Start every output row at b and let the GEMM accumulate x·Wᵀ onto it: one

@@ -16,6 +16,7 @@
 
 pub mod activation;
 pub mod attention;
+pub mod loss;
 pub mod matmul;
 pub mod norm;
 pub mod rope;
@@ -24,6 +25,7 @@ pub mod softmax;
 
 pub use activation::{gelu, gelu_tanh, relu, silu, Activation};
 pub use attention::{attention, AttentionOutput, AttentionParams};
+pub use loss::{cross_entropy, log_softmax};
 pub use matmul::{linear, matmul, matmul_t};
 pub use norm::{layer_norm, rms_norm};
 pub use rope::{rope, RopeConvention};

@@ -29,7 +29,7 @@ pub fn layer_norm(x: &Tensor, gamma: &Tensor, beta: Option<&Tensor>, eps: f32) -
     simd::for_each_row(out.data_mut(), d, PARALLEL_MIN, |row| {
         layer_norm_row(row, g, b, eps)
     });
-    Ok(out)
+    Ok(crate::autograd::rules::layer_norm(out, x, gamma, beta, eps))
 }
 
 /// RMSNorm over the last axis.
@@ -43,7 +43,7 @@ pub fn rms_norm(x: &Tensor, gamma: &Tensor, eps: f32) -> Result<Tensor> {
     simd::for_each_row(out.data_mut(), d, PARALLEL_MIN, |row| {
         rms_norm_row(row, g, eps)
     });
-    Ok(out)
+    Ok(crate::autograd::rules::rms_norm(out, x, gamma, eps))
 }
 
 /// In place: LayerNorm of one row (the fast path of [`reference::layer_norm_row`]);

@@ -48,7 +48,10 @@ pub fn rope(
     let lo = positions.iter().copied().min().unwrap_or(0);
     let hi = positions.iter().copied().max().map_or(0, |p| p + 1);
     let table = RopeTable::new(base, d, lo..hi)?;
-    table.apply(x, positions, convention)
+    let out = table.apply(x, positions, convention)?;
+    Ok(crate::autograd::rules::rope(
+        out, x, positions, base, convention,
+    ))
 }
 
 /// Check x is (..., t, d) with d even and one position per row; return (t, d).

@@ -24,7 +24,7 @@ pub fn softmax(x: &Tensor) -> Tensor {
     let mut out = x.clone();
     let n = x.last_dim();
     simd::for_each_row(out.data_mut(), n, PARALLEL_MIN, |row| softmax_row(row, 1.0));
-    out
+    crate::autograd::rules::softmax(out, x, 1.0)
 }
 
 /// Softmax of x / T over the last axis. Errors unless T is finite and > 0.
@@ -39,7 +39,7 @@ pub fn softmax_with_temperature(x: &Tensor, temperature: f32) -> Result<Tensor> 
     simd::for_each_row(out.data_mut(), n, PARALLEL_MIN, |row| {
         softmax_row(row, temperature)
     });
-    Ok(out)
+    Ok(crate::autograd::rules::softmax(out, x, temperature))
 }
 
 /// In place: one row ← softmax(row / T) (T > 0; the fast path of

@@ -1,5 +1,7 @@
-//! User tasks built on the models: sentence embeddings, similarity and analogies.
+//! User tasks built on the models: sentence embeddings, similarity and analogies;
+//! training small Transformers from scratch.
 
 pub mod embed;
+pub mod train;
 
 pub use embed::{Embedder, Pooling};

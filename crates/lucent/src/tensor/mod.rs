@@ -70,6 +70,9 @@ enum Storage {
 pub struct Tensor {
     shape: Vec<usize>,
     storage: Storage,
+    /// The autograd node that made this tensor, or marks it as a parameter that wants a
+    /// gradient ([`crate::autograd`]). `None` for every tensor of an inference run.
+    grad_node: Option<Arc<crate::autograd::Node>>,
 }
 
 impl fmt::Debug for Tensor {
@@ -107,6 +110,7 @@ impl Tensor {
         Ok(Tensor {
             shape: shape.to_vec(),
             storage: Storage::Owned(Arc::new(data)),
+            grad_node: None,
         })
     }
 
@@ -121,6 +125,7 @@ impl Tensor {
         Tensor {
             shape: shape.to_vec(),
             storage: Storage::Owned(Arc::new(vec![value; n])),
+            grad_node: None,
         }
     }
 
@@ -130,6 +135,7 @@ impl Tensor {
         Tensor {
             shape: shape.to_vec(),
             storage: Storage::Owned(Arc::new((0..n).map(f).collect())),
+            grad_node: None,
         }
     }
 
@@ -138,6 +144,7 @@ impl Tensor {
         Tensor {
             shape: vec![data.len()],
             storage: Storage::Owned(Arc::new(data.to_vec())),
+            grad_node: None,
         }
     }
 
@@ -213,6 +220,7 @@ impl Tensor {
         Ok(Tensor {
             shape: shape.to_vec(),
             storage: Storage::Mapped { map, start, len: n },
+            grad_node: None,
         })
     }
 
@@ -258,10 +266,12 @@ impl Tensor {
                 self.numel()
             )));
         }
-        Ok(Tensor {
+        let out = Tensor {
             shape: shape.to_vec(),
             storage: self.storage.clone(),
-        })
+            grad_node: None,
+        };
+        Ok(crate::autograd::rules::reshape(out, self))
     }
 
     // ---------------------------------------------------------------- data
@@ -360,6 +370,13 @@ impl Tensor {
         if perm.iter().enumerate().all(|(i, &p)| i == p) {
             return Ok(self.clone());
         }
+        let out = self.permute_copy(perm)?;
+        Ok(crate::autograd::rules::permute(out, self, perm))
+    }
+
+    /// The copy behind [`Tensor::permute`] (a valid, non-identity `perm`).
+    fn permute_copy(&self, perm: &[usize]) -> Result<Tensor> {
+        let r = self.rank();
         let out_shape: Vec<usize> = perm.iter().map(|&p| self.shape[p]).collect();
         let in_strides = strides(&self.shape);
         let src_strides: Vec<usize> = perm.iter().map(|&p| in_strides[p]).collect();
@@ -407,7 +424,8 @@ impl Tensor {
         }
         let mut shape = self.shape.clone();
         shape[dim] = len;
-        Tensor::new(out, &shape)
+        let out = Tensor::new(out, &shape)?;
+        Ok(crate::autograd::rules::narrow(out, self, dim, start))
     }
 
     /// Join tensors along dimension `dim`; all other dimensions must agree.
@@ -448,7 +466,8 @@ impl Tensor {
         }
         let mut shape = first.shape.clone();
         shape[dim] = total;
-        Tensor::new(out, &shape)
+        let out = Tensor::new(out, &shape)?;
+        Ok(crate::autograd::rules::cat(out, tensors, dim))
     }
 
     /// Rows of a matrix picked by index (an embedding lookup): `self` is (n, d), the
@@ -465,7 +484,8 @@ impl Tensor {
             }
             out.extend_from_slice(&src[i * d..(i + 1) * d]);
         }
-        Tensor::new(out, &[ids.len(), d])
+        let out = Tensor::new(out, &[ids.len(), d])?;
+        Ok(crate::autograd::rules::select_rows(out, self, ids))
     }
 
     // ---------------------------------------------------------------- elementwise
@@ -475,6 +495,7 @@ impl Tensor {
         Tensor {
             shape: self.shape.clone(),
             storage: Storage::Owned(Arc::new(self.data().iter().map(|&x| f(x)).collect())),
+            grad_node: None,
         }
     }
 
@@ -499,22 +520,25 @@ impl Tensor {
 
     /// Elementwise sum (rhs broadcast over leading dimensions).
     pub fn add(&self, rhs: &Tensor) -> Result<Tensor> {
-        self.zip_with(rhs, "add", |a, b| a + b)
+        let out = self.zip_with(rhs, "add", |a, b| a + b)?;
+        Ok(crate::autograd::rules::add(out, self, rhs))
     }
 
     /// Elementwise difference (rhs broadcast over leading dimensions).
     pub fn sub(&self, rhs: &Tensor) -> Result<Tensor> {
-        self.zip_with(rhs, "sub", |a, b| a - b)
+        let out = self.zip_with(rhs, "sub", |a, b| a - b)?;
+        Ok(crate::autograd::rules::sub(out, self, rhs))
     }
 
     /// Elementwise product (rhs broadcast over leading dimensions).
     pub fn mul(&self, rhs: &Tensor) -> Result<Tensor> {
-        self.zip_with(rhs, "mul", |a, b| a * b)
+        let out = self.zip_with(rhs, "mul", |a, b| a * b)?;
+        Ok(crate::autograd::rules::mul(out, self, rhs))
     }
 
     /// Multiply every element by `s`.
     pub fn scale(&self, s: f32) -> Tensor {
-        self.map(|x| x * s)
+        crate::autograd::rules::scale(self.map(|x| x * s), self, s)
     }
 
     /// In place: `self += rhs` (same shape), e.g. a residual connection.
@@ -527,6 +551,19 @@ impl Tensor {
             *a += b;
         }
         Ok(())
+    }
+
+    // ---------------------------------------------------------------- autograd
+
+    /// The autograd node of this tensor, if it was recorded or is a parameter.
+    pub(crate) fn grad_node(&self) -> Option<&Arc<crate::autograd::Node>> {
+        self.grad_node.as_ref()
+    }
+
+    /// The same tensor carrying `node` (or none).
+    pub(crate) fn with_grad_node(mut self, node: Option<Arc<crate::autograd::Node>>) -> Tensor {
+        self.grad_node = node;
+        self
     }
 
     // ---------------------------------------------------------------- comparisons

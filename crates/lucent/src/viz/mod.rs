@@ -282,7 +282,7 @@ pub fn heatmap_grid_with(
     Ok(())
 }
 
-fn register_fonts() -> Result<()> {
+pub(crate) fn register_fonts() -> Result<()> {
     static DONE: OnceLock<bool> = OnceLock::new();
     let ok = *DONE.get_or_init(|| {
         plotters::style::register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular())

@@ -1,0 +1,123 @@
+//! `lucent bench-train` (folded under `lucent bench train` at merge): training
+//! throughput in tokens per second of a fixed tiny GPT, at 1 and 2 threads.
+//!
+//! The configuration is the PyTorch reference: 4 layers, d 128, 4 heads,
+//! d_ff 512, block 64, batch 12, a character vocabulary of 80, AdamW; one step = forward,
+//! cross-entropy, backward, clipping and the AdamW update on random token windows.
+//! `scripts/bench-train-peer.sh` runs the same model in PyTorch for the ratio.
+
+use std::time::Instant;
+
+use lucent::autograd::optim::{clip_grad_norm, AdamW, DecayRule};
+use lucent::autograd::Parameters;
+use lucent::pipeline::train::models::{Dims, Gpt};
+use lucent::{Error, Result};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// Arguments of `lucent bench-train`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Thread counts to measure.
+    #[arg(long = "thread-counts", value_delimiter = ',', default_value = "1,2")]
+    thread_counts: Vec<usize>,
+    /// Timed steps per thread count (after 3 warm-up steps).
+    #[arg(long, default_value_t = 20)]
+    steps: usize,
+    /// Layers.
+    #[arg(long, default_value_t = 4)]
+    layers: usize,
+    /// Model width.
+    #[arg(long = "d-model", default_value_t = 128)]
+    d_model: usize,
+    /// Heads.
+    #[arg(long, default_value_t = 4)]
+    heads: usize,
+    /// Context length.
+    #[arg(long, default_value_t = 64)]
+    block: usize,
+    /// Batch size.
+    #[arg(long, default_value_t = 12)]
+    batch: usize,
+    /// Vocabulary size.
+    #[arg(long, default_value_t = 80)]
+    vocab: usize,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn measure(a: &Args, threads: usize) -> Result<(f64, usize)> {
+    let dims = Dims {
+        layers: a.layers,
+        d_model: a.d_model,
+        heads: a.heads,
+        d_ff: 4 * a.d_model,
+        block: a.block,
+        vocab: a.vocab,
+    };
+    let mut rng = StdRng::seed_from_u64(0);
+    let mut model = Gpt::new_random(&dims, &mut rng)?;
+    model.requires_grad();
+    let params = model.num_parameters();
+    let mut opt = AdamW::new(1e-3, (0.9, 0.99), 1e-8, 0.1, DecayRule::MatricesOnly);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map_err(|e| Error::Argument(format!("cannot start {threads} threads: {e}")))?;
+    lucent::set_threads(threads);
+    let mut step = |model: &mut Gpt, rng: &mut StdRng| -> Result<()> {
+        let window = |rng: &mut StdRng| {
+            (0..=a.block)
+                .map(|_| rng.random_range(0..a.vocab))
+                .collect::<Vec<_>>()
+        };
+        let rows: Vec<Vec<usize>> = (0..a.batch).map(|_| window(rng)).collect();
+        let x: Vec<Vec<usize>> = rows.iter().map(|r| r[..a.block].to_vec()).collect();
+        let y: Vec<Vec<usize>> = rows.iter().map(|r| r[1..].to_vec()).collect();
+        let loss = model.loss(&x, &y)?;
+        loss.backward()?;
+        drop(loss);
+        clip_grad_norm(model, 1.0);
+        opt.step(model)?;
+        model.zero_grad();
+        Ok(())
+    };
+    pool.install(|| {
+        for _ in 0..3 {
+            step(&mut model, &mut rng)?;
+        }
+        let t0 = Instant::now();
+        for _ in 0..a.steps {
+            step(&mut model, &mut rng)?;
+        }
+        let secs = t0.elapsed().as_secs_f64();
+        Ok(((a.steps * a.batch * a.block) as f64 / secs, params))
+    })
+}
+
+/// Run `lucent bench-train`.
+pub fn run(args: Args) -> Result<()> {
+    let mut rows = Vec::new();
+    for &t in &args.thread_counts {
+        let (tok_s, params) = measure(&args, t.max(1))?;
+        if !args.json {
+            println!(
+                "lucent train  threads {t}  {tok_s:>8.0} tok/s  ({params} parameters, {} layers, d {}, {} heads, block {}, batch {})",
+                args.layers, args.d_model, args.heads, args.block, args.batch
+            );
+        }
+        rows.push(serde_json::json!({"threads": t, "tok_s": tok_s, "parameters": params}));
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "engine": "lucent",
+                "config": {"layers": args.layers, "d_model": args.d_model, "heads": args.heads, "block": args.block, "batch": args.batch, "vocab": args.vocab},
+                "results": rows
+            })
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,427 @@
+//! `lucent train lm|seq2seq`: train a small Transformer from scratch, with a progress
+//! bar (step, loss, tokens/s, ETA) or `--json` metrics lines; and the temporary
+//! `sample-trained` / `attention-trained` commands that read a trained run's folder.
+
+use std::path::PathBuf;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use lucent::pipeline::train::data::Task;
+use lucent::pipeline::train::{
+    self, Job, Limits, Metrics, Observer, Summary, TrainConfig, TrainedModel,
+};
+use lucent::{Error, Result};
+
+use crate::progress::Bars;
+
+/// Arguments of `lucent train`.
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    job: TrainJob,
+}
+
+#[derive(clap::Subcommand)]
+enum TrainJob {
+    /// A GPT language model on a text corpus (moby-dick, sotu or a text file).
+    #[command(
+        after_help = "Examples:\n  lucent train lm --corpus moby-dick --minutes 15 --out runs/moby\n  lucent train lm --corpus notes.txt --tokenizer bpe --bpe-vocab 1024 --steps 3000\n  lucent train lm --resume runs/moby --steps 6000\n\nThe last 10% of the corpus is held out for the validation loss. The folder gets\nmodel.safetensors (weights + AdamW state + step + config), the tokenizer,\nhistory.json and loss.png. Sample with `lucent sample-trained -m DIR \"prompt\"`."
+    )]
+    Lm(LmArgs),
+    /// The guides' encoder-decoder on a synthetic task (reverse, sort, copy, add).
+    #[command(
+        after_help = "Examples:\n  lucent train seq2seq --task reverse --minutes 5 --out runs/reverse\n  lucent attention-trained -m runs/reverse abcdefghij --out reverse.png"
+    )]
+    Seq2seq(Seq2SeqArgs),
+}
+
+/// Settings shared by both jobs.
+#[derive(clap::Args)]
+struct Common {
+    /// Layers (of each stack).
+    #[arg(long)]
+    layers: Option<usize>,
+    /// Model width d.
+    #[arg(long = "d-model")]
+    d_model: Option<usize>,
+    /// Attention heads.
+    #[arg(long)]
+    heads: Option<usize>,
+    /// Sequences per batch.
+    #[arg(long)]
+    batch: Option<usize>,
+    /// Optimisation steps (the schedule's length).
+    #[arg(long)]
+    steps: Option<u64>,
+    /// Peak learning rate (AdamW; warm-up then cosine decay to a tenth).
+    #[arg(long)]
+    lr: Option<f32>,
+    /// Warm-up steps.
+    #[arg(long)]
+    warmup: Option<u64>,
+    /// Stop after this many minutes (the run can be resumed).
+    #[arg(long)]
+    minutes: Option<f64>,
+    /// Seed of the initialisation and the batches.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Evaluate and checkpoint every N steps.
+    #[arg(long = "eval-every")]
+    eval_every: Option<u64>,
+    /// Output folder.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Continue the run saved in DIR (its config; --steps extends it).
+    #[arg(long, value_name = "DIR")]
+    resume: Option<PathBuf>,
+    /// One JSON object per step on stdout instead of the progress bar.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `lucent train lm`.
+#[derive(clap::Args)]
+struct LmArgs {
+    /// moby-dick, sotu, or a path to a text file.
+    #[arg(long, required_unless_present = "resume")]
+    corpus: Option<String>,
+    /// char or bpe.
+    #[arg(long, default_value = "char")]
+    tokenizer: String,
+    /// BPE vocabulary size.
+    #[arg(long = "bpe-vocab", default_value_t = 512)]
+    bpe_vocab: usize,
+    /// Context length.
+    #[arg(long)]
+    block: Option<usize>,
+    /// Dropout on the embeddings while training.
+    #[arg(long, default_value_t = 0.0)]
+    dropout: f32,
+    #[command(flatten)]
+    common: Common,
+}
+
+/// `lucent train seq2seq`.
+#[derive(clap::Args)]
+struct Seq2SeqArgs {
+    /// reverse, sort, copy or add.
+    #[arg(long, default_value = "reverse")]
+    task: String,
+    /// Distinct symbols (reverse, sort, copy).
+    #[arg(long, default_value_t = 10)]
+    symbols: usize,
+    /// Shortest input.
+    #[arg(long = "min-len", default_value_t = 8)]
+    min_len: usize,
+    /// Longest input.
+    #[arg(long = "max-len", default_value_t = 16)]
+    max_len: usize,
+    /// Held-out examples for the exact-match accuracy.
+    #[arg(long = "test-size", default_value_t = 500)]
+    test_size: usize,
+    #[command(flatten)]
+    common: Common,
+}
+
+fn apply(c: &Common, mut cfg: TrainConfig) -> TrainConfig {
+    let set = |v: Option<usize>, d: &mut usize| {
+        if let Some(v) = v {
+            *d = v;
+        }
+    };
+    set(c.layers, &mut cfg.layers);
+    set(c.d_model, &mut cfg.d_model);
+    set(c.heads, &mut cfg.heads);
+    set(c.batch, &mut cfg.batch);
+    if let Some(s) = c.steps {
+        cfg.steps = s;
+    }
+    if let Some(lr) = c.lr {
+        cfg.lr = lr;
+        cfg.min_lr = lr / 10.0;
+    }
+    if let Some(w) = c.warmup {
+        cfg.warmup = w;
+    }
+    if let Some(s) = c.seed {
+        cfg.seed = s;
+    }
+    if let Some(e) = c.eval_every {
+        cfg.eval_every = e;
+    }
+    cfg
+}
+
+/// Run `lucent train`.
+pub fn run(args: Args) -> Result<()> {
+    let (common, cfg) = match &args.job {
+        TrainJob::Lm(a) => {
+            let mut cfg = TrainConfig::lm(a.corpus.as_deref().unwrap_or(""));
+            cfg.job = Job::Lm {
+                corpus: a.corpus.clone().unwrap_or_default(),
+                tokenizer: a.tokenizer.clone(),
+                bpe_vocab: a.bpe_vocab,
+            };
+            if let Some(b) = a.block {
+                cfg.block = b;
+            }
+            cfg.dropout = a.dropout;
+            (&a.common, apply(&a.common, cfg))
+        }
+        TrainJob::Seq2seq(a) => {
+            let task = Task::parse(&a.task)?;
+            let mut cfg = TrainConfig::seq2seq(task);
+            cfg.job = Job::Seq2Seq {
+                task,
+                symbols: a.symbols,
+                min_len: a.min_len,
+                max_len: a.max_len,
+                test_size: a.test_size,
+            };
+            (&a.common, apply(&a.common, cfg))
+        }
+    };
+    let limits = Limits {
+        minutes: common.minutes,
+        stop_after: None,
+    };
+    let mut observer = Cli::new(common.json);
+    let summary = match &common.resume {
+        Some(dir) => train::resume(
+            dir,
+            common.out.as_deref(),
+            common.steps,
+            limits,
+            &mut observer,
+            &mut Bars::default(),
+        )?,
+        None => {
+            let out = common
+                .out
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(default_out(&cfg)));
+            train::train(cfg, &out, limits, &mut observer, &mut Bars::default())?
+        }
+    };
+    observer.finish();
+    report(&summary, common.json);
+    Ok(())
+}
+
+fn default_out(cfg: &TrainConfig) -> String {
+    match &cfg.job {
+        Job::Lm { .. } => "runs/lm".into(),
+        Job::Seq2Seq { task, .. } => format!("runs/{}", task.name()),
+    }
+}
+
+fn report(s: &Summary, json: bool) {
+    if json {
+        let v = serde_json::json!({
+            "done": true,
+            "step": s.step,
+            "parameters": s.parameters,
+            "val_loss": s.last_val_loss(),
+            "exact_match": s.last_exact_match(),
+            "checkpoint": s.checkpoint,
+            "plot": s.plot,
+        });
+        println!("{v}");
+        return;
+    }
+    println!("trained {} parameters for {} steps", s.parameters, s.step);
+    if let Some(v) = s.last_val_loss() {
+        println!("validation loss {v:.4} (perplexity {:.2})", v.exp());
+    }
+    if let Some(em) = s.last_exact_match() {
+        println!("exact match on held-out examples: {:.1}%", 100.0 * em);
+    }
+    println!("checkpoint: {}", s.checkpoint.display());
+    if let Some(p) = &s.plot {
+        println!("loss curve: {}", p.display());
+    }
+}
+
+/// The command line's observer: a progress bar, or JSON lines.
+struct Cli {
+    json: bool,
+    bar: Option<ProgressBar>,
+    last_val: Option<f32>,
+    last_em: Option<f32>,
+}
+
+impl Cli {
+    fn new(json: bool) -> Self {
+        Cli {
+            json,
+            bar: None,
+            last_val: None,
+            last_em: None,
+        }
+    }
+
+    fn finish(&mut self) {
+        if let Some(b) = self.bar.take() {
+            b.finish();
+        }
+    }
+}
+
+impl Observer for Cli {
+    fn start(&mut self, start: u64, total: u64) {
+        if self.json {
+            return;
+        }
+        let bar = ProgressBar::new(total).with_style(
+            ProgressStyle::with_template("step {pos}/{len} [{bar:30}] {msg} eta {eta}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        );
+        bar.set_position(start);
+        self.bar = Some(bar);
+    }
+
+    fn step(&mut self, m: &Metrics) {
+        if self.json {
+            if let Ok(s) = serde_json::to_string(m) {
+                println!("{s}");
+            }
+            return;
+        }
+        self.last_val = m.val_loss.or(self.last_val);
+        self.last_em = m.exact_match.or(self.last_em);
+        if let Some(b) = &self.bar {
+            let mut msg = format!("loss {:.3}", m.train_loss);
+            if let Some(v) = self.last_val {
+                msg += &format!(" val {v:.3}");
+            }
+            if let Some(e) = self.last_em {
+                msg += &format!(" exact {:.1}%", 100.0 * e);
+            }
+            msg += &format!(" {:.0} tok/s", m.tok_s);
+            b.set_message(msg);
+            b.set_position(m.step);
+            if m.val_loss.is_some() {
+                let line = format!(
+                    "step {:>6}  train {:.4}  val {:.4}{}",
+                    m.step,
+                    m.train_loss,
+                    m.val_loss.unwrap_or(f32::NAN),
+                    m.exact_match
+                        .map_or(String::new(), |e| format!("  exact {:.1}%", 100.0 * e))
+                );
+                // A hidden bar (output not a terminal) prints nothing itself.
+                if b.is_hidden() {
+                    eprintln!("{line}");
+                } else {
+                    b.println(line);
+                }
+            }
+        }
+    }
+
+    fn message(&mut self, msg: &str) {
+        if self.json {
+            return;
+        }
+        match &self.bar {
+            Some(b) if !b.is_hidden() => b.println(msg),
+            _ => eprintln!("{msg}"),
+        }
+    }
+}
+
+/// Arguments of `lucent sample-trained` (temporary; `lucent generate -m DIR` at merge).
+#[derive(clap::Args)]
+#[command(
+    after_help = "Example:\n  lucent sample-trained -m runs/moby \"Call me \" -n 300 --temperature 0.8"
+)]
+pub struct SampleArgs {
+    /// A folder written by `lucent train`.
+    #[arg(short, long, value_name = "DIR")]
+    model: PathBuf,
+    /// The text to continue (a seq2seq model decodes it instead).
+    prompt: String,
+    /// Tokens to generate.
+    #[arg(short, long, default_value_t = 200)]
+    n: usize,
+    /// Sampling temperature (0: greedy).
+    #[arg(long, default_value_t = 0.8)]
+    temperature: f32,
+    /// Sampling seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Run `lucent sample-trained`.
+pub fn run_sample(args: SampleArgs) -> Result<()> {
+    let m = TrainedModel::load(&args.model)?;
+    let text = m.sample(&args.prompt, args.n, args.temperature, args.seed)?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({"prompt": args.prompt, "text": text})
+        );
+    } else {
+        println!("{text}");
+    }
+    Ok(())
+}
+
+/// Arguments of `lucent attention-trained` (temporary; `lucent attention -m DIR` at merge).
+#[derive(clap::Args)]
+#[command(
+    after_help = "Example:\n  lucent attention-trained -m runs/reverse abcdefghij --out reverse.png"
+)]
+pub struct AttentionArgs {
+    /// A folder written by `lucent train seq2seq`.
+    #[arg(short, long, value_name = "DIR")]
+    model: PathBuf,
+    /// The input sequence (the task's symbols).
+    input: String,
+    /// Heatmap file (PNG or SVG).
+    #[arg(long, default_value = "cross_attention.png")]
+    out: PathBuf,
+    /// Print JSON (output, weights) instead of the summary.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Run `lucent attention-trained`: the cross-attention of each decoder layer as a heatmap.
+pub fn run_attention(args: AttentionArgs) -> Result<()> {
+    let m = TrainedModel::load(&args.model)?;
+    let (maps, rows, cols) = m.cross_attention(&args.input)?;
+    let output = m.sample(&args.input, 0, 0.0, 0)?;
+    let panels = maps
+        .iter()
+        .enumerate()
+        .map(|(i, w)| {
+            Ok(lucent::viz::Panel::from_tensor(
+                format!("decoder layer {i}: cross-attention (mean over heads)"),
+                w,
+            )?
+            .labels(rows.clone(), cols.clone())
+            .axes("input (keys)", "output (queries)"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    if panels.is_empty() {
+        return Err(Error::Argument("the model has no decoder layers".into()));
+    }
+    lucent::viz::heatmap_grid(&panels, &args.out)?;
+    if args.json {
+        let w: Vec<Vec<Vec<f32>>> = maps.iter().map(|t| t.to_rows()).collect();
+        println!(
+            "{}",
+            serde_json::json!({"input": args.input, "output": output, "cross_attention": w, "file": args.out})
+        );
+    } else {
+        println!(
+            "input  {}\noutput {output}\nheatmap: {}",
+            args.input,
+            args.out.display()
+        );
+    }
+    Ok(())
+}
