@@ -29,7 +29,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Measure lucent's speed: `lucent bench kernels|embed` (medians of several runs).
+    /// Measure lucent's speed: `lucent bench kernels|embed|train` (medians of several runs).
     Bench(commands::bench::Args),
     /// Attention step by step: `--demo` (the guides' example) or a real model's (`-m MODEL TEXT`).
     Attention(commands::attention::Args),
@@ -59,10 +59,6 @@ enum Command {
     Train(commands::train::Args),
     /// Sample from (or decode with) a model trained by `lucent train`.
     SampleTrained(commands::train::SampleArgs),
-    /// Cross-attention heatmap of an encoder-decoder trained by `lucent train seq2seq`.
-    AttentionTrained(commands::train::AttentionArgs),
-    /// Training throughput (tokens/s) of a fixed tiny GPT at 1 and 2 threads.
-    BenchTrain(commands::bench_train::Args),
 }
 
 fn main() -> ExitCode {
@@ -85,8 +81,6 @@ fn main() -> ExitCode {
         Command::Analogy(a) => commands::embed::run_analogy(a),
         Command::Train(a) => commands::train::run(a),
         Command::SampleTrained(a) => commands::train::run_sample(a),
-        Command::AttentionTrained(a) => commands::train::run_attention(a),
-        Command::BenchTrain(a) => commands::bench_train::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

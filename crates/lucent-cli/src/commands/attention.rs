@@ -345,6 +345,17 @@ fn run_real_model(args: Args) -> Result<()> {
         ));
     }
     let model = args.model.unwrap_or_else(|| "minilm".into());
+    if is_trained_run(&model) {
+        let out = args
+            .png
+            .unwrap_or_else(|| PathBuf::from("cross_attention.png"));
+        return super::train::run_attention(super::train::AttentionArgs {
+            model: PathBuf::from(model),
+            input: text,
+            out,
+            json: args.json,
+        });
+    }
     super::attention_model::run_model(super::attention_model::ModelAttentionArgs {
         text,
         model,
@@ -355,4 +366,10 @@ fn run_real_model(args: Args) -> Result<()> {
         png: args.png,
         json: args.json,
     })
+}
+
+/// Whether `spec` is a folder written by `lucent train` (its checkpoint, no HF config).
+fn is_trained_run(spec: &str) -> bool {
+    let dir = std::path::Path::new(spec);
+    dir.join(lucent::pipeline::train::CHECKPOINT).is_file() && !dir.join("config.json").exists()
 }

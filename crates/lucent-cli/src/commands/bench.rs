@@ -21,7 +21,7 @@ use rand::{rngs::StdRng, SeedableRng};
 /// Arguments of `lucent bench`.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Examples:\n  lucent bench kernels --threads 2 --json\n  lucent bench embed --threads-list 1,2"
+    after_help = "Examples:\n  lucent bench kernels --threads 2 --json\n  lucent bench embed --threads-list 1,2\n  lucent bench train"
 )]
 pub struct Args {
     #[command(subcommand)]
@@ -35,6 +35,8 @@ enum Target {
     Kernels(KernelArgs),
     /// Sentence embeddings of a real encoder: sentences/s and single-sentence latency.
     Embed(super::bench_embed::EmbedBenchArgs),
+    /// Training throughput (tokens/s) of a fixed tiny GPT at 1 and 2 threads.
+    Train(super::bench_train::Args),
 }
 
 /// Options of `lucent bench kernels`.
@@ -62,6 +64,7 @@ pub fn run(args: Args) -> Result<()> {
     match args.target {
         Target::Kernels(a) => kernels(a),
         Target::Embed(a) => super::bench_embed::run(a),
+        Target::Train(a) => super::bench_train::run(a),
     }
 }
 

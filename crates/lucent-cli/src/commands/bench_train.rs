@@ -1,4 +1,4 @@
-//! `lucent bench-train` (folded under `lucent bench train` at merge): training
+//! `lucent bench train` : training
 //! throughput in tokens per second of a fixed tiny GPT, at 1 and 2 threads.
 //!
 //! The configuration is the PyTorch reference: 4 layers, d 128, 4 heads,
@@ -15,7 +15,7 @@ use lucent::{Error, Result};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-/// Arguments of `lucent bench-train`.
+/// Arguments of `lucent bench train`.
 #[derive(clap::Args)]
 pub struct Args {
     /// Thread counts to measure.
@@ -96,7 +96,7 @@ fn measure(a: &Args, threads: usize) -> Result<(f64, usize)> {
     })
 }
 
-/// Run `lucent bench-train`.
+/// Run `lucent bench train`.
 pub fn run(args: Args) -> Result<()> {
     let mut rows = Vec::new();
     for &t in &args.thread_counts {

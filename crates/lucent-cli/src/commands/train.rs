@@ -29,7 +29,7 @@ enum TrainJob {
     Lm(LmArgs),
     /// The guides' encoder-decoder on a synthetic task (reverse, sort, copy, add).
     #[command(
-        after_help = "Examples:\n  lucent train seq2seq --task reverse --minutes 5 --out runs/reverse\n  lucent attention-trained -m runs/reverse abcdefghij --out reverse.png"
+        after_help = "Examples:\n  lucent train seq2seq --task reverse --minutes 5 --out runs/reverse\n  lucent attention -m runs/reverse abcdefghij --png reverse.png"
     )]
     Seq2seq(Seq2SeqArgs),
 }
@@ -338,21 +338,21 @@ impl Observer for Cli {
 pub struct SampleArgs {
     /// A folder written by `lucent train`.
     #[arg(short, long, value_name = "DIR")]
-    model: PathBuf,
+    pub model: PathBuf,
     /// The text to continue (a seq2seq model decodes it instead).
-    prompt: String,
+    pub prompt: String,
     /// Tokens to generate.
     #[arg(short, long, default_value_t = 200)]
-    n: usize,
+    pub n: usize,
     /// Sampling temperature (0: greedy).
     #[arg(long, default_value_t = 0.8)]
-    temperature: f32,
+    pub temperature: f32,
     /// Sampling seed.
     #[arg(long, default_value_t = 0)]
-    seed: u64,
+    pub seed: u64,
     /// Print JSON.
     #[arg(long)]
-    json: bool,
+    pub json: bool,
 }
 
 /// Run `lucent sample-trained`.
@@ -370,26 +370,24 @@ pub fn run_sample(args: SampleArgs) -> Result<()> {
     Ok(())
 }
 
-/// Arguments of `lucent attention-trained` (temporary; `lucent attention -m DIR` at merge).
+/// What `lucent attention -m DIR INPUT` needs for a model trained by `lucent train seq2seq`.
 #[derive(clap::Args)]
-#[command(
-    after_help = "Example:\n  lucent attention-trained -m runs/reverse abcdefghij --out reverse.png"
-)]
+#[command(after_help = "Example:\n  lucent attention -m runs/reverse abcdefghij --png reverse.png")]
 pub struct AttentionArgs {
     /// A folder written by `lucent train seq2seq`.
     #[arg(short, long, value_name = "DIR")]
-    model: PathBuf,
+    pub model: PathBuf,
     /// The input sequence (the task's symbols).
-    input: String,
+    pub input: String,
     /// Heatmap file (PNG or SVG).
     #[arg(long, default_value = "cross_attention.png")]
-    out: PathBuf,
+    pub out: PathBuf,
     /// Print JSON (output, weights) instead of the summary.
     #[arg(long)]
-    json: bool,
+    pub json: bool,
 }
 
-/// Run `lucent attention-trained`: the cross-attention of each decoder layer as a heatmap.
+/// Show a trained encoder-decoder's cross-attention of each decoder layer as a heatmap.
 pub fn run_attention(args: AttentionArgs) -> Result<()> {
     let m = TrainedModel::load(&args.model)?;
     let (maps, rows, cols) = m.cross_attention(&args.input)?;

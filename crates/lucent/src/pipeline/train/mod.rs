@@ -314,7 +314,8 @@ enum Data {
     },
 }
 
-const CHECKPOINT: &str = "model.safetensors";
+/// The checkpoint file inside a run folder written by `lucent train`.
+pub const CHECKPOINT: &str = "model.safetensors";
 
 /// The batch RNG of step `t`: a pure function of (seed, t).
 fn step_rng(seed: u64, t: u64) -> StdRng {
