@@ -204,52 +204,18 @@ pub(crate) fn gemm_general(
     n: usize,
     accumulate: bool,
 ) {
-    debug_assert!(c.len() == m * n && a.len() == m * k && b.len() == k * n);
-    if m == 0 || n == 0 {
-        return;
-    }
-    if k == 0 {
-        if !accumulate {
-            c.fill(0.0);
-        }
-        return;
-    }
-    // (column stride, row stride) of each operand as the gemm crate reads them.
-    let (a_cs, a_rs) = if trans_a {
-        (m as isize, 1)
-    } else {
-        (1, k as isize)
-    };
-    let (b_cs, b_rs) = if trans_b {
-        (k as isize, 1)
-    } else {
-        (1, n as isize)
-    };
-    // SAFETY: the slices hold exactly m·k, k·n and m·n elements (checked by callers via
-    // their shapes), and the strides above stay inside them.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            c.as_mut_ptr(),
-            1,
-            n as isize,
-            accumulate,
-            a.as_ptr(),
-            a_cs,
-            a_rs,
-            b.as_ptr(),
-            b_cs,
-            b_rs,
-            1.0,
-            1.0,
-            false,
-            false,
-            false,
-            crate::threads::gemm_parallelism(m * n * k),
-        );
-    }
+    crate::ops::matmul::gemm_strided(
+        c,
+        a,
+        trans_a,
+        b,
+        trans_b,
+        m,
+        k,
+        n,
+        accumulate,
+        crate::threads::gemm_parallelism(m * n * k),
+    )
 }
 
 /// Recording for [`crate::ops::matmul`] (C = A·B) and [`crate::ops::matmul_t`]

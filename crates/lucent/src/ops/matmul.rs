@@ -222,60 +222,74 @@ fn gemm_with(
     transpose_b: bool,
     parallelism: gemm::Parallelism,
 ) {
-    assert!(
-        c.len() == m * n && a.len() == m * k && b.len() == k * n,
-        "gemm_into sizes"
-    ); // ok: internal invariant
-    if m == 0 || n == 0 {
-        return;
-    }
-    if k == 0 {
-        c.fill(0.0);
-        return;
-    }
-    // Row-major strides: element (i, j) of a matrix with `cols` columns is at i*cols + j,
-    // so the row stride is `cols` and the column stride is 1. Bᵀ swaps them.
-    let (b_cs, b_rs) = if transpose_b {
-        (k as isize, 1)
-    } else {
-        (1, n as isize)
-    };
-    // SAFETY: the slices are exactly m×n, m×k and k×n elements (asserted above) and
-    // the strides address only elements inside them.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            c.as_mut_ptr(),
-            1,
-            n as isize,
-            false,
-            a.as_ptr(),
-            1,
-            k as isize,
-            b.as_ptr(),
-            b_cs,
-            b_rs,
-            0.0,
-            1.0,
-            false,
-            false,
-            false,
-            parallelism,
-        );
-    }
+    gemm_strided(c, a, false, b, transpose_b, m, k, n, false, parallelism)
 }
 
 /// C (m×n) += A (m×k) · Bᵀ with B stored (n×k), row-major, on the `gemm` crate (the
 /// bias-first form of [`linear`]).
 fn gemm_accumulate(c: &mut [f32], a: &[f32], b: &[f32], m: usize, k: usize, n: usize) {
+    gemm_strided(
+        c,
+        a,
+        false,
+        b,
+        true,
+        m,
+        k,
+        n,
+        true,
+        gemm_parallelism(m * n * k),
+    )
+}
+
+/// C (m×n) = op(A) · op(B), or C += op(A) · op(B) when `accumulate`; all row-major.
+/// A is stored (m×k), or (k×m) read transposed when `trans_a`; B is stored (k×n), or
+/// (n×k) read transposed when `trans_b`. Transposes are strides, never copies. This is
+/// the one place lucent calls the `gemm` crate.
+///
+/// Panics if a slice's length does not match its dimensions (an internal invariant:
+/// callers derive the dimensions from checked tensor shapes).
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_strided(
+    c: &mut [f32],
+    a: &[f32],
+    trans_a: bool,
+    b: &[f32],
+    trans_b: bool,
+    m: usize,
+    k: usize,
+    n: usize,
+    accumulate: bool,
+    parallelism: gemm::Parallelism,
+) {
     assert!(
         c.len() == m * n && a.len() == m * k && b.len() == k * n,
-        "gemm_accumulate sizes"
+        "gemm sizes"
     ); // ok: internal invariant
-       // SAFETY: the slices are exactly m×n, m×k and n×k elements (asserted above) and the
-       // strides address only elements inside them; dst = 1·dst + 1·A·Bᵀ.
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !accumulate {
+            c.fill(0.0);
+        }
+        return;
+    }
+    // Row-major strides: element (i, j) of a matrix with `cols` columns is at i*cols + j,
+    // so the row stride is `cols` and the column stride is 1; a transpose swaps them.
+    // (column stride, row stride) of each operand as the gemm crate reads them:
+    let (a_cs, a_rs) = if trans_a {
+        (m as isize, 1)
+    } else {
+        (1, k as isize)
+    };
+    let (b_cs, b_rs) = if trans_b {
+        (k as isize, 1)
+    } else {
+        (1, n as isize)
+    };
+    // SAFETY: the slices hold exactly m·n, m·k and k·n elements (asserted above) and the
+    // strides address only elements inside them; dst = 1·dst (if read) + 1·op(A)·op(B).
     unsafe {
         gemm::gemm(
             m,
@@ -284,19 +298,19 @@ fn gemm_accumulate(c: &mut [f32], a: &[f32], b: &[f32], m: usize, k: usize, n: u
             c.as_mut_ptr(),
             1,
             n as isize,
-            true,
+            accumulate,
             a.as_ptr(),
-            1,
-            k as isize,
+            a_cs,
+            a_rs,
             b.as_ptr(),
-            k as isize,
-            1,
+            b_cs,
+            b_rs,
             1.0,
             1.0,
             false,
             false,
             false,
-            gemm_parallelism(m * n * k),
+            parallelism,
         );
     }
 }
