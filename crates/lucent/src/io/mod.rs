@@ -2,6 +2,8 @@
 //! model cache with its fetcher.
 
 pub mod fetch;
+pub mod gguf;
+pub mod gguf_tokenizer;
 pub mod safetensors;
 
 pub use self::safetensors::SafetensorsFile;

@@ -11,6 +11,8 @@
 //! Files may store f16 or bf16 ([`Dtype`]); they widen to f32 when read
 //! ([`Tensor::from_bytes`]).
 
+pub mod quant;
+
 use std::fmt;
 use std::sync::Arc;
 

@@ -1,0 +1,145 @@
+//! Speed of the quantised matrix-vector product (decode) and the dequantise-then-GEMM
+//! product (prefill) on a real GGUF file's weights.
+//!
+//! `cargo run --release -p lucent --example quant_bench -- FILE.gguf [THREADS]`
+//!
+//! Prints, per weight matrix of layer 0 and for the token embedding, the time of one
+//! `matvec` and its rate in GFLOP/s and GB/s of weights read; then the time to stream
+//! every 2-D weight of the file once (what one decoded token costs in matrix products)
+//! and a 128-token prefill through `matmul_t`.
+
+use std::time::Instant;
+
+use lucent::io::gguf::GgufFile;
+
+/// CPU time of the calling thread in seconds (Linux: /proc/thread-self/schedstat), so
+/// single-thread numbers stay meaningful on a busy machine; wall time elsewhere.
+fn cpu_now() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    Some(s.split_whitespace().next()?.parse::<f64>().ok()? * 1e-9)
+}
+
+/// Seconds of `f`: thread CPU time with 1 thread, wall time otherwise.
+fn time(threads: usize, mut f: impl FnMut() -> lucent::Result<()>) -> lucent::Result<f64> {
+    let (c0, w0) = (cpu_now(), Instant::now());
+    f()?;
+    Ok(match (threads, c0, cpu_now()) {
+        (1, Some(a), Some(b)) => b - a,
+        _ => w0.elapsed().as_secs_f64(),
+    })
+}
+
+fn main() -> lucent::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let path = args
+        .get(1)
+        .ok_or_else(|| lucent::Error::Argument("usage: quant_bench FILE.gguf [THREADS]".into()))?;
+    let threads: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1);
+    lucent::threads::set_threads(threads);
+    let f = GgufFile::open(path)?;
+    println!(
+        "{} ({} threads: {} time; SIMD {})",
+        path,
+        threads,
+        if threads == 1 && cpu_now().is_some() {
+            "thread CPU"
+        } else {
+            "wall"
+        },
+        lucent::tensor::quant::simd_available()
+    );
+    let mats: Vec<_> = f
+        .tensor_infos()
+        .iter()
+        .filter(|t| t.shape.len() == 2)
+        .map(|t| (t.name.clone(), f.qmatrix(&t.name)))
+        .collect::<Vec<_>>();
+    for (name, m) in &mats {
+        if !(name.starts_with("blk.0.") || name == "token_embd.weight") {
+            continue;
+        }
+        let m = m
+            .as_ref()
+            .map_err(|e| lucent::Error::Argument(e.to_string()))?;
+        let x: Vec<f32> = (0..m.cols()).map(|i| (i as f32 * 0.37).sin()).collect();
+        // Enough calls per measurement for the CPU clock's resolution (about 1 ms).
+        let reps = (2e8 / (m.rows() * m.cols()) as f64).ceil() as usize;
+        let mut best = f64::MAX;
+        for _ in 0..5 {
+            let dt = time(threads, || {
+                for _ in 0..reps {
+                    std::hint::black_box(m.matvec(&x)?);
+                }
+                Ok(())
+            })? / reps as f64;
+            best = best.min(dt);
+        }
+        let flops = 2.0 * m.rows() as f64 * m.cols() as f64;
+        println!(
+            "{name:<28} {:<5} {:>6} x {:<5} {:>8.1} us  {:>6.1} GFLOP/s  {:>6.1} GB/s",
+            m.dtype().name(),
+            m.rows(),
+            m.cols(),
+            best * 1e6,
+            flops / best / 1e9,
+            m.bytes().len() as f64 / best / 1e9
+        );
+    }
+    // One decoded token: every 2-D weight once (the output head is token_embd when tied).
+    let all: Vec<_> = mats.iter().filter_map(|(_, m)| m.as_ref().ok()).collect();
+    let xs: Vec<Vec<f32>> = all
+        .iter()
+        .map(|m| (0..m.cols()).map(|i| (i as f32 * 0.1).cos()).collect())
+        .collect();
+    let bytes: usize = all.iter().map(|m| m.bytes().len()).sum();
+    let mut best = f64::MAX;
+    for _ in 0..5 {
+        let dt = time(threads, || {
+            for (m, x) in all.iter().zip(&xs) {
+                std::hint::black_box(m.matvec(x)?);
+            }
+            Ok(())
+        })?;
+        best = best.min(dt);
+    }
+    println!(
+        "all {} matrices once ({:.1} MB): {:.2} ms = {:.0} tok/s bound from matvecs, {:.1} GB/s",
+        all.len(),
+        bytes as f64 / 1e6,
+        best * 1e3,
+        1.0 / best,
+        bytes as f64 / best / 1e9
+    );
+    // Prefill of 128 tokens through dequantised tiles + GEMM (layer 0 only, scaled).
+    let t_len = 128;
+    let layer0: Vec<_> = mats
+        .iter()
+        .filter(|(n, _)| n.starts_with("blk.0."))
+        .filter_map(|(_, m)| m.as_ref().ok())
+        .collect();
+    let n_layers = mats
+        .iter()
+        .filter(|(n, _)| n.ends_with("attn_q.weight"))
+        .count()
+        .max(1);
+    let xs: Vec<Vec<f32>> = layer0
+        .iter()
+        .map(|m| {
+            (0..t_len * m.cols())
+                .map(|i| (i as f32 * 0.01).sin())
+                .collect()
+        })
+        .collect();
+    let per_layer = time(threads, || {
+        for (m, x) in layer0.iter().zip(&xs) {
+            std::hint::black_box(m.matmul_t(x, t_len)?);
+        }
+        Ok(())
+    })?;
+    println!(
+        "prefill {t_len} tokens, layer 0 matrices: {:.2} ms; x {n_layers} layers = {:.0} tok/s bound from matmuls (no head)",
+        per_layer * 1e3,
+        t_len as f64 / (per_layer * n_layers as f64)
+    );
+    Ok(())
+}

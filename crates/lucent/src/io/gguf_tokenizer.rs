@@ -1,0 +1,742 @@
+//! Tokenizers rebuilt from a GGUF file's `tokenizer.ggml.*` metadata, tokenising as
+//! llama.cpp does.
+//!
+//! Two kinds, named by `tokenizer.ggml.model`:
+//!
+//! - `gpt2`: **byte-level BPE** (SmolLM2). Text is split by the pre-tokeniser that
+//!   `tokenizer.ggml.pre` names (for `smollm`, llama.cpp applies two regexes in turn:
+//!   `\p{N}` isolates every digit, then GPT-2's
+//!   `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)`), each
+//!   piece's bytes are mapped to printable characters (GPT-2's byte ↔ unicode table) and
+//!   merged by the ranked `tokenizer.ggml.merges`. This part runs on the `tokenizers`
+//!   crate (its BPE model with a `Split` + `ByteLevel` pre-tokeniser).
+//! - `llama`: **SentencePiece-style** (Gemma 3). Spaces become `▁` (U+2581); the text
+//!   starts as one symbol per character; repeatedly the adjacent pair whose concatenation
+//!   is a vocabulary token with the highest `tokenizer.ggml.scores` entry is merged (ties:
+//!   the leftmost pair); a final symbol that is not a token falls back to its bytes as
+//!   `<0xNN>` tokens. The `tokenizers` crate cannot express this directly (its BPE wants
+//!   ranked merges, which GGUF does not store for this kind, and deriving them from scores
+//!   changes tie-breaking), so it is written here, from that definition.
+//!
+//! For both, special tokens — `token_type` 3 (control) and 4 (user-defined), e.g.
+//! `<|im_start|>`, `<start_of_turn>`, Gemma's runs of `\n` — are split out of the text
+//! first and become one token each, longest first, as llama.cpp's partitioning does.
+//! BOS/EOS are added per `tokenizer.ggml.add_bos_token` / `add_eos_token`.
+//!
+//! Decoding maps each token back to bytes (byte-level table, `▁` → space, `<0xNN>` → the
+//! byte) and then to UTF-8; [`StreamDecoder`] does it token by token without ever
+//! splitting a multi-byte character.
+
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
+
+use aho_corasick::AhoCorasick;
+
+use crate::io::gguf::GgufFile;
+use crate::{Error, Result};
+
+/// A token's role, from `tokenizer.ggml.token_type`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TokenType {
+    /// 0: not given.
+    Undefined,
+    /// 1: an ordinary piece of text.
+    Normal,
+    /// 2: the unknown token.
+    Unknown,
+    /// 3: a control token (BOS, EOS, `<|im_start|>`): split out of text, hidden when
+    /// decoding with `skip_special`.
+    Control,
+    /// 4: a user-defined token: split out of text, always decoded as its text.
+    UserDefined,
+    /// 5: unused.
+    Unused,
+    /// 6: a byte (`<0x0A>`), for byte fallback.
+    Byte,
+}
+
+impl TokenType {
+    fn from_code(c: i64) -> TokenType {
+        match c {
+            1 => TokenType::Normal,
+            2 => TokenType::Unknown,
+            3 => TokenType::Control,
+            4 => TokenType::UserDefined,
+            5 => TokenType::Unused,
+            6 => TokenType::Byte,
+            _ => TokenType::Undefined,
+        }
+    }
+}
+
+/// Which algorithm a [`GgufTokenizer`] runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenizerKind {
+    /// Byte-level BPE (`tokenizer.ggml.model = gpt2`).
+    ByteLevelBpe,
+    /// SentencePiece-style score merging with byte fallback (`tokenizer.ggml.model = llama`).
+    SentencePiece,
+}
+
+/// Token texts of end-of-generation tokens that llama.cpp recognises by name.
+const EOG_TEXTS: [&str; 8] = [
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<EOT>",
+    "<|end_of_text|>",
+    "<｜end▁of▁sentence｜>",
+];
+
+/// A tokenizer built from GGUF metadata ([`GgufTokenizer::from_gguf`]).
+pub struct GgufTokenizer {
+    kind: TokenizerKind,
+    tokens: Vec<String>,
+    types: Vec<TokenType>,
+    scores: Vec<f32>,
+    ids: HashMap<String, u32>,
+    /// The BPE model and pre-tokeniser (ByteLevelBpe only).
+    bpe: Option<tokenizers::Tokenizer>,
+    /// Special token texts, longest first, with their ids; and a matcher over them.
+    specials: Vec<(String, u32)>,
+    special_matcher: Option<AhoCorasick>,
+    byte_tokens: Vec<Option<u32>>,
+    unicode_to_byte: HashMap<char, u8>,
+    bos: Option<u32>,
+    eos: Option<u32>,
+    unk: Option<u32>,
+    add_bos: bool,
+    add_eos: bool,
+    add_space_prefix: bool,
+    eog: Vec<u32>,
+}
+
+impl std::fmt::Debug for GgufTokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "GgufTokenizer({:?}, {} tokens)",
+            self.kind,
+            self.tokens.len()
+        )
+    }
+}
+
+/// GPT-2's table from bytes to printable characters: printable Latin-1 bytes stand for
+/// themselves, the other 68 bytes map to U+0100 onwards in byte order.
+fn byte_to_unicode() -> [char; 256] {
+    let mut table = ['\0'; 256];
+    let mut extra = 0u32;
+    for b in 0..=255u8 {
+        let printable = matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
+        table[b as usize] = if printable {
+            b as char
+        } else {
+            extra += 1;
+            char::from_u32(255 + extra).unwrap_or('\0') // ok: 256..=323 are valid scalars
+        };
+    }
+    table
+}
+
+fn tok_err(f: &GgufFile, msg: impl std::fmt::Display) -> Error {
+    Error::Tokenizer(format!("{}: {msg}", f.path().display()))
+}
+
+impl GgufTokenizer {
+    /// Build the tokenizer that `f`'s metadata describes. Errors name the missing or
+    /// malformed key.
+    pub fn from_gguf(f: &GgufFile) -> Result<GgufTokenizer> {
+        let model = f.get_str("tokenizer.ggml.model")?;
+        let kind = match model {
+            "gpt2" => TokenizerKind::ByteLevelBpe,
+            "llama" => TokenizerKind::SentencePiece,
+            other => {
+                return Err(tok_err(
+                    f,
+                    format!("tokenizer.ggml.model = '{other}' is not supported; lucent reads 'gpt2' (byte-level BPE) and 'llama' (SentencePiece)"),
+                ))
+            }
+        };
+        let tokens = f.get_str_array("tokenizer.ggml.tokens")?.to_vec();
+        let n = tokens.len();
+        if n == 0 || n > u32::MAX as usize {
+            return Err(tok_err(f, format!("tokenizer.ggml.tokens has {n} entries")));
+        }
+        let types: Vec<TokenType> = match f.get("tokenizer.ggml.token_type") {
+            Some(_) => f
+                .get_int_array("tokenizer.ggml.token_type")?
+                .into_iter()
+                .map(TokenType::from_code)
+                .collect(),
+            None => vec![TokenType::Normal; n],
+        };
+        if types.len() != n {
+            return Err(tok_err(
+                f,
+                format!(
+                    "tokenizer.ggml.token_type has {} entries but there are {n} tokens",
+                    types.len()
+                ),
+            ));
+        }
+        let scores = match f.get("tokenizer.ggml.scores") {
+            Some(_) => f.get_f32_array("tokenizer.ggml.scores")?.to_vec(),
+            None if kind == TokenizerKind::SentencePiece => {
+                return Err(tok_err(
+                    f,
+                    "tokenizer.ggml.scores is missing; a SentencePiece vocabulary needs scores",
+                ))
+            }
+            None => vec![0.0; n],
+        };
+        if scores.len() != n {
+            return Err(tok_err(
+                f,
+                format!(
+                    "tokenizer.ggml.scores has {} entries but there are {n} tokens",
+                    scores.len()
+                ),
+            ));
+        }
+        let mut ids = HashMap::with_capacity(n);
+        for (i, t) in tokens.iter().enumerate() {
+            ids.insert(t.clone(), i as u32);
+        }
+        let id_key = |key: &str| -> Result<Option<u32>> {
+            match f.opt_u32(key)? {
+                Some(id) if (id as usize) < n => Ok(Some(id)),
+                Some(id) => Err(tok_err(
+                    f,
+                    format!("{key} = {id} is outside the vocabulary of {n} tokens"),
+                )),
+                None => Ok(None),
+            }
+        };
+        let bos = id_key("tokenizer.ggml.bos_token_id")?;
+        let eos = id_key("tokenizer.ggml.eos_token_id")?;
+        let unk = id_key("tokenizer.ggml.unknown_token_id")?;
+        let eot = id_key("tokenizer.ggml.eot_token_id")?;
+        let eom = id_key("tokenizer.ggml.eom_token_id")?;
+        let add_bos = f
+            .opt_bool("tokenizer.ggml.add_bos_token")?
+            .unwrap_or(kind == TokenizerKind::SentencePiece);
+        let add_eos = f.opt_bool("tokenizer.ggml.add_eos_token")?.unwrap_or(false);
+        let add_space_prefix = f
+            .opt_bool("tokenizer.ggml.add_space_prefix")?
+            .unwrap_or(kind == TokenizerKind::SentencePiece);
+
+        let mut eog: Vec<u32> = [eos, eot, eom].into_iter().flatten().collect();
+        for t in EOG_TEXTS {
+            if let Some(&id) = ids.get(t) {
+                if types[id as usize] == TokenType::Control && !eog.contains(&id) {
+                    eog.push(id);
+                }
+            }
+        }
+
+        let mut specials: Vec<(String, u32)> = tokens
+            .iter()
+            .enumerate()
+            .filter(|(i, t)| {
+                matches!(types[*i], TokenType::Control | TokenType::UserDefined) && !t.is_empty()
+            })
+            .map(|(i, t)| (t.clone(), i as u32))
+            .collect();
+        // Longest first (then by id), the order in which llama.cpp carves them out.
+        specials.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
+        let special_matcher = if specials.is_empty() {
+            None
+        } else {
+            Some(
+                AhoCorasick::new(specials.iter().map(|(t, _)| t.as_str()))
+                    .map_err(|e| tok_err(f, format!("special tokens: {e}")))?,
+            )
+        };
+
+        let mut byte_tokens = vec![None; 256];
+        for (b, slot) in byte_tokens.iter_mut().enumerate() {
+            *slot = ids.get(&format!("<0x{b:02X}>")).copied();
+        }
+        let table = byte_to_unicode();
+        let unicode_to_byte = table
+            .iter()
+            .enumerate()
+            .map(|(b, &c)| (c, b as u8))
+            .collect();
+
+        let bpe = if kind == TokenizerKind::ByteLevelBpe {
+            Some(build_bpe(f, &tokens)?)
+        } else {
+            None
+        };
+
+        Ok(GgufTokenizer {
+            kind,
+            tokens,
+            types,
+            scores,
+            ids,
+            bpe,
+            specials,
+            special_matcher,
+            byte_tokens,
+            unicode_to_byte,
+            bos,
+            eos,
+            unk,
+            add_bos,
+            add_eos,
+            add_space_prefix,
+            eog,
+        })
+    }
+
+    /// The algorithm this tokenizer runs.
+    pub fn kind(&self) -> TokenizerKind {
+        self.kind
+    }
+
+    /// Number of tokens in the vocabulary.
+    pub fn vocab_size(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// The text of token `id` as stored (byte-level or `▁`-escaped), if it exists.
+    pub fn token_text(&self, id: u32) -> Option<&str> {
+        self.tokens.get(id as usize).map(|s| s.as_str())
+    }
+
+    /// The id of the token whose stored text is `text`.
+    pub fn token_id(&self, text: &str) -> Option<u32> {
+        self.ids.get(text).copied()
+    }
+
+    /// The role of token `id`.
+    pub fn token_type(&self, id: u32) -> Option<TokenType> {
+        self.types.get(id as usize).copied()
+    }
+
+    /// The score of token `id` (SentencePiece merge priority; 0 for BPE files without scores).
+    pub fn score(&self, id: u32) -> Option<f32> {
+        self.scores.get(id as usize).copied()
+    }
+
+    /// Beginning-of-sequence token.
+    pub fn bos_id(&self) -> Option<u32> {
+        self.bos
+    }
+
+    /// End-of-sequence token.
+    pub fn eos_id(&self) -> Option<u32> {
+        self.eos
+    }
+
+    /// Whether [`GgufTokenizer::encode`] with `add_special` puts BOS first.
+    pub fn add_bos(&self) -> bool {
+        self.add_bos
+    }
+
+    /// Tokens that end generation: EOS, EOT/EOM if given, and control tokens such as
+    /// `<|im_end|>` or `<end_of_turn>`.
+    pub fn eog_ids(&self) -> &[u32] {
+        &self.eog
+    }
+
+    /// Whether `id` ends generation.
+    pub fn is_eog(&self, id: u32) -> bool {
+        self.eog.contains(&id)
+    }
+
+    /// Token ids of `text`, special tokens parsed (`<|im_start|>` is one token); with
+    /// `add_special`, BOS/EOS are added as the file's flags say.
+    pub fn encode(&self, text: &str, add_special: bool) -> Result<Vec<u32>> {
+        self.encode_with(text, add_special, true)
+    }
+
+    /// Like [`GgufTokenizer::encode`], choosing whether special-token text in `text` is
+    /// parsed as special tokens (`parse_special`) or tokenised as plain text.
+    pub fn encode_with(
+        &self,
+        text: &str,
+        add_special: bool,
+        parse_special: bool,
+    ) -> Result<Vec<u32>> {
+        let mut out = Vec::new();
+        if add_special && self.add_bos {
+            if let Some(b) = self.bos {
+                out.push(b);
+            }
+        }
+        let fragments = if parse_special {
+            self.partition(text)
+        } else {
+            vec![Fragment::Text(0, text.len())]
+        };
+        // SentencePiece: a space is prefixed to the first text (and after a special
+        // token) when the file asks for it.
+        let mut prev_special = true;
+        for frag in fragments {
+            match frag {
+                Fragment::Special(id) => {
+                    out.push(id);
+                    prev_special = true;
+                }
+                Fragment::Text(a, b) => {
+                    let piece = &text[a..b];
+                    match self.kind {
+                        TokenizerKind::ByteLevelBpe => self.encode_bpe(piece, &mut out)?,
+                        TokenizerKind::SentencePiece => {
+                            let mut s = String::with_capacity(piece.len() + 3);
+                            if self.add_space_prefix && prev_special {
+                                s.push(' ');
+                            }
+                            s.push_str(piece);
+                            self.encode_spm(&s.replace(' ', "\u{2581}"), &mut out);
+                        }
+                    }
+                    prev_special = false;
+                }
+            }
+        }
+        if add_special && self.add_eos {
+            if let Some(e) = self.eos {
+                out.push(e);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Split `text` into special tokens and the text between them: each special token,
+    /// longest first, is carved out of every text fragment that still contains it.
+    fn partition(&self, text: &str) -> Vec<Fragment> {
+        let mut frags = vec![Fragment::Text(0, text.len())];
+        let Some(matcher) = &self.special_matcher else {
+            return frags;
+        };
+        // Which special tokens occur at all (most texts hold none of Gemma's thousands).
+        let mut present: Vec<usize> = matcher
+            .find_overlapping_iter(text)
+            .map(|m| m.pattern().as_usize())
+            .collect();
+        if present.is_empty() {
+            return frags;
+        }
+        present.sort_unstable();
+        present.dedup(); // pattern order is already longest first
+        for p in present {
+            let (tok, id) = (&self.specials[p].0, self.specials[p].1);
+            let mut next = Vec::with_capacity(frags.len() + 2);
+            for f in frags {
+                let Fragment::Text(a, b) = f else {
+                    next.push(f);
+                    continue;
+                };
+                let mut start = a;
+                while let Some(k) = text[start..b].find(tok.as_str()) {
+                    if k > 0 {
+                        next.push(Fragment::Text(start, start + k));
+                    }
+                    next.push(Fragment::Special(id));
+                    start += k + tok.len();
+                }
+                if start < b {
+                    next.push(Fragment::Text(start, b));
+                }
+            }
+            frags = next;
+        }
+        frags
+    }
+
+    fn encode_bpe(&self, piece: &str, out: &mut Vec<u32>) -> Result<()> {
+        let Some(bpe) = &self.bpe else {
+            return Err(Error::Tokenizer("byte-level BPE model missing".into()));
+        };
+        let enc = bpe
+            .encode(piece, false)
+            .map_err(|e| Error::Tokenizer(format!("BPE encoding failed: {e}")))?;
+        out.extend_from_slice(enc.get_ids());
+        Ok(())
+    }
+
+    /// SentencePiece-style merging of `text` (spaces already `▁`), from the definition in
+    /// the module doc.
+    fn encode_spm(&self, text: &str, out: &mut Vec<u32>) {
+        if text.is_empty() {
+            return;
+        }
+        // One symbol per character, in a doubly linked list.
+        let mut syms: Vec<Sym> = Vec::new();
+        let mut chars = text.char_indices().peekable();
+        while let Some((i, c)) = chars.next() {
+            let k = syms.len();
+            syms.push(Sym {
+                start: i,
+                len: c.len_utf8(),
+                prev: k.checked_sub(1),
+                next: chars.peek().map(|_| k + 1),
+            });
+        }
+        let mut queue = BinaryHeap::new();
+        let push = |q: &mut BinaryHeap<Bigram>, syms: &[Sym], l: usize, r: usize| {
+            let s = &text[syms[l].start..syms[r].start + syms[r].len];
+            if let Some(&id) = self.ids.get(s) {
+                q.push(Bigram {
+                    score: self.scores[id as usize],
+                    left: l,
+                    right: r,
+                    len: s.len(),
+                });
+            }
+        };
+        for i in 1..syms.len() {
+            push(&mut queue, &syms, i - 1, i);
+        }
+        while let Some(bg) = queue.pop() {
+            let (l, r) = (bg.left, bg.right);
+            // Skip pairs whose symbols have changed since the pair was queued.
+            if syms[l].len == 0 || syms[r].len == 0 || syms[l].len + syms[r].len != bg.len {
+                continue;
+            }
+            syms[l].len += syms[r].len;
+            syms[r].len = 0;
+            syms[l].next = syms[r].next;
+            if let Some(nx) = syms[r].next {
+                syms[nx].prev = Some(l);
+            }
+            if let Some(pv) = syms[l].prev {
+                push(&mut queue, &syms, pv, l);
+            }
+            if let Some(nx) = syms[l].next {
+                push(&mut queue, &syms, l, nx);
+            }
+        }
+        let mut i = Some(0);
+        while let Some(k) = i {
+            let s = &text[syms[k].start..syms[k].start + syms[k].len];
+            match self.ids.get(s) {
+                Some(&id) => out.push(id),
+                None => {
+                    for &b in s.as_bytes() {
+                        match self.byte_tokens[b as usize] {
+                            Some(id) => out.push(id),
+                            None => out.extend(self.unk),
+                        }
+                    }
+                }
+            }
+            i = syms[k].next;
+        }
+    }
+
+    /// The bytes token `id` stands for; control tokens give their text, or nothing with
+    /// `skip_special`. Errors if `id` is outside the vocabulary.
+    pub fn token_bytes(&self, id: u32, skip_special: bool) -> Result<Vec<u8>> {
+        let text = self.tokens.get(id as usize).ok_or_else(|| {
+            Error::Tokenizer(format!(
+                "token id {id} is outside the vocabulary of {} tokens",
+                self.tokens.len()
+            ))
+        })?;
+        let ty = self.types[id as usize];
+        Ok(match ty {
+            TokenType::Control | TokenType::Unused | TokenType::Unknown if skip_special => {
+                Vec::new()
+            }
+            TokenType::Control | TokenType::Unused => text.as_bytes().to_vec(),
+            TokenType::Unknown if self.kind == TokenizerKind::SentencePiece => {
+                "\u{2585}".as_bytes().to_vec()
+            }
+            TokenType::Byte if self.kind == TokenizerKind::SentencePiece => {
+                match u8::from_str_radix(text.trim_start_matches("<0x").trim_end_matches('>'), 16) {
+                    Ok(b) => vec![b],
+                    Err(_) => text.as_bytes().to_vec(),
+                }
+            }
+            TokenType::UserDefined => text.as_bytes().to_vec(),
+            _ => match self.kind {
+                TokenizerKind::SentencePiece => text.replace('\u{2581}', " ").into_bytes(),
+                TokenizerKind::ByteLevelBpe => text
+                    .chars()
+                    .flat_map(|c| match self.unicode_to_byte.get(&c) {
+                        Some(&b) => vec![b],
+                        None => c.to_string().into_bytes(),
+                    })
+                    .collect(),
+            },
+        })
+    }
+
+    /// The text of `ids` (invalid UTF-8 becomes U+FFFD); with `skip_special`, control
+    /// tokens (BOS, `<|im_end|>`) are left out.
+    pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
+        let mut bytes = Vec::new();
+        for &id in ids {
+            bytes.extend(self.token_bytes(id, skip_special)?);
+        }
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// A decoder for generated tokens, one at a time, that only ever returns whole
+    /// characters.
+    pub fn stream(&self, skip_special: bool) -> StreamDecoder<'_> {
+        StreamDecoder {
+            tok: self,
+            pending: Vec::new(),
+            skip_special,
+        }
+    }
+}
+
+/// A piece of text to tokenise: a byte range, or a special token already found.
+#[derive(Clone, Copy, Debug)]
+enum Fragment {
+    Text(usize, usize),
+    Special(u32),
+}
+
+/// A symbol of the SentencePiece merge: `len` bytes from `start` (0 once merged away).
+struct Sym {
+    start: usize,
+    len: usize,
+    prev: Option<usize>,
+    next: Option<usize>,
+}
+
+/// A candidate merge of symbols `left` and `right` into a token of `score`.
+struct Bigram {
+    score: f32,
+    left: usize,
+    right: usize,
+    len: usize,
+}
+
+impl PartialEq for Bigram {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == Ordering::Equal
+    }
+}
+impl Eq for Bigram {}
+impl PartialOrd for Bigram {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Bigram {
+    /// Highest score first; among equal scores the leftmost pair.
+    fn cmp(&self, o: &Self) -> Ordering {
+        self.score.total_cmp(&o.score).then(o.left.cmp(&self.left))
+    }
+}
+
+/// Build the `tokenizers` BPE with the pre-tokeniser `tokenizer.ggml.pre` names.
+fn build_bpe(f: &GgufFile, tokens: &[String]) -> Result<tokenizers::Tokenizer> {
+    use tokenizers::models::bpe::BPE;
+    use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+    use tokenizers::pre_tokenizers::sequence::Sequence;
+    use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+    use tokenizers::{PreTokenizerWrapper, SplitDelimiterBehavior};
+
+    let merges_raw = f.get_str_array("tokenizer.ggml.merges")?;
+    let mut merges = Vec::with_capacity(merges_raw.len());
+    for (i, m) in merges_raw.iter().enumerate() {
+        let (a, b) = m.split_once(' ').ok_or_else(|| {
+            tok_err(
+                f,
+                format!(
+                    "tokenizer.ggml.merges[{i}] = {m:?} is not two tokens separated by a space"
+                ),
+            )
+        })?;
+        merges.push((a.to_string(), b.to_string()));
+    }
+    let vocab: tokenizers::models::bpe::Vocab = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.clone(), i as u32))
+        .collect();
+    let model = BPE::builder()
+        .vocab_and_merges(vocab, merges)
+        .build()
+        .map_err(|e| tok_err(f, format!("cannot build the BPE model: {e}")))?;
+
+    let pre = f.opt_str("tokenizer.ggml.pre")?.unwrap_or("default");
+    let byte_level = PreTokenizerWrapper::ByteLevel(ByteLevel::new(false, false, true));
+    let pre_tok = match pre {
+        // llama.cpp: "\p{N}" then the GPT-2 regex.
+        "smollm" | "starcoder" | "refact" | "command-r" | "codeshell" | "exaone" | "minerva" => {
+            let digits = Split::new(SplitPattern::Regex(r"\p{N}".into()), SplitDelimiterBehavior::Isolated, false)
+                .map_err(|e| tok_err(f, format!("pre-tokeniser regex: {e}")))?;
+            PreTokenizerWrapper::Sequence(Sequence::new(vec![PreTokenizerWrapper::Split(digits), byte_level]))
+        }
+        // llama.cpp: the GPT-2 regex alone.
+        "gpt2" | "mpt" | "olmo" | "jais" | "default" => byte_level,
+        other => {
+            return Err(tok_err(
+                f,
+                format!(
+                    "tokenizer.ggml.pre = '{other}' is not supported yet; lucent knows smollm, starcoder, \
+                     refact, command-r, codeshell, exaone, minerva, gpt2, mpt, olmo, jais"
+                ),
+            ))
+        }
+    };
+    let mut tk = tokenizers::Tokenizer::new(model);
+    tk.with_pre_tokenizer(Some(pre_tok));
+    Ok(tk)
+}
+
+/// Turns generated tokens into text as they arrive, holding back the bytes of a
+/// character that is not complete yet ([`GgufTokenizer::stream`]).
+pub struct StreamDecoder<'a> {
+    tok: &'a GgufTokenizer,
+    pending: Vec<u8>,
+    skip_special: bool,
+}
+
+impl StreamDecoder<'_> {
+    /// Add token `id`; returns the text that is now complete (possibly empty).
+    pub fn push(&mut self, id: u32) -> Result<String> {
+        let b = self.tok.token_bytes(id, self.skip_special)?;
+        Ok(self.push_bytes(&b))
+    }
+
+    /// Add raw bytes; returns the whole characters now available. Invalid bytes become
+    /// U+FFFD; an incomplete sequence at the end waits for the next call.
+    pub fn push_bytes(&mut self, bytes: &[u8]) -> String {
+        self.pending.extend_from_slice(bytes);
+        let mut out = String::new();
+        loop {
+            match std::str::from_utf8(&self.pending) {
+                Ok(s) => {
+                    out.push_str(s);
+                    self.pending.clear();
+                    return out;
+                }
+                Err(e) => {
+                    let good = e.valid_up_to();
+                    // ok: the prefix up to valid_up_to is valid UTF-8 by definition
+                    out.push_str(std::str::from_utf8(&self.pending[..good]).unwrap_or_default());
+                    match e.error_len() {
+                        None => {
+                            self.pending.drain(..good);
+                            return out;
+                        }
+                        Some(bad) => {
+                            out.push('\u{FFFD}');
+                            self.pending.drain(..good + bad);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The bytes still held back (an incomplete character), as text with U+FFFD.
+    pub fn finish(self) -> String {
+        String::from_utf8_lossy(&self.pending).into_owned()
+    }
+}

@@ -1,0 +1,1314 @@
+//! Quantised block types of GGUF files (ggml's formats), their dequantisation, and dot
+//! products of a quantised weight row with an activation row quantised on the fly.
+//!
+//! A quantised row of `n` numbers is `n / B` blocks of `B` numbers. Each block stores
+//! small integers `q` and one or two f16 numbers; the value it stands for is
+//!
+//! - `Q4_0`, `Q5_0`, `Q8_0` (B = 32): `x = d · (q − o)` with o = 8, 16, 0,
+//! - `Q4_1`, `Q5_1` (B = 32):          `x = d · q + m`,
+//! - `Q4_K`, `Q5_K` (B = 256, eight sub-blocks of 32 with 6-bit scale `sc` and min `mn`):
+//!   `x = d · sc_j · q − dmin · mn_j`,
+//! - `Q6_K` (B = 256, sixteen groups of 16 with an i8 scale): `x = d · sc_g · (q − 32)`.
+//!
+//! [`dequantize`] is the plain definition, bit for bit (every value is computed in f32 as
+//! the formula above, in that order). The dot product `w · x` of a weight row with an
+//! f32 activation row first quantises `x` to 8 bits per value ([`quantize_activations`]):
+//! `Q8_0`-style blocks of 32 (`x ≈ dx · qx`, `dx = max|x| / 127`) against the 32-blocks,
+//! `Q8_K`-style blocks of 256 (one f32 scale plus the sum of every 16 `qx`) against the
+//! K-quants, as llama.cpp does. Then the inner sums are exact integer arithmetic:
+//!
+//! `w · x ≈ Σ_blocks d · dx · Σ_i (q_i − o) · qx_i` (+ `m · dx · Σ qx_i` for the `_1` kinds,
+//! − `dmin · dx · Σ_j mn_j · Σ_{i∈j} qx_i` for Q4_K/Q5_K, using the stored 16-sums).
+//!
+//! So the quantised dot equals `dequantize(w) · dequantize(qx)` up to f32 rounding, and
+//! differs from `dequantize(w) · x` by at most `Σ_i |w_i| · dx(i) / 2` (each activation is
+//! rounded to the nearest multiple of its block's `dx`).
+//!
+//! Every dot has a scalar twin in [`reference`]; the fast path uses AVX2 + FMA when the
+//! CPU has them (checked at run time) and is the twin otherwise. [`QMatrix`] is a
+//! rows × cols weight matrix in one of these types, with a decode path (`matvec`, streaming
+//! the quantised weights once) and a prefill path (`matmul_t`, dequantised tiles through
+//! the f32 GEMM).
+
+use std::fmt;
+use std::ops::Range;
+use std::sync::Arc;
+
+use half::{bf16, f16};
+use rayon::prelude::*;
+
+use crate::{Error, Result};
+
+/// Numbers per block of the 32-blocks (`Q4_0` ... `Q8_0`).
+pub const QK: usize = 32;
+/// Numbers per block of the K-quants (`Q4_K`, `Q5_K`, `Q6_K`) and of `Q8_K` activations.
+pub const QK_K: usize = 256;
+
+/// A storage type of GGUF tensors that lucent reads. The discriminants are ggml's ids.
+#[allow(non_camel_case_types)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GgmlType {
+    /// IEEE f32.
+    F32,
+    /// IEEE f16.
+    F16,
+    /// bfloat16.
+    BF16,
+    /// 32-blocks: f16 `d`, 16 bytes of 4-bit `q`; `x = d (q − 8)`. 18 bytes.
+    Q4_0,
+    /// 32-blocks: f16 `d`, f16 `m`, 16 bytes of 4-bit `q`; `x = d q + m`. 20 bytes.
+    Q4_1,
+    /// 32-blocks: f16 `d`, 32 high bits, 16 bytes of low nibbles; `x = d (q − 16)`. 22 bytes.
+    Q5_0,
+    /// 32-blocks: f16 `d`, f16 `m`, 32 high bits, 16 bytes of low nibbles; `x = d q + m`. 24 bytes.
+    Q5_1,
+    /// 32-blocks: f16 `d`, 32 i8 `q`; `x = d q`. 34 bytes.
+    Q8_0,
+    /// 256-blocks: f16 `d`, f16 `dmin`, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles. 144 bytes.
+    Q4_K,
+    /// 256-blocks: as Q4_K plus 32 bytes of fifth bits. 176 bytes.
+    Q5_K,
+    /// 256-blocks: 128 bytes low nibbles, 64 bytes high 2-bit pairs, 16 i8 scales, f16 `d`. 210 bytes.
+    Q6_K,
+}
+
+impl GgmlType {
+    /// Every type lucent reads.
+    pub const ALL: [GgmlType; 11] = [
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::BF16,
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+    ];
+
+    /// The type with ggml id `id`, or `None` if lucent does not read it
+    /// (see [`ggml_type_name`] for a name to put in the error).
+    pub fn from_id(id: u32) -> Option<GgmlType> {
+        GgmlType::ALL.into_iter().find(|t| t.id() == id)
+    }
+
+    /// ggml's numeric id of this type (as stored in GGUF tensor tables).
+    pub fn id(self) -> u32 {
+        match self {
+            GgmlType::F32 => 0,
+            GgmlType::F16 => 1,
+            GgmlType::Q4_0 => 2,
+            GgmlType::Q4_1 => 3,
+            GgmlType::Q5_0 => 6,
+            GgmlType::Q5_1 => 7,
+            GgmlType::Q8_0 => 8,
+            GgmlType::Q4_K => 12,
+            GgmlType::Q5_K => 13,
+            GgmlType::Q6_K => 14,
+            GgmlType::BF16 => 30,
+        }
+    }
+
+    /// ggml's name of the type (`"Q4_K"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            GgmlType::F32 => "F32",
+            GgmlType::F16 => "F16",
+            GgmlType::BF16 => "BF16",
+            GgmlType::Q4_0 => "Q4_0",
+            GgmlType::Q4_1 => "Q4_1",
+            GgmlType::Q5_0 => "Q5_0",
+            GgmlType::Q5_1 => "Q5_1",
+            GgmlType::Q8_0 => "Q8_0",
+            GgmlType::Q4_K => "Q4_K",
+            GgmlType::Q5_K => "Q5_K",
+            GgmlType::Q6_K => "Q6_K",
+        }
+    }
+
+    /// Numbers per block (1 for the float types).
+    pub fn block_len(self) -> usize {
+        match self {
+            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 1,
+            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => {
+                QK
+            }
+            GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => QK_K,
+        }
+    }
+
+    /// Bytes per block.
+    pub fn block_bytes(self) -> usize {
+        match self {
+            GgmlType::F32 => 4,
+            GgmlType::F16 | GgmlType::BF16 => 2,
+            GgmlType::Q4_0 => 18,
+            GgmlType::Q4_1 => 20,
+            GgmlType::Q5_0 => 22,
+            GgmlType::Q5_1 => 24,
+            GgmlType::Q8_0 => 34,
+            GgmlType::Q4_K => 144,
+            GgmlType::Q5_K => 176,
+            GgmlType::Q6_K => 210,
+        }
+    }
+
+    /// Bytes of a row of `n` numbers; errors if `n` is not a whole number of blocks.
+    pub fn row_bytes(self, n: usize) -> Result<usize> {
+        let b = self.block_len();
+        if n % b != 0 {
+            return Err(Error::Shape(format!(
+                "a {} row holds whole blocks of {b} numbers, but this row has {n}; \
+                 the tensor's innermost dimension must be a multiple of {b}",
+                self.name()
+            )));
+        }
+        (n / b).checked_mul(self.block_bytes()).ok_or_else(|| {
+            Error::Shape(format!("a {} row of {n} numbers is too large", self.name()))
+        })
+    }
+
+    /// How activations are quantised for a dot product with a row of this type.
+    pub fn activation_kind(self) -> ActKind {
+        match self {
+            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => ActKind::F32,
+            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => {
+                ActKind::Q8_0
+            }
+            GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => ActKind::Q8_K,
+        }
+    }
+}
+
+impl fmt::Display for GgmlType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// ggml's name for a type id, including types lucent does not read (for error messages).
+pub fn ggml_type_name(id: u32) -> Option<&'static str> {
+    if let Some(t) = GgmlType::from_id(id) {
+        return Some(t.name());
+    }
+    Some(match id {
+        9 => "Q8_1",
+        10 => "Q2_K",
+        11 => "Q3_K",
+        15 => "Q8_K",
+        16 => "IQ2_XXS",
+        17 => "IQ2_XS",
+        18 => "IQ3_XXS",
+        19 => "IQ1_S",
+        20 => "IQ4_NL",
+        21 => "IQ3_S",
+        22 => "IQ2_S",
+        23 => "IQ4_XS",
+        24 => "I8",
+        25 => "I16",
+        26 => "I32",
+        27 => "I64",
+        28 => "F64",
+        29 => "IQ1_M",
+        34 => "TQ1_0",
+        35 => "TQ2_0",
+        39 => "MXFP4",
+        _ => return None,
+    })
+}
+
+// ------------------------------------------------------------------ byte helpers
+
+#[inline]
+fn f16_at(b: &[u8], o: usize) -> f32 {
+    f16::from_bits(u16::from_le_bytes([b[o], b[o + 1]])).to_f32()
+}
+
+#[inline]
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+}
+
+/// The 6-bit scale and min of sub-block `j` (0..8) of a Q4_K/Q5_K block, unpacked from
+/// its 12 scale bytes: sub-blocks 0–3 keep their low 6 bits in bytes j (scale) and j+4
+/// (min); sub-blocks 4–7 keep their low 4 bits in byte j+4 (scale: low nibble, min: high
+/// nibble) and their top 2 bits in the top 2 bits of bytes j−4 (scale) and j (min).
+#[inline]
+pub fn k_scale_min(j: usize, s: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (s[j] & 63, s[j + 4] & 63)
+    } else {
+        (
+            (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4),
+            (s[j + 4] >> 4) | ((s[j] >> 6) << 4),
+        )
+    }
+}
+
+// ------------------------------------------------------------------ dequantisation
+
+/// Widen `bytes` (whole blocks of `dtype`) to `out.len()` f32 values, by the format's
+/// definition (see the module doc). Errors if the byte count does not match.
+pub fn dequantize(dtype: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<()> {
+    let need = dtype.row_bytes(out.len())?;
+    if bytes.len() != need {
+        return Err(Error::Shape(format!(
+            "dequantize {dtype}: {} numbers need {need} bytes, got {}",
+            out.len(),
+            bytes.len()
+        )));
+    }
+    let bb = dtype.block_bytes();
+    let bl = dtype.block_len();
+    match dtype {
+        GgmlType::F32 => {
+            for (y, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                *y = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }
+        }
+        GgmlType::F16 => {
+            for (y, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                *y = f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
+            }
+        }
+        GgmlType::BF16 => {
+            for (y, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                *y = bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
+            }
+        }
+        _ => {
+            for (b, y) in bytes.chunks_exact(bb).zip(out.chunks_exact_mut(bl)) {
+                dequantize_block(dtype, b, y);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One block of a quantised type to f32 (`b.len() == block_bytes`, `y.len() == block_len`).
+fn dequantize_block(dtype: GgmlType, b: &[u8], y: &mut [f32]) {
+    match dtype {
+        GgmlType::Q4_0 => {
+            let d = f16_at(b, 0);
+            let qs = &b[2..18];
+            for j in 0..16 {
+                y[j] = d * ((qs[j] & 0x0F) as i32 - 8) as f32;
+                y[j + 16] = d * ((qs[j] >> 4) as i32 - 8) as f32;
+            }
+        }
+        GgmlType::Q4_1 => {
+            let (d, m) = (f16_at(b, 0), f16_at(b, 2));
+            let qs = &b[4..20];
+            for j in 0..16 {
+                y[j] = d * (qs[j] & 0x0F) as f32 + m;
+                y[j + 16] = d * (qs[j] >> 4) as f32 + m;
+            }
+        }
+        GgmlType::Q5_0 => {
+            let d = f16_at(b, 0);
+            let qh = u32_at(b, 2);
+            let qs = &b[6..22];
+            for j in 0..16 {
+                let h0 = (((qh >> j) & 1) << 4) as i32;
+                let h1 = (((qh >> (j + 16)) & 1) << 4) as i32;
+                y[j] = d * (((qs[j] & 0x0F) as i32 | h0) - 16) as f32;
+                y[j + 16] = d * (((qs[j] >> 4) as i32 | h1) - 16) as f32;
+            }
+        }
+        GgmlType::Q5_1 => {
+            let (d, m) = (f16_at(b, 0), f16_at(b, 2));
+            let qh = u32_at(b, 4);
+            let qs = &b[8..24];
+            for j in 0..16 {
+                let h0 = ((qh >> j) & 1) << 4;
+                let h1 = ((qh >> (j + 16)) & 1) << 4;
+                y[j] = d * ((qs[j] & 0x0F) as u32 | h0) as f32 + m;
+                y[j + 16] = d * ((qs[j] >> 4) as u32 | h1) as f32 + m;
+            }
+        }
+        GgmlType::Q8_0 => {
+            let d = f16_at(b, 0);
+            for j in 0..32 {
+                y[j] = d * (b[2 + j] as i8) as f32;
+            }
+        }
+        GgmlType::Q4_K | GgmlType::Q5_K => {
+            let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
+            let scales = &b[4..16];
+            let (qh, qs): (&[u8], &[u8]) = if dtype == GgmlType::Q5_K {
+                (&b[16..48], &b[48..176])
+            } else {
+                (&[], &b[16..144])
+            };
+            // Sub-block j (32 numbers) is the low nibbles (j even) or high nibbles (j odd)
+            // of bytes 32·(j/2) .. 32·(j/2)+32; Q5_K's fifth bit is bit j of qh[l].
+            for j in 0..8 {
+                let (sc, mn) = k_scale_min(j, scales);
+                let dl = d * sc as f32;
+                let ml = dmin * mn as f32;
+                let chunk = &qs[32 * (j / 2)..32 * (j / 2) + 32];
+                for l in 0..32 {
+                    let mut q = if j % 2 == 0 {
+                        chunk[l] & 0x0F
+                    } else {
+                        chunk[l] >> 4
+                    };
+                    if dtype == GgmlType::Q5_K {
+                        q |= ((qh[l] >> j) & 1) << 4;
+                    }
+                    y[32 * j + l] = dl * q as f32 - ml;
+                }
+            }
+        }
+        GgmlType::Q6_K => {
+            let (ql, qh) = (&b[0..128], &b[128..192]);
+            let sc = &b[192..208];
+            let d = f16_at(b, 208);
+            // Number i = 128·n + 32·k + l (n half, k quarter, l < 32): low 4 bits from
+            // ql[64n + 32·(k%2) + l] (low nibble for k < 2, high for k ≥ 2), high 2 bits
+            // from bits 2k, 2k+1 of qh[32n + l]; scale sc[i / 16].
+            for n in 0..2 {
+                for k in 0..4 {
+                    for l in 0..32 {
+                        let lb = ql[64 * n + 32 * (k % 2) + l];
+                        let lo = if k < 2 { lb & 0x0F } else { lb >> 4 };
+                        let hi = (qh[32 * n + l] >> (2 * k)) & 3;
+                        let q = (lo | (hi << 4)) as i32 - 32;
+                        let i = 128 * n + 32 * k + l;
+                        y[i] = d * (sc[i / 16] as i8) as f32 * q as f32;
+                    }
+                }
+            }
+        }
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
+            unreachable!("float types are widened in dequantize") // ok: dequantize handles them first
+        }
+    }
+}
+
+// ------------------------------------------------------------------ activations
+
+/// How an activation row is prepared for a dot product with a weight row.
+#[allow(non_camel_case_types)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ActKind {
+    /// Kept as f32 (float weight types).
+    F32,
+    /// Blocks of 32: f32 scale `d`, 32 i8, and `d · Σ q` (for the `_1` types' min).
+    Q8_0,
+    /// Blocks of 256: f32 scale `d`, 256 i8, and the i32 sum of every 16 `q`.
+    Q8_K,
+}
+
+/// An activation row prepared for dot products ([`quantize_activations`]).
+#[derive(Clone, Debug)]
+pub struct QuantizedActs {
+    /// The preparation.
+    pub kind: ActKind,
+    /// Numbers in the row.
+    pub len: usize,
+    /// Per block: the scale `dx` (`x ≈ dx · q`).
+    pub d: Vec<f32>,
+    /// Per block of 32 (Q8_0 only): `dx · Σ q`.
+    pub sum: Vec<f32>,
+    /// Per group of 16 (Q8_K only): `Σ q`.
+    pub bsums: Vec<i32>,
+    /// The 8-bit values, in [−127, 127].
+    pub qs: Vec<i8>,
+    /// The f32 row itself (ActKind::F32 only).
+    pub f32s: Vec<f32>,
+}
+
+impl QuantizedActs {
+    /// The values these activations stand for (`dx · q`), for tests and bounds.
+    pub fn dequantize(&self) -> Vec<f32> {
+        match self.kind {
+            ActKind::F32 => self.f32s.clone(),
+            ActKind::Q8_0 | ActKind::Q8_K => {
+                let b = if self.kind == ActKind::Q8_0 { QK } else { QK_K };
+                self.qs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &q)| self.d[i / b] * q as f32)
+                    .collect()
+            }
+        }
+    }
+}
+
+/// Quantise the activation row `x` for dot products with weights of `dtype`:
+/// per block, `dx = max|x| / 127` and `q = round(x / dx)` (0 for an all-zero block).
+/// Errors if `x.len()` is not a whole number of blocks.
+pub fn quantize_activations(dtype: GgmlType, x: &[f32]) -> Result<QuantizedActs> {
+    let kind = dtype.activation_kind();
+    let block = match kind {
+        ActKind::F32 => 1,
+        ActKind::Q8_0 => QK,
+        ActKind::Q8_K => QK_K,
+    };
+    if x.len() % block != 0 {
+        return Err(Error::Shape(format!(
+            "activations for {dtype} weights come in blocks of {block}; this row has {} numbers",
+            x.len()
+        )));
+    }
+    let mut a = QuantizedActs {
+        kind,
+        len: x.len(),
+        d: Vec::new(),
+        sum: Vec::new(),
+        bsums: Vec::new(),
+        qs: Vec::new(),
+        f32s: Vec::new(),
+    };
+    if kind == ActKind::F32 {
+        a.f32s = x.to_vec();
+        return Ok(a);
+    }
+    let nb = x.len() / block;
+    a.d.reserve(nb);
+    a.qs.resize(x.len(), 0);
+    for (bi, xb) in x.chunks_exact(block).enumerate() {
+        let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let d = amax / 127.0;
+        let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+        let qb = &mut a.qs[bi * block..(bi + 1) * block];
+        for (q, &v) in qb.iter_mut().zip(xb) {
+            *q = (v * id).round().clamp(-127.0, 127.0) as i8;
+        }
+        a.d.push(d);
+        match kind {
+            ActKind::Q8_0 => a
+                .sum
+                .push(d * qb.iter().map(|&q| q as i32).sum::<i32>() as f32),
+            ActKind::Q8_K => {
+                for g in qb.chunks_exact(16) {
+                    a.bsums.push(g.iter().map(|&q| q as i32).sum());
+                }
+            }
+            ActKind::F32 => {}
+        }
+    }
+    Ok(a)
+}
+
+// ------------------------------------------------------------------ dot products
+
+fn check_dot(dtype: GgmlType, row: &[u8], a: &QuantizedActs) -> Result<()> {
+    if a.kind != dtype.activation_kind() {
+        return Err(Error::Argument(format!(
+            "activations prepared as {:?} cannot meet {dtype} weights (they need {:?}); \
+             quantise them with quantize_activations({dtype}, x)",
+            a.kind,
+            dtype.activation_kind()
+        )));
+    }
+    let need = dtype.row_bytes(a.len)?;
+    if row.len() != need {
+        return Err(Error::Shape(format!(
+            "{dtype} dot: a row of {} numbers is {need} bytes, got {}",
+            a.len,
+            row.len()
+        )));
+    }
+    Ok(())
+}
+
+/// `w · x` for one weight row of `dtype` and prepared activations, on the fastest path
+/// this CPU has (AVX2 + FMA, else the [`reference`] twin).
+pub fn vec_dot(dtype: GgmlType, row: &[u8], a: &QuantizedActs) -> Result<f32> {
+    check_dot(dtype, row, a)?;
+    Ok(dot_kernel(dtype)(row, a))
+}
+
+/// Whether the AVX2 + FMA (+ F16C) kernels run on this CPU.
+pub fn simd_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// A checked dot kernel: the row and activations already agree in length and kind.
+type DotFn = fn(&[u8], &QuantizedActs) -> f32;
+
+/// The dot kernel for `dtype` on this CPU.
+fn dot_kernel(dtype: GgmlType) -> DotFn {
+    #[cfg(target_arch = "x86_64")]
+    if simd_available() {
+        return avx2::kernel(dtype);
+    }
+    reference::kernel(dtype)
+}
+
+/// The plain twins: dot products that read like the formulas in the module doc, with
+/// integer inner sums per block (as the fast kernels have) and f32 outer sums.
+pub mod reference {
+    use super::*;
+
+    /// `w · x` for one row, scalar. Same contract as [`super::vec_dot`].
+    pub fn vec_dot(dtype: GgmlType, row: &[u8], a: &QuantizedActs) -> Result<f32> {
+        check_dot(dtype, row, a)?;
+        Ok(kernel(dtype)(row, a))
+    }
+
+    pub(super) fn kernel(dtype: GgmlType) -> DotFn {
+        match dtype {
+            GgmlType::F32 => dot_f32,
+            GgmlType::F16 => dot_f16,
+            GgmlType::BF16 => dot_bf16,
+            GgmlType::Q4_0 => dot_q4_0,
+            GgmlType::Q4_1 => dot_q4_1,
+            GgmlType::Q5_0 => dot_q5_0,
+            GgmlType::Q5_1 => dot_q5_1,
+            GgmlType::Q8_0 => dot_q8_0,
+            GgmlType::Q4_K => dot_q4_k,
+            GgmlType::Q5_K => dot_q5_k,
+            GgmlType::Q6_K => dot_q6_k,
+        }
+    }
+
+    /// f32 weights: Σ w·x in f32.
+    fn dot_f32(row: &[u8], a: &QuantizedActs) -> f32 {
+        row.chunks_exact(4)
+            .zip(&a.f32s)
+            .map(|(c, &v)| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) * v)
+            .sum()
+    }
+
+    fn dot_f16(row: &[u8], a: &QuantizedActs) -> f32 {
+        row.chunks_exact(2)
+            .zip(&a.f32s)
+            .map(|(c, &v)| f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32() * v)
+            .sum()
+    }
+
+    fn dot_bf16(row: &[u8], a: &QuantizedActs) -> f32 {
+        row.chunks_exact(2)
+            .zip(&a.f32s)
+            .map(|(c, &v)| bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32() * v)
+            .sum()
+    }
+
+    /// Σ_blocks d·dx·Σ (q − 8)·qx.
+    fn dot_q4_0(row: &[u8], a: &QuantizedActs) -> f32 {
+        let mut acc = 0.0f32;
+        for (i, b) in row.chunks_exact(18).enumerate() {
+            let (d, qs, xq) = (f16_at(b, 0), &b[2..18], &a.qs[32 * i..32 * i + 32]);
+            let mut s = 0i32;
+            for j in 0..16 {
+                s += ((qs[j] & 0x0F) as i32 - 8) * xq[j] as i32;
+                s += ((qs[j] >> 4) as i32 - 8) * xq[j + 16] as i32;
+            }
+            acc += d * a.d[i] * s as f32;
+        }
+        acc
+    }
+
+    /// Σ_blocks d·dx·Σ q·qx + m·(dx·Σ qx).
+    fn dot_q4_1(row: &[u8], a: &QuantizedActs) -> f32 {
+        let mut acc = 0.0f32;
+        for (i, b) in row.chunks_exact(20).enumerate() {
+            let (d, m, qs, xq) = (
+                f16_at(b, 0),
+                f16_at(b, 2),
+                &b[4..20],
+                &a.qs[32 * i..32 * i + 32],
+            );
+            let mut s = 0i32;
+            for j in 0..16 {
+                s += (qs[j] & 0x0F) as i32 * xq[j] as i32;
+                s += (qs[j] >> 4) as i32 * xq[j + 16] as i32;
+            }
+            acc += d * a.d[i] * s as f32 + m * a.sum[i];
+        }
+        acc
+    }
+
+    /// Σ_blocks d·dx·Σ (q − 16)·qx, q with its fifth bit from qh.
+    fn dot_q5_0(row: &[u8], a: &QuantizedActs) -> f32 {
+        let mut acc = 0.0f32;
+        for (i, b) in row.chunks_exact(22).enumerate() {
+            let (d, qh, qs, xq) = (
+                f16_at(b, 0),
+                u32_at(b, 2),
+                &b[6..22],
+                &a.qs[32 * i..32 * i + 32],
+            );
+            let mut s = 0i32;
+            for j in 0..16 {
+                let h0 = (((qh >> j) & 1) << 4) as i32;
+                let h1 = (((qh >> (j + 16)) & 1) << 4) as i32;
+                s += (((qs[j] & 0x0F) as i32 | h0) - 16) * xq[j] as i32;
+                s += (((qs[j] >> 4) as i32 | h1) - 16) * xq[j + 16] as i32;
+            }
+            acc += d * a.d[i] * s as f32;
+        }
+        acc
+    }
+
+    /// Σ_blocks d·dx·Σ q·qx + m·(dx·Σ qx), q with its fifth bit from qh.
+    fn dot_q5_1(row: &[u8], a: &QuantizedActs) -> f32 {
+        let mut acc = 0.0f32;
+        for (i, b) in row.chunks_exact(24).enumerate() {
+            let (d, m, qh) = (f16_at(b, 0), f16_at(b, 2), u32_at(b, 4));
+            let (qs, xq) = (&b[8..24], &a.qs[32 * i..32 * i + 32]);
+            let mut s = 0i32;
+            for j in 0..16 {
+                let h0 = (((qh >> j) & 1) << 4) as i32;
+                let h1 = (((qh >> (j + 16)) & 1) << 4) as i32;
+                s += ((qs[j] & 0x0F) as i32 | h0) * xq[j] as i32;
+                s += ((qs[j] >> 4) as i32 | h1) * xq[j + 16] as i32;
+            }
+            acc += d * a.d[i] * s as f32 + m * a.sum[i];
+        }
+        acc
+    }
+
+    /// Σ_blocks d·dx·Σ q·qx.
+    fn dot_q8_0(row: &[u8], a: &QuantizedActs) -> f32 {
+        let mut acc = 0.0f32;
+        for (i, b) in row.chunks_exact(34).enumerate() {
+            let xq = &a.qs[32 * i..32 * i + 32];
+            let s: i32 = (0..32)
+                .map(|j| (b[2 + j] as i8) as i32 * xq[j] as i32)
+                .sum();
+            acc += f16_at(b, 0) * a.d[i] * s as f32;
+        }
+        acc
+    }
+
+    /// Q4_K and Q5_K: Σ_blocks dx·(d·Σ_j sc_j Σ_{i∈j} q_i·qx_i − dmin·Σ_j mn_j Σ_{i∈j} qx_i).
+    fn dot_k45(row: &[u8], a: &QuantizedActs, five: bool) -> f32 {
+        let bb = if five { 176 } else { 144 };
+        let mut acc = 0.0f32;
+        for (i, b) in row.chunks_exact(bb).enumerate() {
+            let (d, dmin, scales) = (f16_at(b, 0), f16_at(b, 2), &b[4..16]);
+            let (qh, qs): (&[u8], &[u8]) = if five {
+                (&b[16..48], &b[48..176])
+            } else {
+                (&[], &b[16..144])
+            };
+            let xq = &a.qs[256 * i..256 * i + 256];
+            let (mut sumi, mut summ) = (0i32, 0i32);
+            for j in 0..8 {
+                let (sc, mn) = k_scale_min(j, scales);
+                let chunk = &qs[32 * (j / 2)..32 * (j / 2) + 32];
+                let mut s = 0i32;
+                for l in 0..32 {
+                    let mut q = if j % 2 == 0 {
+                        chunk[l] & 0x0F
+                    } else {
+                        chunk[l] >> 4
+                    };
+                    if five {
+                        q |= ((qh[l] >> j) & 1) << 4;
+                    }
+                    s += q as i32 * xq[32 * j + l] as i32;
+                }
+                sumi += sc as i32 * s;
+                summ += mn as i32 * (a.bsums[16 * i + 2 * j] + a.bsums[16 * i + 2 * j + 1]);
+            }
+            acc += a.d[i] * (d * sumi as f32 - dmin * summ as f32);
+        }
+        acc
+    }
+
+    fn dot_q4_k(row: &[u8], a: &QuantizedActs) -> f32 {
+        dot_k45(row, a, false)
+    }
+
+    fn dot_q5_k(row: &[u8], a: &QuantizedActs) -> f32 {
+        dot_k45(row, a, true)
+    }
+
+    /// Σ_blocks d·dx·Σ_g sc_g Σ_{i∈g} (q_i − 32)·qx_i.
+    fn dot_q6_k(row: &[u8], a: &QuantizedActs) -> f32 {
+        let mut acc = 0.0f32;
+        for (i, b) in row.chunks_exact(210).enumerate() {
+            let (ql, qh, sc, d) = (&b[0..128], &b[128..192], &b[192..208], f16_at(b, 208));
+            let xq = &a.qs[256 * i..256 * i + 256];
+            let mut sumi = 0i32;
+            let mut group = [0i32; 16];
+            for n in 0..2 {
+                for k in 0..4 {
+                    for l in 0..32 {
+                        let lb = ql[64 * n + 32 * (k % 2) + l];
+                        let lo = if k < 2 { lb & 0x0F } else { lb >> 4 };
+                        let hi = (qh[32 * n + l] >> (2 * k)) & 3;
+                        let q = (lo | (hi << 4)) as i32 - 32;
+                        let e = 128 * n + 32 * k + l;
+                        group[e / 16] += q * xq[e] as i32;
+                    }
+                }
+            }
+            for (g, s) in group.iter().enumerate() {
+                sumi += (sc[g] as i8) as i32 * s;
+            }
+            acc += d * a.d[i] * sumi as f32;
+        }
+        acc
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    //! AVX2 + FMA kernels. Each is selected by [`kernel`] only after `simd_available()`
+    //! said yes; the wrappers' `unsafe` blocks rely on that.
+    use std::arch::x86_64::*;
+
+    use super::*;
+
+    pub(super) fn kernel(dtype: GgmlType) -> DotFn {
+        match dtype {
+            GgmlType::F32 => dot_f32,
+            GgmlType::Q4_0 => |r, a| unsafe { q4_0(r, a) }, // SAFETY: AVX2+FMA detected
+            GgmlType::Q4_1 => |r, a| unsafe { q4_1(r, a) }, // SAFETY: AVX2+FMA detected
+            GgmlType::Q5_0 => |r, a| unsafe { q5_0(r, a) }, // SAFETY: AVX2+FMA detected
+            GgmlType::Q5_1 => |r, a| unsafe { q5_1(r, a) }, // SAFETY: AVX2+FMA detected
+            GgmlType::Q8_0 => |r, a| unsafe { q8_0(r, a) }, // SAFETY: AVX2+FMA detected
+            GgmlType::Q4_K => |r, a| unsafe { q45_k(r, a, false) }, // SAFETY: AVX2+FMA detected
+            GgmlType::Q5_K => |r, a| unsafe { q45_k(r, a, true) }, // SAFETY: AVX2+FMA detected
+            GgmlType::Q6_K => |r, a| unsafe { q6_k(r, a) }, // SAFETY: AVX2+FMA detected
+            _ => reference::kernel(dtype),
+        }
+    }
+
+    fn dot_f32(row: &[u8], a: &QuantizedActs) -> f32 {
+        // SAFETY: selected only after AVX2+FMA were detected; lengths checked by the caller.
+        unsafe { f32_dot(row, &a.f32s) }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn f32_dot(row: &[u8], x: &[f32]) -> f32 {
+        let n = x.len();
+        let w = row.as_ptr() as *const f32;
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut i = 0;
+        while i + 32 <= n {
+            for (k, s) in acc.iter_mut().enumerate() {
+                let wv = _mm256_loadu_ps(w.add(i + 8 * k));
+                *s = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x.as_ptr().add(i + 8 * k)), *s);
+            }
+            i += 32;
+        }
+        let mut s = hsum_ps(_mm256_add_ps(
+            _mm256_add_ps(acc[0], acc[1]),
+            _mm256_add_ps(acc[2], acc[3]),
+        ));
+        while i < n {
+            s += std::ptr::read_unaligned(w.add(i)) * x[i];
+            i += 1;
+        }
+        s
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn hsum_ps(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        _mm_cvtss_f32(s)
+    }
+
+    /// Eight i32 sums of four products each of signed 8-bit `w` and `x`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn mul_sum_i8(w: __m256i, x: __m256i) -> __m256i {
+        let aw = _mm256_sign_epi8(w, w);
+        let sx = _mm256_sign_epi8(x, w);
+        _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), _mm256_set1_epi16(1))
+    }
+
+    /// Eight i32 sums of four products each of unsigned 8-bit `w` (≤ 127) and signed `x`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn mul_sum_u8_i8(w: __m256i, x: __m256i) -> __m256i {
+        _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1))
+    }
+
+    /// 16 bytes of nibbles → 32 bytes: low nibbles (numbers 0..16) then high (16..32).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn nibbles32(p: *const u8) -> __m256i {
+        let b = _mm_loadu_si128(p as *const __m128i);
+        let m4 = _mm_set1_epi8(0x0F);
+        _mm256_set_m128i(
+            _mm_and_si128(_mm_srli_epi16(b, 4), m4),
+            _mm_and_si128(b, m4),
+        )
+    }
+
+    /// 32 bits → 32 bytes, byte i = 0x10 if bit i is set (the fifth bit of number i).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn fifth_bits(qh: u32) -> __m256i {
+        let v = _mm256_set1_epi32(qh as i32);
+        let shuf = _mm256_setr_epi8(
+            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3,
+            3, 3, 3,
+        );
+        let bytes = _mm256_shuffle_epi8(v, shuf);
+        let mask = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+        let set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, mask), mask);
+        _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+    }
+
+    /// The f16 at `p` as f32 (F16C; `half`'s conversion checks the CPU on every call).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn f16p(p: *const u8) -> f32 {
+        let bits = std::ptr::read_unaligned(p as *const u16);
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+    }
+
+    /// Σ over `nb` blocks of `scale_i · isum_i` (+ Σ `extra_i`), where `block(i)` gives
+    /// (scale, eight i32 partial sums, extra). Two accumulators, two blocks a step, so
+    /// consecutive FMAs do not wait for each other.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn sum_blocks(nb: usize, block: impl Fn(usize) -> (f32, __m256i, f32)) -> f32 {
+        let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let (mut e0, mut e1) = (0.0f32, 0.0f32);
+        let mut i = 0;
+        while i + 2 <= nb {
+            let (s0, v0, x0) = block(i);
+            let (s1, v1, x1) = block(i + 1);
+            a0 = _mm256_fmadd_ps(_mm256_set1_ps(s0), _mm256_cvtepi32_ps(v0), a0);
+            a1 = _mm256_fmadd_ps(_mm256_set1_ps(s1), _mm256_cvtepi32_ps(v1), a1);
+            e0 += x0;
+            e1 += x1;
+            i += 2;
+        }
+        if i < nb {
+            let (s0, v0, x0) = block(i);
+            a0 = _mm256_fmadd_ps(_mm256_set1_ps(s0), _mm256_cvtepi32_ps(v0), a0);
+            e0 += x0;
+        }
+        hsum_ps(_mm256_add_ps(a0, a1)) + (e0 + e1)
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn q4_0(row: &[u8], a: &QuantizedActs) -> f32 {
+        let (w, x, d) = (row.as_ptr(), a.qs.as_ptr(), a.d.as_ptr());
+        sum_blocks(a.d.len(), |i| {
+            let b = w.add(18 * i);
+            let q = _mm256_sub_epi8(nibbles32(b.add(2)), _mm256_set1_epi8(8));
+            let xv = _mm256_loadu_si256(x.add(32 * i) as *const __m256i);
+            (f16p(b) * *d.add(i), mul_sum_i8(q, xv), 0.0)
+        })
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn q4_1(row: &[u8], a: &QuantizedActs) -> f32 {
+        let (w, x, d, s) = (row.as_ptr(), a.qs.as_ptr(), a.d.as_ptr(), a.sum.as_ptr());
+        sum_blocks(a.d.len(), |i| {
+            let b = w.add(20 * i);
+            let xv = _mm256_loadu_si256(x.add(32 * i) as *const __m256i);
+            (
+                f16p(b) * *d.add(i),
+                mul_sum_u8_i8(nibbles32(b.add(4)), xv),
+                f16p(b.add(2)) * *s.add(i),
+            )
+        })
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn q5_0(row: &[u8], a: &QuantizedActs) -> f32 {
+        let (w, x, d) = (row.as_ptr(), a.qs.as_ptr(), a.d.as_ptr());
+        sum_blocks(a.d.len(), |i| {
+            let b = w.add(22 * i);
+            let qh = std::ptr::read_unaligned(b.add(2) as *const u32);
+            let q = _mm256_sub_epi8(
+                _mm256_or_si256(nibbles32(b.add(6)), fifth_bits(qh)),
+                _mm256_set1_epi8(16),
+            );
+            let xv = _mm256_loadu_si256(x.add(32 * i) as *const __m256i);
+            (f16p(b) * *d.add(i), mul_sum_i8(q, xv), 0.0)
+        })
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn q5_1(row: &[u8], a: &QuantizedActs) -> f32 {
+        let (w, x, d, s) = (row.as_ptr(), a.qs.as_ptr(), a.d.as_ptr(), a.sum.as_ptr());
+        sum_blocks(a.d.len(), |i| {
+            let b = w.add(24 * i);
+            let qh = std::ptr::read_unaligned(b.add(4) as *const u32);
+            let q = _mm256_or_si256(nibbles32(b.add(8)), fifth_bits(qh));
+            let xv = _mm256_loadu_si256(x.add(32 * i) as *const __m256i);
+            (
+                f16p(b) * *d.add(i),
+                mul_sum_u8_i8(q, xv),
+                f16p(b.add(2)) * *s.add(i),
+            )
+        })
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn q8_0(row: &[u8], a: &QuantizedActs) -> f32 {
+        let (w, x, d) = (row.as_ptr(), a.qs.as_ptr(), a.d.as_ptr());
+        sum_blocks(a.d.len(), |i| {
+            let b = w.add(34 * i);
+            let q = _mm256_loadu_si256(b.add(2) as *const __m256i);
+            let xv = _mm256_loadu_si256(x.add(32 * i) as *const __m256i);
+            (f16p(b) * *d.add(i), mul_sum_i8(q, xv), 0.0)
+        })
+    }
+
+    /// Q4_K (`five` false) and Q5_K (`five` true).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn q45_k(row: &[u8], a: &QuantizedActs, five: bool) -> f32 {
+        let bb = if five { 176 } else { 144 };
+        let m4 = _mm256_set1_epi8(0x0F);
+        let one = _mm256_set1_epi8(1);
+        let mut acc = _mm256_setzero_ps();
+        let mut mins = 0.0f32;
+        for i in 0..a.d.len() {
+            let blk = &row[bb * i..bb * (i + 1)];
+            let (d, dmin) = (f16p(blk.as_ptr()), f16p(blk.as_ptr().add(2)));
+            let scales = &blk[4..16];
+            let qs = if five {
+                blk.as_ptr().add(48)
+            } else {
+                blk.as_ptr().add(16)
+            };
+            let qh = if five {
+                _mm256_loadu_si256(blk.as_ptr().add(16) as *const __m256i)
+            } else {
+                _mm256_setzero_si256()
+            };
+            let xq = a.qs.as_ptr().add(256 * i);
+            let mut sumi = _mm256_setzero_si256();
+            let mut summ = 0i32;
+            for c in 0..4 {
+                let (sc0, mn0) = k_scale_min(2 * c, scales);
+                let (sc1, mn1) = k_scale_min(2 * c + 1, scales);
+                let bs = &a.bsums[16 * i + 4 * c..16 * i + 4 * c + 4];
+                summ += mn0 as i32 * (bs[0] + bs[1]) + mn1 as i32 * (bs[2] + bs[3]);
+                let qb = _mm256_loadu_si256(qs.add(32 * c) as *const __m256i);
+                let mut lo = _mm256_and_si256(qb, m4);
+                let mut hi = _mm256_and_si256(_mm256_srli_epi16(qb, 4), m4);
+                if five {
+                    let h0 = _mm256_and_si256(
+                        _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * c as i32)),
+                        one,
+                    );
+                    let h1 = _mm256_and_si256(
+                        _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * c as i32 + 1)),
+                        one,
+                    );
+                    lo = _mm256_or_si256(lo, _mm256_slli_epi16(h0, 4));
+                    hi = _mm256_or_si256(hi, _mm256_slli_epi16(h1, 4));
+                }
+                let xl = _mm256_loadu_si256(xq.add(64 * c) as *const __m256i);
+                let xh = _mm256_loadu_si256(xq.add(64 * c + 32) as *const __m256i);
+                let pl =
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(lo, xl), _mm256_set1_epi16(sc0 as i16));
+                let ph =
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xh), _mm256_set1_epi16(sc1 as i16));
+                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+            }
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d[i]), _mm256_cvtepi32_ps(sumi), acc);
+            mins += dmin * a.d[i] * summ as f32;
+        }
+        hsum_ps(acc) - mins
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn q6_k(row: &[u8], a: &QuantizedActs) -> f32 {
+        let m4 = _mm256_set1_epi8(0x0F);
+        let m2 = _mm256_set1_epi8(3);
+        let mut acc = _mm256_setzero_ps();
+        let mut offs = 0.0f32;
+        for i in 0..a.d.len() {
+            let blk = &row[210 * i..210 * (i + 1)];
+            let sc = &blk[192..208];
+            let d = f16p(blk.as_ptr().add(208)) * a.d[i];
+            let xq = a.qs.as_ptr().add(256 * i);
+            let mut sumi = _mm256_setzero_si256();
+            let mut off = 0i32;
+            for (g, &s) in sc.iter().enumerate() {
+                off += (s as i8) as i32 * a.bsums[16 * i + g];
+            }
+            for n in 0..2 {
+                let ql0 = _mm256_loadu_si256(blk.as_ptr().add(64 * n) as *const __m256i);
+                let ql1 = _mm256_loadu_si256(blk.as_ptr().add(64 * n + 32) as *const __m256i);
+                let qh = _mm256_loadu_si256(blk.as_ptr().add(128 + 32 * n) as *const __m256i);
+                let q = [
+                    _mm256_or_si256(
+                        _mm256_and_si256(ql0, m4),
+                        _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(ql1, m4),
+                        _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                        _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                        _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4),
+                    ),
+                ];
+                for (k, qk) in q.iter().enumerate() {
+                    let g0 = 8 * n + 2 * k;
+                    let x = _mm256_loadu_si256(xq.add(128 * n + 32 * k) as *const __m256i);
+                    let p = _mm256_maddubs_epi16(*qk, x);
+                    let s = _mm256_set_m128i(
+                        _mm_set1_epi16((sc[g0 + 1] as i8) as i16),
+                        _mm_set1_epi16((sc[g0] as i8) as i16),
+                    );
+                    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s));
+                }
+            }
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+            offs += 32.0 * d * off as f32;
+        }
+        hsum_ps(acc) - offs
+    }
+}
+
+// ------------------------------------------------------------------ QMatrix
+
+/// Bytes a [`QMatrix`] reads: a window of a memory-mapped file, or owned.
+#[derive(Clone)]
+pub enum QBytes {
+    /// `len` bytes from `start` of a mapped file.
+    Mapped {
+        /// The mapped file.
+        map: Arc<memmap2::Mmap>,
+        /// First byte.
+        start: usize,
+        /// Byte count.
+        len: usize,
+    },
+    /// Bytes in memory.
+    Owned(Arc<Vec<u8>>),
+}
+
+impl QBytes {
+    /// The bytes (empty if a mapped window lies outside its map).
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            // An out-of-range window reads as empty, which QMatrix::new then rejects.
+            QBytes::Mapped { map, start, len } => start
+                .checked_add(*len)
+                .and_then(|end| map.get(*start..end))
+                .unwrap_or(&[]),
+            QBytes::Owned(v) => v,
+        }
+    }
+}
+
+/// Rows of work below which [`QMatrix::matvec`] stays on the calling thread: waking the
+/// pool costs a few microseconds, more than a small product takes.
+const PAR_MIN_BYTES: usize = 1 << 17;
+
+/// A weight matrix of `rows × cols` numbers stored row by row in a [`GgmlType`]
+/// (each row is `cols / block_len` whole blocks), as a GGUF weight `(out, in)` is.
+/// Cheap to clone (the bytes are shared).
+#[derive(Clone)]
+pub struct QMatrix {
+    dtype: GgmlType,
+    rows: usize,
+    cols: usize,
+    row_bytes: usize,
+    bytes: QBytes,
+}
+
+impl fmt::Debug for QMatrix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "QMatrix({} × {} {})", self.rows, self.cols, self.dtype)
+    }
+}
+
+impl QMatrix {
+    /// A matrix over `bytes`; errors if the byte count is not `rows` rows of `cols` numbers.
+    pub fn new(dtype: GgmlType, rows: usize, cols: usize, bytes: QBytes) -> Result<QMatrix> {
+        let row_bytes = dtype.row_bytes(cols)?;
+        let need = row_bytes
+            .checked_mul(rows)
+            .ok_or_else(|| Error::Shape(format!("QMatrix {rows} × {cols} {dtype} is too large")))?;
+        let have = bytes.as_slice().len();
+        if have != need {
+            return Err(Error::Shape(format!(
+                "QMatrix {rows} × {cols} {dtype} needs {need} bytes, got {have}"
+            )));
+        }
+        Ok(QMatrix {
+            dtype,
+            rows,
+            cols,
+            row_bytes,
+            bytes,
+        })
+    }
+
+    /// A matrix over owned bytes.
+    pub fn from_vec(dtype: GgmlType, rows: usize, cols: usize, bytes: Vec<u8>) -> Result<QMatrix> {
+        QMatrix::new(dtype, rows, cols, QBytes::Owned(Arc::new(bytes)))
+    }
+
+    /// Storage type.
+    pub fn dtype(&self) -> GgmlType {
+        self.dtype
+    }
+
+    /// Rows (output features).
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Columns (input features).
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// The raw bytes of row `i` (panics if `i >= rows`, like slice indexing).
+    pub fn row_bytes_of(&self, i: usize) -> &[u8] {
+        &self.bytes.as_slice()[i * self.row_bytes..(i + 1) * self.row_bytes]
+    }
+
+    /// All the bytes, row after row.
+    pub fn bytes(&self) -> &[u8] {
+        self.bytes.as_slice()
+    }
+
+    fn check_x(&self, what: &str, x: &[f32], t: usize) -> Result<()> {
+        if x.len() != t * self.cols {
+            return Err(Error::mismatch(
+                format!(
+                    "QMatrix::{what} ({} {} × {})",
+                    self.dtype, self.rows, self.cols
+                ),
+                &[t, self.cols],
+                &[x.len()],
+            ));
+        }
+        Ok(())
+    }
+
+    /// Prepare `x` (length `cols`) for [`QMatrix::matvec_prepared`]; one preparation
+    /// serves every matrix of the same dtype and width (e.g. Q, K and V projections).
+    pub fn prepare(&self, x: &[f32]) -> Result<QuantizedActs> {
+        self.check_x("prepare", x, 1)?;
+        quantize_activations(self.dtype, x)
+    }
+
+    /// y = W · x (decode): `x` has `cols` numbers, the result `rows`. Streams the
+    /// quantised rows once; threads over rows when the matrix is large.
+    ///
+    /// # Shapes
+    /// W (rows, cols) · x (cols) → y (rows)
+    pub fn matvec(&self, x: &[f32]) -> Result<Vec<f32>> {
+        let mut y = vec![0.0; self.rows];
+        let a = self.prepare(x)?;
+        self.matvec_prepared(&a, &mut y)?;
+        Ok(y)
+    }
+
+    /// y = W · x with `x` already prepared ([`QMatrix::prepare`]), written into `y` (length `rows`).
+    pub fn matvec_prepared(&self, a: &QuantizedActs, y: &mut [f32]) -> Result<()> {
+        self.check_prepared(a, y)?;
+        let k = dot_kernel(self.dtype);
+        self.run_rows(y, |i| k(self.row_bytes_of(i), a));
+        Ok(())
+    }
+
+    /// The scalar twin of [`QMatrix::matvec`] (reference dots, one thread).
+    pub fn matvec_reference(&self, x: &[f32]) -> Result<Vec<f32>> {
+        let a = self.prepare(x)?;
+        let k = reference::kernel(self.dtype);
+        Ok((0..self.rows)
+            .map(|i| k(self.row_bytes_of(i), &a))
+            .collect())
+    }
+
+    fn check_prepared(&self, a: &QuantizedActs, y: &[f32]) -> Result<()> {
+        if a.len != self.cols || a.kind != self.dtype.activation_kind() || y.len() != self.rows {
+            return Err(Error::Argument(format!(
+                "QMatrix::matvec_prepared ({} {} × {}): activations of {} numbers as {:?} and an output of {} \
+                 do not fit; prepare x with this matrix's `prepare`",
+                self.dtype, self.rows, self.cols, a.len, a.kind,
+                y.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Fill `y[i] = f(i)` for every row, over the thread pool when the matrix is large.
+    fn run_rows(&self, y: &mut [f32], f: impl Fn(usize) -> f32 + Sync) {
+        let threads = crate::threads::threads();
+        if threads <= 1 || self.rows * self.row_bytes < PAR_MIN_BYTES || self.rows < 2 {
+            for (i, v) in y.iter_mut().enumerate() {
+                *v = f(i);
+            }
+            return;
+        }
+        let chunk = self.rows.div_ceil(threads * 4).max(8);
+        y.par_chunks_mut(chunk).enumerate().for_each(|(c, ys)| {
+            for (j, v) in ys.iter_mut().enumerate() {
+                *v = f(c * chunk + j);
+            }
+        });
+    }
+
+    /// Rows `range` widened to f32, row-major ((range.len(), cols)).
+    pub fn dequantize_rows(&self, range: Range<usize>) -> Result<Vec<f32>> {
+        if range.start > range.end || range.end > self.rows {
+            return Err(Error::Argument(format!(
+                "QMatrix::dequantize_rows: rows {range:?} outside 0..{}",
+                self.rows
+            )));
+        }
+        let mut out = vec![0.0f32; range.len() * self.cols];
+        let bytes =
+            &self.bytes.as_slice()[range.start * self.row_bytes..range.end * self.row_bytes];
+        dequantize(self.dtype, bytes, &mut out)?;
+        Ok(out)
+    }
+
+    /// The whole matrix widened to f32 (rows, cols).
+    pub fn dequantize_all(&self) -> Result<Vec<f32>> {
+        self.dequantize_rows(0..self.rows)
+    }
+
+    /// Y = X · Wᵀ (prefill): `x` is `t` rows of `cols`, the result `t` rows of `rows`.
+    /// Dequantises tiles of W and multiplies them with the f32 GEMM.
+    ///
+    /// # Shapes
+    /// X (t, cols) · Wᵀ (cols, rows) → Y (t, rows)
+    pub fn matmul_t(&self, x: &[f32], t: usize) -> Result<Vec<f32>> {
+        self.check_x("matmul_t", x, t)?;
+        let mut y = vec![0.0f32; t * self.rows];
+        if t == 0 || self.rows == 0 {
+            return Ok(y);
+        }
+        // Tiles of about 1 MiB of f32 weights: fit in L2 while the GEMM reads them t times.
+        let tile = ((1usize << 18) / self.cols.max(1)).clamp(16, self.rows.max(16));
+        let mut c = Vec::new();
+        let mut r0 = 0;
+        while r0 < self.rows {
+            let r1 = (r0 + tile).min(self.rows);
+            let w = self.dequantize_rows(r0..r1)?; // (r1 - r0, cols)
+            c.resize(t * (r1 - r0), 0.0);
+            crate::ops::matmul::gemm_into(&mut c, x, &w, t, self.cols, r1 - r0, true); // (t, r1 - r0)
+            for (yr, cr) in y.chunks_exact_mut(self.rows).zip(c.chunks_exact(r1 - r0)) {
+                yr[r0..r1].copy_from_slice(cr);
+            }
+            r0 = r1;
+        }
+        Ok(y)
+    }
+}

@@ -1,0 +1,385 @@
+//! Quantised block types: dequantisation against hand-computed values of each format's
+//! definition (bit for bit), quantised dots against dequantise-then-dot, the AVX2 path
+//! against its scalar twin, and `QMatrix` on awkward shapes.
+
+use half::f16;
+use lucent::tensor::quant::{
+    dequantize, k_scale_min, quantize_activations, reference, vec_dot, GgmlType, QMatrix, QK_K,
+};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+fn h(v: f32) -> [u8; 2] {
+    f16::from_f32(v).to_bits().to_le_bytes()
+}
+
+fn deq(t: GgmlType, b: &[u8]) -> Vec<f32> {
+    let mut y = vec![0.0; t.block_len()];
+    dequantize(t, b, &mut y).unwrap();
+    y
+}
+
+#[test]
+fn block_sizes_match_ggml() {
+    let expect = [
+        (GgmlType::F32, 0, 1, 4),
+        (GgmlType::F16, 1, 1, 2),
+        (GgmlType::BF16, 30, 1, 2),
+        (GgmlType::Q4_0, 2, 32, 18),
+        (GgmlType::Q4_1, 3, 32, 20),
+        (GgmlType::Q5_0, 6, 32, 22),
+        (GgmlType::Q5_1, 7, 32, 24),
+        (GgmlType::Q8_0, 8, 32, 34),
+        (GgmlType::Q4_K, 12, 256, 144),
+        (GgmlType::Q5_K, 13, 256, 176),
+        (GgmlType::Q6_K, 14, 256, 210),
+    ];
+    for (t, id, bl, bb) in expect {
+        assert_eq!(
+            (t.id(), t.block_len(), t.block_bytes()),
+            (id, bl, bb),
+            "{t}"
+        );
+        assert_eq!(GgmlType::from_id(id), Some(t));
+    }
+    assert_eq!(GgmlType::from_id(10), None); // Q2_K: not read
+    assert!(GgmlType::Q4_K.row_bytes(100).is_err());
+}
+
+#[test]
+fn float_types_widen_exactly() {
+    let mut y = [0.0f32; 2];
+    dequantize(GgmlType::F16, &[0x00, 0x3C, 0x00, 0xC0], &mut y).unwrap();
+    assert_eq!(y, [1.0, -2.0]);
+    dequantize(GgmlType::BF16, &[0x80, 0x3F, 0x00, 0xC0], &mut y).unwrap();
+    assert_eq!(y, [1.0, -2.0]);
+    dequantize(
+        GgmlType::F32,
+        &[0.5f32.to_le_bytes(), (-3.25f32).to_le_bytes()].concat(),
+        &mut y,
+    )
+    .unwrap();
+    assert_eq!(y, [0.5, -3.25]);
+}
+
+#[test]
+fn q4_0_block_by_definition() {
+    // x = d (q − 8); low nibbles are numbers 0..16, high nibbles 16..32.
+    let mut b = h(0.5).to_vec();
+    b.extend([0x88u8; 16]);
+    b[2] = 0x2F;
+    b[2 + 15] = 0x80;
+    let y = deq(GgmlType::Q4_0, &b);
+    assert_eq!(
+        (y[0], y[16], y[15], y[31], y[1]),
+        (3.5, -3.0, -4.0, 0.0, 0.0)
+    );
+}
+
+#[test]
+fn q4_1_block_by_definition() {
+    // x = d q + m.
+    let mut b = [h(0.25), h(-1.0)].concat();
+    b.extend([0u8; 16]);
+    b[4] = 0x3A;
+    let y = deq(GgmlType::Q4_1, &b);
+    assert_eq!((y[0], y[16], y[1]), (1.5, -0.25, -1.0));
+}
+
+#[test]
+fn q5_0_block_by_definition() {
+    // x = d ((nibble | bit_i << 4) − 16), bit i of the little-endian u32 qh.
+    let qh: u32 = 1 | (1 << 16) | (1 << 5);
+    let mut b = h(1.0).to_vec();
+    b.extend(qh.to_le_bytes());
+    b.extend([0u8; 16]);
+    b[6] = 0x21;
+    b[6 + 1] = 0xFF;
+    let y = deq(GgmlType::Q5_0, &b);
+    assert_eq!(
+        (y[0], y[16], y[5], y[21], y[1], y[17]),
+        (1.0, 2.0, 0.0, -16.0, -1.0, -1.0)
+    );
+}
+
+#[test]
+fn q5_1_block_by_definition() {
+    let mut b = [h(0.5), h(2.0)].concat();
+    b.extend((1u32 << 31).to_le_bytes());
+    b.extend([0u8; 16]);
+    b[8 + 15] = 0xF3;
+    let y = deq(GgmlType::Q5_1, &b);
+    assert_eq!((y[15], y[31], y[0]), (3.5, 17.5, 2.0));
+}
+
+#[test]
+fn q8_0_block_by_definition() {
+    let mut b = h(0.125).to_vec();
+    b.extend([0u8; 32]);
+    b[2] = (-128i8) as u8;
+    b[2 + 31] = 127;
+    let y = deq(GgmlType::Q8_0, &b);
+    assert_eq!((y[0], y[31], y[5]), (-16.0, 15.875, 0.0));
+}
+
+#[test]
+fn k_scales_unpack_six_bits() {
+    let mut s = [0u8; 12];
+    s[0] = 0b11_000011; // sc0 = 3; top bits of sc4 = 3
+    s[4] = 0b01_000101; // mn0 = 5; top bits of mn4 = 1
+    s[8] = 0x21; // sc4 low = 1, mn4 low = 2
+    assert_eq!(k_scale_min(0, &s), (3, 5));
+    assert_eq!(k_scale_min(4, &s), (49, 18));
+    assert_eq!(k_scale_min(1, &s), (0, 0));
+}
+
+#[test]
+fn q4_k_block_by_definition() {
+    // x = d·sc_j·q − dmin·mn_j; sub-block 0 = low nibbles of bytes 0..32, 4 = of 64..96.
+    let mut b = [h(1.0), h(0.5)].concat();
+    let mut s = [0u8; 12];
+    s[0] = 0b11_000011;
+    s[4] = 0b01_000101;
+    s[8] = 0x21;
+    b.extend(s);
+    let mut qs = [0u8; 128];
+    qs[0] = 0x07;
+    qs[64] = 0x0A;
+    b.extend(qs);
+    let y = deq(GgmlType::Q4_K, &b);
+    assert_eq!((y[0], y[128], y[32], y[1]), (18.5, 481.0, 0.0, -2.5));
+}
+
+#[test]
+fn q5_k_block_by_definition() {
+    let mut b = [h(0.5), h(1.0)].concat();
+    let mut s = [0u8; 12];
+    s[1] = 2;
+    s[5] = 1;
+    b.extend(s);
+    let mut qh = [0u8; 32];
+    qh[3] = 0b10; // fifth bit of sub-block 1, position 3
+    b.extend(qh);
+    let mut qs = [0u8; 128];
+    qs[3] = 0x40; // high nibble: sub-block 1
+    b.extend(qs);
+    let y = deq(GgmlType::Q5_K, &b);
+    assert_eq!((y[35], y[34], y[3]), (19.0, -1.0, 0.0));
+}
+
+#[test]
+fn q6_k_block_by_definition() {
+    // x = d·sc_g·(q − 32); q = low 4 bits from ql, high 2 bits from qh.
+    let mut ql = [0u8; 128];
+    let mut qh = [0u8; 64];
+    let mut sc = [0u8; 16];
+    ql[0] = 0x05;
+    qh[0] = 0b10;
+    sc[0] = 2;
+    sc[7] = (-3i8) as u8;
+    ql[48] = 0x90; // number 112 = 32·3 + 16: high nibble of ql[32 + 16]
+    qh[16] = 0b1100_0000; // its bits 6..7
+    let b = [&ql[..], &qh[..], &sc[..], &h(0.5)[..]].concat();
+    let y = deq(GgmlType::Q6_K, &b);
+    assert_eq!((y[0], y[112], y[1]), (5.0, -37.5, -32.0));
+}
+
+/// Random blocks of `t` with finite scales (random bytes elsewhere).
+fn random_row(t: GgmlType, n: usize, rng: &mut StdRng) -> Vec<u8> {
+    let mut b: Vec<u8> = (0..t.row_bytes(n).unwrap()).map(|_| rng.random()).collect();
+    let sc = |rng: &mut StdRng| h(rng.random_range(-0.1f32..0.1));
+    for blk in b.chunks_exact_mut(t.block_bytes()) {
+        match t {
+            GgmlType::F32 => blk.copy_from_slice(&rng.random_range(-1.0f32..1.0).to_le_bytes()),
+            GgmlType::F16 => blk.copy_from_slice(&sc(rng)),
+            GgmlType::BF16 => blk.copy_from_slice(
+                &half::bf16::from_f32(rng.random_range(-1.0..1.0))
+                    .to_bits()
+                    .to_le_bytes(),
+            ),
+            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => blk[0..2].copy_from_slice(&sc(rng)),
+            GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => {
+                blk[0..2].copy_from_slice(&sc(rng));
+                blk[2..4].copy_from_slice(&sc(rng));
+            }
+            GgmlType::Q6_K => blk[208..210].copy_from_slice(&sc(rng)),
+        }
+    }
+    b
+}
+
+/// Σ a·b in f64.
+fn dot64(a: &[f32], b: &[f32]) -> f64 {
+    a.iter().zip(b).map(|(&x, &y)| x as f64 * y as f64).sum()
+}
+
+/// Σ |a·b| in f64 (the scale of the rounding error of a sum of these products).
+fn abs_dot64(a: &[f32], b: &[f32]) -> f64 {
+    a.iter()
+        .zip(b)
+        .map(|(&x, &y)| (x as f64 * y as f64).abs())
+        .sum()
+}
+
+#[test]
+fn quantised_dots_equal_dequantise_then_dot() {
+    let mut rng = StdRng::seed_from_u64(7);
+    for t in GgmlType::ALL {
+        for &n in &[256usize, 512, 2048, 4096] {
+            for _ in 0..8 {
+                let row = random_row(t, n, &mut rng);
+                let x: Vec<f32> = (0..n).map(|_| rng.random_range(-2.0f32..2.0)).collect();
+                let mut w = vec![0.0; n];
+                dequantize(t, &row, &mut w).unwrap();
+                let a = quantize_activations(t, &x).unwrap();
+                let xq = a.dequantize();
+                let fast = vec_dot(t, &row, &a).unwrap() as f64;
+                let slow = reference::vec_dot(t, &row, &a).unwrap() as f64;
+                // 1. Against the dequantised activations the kernels are exact but for f32
+                //    rounding of block sums: within 1e-5 of Σ|w·xq|.
+                let exact = dot64(&w, &xq);
+                let scale = abs_dot64(&w, &xq) + 1e-6;
+                assert!(
+                    (fast - exact).abs() <= 1e-5 * scale,
+                    "{t} n={n}: fast {fast} vs {exact}"
+                );
+                assert!(
+                    (slow - exact).abs() <= 1e-5 * scale,
+                    "{t} n={n}: twin {slow} vs {exact}"
+                );
+                // 2. SIMD equals the scalar twin to the same rounding bound.
+                assert!(
+                    (fast - slow).abs() <= 1e-5 * scale,
+                    "{t} n={n}: simd {fast} vs twin {slow}"
+                );
+                // 3. Against the f32 activations: each x is rounded to the nearest multiple of
+                //    its block's dx, so |error| ≤ Σ|w_i|·dx_i/2 (+ the rounding bound above).
+                let block = match t.activation_kind() {
+                    lucent::tensor::quant::ActKind::F32 => 0,
+                    lucent::tensor::quant::ActKind::Q8_0 => 32,
+                    lucent::tensor::quant::ActKind::Q8_K => QK_K,
+                };
+                let bound: f64 = if block == 0 {
+                    0.0
+                } else {
+                    w.iter()
+                        .enumerate()
+                        .map(|(i, wi)| wi.abs() as f64 * a.d[i / block] as f64 / 2.0)
+                        .sum()
+                };
+                let truth = dot64(&w, &x);
+                let tol = bound * (1.0 + 1e-6) + 1e-5 * (abs_dot64(&w, &x) + 1e-6);
+                assert!(
+                    (fast - truth).abs() <= tol,
+                    "{t} n={n}: {fast} vs f32 dot {truth}, bound {tol}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn dots_reject_mismatched_inputs() {
+    let x = vec![0.5f32; 64];
+    let a = quantize_activations(GgmlType::Q8_0, &x).unwrap();
+    let row = vec![0u8; GgmlType::Q8_0.row_bytes(32).unwrap()];
+    assert!(vec_dot(GgmlType::Q8_0, &row, &a).is_err()); // 32 numbers of weights, 64 of x
+    assert!(vec_dot(GgmlType::Q4_K, &row, &a).is_err()); // wrong activation kind
+    assert!(quantize_activations(GgmlType::Q4_K, &x).is_err()); // 64 is not a block of 256
+    assert!(dequantize(GgmlType::Q4_0, &[0u8; 17], &mut [0.0; 32]).is_err());
+}
+
+#[test]
+fn qmatrix_matvec_and_prefill_on_awkward_shapes() {
+    let mut rng = StdRng::seed_from_u64(11);
+    // Two threads, so that the large matrix takes the threaded row split.
+    lucent::threads::set_threads(2);
+    // (rows, cols): single row, odd counts, and one large enough to take the threaded path.
+    for t in GgmlType::ALL {
+        for &(rows, cols) in &[(1usize, 256usize), (3, 512), (17, 256), (1000, 512)] {
+            let bytes: Vec<u8> = (0..rows)
+                .flat_map(|_| random_row(t, cols, &mut rng))
+                .collect();
+            let m = QMatrix::from_vec(t, rows, cols, bytes).unwrap();
+            let x: Vec<f32> = (0..cols).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+            let y = m.matvec(&x).unwrap();
+            let yr = m.matvec_reference(&x).unwrap();
+            let w = m.dequantize_all().unwrap();
+            let a = m.prepare(&x).unwrap().dequantize();
+            for i in 0..rows {
+                let wi = &w[i * cols..(i + 1) * cols];
+                let scale = abs_dot64(wi, &a) + 1e-6;
+                assert!(
+                    ((y[i] - yr[i]) as f64).abs() <= 1e-5 * scale,
+                    "{t} {rows}×{cols} row {i}"
+                );
+            }
+            // Prefill: X (t, cols) · Wᵀ through dequantised tiles and the GEMM, against
+            // the f64 three-loop product of the dequantised weights (f32 GEMM rounding: 1e-5 relative).
+            for &tk in &[1usize, 5] {
+                let xs: Vec<f32> = (0..tk * cols)
+                    .map(|_| rng.random_range(-1.0f32..1.0))
+                    .collect();
+                let ys = m.matmul_t(&xs, tk).unwrap();
+                for r in 0..tk {
+                    for i in 0..rows {
+                        let xr = &xs[r * cols..(r + 1) * cols];
+                        let wi = &w[i * cols..(i + 1) * cols];
+                        let e = dot64(xr, wi);
+                        let scale = abs_dot64(xr, wi) + 1e-6;
+                        assert!(
+                            (ys[r * rows + i] as f64 - e).abs() <= 1e-5 * scale,
+                            "{t} prefill {r},{i}"
+                        );
+                    }
+                }
+            }
+            let part = m.dequantize_rows(rows / 2..rows).unwrap();
+            assert_eq!(&part[..], &w[(rows / 2) * cols..]);
+        }
+    }
+    let m = QMatrix::from_vec(GgmlType::Q8_0, 2, 32, vec![0; 68]).unwrap();
+    assert!(m.matvec(&[0.0; 31]).is_err());
+    assert!(m.dequantize_rows(1..3).is_err());
+    assert!(QMatrix::from_vec(GgmlType::Q8_0, 2, 32, vec![0; 67]).is_err());
+}
+
+#[test]
+fn extreme_blocks_do_not_saturate() {
+    // Every quant byte 0xFF or 0x80 (largest magnitudes: Q8_0's −128, nibbles of 15, Q6_K's
+    // q = 63) against activations at ±127: the 16-bit pair sums of the SIMD kernels must
+    // not saturate, so the fast path still equals the twin and dequantise-then-dot.
+    for t in GgmlType::ALL.into_iter().filter(|t| t.block_len() > 1) {
+        for fill in [0xFFu8, 0x80] {
+            let mut row = vec![fill; t.row_bytes(512).unwrap()];
+            for blk in row.chunks_exact_mut(t.block_bytes()) {
+                let at = if t == GgmlType::Q6_K { 208 } else { 0 };
+                blk[at..at + 2].copy_from_slice(&h(1.0));
+                if matches!(
+                    t,
+                    GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K
+                ) {
+                    blk[2..4].copy_from_slice(&h(0.5));
+                }
+            }
+            for sign in [1.0f32, -1.0] {
+                let x = vec![sign; 512];
+                let a = quantize_activations(t, &x).unwrap();
+                let mut w = vec![0.0; 512];
+                dequantize(t, &row, &mut w).unwrap();
+                let exact = dot64(&w, &a.dequantize());
+                let scale = abs_dot64(&w, &a.dequantize()) + 1e-6;
+                let fast = vec_dot(t, &row, &a).unwrap() as f64;
+                let slow = reference::vec_dot(t, &row, &a).unwrap() as f64;
+                assert!(
+                    (fast - exact).abs() <= 1e-5 * scale,
+                    "{t} fill {fill:#x} sign {sign}: {fast} vs {exact}"
+                );
+                assert!(
+                    (slow - exact).abs() <= 1e-5 * scale,
+                    "{t} twin: {slow} vs {exact}"
+                );
+            }
+        }
+    }
+}
