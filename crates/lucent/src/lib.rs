@@ -22,6 +22,7 @@ pub mod io;
 pub mod model;
 pub mod nn;
 pub mod ops;
+pub mod pipeline;
 pub mod tensor;
 pub mod threads;
 pub mod viz;

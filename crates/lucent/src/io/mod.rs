@@ -5,5 +5,7 @@ pub mod fetch;
 pub mod gguf;
 pub mod gguf_tokenizer;
 pub mod safetensors;
+pub mod tokenizer;
 
 pub use self::safetensors::SafetensorsFile;
+pub use self::tokenizer::{Encoding, Tokenizer};

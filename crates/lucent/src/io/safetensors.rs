@@ -27,6 +27,8 @@ pub struct SafetensorsFile {
     path: PathBuf,
     map: Arc<memmap2::Mmap>,
     entries: BTreeMap<String, TensorEntry>,
+    /// Tensors of dtypes lucent does not read (name → dtype), e.g. I64 buffers.
+    unsupported: BTreeMap<String, String>,
     metadata: HashMap<String, String>,
 }
 
@@ -46,20 +48,20 @@ impl SafetensorsFile {
             })?;
         let data_start = 8 + header_len;
         let mut entries = BTreeMap::new();
+        let mut unsupported = BTreeMap::new();
         for (name, info) in meta.tensors() {
-            let dtype = match info.dtype {
-                safetensors::Dtype::F32 => Dtype::F32,
-                safetensors::Dtype::F16 => Dtype::F16,
-                safetensors::Dtype::BF16 => Dtype::BF16,
-                other => {
-                    return Err(Error::format(
-                        &path,
-                        format!(
-                            "tensor '{name}' has dtype {other:?}; lucent reads f32, f16 and bf16"
-                        ),
-                    ))
-                }
-            };
+            let dtype =
+                match info.dtype {
+                    safetensors::Dtype::F32 => Dtype::F32,
+                    safetensors::Dtype::F16 => Dtype::F16,
+                    safetensors::Dtype::BF16 => Dtype::BF16,
+                    other => {
+                        // Integer buffers (BERT's `position_ids`) are not weights:
+                        // listed, and an error only if someone reads them.
+                        unsupported.insert(name.clone(), format!("{other:?}"));
+                        continue;
+                    }
+                };
             let (b, e) = info.data_offsets;
             entries.insert(
                 name.clone(),
@@ -76,6 +78,7 @@ impl SafetensorsFile {
             path,
             map: Arc::new(map),
             entries,
+            unsupported,
             metadata,
         })
     }
@@ -102,8 +105,12 @@ impl SafetensorsFile {
 
     /// Tensor `name` as f32 (mapped in place when stored as aligned f32).
     pub fn tensor(&self, name: &str) -> Result<Tensor> {
-        let e = self.entries.get(name).ok_or_else(|| {
-            Error::Weights(format!("{}: no tensor named '{name}'", self.path.display()))
+        let e = self.entries.get(name).ok_or_else(|| match self.unsupported.get(name) {
+            Some(dtype) => Error::format(
+                &self.path,
+                format!("tensor '{name}' has dtype {dtype}; lucent reads f32, f16 and bf16"),
+            ),
+            None => Error::Weights(format!("{}: no tensor named '{name}'", self.path.display())),
         })?;
         let t = match e.dtype {
             Dtype::F32 => Tensor::from_mmap_f32(self.map.clone(), e.start, &e.shape),

@@ -3,7 +3,10 @@
 //! tables), loading and parameter counts.
 
 pub mod config;
+pub mod encoder;
+pub mod family;
 
+pub use encoder::EncoderModel;
 pub use config::{FfnKind, ModelConfig, ModelKind, NormKind, NormPlacement, PositionKind};
 pub mod memory;
 pub mod params;

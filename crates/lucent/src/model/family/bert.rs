@@ -1,0 +1,248 @@
+//! BERT (and its small cousins such as MiniLM): a config translation and a name table.
+//!
+//! BERT is the generic encoder with:
+//! - token + learned absolute position + token type embeddings, summed, then LayerNorm;
+//! - post-norm layers: x = LN(x + MHA(x)); x = LN(x + W₂ GELU(W₁ x + b₁) + b₂);
+//! - GELU with the exact erf (`hidden_act: "gelu"`), biases everywhere, ε from the file;
+//! - no final norm (the last layer's post-norm is the last step).
+//!
+//! Hugging Face `config.json` ([`HfBertConfig`]) → [`ModelConfig`] by [`config`]; the
+//! checkpoint keys of every parameter are in [`NAMES`], the only place they are written.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use super::{NameTable, Param, Weights};
+use crate::io::SafetensorsFile;
+use crate::model::encoder::EncoderModel;
+use crate::model::{FfnKind, ModelConfig, ModelKind, NormKind, NormPlacement, PositionKind};
+use crate::ops::Activation;
+use crate::{Error, Result};
+
+/// The fields of a Hugging Face BERT `config.json` that lucent reads.
+#[derive(Clone, Debug, Deserialize)]
+pub struct HfBertConfig {
+    /// `"bert"` for BERT and MiniLM.
+    #[serde(default)]
+    pub model_type: Option<String>,
+    /// Vocabulary size V.
+    pub vocab_size: usize,
+    /// Width d.
+    pub hidden_size: usize,
+    /// Layers N.
+    pub num_hidden_layers: usize,
+    /// Heads h.
+    pub num_attention_heads: usize,
+    /// Feed-forward width d_ff.
+    pub intermediate_size: usize,
+    /// Feed-forward nonlinearity (`"gelu"` = erf GELU).
+    #[serde(default = "default_act")]
+    pub hidden_act: String,
+    /// Rows of the position table.
+    #[serde(default = "default_positions")]
+    pub max_position_embeddings: usize,
+    /// Rows of the token type table.
+    #[serde(default = "default_types")]
+    pub type_vocab_size: usize,
+    /// ε of every LayerNorm.
+    #[serde(default = "default_eps")]
+    pub layer_norm_eps: f64,
+    /// Only `"absolute"` is supported.
+    #[serde(default)]
+    pub position_embedding_type: Option<String>,
+}
+
+fn default_act() -> String {
+    "gelu".into()
+}
+fn default_positions() -> usize {
+    512
+}
+fn default_types() -> usize {
+    2
+}
+fn default_eps() -> f64 {
+    1e-12
+}
+
+/// Parse `config.json` of a BERT model folder.
+pub fn read_config(path: &Path) -> Result<HfBertConfig> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    serde_json::from_str(&text).map_err(|e| {
+        Error::format(
+            path,
+            format!("not a BERT config.json ({e}); it needs vocab_size, hidden_size, num_hidden_layers, num_attention_heads, intermediate_size"),
+        )
+    })
+}
+
+/// Map a Hugging Face `hidden_act` name to an [`Activation`]; unknown names are an error
+/// that lists the known ones.
+pub fn activation(name: &str) -> Result<Activation> {
+    Ok(match name {
+        "gelu" => Activation::Gelu,
+        "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Activation::GeluTanh,
+        "relu" => Activation::Relu,
+        "silu" | "swish" => Activation::Silu,
+        other => {
+            return Err(Error::Config(format!(
+                "hidden_act '{other}' is not supported; known: gelu (erf), gelu_new / gelu_pytorch_tanh / gelu_fast (tanh), relu, silu / swish"
+            )))
+        }
+    })
+}
+
+/// Translate a BERT config into the generic [`ModelConfig`] (validated).
+pub fn config(hf: &HfBertConfig) -> Result<ModelConfig> {
+    if let Some(t) = &hf.model_type {
+        if t != "bert" {
+            return Err(Error::Config(format!(
+                "model_type '{t}' is not BERT; lucent reads BERT-style encoders (model_type \"bert\") from config.json"
+            )));
+        }
+    }
+    if let Some(p) = &hf.position_embedding_type {
+        if p != "absolute" {
+            return Err(Error::Config(format!(
+                "position_embedding_type '{p}' is not supported; lucent's BERT uses learned absolute positions (\"absolute\")"
+            )));
+        }
+    }
+    let cfg = ModelConfig {
+        family: "bert".into(),
+        kind: ModelKind::Encoder,
+        vocab_size: hf.vocab_size,
+        d_model: hf.hidden_size,
+        encoder_layers: hf.num_hidden_layers,
+        decoder_layers: 0,
+        n_heads: hf.num_attention_heads,
+        n_kv_heads: hf.num_attention_heads,
+        head_dim: ModelConfig::head_dim_for(hf.hidden_size, hf.num_attention_heads)?,
+        d_ff: hf.intermediate_size,
+        max_positions: hf.max_position_embeddings,
+        type_vocab_size: hf.type_vocab_size,
+        position: PositionKind::Learned,
+        norm: NormKind::LayerNorm,
+        norm_placement: NormPlacement::Post,
+        norm_eps: hf.layer_norm_eps as f32,
+        embedding_norm: true,
+        final_norm: false,
+        ffn: FfnKind::Mlp,
+        activation: activation(&hf.hidden_act)?,
+        qkv_bias: true,
+        attn_out_bias: true,
+        ffn_bias: true,
+        norm_bias: true,
+        qk_norm: false,
+        tie_embeddings: false,
+        embedding_scale: 1.0,
+        sliding_window: None,
+        global_every: None,
+        attention_scale: None,
+    };
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+/// Read and translate `config.json`; errors name the file.
+pub fn load_config(path: &Path) -> Result<ModelConfig> {
+    config(&read_config(path)?).map_err(|e| match e {
+        Error::Config(msg) => Error::format(path, msg),
+        other => other,
+    })
+}
+
+/// Load a BERT model folder in Hugging Face layout (`config.json`, `model.safetensors`)
+/// as the generic [`EncoderModel`]. Errors name the missing file or tensor.
+pub fn load_model(dir: &Path) -> Result<EncoderModel> {
+    if !dir.is_dir() {
+        return Err(Error::Argument(format!(
+            "model folder {} does not exist; pass a known model name (lucent models) or a folder with config.json, model.safetensors and tokenizer.json",
+            dir.display()
+        )));
+    }
+    let cfg = load_config(&dir.join("config.json"))?;
+    let file = SafetensorsFile::open(dir.join("model.safetensors"))?;
+    let weights = Weights::new(&file, &NAMES, &cfg)?;
+    EncoderModel::load(cfg.clone(), &weights)
+}
+
+/// Every BERT parameter's checkpoint key (`{i}` = layer). MiniLM's sentence-transformers
+/// file stores them bare; BertForMaskedLM-style files put `bert.` in front.
+pub const NAMES: NameTable = NameTable {
+    family: "bert",
+    prefixes: &["", "bert."],
+    keys: &[
+        (Param::TokenEmbedding, "embeddings.word_embeddings.weight"),
+        (Param::PositionEmbedding, "embeddings.position_embeddings.weight"),
+        (Param::TokenTypeEmbedding, "embeddings.token_type_embeddings.weight"),
+        (Param::EmbeddingNormWeight, "embeddings.LayerNorm.weight"),
+        (Param::EmbeddingNormBias, "embeddings.LayerNorm.bias"),
+        (Param::QueryWeight, "encoder.layer.{i}.attention.self.query.weight"),
+        (Param::QueryBias, "encoder.layer.{i}.attention.self.query.bias"),
+        (Param::KeyWeight, "encoder.layer.{i}.attention.self.key.weight"),
+        (Param::KeyBias, "encoder.layer.{i}.attention.self.key.bias"),
+        (Param::ValueWeight, "encoder.layer.{i}.attention.self.value.weight"),
+        (Param::ValueBias, "encoder.layer.{i}.attention.self.value.bias"),
+        (Param::AttnOutWeight, "encoder.layer.{i}.attention.output.dense.weight"),
+        (Param::AttnOutBias, "encoder.layer.{i}.attention.output.dense.bias"),
+        (Param::AttnNormWeight, "encoder.layer.{i}.attention.output.LayerNorm.weight"),
+        (Param::AttnNormBias, "encoder.layer.{i}.attention.output.LayerNorm.bias"),
+        (Param::FfnUpWeight, "encoder.layer.{i}.intermediate.dense.weight"),
+        (Param::FfnUpBias, "encoder.layer.{i}.intermediate.dense.bias"),
+        (Param::FfnDownWeight, "encoder.layer.{i}.output.dense.weight"),
+        (Param::FfnDownBias, "encoder.layer.{i}.output.dense.bias"),
+        (Param::FfnNormWeight, "encoder.layer.{i}.output.LayerNorm.weight"),
+        (Param::FfnNormBias, "encoder.layer.{i}.output.LayerNorm.bias"),
+    ],
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn minilm_json(act: &str) -> String {
+        format!(
+            r#"{{"model_type":"bert","vocab_size":30522,"hidden_size":384,"num_hidden_layers":6,
+            "num_attention_heads":12,"intermediate_size":1536,"hidden_act":"{act}",
+            "max_position_embeddings":512,"type_vocab_size":2,"layer_norm_eps":1e-12,
+            "position_embedding_type":"absolute"}}"#
+        )
+    }
+
+    #[test]
+    fn minilm_config_translates() {
+        let hf: HfBertConfig = serde_json::from_str(&minilm_json("gelu")).unwrap();
+        let c = config(&hf).unwrap();
+        assert_eq!((c.d_model, c.n_heads, c.head_dim, c.d_ff), (384, 12, 32, 1536));
+        assert_eq!(c.encoder_layers, 6);
+        assert_eq!(c.norm_placement, NormPlacement::Post);
+        assert_eq!(c.activation, Activation::Gelu);
+        assert!(c.embedding_norm && !c.final_norm);
+        assert_eq!(c.norm_eps, 1e-12);
+    }
+
+    #[test]
+    fn unknown_activation_is_named() {
+        let hf: HfBertConfig = serde_json::from_str(&minilm_json("mish")).unwrap();
+        let e = config(&hf).unwrap_err().to_string();
+        assert!(e.contains("hidden_act 'mish'"), "{e}");
+    }
+
+    #[test]
+    fn every_param_has_a_key_once() {
+        for (i, (p, _)) in NAMES.keys.iter().enumerate() {
+            assert!(
+                NAMES.keys[i + 1..].iter().all(|(q, _)| q != p),
+                "{p:?} twice"
+            );
+            assert_eq!(
+                p.per_layer(),
+                NAMES.pattern(*p).unwrap().contains("{i}"),
+                "{p:?}"
+            );
+        }
+        assert_eq!(NAMES.keys.len(), 21);
+    }
+}
