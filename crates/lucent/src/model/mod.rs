@@ -3,9 +3,11 @@
 //! tables), loading and parameter counts.
 
 pub mod config;
+pub mod decoder;
 pub mod encoder;
 pub mod family;
 
+pub use decoder::DecoderModel;
 pub use encoder::EncoderModel;
 pub use config::{FfnKind, ModelConfig, ModelKind, NormKind, NormPlacement, PositionKind};
 pub mod memory;

@@ -1284,6 +1284,55 @@ impl QMatrix {
         self.dequantize_rows(0..self.rows)
     }
 
+    /// Y = X · Wᵀ for `t` rows of `x`, each output number computed exactly as
+    /// [`QMatrix::matvec`] computes it (the row of x quantised on its own, the same dot
+    /// kernel): so a row's result never depends on which other rows came with it (batch
+    /// invariance — cached decoding then equals the full forward bit for bit). Each
+    /// weight row is read once and dotted with every activation row while it is in cache;
+    /// threads split the weight rows.
+    ///
+    /// # Shapes
+    /// X (t, cols) · Wᵀ (cols, rows) → Y (t, rows)
+    pub fn matmul_t_quantized(&self, x: &[f32], t: usize) -> Result<Vec<f32>> {
+        self.check_x("matmul_t_quantized", x, t)?;
+        let mut y = vec![0.0f32; t * self.rows];
+        if t == 0 || self.rows == 0 {
+            return Ok(y);
+        }
+        let acts = x
+            .chunks_exact(self.cols)
+            .map(|r| quantize_activations(self.dtype, r))
+            .collect::<Result<Vec<_>>>()?;
+        let k = dot_kernel(self.dtype);
+        // yt: (rows, t), one contiguous run of t results per weight row.
+        let mut yt = vec![0.0f32; t * self.rows];
+        let fill = |i: usize, out: &mut [f32]| {
+            let w = self.row_bytes_of(i);
+            for (o, a) in out.iter_mut().zip(&acts) {
+                *o = k(w, a);
+            }
+        };
+        let threads = crate::threads::threads();
+        if threads <= 1 || self.rows * self.row_bytes * t < PAR_MIN_BYTES || self.rows < 2 {
+            for (i, out) in yt.chunks_exact_mut(t).enumerate() {
+                fill(i, out);
+            }
+        } else {
+            let per = self.rows.div_ceil(threads * 4).max(1);
+            yt.par_chunks_mut(per * t).enumerate().for_each(|(c, ys)| {
+                for (j, out) in ys.chunks_exact_mut(t).enumerate() {
+                    fill(c * per + j, out);
+                }
+            });
+        }
+        for (i, col) in yt.chunks_exact(t).enumerate() {
+            for (r, &v) in col.iter().enumerate() {
+                y[r * self.rows + i] = v;
+            }
+        }
+        Ok(y)
+    }
+
     /// Y = X · Wᵀ (prefill): `x` is `t` rows of `cols`, the result `t` rows of `rows`.
     /// Dequantises tiles of W and multiplies them with the f32 GEMM.
     ///

@@ -140,6 +140,8 @@ pub fn config(hf: &HfBertConfig) -> Result<ModelConfig> {
         sliding_window: None,
         global_every: None,
         attention_scale: None,
+        // The pooler's weights are in the file but sentence embeddings never use them.
+        pooler: false,
     };
     cfg.validate()?;
     Ok(cfg)
