@@ -47,6 +47,10 @@ enum Command {
     Memory(commands::memory::Args),
     /// The tensor shape after every step of a forward pass.
     Shapes(commands::shapes::Args),
+    /// Generate text with a decoder model (SmolLM2, Gemma 3, any llama/gemma3 GGUF).
+    Generate(commands::generate::Args),
+    /// Talk with a decoder model; keeps the conversation (reads stdin lines, /exit ends).
+    Chat(commands::generate::ChatArgs),
 }
 
 fn main() -> ExitCode {
@@ -63,6 +67,8 @@ fn main() -> ExitCode {
         Command::Params(a) => commands::params::run(a),
         Command::Memory(a) => commands::memory::run(a),
         Command::Shapes(a) => commands::shapes::run(a),
+        Command::Generate(a) => commands::generate::run(a),
+        Command::Chat(a) => commands::generate::run_chat(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

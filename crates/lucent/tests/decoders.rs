@@ -202,3 +202,14 @@ fn tmp_probe4() {
         }
     }
 }
+
+#[test]
+fn tmp_probe5() {
+    let m = gemma3();
+    let ids = m.tokenizer.encode("<bos><start_of_turn>user\nWhat is 2 + 2?<end_of_turn>\n<start_of_turn>model\n", false).unwrap();
+    println!("{ids:?}");
+    for i in &ids { print!("{:?} ", m.tokenizer.token_text(*i)); }
+    println!("\neog {:?}", m.tokenizer.eog_ids());
+    let s = smollm2();
+    println!("smol eog {:?}", s.tokenizer.eog_ids());
+}

@@ -2,6 +2,7 @@
 
 pub mod attention;
 pub mod fetch;
+pub mod generate;
 pub mod mask;
 pub mod memory;
 pub mod params;
