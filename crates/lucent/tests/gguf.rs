@@ -186,8 +186,14 @@ fn reads_every_value_type_and_tensor_v2_v3() {
         assert_eq!((m.rows(), m.cols(), m.dtype()), (3, 64, GgmlType::Q8_0));
         assert_eq!(m.dequantize_all().unwrap(), w);
         assert!(f.qmatrix_shaped("proj.weight", 3, 64).is_ok());
-        let e = f.qmatrix_shaped("proj.weight", 64, 3).unwrap_err().to_string();
-        assert!(e.contains("proj.weight") && e.contains("[3, 64]") && e.contains("[64, 3]"), "{e}");
+        let e = f
+            .qmatrix_shaped("proj.weight", 64, 3)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("proj.weight") && e.contains("[3, 64]") && e.contains("[64, 3]"),
+            "{e}"
+        );
         assert!(f.tensor_f32_shaped("norm.weight", &[4]).is_err());
         let e = f.tensor("proj.wieght").unwrap_err().to_string();
         assert!(

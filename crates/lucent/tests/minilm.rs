@@ -42,7 +42,10 @@ fn norm(v: &[f32]) -> f32 {
 }
 
 fn max_abs(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 fn json_list<T: serde::de::DeserializeOwned>(f: &SafetensorsFile, key: &str) -> T {
@@ -55,7 +58,10 @@ fn embeddings_equal_sentence_transformers() {
     let want = reference.tensor("embeddings").unwrap();
     let sents = sentences();
     let stored: Vec<String> = json_list(&reference, "sentences");
-    assert_eq!(sents, stored, "sentences file and reference metadata differ");
+    assert_eq!(
+        sents, stored,
+        "sentences file and reference metadata differ"
+    );
     let texts: Vec<&str> = sents.iter().map(|s| s.as_str()).collect();
     let got = embedder().embed(&texts).unwrap();
     assert_eq!(got.len(), want.shape()[0]);
@@ -71,7 +77,9 @@ fn embeddings_equal_sentence_transformers() {
             texts[i]
         );
     }
-    eprintln!("minilm vs sentence-transformers: worst cosine {worst_cos}, worst max |Δ| {worst_diff:e}");
+    eprintln!(
+        "minilm vs sentence-transformers: worst cosine {worst_cos}, worst max |Δ| {worst_diff:e}"
+    );
 }
 
 #[test]
@@ -88,8 +96,14 @@ fn token_ids_equal_the_reference() {
         assert_eq!(&enc[i].ids, ids, "sentence {i}");
     }
     // Known WordPiece ids of bert-base-uncased's vocabulary.
-    let e = embedder().tokenizer().encode("The cat sat on the mat.", true).unwrap();
-    assert_eq!(e.ids, vec![101, 1996, 4937, 2938, 2006, 1996, 13523, 1012, 102]);
+    let e = embedder()
+        .tokenizer()
+        .encode("The cat sat on the mat.", true)
+        .unwrap();
+    assert_eq!(
+        e.ids,
+        vec![101, 1996, 4937, 2938, 2006, 1996, 13523, 1012, 102]
+    );
     assert_eq!(
         embedder().tokenizer().decode(&e.ids, true).unwrap(),
         "the cat sat on the mat."
@@ -164,7 +178,11 @@ fn batching_and_padding_do_not_change_embeddings() {
     let batch3 = embedder().embed_batched(&texts, 3).unwrap();
     for (i, t) in texts.iter().enumerate() {
         let one = embedder().embed_one(t).unwrap();
-        for (what, v) in [("all", &together[i]), ("default", &default[i]), ("3", &batch3[i])] {
+        for (what, v) in [
+            ("all", &together[i]),
+            ("default", &default[i]),
+            ("3", &batch3[i]),
+        ] {
             let m = max_abs(&one, v);
             assert!(m <= 1e-5, "sentence {i} batch {what}: max |Δ| {m}");
         }
@@ -182,8 +200,13 @@ fn batching_and_padding_do_not_change_embeddings() {
 fn bad_input_is_an_error() {
     let e = embedder().embed(&[]).unwrap_err().to_string();
     assert!(e.contains("no input texts"), "{e}");
-    let e = Embedder::load(std::path::Path::new("/nonexistent/model")).unwrap_err().to_string();
-    assert!(e.contains("/nonexistent/model") && e.contains("does not exist"), "{e}");
+    let e = Embedder::load(std::path::Path::new("/nonexistent/model"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("/nonexistent/model") && e.contains("does not exist"),
+        "{e}"
+    );
 
     let tmp = std::env::temp_dir().join(format!("lucent-minilm-bad-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
@@ -192,14 +215,26 @@ fn bad_input_is_an_error() {
         std::fs::copy(src.join(f), tmp.join(f)).unwrap();
     }
     // A corrupt safetensors header.
-    std::fs::write(tmp.join("model.safetensors"), b"\x10\x00\x00\x00\x00\x00\x00\x00{not json!!!!!!}").unwrap();
+    std::fs::write(
+        tmp.join("model.safetensors"),
+        b"\x10\x00\x00\x00\x00\x00\x00\x00{not json!!!!!!}",
+    )
+    .unwrap();
     let e = Embedder::load(&tmp).unwrap_err().to_string();
-    assert!(e.contains("model.safetensors") && e.contains("not a valid safetensors"), "{e}");
+    assert!(
+        e.contains("model.safetensors") && e.contains("not a valid safetensors"),
+        "{e}"
+    );
     // An unknown activation.
     let cfg = std::fs::read_to_string(src.join("config.json")).unwrap();
     std::fs::write(tmp.join("config.json"), cfg.replace("\"gelu\"", "\"mish\"")).unwrap();
-    let e = bert::load_config(&tmp.join("config.json")).unwrap_err().to_string();
-    assert!(e.contains("config.json") && e.contains("hidden_act 'mish'"), "{e}");
+    let e = bert::load_config(&tmp.join("config.json"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("config.json") && e.contains("hidden_act 'mish'"),
+        "{e}"
+    );
     let e = Embedder::load(&tmp).unwrap_err().to_string();
     assert!(e.contains("mish"), "{e}");
     std::fs::remove_dir_all(&tmp).unwrap();

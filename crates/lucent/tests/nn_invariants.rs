@@ -522,7 +522,11 @@ fn gated_ffn_is_its_formula() {
             unreachable!()
         };
         let gate = FeedForward::Gated {
-            gate: Linear::new(gate.weight_f32().unwrap().scale(15.0), Some(Tensor::full(&[7], 0.1))).unwrap(),
+            gate: Linear::new(
+                gate.weight_f32().unwrap().scale(15.0),
+                Some(Tensor::full(&[7], 0.1)),
+            )
+            .unwrap(),
             up: up.clone(),
             down: down.clone(),
             activation: act,
@@ -623,7 +627,13 @@ fn embedding_head_and_dropout() {
     assert_eq!(x.shape(), [2, 2, 4]);
     assert_eq!(
         &x.data()[0..4],
-        &emb.table.as_f32().unwrap().row(3).iter().map(|v| v * 2.0).collect::<Vec<_>>()[..]
+        &emb.table
+            .as_f32()
+            .unwrap()
+            .row(3)
+            .iter()
+            .map(|v| v * 2.0)
+            .collect::<Vec<_>>()[..]
     );
     assert_eq!(&x.data()[12..16], &x.data()[0..4]);
     let head = Head::tied_to(&emb.table).unwrap();

@@ -53,7 +53,9 @@ impl SamplingArgs {
 
 /// Arguments of `lucent generate`.
 #[derive(clap::Args)]
-#[command(after_help = "Examples:\n  lucent generate \"The capital of France is\"\n  lucent generate -m gemma3 --chat \"Why is the sky blue?\" -n 100 --temperature 0.7 --seed 1")]
+#[command(
+    after_help = "Examples:\n  lucent generate \"The capital of France is\"\n  lucent generate -m gemma3 --chat \"Why is the sky blue?\" -n 100 --temperature 0.7 --seed 1"
+)]
 pub struct Args {
     /// The prompt.
     pub prompt: String,
@@ -147,7 +149,9 @@ pub fn run(args: Args) -> Result<()> {
 
 /// Arguments of `lucent chat`.
 #[derive(clap::Args)]
-#[command(after_help = "Type a message and press Enter; /exit (or end of input) ends, /reset forgets the conversation.\nExample: echo 'What is 2 + 2?' | lucent chat -m smollm2")]
+#[command(
+    after_help = "Type a message and press Enter; /exit (or end of input) ends, /reset forgets the conversation.\nExample: echo 'What is 2 + 2?' | lucent chat -m smollm2"
+)]
 pub struct ChatArgs {
     /// Model: a known name (smollm2, gemma3) or a .gguf path.
     #[arg(long, short = 'm', default_value = "smollm2")]

@@ -50,18 +50,17 @@ impl SafetensorsFile {
         let mut entries = BTreeMap::new();
         let mut unsupported = BTreeMap::new();
         for (name, info) in meta.tensors() {
-            let dtype =
-                match info.dtype {
-                    safetensors::Dtype::F32 => Dtype::F32,
-                    safetensors::Dtype::F16 => Dtype::F16,
-                    safetensors::Dtype::BF16 => Dtype::BF16,
-                    other => {
-                        // Integer buffers (BERT's `position_ids`) are not weights:
-                        // listed, and an error only if someone reads them.
-                        unsupported.insert(name.clone(), format!("{other:?}"));
-                        continue;
-                    }
-                };
+            let dtype = match info.dtype {
+                safetensors::Dtype::F32 => Dtype::F32,
+                safetensors::Dtype::F16 => Dtype::F16,
+                safetensors::Dtype::BF16 => Dtype::BF16,
+                other => {
+                    // Integer buffers (BERT's `position_ids`) are not weights:
+                    // listed, and an error only if someone reads them.
+                    unsupported.insert(name.clone(), format!("{other:?}"));
+                    continue;
+                }
+            };
             let (b, e) = info.data_offsets;
             entries.insert(
                 name.clone(),
@@ -105,13 +104,18 @@ impl SafetensorsFile {
 
     /// Tensor `name` as f32 (mapped in place when stored as aligned f32).
     pub fn tensor(&self, name: &str) -> Result<Tensor> {
-        let e = self.entries.get(name).ok_or_else(|| match self.unsupported.get(name) {
-            Some(dtype) => Error::format(
-                &self.path,
-                format!("tensor '{name}' has dtype {dtype}; lucent reads f32, f16 and bf16"),
-            ),
-            None => Error::Weights(format!("{}: no tensor named '{name}'", self.path.display())),
-        })?;
+        let e = self
+            .entries
+            .get(name)
+            .ok_or_else(|| match self.unsupported.get(name) {
+                Some(dtype) => Error::format(
+                    &self.path,
+                    format!("tensor '{name}' has dtype {dtype}; lucent reads f32, f16 and bf16"),
+                ),
+                None => {
+                    Error::Weights(format!("{}: no tensor named '{name}'", self.path.display()))
+                }
+            })?;
         let t = match e.dtype {
             Dtype::F32 => Tensor::from_mmap_f32(self.map.clone(), e.start, &e.shape),
             d => Tensor::from_bytes(&self.map[e.start..e.start + e.len], d, &e.shape),

@@ -182,14 +182,9 @@ impl DecoderModel {
         }
         let ids: Vec<usize> = ids.iter().map(|&i| i as usize).collect();
         let x = self.embedding.forward(&[ids])?; // (1, t, d)
-        let h = self.decoder.forward(
-            &x,
-            None,
-            &AttentionOptions::causal(),
-            None,
-            cache,
-            trace,
-        )?; // (1, t, d)
+        let h = self
+            .decoder
+            .forward(&x, None, &AttentionOptions::causal(), None, cache, trace)?; // (1, t, d)
         let d = self.config.d_model;
         let h = if last_only {
             h.narrow(1, t - 1, 1)?.reshape(&[1, d])? // (1, d)

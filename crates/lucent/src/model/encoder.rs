@@ -82,7 +82,13 @@ pub struct EncoderModel {
     pub encoder: nn::Encoder,
 }
 
-fn norm_from(cfg: &ModelConfig, w: &Weights, weight: Param, bias: Param, layer: usize) -> Result<Norm> {
+fn norm_from(
+    cfg: &ModelConfig,
+    w: &Weights,
+    weight: Param,
+    bias: Param,
+    layer: usize,
+) -> Result<Norm> {
     let gamma = w.get(weight, layer)?;
     Ok(match cfg.norm {
         crate::model::NormKind::LayerNorm => {
@@ -117,7 +123,9 @@ impl EncoderModel {
             )));
         }
         let position = match cfg.position {
-            PositionKind::Learned => Some(Embedding::new(w.get(Param::PositionEmbedding, 0)?, 1.0)?),
+            PositionKind::Learned => {
+                Some(Embedding::new(w.get(Param::PositionEmbedding, 0)?, 1.0)?)
+            }
             PositionKind::None => None,
             other => {
                 return Err(Error::Config(format!(
@@ -131,7 +139,13 @@ impl EncoderModel {
             None
         };
         let norm = if cfg.embedding_norm {
-            Some(norm_from(cfg, w, Param::EmbeddingNormWeight, Param::EmbeddingNormBias, 0)?)
+            Some(norm_from(
+                cfg,
+                w,
+                Param::EmbeddingNormWeight,
+                Param::EmbeddingNormBias,
+                0,
+            )?)
         } else {
             None
         };
@@ -240,7 +254,10 @@ pub fn padding_bias(mask: &[Vec<bool>], b: usize, t: usize) -> Result<Tensor> {
     let mut data = Vec::with_capacity(b * t * t);
     for row in mask {
         for _ in 0..t {
-            data.extend(row.iter().map(|&keep| if keep { 0.0 } else { f32::NEG_INFINITY }));
+            data.extend(
+                row.iter()
+                    .map(|&keep| if keep { 0.0 } else { f32::NEG_INFINITY }),
+            );
         }
     }
     Tensor::new(data, &[b, 1, t, t]) // (b, 1, t_q, t_k)

@@ -7,9 +7,9 @@ pub mod decoder;
 pub mod encoder;
 pub mod family;
 
+pub use config::{FfnKind, ModelConfig, ModelKind, NormKind, NormPlacement, PositionKind};
 pub use decoder::DecoderModel;
 pub use encoder::EncoderModel;
-pub use config::{FfnKind, ModelConfig, ModelKind, NormKind, NormPlacement, PositionKind};
 pub mod memory;
 pub mod params;
 pub mod presets;

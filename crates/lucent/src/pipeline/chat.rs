@@ -119,7 +119,10 @@ mod tests {
 
     #[test]
     fn chatml_and_gemma_render() {
-        let msgs = [Message::new("system", "Be brief."), Message::new("user", " Hi ")];
+        let msgs = [
+            Message::new("system", "Be brief."),
+            Message::new("user", " Hi "),
+        ];
         let c = ChatTemplate::new(CHATML, "", "");
         assert_eq!(
             c.render(&msgs, true).unwrap(),
@@ -139,7 +142,10 @@ mod tests {
     #[test]
     fn python_string_methods_work() {
         let t = ChatTemplate::new("{{ messages[0]['content'].strip().upper() }}", "", "");
-        assert_eq!(t.render(&[Message::new("user", "  hi ")], false).unwrap(), "HI");
+        assert_eq!(
+            t.render(&[Message::new("user", "  hi ")], false).unwrap(),
+            "HI"
+        );
     }
 
     #[test]

@@ -255,9 +255,10 @@ impl Embedder {
         let config = EmbedConfig::read(dir, model.config.max_positions)?;
         let mut tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))?;
         tokenizer.set_max_length(Some(config.max_seq_length))?;
-        let name = dir
-            .file_name()
-            .map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned());
+        let name = dir.file_name().map_or_else(
+            || dir.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
         Ok(Embedder {
             model,
             tokenizer,
@@ -305,7 +306,11 @@ impl Embedder {
     ///
     /// # Shapes
     /// b encodings, longest t → (b, t, d)
-    pub fn hidden_states(&self, encodings: &[&Encoding], trace: Option<&mut Trace>) -> Result<Tensor> {
+    pub fn hidden_states(
+        &self,
+        encodings: &[&Encoding],
+        trace: Option<&mut Trace>,
+    ) -> Result<Tensor> {
         let p = pad_right(encodings, self.tokenizer.pad_id());
         let rows = |v: &[u32]| -> Vec<Vec<usize>> {
             v.chunks(p.t.max(1))
@@ -487,7 +492,9 @@ mod tests {
         let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
         let t = parse_terms(&s(&["king", "-", "man", "+", "woman"])).unwrap();
         assert_eq!(
-            t.iter().map(|t| (t.sign, t.text.as_str())).collect::<Vec<_>>(),
+            t.iter()
+                .map(|t| (t.sign, t.text.as_str()))
+                .collect::<Vec<_>>(),
             vec![(1.0, "king"), (-1.0, "man"), (1.0, "woman")]
         );
         let t = parse_terms(&s(&["king-man+woman"])).unwrap();

@@ -33,8 +33,8 @@ use std::path::{Path, PathBuf};
 use crate::io::gguf::GgufFile;
 use crate::io::gguf_tokenizer::GgufTokenizer;
 use crate::model::DecoderModel;
-use crate::pipeline::chat::{ChatTemplate, Message};
 use crate::nn::KvCache;
+use crate::pipeline::chat::{ChatTemplate, Message};
 use crate::{Error, Result};
 
 /// A decoder model with its tokenizer and chat template, all from one GGUF file.
@@ -393,7 +393,11 @@ impl StopWatch<'_> {
         let hold = if all {
             0
         } else {
-            self.stops.iter().map(|s| s.len().saturating_sub(1)).max().unwrap_or(0)
+            self.stops
+                .iter()
+                .map(|s| s.len().saturating_sub(1))
+                .max()
+                .unwrap_or(0)
         };
         let mut end = self.text.len().saturating_sub(hold).max(self.sent);
         while !self.text.is_char_boundary(end) {

@@ -177,26 +177,74 @@ pub const NAMES: NameTable = NameTable {
     prefixes: &["", "bert."],
     keys: &[
         (Param::TokenEmbedding, "embeddings.word_embeddings.weight"),
-        (Param::PositionEmbedding, "embeddings.position_embeddings.weight"),
-        (Param::TokenTypeEmbedding, "embeddings.token_type_embeddings.weight"),
+        (
+            Param::PositionEmbedding,
+            "embeddings.position_embeddings.weight",
+        ),
+        (
+            Param::TokenTypeEmbedding,
+            "embeddings.token_type_embeddings.weight",
+        ),
         (Param::EmbeddingNormWeight, "embeddings.LayerNorm.weight"),
         (Param::EmbeddingNormBias, "embeddings.LayerNorm.bias"),
-        (Param::QueryWeight, "encoder.layer.{i}.attention.self.query.weight"),
-        (Param::QueryBias, "encoder.layer.{i}.attention.self.query.bias"),
-        (Param::KeyWeight, "encoder.layer.{i}.attention.self.key.weight"),
+        (
+            Param::QueryWeight,
+            "encoder.layer.{i}.attention.self.query.weight",
+        ),
+        (
+            Param::QueryBias,
+            "encoder.layer.{i}.attention.self.query.bias",
+        ),
+        (
+            Param::KeyWeight,
+            "encoder.layer.{i}.attention.self.key.weight",
+        ),
         (Param::KeyBias, "encoder.layer.{i}.attention.self.key.bias"),
-        (Param::ValueWeight, "encoder.layer.{i}.attention.self.value.weight"),
-        (Param::ValueBias, "encoder.layer.{i}.attention.self.value.bias"),
-        (Param::AttnOutWeight, "encoder.layer.{i}.attention.output.dense.weight"),
-        (Param::AttnOutBias, "encoder.layer.{i}.attention.output.dense.bias"),
-        (Param::AttnNormWeight, "encoder.layer.{i}.attention.output.LayerNorm.weight"),
-        (Param::AttnNormBias, "encoder.layer.{i}.attention.output.LayerNorm.bias"),
-        (Param::FfnUpWeight, "encoder.layer.{i}.intermediate.dense.weight"),
-        (Param::FfnUpBias, "encoder.layer.{i}.intermediate.dense.bias"),
-        (Param::FfnDownWeight, "encoder.layer.{i}.output.dense.weight"),
+        (
+            Param::ValueWeight,
+            "encoder.layer.{i}.attention.self.value.weight",
+        ),
+        (
+            Param::ValueBias,
+            "encoder.layer.{i}.attention.self.value.bias",
+        ),
+        (
+            Param::AttnOutWeight,
+            "encoder.layer.{i}.attention.output.dense.weight",
+        ),
+        (
+            Param::AttnOutBias,
+            "encoder.layer.{i}.attention.output.dense.bias",
+        ),
+        (
+            Param::AttnNormWeight,
+            "encoder.layer.{i}.attention.output.LayerNorm.weight",
+        ),
+        (
+            Param::AttnNormBias,
+            "encoder.layer.{i}.attention.output.LayerNorm.bias",
+        ),
+        (
+            Param::FfnUpWeight,
+            "encoder.layer.{i}.intermediate.dense.weight",
+        ),
+        (
+            Param::FfnUpBias,
+            "encoder.layer.{i}.intermediate.dense.bias",
+        ),
+        (
+            Param::FfnDownWeight,
+            "encoder.layer.{i}.output.dense.weight",
+        ),
         (Param::FfnDownBias, "encoder.layer.{i}.output.dense.bias"),
-        (Param::FfnNormWeight, "encoder.layer.{i}.output.LayerNorm.weight"),
-        (Param::FfnNormBias, "encoder.layer.{i}.output.LayerNorm.bias"),
+        (
+            Param::FfnNormWeight,
+            "encoder.layer.{i}.output.LayerNorm.weight",
+        ),
+        (
+            Param::FfnNormBias,
+            "encoder.layer.{i}.output.LayerNorm.bias",
+        ),
     ],
 };
 
@@ -217,7 +265,10 @@ mod tests {
     fn minilm_config_translates() {
         let hf: HfBertConfig = serde_json::from_str(&minilm_json("gelu")).unwrap();
         let c = config(&hf).unwrap();
-        assert_eq!((c.d_model, c.n_heads, c.head_dim, c.d_ff), (384, 12, 32, 1536));
+        assert_eq!(
+            (c.d_model, c.n_heads, c.head_dim, c.d_ff),
+            (384, 12, 32, 1536)
+        );
         assert_eq!(c.encoder_layers, 6);
         assert_eq!(c.norm_placement, NormPlacement::Post);
         assert_eq!(c.activation, Activation::Gelu);

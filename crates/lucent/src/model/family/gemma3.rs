@@ -68,7 +68,10 @@ pub const NAMES: NameTable = NameTable {
         (Param::QueryNormWeight, "blk.{i}.attn_q_norm.weight"),
         (Param::KeyNormWeight, "blk.{i}.attn_k_norm.weight"),
         (Param::AttnNormWeight, "blk.{i}.attn_norm.weight"),
-        (Param::AttnPostNormWeight, "blk.{i}.post_attention_norm.weight"),
+        (
+            Param::AttnPostNormWeight,
+            "blk.{i}.post_attention_norm.weight",
+        ),
         (Param::FfnGateWeight, "blk.{i}.ffn_gate.weight"),
         (Param::FfnUpWeight, "blk.{i}.ffn_up.weight"),
         (Param::FfnDownWeight, "blk.{i}.ffn_down.weight"),

@@ -13,9 +13,9 @@ pub mod llama;
 
 use crate::io::gguf::GgufFile;
 use crate::io::SafetensorsFile;
+use crate::model::ModelConfig;
 use crate::nn::Weight;
 use crate::tensor::quant::GgmlType;
-use crate::model::ModelConfig;
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
@@ -152,9 +152,16 @@ pub struct Weights<'a> {
 impl<'a> Weights<'a> {
     /// Match `file` to `table`: find the key prefix under which the token embedding is
     /// stored. Error if none matches (the file is not of this family).
-    pub fn new(file: &'a SafetensorsFile, table: &'a NameTable, cfg: &'a ModelConfig) -> Result<Self> {
+    pub fn new(
+        file: &'a SafetensorsFile,
+        table: &'a NameTable,
+        cfg: &'a ModelConfig,
+    ) -> Result<Self> {
         let emb = table.pattern(Param::TokenEmbedding).ok_or_else(|| {
-            Error::Weights(format!("{}: name table has no token embedding", table.family))
+            Error::Weights(format!(
+                "{}: name table has no token embedding",
+                table.family
+            ))
         })?;
         let prefix = table
             .prefixes
@@ -185,7 +192,11 @@ impl<'a> Weights<'a> {
                 self.table.family
             ))
         })?;
-        Ok(format!("{}{}", self.prefix, pat.replace("{i}", &layer.to_string())))
+        Ok(format!(
+            "{}{}",
+            self.prefix,
+            pat.replace("{i}", &layer.to_string())
+        ))
     }
 
     /// Whether the file holds `param` (for optional parameters).
