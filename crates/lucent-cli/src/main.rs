@@ -51,6 +51,8 @@ enum Command {
     Generate(commands::generate::Args),
     /// Talk with a decoder model; keeps the conversation (reads stdin lines, /exit ends).
     Chat(commands::generate::ChatArgs),
+    /// Causal attention weights of a real decoder (per layer and head, GQA sharing shown).
+    AttentionDecoder(commands::attention_decoder::DecoderArgs),
 }
 
 fn main() -> ExitCode {
@@ -69,6 +71,7 @@ fn main() -> ExitCode {
         Command::Shapes(a) => commands::shapes::run(a),
         Command::Generate(a) => commands::generate::run(a),
         Command::Chat(a) => commands::generate::run_chat(a),
+        Command::AttentionDecoder(a) => commands::attention_decoder::run_decoder(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,6 +1,7 @@
 //! The subcommands, one file each.
 
 pub mod attention;
+pub mod attention_decoder;
 pub mod fetch;
 pub mod generate;
 pub mod mask;
