@@ -53,6 +53,8 @@ enum Command {
     Chat(commands::generate::ChatArgs),
     /// Causal attention weights of a real decoder (per layer and head, GQA sharing shown).
     AttentionDecoder(commands::attention_decoder::DecoderArgs),
+    /// Prefill and decode speed of a decoder model (compare: scripts/bench-generate-peer.sh).
+    BenchGenerate(commands::bench_generate::GenerateBenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -72,6 +74,7 @@ fn main() -> ExitCode {
         Command::Generate(a) => commands::generate::run(a),
         Command::Chat(a) => commands::generate::run_chat(a),
         Command::AttentionDecoder(a) => commands::attention_decoder::run_decoder(a),
+        Command::BenchGenerate(a) => commands::bench_generate::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

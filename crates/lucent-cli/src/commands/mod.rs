@@ -2,6 +2,7 @@
 
 pub mod attention;
 pub mod attention_decoder;
+pub mod bench_generate;
 pub mod fetch;
 pub mod generate;
 pub mod mask;
