@@ -116,6 +116,8 @@ pub fn run(args: GenerateBenchArgs) -> Result<()> {
     if args.json {
         let v = serde_json::json!({
             "model": tm.path.file_name().map(|n| n.to_string_lossy().into_owned()),
+            "path": tm.path,
+            "prompt_ids": ids,
             "prompt_tokens": ids.len(),
             "gen_tokens": args.gen_tokens,
             "repeats": args.repeats,
