@@ -922,6 +922,62 @@ mod avx2 {
         })
     }
 
+    /// Q4_1 dots of `RW` weight rows with `RA` activation rows at once: each weight
+    /// block is unpacked once for all activation rows, each activation block loaded once
+    /// for all weight rows. Every pair's arithmetic is exactly [`q4_1`]'s (the same
+    /// products, the same two alternating accumulators, the same final sums), so a result
+    /// never depends on the tile it was computed in.
+    ///
+    /// # Safety
+    /// AVX2+FMA+F16C present; every row is `a.len` numbers of Q4_1 and every `acts[j]`
+    /// is prepared as Q8_0 of the same length.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn q4_1_tile<const RW: usize, const RA: usize>(
+        rows: [&[u8]; RW],
+        acts: [&QuantizedActs; RA],
+        out: &mut [[f32; RA]; RW],
+    ) {
+        let nb = acts[0].d.len();
+        let mut a0 = [[_mm256_setzero_ps(); RA]; RW];
+        let mut a1 = [[_mm256_setzero_ps(); RA]; RW];
+        let mut e0 = [[0.0f32; RA]; RW];
+        let mut e1 = [[0.0f32; RA]; RW];
+        let mut q = [_mm256_setzero_si256(); RW];
+        let mut dw = [0.0f32; RW];
+        let mut mw = [0.0f32; RW];
+        let mut xv = [_mm256_setzero_si256(); RA];
+        for i in 0..nb {
+            for w in 0..RW {
+                let b = rows[w].as_ptr().add(20 * i);
+                dw[w] = f16p(b);
+                mw[w] = f16p(b.add(2));
+                q[w] = nibbles32(b.add(4));
+            }
+            for a in 0..RA {
+                xv[a] = _mm256_loadu_si256(acts[a].qs.as_ptr().add(32 * i) as *const __m256i);
+            }
+            for w in 0..RW {
+                for a in 0..RA {
+                    let s = dw[w] * *acts[a].d.get_unchecked(i);
+                    let x = mw[w] * *acts[a].sum.get_unchecked(i);
+                    let v = _mm256_cvtepi32_ps(mul_sum_u8_i8(q[w], xv[a]));
+                    if i % 2 == 0 {
+                        a0[w][a] = _mm256_fmadd_ps(_mm256_set1_ps(s), v, a0[w][a]);
+                        e0[w][a] += x;
+                    } else {
+                        a1[w][a] = _mm256_fmadd_ps(_mm256_set1_ps(s), v, a1[w][a]);
+                        e1[w][a] += x;
+                    }
+                }
+            }
+        }
+        for w in 0..RW {
+            for a in 0..RA {
+                out[w][a] = hsum_ps(_mm256_add_ps(a0[w][a], a1[w][a])) + (e0[w][a] + e1[w][a]);
+            }
+        }
+    }
+
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn q5_0(row: &[u8], a: &QuantizedActs) -> f32 {
         let (w, x, d) = (row.as_ptr(), a.qs.as_ptr(), a.d.as_ptr());
@@ -1221,6 +1277,10 @@ impl QMatrix {
     /// y = W · x with `x` already prepared ([`QMatrix::prepare`]), written into `y` (length `rows`).
     pub fn matvec_prepared(&self, a: &QuantizedActs, y: &mut [f32]) -> Result<()> {
         self.check_prepared(a, y)?;
+        if self.tiled() {
+            self.run_row_groups(y, 1, |i0, out| self.tile_rows(i0, out, std::slice::from_ref(a)));
+            return Ok(());
+        }
         let k = dot_kernel(self.dtype);
         self.run_rows(y, |i| k(self.row_bytes_of(i), a));
         Ok(())
@@ -1245,6 +1305,75 @@ impl QMatrix {
             )));
         }
         Ok(())
+    }
+
+    /// Whether this matrix has a tile kernel ([`avx2::q4_1_tile`]) on this CPU.
+    fn tiled(&self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            self.dtype == GgmlType::Q4_1 && simd_available()
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    }
+
+    /// Dots of weight rows `i0..i0 + out.len() / acts.len()` with every row of `acts`,
+    /// into `out` (weight-row major: `out[w * acts.len() + a]`), through the tile kernel
+    /// (4 weight rows × 1, or 1 × 4 activation rows, and 1 × 1 for what is left). Only
+    /// when [`QMatrix::tiled`].
+    #[allow(unused_variables)]
+    fn tile_rows(&self, i0: usize, out: &mut [f32], acts: &[QuantizedActs]) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: tiled() checked AVX2+FMA+F16C and Q4_1; rows and acts were checked to be
+        // `cols` numbers (check_prepared / check_x) and prepared for Q4_1.
+        unsafe {
+            let t = acts.len();
+            let n = out.len() / t;
+            let r = |w: usize| self.row_bytes_of(i0 + w);
+            let mut w = 0;
+            if t == 1 {
+                while w + 4 <= n {
+                    let mut o = [[0.0f32; 1]; 4];
+                    avx2::q4_1_tile::<4, 1>([r(w), r(w + 1), r(w + 2), r(w + 3)], [&acts[0]], &mut o);
+                    for (k, v) in o.iter().enumerate() {
+                        out[w + k] = v[0];
+                    }
+                    w += 4;
+                }
+            }
+            while w < n {
+                let mut a = 0;
+                while a + 4 <= t {
+                    let mut o = [[0.0f32; 4]; 1];
+                    avx2::q4_1_tile::<1, 4>([r(w)], [&acts[a], &acts[a + 1], &acts[a + 2], &acts[a + 3]], &mut o);
+                    out[w * t + a..w * t + a + 4].copy_from_slice(&o[0]);
+                    a += 4;
+                }
+                while a < t {
+                    let mut o = [[0.0f32; 1]; 1];
+                    avx2::q4_1_tile::<1, 1>([r(w)], [&acts[a]], &mut o);
+                    out[w * t + a] = o[0][0];
+                    a += 1;
+                }
+                w += 1;
+            }
+        }
+    }
+
+    /// Split the rows into groups of whole tiles and run `f(first_row, out)` on each,
+    /// over the thread pool when the work is large; `out` holds `per_row` numbers a row.
+    fn run_row_groups(&self, y: &mut [f32], per_row: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
+        let threads = crate::threads::threads();
+        if threads <= 1 || self.rows * self.row_bytes * per_row < PAR_MIN_BYTES || self.rows < 8 {
+            f(0, y);
+            return;
+        }
+        let chunk = (self.rows.div_ceil(threads * 4).max(8)).div_ceil(4) * 4;
+        y.par_chunks_mut(chunk * per_row)
+            .enumerate()
+            .for_each(|(c, ys)| f(c * chunk, ys));
     }
 
     /// Fill `y[i] = f(i)` for every row, over the thread pool when the matrix is large.
@@ -1306,6 +1435,15 @@ impl QMatrix {
         let k = dot_kernel(self.dtype);
         // yt: (rows, t), one contiguous run of t results per weight row.
         let mut yt = vec![0.0f32; t * self.rows];
+        if self.tiled() {
+            self.run_row_groups(&mut yt, t, |i0, out| self.tile_rows(i0, out, &acts));
+            for (i, col) in yt.chunks_exact(t).enumerate() {
+                for (r, &v) in col.iter().enumerate() {
+                    y[r * self.rows + i] = v;
+                }
+            }
+            return Ok(y);
+        }
         let fill = |i: usize, out: &mut [f32]| {
             let w = self.row_bytes_of(i);
             for (o, a) in out.iter_mut().zip(&acts) {
