@@ -7,5 +7,7 @@ pub mod gguf_tokenizer;
 pub mod safetensors;
 pub mod tokenizer;
 
+pub use self::gguf::GgufFile;
+pub use self::gguf_tokenizer::GgufTokenizer;
 pub use self::safetensors::SafetensorsFile;
 pub use self::tokenizer::{Encoding, Tokenizer};

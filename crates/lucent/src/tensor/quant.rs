@@ -24,7 +24,7 @@
 //! differs from `dequantize(w) · x` by at most `Σ_i |w_i| · dx(i) / 2` (each activation is
 //! rounded to the nearest multiple of its block's `dx`).
 //!
-//! Every dot has a scalar twin in [`reference`]; the fast path uses AVX2 + FMA when the
+//! Every dot has a scalar twin in [`reference`](mod@reference); the fast path uses AVX2 + FMA when the
 //! CPU has them (checked at run time) and is the twin otherwise. [`QMatrix`] is a
 //! rows × cols weight matrix in one of these types, with a decode path (`matvec`, streaming
 //! the quantised weights once) and a prefill path (`matmul_t`, dequantised tiles through
@@ -517,7 +517,7 @@ fn check_dot(dtype: GgmlType, row: &[u8], a: &QuantizedActs) -> Result<()> {
 }
 
 /// `w · x` for one weight row of `dtype` and prepared activations, on the fastest path
-/// this CPU has (AVX2 + FMA, else the [`reference`] twin).
+/// this CPU has (AVX2 + FMA, else the [`reference`](mod@reference) twin).
 pub fn vec_dot(dtype: GgmlType, row: &[u8], a: &QuantizedActs) -> Result<f32> {
     check_dot(dtype, row, a)?;
     Ok(dot_kernel(dtype)(row, a))
