@@ -922,22 +922,24 @@ mod avx2 {
         })
     }
 
-    /// Q4_1 dots of `RW` weight rows with `RA` activation rows at once: each weight
-    /// block is unpacked once for all activation rows, each activation block loaded once
-    /// for all weight rows. Every pair's arithmetic is exactly [`q4_1`]'s (the same
-    /// products, the same two alternating accumulators, the same final sums), so a result
-    /// never depends on the tile it was computed in.
+    /// Dots of `RW` weight rows with `RA` activation rows at once, for Q4_1 (`Q8` false)
+    /// or Q8_0 (`Q8` true): each weight block is unpacked once for all activation rows,
+    /// each activation block loaded once for all weight rows. Every pair's arithmetic is
+    /// exactly [`q4_1`]'s / [`q8_0`]'s (the same products, the same two alternating
+    /// accumulators, the same final sums), so a result never depends on the tile it was
+    /// computed in.
     ///
     /// # Safety
-    /// AVX2+FMA+F16C present; every row is `a.len` numbers of Q4_1 and every `acts[j]`
-    /// is prepared as Q8_0 of the same length.
+    /// AVX2+FMA+F16C present; every row is `a.len` numbers of the type and every
+    /// `acts[j]` is prepared as Q8_0 of the same length.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn q4_1_tile<const RW: usize, const RA: usize>(
+    pub(super) unsafe fn tile<const Q8: bool, const RW: usize, const RA: usize>(
         rows: [&[u8]; RW],
         acts: [&QuantizedActs; RA],
         out: &mut [[f32; RA]; RW],
     ) {
         let nb = acts[0].d.len();
+        let bb = if Q8 { 34 } else { 20 };
         let mut a0 = [[_mm256_setzero_ps(); RA]; RW];
         let mut a1 = [[_mm256_setzero_ps(); RA]; RW];
         let mut e0 = [[0.0f32; RA]; RW];
@@ -948,10 +950,14 @@ mod avx2 {
         let mut xv = [_mm256_setzero_si256(); RA];
         for i in 0..nb {
             for w in 0..RW {
-                let b = rows[w].as_ptr().add(20 * i);
+                let b = rows[w].as_ptr().add(bb * i);
                 dw[w] = f16p(b);
-                mw[w] = f16p(b.add(2));
-                q[w] = nibbles32(b.add(4));
+                if Q8 {
+                    q[w] = _mm256_loadu_si256(b.add(2) as *const __m256i);
+                } else {
+                    mw[w] = f16p(b.add(2));
+                    q[w] = nibbles32(b.add(4));
+                }
             }
             for a in 0..RA {
                 xv[a] = _mm256_loadu_si256(acts[a].qs.as_ptr().add(32 * i) as *const __m256i);
@@ -959,8 +965,12 @@ mod avx2 {
             for w in 0..RW {
                 for a in 0..RA {
                     let s = dw[w] * *acts[a].d.get_unchecked(i);
-                    let x = mw[w] * *acts[a].sum.get_unchecked(i);
-                    let v = _mm256_cvtepi32_ps(mul_sum_u8_i8(q[w], xv[a]));
+                    let (v, x) = if Q8 {
+                        (mul_sum_i8(q[w], xv[a]), 0.0)
+                    } else {
+                        (mul_sum_u8_i8(q[w], xv[a]), mw[w] * *acts[a].sum.get_unchecked(i))
+                    };
+                    let v = _mm256_cvtepi32_ps(v);
                     if i % 2 == 0 {
                         a0[w][a] = _mm256_fmadd_ps(_mm256_set1_ps(s), v, a0[w][a]);
                         e0[w][a] += x;
@@ -1307,11 +1317,11 @@ impl QMatrix {
         Ok(())
     }
 
-    /// Whether this matrix has a tile kernel ([`avx2::q4_1_tile`]) on this CPU.
+    /// Whether this matrix has a tile kernel ([`avx2::tile`]: Q4_1, Q8_0) on this CPU.
     fn tiled(&self) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
-            self.dtype == GgmlType::Q4_1 && simd_available()
+            matches!(self.dtype, GgmlType::Q4_1 | GgmlType::Q8_0) && simd_available()
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
@@ -1326,8 +1336,23 @@ impl QMatrix {
     #[allow(unused_variables)]
     fn tile_rows(&self, i0: usize, out: &mut [f32], acts: &[QuantizedActs]) {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: tiled() checked AVX2+FMA+F16C and Q4_1; rows and acts were checked to be
-        // `cols` numbers (check_prepared / check_x) and prepared for Q4_1.
+        // SAFETY: tiled() checked AVX2+FMA+F16C and the type; rows and acts were checked to
+        // be `cols` numbers (check_prepared / check_x) and prepared for this type.
+        unsafe {
+            if self.dtype == GgmlType::Q8_0 {
+                self.tile_rows_with::<true>(i0, out, acts);
+            } else {
+                self.tile_rows_with::<false>(i0, out, acts);
+            }
+        }
+    }
+
+    /// [`QMatrix::tile_rows`] for one type.
+    ///
+    /// # Safety
+    /// As the tile kernel's.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn tile_rows_with<const Q8: bool>(&self, i0: usize, out: &mut [f32], acts: &[QuantizedActs]) {
         unsafe {
             let t = acts.len();
             let n = out.len() / t;
@@ -1336,7 +1361,7 @@ impl QMatrix {
             if t == 1 {
                 while w + 4 <= n {
                     let mut o = [[0.0f32; 1]; 4];
-                    avx2::q4_1_tile::<4, 1>([r(w), r(w + 1), r(w + 2), r(w + 3)], [&acts[0]], &mut o);
+                    avx2::tile::<Q8, 4, 1>([r(w), r(w + 1), r(w + 2), r(w + 3)], [&acts[0]], &mut o);
                     for (k, v) in o.iter().enumerate() {
                         out[w + k] = v[0];
                     }
@@ -1347,13 +1372,13 @@ impl QMatrix {
                 let mut a = 0;
                 while a + 4 <= t {
                     let mut o = [[0.0f32; 4]; 1];
-                    avx2::q4_1_tile::<1, 4>([r(w)], [&acts[a], &acts[a + 1], &acts[a + 2], &acts[a + 3]], &mut o);
+                    avx2::tile::<Q8, 1, 4>([r(w)], [&acts[a], &acts[a + 1], &acts[a + 2], &acts[a + 3]], &mut o);
                     out[w * t + a..w * t + a + 4].copy_from_slice(&o[0]);
                     a += 4;
                 }
                 while a < t {
                     let mut o = [[0.0f32; 1]; 1];
-                    avx2::q4_1_tile::<1, 1>([r(w)], [&acts[a]], &mut o);
+                    avx2::tile::<Q8, 1, 1>([r(w)], [&acts[a]], &mut o);
                     out[w * t + a] = o[0][0];
                     a += 1;
                 }
