@@ -16,7 +16,9 @@ use crate::commands::generate::load;
 
 /// Arguments of `lucent attention-decoder`.
 #[derive(clap::Args)]
-#[command(after_help = "Example: lucent attention-decoder -m smollm2 \"The cat sat on the mat\" --layer 3 --png attn.png")]
+#[command(
+    after_help = "Example: lucent attention-decoder -m smollm2 \"The cat sat on the mat\" --layer 3 --png attn.png"
+)]
 pub struct DecoderArgs {
     /// The prompt.
     pub prompt: String,
@@ -71,14 +73,16 @@ pub fn run_decoder(args: DecoderArgs) -> Result<()> {
     let mut trace = Trace::only(&["weights"]).in_layers(&[args.layer]);
     tm.model.forward(&ids, None, true, Some(&mut trace))?;
     let name = format!("decoder.layer.{}.attn.weights", args.layer);
-    let w = trace.get(&name).ok_or_else(|| {
-        Error::Argument(format!("the forward pass recorded no '{name}'"))
-    })?; // (1, h, t, t)
+    let w = trace
+        .get(&name)
+        .ok_or_else(|| Error::Argument(format!("the forward pass recorded no '{name}'")))?; // (1, h, t, t)
     let [_, _, t, _] = w.dims()?;
     let group = h / h_kv;
     let sharing: Vec<String> = (0..h_kv)
         .map(|k| {
-            let heads: Vec<String> = (k * group..(k + 1) * group).map(|j| j.to_string()).collect();
+            let heads: Vec<String> = (k * group..(k + 1) * group)
+                .map(|j| j.to_string())
+                .collect();
             format!("heads {} share kv head {k}", heads.join(","))
         })
         .collect();
@@ -118,7 +122,10 @@ pub fn run_decoder(args: DecoderArgs) -> Result<()> {
         let width = 9;
         let short = |s: &str| -> String { s.chars().take(width - 1).collect() };
         for &hh in &heads {
-            println!("\nhead {hh} (kv head {}): row = query, column = key", hh / group);
+            println!(
+                "\nhead {hh} (kv head {}): row = query, column = key",
+                hh / group
+            );
             print!("{:>width$} ", "");
             for l in &labels {
                 print!("{:>width$}", short(l));

@@ -507,3 +507,123 @@ pub fn continue_generation(
         decode_steps: steps,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sampler(p: SamplingParams) -> Sampler {
+        Sampler::new(p).unwrap()
+    }
+
+    #[test]
+    fn greedy_and_top_k_one_pick_the_argmax() {
+        let logits = [0.1, 3.0, -1.0, 2.9];
+        let mut g = sampler(SamplingParams::greedy());
+        assert_eq!(g.sample(&mut logits.clone(), &[]).unwrap(), 1);
+        let mut k1 = sampler(SamplingParams {
+            temperature: 1.5,
+            top_k: 1,
+            seed: 3,
+            ..SamplingParams::greedy()
+        });
+        for _ in 0..20 {
+            assert_eq!(k1.sample(&mut logits.clone(), &[]).unwrap(), 1);
+        }
+    }
+
+    #[test]
+    fn repetition_penalty_divides_positive_and_multiplies_negative() {
+        let s = sampler(SamplingParams {
+            repeat_penalty: 2.0,
+            ..SamplingParams::greedy()
+        });
+        let mut z = [4.0, -1.0, 3.0];
+        s.penalize(&mut z, &[0, 1, 0]);
+        assert_eq!(z, [2.0, -2.0, 3.0]); // token 0 penalised once though it appears twice
+        let mut g = sampler(SamplingParams {
+            repeat_penalty: 2.0,
+            ..SamplingParams::greedy()
+        });
+        assert_eq!(g.sample(&mut [4.0, -1.0, 3.0], &[0]).unwrap(), 2);
+    }
+
+    #[test]
+    fn min_p_and_top_p_cut_the_tail() {
+        // p ≈ [0.665, 0.245, 0.090]: min_p 0.5 keeps only token 0; top_p 0.6 too.
+        let logits = [2.0, 1.0, 0.0];
+        for p in [
+            SamplingParams {
+                temperature: 1.0,
+                min_p: 0.5,
+                ..SamplingParams::greedy()
+            },
+            SamplingParams {
+                temperature: 1.0,
+                top_p: 0.6,
+                ..SamplingParams::greedy()
+            },
+        ] {
+            let mut s = sampler(p);
+            for _ in 0..50 {
+                assert_eq!(s.sample(&mut logits.clone(), &[]).unwrap(), 0);
+            }
+        }
+        // top_p 0.95 keeps all three: every token appears in 400 draws.
+        let mut s = sampler(SamplingParams {
+            temperature: 1.0,
+            top_p: 0.95,
+            seed: 1,
+            ..SamplingParams::greedy()
+        });
+        let mut seen = [0; 3];
+        for _ in 0..400 {
+            seen[s.sample(&mut logits.clone(), &[]).unwrap() as usize] += 1;
+        }
+        assert!(seen.iter().all(|&c| c > 0), "{seen:?}");
+        assert!(seen[0] > seen[1] && seen[1] > seen[2], "{seen:?}");
+    }
+
+    #[test]
+    fn bad_parameters_name_the_flag() {
+        let e = Sampler::new(SamplingParams {
+            top_p: 0.0,
+            ..SamplingParams::greedy()
+        })
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(e.contains("--top-p"), "{e}");
+        let e = Sampler::new(SamplingParams {
+            temperature: -1.0,
+            ..SamplingParams::greedy()
+        })
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(e.contains("--temperature"), "{e}");
+    }
+
+    #[test]
+    fn stop_strings_are_held_back_then_cut() {
+        let stops = vec!["END".to_string()];
+        let mut w = StopWatch {
+            stops: &stops,
+            text: String::new(),
+            sent: 0,
+        };
+        assert_eq!(w.push("hello E"), None);
+        assert_eq!(w.ready(false), "hello"); // " E" could start "END"
+        assert_eq!(w.push("N"), None);
+        assert_eq!(w.ready(false), " ");
+        assert_eq!(w.push("D and more"), Some("END".into()));
+        assert_eq!(w.ready(true), "");
+        assert_eq!(w.text, "hello ");
+    }
+
+    #[test]
+    fn top_logits_are_sorted() {
+        assert_eq!(top_logits(&[0.5, 2.0, 1.0], 2), vec![(1, 2.0), (2, 1.0)]);
+        assert!(top_logits(&[1.0], 0).is_empty());
+    }
+}

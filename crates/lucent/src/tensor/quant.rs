@@ -968,7 +968,10 @@ mod avx2 {
                     let (v, x) = if Q8 {
                         (mul_sum_i8(q[w], xv[a]), 0.0)
                     } else {
-                        (mul_sum_u8_i8(q[w], xv[a]), mw[w] * *acts[a].sum.get_unchecked(i))
+                        (
+                            mul_sum_u8_i8(q[w], xv[a]),
+                            mw[w] * *acts[a].sum.get_unchecked(i),
+                        )
                     };
                     let v = _mm256_cvtepi32_ps(v);
                     if i % 2 == 0 {
@@ -1288,7 +1291,9 @@ impl QMatrix {
     pub fn matvec_prepared(&self, a: &QuantizedActs, y: &mut [f32]) -> Result<()> {
         self.check_prepared(a, y)?;
         if self.tiled() {
-            self.run_row_groups(y, 1, |i0, out| self.tile_rows(i0, out, std::slice::from_ref(a)));
+            self.run_row_groups(y, 1, |i0, out| {
+                self.tile_rows(i0, out, std::slice::from_ref(a))
+            });
             return Ok(());
         }
         let k = dot_kernel(self.dtype);
@@ -1352,7 +1357,12 @@ impl QMatrix {
     /// # Safety
     /// As the tile kernel's.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn tile_rows_with<const Q8: bool>(&self, i0: usize, out: &mut [f32], acts: &[QuantizedActs]) {
+    unsafe fn tile_rows_with<const Q8: bool>(
+        &self,
+        i0: usize,
+        out: &mut [f32],
+        acts: &[QuantizedActs],
+    ) {
         unsafe {
             let t = acts.len();
             let n = out.len() / t;
@@ -1361,7 +1371,11 @@ impl QMatrix {
             if t == 1 {
                 while w + 4 <= n {
                     let mut o = [[0.0f32; 1]; 4];
-                    avx2::tile::<Q8, 4, 1>([r(w), r(w + 1), r(w + 2), r(w + 3)], [&acts[0]], &mut o);
+                    avx2::tile::<Q8, 4, 1>(
+                        [r(w), r(w + 1), r(w + 2), r(w + 3)],
+                        [&acts[0]],
+                        &mut o,
+                    );
                     for (k, v) in o.iter().enumerate() {
                         out[w + k] = v[0];
                     }
@@ -1372,7 +1386,11 @@ impl QMatrix {
                 let mut a = 0;
                 while a + 4 <= t {
                     let mut o = [[0.0f32; 4]; 1];
-                    avx2::tile::<Q8, 1, 4>([r(w)], [&acts[a], &acts[a + 1], &acts[a + 2], &acts[a + 3]], &mut o);
+                    avx2::tile::<Q8, 1, 4>(
+                        [r(w)],
+                        [&acts[a], &acts[a + 1], &acts[a + 2], &acts[a + 3]],
+                        &mut o,
+                    );
                     out[w * t + a..w * t + a + 4].copy_from_slice(&o[0]);
                     a += 4;
                 }
