@@ -923,72 +923,124 @@ mod avx2 {
     }
 
     /// Dots of `RW` weight rows with `RA` activation rows at once, for Q4_1 (`Q8` false)
-    /// or Q8_0 (`Q8` true): each weight block is unpacked once for all activation rows,
-    /// each activation block loaded once for all weight rows. Every pair's arithmetic is
-    /// exactly [`q4_1`]'s / [`q8_0`]'s (the same products, the same two alternating
-    /// accumulators, the same final sums), so a result never depends on the tile it was
-    /// computed in.
+    /// or Q8_0 (`Q8` true), reading the weight blocks' scales (and Q4_1's minimums) from
+    /// a per-row f32 table ([`QMatrix::scale_table`]) instead of converting f16 per block:
+    /// eight blocks' scales are multiplied with eight activation scales in one step. Each
+    /// weight block is unpacked once for all activation rows, each activation block
+    /// loaded once for all weight rows, and every pair's arithmetic is the same whatever
+    /// the tile (one accumulator per pair; Q4_1's `Σ m·sx` as a separate dot), so a result
+    /// never depends on the tile it was computed in (batch invariance).
     ///
     /// # Safety
-    /// AVX2+FMA+F16C present; every row is `a.len` numbers of the type and every
-    /// `acts[j]` is prepared as Q8_0 of the same length.
+    /// AVX2+FMA+F16C present; every row is `acts[0].len` numbers of the type, each
+    /// `scales[w]` its row's table (nb scales, then nb minimums for Q4_1), and every
+    /// `acts[j]` prepared as Q8_0 of the same length.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn tile<const Q8: bool, const RW: usize, const RA: usize>(
         rows: [&[u8]; RW],
+        scales: [&[f32]; RW],
         acts: [&QuantizedActs; RA],
         out: &mut [[f32; RA]; RW],
     ) {
         let nb = acts[0].d.len();
         let bb = if Q8 { 34 } else { 20 };
-        let mut a0 = [[_mm256_setzero_ps(); RA]; RW];
-        let mut a1 = [[_mm256_setzero_ps(); RA]; RW];
-        let mut e0 = [[0.0f32; RA]; RW];
-        let mut e1 = [[0.0f32; RA]; RW];
+        let mut acc = [[_mm256_setzero_ps(); RA]; RW];
         let mut q = [_mm256_setzero_si256(); RW];
-        let mut dw = [0.0f32; RW];
-        let mut mw = [0.0f32; RW];
         let mut xv = [_mm256_setzero_si256(); RA];
-        for i in 0..nb {
+        let mut s8 = [[_mm256_setzero_ps(); RA]; RW];
+        let groups = nb / 8;
+        for g in 0..groups {
+            for w in 0..RW {
+                let dw = _mm256_loadu_ps(scales[w].as_ptr().add(8 * g));
+                for a in 0..RA {
+                    s8[w][a] = _mm256_mul_ps(dw, _mm256_loadu_ps(acts[a].d.as_ptr().add(8 * g)));
+                }
+            }
+            for j in 0..8 {
+                let i = 8 * g + j;
+                let lane = _mm256_set1_epi32(j as i32);
+                for w in 0..RW {
+                    let b = rows[w].as_ptr().add(bb * i);
+                    q[w] = if Q8 {
+                        _mm256_loadu_si256(b.add(2) as *const __m256i)
+                    } else {
+                        nibbles32(b.add(4))
+                    };
+                }
+                for a in 0..RA {
+                    xv[a] = _mm256_loadu_si256(acts[a].qs.as_ptr().add(32 * i) as *const __m256i);
+                }
+                for w in 0..RW {
+                    for a in 0..RA {
+                        let v = if Q8 {
+                            mul_sum_i8(q[w], xv[a])
+                        } else {
+                            mul_sum_u8_i8(q[w], xv[a])
+                        };
+                        let sc = _mm256_permutevar8x32_ps(s8[w][a], lane);
+                        acc[w][a] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(v), acc[w][a]);
+                    }
+                }
+            }
+        }
+        for i in 8 * groups..nb {
             for w in 0..RW {
                 let b = rows[w].as_ptr().add(bb * i);
-                dw[w] = f16p(b);
-                if Q8 {
-                    q[w] = _mm256_loadu_si256(b.add(2) as *const __m256i);
+                q[w] = if Q8 {
+                    _mm256_loadu_si256(b.add(2) as *const __m256i)
                 } else {
-                    mw[w] = f16p(b.add(2));
-                    q[w] = nibbles32(b.add(4));
-                }
+                    nibbles32(b.add(4))
+                };
             }
             for a in 0..RA {
                 xv[a] = _mm256_loadu_si256(acts[a].qs.as_ptr().add(32 * i) as *const __m256i);
             }
             for w in 0..RW {
                 for a in 0..RA {
-                    let s = dw[w] * *acts[a].d.get_unchecked(i);
-                    let (v, x) = if Q8 {
-                        (mul_sum_i8(q[w], xv[a]), 0.0)
+                    let v = if Q8 {
+                        mul_sum_i8(q[w], xv[a])
                     } else {
-                        (
-                            mul_sum_u8_i8(q[w], xv[a]),
-                            mw[w] * *acts[a].sum.get_unchecked(i),
-                        )
+                        mul_sum_u8_i8(q[w], xv[a])
                     };
-                    let v = _mm256_cvtepi32_ps(v);
-                    if i % 2 == 0 {
-                        a0[w][a] = _mm256_fmadd_ps(_mm256_set1_ps(s), v, a0[w][a]);
-                        e0[w][a] += x;
-                    } else {
-                        a1[w][a] = _mm256_fmadd_ps(_mm256_set1_ps(s), v, a1[w][a]);
-                        e1[w][a] += x;
-                    }
+                    let sc =
+                        _mm256_set1_ps(*scales[w].get_unchecked(i) * *acts[a].d.get_unchecked(i));
+                    acc[w][a] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(v), acc[w][a]);
                 }
             }
         }
         for w in 0..RW {
             for a in 0..RA {
-                out[w][a] = hsum_ps(_mm256_add_ps(a0[w][a], a1[w][a])) + (e0[w][a] + e1[w][a]);
+                let extra = if Q8 {
+                    0.0
+                } else {
+                    f32_dot_slices(&scales[w][nb..2 * nb], &acts[a].sum)
+                };
+                out[w][a] = hsum_ps(acc[w][a]) + extra;
             }
         }
+    }
+
+    /// Σ a_i · b_i of two equally long f32 slices (8 lanes, then the tail in order).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn f32_dot_slices(x: &[f32], y: &[f32]) -> f32 {
+        let n = x.len().min(y.len());
+        let mut acc = _mm256_setzero_ps();
+        let mut i = 0;
+        while i + 8 <= n {
+            acc = _mm256_fmadd_ps(
+                _mm256_loadu_ps(x.as_ptr().add(i)),
+                _mm256_loadu_ps(y.as_ptr().add(i)),
+                acc,
+            );
+            i += 8;
+        }
+        let mut s = hsum_ps(acc);
+        while i < n {
+            s += x[i] * y[i];
+            i += 1;
+        }
+        s
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -1194,6 +1246,9 @@ pub struct QMatrix {
     cols: usize,
     row_bytes: usize,
     bytes: QBytes,
+    /// Per row, the blocks' scales (and Q4_1's minimums) widened to f32, built on first
+    /// use by the tile kernels ([`QMatrix::scale_table`]); shared between clones.
+    scales: Arc<std::sync::OnceLock<Vec<f32>>>,
 }
 
 impl fmt::Debug for QMatrix {
@@ -1221,6 +1276,7 @@ impl QMatrix {
             cols,
             row_bytes,
             bytes,
+            scales: Arc::default(),
         })
     }
 
@@ -1322,6 +1378,28 @@ impl QMatrix {
         Ok(())
     }
 
+    /// The per-row f32 table of block scales (Q4_1: nb scales then nb minimums; Q8_0: nb
+    /// scales), widened from the blocks' f16 once and kept (4 or 8 bytes per 32 weights).
+    fn scale_table(&self) -> &[f32] {
+        self.scales.get_or_init(|| {
+            let bb = self.dtype.block_bytes();
+            let nb = self.cols / self.dtype.block_len().max(1);
+            let two = self.dtype == GgmlType::Q4_1;
+            let mut t = Vec::with_capacity(self.rows * nb * if two { 2 } else { 1 });
+            for i in 0..self.rows {
+                let row = self.row_bytes_of(i);
+                let f = |b: usize, off: usize| {
+                    f16::from_le_bytes([row[b * bb + off], row[b * bb + off + 1]]).to_f32()
+                };
+                t.extend((0..nb).map(|b| f(b, 0)));
+                if two {
+                    t.extend((0..nb).map(|b| f(b, 2)));
+                }
+            }
+            t
+        })
+    }
+
     /// Whether this matrix has a tile kernel ([`avx2::tile`]: Q4_1, Q8_0) on this CPU.
     fn tiled(&self) -> bool {
         #[cfg(target_arch = "x86_64")]
@@ -1367,12 +1445,16 @@ impl QMatrix {
             let t = acts.len();
             let n = out.len() / t;
             let r = |w: usize| self.row_bytes_of(i0 + w);
+            let table = self.scale_table();
+            let per = table.len() / self.rows.max(1);
+            let sc = |w: usize| &table[(i0 + w) * per..(i0 + w + 1) * per];
             let mut w = 0;
             if t == 1 {
                 while w + 4 <= n {
                     let mut o = [[0.0f32; 1]; 4];
                     avx2::tile::<Q8, 4, 1>(
                         [r(w), r(w + 1), r(w + 2), r(w + 3)],
+                        [sc(w), sc(w + 1), sc(w + 2), sc(w + 3)],
                         [&acts[0]],
                         &mut o,
                     );
@@ -1388,6 +1470,7 @@ impl QMatrix {
                     let mut o = [[0.0f32; 4]; 1];
                     avx2::tile::<Q8, 1, 4>(
                         [r(w)],
+                        [sc(w)],
                         [&acts[a], &acts[a + 1], &acts[a + 2], &acts[a + 3]],
                         &mut o,
                     );
@@ -1396,7 +1479,7 @@ impl QMatrix {
                 }
                 while a < t {
                     let mut o = [[0.0f32; 1]; 1];
-                    avx2::tile::<Q8, 1, 1>([r(w)], [&acts[a]], &mut o);
+                    avx2::tile::<Q8, 1, 1>([r(w)], [sc(w)], [&acts[a]], &mut o);
                     out[w * t + a] = o[0][0];
                     a += 1;
                 }
