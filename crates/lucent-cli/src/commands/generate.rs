@@ -121,14 +121,20 @@ pub fn run(args: Args) -> Result<()> {
     };
     let g = generate(&tm.model, &tm.tokenizer, &ids, &opts, &mut cache, &mut sink)?;
     if args.json {
-        let v = serde_json::json!({
+        let mut v = serde_json::json!({
             "model": tm.path.file_name().map(|n| n.to_string_lossy().into_owned()),
             "prompt_ids": g.prompt_ids,
             "ids": g.ids,
             "text": g.text,
-            "top_logits": g.top_logits.iter().map(|(i, z)| serde_json::json!([i, z])).collect::<Vec<_>>(),
             "timings": {"prefill_tok_s": g.prefill_tok_s(), "decode_tok_s": g.decode_tok_s()},
         });
+        if args.top_logits > 0 {
+            v["top_logits"] = g
+                .top_logits
+                .iter()
+                .map(|(i, z)| serde_json::json!([i, z]))
+                .collect();
+        }
         println!("{v}");
         return Ok(());
     }
