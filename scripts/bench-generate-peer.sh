@@ -8,7 +8,11 @@
 # llama.cpp comes from PyPI as llama-cpp-python, built from source for this CPU
 # (CMAKE_ARGS="-DGGML_NATIVE=ON"; 10-30 minutes on 2 cores the first time) into a
 # virtual environment outside the repository that later runs reuse:
-# ${LUCENT_BENCH_VENV:-$HOME/.cache/lucent/bench-venv-llama}.
+# ${LUCENT_BENCH_VENV:-$HOME/.cache/lucent/bench-venv-llama}. LLAMA_CMAKE_ARGS replaces the
+# build flags. On a CPU with AMX whose kernel (or VM) does not grant AMX tile state,
+# a native build crashes in `ldtilecfg` on the first evaluation; build without AMX then:
+#   LLAMA_CMAKE_ARGS="-DGGML_NATIVE=ON -DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' \
+#     -DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16'" REBUILD=1 scripts/bench-generate-peer.sh
 #
 # Both sides: prefill = the prompt into an empty KV cache up to the first logits;
 # decode = GEN greedy steps after it (end-of-generation ignored); the median of REPEATS
@@ -26,9 +30,10 @@ GEN="${GEN:-128}"
 if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV"
 fi
-if ! "$VENV/bin/python" -c "import llama_cpp" 2>/dev/null; then
+if [ -n "${REBUILD:-}" ] || ! "$VENV/bin/python" -c "import llama_cpp" 2>/dev/null; then
     echo "building llama-cpp-python into $VENV (10-30 minutes the first time)..." >&2
-    CMAKE_ARGS="-DGGML_NATIVE=ON" "$VENV/bin/python" -m pip install --quiet llama-cpp-python numpy
+    CMAKE_ARGS="${LLAMA_CMAKE_ARGS:--DGGML_NATIVE=ON}" "$VENV/bin/python" -m pip install --quiet \
+        --force-reinstall --no-cache-dir llama-cpp-python numpy
 fi
 "$VENV/bin/python" -c "import numpy" 2>/dev/null || "$VENV/bin/python" -m pip install --quiet numpy
 
@@ -36,6 +41,18 @@ fi
 LUCENT="$ROOT/target/release/lucent"
 
 LIST="$(echo $THREADS | tr ' ' ',')"
+
+# Smoke test: one evaluation in a child process, so a crashing build is explained.
+if ! "$VENV/bin/python" - "$("$LUCENT" bench-generate -m "$MODEL" --prompt-tokens 4 --json \
+        --threads-list 1 --repeats 1 --gen-tokens 1 | "$VENV/bin/python" -c 'import json,sys; print(json.load(sys.stdin)["path"])')" <<'PY'
+import sys
+from llama_cpp import Llama
+Llama(model_path=sys.argv[1], n_ctx=64, n_threads=1, verbose=False).eval([1, 2, 3])
+PY
+then
+    echo "llama.cpp crashed on a first evaluation; if the CPU has AMX, rebuild without it (see the top of this script)" >&2
+    exit 1
+fi
 
 echo "model $MODEL; prompt $PROMPT tokens; decode $GEN tokens; median of $REPEATS"
 OURS="$("$LUCENT" bench-generate -m "$MODEL" --prompt-tokens "$PROMPT" --gen-tokens "$GEN" \
