@@ -112,7 +112,7 @@ fn sharpen(dec: &mut Decoder) {
             &mut l.self_attn.v_proj,
             &mut l.self_attn.o_proj,
         ] {
-            lin.weight = lin.weight.scale(10.0);
+            lin.weight = lin.weight_f32().unwrap().scale(10.0).into();
         }
     }
 }
@@ -231,8 +231,8 @@ fn padding_never_changes_real_rows() {
         cfg.final_norm = placement != NormPlacement::Post;
         let mut enc = Encoder::new_random(&cfg, &mut StdRng::seed_from_u64(5)).unwrap();
         for l in &mut enc.layers {
-            l.self_attn.q_proj.weight = l.self_attn.q_proj.weight.scale(10.0);
-            l.self_attn.k_proj.weight = l.self_attn.k_proj.weight.scale(10.0);
+            l.self_attn.q_proj.weight = l.self_attn.q_proj.weight_f32().unwrap().scale(10.0).into();
+            l.self_attn.k_proj.weight = l.self_attn.k_proj.weight_f32().unwrap().scale(10.0).into();
         }
         let d = cfg.d_model;
         let alone = randn(&[1, 4, d], 6);
@@ -444,7 +444,7 @@ fn random_init_is_seeded_and_scaled_like_gpt2() {
     let a = Decoder::new_random(&cfg, &mut StdRng::seed_from_u64(3)).unwrap();
     let b = Decoder::new_random(&cfg, &mut StdRng::seed_from_u64(3)).unwrap();
     let c = Decoder::new_random(&cfg, &mut StdRng::seed_from_u64(4)).unwrap();
-    let w = |d: &Decoder| d.layers[1].self_attn.q_proj.weight.clone();
+    let w = |d: &Decoder| d.layers[1].self_attn.q_proj.weight_f32().unwrap().clone();
     assert_eq!(w(&a).data(), w(&b).data());
     assert_ne!(w(&a).data(), w(&c).data());
     let std = |t: &Tensor| (t.data().iter().map(|x| x * x).sum::<f32>() / t.numel() as f32).sqrt();
@@ -459,14 +459,14 @@ fn random_init_is_seeded_and_scaled_like_gpt2() {
     ) = (256, 4, 2, 64, 512);
     let dec = Decoder::new_random(&big, &mut StdRng::seed_from_u64(5)).unwrap();
     let l = &dec.layers[0];
-    let q = std(&l.self_attn.q_proj.weight);
+    let q = std(l.self_attn.q_proj.weight_f32().unwrap());
     assert!((q - 0.02).abs() < 0.001, "q_proj std {q}");
-    let o = std(&l.self_attn.o_proj.weight);
+    let o = std(l.self_attn.o_proj.weight_f32().unwrap());
     let want = 0.02 / (2.0 * 3.0f32).sqrt();
     assert!((o - want).abs() < 0.001, "o_proj std {o}, want {want}");
     match &l.ffn {
         FeedForward::Gated { down, .. } => {
-            let s = std(&down.weight);
+            let s = std(down.weight_f32().unwrap());
             assert!((s - want).abs() < 0.001, "down std {s}");
         }
         other => panic!("expected a gated FFN, got {:?}", other.kind()),
@@ -522,7 +522,11 @@ fn gated_ffn_is_its_formula() {
             unreachable!()
         };
         let gate = FeedForward::Gated {
-            gate: Linear::new(gate.weight.scale(15.0), Some(Tensor::full(&[7], 0.1))).unwrap(),
+            gate: Linear::new(
+                gate.weight_f32().unwrap().scale(15.0),
+                Some(Tensor::full(&[7], 0.1)),
+            )
+            .unwrap(),
             up: up.clone(),
             down: down.clone(),
             activation: act,
@@ -539,7 +543,7 @@ fn gated_ffn_is_its_formula() {
             unreachable!()
         };
         let dot = |w: &Linear, row: &[f32], o: usize| -> f32 {
-            let wr = &w.weight.data()[o * row.len()..(o + 1) * row.len()];
+            let wr = &w.weight_f32().unwrap().data()[o * row.len()..(o + 1) * row.len()];
             wr.iter().zip(row).map(|(a, b)| a * b).sum::<f32>()
                 + w.bias.as_ref().map_or(0.0, |b| b.data()[o])
         };
@@ -623,10 +627,16 @@ fn embedding_head_and_dropout() {
     assert_eq!(x.shape(), [2, 2, 4]);
     assert_eq!(
         &x.data()[0..4],
-        &emb.table.row(3).iter().map(|v| v * 2.0).collect::<Vec<_>>()[..]
+        &emb.table
+            .as_f32()
+            .unwrap()
+            .row(3)
+            .iter()
+            .map(|v| v * 2.0)
+            .collect::<Vec<_>>()[..]
     );
     assert_eq!(&x.data()[12..16], &x.data()[0..4]);
-    let head = Head::tied(&emb.table).unwrap();
+    let head = Head::tied_to(&emb.table).unwrap();
     let logits = head.logits(&x).unwrap();
     assert_eq!(logits.shape(), [2, 2, 10]);
     let cold = head.probabilities(&x, 0.5).unwrap();

@@ -1,12 +1,15 @@
 //! The subcommands, one file each.
 
 pub mod attention;
+pub mod attention_decoder;
 pub mod attention_model;
 pub mod bench;
 pub mod bench_embed;
+pub mod bench_generate;
 pub mod bench_train;
 pub mod embed;
 pub mod fetch;
+pub mod generate;
 pub mod mask;
 pub mod memory;
 pub mod params;

@@ -289,7 +289,8 @@ mod tests {
         let lin = Linear::new(Tensor::from_slice(&w).reshape(&[1, 2]).unwrap(), None).unwrap();
         let mut lin = lin;
         lin.requires_grad();
-        lin.weight
+        lin.weight_f32()
+            .unwrap()
             .set_grad(Some(Tensor::from_slice(&g).reshape(&[1, 2]).unwrap()));
         lin
     }
@@ -315,12 +316,12 @@ mod tests {
         let mut lin = holder([0.0, 0.0], [3.0, 4.0]);
         let norm = clip_grad_norm(&mut lin, 1.0);
         assert!((norm - 5.0).abs() < 1e-6);
-        let g = lin.weight.grad().unwrap();
+        let g = lin.weight_f32().unwrap().grad().unwrap();
         assert!((g.data()[0] - 0.6).abs() < 1e-5 && (g.data()[1] - 0.8).abs() < 1e-5);
         let mut small = holder([0.0, 0.0], [0.3, 0.4]);
         clip_grad_norm(&mut small, 1.0);
         assert_eq!(
-            small.weight.grad().unwrap().data(),
+            small.weight_f32().unwrap().grad().unwrap().data(),
             &[0.3, 0.4],
             "below the norm: untouched"
         );
@@ -337,7 +338,7 @@ mod tests {
             1.0 - 0.1 * 0.5 - 0.1 * 1.9 * 0.5,
             -2.0 - 0.1 * 0.25 - 0.1 * 1.9 * 0.25,
         ];
-        for (got, want) in lin.weight.data().iter().zip(want) {
+        for (got, want) in lin.weight_f32().unwrap().data().iter().zip(want) {
             assert!((got - want).abs() < 1e-6, "{got} vs {want}");
         }
         // AdamW step 1: θ(1 − lr·λ) − lr·g/(|g| + ε).
@@ -345,7 +346,7 @@ mod tests {
         let mut adam = AdamW::new(0.01, (0.9, 0.95), 1e-8, 0.1, DecayRule::All);
         adam.step(&mut lin).unwrap();
         let want = [1.0 * (1.0 - 0.001) - 0.01, -2.0 * (1.0 - 0.001) + 0.01];
-        for (got, want) in lin.weight.data().iter().zip(want) {
+        for (got, want) in lin.weight_f32().unwrap().data().iter().zip(want) {
             assert!((got - want).abs() < 1e-6, "{got} vs {want}");
         }
         assert_eq!(

@@ -62,7 +62,10 @@ pub trait Parameters {
 
 impl Parameters for Linear {
     fn visit_params(&mut self, prefix: &str, f: &mut ParamsMut) {
-        f(&join(prefix, "weight"), &mut self.weight);
+        // Quantised (GGUF) weights are frozen: only f32 weights are trainable parameters.
+        if let Some(w) = self.weight.as_f32_mut() {
+            f(&join(prefix, "weight"), w);
+        }
         if let Some(b) = &mut self.bias {
             f(&join(prefix, "bias"), b);
         }
@@ -95,7 +98,9 @@ impl Parameters for Norm {
 
 impl Parameters for Embedding {
     fn visit_params(&mut self, prefix: &str, f: &mut ParamsMut) {
-        f(&join(prefix, "weight"), &mut self.table);
+        if let Some(t) = self.table.as_f32_mut() {
+            f(&join(prefix, "weight"), t);
+        }
     }
 }
 

@@ -3,16 +3,18 @@
 //! tables), loading and parameter counts.
 
 pub mod config;
+pub mod decoder;
 pub mod encoder;
 pub mod family;
 
 pub use config::{FfnKind, ModelConfig, ModelKind, NormKind, NormPlacement, PositionKind};
+pub use decoder::DecoderModel;
+pub use encoder::EncoderModel;
 pub mod memory;
 pub mod params;
 pub mod presets;
 pub mod shapes;
 
-pub use encoder::EncoderModel;
 pub use memory::MemoryEstimate;
 pub use params::ParamCount;
 pub use presets::{preset, ConfigOverrides, PRESETS};

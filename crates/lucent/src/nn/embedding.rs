@@ -6,34 +6,36 @@
 use rand::Rng;
 
 use crate::model::ModelConfig;
+use crate::nn::linear::Weight;
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
 /// A token embedding table.
 #[derive(Clone, Debug)]
 pub struct Embedding {
-    /// E: (V, d)
-    pub table: Tensor,
+    /// E: (V, d), f32 or quantised (then only looked-up rows are dequantised)
+    pub table: Weight,
     /// Multiplies every looked-up vector (1.0 for none).
     pub scale: f32,
 }
 
 impl Embedding {
-    /// A table (V, d) with a scale (1.0 for none).
-    pub fn new(table: Tensor, scale: f32) -> Result<Self> {
-        table.dims::<2>().map_err(|_| {
-            Error::Shape(format!(
+    /// A table (V, d) (an f32 tensor or a quantised matrix) with a scale (1.0 for none).
+    pub fn new(table: impl Into<Weight>, scale: f32) -> Result<Self> {
+        let table = table.into();
+        if table.shape().len() != 2 {
+            return Err(Error::Shape(format!(
                 "an embedding table must be (vocab, d), got {:?}",
                 table.shape()
-            ))
-        })?;
+            )));
+        }
         Ok(Embedding { table, scale })
     }
 
     /// A table drawn from N(0, std²).
     pub fn new_random(vocab: usize, d: usize, std: f32, scale: f32, rng: &mut impl Rng) -> Self {
         Embedding {
-            table: Tensor::randn(&[vocab, d], std, rng),
+            table: Weight::F32(Tensor::randn(&[vocab, d], std, rng)),
             scale,
         }
     }

@@ -2,31 +2,173 @@
 //!
 //! y = x · Wᵀ + b, with W stored (out, in) as PyTorch's `nn.Linear` stores it, so
 //! checkpoint weights are used as they are.
+//!
+//! W is a [`Weight`]: an f32 [`Tensor`], or a GGUF quantised matrix ([`QMatrix`]) used
+//! as it is stored. For a quantised W:
+//! - one row of x (decoding a token): the quantised rows are streamed once, each dotted
+//!   with x quantised on the fly to 8 bits ([`QMatrix::matvec`]; llama.cpp's arithmetic);
+//! - many rows (prefill): every output number is computed exactly as the one-row path
+//!   computes it ([`QMatrix::matmul_t_quantized`]), each weight row read once for all
+//!   rows of x. This batch invariance matters: with 8-bit activations the model is
+//!   chaotic at the level of rounding (a one-ulp change of the input moves SmolLM2's
+//!   logits by ~0.1, as an activation crosses a rounding boundary and the change grows
+//!   layer by layer), so a prefill with another summation order (e.g. dequantised
+//!   weights through the f32 GEMM) would not reproduce token-by-token decoding.
 
 use rand::Rng;
 
 use crate::ops;
+use crate::tensor::quant::QMatrix;
 use crate::tensor::Tensor;
 use crate::{Error, Result};
+
+/// A weight matrix (out, in): f32, or quantised blocks read from a GGUF file.
+#[derive(Clone, Debug)]
+pub enum Weight {
+    /// f32 numbers (out, in).
+    F32(Tensor),
+    /// Quantised rows; `shape` = [rows, cols] = (out, in).
+    Quant {
+        /// The stored blocks.
+        matrix: QMatrix,
+        /// [out, in]
+        shape: [usize; 2],
+    },
+}
+
+impl From<Tensor> for Weight {
+    fn from(t: Tensor) -> Weight {
+        Weight::F32(t)
+    }
+}
+
+impl From<QMatrix> for Weight {
+    fn from(m: QMatrix) -> Weight {
+        let shape = [m.rows(), m.cols()];
+        Weight::Quant { matrix: m, shape }
+    }
+}
+
+impl Weight {
+    /// The shape (out, in) (for an f32 weight, whatever its tensor's shape is).
+    pub fn shape(&self) -> &[usize] {
+        match self {
+            Weight::F32(t) => t.shape(),
+            Weight::Quant { shape, .. } => shape,
+        }
+    }
+
+    /// The number of weights.
+    pub fn numel(&self) -> usize {
+        self.shape().iter().product()
+    }
+
+    /// The f32 tensor, if this weight is f32.
+    pub fn as_f32(&self) -> Option<&Tensor> {
+        match self {
+            Weight::F32(t) => Some(t),
+            Weight::Quant { .. } => None,
+        }
+    }
+
+    /// The f32 tensor, writable, if this weight is f32 (quantised weights do not train).
+    pub fn as_f32_mut(&mut self) -> Option<&mut Tensor> {
+        match self {
+            Weight::F32(t) => Some(t),
+            Weight::Quant { .. } => None,
+        }
+    }
+
+    /// The quantised matrix, if this weight is quantised.
+    pub fn as_quant(&self) -> Option<&QMatrix> {
+        match self {
+            Weight::F32(_) => None,
+            Weight::Quant { matrix, .. } => Some(matrix),
+        }
+    }
+
+    /// The whole matrix as f32 (a copy when quantised: dequantised).
+    pub fn to_f32(&self) -> Result<Tensor> {
+        match self {
+            Weight::F32(t) => Ok(t.clone()),
+            Weight::Quant { matrix, shape } => Tensor::new(matrix.dequantize_all()?, shape),
+        }
+    }
+
+    /// Rows `ids` as f32 (an embedding lookup): only those rows are dequantised.
+    ///
+    /// # Shapes
+    /// (n, d) → (ids.len(), d)
+    pub fn select_rows(&self, ids: &[usize]) -> Result<Tensor> {
+        match self {
+            Weight::F32(t) => t.select_rows(ids),
+            Weight::Quant { matrix, shape } => {
+                let [n, d] = *shape;
+                let mut out = Vec::with_capacity(ids.len() * d);
+                for &i in ids {
+                    if i >= n {
+                        return Err(Error::Argument(format!(
+                            "index {i} is out of range for a table of {n} rows"
+                        )));
+                    }
+                    out.extend(matrix.dequantize_rows(i..i + 1)?);
+                }
+                Tensor::new(out, &[ids.len(), d])
+            }
+        }
+    }
+
+    /// y = x · Wᵀ for `rows` rows of x (no bias): the f32 GEMM, or for a quantised W the
+    /// one-row streaming path / the many-row dequantised-tile path (module docs).
+    ///
+    /// # Shapes
+    /// x: rows × in (flat) → rows × out (flat)
+    pub fn matmul_t(&self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            Weight::F32(w) => ops::linear(x, w, None),
+            Weight::Quant { matrix, shape } => {
+                let [out, inp] = *shape;
+                if x.last_dim() != inp || x.rank() == 0 {
+                    return Err(Error::mismatch(
+                        "linear (x vs quantised weight (out, in))",
+                        x.shape(),
+                        shape,
+                    ));
+                }
+                let rows = x.numel() / inp.max(1);
+                let y = if rows == 1 {
+                    matrix.matvec(x.data())?
+                } else {
+                    matrix.matmul_t_quantized(x.data(), rows)?
+                };
+                let mut s = x.shape().to_vec();
+                *s.last_mut().unwrap_or(&mut 0) = out;
+                Tensor::new(y, &s)
+            }
+        }
+    }
+}
 
 /// A linear layer y = x · Wᵀ + b.
 #[derive(Clone, Debug)]
 pub struct Linear {
-    /// W: (out, in)
-    pub weight: Tensor,
+    /// W: (out, in), f32 or quantised
+    pub weight: Weight,
     /// b: (out), if any
     pub bias: Option<Tensor>,
 }
 
 impl Linear {
     /// A layer from its weight (out, in) and optional bias (out); errors name both shapes.
-    pub fn new(weight: Tensor, bias: Option<Tensor>) -> Result<Self> {
-        let [out, _inp] = weight.dims().map_err(|_| {
-            Error::Shape(format!(
+    pub fn new(weight: impl Into<Weight>, bias: Option<Tensor>) -> Result<Self> {
+        let weight = weight.into();
+        if weight.shape().len() != 2 {
+            return Err(Error::Shape(format!(
                 "a Linear weight must be (out, in), got {:?}",
                 weight.shape()
-            ))
-        })?;
+            )));
+        }
+        let out = weight.shape()[0];
         if let Some(b) = &bias {
             if b.shape() != [out] {
                 return Err(Error::mismatch(
@@ -48,9 +190,19 @@ impl Linear {
         rng: &mut impl Rng,
     ) -> Self {
         Linear {
-            weight: Tensor::randn(&[out_features, in_features], std, rng),
+            weight: Weight::F32(Tensor::randn(&[out_features, in_features], std, rng)),
             bias: bias.then(|| Tensor::zeros(&[out_features])),
         }
+    }
+
+    /// The f32 weight tensor; errors for a quantised layer (use [`Weight::to_f32`]).
+    pub fn weight_f32(&self) -> Result<&Tensor> {
+        self.weight.as_f32().ok_or_else(|| {
+            Error::Argument(format!(
+                "this Linear {:?} holds quantised weights; dequantise them with weight.to_f32()",
+                self.weight.shape()
+            ))
+        })
     }
 
     /// The input width.
@@ -68,7 +220,11 @@ impl Linear {
     /// # Shapes
     /// x: (..., in) → (..., out)
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        ops::linear(x, &self.weight, self.bias.as_ref())
+        match (&self.weight, &self.bias) {
+            (Weight::F32(w), bias) => ops::linear(x, w, bias.as_ref()),
+            (w, None) => w.matmul_t(x),
+            (w, Some(b)) => w.matmul_t(x)?.add(b),
+        }
     }
 
     /// The number of parameters (weights and bias).

@@ -42,7 +42,7 @@ pub use embedding::Embedding;
 pub use feed_forward::FeedForward;
 pub use kv_cache::{KvCache, LayerKvCache};
 pub use layer::{DecoderLayer, EncoderLayer};
-pub use linear::Linear;
+pub use linear::{Linear, Weight};
 pub use norm::{LayerNorm, Norm, RmsNorm};
 pub use trace::{Trace, TraceFilter};
 pub use transformer::{Decoder, Encoder, Head, Transformer};

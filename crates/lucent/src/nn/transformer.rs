@@ -17,7 +17,7 @@ use crate::model::ModelConfig;
 use crate::nn::attention::AttentionOptions;
 use crate::nn::kv_cache::KvCache;
 use crate::nn::layer::{DecoderLayer, EncoderLayer};
-use crate::nn::linear::Linear;
+use crate::nn::linear::{Linear, Weight};
 use crate::nn::norm::Norm;
 use crate::nn::trace::{record, scoped, Trace};
 use crate::ops;
@@ -262,6 +262,13 @@ impl Head {
 
     /// Tied to the token embedding table (V, d), as GPT-2, LLaMA-small and Gemma do.
     pub fn tied(table: &Tensor) -> Result<Self> {
+        Ok(Head {
+            proj: Linear::new(table.clone(), None)?,
+        })
+    }
+
+    /// Tied to a token table that may be quantised: the head reads the same blocks.
+    pub fn tied_to(table: &Weight) -> Result<Self> {
         Ok(Head {
             proj: Linear::new(table.clone(), None)?,
         })

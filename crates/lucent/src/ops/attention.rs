@@ -173,7 +173,8 @@ pub fn visible_keys(p: &AttentionParams, d: &AttentionDims, i: usize) -> std::op
     start..pos + 1
 }
 
-/// Scaled dot-product attention. Runs the fused kernel; when Q, K or V track gradients
+/// Scaled dot-product attention. Runs the fused kernel (the plain twin when causal, see
+/// below); when Q, K or V track gradients
 /// (training), the autograd rule records it for the backward pass.
 ///
 /// # Shapes
@@ -185,7 +186,17 @@ pub fn attention(
     v: &Tensor,
     p: &AttentionParams,
 ) -> Result<AttentionOutput> {
-    crate::autograd::rules::attention(q, k, v, p, fused)
+    // Causal attention (decoders) runs the plain twin for now: it computes every query
+    // row with the same arithmetic whatever t_q is, so cached decoding equals the full
+    // forward bit for bit, and it is what the llama.cpp golden tests were validated on.
+    // The fused kernel's blocked (prompt) and per-key (decode) paths differ in rounding,
+    // which 8-bit activation quantisation amplifies to ~1 logit (issue 4's note).
+    let kernel = if p.causal {
+        reference::attention
+    } else {
+        fused
+    };
+    crate::autograd::rules::attention(q, k, v, p, kernel)
 }
 
 /// The fused kernel behind [`attention`]: per (batch, head), blocks of queries as two

@@ -1,7 +1,11 @@
-//! User tasks built on the models: sentence embeddings, similarity and analogies;
-//! training small Transformers from scratch.
+//! User tasks built on the models: sentence embeddings, similarity and analogies; text
+//! generation and chat with decoder models; training small Transformers from scratch.
 
+pub mod chat;
 pub mod embed;
+pub mod generate;
 pub mod train;
 
+pub use chat::{ChatTemplate, Message};
 pub use embed::{Embedder, Pooling};
+pub use generate::{generate, GenerateOptions, Generation, Sampler, SamplingParams, StopReason};

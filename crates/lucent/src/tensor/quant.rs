@@ -922,6 +922,127 @@ mod avx2 {
         })
     }
 
+    /// Dots of `RW` weight rows with `RA` activation rows at once, for Q4_1 (`Q8` false)
+    /// or Q8_0 (`Q8` true), reading the weight blocks' scales (and Q4_1's minimums) from
+    /// a per-row f32 table ([`QMatrix::scale_table`]) instead of converting f16 per block:
+    /// eight blocks' scales are multiplied with eight activation scales in one step. Each
+    /// weight block is unpacked once for all activation rows, each activation block
+    /// loaded once for all weight rows, and every pair's arithmetic is the same whatever
+    /// the tile (one accumulator per pair; Q4_1's `Σ m·sx` as a separate dot), so a result
+    /// never depends on the tile it was computed in (batch invariance).
+    ///
+    /// # Safety
+    /// AVX2+FMA+F16C present; every row is `acts[0].len` numbers of the type, each
+    /// `scales[w]` its row's table (nb scales, then nb minimums for Q4_1), and every
+    /// `acts[j]` prepared as Q8_0 of the same length.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn tile<const Q8: bool, const RW: usize, const RA: usize>(
+        rows: [&[u8]; RW],
+        scales: [&[f32]; RW],
+        acts: [&QuantizedActs; RA],
+        out: &mut [[f32; RA]; RW],
+    ) {
+        let nb = acts[0].d.len();
+        let bb = if Q8 { 34 } else { 20 };
+        let mut acc = [[_mm256_setzero_ps(); RA]; RW];
+        let mut q = [_mm256_setzero_si256(); RW];
+        let mut xv = [_mm256_setzero_si256(); RA];
+        let mut s8 = [[_mm256_setzero_ps(); RA]; RW];
+        let groups = nb / 8;
+        for g in 0..groups {
+            for w in 0..RW {
+                let dw = _mm256_loadu_ps(scales[w].as_ptr().add(8 * g));
+                for a in 0..RA {
+                    s8[w][a] = _mm256_mul_ps(dw, _mm256_loadu_ps(acts[a].d.as_ptr().add(8 * g)));
+                }
+            }
+            for j in 0..8 {
+                let i = 8 * g + j;
+                let lane = _mm256_set1_epi32(j as i32);
+                for w in 0..RW {
+                    let b = rows[w].as_ptr().add(bb * i);
+                    q[w] = if Q8 {
+                        _mm256_loadu_si256(b.add(2) as *const __m256i)
+                    } else {
+                        nibbles32(b.add(4))
+                    };
+                }
+                for a in 0..RA {
+                    xv[a] = _mm256_loadu_si256(acts[a].qs.as_ptr().add(32 * i) as *const __m256i);
+                }
+                for w in 0..RW {
+                    for a in 0..RA {
+                        let v = if Q8 {
+                            mul_sum_i8(q[w], xv[a])
+                        } else {
+                            mul_sum_u8_i8(q[w], xv[a])
+                        };
+                        let sc = _mm256_permutevar8x32_ps(s8[w][a], lane);
+                        acc[w][a] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(v), acc[w][a]);
+                    }
+                }
+            }
+        }
+        for i in 8 * groups..nb {
+            for w in 0..RW {
+                let b = rows[w].as_ptr().add(bb * i);
+                q[w] = if Q8 {
+                    _mm256_loadu_si256(b.add(2) as *const __m256i)
+                } else {
+                    nibbles32(b.add(4))
+                };
+            }
+            for a in 0..RA {
+                xv[a] = _mm256_loadu_si256(acts[a].qs.as_ptr().add(32 * i) as *const __m256i);
+            }
+            for w in 0..RW {
+                for a in 0..RA {
+                    let v = if Q8 {
+                        mul_sum_i8(q[w], xv[a])
+                    } else {
+                        mul_sum_u8_i8(q[w], xv[a])
+                    };
+                    let sc =
+                        _mm256_set1_ps(*scales[w].get_unchecked(i) * *acts[a].d.get_unchecked(i));
+                    acc[w][a] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(v), acc[w][a]);
+                }
+            }
+        }
+        for w in 0..RW {
+            for a in 0..RA {
+                let extra = if Q8 {
+                    0.0
+                } else {
+                    f32_dot_slices(&scales[w][nb..2 * nb], &acts[a].sum)
+                };
+                out[w][a] = hsum_ps(acc[w][a]) + extra;
+            }
+        }
+    }
+
+    /// Σ a_i · b_i of two equally long f32 slices (8 lanes, then the tail in order).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn f32_dot_slices(x: &[f32], y: &[f32]) -> f32 {
+        let n = x.len().min(y.len());
+        let mut acc = _mm256_setzero_ps();
+        let mut i = 0;
+        while i + 8 <= n {
+            acc = _mm256_fmadd_ps(
+                _mm256_loadu_ps(x.as_ptr().add(i)),
+                _mm256_loadu_ps(y.as_ptr().add(i)),
+                acc,
+            );
+            i += 8;
+        }
+        let mut s = hsum_ps(acc);
+        while i < n {
+            s += x[i] * y[i];
+            i += 1;
+        }
+        s
+    }
+
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn q5_0(row: &[u8], a: &QuantizedActs) -> f32 {
         let (w, x, d) = (row.as_ptr(), a.qs.as_ptr(), a.d.as_ptr());
@@ -1125,6 +1246,9 @@ pub struct QMatrix {
     cols: usize,
     row_bytes: usize,
     bytes: QBytes,
+    /// Per row, the blocks' scales (and Q4_1's minimums) widened to f32, built on first
+    /// use by the tile kernels ([`QMatrix::scale_table`]); shared between clones.
+    scales: Arc<std::sync::OnceLock<Vec<f32>>>,
 }
 
 impl fmt::Debug for QMatrix {
@@ -1152,6 +1276,7 @@ impl QMatrix {
             cols,
             row_bytes,
             bytes,
+            scales: Arc::default(),
         })
     }
 
@@ -1221,6 +1346,12 @@ impl QMatrix {
     /// y = W · x with `x` already prepared ([`QMatrix::prepare`]), written into `y` (length `rows`).
     pub fn matvec_prepared(&self, a: &QuantizedActs, y: &mut [f32]) -> Result<()> {
         self.check_prepared(a, y)?;
+        if self.tiled() {
+            self.run_row_groups(y, 1, |i0, out| {
+                self.tile_rows(i0, out, std::slice::from_ref(a))
+            });
+            return Ok(());
+        }
         let k = dot_kernel(self.dtype);
         self.run_rows(y, |i| k(self.row_bytes_of(i), a));
         Ok(())
@@ -1245,6 +1376,130 @@ impl QMatrix {
             )));
         }
         Ok(())
+    }
+
+    /// The per-row f32 table of block scales (Q4_1: nb scales then nb minimums; Q8_0: nb
+    /// scales), widened from the blocks' f16 once and kept (4 or 8 bytes per 32 weights).
+    fn scale_table(&self) -> &[f32] {
+        self.scales.get_or_init(|| {
+            let bb = self.dtype.block_bytes();
+            let nb = self.cols / self.dtype.block_len().max(1);
+            let two = self.dtype == GgmlType::Q4_1;
+            let mut t = Vec::with_capacity(self.rows * nb * if two { 2 } else { 1 });
+            for i in 0..self.rows {
+                let row = self.row_bytes_of(i);
+                let f = |b: usize, off: usize| {
+                    f16::from_le_bytes([row[b * bb + off], row[b * bb + off + 1]]).to_f32()
+                };
+                t.extend((0..nb).map(|b| f(b, 0)));
+                if two {
+                    t.extend((0..nb).map(|b| f(b, 2)));
+                }
+            }
+            t
+        })
+    }
+
+    /// Whether this matrix has a tile kernel ([`avx2::tile`]: Q4_1, Q8_0) on this CPU.
+    fn tiled(&self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            matches!(self.dtype, GgmlType::Q4_1 | GgmlType::Q8_0) && simd_available()
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    }
+
+    /// Dots of weight rows `i0..i0 + out.len() / acts.len()` with every row of `acts`,
+    /// into `out` (weight-row major: `out[w * acts.len() + a]`), through the tile kernel
+    /// (4 weight rows × 1, or 1 × 4 activation rows, and 1 × 1 for what is left). Only
+    /// when [`QMatrix::tiled`].
+    #[allow(unused_variables)]
+    fn tile_rows(&self, i0: usize, out: &mut [f32], acts: &[QuantizedActs]) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: tiled() checked AVX2+FMA+F16C and the type; rows and acts were checked to
+        // be `cols` numbers (check_prepared / check_x) and prepared for this type.
+        unsafe {
+            if self.dtype == GgmlType::Q8_0 {
+                self.tile_rows_with::<true>(i0, out, acts);
+            } else {
+                self.tile_rows_with::<false>(i0, out, acts);
+            }
+        }
+    }
+
+    /// [`QMatrix::tile_rows`] for one type.
+    ///
+    /// # Safety
+    /// As the tile kernel's.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn tile_rows_with<const Q8: bool>(
+        &self,
+        i0: usize,
+        out: &mut [f32],
+        acts: &[QuantizedActs],
+    ) {
+        unsafe {
+            let t = acts.len();
+            let n = out.len() / t;
+            let r = |w: usize| self.row_bytes_of(i0 + w);
+            let table = self.scale_table();
+            let per = table.len() / self.rows.max(1);
+            let sc = |w: usize| &table[(i0 + w) * per..(i0 + w + 1) * per];
+            let mut w = 0;
+            if t == 1 {
+                while w + 4 <= n {
+                    let mut o = [[0.0f32; 1]; 4];
+                    avx2::tile::<Q8, 4, 1>(
+                        [r(w), r(w + 1), r(w + 2), r(w + 3)],
+                        [sc(w), sc(w + 1), sc(w + 2), sc(w + 3)],
+                        [&acts[0]],
+                        &mut o,
+                    );
+                    for (k, v) in o.iter().enumerate() {
+                        out[w + k] = v[0];
+                    }
+                    w += 4;
+                }
+            }
+            while w < n {
+                let mut a = 0;
+                while a + 4 <= t {
+                    let mut o = [[0.0f32; 4]; 1];
+                    avx2::tile::<Q8, 1, 4>(
+                        [r(w)],
+                        [sc(w)],
+                        [&acts[a], &acts[a + 1], &acts[a + 2], &acts[a + 3]],
+                        &mut o,
+                    );
+                    out[w * t + a..w * t + a + 4].copy_from_slice(&o[0]);
+                    a += 4;
+                }
+                while a < t {
+                    let mut o = [[0.0f32; 1]; 1];
+                    avx2::tile::<Q8, 1, 1>([r(w)], [sc(w)], [&acts[a]], &mut o);
+                    out[w * t + a] = o[0][0];
+                    a += 1;
+                }
+                w += 1;
+            }
+        }
+    }
+
+    /// Split the rows into groups of whole tiles and run `f(first_row, out)` on each,
+    /// over the thread pool when the work is large; `out` holds `per_row` numbers a row.
+    fn run_row_groups(&self, y: &mut [f32], per_row: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
+        let threads = crate::threads::threads();
+        if threads <= 1 || self.rows * self.row_bytes * per_row < PAR_MIN_BYTES || self.rows < 8 {
+            f(0, y);
+            return;
+        }
+        let chunk = (self.rows.div_ceil(threads * 4).max(8)).div_ceil(4) * 4;
+        y.par_chunks_mut(chunk * per_row)
+            .enumerate()
+            .for_each(|(c, ys)| f(c * chunk, ys));
     }
 
     /// Fill `y[i] = f(i)` for every row, over the thread pool when the matrix is large.
@@ -1282,6 +1537,64 @@ impl QMatrix {
     /// The whole matrix widened to f32 (rows, cols).
     pub fn dequantize_all(&self) -> Result<Vec<f32>> {
         self.dequantize_rows(0..self.rows)
+    }
+
+    /// Y = X · Wᵀ for `t` rows of `x`, each output number computed exactly as
+    /// [`QMatrix::matvec`] computes it (the row of x quantised on its own, the same dot
+    /// kernel): so a row's result never depends on which other rows came with it (batch
+    /// invariance — cached decoding then equals the full forward bit for bit). Each
+    /// weight row is read once and dotted with every activation row while it is in cache;
+    /// threads split the weight rows.
+    ///
+    /// # Shapes
+    /// X (t, cols) · Wᵀ (cols, rows) → Y (t, rows)
+    pub fn matmul_t_quantized(&self, x: &[f32], t: usize) -> Result<Vec<f32>> {
+        self.check_x("matmul_t_quantized", x, t)?;
+        let mut y = vec![0.0f32; t * self.rows];
+        if t == 0 || self.rows == 0 {
+            return Ok(y);
+        }
+        let acts = x
+            .chunks_exact(self.cols)
+            .map(|r| quantize_activations(self.dtype, r))
+            .collect::<Result<Vec<_>>>()?;
+        let k = dot_kernel(self.dtype);
+        // yt: (rows, t), one contiguous run of t results per weight row.
+        let mut yt = vec![0.0f32; t * self.rows];
+        if self.tiled() {
+            self.run_row_groups(&mut yt, t, |i0, out| self.tile_rows(i0, out, &acts));
+            for (i, col) in yt.chunks_exact(t).enumerate() {
+                for (r, &v) in col.iter().enumerate() {
+                    y[r * self.rows + i] = v;
+                }
+            }
+            return Ok(y);
+        }
+        let fill = |i: usize, out: &mut [f32]| {
+            let w = self.row_bytes_of(i);
+            for (o, a) in out.iter_mut().zip(&acts) {
+                *o = k(w, a);
+            }
+        };
+        let threads = crate::threads::threads();
+        if threads <= 1 || self.rows * self.row_bytes * t < PAR_MIN_BYTES || self.rows < 2 {
+            for (i, out) in yt.chunks_exact_mut(t).enumerate() {
+                fill(i, out);
+            }
+        } else {
+            let per = self.rows.div_ceil(threads * 4).max(1);
+            yt.par_chunks_mut(per * t).enumerate().for_each(|(c, ys)| {
+                for (j, out) in ys.chunks_exact_mut(t).enumerate() {
+                    fill(c * per + j, out);
+                }
+            });
+        }
+        for (i, col) in yt.chunks_exact(t).enumerate() {
+            for (r, &v) in col.iter().enumerate() {
+                y[r * self.rows + i] = v;
+            }
+        }
+        Ok(y)
     }
 
     /// Y = X · Wᵀ (prefill): `x` is `t` rows of `cols`, the result `t` rows of `rows`.

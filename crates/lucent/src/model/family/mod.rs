@@ -8,9 +8,14 @@
 //! shapes.
 
 pub mod bert;
+pub mod gemma3;
+pub mod llama;
 
+use crate::io::gguf::GgufFile;
 use crate::io::SafetensorsFile;
 use crate::model::ModelConfig;
+use crate::nn::Weight;
+use crate::tensor::quant::GgmlType;
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
@@ -60,6 +65,20 @@ pub enum Param {
     FfnNormWeight,
     /// β of the norm around the feed-forward network (d).
     FfnNormBias,
+    /// W_gate of a gated feed-forward network (d_ff, d).
+    FfnGateWeight,
+    /// γ of the QK-norm over each query head (d_k).
+    QueryNormWeight,
+    /// γ of the QK-norm over each key head (d_k).
+    KeyNormWeight,
+    /// γ of the norm on the attention's output (sandwich placement) (d).
+    AttnPostNormWeight,
+    /// γ of the norm on the feed-forward network's output (sandwich placement) (d).
+    FfnPostNormWeight,
+    /// γ of the norm after the last layer (d).
+    FinalNormWeight,
+    /// The output head W_vocab (V, d), when not tied to the token embedding.
+    OutputWeight,
 }
 
 impl Param {
@@ -68,7 +87,10 @@ impl Param {
         let d = cfg.d_model;
         use Param::*;
         match self {
-            TokenEmbedding => vec![cfg.vocab_size, d],
+            TokenEmbedding | OutputWeight => vec![cfg.vocab_size, d],
+            FfnGateWeight => vec![cfg.d_ff, d],
+            QueryNormWeight | KeyNormWeight => vec![cfg.head_dim],
+            AttnPostNormWeight | FfnPostNormWeight | FinalNormWeight => vec![d],
             PositionEmbedding => vec![cfg.max_positions, d],
             TokenTypeEmbedding => vec![cfg.type_vocab_size, d],
             QueryWeight => vec![cfg.q_dim(), d],
@@ -94,6 +116,8 @@ impl Param {
                 | TokenTypeEmbedding
                 | EmbeddingNormWeight
                 | EmbeddingNormBias
+                | FinalNormWeight
+                | OutputWeight
         )
     }
 }
@@ -198,5 +222,64 @@ impl<'a> Weights<'a> {
             ))),
             Some(_) => self.file.tensor(&key),
         }
+    }
+}
+
+/// A GGUF file read through a family's name table, with the shapes of a config.
+/// Matrices come back as [`Weight`]s that keep the file's quantised blocks (memory-mapped,
+/// not copied); vectors (norm weights) as f32 tensors.
+pub struct GgufWeights<'a> {
+    file: &'a GgufFile,
+    table: &'a NameTable,
+    cfg: &'a ModelConfig,
+}
+
+impl<'a> GgufWeights<'a> {
+    /// Read `file` through `table` with the shapes of `cfg`.
+    pub fn new(file: &'a GgufFile, table: &'a NameTable, cfg: &'a ModelConfig) -> Self {
+        GgufWeights { file, table, cfg }
+    }
+
+    /// The file.
+    pub fn file(&self) -> &GgufFile {
+        self.file
+    }
+
+    /// The tensor name of `param` in layer `layer` (ignored for global parameters).
+    pub fn key(&self, param: Param, layer: usize) -> Result<String> {
+        let pat = self.table.pattern(param).ok_or_else(|| {
+            Error::Weights(format!(
+                "the {} name table has no entry for {param:?}",
+                self.table.family
+            ))
+        })?;
+        Ok(pat.replace("{i}", &layer.to_string()))
+    }
+
+    /// Whether the file holds `param` (for optional parameters such as an untied head).
+    pub fn has(&self, param: Param, layer: usize) -> bool {
+        self.key(param, layer)
+            .is_ok_and(|k| self.file.tensor_info(&k).is_some())
+    }
+
+    /// A matrix parameter, checked against the config's shape: quantised types stay
+    /// quantised, F32 is mapped, F16/BF16 are widened to f32.
+    pub fn matrix(&self, param: Param, layer: usize) -> Result<Weight> {
+        let key = self.key(param, layer)?;
+        let want = param.shape(self.cfg);
+        let [rows, cols] = [want[0], want[1]];
+        let info = self.file.tensor(&key)?.info;
+        match info.dtype {
+            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
+                Ok(Weight::F32(self.file.tensor_f32_shaped(&key, &want)?))
+            }
+            _ => Ok(self.file.qmatrix_shaped(&key, rows, cols)?.into()),
+        }
+    }
+
+    /// A vector or matrix parameter as f32 (dequantised if stored quantised).
+    pub fn tensor(&self, param: Param, layer: usize) -> Result<Tensor> {
+        let key = self.key(param, layer)?;
+        self.file.tensor_f32_shaped(&key, &param.shape(self.cfg))
     }
 }

@@ -133,7 +133,7 @@ impl Gpt {
         let h = self
             .decoder
             .forward(&x, None, &AttentionOptions::causal(), None, cache, None)?; // (b, t, d)
-        ops::linear(&h, &self.embed.table, None) // (b, t, V)
+        self.embed.table.matmul_t(&h) // (b, t, V): the head tied to the embeddings
     }
 
     /// Mean next-token cross-entropy of `targets` given `ids` (same shapes).
@@ -157,7 +157,7 @@ impl Gpt {
         let h = self
             .decoder
             .forward(&x, None, &AttentionOptions::causal(), None, None, None)?; // (b, t, d)
-        let logits = ops::linear(&h, &self.embed.table, None)?; // (b, t, V)
+        let logits = self.embed.table.matmul_t(&h)?; // (b, t, V): tied head
         ops::cross_entropy(&logits, &targets.concat(), None)
     }
 

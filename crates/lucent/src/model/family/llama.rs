@@ -1,0 +1,174 @@
+//! LLaMA (SmolLM2 and every `general.architecture = llama` GGUF): a config translation
+//! from GGUF metadata and a name table.
+//!
+//! LLaMA is the generic decoder with RMSNorm in pre-norm placement, a final norm,
+//! SwiGLU feed-forward (SiLU-gated), RoPE, grouped-query attention, no biases, and a head
+//! tied to the token embedding when the file has no `output.weight`.
+//!
+//! # GGUF's row order of W_Q and W_K for RoPE (the one place it is handled)
+//!
+//! Hugging Face LLaMA checkpoints rotate feature i with feature i + d_k/2 of each head
+//! (`rotate_half`). llama.cpp's converter permutes the rows of W_Q and W_K within each
+//! head so that the same rotation pairs *adjacent* features (2i, 2i + 1) — the paper's
+//! interleaved form, which llama.cpp applies to the `llama` architecture (its "normal"
+//! RoPE mode). The permutation sends HF row `i` of a head to row `2i` and row `i + d_k/2`
+//! to row `2i + 1`, and leaves V, O and everything else alone. So lucent keeps GGUF's
+//! rows as they are (no copy, quantised blocks untouched) and runs RoPE with
+//! [`RopeConvention::Interleaved`]: q·k is then exactly the HF model's. A `llama` model
+//! read from safetensors would use [`RopeConvention::RotateHalf`] with its own rows.
+
+use super::{GgufWeights, NameTable, Param};
+use crate::io::gguf::GgufFile;
+use crate::model::{FfnKind, ModelConfig, ModelKind, NormKind, NormPlacement, PositionKind};
+use crate::ops::{Activation, RopeConvention};
+use crate::{Error, Result};
+
+/// The metadata every GGUF decoder shares, read under `{arch}.`; errors name the key.
+pub(crate) struct GgufHparams {
+    pub vocab_size: usize,
+    pub d_model: usize,
+    pub layers: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub d_ff: usize,
+    pub context: usize,
+    pub rope_base: f32,
+    pub eps: f32,
+}
+
+impl GgufHparams {
+    /// Read `{arch}.block_count`, `embedding_length`, `feed_forward_length`,
+    /// `attention.head_count(_kv)`, `attention.key_length`, `rope.freq_base`,
+    /// `attention.layer_norm_rms_epsilon`, `context_length`; the vocabulary size from
+    /// `{arch}.vocab_size` or the token list.
+    pub fn read(f: &GgufFile, arch: &str) -> Result<GgufHparams> {
+        let k = |s: &str| format!("{arch}.{s}");
+        let d_model = f.get_usize(&k("embedding_length"))?;
+        let n_heads = f.get_usize(&k("attention.head_count"))?;
+        let n_kv_heads = match f.opt_u32(&k("attention.head_count_kv"))? {
+            Some(n) => n as usize,
+            None => n_heads,
+        };
+        let head_dim = match f.opt_u32(&k("attention.key_length"))? {
+            Some(n) => n as usize,
+            None => ModelConfig::head_dim_for(d_model, n_heads)?,
+        };
+        let vocab_size = match f.opt_u32(&k("vocab_size"))? {
+            Some(n) => n as usize,
+            None => f
+                .get_array("tokenizer.ggml.tokens")
+                .map(|a| a.len())
+                .or_else(|_| {
+                    f.tensor_info("token_embd.weight")
+                        .map(|t| t.shape[0])
+                        .ok_or_else(|| Error::Weights(format!(
+                            "{}: no {arch}.vocab_size, no tokenizer.ggml.tokens and no token_embd.weight",
+                            f.path().display()
+                        )))
+                })?,
+        };
+        Ok(GgufHparams {
+            vocab_size,
+            d_model,
+            layers: f.get_usize(&k("block_count"))?,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            d_ff: f.get_usize(&k("feed_forward_length"))?,
+            context: f.get_usize(&k("context_length"))?,
+            rope_base: f.opt_f32(&k("rope.freq_base"))?.unwrap_or(10_000.0),
+            eps: f.get_f32(&k("attention.layer_norm_rms_epsilon"))?,
+        })
+    }
+
+    /// The parts of a [`ModelConfig`] every GGUF decoder shares (RMSNorm, gated FFN, RoPE
+    /// at `rope_base`, no biases, a final norm); the family sets the rest.
+    pub fn base_config(&self, family: &str, f: &GgufFile) -> ModelConfig {
+        ModelConfig {
+            family: family.into(),
+            kind: ModelKind::Decoder,
+            vocab_size: self.vocab_size,
+            d_model: self.d_model,
+            encoder_layers: 0,
+            decoder_layers: self.layers,
+            n_heads: self.n_heads,
+            n_kv_heads: self.n_kv_heads,
+            head_dim: self.head_dim,
+            d_ff: self.d_ff,
+            max_positions: self.context,
+            type_vocab_size: 0,
+            position: PositionKind::Rope {
+                base: self.rope_base,
+                local_base: None,
+                convention: RopeConvention::RotateHalf,
+            },
+            norm: NormKind::RmsNorm,
+            norm_placement: NormPlacement::Pre,
+            norm_eps: self.eps,
+            embedding_norm: false,
+            final_norm: true,
+            ffn: FfnKind::Gated,
+            activation: Activation::Silu,
+            qkv_bias: false,
+            attn_out_bias: false,
+            ffn_bias: false,
+            norm_bias: false,
+            qk_norm: false,
+            tie_embeddings: f.tensor_info("output.weight").is_none(),
+            embedding_scale: 1.0,
+            sliding_window: None,
+            global_every: None,
+            attention_scale: None,
+            pooler: false,
+        }
+    }
+}
+
+/// Translate a `llama` GGUF's metadata into the generic [`ModelConfig`] (validated).
+pub fn config(f: &GgufFile) -> Result<ModelConfig> {
+    let hp = GgufHparams::read(f, "llama")?;
+    let mut cfg = hp.base_config("llama", f);
+    // GGUF rows are permuted for the interleaved rotation (module docs).
+    cfg.position = PositionKind::Rope {
+        base: hp.rope_base,
+        local_base: None,
+        convention: RopeConvention::Interleaved,
+    };
+    if let Some(n) = f.opt_u32("llama.rope.dimension_count")? {
+        if n as usize != cfg.head_dim {
+            return Err(Error::Config(format!(
+                "{}: llama.rope.dimension_count = {n} but heads have {} features; partial RoPE is not supported",
+                f.path().display(),
+                cfg.head_dim
+            )));
+        }
+    }
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+/// Every LLaMA parameter's GGUF tensor name (`{i}` = layer).
+pub const NAMES: NameTable = NameTable {
+    family: "llama",
+    prefixes: &[""],
+    keys: &[
+        (Param::TokenEmbedding, "token_embd.weight"),
+        (Param::QueryWeight, "blk.{i}.attn_q.weight"),
+        (Param::KeyWeight, "blk.{i}.attn_k.weight"),
+        (Param::ValueWeight, "blk.{i}.attn_v.weight"),
+        (Param::AttnOutWeight, "blk.{i}.attn_output.weight"),
+        (Param::AttnNormWeight, "blk.{i}.attn_norm.weight"),
+        (Param::FfnGateWeight, "blk.{i}.ffn_gate.weight"),
+        (Param::FfnUpWeight, "blk.{i}.ffn_up.weight"),
+        (Param::FfnDownWeight, "blk.{i}.ffn_down.weight"),
+        (Param::FfnNormWeight, "blk.{i}.ffn_norm.weight"),
+        (Param::FinalNormWeight, "output_norm.weight"),
+        (Param::OutputWeight, "output.weight"),
+    ],
+};
+
+/// The weights of a `llama` file (its name table over `f`, shapes from `cfg`).
+pub fn weights<'a>(f: &'a GgufFile, cfg: &'a ModelConfig) -> GgufWeights<'a> {
+    GgufWeights::new(f, &NAMES, cfg)
+}

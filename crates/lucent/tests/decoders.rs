@@ -1,0 +1,412 @@
+//! SmolLM2-135M (llama, Q4_1) and Gemma 3 270M (gemma3, Q4_K_M) from their GGUF files,
+//! held to llama.cpp (golden files written by llama-cpp-python, tests/data/
+//! decoder_reference_*.json), plus generation, sampling and error behaviour.
+//!
+//! **How close to llama.cpp can a second engine be?** With activations quantised to 8
+//! bits before every matrix product (llama.cpp's arithmetic, which lucent follows), these
+//! models are chaotic at the level of rounding: a one-ulp change of the embedding scale
+//! moves SmolLM2's logits by ~0.1 (an activation crosses a rounding boundary and the
+//! change grows layer by layer). Two engines that sum in different orders therefore
+//! agree on logits only to ~0.1–0.5, not 0.05, and a greedy step whose two best tokens
+//! are nearer than that can go either way (measured: the largest llama.cpp-vs-lucent
+//! logit difference over the 12 golden prompts is 0.46; the largest gap where the greedy
+//! choices differ, 0.52). So the tests check:
+//! - prompt ids: equal, exactly;
+//! - greedy tokens, teacher-forced on llama.cpp's sequence: at every step lucent's
+//!   choice equals llama.cpp's, or llama.cpp's token is a near-tie (within
+//!   `NEAR_TIE` = 0.6 of lucent's best logit); ≥ 90% of all steps must be exact;
+//! - first step: every llama.cpp top-10 logit within `LOGIT_TOL` = 0.6; the top-10 id
+//!   sets equal except for ids within `LOGIT_TOL` of the 10th logit (the cut-off);
+//! - cached decoding equals the full forward (1e-3; it is in fact bit-identical, since
+//!   every per-row computation is batch-invariant).
+//!
+//! The models come from the cache (`lucent::io::fetch::ensure`, fetching if needed).
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use lucent::io::fetch::{self, Silent};
+use lucent::io::gguf::GgufFile;
+use lucent::io::gguf_tokenizer::GgufTokenizer;
+use lucent::model::DecoderModel;
+use lucent::pipeline::generate::{argmax, generate, top_logits, TextModel};
+use lucent::pipeline::{GenerateOptions, Message, SamplingParams, StopReason};
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+struct Reference {
+    cases: Vec<Case>,
+}
+
+#[derive(Deserialize)]
+struct Case {
+    prompt: String,
+    prompt_ids: Vec<u32>,
+    greedy_ids: Vec<u32>,
+    top10_ids: Vec<u32>,
+    top10_logits: Vec<f32>,
+}
+
+struct Loaded {
+    model: DecoderModel,
+    tokenizer: GgufTokenizer,
+}
+
+fn data_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/data")
+        .join(name)
+}
+
+fn reference(name: &str) -> Reference {
+    let text = std::fs::read_to_string(data_path(&format!("decoder_reference_{name}.json")))
+        .expect("golden file");
+    serde_json::from_str(&text).expect("golden json")
+}
+
+fn load(name: &str) -> Loaded {
+    let path = fetch::ensure(name, &mut Silent).expect("fetch model");
+    let f = GgufFile::open(&path).expect("open gguf");
+    Loaded {
+        model: DecoderModel::from_gguf(&f).expect("build model"),
+        tokenizer: GgufTokenizer::from_gguf(&f).expect("tokenizer"),
+    }
+}
+
+fn smollm2() -> &'static Loaded {
+    static M: OnceLock<Loaded> = OnceLock::new();
+    M.get_or_init(|| load("smollm2"))
+}
+
+fn gemma3() -> &'static Loaded {
+    static M: OnceLock<Loaded> = OnceLock::new();
+    M.get_or_init(|| load("gemma3"))
+}
+
+/// A llama.cpp greedy token may differ from lucent's only if it is this close to
+/// lucent's best logit (the chaos bound measured above; see the module docs).
+const NEAR_TIE: f32 = 0.6;
+/// First-step logits vs llama.cpp (same bound).
+const LOGIT_TOL: f32 = 0.6;
+
+fn check_prompt_ids(m: &Loaded, name: &str) {
+    for case in &reference(name).cases {
+        let ids = m.tokenizer.encode(&case.prompt, true).unwrap();
+        assert_eq!(
+            ids, case.prompt_ids,
+            "{name}: prompt ids of {:?}",
+            case.prompt
+        );
+    }
+}
+
+fn check_against_llama_cpp(m: &Loaded, name: &str) {
+    let (mut exact, mut steps) = (0, 0);
+    for case in &reference(name).cases {
+        let p = case.prompt_ids.len();
+        let mut seq = case.prompt_ids.clone();
+        seq.extend(&case.greedy_ids[..case.greedy_ids.len() - 1]);
+        let all = m.model.forward(&seq, None, false, None).unwrap(); // (t, V)
+        let v = all.shape()[1];
+        let row = |s: usize| &all.data()[(p - 1 + s) * v..(p + s) * v];
+        for (s, &g) in case.greedy_ids.iter().enumerate() {
+            let r = row(s);
+            let a = argmax(r);
+            steps += 1;
+            if a == g {
+                exact += 1;
+                continue;
+            }
+            let gap = r[a as usize] - r[g as usize];
+            assert!(
+                gap <= NEAR_TIE,
+                "{name} {:?} step {s}: llama.cpp chose {g}, lucent {a}, {gap} apart (> {NEAR_TIE})",
+                case.prompt
+            );
+        }
+        let first = row(0);
+        for (id, l) in case.top10_ids.iter().zip(&case.top10_logits) {
+            let got = first[*id as usize];
+            assert!(
+                (got - l).abs() <= LOGIT_TOL,
+                "{name} {:?}: logit of {id} is {got}, llama.cpp {l}",
+                case.prompt
+            );
+        }
+        let cut = case.top10_logits[9];
+        let ours: Vec<u32> = top_logits(first, 10).iter().map(|x| x.0).collect();
+        for id in ours.iter().filter(|i| !case.top10_ids.contains(i)) {
+            assert!(
+                first[*id as usize] <= cut + LOGIT_TOL,
+                "{name} {:?}: lucent's top-10 has {id} ({}) that llama.cpp's lacks (its 10th: {cut})",
+                case.prompt,
+                first[*id as usize]
+            );
+        }
+        for id in case.top10_ids.iter().filter(|i| !ours.contains(i)) {
+            let l = case.top10_logits[case.top10_ids.iter().position(|x| x == id).unwrap()];
+            assert!(
+                l <= cut + LOGIT_TOL,
+                "{name} {:?}: llama.cpp's top-10 has {id} ({l}) that lucent's lacks",
+                case.prompt
+            );
+        }
+    }
+    println!("{name}: {exact}/{steps} greedy steps equal llama.cpp's exactly");
+    assert!(
+        exact * 10 >= steps * 9,
+        "{name}: only {exact}/{steps} steps exact"
+    );
+}
+
+#[test]
+fn smollm2_prompt_ids_equal_llama_cpp() {
+    check_prompt_ids(smollm2(), "smollm2");
+}
+
+#[test]
+fn gemma3_prompt_ids_equal_llama_cpp() {
+    check_prompt_ids(gemma3(), "gemma3");
+}
+
+#[test]
+fn smollm2_greedy_and_logits_follow_llama_cpp() {
+    check_against_llama_cpp(smollm2(), "smollm2");
+}
+
+#[test]
+fn gemma3_greedy_and_logits_follow_llama_cpp() {
+    check_against_llama_cpp(gemma3(), "gemma3");
+}
+
+/// Prefill k tokens, then one token at a time through the cache, vs one full forward.
+fn check_cached_equals_full(m: &Loaded) {
+    let ids = m
+        .tokenizer
+        .encode(
+            "Once upon a time, there was a little cat who lived by the sea.",
+            true,
+        )
+        .unwrap();
+    let full = m.model.forward(&ids, None, false, None).unwrap(); // (t, V)
+    let v = full.shape()[1];
+    let mut cache = m.model.new_cache(ids.len());
+    let k = 4;
+    let first = m
+        .model
+        .forward(&ids[..k], Some(&mut cache), false, None)
+        .unwrap();
+    let mut rows: Vec<f32> = first.into_vec();
+    for &id in &ids[k..] {
+        rows.extend(
+            m.model
+                .forward(&[id], Some(&mut cache), true, None)
+                .unwrap()
+                .into_vec(),
+        );
+    }
+    let d = rows
+        .iter()
+        .zip(full.data())
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    assert_eq!(rows.len(), ids.len() * v);
+    // Tolerance 1e-3 (issue 4); the paths are batch-invariant, so d is 0 in practice.
+    assert!(d <= 1e-3, "cached vs full: max |Δlogit| = {d}");
+}
+
+#[test]
+fn smollm2_cached_decoding_equals_full_forward() {
+    check_cached_equals_full(smollm2());
+}
+
+#[test]
+fn gemma3_cached_decoding_equals_full_forward() {
+    check_cached_equals_full(gemma3());
+}
+
+fn text_model() -> TextModel {
+    TextModel::load(&fetch::ensure("smollm2", &mut Silent).unwrap()).unwrap()
+}
+
+#[test]
+fn prompt_longer_than_the_context_is_a_clear_error() {
+    let m = smollm2();
+    let ids = m
+        .tokenizer
+        .encode("one two three four five six seven", true)
+        .unwrap();
+    let mut cache = m.model.new_cache(4);
+    let e = m
+        .model
+        .forward(&ids, Some(&mut cache), true, None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("do not fit the context of 4"), "{e}");
+    assert_eq!(cache.len(), 0, "nothing was written");
+    let tm = text_model();
+    let e = generate(
+        &tm.model,
+        &tm.tokenizer,
+        &ids,
+        &GenerateOptions::default(),
+        &mut cache,
+        &mut |_| {},
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("context holds 4") && e.contains("shorten the prompt"),
+        "{e}"
+    );
+}
+
+#[test]
+fn generation_stops_at_the_context_limit_stop_strings_and_max_tokens() {
+    let tm = text_model();
+    let ids = tm.encode("The capital of France is").unwrap();
+    let mut streamed = String::new();
+    let mut cache = tm.model.new_cache(ids.len() + 3);
+    let opts = GenerateOptions {
+        max_tokens: 10,
+        ..GenerateOptions::default()
+    };
+    let g = generate(
+        &tm.model,
+        &tm.tokenizer,
+        &ids,
+        &opts,
+        &mut cache,
+        &mut |s| streamed.push_str(s),
+    )
+    .unwrap();
+    assert_eq!(g.stop, StopReason::ContextFull(ids.len() + 3));
+    assert_eq!(g.ids.len(), 4);
+    assert_eq!(streamed, g.text);
+
+    let mut cache = tm.model.new_cache(64);
+    let opts = GenerateOptions {
+        max_tokens: 20,
+        stop: vec!["\n".into()],
+        ..GenerateOptions::default()
+    };
+    streamed.clear();
+    let g = generate(
+        &tm.model,
+        &tm.tokenizer,
+        &ids,
+        &opts,
+        &mut cache,
+        &mut |s| streamed.push_str(s),
+    )
+    .unwrap();
+    assert_eq!(g.text, " Paris.");
+    assert_eq!(streamed, " Paris.");
+    assert_eq!(g.stop, StopReason::StopString("\n".into()));
+
+    let opts = GenerateOptions {
+        max_tokens: 3,
+        ignore_eos: true,
+        ..GenerateOptions::default()
+    };
+    let g = generate(
+        &tm.model,
+        &tm.tokenizer,
+        &ids,
+        &opts,
+        &mut cache,
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!((g.ids.len(), g.stop), (3, StopReason::MaxTokens));
+}
+
+#[test]
+fn chat_template_and_end_of_turn() {
+    let tm = text_model();
+    let ids = tm
+        .encode_chat(&[Message::new("user", "What is 2 + 2?")])
+        .unwrap();
+    let text = tm.tokenizer.decode(&ids, false).unwrap();
+    assert!(text.starts_with("<|im_start|>system\n"), "{text}");
+    assert!(
+        text.ends_with("<|im_start|>user\nWhat is 2 + 2?<|im_end|>\n<|im_start|>assistant\n"),
+        "{text}"
+    );
+    let mut cache = tm.model.new_cache(ids.len() + 64);
+    let opts = GenerateOptions {
+        max_tokens: 64,
+        ..GenerateOptions::default()
+    };
+    let g = generate(
+        &tm.model,
+        &tm.tokenizer,
+        &ids,
+        &opts,
+        &mut cache,
+        &mut |_| {},
+    )
+    .unwrap();
+    assert!(
+        matches!(g.stop, StopReason::EndOfGeneration(_)),
+        "{:?}",
+        g.stop
+    );
+    assert!(g.text.contains('4'), "{}", g.text);
+}
+
+#[test]
+fn sampling_is_reproducible_with_a_seed() {
+    let tm = text_model();
+    let ids = tm.encode("Once upon a time").unwrap();
+    let run = |seed: u64| {
+        let mut cache = tm.model.new_cache(64);
+        let opts = GenerateOptions {
+            max_tokens: 12,
+            ignore_eos: true,
+            sampling: SamplingParams {
+                temperature: 1.0,
+                top_k: 40,
+                top_p: 0.95,
+                min_p: 0.02,
+                repeat_penalty: 1.1,
+                seed,
+                ..SamplingParams::greedy()
+            },
+            ..GenerateOptions::default()
+        };
+        generate(
+            &tm.model,
+            &tm.tokenizer,
+            &ids,
+            &opts,
+            &mut cache,
+            &mut |_| {},
+        )
+        .unwrap()
+        .ids
+    };
+    let a = run(7);
+    assert_eq!(a, run(7));
+    assert!(
+        (8..12).any(|s| run(s) != a),
+        "different seeds never changed the text"
+    );
+}
+
+#[test]
+fn unknown_architecture_is_named() {
+    use lucent::io::gguf::{GgufValue, GgufWriter};
+    let mut w = GgufWriter::new();
+    w.add("general.architecture", GgufValue::String("mamba".into()));
+    let dir = std::env::temp_dir().join(format!("lucent-dec-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("m.gguf");
+    w.write(&p).unwrap();
+    let e = DecoderModel::load_gguf(&p).unwrap_err().to_string();
+    assert!(
+        e.contains("architecture 'mamba'") && e.contains("llama"),
+        "{e}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
