@@ -43,7 +43,7 @@ LUCENT="$ROOT/target/release/lucent"
 LIST="$(echo $THREADS | tr ' ' ',')"
 
 # Smoke test: one evaluation in a child process, so a crashing build is explained.
-if ! "$VENV/bin/python" - "$("$LUCENT" bench-generate -m "$MODEL" --prompt-tokens 4 --json \
+if ! "$VENV/bin/python" - "$("$LUCENT" bench generate -m "$MODEL" --prompt-tokens 4 --json \
         --threads-list 1 --repeats 1 --gen-tokens 1 | "$VENV/bin/python" -c 'import json,sys; print(json.load(sys.stdin)["path"])')" <<'PY'
 import sys
 from llama_cpp import Llama
@@ -55,7 +55,7 @@ then
 fi
 
 echo "model $MODEL; prompt $PROMPT tokens; decode $GEN tokens; median of $REPEATS"
-OURS="$("$LUCENT" bench-generate -m "$MODEL" --prompt-tokens "$PROMPT" --gen-tokens "$GEN" \
+OURS="$("$LUCENT" bench generate -m "$MODEL" --prompt-tokens "$PROMPT" --gen-tokens "$GEN" \
     --threads-list "$LIST" --repeats "$REPEATS" --json)"
 
 "$VENV/bin/python" - "$GEN" "$REPEATS" "$OURS" $THREADS <<'PY'

@@ -29,7 +29,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Measure lucent's speed: `lucent bench kernels|embed|train` (medians of several runs).
+    /// Measure lucent's speed: `lucent bench kernels|embed|train|generate` (medians of several runs).
     Bench(commands::bench::Args),
     /// Attention step by step: `--demo` (the guides' example) or a real model's (`-m MODEL TEXT`).
     Attention(commands::attention::Args),
@@ -57,16 +57,10 @@ enum Command {
     Analogy(commands::embed::AnalogyArgs),
     /// Train a small Transformer from scratch: a GPT on text, or the encoder-decoder on a task.
     Train(commands::train::Args),
-    /// Sample from (or decode with) a model trained by `lucent train`.
-    SampleTrained(commands::train::SampleArgs),
     /// Generate text with a decoder model (SmolLM2, Gemma 3, any llama/gemma3 GGUF).
     Generate(commands::generate::Args),
     /// Talk with a decoder model; keeps the conversation (reads stdin lines, /exit ends).
     Chat(commands::generate::ChatArgs),
-    /// Causal attention weights of a real decoder (per layer and head, GQA sharing shown).
-    AttentionDecoder(commands::attention_decoder::DecoderArgs),
-    /// Prefill and decode speed of a decoder model (compare: scripts/bench-generate-peer.sh).
-    BenchGenerate(commands::bench_generate::GenerateBenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -88,11 +82,8 @@ fn main() -> ExitCode {
         Command::Similarity(a) => commands::embed::run_similarity(a),
         Command::Analogy(a) => commands::embed::run_analogy(a),
         Command::Train(a) => commands::train::run(a),
-        Command::SampleTrained(a) => commands::train::run_sample(a),
         Command::Generate(a) => commands::generate::run(a),
         Command::Chat(a) => commands::generate::run_chat(a),
-        Command::AttentionDecoder(a) => commands::attention_decoder::run_decoder(a),
-        Command::BenchGenerate(a) => commands::bench_generate::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -356,6 +356,16 @@ fn run_real_model(args: Args) -> Result<()> {
             json: args.json,
         });
     }
+    if is_decoder(&model) {
+        return super::attention_decoder::run_decoder(super::attention_decoder::DecoderArgs {
+            prompt: text,
+            model,
+            layer: args.layer.unwrap_or(0),
+            head: args.head,
+            png: args.png,
+            json: args.json,
+        });
+    }
     super::attention_model::run_model(super::attention_model::ModelAttentionArgs {
         text,
         model,
@@ -369,7 +379,12 @@ fn run_real_model(args: Args) -> Result<()> {
 }
 
 /// Whether `spec` is a folder written by `lucent train` (its checkpoint, no HF config).
-fn is_trained_run(spec: &str) -> bool {
+pub fn is_trained_run(spec: &str) -> bool {
     let dir = std::path::Path::new(spec);
     dir.join(lucent::pipeline::train::CHECKPOINT).is_file() && !dir.join("config.json").exists()
+}
+
+/// Whether `spec` names a decoder model: a known GGUF model or a `.gguf` file.
+fn is_decoder(spec: &str) -> bool {
+    matches!(spec, "smollm2" | "gemma3") || spec.ends_with(".gguf")
 }

@@ -1,4 +1,4 @@
-//! `lucent attention-decoder -m smollm2 PROMPT [--layer L] [--head H] [--png FILE]`:
+//! `lucent attention -m smollm2 PROMPT [--layer L] [--head H] [--png FILE]`:
 //! the causal attention weights of a real decoder model on a prompt.
 //!
 //! Row i of a head's matrix is query token i's softmax over keys 0..=i (the causal mask
@@ -14,10 +14,10 @@ use lucent::{Error, Result};
 
 use crate::commands::generate::load;
 
-/// Arguments of `lucent attention-decoder`.
+/// Arguments of `lucent attention -m smollm2`.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Example: lucent attention-decoder -m smollm2 \"The cat sat on the mat\" --layer 3 --png attn.png"
+    after_help = "Example: lucent attention -m smollm2 \"The cat sat on the mat\" --layer 3 --png attn.png"
 )]
 pub struct DecoderArgs {
     /// The prompt.
@@ -39,7 +39,7 @@ pub struct DecoderArgs {
     pub json: bool,
 }
 
-/// Run `lucent attention-decoder`.
+/// Run `lucent attention -m smollm2`.
 pub fn run_decoder(args: DecoderArgs) -> Result<()> {
     let tm = load(&args.model)?;
     let cfg = &tm.model.config;

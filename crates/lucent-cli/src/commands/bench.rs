@@ -21,7 +21,7 @@ use rand::{rngs::StdRng, SeedableRng};
 /// Arguments of `lucent bench`.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Examples:\n  lucent bench kernels --threads 2 --json\n  lucent bench embed --threads-list 1,2\n  lucent bench train"
+    after_help = "Examples:\n  lucent bench kernels --threads 2 --json\n  lucent bench embed --threads-list 1,2\n  lucent bench train\n  lucent bench generate -m smollm2"
 )]
 pub struct Args {
     #[command(subcommand)]
@@ -37,6 +37,8 @@ enum Target {
     Embed(super::bench_embed::EmbedBenchArgs),
     /// Training throughput (tokens/s) of a fixed tiny GPT at 1 and 2 threads.
     Train(super::bench_train::Args),
+    /// Prefill and decode speed of a decoder model (tok/s at 1 and 2 threads).
+    Generate(super::bench_generate::GenerateBenchArgs),
 }
 
 /// Options of `lucent bench kernels`.
@@ -65,6 +67,7 @@ pub fn run(args: Args) -> Result<()> {
         Target::Kernels(a) => kernels(a),
         Target::Embed(a) => super::bench_embed::run(a),
         Target::Train(a) => super::bench_train::run(a),
+        Target::Generate(a) => super::bench_generate::run(a),
     }
 }
 

@@ -1,4 +1,4 @@
-//! `lucent bench-generate -m MODEL`: prefill and decode speed of a decoder model, the
+//! `lucent bench generate -m MODEL`: prefill and decode speed of a decoder model, the
 //! way `scripts/bench-generate-peer.sh` measures llama.cpp on the same file.
 //!
 //! Prefill: a prompt of `--prompt-tokens` ids (a fixed English text, tokenised and cut
@@ -23,9 +23,9 @@ and the number of books in circulation grew from thousands to millions. Scholars
 identical copies of a text, errors could be corrected in later editions, and ideas travelled faster \
 than any courier. ";
 
-/// Arguments of `lucent bench-generate`.
+/// Arguments of `lucent bench generate`.
 #[derive(clap::Args)]
-#[command(after_help = "Example: lucent bench-generate -m smollm2 --threads-list 1,2")]
+#[command(after_help = "Example: lucent bench generate -m smollm2 --threads-list 1,2")]
 pub struct GenerateBenchArgs {
     /// Model: a known name (smollm2, gemma3) or a .gguf path.
     #[arg(long, short = 'm', default_value = "smollm2")]
@@ -62,7 +62,7 @@ fn resident_bytes() -> Option<u64> {
     Some(kb * 1024)
 }
 
-/// Run `lucent bench-generate`.
+/// Run `lucent bench generate`.
 pub fn run(args: GenerateBenchArgs) -> Result<()> {
     if args.repeats == 0 || args.prompt_tokens == 0 || args.threads_list.is_empty() {
         return Err(Error::Argument(

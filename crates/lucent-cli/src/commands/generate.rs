@@ -98,6 +98,16 @@ pub fn load(spec: &str) -> Result<TextModel> {
 
 /// Run `lucent generate`.
 pub fn run(args: Args) -> Result<()> {
+    if super::attention::is_trained_run(&args.model) {
+        return super::train::run_sample(super::train::SampleArgs {
+            model: args.model.into(),
+            prompt: args.prompt,
+            n: args.max_tokens,
+            temperature: args.sampling.temperature,
+            seed: args.sampling.seed,
+            json: args.json,
+        });
+    }
     let tm = load(&args.model)?;
     let ids = if args.chat {
         tm.encode_chat(&[Message::new("user", &args.prompt)])?

@@ -1,6 +1,6 @@
 //! `lucent train lm|seq2seq`: train a small Transformer from scratch, with a progress
 //! bar (step, loss, tokens/s, ETA) or `--json` metrics lines; and the temporary
-//! `sample-trained` / `attention-trained` commands that read a trained run's folder.
+//! what `generate -m DIR` and `attention -m DIR` run for a trained run's folder.
 
 use std::path::PathBuf;
 
@@ -24,7 +24,7 @@ pub struct Args {
 enum TrainJob {
     /// A GPT language model on a text corpus (moby-dick, sotu or a text file).
     #[command(
-        after_help = "Examples:\n  lucent train lm --corpus moby-dick --minutes 15 --out runs/moby\n  lucent train lm --corpus notes.txt --tokenizer bpe --bpe-vocab 1024 --steps 3000\n  lucent train lm --resume runs/moby --steps 6000\n\nThe last 10% of the corpus is held out for the validation loss. The folder gets\nmodel.safetensors (weights + AdamW state + step + config), the tokenizer,\nhistory.json and loss.png. Sample with `lucent sample-trained -m DIR \"prompt\"`."
+        after_help = "Examples:\n  lucent train lm --corpus moby-dick --minutes 15 --out runs/moby\n  lucent train lm --corpus notes.txt --tokenizer bpe --bpe-vocab 1024 --steps 3000\n  lucent train lm --resume runs/moby --steps 6000\n\nThe last 10% of the corpus is held out for the validation loss. The folder gets\nmodel.safetensors (weights + AdamW state + step + config), the tokenizer,\nhistory.json and loss.png. Sample with `lucent generate -m DIR \"prompt\"`."
     )]
     Lm(LmArgs),
     /// The guides' encoder-decoder on a synthetic task (reverse, sort, copy, add).
@@ -330,10 +330,10 @@ impl Observer for Cli {
     }
 }
 
-/// Arguments of `lucent sample-trained` (temporary; `lucent generate -m DIR` at merge).
+/// What `lucent generate -m DIR` needs for a model trained by `lucent train`.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Example:\n  lucent sample-trained -m runs/moby \"Call me \" -n 300 --temperature 0.8"
+    after_help = "Example:\n  lucent generate -m runs/moby \"Call me \" -n 300 --temperature 0.8"
 )]
 pub struct SampleArgs {
     /// A folder written by `lucent train`.
@@ -355,7 +355,7 @@ pub struct SampleArgs {
     pub json: bool,
 }
 
-/// Run `lucent sample-trained`.
+/// Run `lucent generate -m DIR`.
 pub fn run_sample(args: SampleArgs) -> Result<()> {
     let m = TrainedModel::load(&args.model)?;
     let text = m.sample(&args.prompt, args.n, args.temperature, args.seed)?;

@@ -634,6 +634,53 @@ mod tests {
     }
 
     #[test]
+    fn permute_with_unit_dims_matches_index_formula() {
+        // Shapes with length-1 dimensions (a decode step's (b, 1, h, d)) and every
+        // permutation of rank 4, against the index formula.
+        let perms4: Vec<[usize; 4]> = {
+            let mut v = Vec::new();
+            for a in 0..4 {
+                for b in 0..4 {
+                    for c in 0..4 {
+                        for d in 0..4 {
+                            let p = [a, b, c, d];
+                            let mut seen = [false; 4];
+                            if p.iter().all(|&i| !std::mem::replace(&mut seen[i], true)) {
+                                v.push(p);
+                            }
+                        }
+                    }
+                }
+            }
+            v
+        };
+        for shape in [
+            [1, 1, 9, 64],
+            [2, 1, 3, 5],
+            [1, 7, 1, 4],
+            [3, 2, 1, 1],
+            [1, 1, 1, 1],
+        ] {
+            let t = Tensor::from_fn(&shape, |i| i as f32);
+            let st = strides(&shape);
+            for p in &perms4 {
+                let out = t.permute(p).unwrap();
+                let os: Vec<usize> = p.iter().map(|&i| shape[i]).collect();
+                assert_eq!(out.shape(), os.as_slice());
+                let ost = strides(&os);
+                for (flat, &v) in out.data().iter().enumerate() {
+                    let mut src = 0;
+                    for k in 0..4 {
+                        let idx = (flat / ost[k]) % os[k];
+                        src += idx * st[p[k]];
+                    }
+                    assert_eq!(v, src as f32, "shape {shape:?} perm {p:?} at {flat}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn transpose_of_rank_one_and_length_one() {
         let t = Tensor::from_fn(&[1, 5], |i| i as f32);
         let tt = t.transpose(0, 1).unwrap();
