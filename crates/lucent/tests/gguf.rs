@@ -168,7 +168,11 @@ fn reads_every_value_type_and_tensor_v2_v3() {
             (norm.shape(), norm.data()),
             (&[5usize][..], &[1.0f32, 2.0, 3.0, 4.0, 5.0][..])
         );
-        let aligned = f.tensor_info("norm.weight").unwrap().start % 4 == 0;
+        let aligned = f
+            .tensor_info("norm.weight")
+            .unwrap()
+            .start
+            .is_multiple_of(4);
         assert_eq!(
             norm.is_mapped(),
             aligned,

@@ -161,7 +161,7 @@ impl ModelConfig {
         if self.n_kv_heads == 0 {
             return bad("kv_heads must be > 0".into());
         }
-        if self.n_heads % self.n_kv_heads != 0 {
+        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
             return bad(format!(
                 "heads ({}) must be divisible by kv_heads ({}): each key/value head serves a whole group of query heads",
                 self.n_heads, self.n_kv_heads
@@ -202,7 +202,7 @@ impl ModelConfig {
             base, local_base, ..
         } = self.position
         {
-            if self.head_dim % 2 != 0 {
+            if !self.head_dim.is_multiple_of(2) {
                 return bad(format!(
                     "RoPE needs an even head_dim, got {}",
                     self.head_dim
@@ -215,7 +215,7 @@ impl ModelConfig {
                 ));
             }
         }
-        if self.position == PositionKind::Sinusoidal && self.d_model % 2 != 0 {
+        if self.position == PositionKind::Sinusoidal && !self.d_model.is_multiple_of(2) {
             return bad(format!(
                 "sinusoidal positions need an even d_model, got {}",
                 self.d_model
@@ -235,7 +235,7 @@ impl ModelConfig {
 
     /// A config whose head_dim is d_model / heads, checking divisibility (the usual case).
     pub fn head_dim_for(d_model: usize, n_heads: usize) -> Result<usize> {
-        if n_heads == 0 || d_model % n_heads != 0 {
+        if n_heads == 0 || !d_model.is_multiple_of(n_heads) {
             return Err(Error::Config(format!(
                 "d_model ({d_model}) must be divisible by heads ({n_heads}): each head gets d_model / heads features"
             )));
@@ -257,7 +257,7 @@ impl ModelConfig {
     pub fn window_of_layer(&self, i: usize) -> Option<usize> {
         let w = self.sliding_window?;
         match self.global_every {
-            Some(n) if (i + 1) % n == 0 => None,
+            Some(n) if (i + 1).is_multiple_of(n) => None,
             _ => Some(w),
         }
     }

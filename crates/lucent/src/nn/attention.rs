@@ -241,13 +241,13 @@ impl AttentionConfig {
                 self.d_model, self.n_heads, self.head_dim
             ));
         }
-        if self.n_kv_heads == 0 || self.n_heads % self.n_kv_heads != 0 {
+        if self.n_kv_heads == 0 || !self.n_heads.is_multiple_of(self.n_kv_heads) {
             return bad(format!(
                 "heads ({}) must be divisible by kv_heads ({}): each key/value head serves a whole group of query heads",
                 self.n_heads, self.n_kv_heads
             ));
         }
-        if self.rope.is_some() && self.head_dim % 2 != 0 {
+        if self.rope.is_some() && !self.head_dim.is_multiple_of(2) {
             return bad(format!(
                 "RoPE needs an even head_dim, got {}",
                 self.head_dim
@@ -574,7 +574,7 @@ pub fn repeat_kv(x: &Tensor, h: usize) -> Result<Tensor> {
     if h == h_kv {
         return Ok(x.clone());
     }
-    if h_kv == 0 || h % h_kv != 0 {
+    if h_kv == 0 || !h.is_multiple_of(h_kv) {
         return Err(Error::Shape(format!(
             "repeat_kv: {h} heads cannot share {h_kv} key/value heads"
         )));

@@ -30,7 +30,7 @@ pub const SINUSOIDAL_BASE: f64 = 10000.0;
 pub fn sinusoidal_value(pos: usize, j: usize, d: usize) -> f64 {
     let two_i = (j - j % 2) as f64;
     let angle = pos as f64 / SINUSOIDAL_BASE.powf(two_i / d as f64);
-    if j % 2 == 0 {
+    if j.is_multiple_of(2) {
         angle.sin()
     } else {
         angle.cos()
@@ -216,7 +216,7 @@ pub struct Rope {
 impl Rope {
     /// RoPE for heads of `head_dim` features (must be even).
     pub fn new(head_dim: usize, base: f32, convention: RopeConvention) -> Result<Self> {
-        if head_dim == 0 || head_dim % 2 != 0 {
+        if head_dim == 0 || !head_dim.is_multiple_of(2) {
             return Err(Error::Config(format!(
                 "RoPE needs an even head dimension > 0, got {head_dim}"
             )));

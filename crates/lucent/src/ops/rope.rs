@@ -96,7 +96,7 @@ pub struct RopeTable {
 impl RopeTable {
     /// The table for heads of `d` features (even) at `positions`, with θᵢ = base^(−2i/d).
     pub fn new(base: f32, d: usize, positions: std::ops::Range<usize>) -> Result<RopeTable> {
-        if d % 2 != 0 || d == 0 {
+        if !d.is_multiple_of(2) || d == 0 {
             return Err(Error::Shape(format!(
                 "rope needs an even head dimension, got {d}"
             )));

@@ -214,7 +214,9 @@ impl Tensor {
             )));
         }
         let ptr = map[start..].as_ptr();
-        if (ptr as usize) % std::mem::align_of::<f32>() != 0 || cfg!(target_endian = "big") {
+        if !(ptr as usize).is_multiple_of(std::mem::align_of::<f32>())
+            || cfg!(target_endian = "big")
+        {
             return Tensor::from_bytes(&map[start..end], Dtype::F32, shape);
         }
         Ok(Tensor {

@@ -158,7 +158,7 @@ impl GgmlType {
     /// Bytes of a row of `n` numbers; errors if `n` is not a whole number of blocks.
     pub fn row_bytes(self, n: usize) -> Result<usize> {
         let b = self.block_len();
-        if n % b != 0 {
+        if !n.is_multiple_of(b) {
             return Err(Error::Shape(format!(
                 "a {} row holds whole blocks of {b} numbers, but this row has {n}; \
                  the tensor's innermost dimension must be a multiple of {b}",
@@ -448,7 +448,7 @@ pub fn quantize_activations(dtype: GgmlType, x: &[f32]) -> Result<QuantizedActs>
         ActKind::Q8_0 => QK,
         ActKind::Q8_K => QK_K,
     };
-    if x.len() % block != 0 {
+    if !x.len().is_multiple_of(block) {
         return Err(Error::Shape(format!(
             "activations for {dtype} weights come in blocks of {block}; this row has {} numbers",
             x.len()

@@ -587,7 +587,8 @@ impl Run {
                 lr,
                 elapsed_s: started.elapsed().as_secs_f32(),
             };
-            let eval = self.step % self.config.eval_every == 0 || self.step == self.config.steps;
+            let eval =
+                self.step.is_multiple_of(self.config.eval_every) || self.step == self.config.steps;
             if eval {
                 self.evaluate(&mut m)?;
             }
