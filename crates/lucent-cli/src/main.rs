@@ -29,8 +29,16 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Measure lucent's speed: `lucent bench kernels|embed|train|generate` (medians of several runs).
-    Bench(commands::bench::Args),
+    /// Generate text with a decoder model (SmolLM2, Gemma 3, any llama/gemma3 GGUF, or a model from `lucent train`).
+    Generate(commands::generate::Args),
+    /// Talk with a decoder model; keeps the conversation (reads stdin lines, /exit ends).
+    Chat(commands::generate::ChatArgs),
+    /// Sentence embeddings from a real encoder (all-MiniLM-L6-v2 by default).
+    Embed(commands::embed::EmbedArgs),
+    /// Cosine similarity matrix of two or more texts' embeddings.
+    Similarity(commands::embed::SimilarityArgs),
+    /// Vector arithmetic on embeddings: king - man + woman ≈ ?
+    Analogy(commands::embed::AnalogyArgs),
     /// Attention step by step: `--demo` (the guides' example) or a real model's (`-m MODEL TEXT`).
     Attention(commands::attention::Args),
     /// Attention masks: causal, bidirectional, prefix-LM; which position sees which.
@@ -39,28 +47,20 @@ enum Command {
     Pe(commands::pe::Args),
     /// Softmax of a list of scores at one or more temperatures (the guides' table).
     Softmax(commands::softmax::Args),
-    /// Download a model into the cache (done automatically on first use).
-    Fetch(commands::fetch::FetchArgs),
-    /// List the models lucent knows and which are cached.
-    Models(commands::fetch::ModelsArgs),
     /// Exact parameter counts of a preset or custom config, component by component.
     Params(commands::params::Args),
     /// Bytes for weights, KV cache and attention scores at a batch and sequence length.
     Memory(commands::memory::Args),
     /// The tensor shape after every step of a forward pass.
     Shapes(commands::shapes::Args),
-    /// Sentence embeddings from a real encoder (all-MiniLM-L6-v2 by default).
-    Embed(commands::embed::EmbedArgs),
-    /// Cosine similarity matrix of two or more texts' embeddings.
-    Similarity(commands::embed::SimilarityArgs),
-    /// Vector arithmetic on embeddings: king - man + woman ≈ ?
-    Analogy(commands::embed::AnalogyArgs),
     /// Train a small Transformer from scratch: a GPT on text, or the encoder-decoder on a task.
     Train(commands::train::Args),
-    /// Generate text with a decoder model (SmolLM2, Gemma 3, any llama/gemma3 GGUF).
-    Generate(commands::generate::Args),
-    /// Talk with a decoder model; keeps the conversation (reads stdin lines, /exit ends).
-    Chat(commands::generate::ChatArgs),
+    /// Download a model into the cache (done automatically on first use).
+    Fetch(commands::fetch::FetchArgs),
+    /// List the models lucent knows and which are cached.
+    Models(commands::fetch::ModelsArgs),
+    /// Measure lucent's speed: `lucent bench kernels|embed|train|generate` (medians of several runs).
+    Bench(commands::bench::Args),
 }
 
 fn main() -> ExitCode {
