@@ -29,7 +29,21 @@ fn final_norm_of(cfg: &ModelConfig) -> Option<Norm> {
         .then(|| Norm::identity(cfg.norm, cfg.d_model, cfg.norm_bias, cfg.norm_eps))
 }
 
-fn check_final_norm(norm: Option<&Norm>, d: Option<usize>, what: &str) -> Result<()> {
+/// Check a stack: every layer has layer 0's width, and the final norm (if any) matches.
+/// `widths` are the layers' d_model in order; `what` names the stack in errors.
+fn check_stack(widths: impl Iterator<Item = usize>, norm: Option<&Norm>, what: &str) -> Result<()> {
+    let mut d = None;
+    for (i, w) in widths.enumerate() {
+        match d {
+            None => d = Some(w),
+            Some(d0) if d0 != w => {
+                return Err(Error::Weights(format!(
+                    "{what} layer {i} has d_model {w}, layer 0 has {d0}"
+                )))
+            }
+            _ => {}
+        }
+    }
     match (norm, d) {
         (Some(n), Some(d)) if n.dim() != d => Err(Error::Weights(format!(
             "{what} final norm has {} features but the layers have d_model {d}",
@@ -51,15 +65,8 @@ pub struct Encoder {
 impl Encoder {
     /// From layers and an optional final norm; checks that the widths agree.
     pub fn new(layers: Vec<EncoderLayer>, final_norm: Option<Norm>) -> Result<Self> {
-        let d = layers.first().map(|l| l.self_attn.config.d_model);
-        for (i, l) in layers.iter().enumerate() {
-            if Some(l.self_attn.config.d_model) != d {
-                return Err(Error::Weights(format!(
-                    "encoder layer {i} has a different d_model from layer 0"
-                )));
-            }
-        }
-        check_final_norm(final_norm.as_ref(), d, "encoder")?;
+        let widths = layers.iter().map(|l| l.self_attn.config.d_model);
+        check_stack(widths, final_norm.as_ref(), "encoder")?;
         Ok(Encoder { layers, final_norm })
     }
 
@@ -111,15 +118,8 @@ pub struct Decoder {
 impl Decoder {
     /// From layers and an optional final norm; checks that the widths agree.
     pub fn new(layers: Vec<DecoderLayer>, final_norm: Option<Norm>) -> Result<Self> {
-        let d = layers.first().map(|l| l.self_attn.config.d_model);
-        for (i, l) in layers.iter().enumerate() {
-            if Some(l.self_attn.config.d_model) != d {
-                return Err(Error::Weights(format!(
-                    "decoder layer {i} has a different d_model from layer 0"
-                )));
-            }
-        }
-        check_final_norm(final_norm.as_ref(), d, "decoder")?;
+        let widths = layers.iter().map(|l| l.self_attn.config.d_model);
+        check_stack(widths, final_norm.as_ref(), "decoder")?;
         Ok(Decoder { layers, final_norm })
     }
 
