@@ -28,8 +28,30 @@ pub fn set_threads(n: usize) {
         .build_global();
 }
 
-/// The number of threads kernels use now.
+thread_local! {
+    /// Set inside [`serial`]: kernels on this thread run on one thread.
+    static SERIAL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Run `f` with this thread's kernels on one thread (`threads()` is 1 inside), then
+/// restore the previous setting. For work that is already parallel at a coarser grain,
+/// such as one shard of a data-parallel training step.
+pub fn serial<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            SERIAL.with(|s| s.set(self.0));
+        }
+    }
+    let _restore = Restore(SERIAL.with(|s| s.replace(true)));
+    f()
+}
+
+/// The number of threads kernels use now (1 inside [`serial`]).
 pub fn threads() -> usize {
+    if SERIAL.with(std::cell::Cell::get) {
+        return 1;
+    }
     match THREADS.load(Ordering::Relaxed) {
         0 => physical_cores().min(rayon::current_num_threads()),
         n => n.min(rayon::current_num_threads()),

@@ -75,9 +75,7 @@ fn measure(a: &Args, threads: usize) -> Result<(f64, usize)> {
         let rows: Vec<Vec<usize>> = (0..a.batch).map(|_| window(rng)).collect();
         let x: Vec<Vec<usize>> = rows.iter().map(|r| r[..a.block].to_vec()).collect();
         let y: Vec<Vec<usize>> = rows.iter().map(|r| r[1..].to_vec()).collect();
-        let loss = model.loss(&x, &y)?;
-        loss.backward()?;
-        drop(loss);
+        lucent::pipeline::train::lm_backward(model, &x, &y, None)?;
         clip_grad_norm(model, 1.0);
         opt.step(model)?;
         model.zero_grad();

@@ -76,13 +76,23 @@ pub fn is_grad_enabled() -> bool {
 /// Run `f` with gradient recording off (evaluation, sampling, optimiser updates), then
 /// restore the previous mode, also if `f` panics.
 pub fn no_grad<R>(f: impl FnOnce() -> R) -> R {
+    grad_mode(false, f)
+}
+
+/// Run `f` with gradient recording on (the opposite of [`no_grad`]), then restore the
+/// previous mode.
+pub fn with_grad<R>(f: impl FnOnce() -> R) -> R {
+    grad_mode(true, f)
+}
+
+fn grad_mode<R>(on: bool, f: impl FnOnce() -> R) -> R {
     struct Restore(bool);
     impl Drop for Restore {
         fn drop(&mut self) {
             GRAD_ENABLED.with(|g| g.set(self.0));
         }
     }
-    let _restore = Restore(GRAD_ENABLED.with(|g| g.replace(false)));
+    let _restore = Restore(GRAD_ENABLED.with(|g| g.replace(on)));
     f()
 }
 
@@ -196,48 +206,122 @@ impl Tensor {
                 self.shape(),
             ));
         }
-        let order = topological_order(root);
-        no_grad(|| {
-            let mut grads: HashMap<usize, Tensor> = HashMap::new();
-            grads.insert(key(root), grad.detach());
-            for node in order.iter().rev() {
-                let Some(g) = grads.remove(&key(node)) else {
-                    continue;
-                };
-                let Some(rule) = &node.backward else {
-                    let mut slot = node.grad.lock().map_err(|_| {
-                        Error::Training("a parameter's gradient lock was poisoned".into())
-                    })?;
-                    *slot = Some(match slot.take() {
-                        Some(old) => accumulate(old, &g)?,
-                        None => g,
-                    });
-                    continue;
-                };
-                let input_grads = rule(&g)?;
-                for (input, ig) in node.inputs.iter().zip(input_grads) {
-                    let (Some(input), Some(ig)) = (input, ig) else {
-                        continue;
-                    };
-                    if ig.shape() != input.shape.as_slice() {
-                        return Err(Error::Training(format!(
-                            "autograd: the backward rule of {} gave a gradient of shape {:?} for an input of shape {:?}",
-                            node.op,
-                            ig.shape(),
-                            input.shape
-                        )));
-                    }
-                    let k = key(input);
-                    let merged = match grads.remove(&k) {
-                        Some(old) => accumulate(old, &ig)?,
-                        None => ig,
-                    };
-                    grads.insert(k, merged);
-                }
-            }
+        propagate(root, grad, &mut |node, g| {
+            let mut slot = node
+                .grad
+                .lock()
+                .map_err(|_| Error::Training("a parameter's gradient lock was poisoned".into()))?;
+            *slot = Some(match slot.take() {
+                Some(old) => accumulate(old, &g)?,
+                None => g,
+            });
             Ok(())
         })
     }
+}
+
+/// The chain rule from `root` (whose gradient is `grad`) back to the leaves, in reverse
+/// topological order; each leaf's total gradient is handed to `leaf` once.
+fn propagate(
+    root: &Arc<Node>,
+    grad: Tensor,
+    leaf: &mut dyn FnMut(&Arc<Node>, Tensor) -> Result<()>,
+) -> Result<()> {
+    let order = topological_order(root);
+    no_grad(|| {
+        let mut grads: HashMap<usize, Tensor> = HashMap::new();
+        grads.insert(key(root), grad.detach());
+        for node in order.iter().rev() {
+            let Some(g) = grads.remove(&key(node)) else {
+                continue;
+            };
+            let Some(rule) = &node.backward else {
+                leaf(node, g)?;
+                continue;
+            };
+            let input_grads = rule(&g)?;
+            for (input, ig) in node.inputs.iter().zip(input_grads) {
+                let (Some(input), Some(ig)) = (input, ig) else {
+                    continue;
+                };
+                if ig.shape() != input.shape.as_slice() {
+                    return Err(Error::Training(format!(
+                        "autograd: the backward rule of {} gave a gradient of shape {:?} for an input of shape {:?}",
+                        node.op,
+                        ig.shape(),
+                        input.shape
+                    )));
+                }
+                let k = key(input);
+                let merged = match grads.remove(&k) {
+                    Some(old) => accumulate(old, &ig)?,
+                    None => ig,
+                };
+                grads.insert(k, merged);
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Data-parallel training step: the gradient of L = Σᵢ wᵢ·Lᵢ over `shards` parts of a
+/// batch, computed on rayon's pool one shard per task.
+///
+/// `shard_loss(i)` runs the forward pass of shard i and returns its loss Lᵢ (one
+/// element) and weight wᵢ (e.g. its share of the batch's tokens, so that Σ wᵢ·Lᵢ is the
+/// mean over the whole batch). Each task records and back-propagates its own graph with
+/// kernels on one thread (see [`crate::threads::serial`]); the shards' leaf gradients are
+/// then added into the parameters in shard order, so the result does not depend on which
+/// task finished first. Returns the Lᵢ.
+///
+/// This is how several cores train a small model: one graph per core instead of every
+/// small kernel split across cores.
+pub fn backward_sharded(
+    shards: usize,
+    shard_loss: impl Fn(usize) -> Result<(Tensor, f32)> + Sync,
+) -> Result<Vec<f32>> {
+    use rayon::prelude::*;
+    type LeafGrads = Vec<(Arc<Node>, Tensor)>;
+    let results: Vec<Result<(f32, LeafGrads)>> = (0..shards)
+        .into_par_iter()
+        .map(|i| {
+            // A pool thread may pick this task up while it is itself inside a backward
+            // pass (no_grad): turn recording on explicitly for the shard.
+            with_grad(|| {
+                crate::threads::serial(|| {
+                    let (loss, weight) = shard_loss(i)?;
+                    let value = loss.item()?;
+                    let root = loss.grad_node().cloned().ok_or_else(|| {
+                        Error::Training(
+                            "backward_sharded: a shard's loss has no autograd history".into(),
+                        )
+                    })?;
+                    let mut leaves = Vec::new();
+                    propagate(&root, Tensor::full(loss.shape(), weight), &mut |node, g| {
+                        leaves.push((node.clone(), g));
+                        Ok(())
+                    })?;
+                    Ok((value, leaves))
+                })
+            })
+        })
+        .collect();
+    let mut values = Vec::with_capacity(shards);
+    for r in results {
+        let (value, leaves) = r?;
+        values.push(value);
+        for (node, g) in leaves {
+            let mut slot = node
+                .grad
+                .lock()
+                .map_err(|_| Error::Training("a parameter's gradient lock was poisoned".into()))?;
+            *slot = Some(match slot.take() {
+                Some(old) => accumulate(old, &g)?,
+                None => g,
+            });
+        }
+    }
+    Ok(values)
 }
 
 /// old + new, reusing old's buffer.

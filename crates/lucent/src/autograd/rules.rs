@@ -20,6 +20,7 @@
 //! | attention O = softmax(s QKᵀ + bias) V | ∂V = Pᵀ ∂O; ∂S = P ⊙ (∂P − rowsum(∂P ⊙ P)); ∂Q = s ∂S K; ∂K = s ∂Sᵀ Q |
 
 use crate::autograd::{needs_grad, record};
+use crate::ops::simd;
 use rayon::prelude::*;
 
 use crate::ops::attention::{bias_row, check_dims, visible_keys, AttentionOutput, AttentionParams};
@@ -330,37 +331,41 @@ pub fn layer_norm(
     let has_beta = beta.is_some();
     record(out, "layer_norm", &inputs, move |g| {
         let d = xs.last_dim();
-        let n = d as f64;
+        let n = d as f32;
         let gamma = gs.data();
         let mut gx = vec![0.0f32; xs.numel()];
-        // Row statistics (mean, 1/σ) and ∂x, in parallel over rows.
-        let mut stats = vec![(0.0f64, 0.0f64); xs.numel() / d.max(1)];
+        // Row statistics (mean, 1/σ) as the forward computes them, and ∂x, in parallel
+        // over rows; `xhat` is each worker's scratch row for x̂.
+        let mut stats = vec![(0.0f32, 0.0f32); xs.numel() / d.max(1)];
         gx.par_chunks_mut(d)
             .zip(stats.par_iter_mut())
             .zip(xs.data().par_chunks(d).zip(g.data().par_chunks(d)))
-            .for_each(|((dst, st), (xr, gr))| {
-                let mean = xr.iter().map(|&v| v as f64).sum::<f64>() / n;
-                let var = xr.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
-                let inv = 1.0 / (var + eps as f64).sqrt();
-                *st = (mean, inv);
-                let (mut sum_g, mut sum_gx) = (0.0f64, 0.0f64);
-                for i in 0..d {
-                    let gh = gr[i] as f64 * gamma[i] as f64;
-                    sum_g += gh;
-                    sum_gx += gh * (xr[i] as f64 - mean) * inv;
-                }
-                for i in 0..d {
-                    let xhat = (xr[i] as f64 - mean) * inv;
-                    let gh = gr[i] as f64 * gamma[i] as f64;
-                    dst[i] = (inv * (gh - sum_g / n - xhat * sum_gx / n)) as f32;
-                }
-            });
-        // ∂γ = Σ g x̂, ∂β = Σ g over rows.
+            .for_each_init(
+                || vec![0.0f32; d],
+                |xhat, ((dst, st), (xr, gr))| {
+                    let mean = simd::sum(xr) / n;
+                    let var = simd::sum_sq_diff(xr, mean) / n;
+                    let inv = (1.0 / (var as f64 + eps as f64).sqrt()) as f32;
+                    *st = (mean, inv);
+                    // dst ← ĝ = g·γ, xhat ← x̂ = (x − μ)/σ
+                    for i in 0..d {
+                        dst[i] = gr[i] * gamma[i];
+                        xhat[i] = (xr[i] - mean) * inv;
+                    }
+                    // ∂x = (ĝ − mean(ĝ) − x̂·mean(ĝ·x̂)) / σ
+                    let mean_g = simd::sum(dst) / n;
+                    let mean_gx = simd::dot(dst, xhat) / n;
+                    for i in 0..d {
+                        dst[i] = inv * (dst[i] - mean_g - xhat[i] * mean_gx);
+                    }
+                },
+            );
+        // ∂γ = Σ g x̂, ∂β = Σ g over rows (accumulated in f64: there are many rows).
         let mut ggamma = vec![0.0f64; d];
         let mut gbeta = vec![0.0f64; d];
         for ((xr, gr), &(mean, inv)) in xs.data().chunks(d).zip(g.data().chunks(d)).zip(&stats) {
             for i in 0..d {
-                ggamma[i] += gr[i] as f64 * (xr[i] as f64 - mean) * inv;
+                ggamma[i] += (gr[i] * ((xr[i] - mean) * inv)) as f64;
                 gbeta[i] += gr[i] as f64;
             }
         }
@@ -428,13 +433,7 @@ pub fn activation_derivative(act: Activation, x: f32) -> f32 {
             let pdf = (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
             cdf + x * pdf
         }
-        Activation::GeluTanh => {
-            let c = (2.0 / std::f64::consts::PI).sqrt();
-            let u = c * (x + 0.044715 * x * x * x);
-            let t = u.tanh();
-            let du = c * (1.0 + 3.0 * 0.044715 * x * x);
-            0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du
-        }
+        Activation::GeluTanh => crate::ops::simd::reference::gelu_tanh_derivative(x as f32) as f64,
         Activation::Silu => {
             let s = 1.0 / (1.0 + (-x).exp());
             s * (1.0 + x * (1.0 - s))
@@ -447,18 +446,7 @@ pub fn activation_derivative(act: Activation, x: f32) -> f32 {
 /// [`activation_derivative`] in the tests.
 pub fn activation_grad_row(act: Activation, x: &[f32], g: &[f32], gx: &mut [f32]) {
     match act {
-        Activation::GeluTanh => {
-            const C: f32 = 0.797_884_6; // √(2/π)
-            for ((d, &xv), &gv) in gx.iter_mut().zip(x).zip(g) {
-                let u = C * (xv + 0.044715 * xv * xv * xv);
-                // With e = e^{2u}: 1 + tanh u = 2e/(1 + e), 1 − tanh u = 2/(1 + e), each
-                // without cancellation in f32 (u clamped where tanh is ±1 anyway).
-                let e = (2.0 * u.clamp(-15.0, 15.0)).exp();
-                let (one_plus, one_minus) = (2.0 * e / (1.0 + e), 2.0 / (1.0 + e));
-                let du = C * (1.0 + 3.0 * 0.044715 * xv * xv);
-                *d = gv * (0.5 * one_plus + 0.5 * xv * one_plus * one_minus * du);
-            }
-        }
+        Activation::GeluTanh => crate::ops::simd::gelu_tanh_backward(x, g, gx),
         Activation::Silu => {
             for ((d, &xv), &gv) in gx.iter_mut().zip(x).zip(g) {
                 let s = 1.0 / (1.0 + (-xv).exp());
@@ -576,16 +564,18 @@ pub fn attention(
                     false,
                 );
                 for (i, row) in p_bh.chunks_mut(d.t_k).enumerate() {
+                    // Only the visible keys take part; the others get probability 0.
                     let vis = visible_keys(p, &d, i);
-                    let bias = bias_row(p.bias, &d, bi, hi, i);
-                    for (j, x) in row.iter_mut().enumerate() {
-                        *x = if vis.contains(&j) {
-                            *x * p.scale + bias.map_or(0.0, |b| b[j])
-                        } else {
-                            f32::NEG_INFINITY
-                        };
+                    let seen = &mut row[vis.clone()];
+                    crate::ops::simd::scale(seen, p.scale);
+                    if let Some(b) = bias_row(p.bias, &d, bi, hi, i) {
+                        for (x, &bj) in seen.iter_mut().zip(&b[vis.clone()]) {
+                            *x += bj;
+                        }
                     }
-                    crate::ops::softmax::softmax_row(row, 1.0);
+                    crate::ops::softmax::softmax_row(seen, 1.0);
+                    row[..vis.start].fill(0.0);
+                    row[vis.end..].fill(0.0);
                 }
                 gemm_general(
                     &mut o_grp[g * ot..(g + 1) * ot],
@@ -630,7 +620,7 @@ pub fn attention(
                     gemm_general(&mut dp, g_bh, false, v_kv, true, d.t_q, d.d_v, d.t_k, false);
                     // ∂S = P ⊙ (∂P − rowsum(∂P ⊙ P)), times the score scale s.
                     for (dr, pr) in dp.chunks_mut(d.t_k).zip(p_bh.chunks(d.t_k)) {
-                        let dot: f32 = dr.iter().zip(pr).map(|(a, b)| a * b).sum();
+                        let dot = crate::ops::simd::dot(dr, pr);
                         for (x, &pv) in dr.iter_mut().zip(pr) {
                             *x = pv * (*x - dot) * scale;
                         }

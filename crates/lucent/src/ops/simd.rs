@@ -233,6 +233,24 @@ pub fn exp_shifted_sum(x: &mut [f32], shift: f32, mul: f32) -> f32 {
     s
 }
 
+/// The backward of GELU-tanh: `gx[i] = g[i] · GELU-tanh'(x[i])`, for i < the shortest length.
+///
+/// With u = √(2/π)(x + 0.044715x³) and s = σ(2u): GELU-tanh(x) = x·s, so
+/// d/dx = s + 2x·s·(1 − s)·u'. Both s and 1 − s come from one e = e^(−2u)
+/// (s = 1/(1+e), 1 − s = e/(1+e)), so neither suffers cancellation.
+pub fn gelu_tanh_backward(x: &[f32], g: &[f32], gx: &mut [f32]) {
+    let n = x.len().min(g.len()).min(gx.len());
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() {
+        // SAFETY: features detected; the three pointers cover n elements.
+        unsafe { avx2::gelu_tanh_backward(x.as_ptr(), g.as_ptr(), gx.as_mut_ptr(), n) };
+        return;
+    }
+    for ((d, &xv), &gv) in gx[..n].iter_mut().zip(x).zip(g) {
+        *d = gv * reference::gelu_tanh_derivative(xv);
+    }
+}
+
 /// In place: `x[i] ← (x[i] − shift) · inv · gamma[i] + beta[i]` (or without beta): the last step
 /// of LayerNorm (shift = μ, inv = 1/σ) and RMSNorm (shift = 0, inv = 1/rms).
 pub fn shift_mul_add(x: &mut [f32], shift: f32, inv: f32, gamma: &[f32], beta: Option<&[f32]>) {
@@ -326,6 +344,23 @@ pub mod reference {
     /// 1 / (1 + e⁻ˣ)
     pub fn sigmoid(x: f32) -> f32 {
         (1.0 / (1.0 + (-(x as f64)).exp())) as f32
+    }
+
+    /// d/dx GELU-tanh(x) = s + 2x·s·(1 − s)·u', s = σ(2u), u = √(2/π)(x + 0.044715x³), in f64.
+    pub fn gelu_tanh_derivative(x: f32) -> f32 {
+        let x = x as f64;
+        let c = (2.0 / std::f64::consts::PI).sqrt();
+        let u = c * (x + 0.044715 * x * x * x);
+        let e = (-2.0 * u).exp();
+        let (s, one_minus_s) = (1.0 / (1.0 + e), e / (1.0 + e));
+        let du = c * (1.0 + 3.0 * 0.044715 * x * x);
+        let d = s + 2.0 * x * s * one_minus_s * du;
+        // e overflows to ∞ for very negative x, where the derivative is 0.
+        if d.is_nan() && !x.is_nan() {
+            0.0
+        } else {
+            d as f32
+        }
     }
 
     /// `Σ a[i]·b[i]`, left to right in f32.
@@ -573,6 +608,46 @@ mod avx2 {
                 Unary::Gelu => map_gelu(src, dst, n),
                 Unary::GeluTanh => map_gelu_tanh(src, dst, n),
                 Unary::Silu => map_silu(src, dst, n),
+            }
+        }
+    }
+
+    /// gx[i] = g[i] · GELU-tanh'(x[i]) (see [`super::gelu_tanh_backward`]).
+    /// Safety: AVX2 + FMA present; the pointers cover n elements.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn gelu_tanh_backward(x: *const f32, g: *const f32, gx: *mut f32, n: usize) {
+        const C: f32 = 0.797_884_6; // √(2/π)
+        let one = splat(1.0);
+        let kernel = |xv: __m256, gv: __m256| {
+            let x2 = _mm256_mul_ps(xv, xv);
+            let u = _mm256_mul_ps(
+                splat(C),
+                _mm256_fmadd_ps(_mm256_mul_ps(splat(0.044715), x2), xv, xv),
+            );
+            // e = e^(−2u), the argument capped at 80 so that e stays finite (where the cap
+            // bites, s < 1e-34 and the derivative is 0 to f32 precision).
+            let e = exp8(_mm256_min_ps(splat(80.0), _mm256_mul_ps(splat(-2.0), u)));
+            let inv = _mm256_div_ps(one, _mm256_add_ps(one, e));
+            let one_minus_s = _mm256_mul_ps(e, inv);
+            let du = _mm256_mul_ps(splat(C), _mm256_fmadd_ps(splat(3.0 * 0.044715), x2, one));
+            let t = _mm256_mul_ps(_mm256_mul_ps(_mm256_add_ps(xv, xv), one_minus_s), du);
+            // s + 2x·s·(1−s)·u' = s·(1 + 2x(1−s)u')
+            _mm256_mul_ps(gv, _mm256_mul_ps(inv, _mm256_add_ps(one, t)))
+        };
+        let mut i = 0;
+        // SAFETY (loads and stores): i + 8 ≤ n, or the tail helpers move n − i < 8 lanes.
+        unsafe {
+            while i + 8 <= n {
+                let r = kernel(_mm256_loadu_ps(x.add(i)), _mm256_loadu_ps(g.add(i)));
+                _mm256_storeu_ps(gx.add(i), r);
+                i += 8;
+            }
+            if i < n {
+                let r = kernel(
+                    load_tail(x.add(i), n - i, 0.0),
+                    load_tail(g.add(i), n - i, 0.0),
+                );
+                store_tail(gx.add(i), n - i, r);
             }
         }
     }
@@ -918,6 +993,23 @@ mod tests {
         let mut out = vec![0.0; xs.len()];
         map(op, xs, &mut out);
         out
+    }
+
+    #[test]
+    fn gelu_tanh_backward_equals_f64_twin() {
+        let mut xs = grid(-12.0, 12.0, 100_000);
+        xs.extend([0.0, -0.0, 1e-30, -30.0, 30.0, -200.0, 200.0]);
+        let g: Vec<f32> = (0..xs.len()).map(|i| 1.0 - (i % 7) as f32 * 0.3).collect();
+        let mut fast = vec![0.0; xs.len()];
+        gelu_tanh_backward(&xs, &g, &mut fast);
+        for ((&x, &gv), &f) in xs.iter().zip(&g).zip(&fast) {
+            let want = gv * reference::gelu_tanh_derivative(x);
+            let err = (f - want).abs();
+            assert!(
+                err <= 2e-6 * (1.0 + want.abs()),
+                "x={x} g={gv}: {f} vs {want}"
+            );
+        }
     }
 
     #[test]

@@ -634,17 +634,15 @@ impl Run {
                     self.config.block,
                     &mut rng,
                 );
-                let loss = if self.config.dropout > 0.0 {
-                    // Seeded per step, like the batch, so resuming stays exact.
-                    let mut d = Dropout::new(
+                // Seeded per step, like the batch, so resuming stays exact.
+                let dropout = (self.config.dropout > 0.0).then(|| {
+                    (
                         self.config.dropout,
                         self.config.seed ^ t.wrapping_mul(0xA24B_AED4_963E_E407),
-                    )?;
-                    m.loss_with_dropout(&x, &y, Some(&mut d))?
-                } else {
-                    m.loss(&x, &y)?
-                };
-                (loss, self.config.batch * self.config.block)
+                    )
+                });
+                let value = lm_backward(m, &x, &y, dropout)?;
+                (Loss::Done(value), self.config.batch * self.config.block)
             }
             (Net::Seq2Seq(m), Data::Seq2Seq { held_out, .. }) => {
                 let Job::Seq2Seq {
@@ -669,11 +667,17 @@ impl Run {
                 let b = pad_batch(&examples);
                 let n = b.src.iter().map(Vec::len).sum::<usize>()
                     + b.tgt_in.iter().map(Vec::len).sum::<usize>();
-                (m.loss(&b.src, &b.tgt_in, &b.tgt_out, data::PAD)?, n)
+                (
+                    Loss::Pending(m.loss(&b.src, &b.tgt_in, &b.tgt_out, data::PAD)?),
+                    n,
+                )
             }
             _ => return Err(Error::Training("model and data kinds disagree".into())),
         };
-        let value = loss.item()?;
+        let value = match &loss {
+            Loss::Done(v) => *v,
+            Loss::Pending(l) => l.item()?,
+        };
         if !value.is_finite() {
             return Err(Error::Training(format!(
                 "the loss became {value} at step {} (learning rate {}); lower --lr or keep gradient clipping on, and resume from the last checkpoint",
@@ -681,8 +685,9 @@ impl Run {
                 self.opt.lr
             )));
         }
-        loss.backward()?;
-        drop(loss);
+        if let Loss::Pending(l) = loss {
+            l.backward()?;
+        }
         let params = self.net.params();
         if self.config.grad_clip > 0.0 {
             clip_grad_norm(params, self.config.grad_clip);
@@ -757,6 +762,56 @@ impl Run {
             serde_json::to_string(&self.history).map_err(|e| Error::Training(e.to_string()))?;
         std::fs::write(&history_path, json).map_err(|e| Error::io(&history_path, e))
     }
+}
+
+/// A training step's loss: already back-propagated (the language model's data-parallel
+/// step) or still to be.
+enum Loss {
+    Done(f32),
+    Pending(Tensor),
+}
+
+/// Forward and backward of the GPT's mean cross-entropy over a batch, data-parallel: the
+/// rows are split into one contiguous shard per kernel thread (see
+/// [`crate::autograd::backward_sharded`]), each weighted by its share of the rows, so the
+/// gradients that accumulate in the parameters are those of the whole batch's mean.
+/// `dropout` is (probability, seed); shard i draws its masks from `seed ^ i·K`. Returns the
+/// batch's mean loss. With one thread this is exactly `loss(...)` then `backward()`.
+pub fn lm_backward(
+    model: &Gpt,
+    x: &[Vec<usize>],
+    y: &[Vec<usize>],
+    dropout: Option<(f32, u64)>,
+) -> Result<f32> {
+    lm_backward_shards(model, x, y, dropout, crate::threads::threads())
+}
+
+/// [`lm_backward`] with a given number of shards (at most one per row).
+pub fn lm_backward_shards(
+    model: &Gpt,
+    x: &[Vec<usize>],
+    y: &[Vec<usize>],
+    dropout: Option<(f32, u64)>,
+    shards: usize,
+) -> Result<f32> {
+    let rows = x.len();
+    let shards = shards.clamp(1, rows.max(1));
+    let range = |i: usize| i * rows / shards..(i + 1) * rows / shards;
+    let losses = crate::autograd::backward_sharded(shards, |i| {
+        let r = range(i);
+        let weight = r.len() as f32 / rows as f32;
+        let loss = match dropout {
+            Some((p, seed)) => {
+                let mut d = Dropout::new(p, seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))?;
+                model.loss_with_dropout(&x[r.clone()], &y[r], Some(&mut d))?
+            }
+            None => model.loss(&x[r.clone()], &y[r])?,
+        };
+        Ok((loss, weight))
+    })?;
+    Ok((0..shards)
+        .map(|i| losses[i] * range(i).len() as f32 / rows as f32)
+        .sum())
 }
 
 /// Mean next-token loss over evenly spaced validation windows.
