@@ -460,3 +460,55 @@ fn attention_shape_errors_are_values() {
         .to_string();
     assert!(e.contains('3') && e.contains('2'), "{e}");
 }
+
+/// Packed segments: one (1, h, t, d) call over sentences laid end to end equals each
+/// sentence attended alone, in the fused kernel and its twin; with weights, a query's
+/// weight outside its own segment is 0. Segments include an empty one and one longer
+/// than a 64-query block.
+#[test]
+fn segmented_attention_equals_each_segment_alone() {
+    let mut rng = StdRng::seed_from_u64(31);
+    let seg = [0usize, 3, 3, 20, 90, 100];
+    let (h, h_kv, t, d) = (4, 2, 100, 8);
+    let q = Tensor::randn(&[1, h, t, d], 1.0, &mut rng);
+    let k = Tensor::randn(&[1, h_kv, t, d], 1.0, &mut rng);
+    let v = Tensor::randn(&[1, h_kv, t, d], 1.0, &mut rng);
+    for causal in [false, true] {
+        let p = AttentionParams {
+            causal,
+            segments: Some(&seg),
+            want_weights: true,
+            ..AttentionParams::new(d)
+        };
+        let fast = attention::attention(&q, &k, &v, &p).unwrap();
+        let twin = attention::reference::attention(&q, &k, &v, &p).unwrap();
+        let what = format!("segments causal={causal}");
+        assert_close(&fast.output, &twin.output, 1e-5, &what);
+        let weights = fast.weights.unwrap();
+        assert_close(&weights, &twin.weights.unwrap(), 1e-5, &what);
+        for w in seg.windows(2) {
+            let (a, n) = (w[0], w[1] - w[0]);
+            if n == 0 {
+                continue;
+            }
+            let part = |x: &Tensor| x.narrow(2, a, n).unwrap();
+            let alone = AttentionParams {
+                causal,
+                ..AttentionParams::new(d)
+            };
+            let one = attention::attention(&part(&q), &part(&k), &part(&v), &alone).unwrap();
+            assert_close(&part(&fast.output), &one.output, 1e-5, &format!("{what}, segment {a}..{}", w[1]));
+            // rows of this segment: no weight on keys outside it
+            let rows = part(&weights); // (1, h, n, t)
+            for (i, row) in rows.data().chunks(t).enumerate() {
+                let outside: f32 = row[..a].iter().chain(&row[a + n..]).map(|x| x.abs()).sum();
+                assert_eq!(outside, 0.0, "{what}: row {i} of segment {a} looks outside it");
+            }
+        }
+    }
+    let bad = AttentionParams {
+        segments: Some(&[0, 50]),
+        ..AttentionParams::new(d)
+    };
+    assert!(attention::attention(&q, &k, &v, &bad).is_err(), "segments must end at t");
+}

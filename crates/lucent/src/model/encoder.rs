@@ -71,6 +71,47 @@ impl Embeddings {
     }
 }
 
+impl Embeddings {
+    /// Embed sequences of different lengths packed end to end, as one batch of one:
+    /// every sequence's positions restart at 0. `type_ids` None means all type 0.
+    ///
+    /// # Shapes
+    /// ids: n sequences of t₀, …, tₙ₋₁ → (1, Σtᵢ, d)
+    pub fn forward_packed(
+        &self,
+        ids: &[Vec<usize>],
+        type_ids: Option<&[Vec<usize>]>,
+    ) -> Result<Tensor> {
+        let flat = vec![ids.concat()];
+        let x = self.token.forward(&flat)?; // (1, T, d)
+        let mut x = match &self.position {
+            Some(pos) => {
+                if let Some(long) = ids.iter().find(|s| s.len() > pos.vocab_size()) {
+                    return Err(Error::Argument(format!(
+                        "input of {} tokens is longer than the model's {} positions; truncate it (the tokenizer's max_length)",
+                        long.len(),
+                        pos.vocab_size()
+                    )));
+                }
+                let positions: Vec<usize> = ids.iter().flat_map(|s| 0..s.len()).collect();
+                x.add(&pos.forward(&[positions])?)? // (1, T, d)
+            }
+            None => x,
+        };
+        if let Some(tt) = &self.token_type {
+            let types = match type_ids {
+                Some(ty) => ty.concat(),
+                None => vec![0; flat[0].len()],
+            };
+            x.add_assign(&tt.forward(&[types])?)?; // (1, T, d)
+        }
+        match &self.norm {
+            Some(n) => n.forward(&x),
+            None => Ok(x),
+        }
+    }
+}
+
 /// An encoder-only Transformer: [`Embeddings`] then an [`nn::Encoder`].
 #[derive(Clone, Debug)]
 pub struct EncoderModel {
@@ -236,6 +277,46 @@ impl EncoderModel {
             None => AttentionOptions::none(),
         };
         self.encoder.forward(&x, &opts, trace)
+    }
+}
+
+impl EncoderModel {
+    /// Hidden states of sequences of different lengths without padding: they are packed
+    /// end to end into one row of Σtᵢ positions and self-attention keeps each inside its
+    /// own segment ([`AttentionOptions::segments`]), so no work is spent on padding and
+    /// every sequence comes out as if it ran alone. Returns the states and the segment
+    /// boundaries `[0, t₀, t₀+t₁, …]`.
+    ///
+    /// # Shapes
+    /// ids, type_ids: n sequences of t₀, …, tₙ₋₁ → (1, Σtᵢ, d)
+    pub fn forward_packed(
+        &self,
+        ids: &[Vec<usize>],
+        type_ids: Option<&[Vec<usize>]>,
+    ) -> Result<(Tensor, Vec<usize>)> {
+        if ids.iter().any(Vec::is_empty) {
+            return Err(Error::Argument(
+                "forward_packed: every sequence needs at least one token".into(),
+            ));
+        }
+        if let Some(ty) = type_ids {
+            if ty.len() != ids.len() || ty.iter().zip(ids).any(|(a, b)| a.len() != b.len()) {
+                return Err(Error::Shape(
+                    "forward_packed: type_ids must have the shape of ids".into(),
+                ));
+            }
+        }
+        let mut segments = vec![0];
+        for s in ids {
+            segments.push(segments.last().copied().unwrap_or(0) + s.len());
+        }
+        let x = self.embeddings.forward_packed(ids, type_ids)?; // (1, T, d)
+        let opts = AttentionOptions {
+            segments: Some(&segments),
+            ..AttentionOptions::none()
+        };
+        let h = self.encoder.forward(&x, &opts, None)?; // (1, T, d)
+        Ok((h, segments))
     }
 }
 

@@ -48,6 +48,11 @@ pub struct AttentionOptions<'a> {
     pub position_offset: usize,
     /// Also return the per-head softmax weights.
     pub want_weights: bool,
+    /// Packed sequences in self-attention: segment boundaries `[0, e₀, …, t]` along the
+    /// positions of a batch of one; a query sees only its own segment's keys (see
+    /// [`AttentionParams::segments`]). Positions (learned or sinusoidal) are the caller's
+    /// to restart per segment; RoPE layers refuse segments.
+    pub segments: Option<&'a [usize]>,
 }
 
 impl<'a> AttentionOptions<'a> {
@@ -118,6 +123,7 @@ pub fn scaled_dot_product_attention(
         window: opts.window,
         bias: opts.bias,
         want_weights: opts.want_weights,
+        segments: opts.segments,
     };
     let out = ops::attention(&as4(q)?, &as4(k)?, &as4(v)?, &params)?;
     let back = |t: Tensor| -> Result<Tensor> {
@@ -460,6 +466,11 @@ impl MultiHeadAttention {
             k = kn.forward(&k)?;
         }
         let start = opts.position_offset + cache.as_ref().map_or(0, |c| c.len());
+        if c.rope.is_some() && opts.segments.is_some() {
+            return Err(Error::Config(
+                "packed segments with RoPE would rotate by positions across segments; run the sequences as a padded batch".into(),
+            ));
+        }
         if let Some(r) = c.rope {
             let q_pos: Vec<usize> = (start..start + t_q).collect();
             q = ops::rope(&q, &q_pos, r.base, r.convention)?;
@@ -487,6 +498,7 @@ impl MultiHeadAttention {
             window: opts.window.or(c.window),
             bias: opts.bias,
             want_weights: opts.want_weights || wants(&trace, "weights"),
+            segments: opts.segments,
         };
         let attended = ops::attention(&q, &k, &v, &params)?;
         if trace.is_some() {

@@ -45,6 +45,10 @@ pub struct AttentionParams<'a> {
     pub bias: Option<&'a Tensor>,
     /// Also return the softmax weights (b, h, t_q, t_k).
     pub want_weights: bool,
+    /// Packed sequences: boundaries `[0, e₀, e₁, …, t]` of segments laid end to end along
+    /// the positions (self-attention, t_q = t_k). A query sees only keys of its own
+    /// segment, so several sentences share one (1, h, t, d) call without padding.
+    pub segments: Option<&'a [usize]>,
 }
 
 impl AttentionParams<'_> {
@@ -56,6 +60,7 @@ impl AttentionParams<'_> {
             window: None,
             bias: None,
             want_weights: false,
+            segments: None,
         }
     }
 }
@@ -114,6 +119,17 @@ pub fn check_dims(
             "causal attention with {t_q} queries but only {t_k} keys"
         )));
     }
+    if let Some(seg) = p.segments {
+        let ok = t_q == t_k
+            && seg.first() == Some(&0)
+            && seg.last() == Some(&t_k)
+            && seg.windows(2).all(|w| w[0] <= w[1]);
+        if !ok {
+            return Err(Error::Shape(format!(
+                "attention segments must rise from 0 to {t_k} over {t_q} queries and {t_k} keys, got {seg:?}"
+            )));
+        }
+    }
     if let Some(bias) = p.bias {
         let s = bias.shape();
         let ok = match s {
@@ -163,14 +179,44 @@ pub fn bias_row<'a>(
     })
 }
 
-/// The range of keys query i may see under the causal and window rules.
+/// The range of keys query i may see under the causal, window and segment rules.
 pub fn visible_keys(p: &AttentionParams, d: &AttentionDims, i: usize) -> std::ops::Range<usize> {
+    let (lo, hi) = match p.segments {
+        Some(seg) => {
+            let s = segment_of(seg, i);
+            (seg[s], seg[s + 1])
+        }
+        None => (0, d.t_k),
+    };
     if !p.causal {
-        return 0..d.t_k;
+        return lo..hi;
     }
     let pos = d.t_k - d.t_q + i; // absolute position of query i
     let start = p.window.map_or(0, |w| (pos + 1).saturating_sub(w));
-    start..pos + 1
+    start.max(lo)..(pos + 1).min(hi)
+}
+
+/// The index of the segment holding position i (boundaries as in
+/// [`AttentionParams::segments`]; empty segments are skipped).
+fn segment_of(seg: &[usize], i: usize) -> usize {
+    seg.partition_point(|&e| e <= i).saturating_sub(1).min(seg.len().saturating_sub(2))
+}
+
+/// The query blocks of the blocked path: runs of at most [`BLOCK`] queries that never
+/// cross a segment boundary (so a block's key range is its own segment).
+fn query_blocks(p: &AttentionParams, d: &AttentionDims) -> Vec<(usize, usize)> {
+    let whole = [0, d.t_q];
+    let bounds: &[usize] = p.segments.unwrap_or(&whole);
+    let mut blocks = Vec::new();
+    for w in bounds.windows(2) {
+        let mut i0 = w[0];
+        while i0 < w[1] {
+            let i1 = (i0 + BLOCK).min(w[1]);
+            blocks.push((i0, i1));
+            i0 = i1;
+        }
+    }
+    blocks
 }
 
 /// Scaled dot-product attention. Runs the fused kernel (the plain twin when causal, see
@@ -278,8 +324,7 @@ fn head(
     let queries = &qd[idx * d.t_q * d.d_k..][..d.t_q * d.d_k]; // (t_q, d_k)
     if d.t_q >= BLOCKED_MIN_T_Q && d.d_k > 0 {
         buf.resize(BLOCK.min(d.t_q) * d.t_k, 0.0);
-        for i0 in (0..d.t_q).step_by(BLOCK) {
-            let i1 = (i0 + BLOCK).min(d.t_q);
+        for (i0, i1) in query_blocks(p, d) {
             let bq = i1 - i0;
             // keys any query of the block may see
             let (first, last) = (visible_keys(p, d, i0), visible_keys(p, d, i1 - 1));

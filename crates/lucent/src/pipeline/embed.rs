@@ -170,11 +170,31 @@ pub fn pool(hidden: &Tensor, lengths: &[usize], pooling: Pooling) -> Result<Vec<
             "pool: {b} rows of {t} tokens but lengths {lengths:?}"
         )));
     }
-    let h = hidden.data();
-    Ok((0..b)
-        .map(|row| {
-            let n = lengths[row];
-            let tok = |i: usize| &h[(row * t + i) * d..(row * t + i + 1) * d];
+    let starts: Vec<(usize, usize)> = lengths.iter().enumerate().map(|(row, &n)| (row * t, n)).collect();
+    Ok(pool_runs(hidden.data(), d, &starts, pooling))
+}
+
+/// Pool packed hidden states: one vector per segment `[segments[i], segments[i+1])`
+/// (boundaries as [`EncoderModel::forward_packed`] returns them).
+///
+/// # Shapes
+/// hidden: (1, T, d) → segments.len() − 1 vectors of d
+pub fn pool_packed(hidden: &Tensor, segments: &[usize], pooling: Pooling) -> Result<Vec<Vec<f32>>> {
+    let [_, t, d] = hidden.dims()?;
+    if segments.last() != Some(&t) || segments.windows(2).any(|w| w[1] <= w[0]) {
+        return Err(Error::Shape(format!(
+            "pool_packed: segments {segments:?} do not cover {t} tokens"
+        )));
+    }
+    let runs: Vec<(usize, usize)> = segments.windows(2).map(|w| (w[0], w[1] - w[0])).collect();
+    Ok(pool_runs(hidden.data(), d, &runs, pooling))
+}
+
+/// One pooled vector per run of `(first token, tokens)` rows of width d in `h`.
+fn pool_runs(h: &[f32], d: usize, runs: &[(usize, usize)], pooling: Pooling) -> Vec<Vec<f32>> {
+    runs.iter()
+        .map(|&(first, n)| {
+            let tok = |i: usize| &h[(first + i) * d..(first + i + 1) * d];
             match pooling {
                 Pooling::Cls => tok(0).to_vec(),
                 Pooling::Max => {
@@ -203,7 +223,7 @@ pub fn pool(hidden: &Tensor, lengths: &[usize], pooling: Pooling) -> Result<Vec<
                 }
             }
         })
-        .collect())
+        .collect()
 }
 
 /// e / ‖e‖₂ in place (a zero vector stays zero).
@@ -327,11 +347,19 @@ impl Embedder {
         self.model.forward(&ids, Some(&types), Some(&mask), trace)
     }
 
-    /// Embed encodings already made, as one padded batch.
+    /// Embed encodings already made, as one packed batch (no padding: see
+    /// [`EncoderModel::forward_packed`]).
     pub fn embed_encodings(&self, encodings: &[&Encoding]) -> Result<Vec<Vec<f32>>> {
-        let hidden = self.hidden_states(encodings, None)?; // (b, t, d)
-        let lengths: Vec<usize> = encodings.iter().map(|e| e.len()).collect();
-        let mut out = pool(&hidden, &lengths, self.config.pooling)?;
+        let ids: Vec<Vec<usize>> = encodings
+            .iter()
+            .map(|e| e.ids.iter().map(|&x| x as usize).collect())
+            .collect();
+        let types: Vec<Vec<usize>> = encodings
+            .iter()
+            .map(|e| e.type_ids.iter().map(|&x| x as usize).collect())
+            .collect();
+        let (hidden, segments) = self.model.forward_packed(&ids, Some(&types))?; // (1, T, d)
+        let mut out = pool_packed(&hidden, &segments, self.config.pooling)?;
         if self.config.normalize {
             out.iter_mut().for_each(|e| l2_normalize(e));
         }
