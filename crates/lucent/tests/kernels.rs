@@ -236,6 +236,9 @@ fn matmul_fast_paths_equal_twin() {
         (1, 33, 65),
         (3, 129, 17),
         (32, 384, 384),
+        // few rows × a large matrix: split over column blocks when threads > 1
+        (12, 384, 1536),
+        (5, 1536, 300),
     ] {
         for tb in [false, true] {
             let a = Tensor::randn(&[m, k], 1.0, &mut rng);
@@ -263,6 +266,28 @@ fn matmul_fast_paths_equal_twin() {
                     "({m},{k},{n}) tb={tb} at {j}: {g} vs {w}"
                 );
             }
+        }
+    }
+}
+
+/// `linear` (bias first, then the GEMM accumulates onto it) equals x·Wᵀ + b from the
+/// twin, for a few rows (column-split path) and many.
+#[test]
+fn linear_with_bias_equals_twin() {
+    let mut rng = StdRng::seed_from_u64(27);
+    for &(m, k, n) in &[(12, 384, 1536), (7, 1536, 384), (200, 64, 96)] {
+        let x = Tensor::randn(&[m, k], 1.0, &mut rng);
+        let w = Tensor::randn(&[n, k], 1.0, &mut rng);
+        let b = Tensor::randn(&[n], 1.0, &mut rng);
+        let got = ops::linear(&x, &w, Some(&b)).unwrap();
+        let want = matmul::reference::gemm(x.data(), w.data(), m, k, n, true);
+        for (j, (g, w)) in got.data().iter().zip(&want).enumerate() {
+            let w = w + b.data()[j % n];
+            // Tolerance: 1e-6 · (1 + k) · 4 (values are products of unit normals).
+            assert!(
+                (g - w).abs() <= 4e-6 * (1.0 + k as f32),
+                "({m},{k},{n}) at {j}: {g} vs {w}"
+            );
         }
     }
 }
@@ -497,12 +522,20 @@ fn segmented_attention_equals_each_segment_alone() {
                 ..AttentionParams::new(d)
             };
             let one = attention::attention(&part(&q), &part(&k), &part(&v), &alone).unwrap();
-            assert_close(&part(&fast.output), &one.output, 1e-5, &format!("{what}, segment {a}..{}", w[1]));
+            assert_close(
+                &part(&fast.output),
+                &one.output,
+                1e-5,
+                &format!("{what}, segment {a}..{}", w[1]),
+            );
             // rows of this segment: no weight on keys outside it
             let rows = part(&weights); // (1, h, n, t)
             for (i, row) in rows.data().chunks(t).enumerate() {
                 let outside: f32 = row[..a].iter().chain(&row[a + n..]).map(|x| x.abs()).sum();
-                assert_eq!(outside, 0.0, "{what}: row {i} of segment {a} looks outside it");
+                assert_eq!(
+                    outside, 0.0,
+                    "{what}: row {i} of segment {a} looks outside it"
+                );
             }
         }
     }
@@ -510,5 +543,8 @@ fn segmented_attention_equals_each_segment_alone() {
         segments: Some(&[0, 50]),
         ..AttentionParams::new(d)
     };
-    assert!(attention::attention(&q, &k, &v, &bad).is_err(), "segments must end at t");
+    assert!(
+        attention::attention(&q, &k, &v, &bad).is_err(),
+        "segments must end at t"
+    );
 }

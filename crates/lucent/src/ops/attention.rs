@@ -199,7 +199,9 @@ pub fn visible_keys(p: &AttentionParams, d: &AttentionDims, i: usize) -> std::op
 /// The index of the segment holding position i (boundaries as in
 /// [`AttentionParams::segments`]; empty segments are skipped).
 fn segment_of(seg: &[usize], i: usize) -> usize {
-    seg.partition_point(|&e| e <= i).saturating_sub(1).min(seg.len().saturating_sub(2))
+    seg.partition_point(|&e| e <= i)
+        .saturating_sub(1)
+        .min(seg.len().saturating_sub(2))
 }
 
 /// The query blocks of the blocked path: runs of at most [`BLOCK`] queries that never

@@ -24,6 +24,14 @@ use crate::{Error, Result};
 /// 576×576 product takes 17 µs on one thread, 19-23 µs split in two).
 const GEMV_PARALLEL_MIN: usize = 1 << 19;
 
+/// Few rows (m ≤ this) times a large matrix: the product is bound by reading B, so it is
+/// split over output columns across threads even when its multiply-adds are below the
+/// `gemm` crate's threading threshold (one sentence through MiniLM: 12×384 · 384×1536).
+const FEW_ROWS: usize = 64;
+/// Elements of B (k·n) from which a few-row product is split over columns: 2¹⁷ floats =
+/// 512 KB, about what one core's L2 holds.
+const FEW_ROWS_SPLIT_MIN: usize = 1 << 17;
+
 /// A · B over the last two dimensions, batched over the leading ones.
 ///
 /// # Shapes
@@ -194,8 +202,96 @@ pub fn gemm_crate_into(
     n: usize,
     transpose_b: bool,
 ) {
-    gemm_with(c, a, b, m, k, n, transpose_b, gemm_parallelism(m * n * k))
+    gemm_auto(c, a, b, m, k, n, transpose_b, false)
 }
+
+/// C = A·op(B), or C += A·op(B) when `accumulate`, on as many threads as pay: a few rows
+/// times a large B go over column blocks, one per thread, each a serial `gemm` call
+/// (see [`FEW_ROWS`]); everything else goes to `gemm` with [`gemm_parallelism`].
+#[allow(clippy::too_many_arguments)]
+fn gemm_auto(
+    c: &mut [f32],
+    a: &[f32],
+    b: &[f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    transpose_b: bool,
+    accumulate: bool,
+) {
+    let parallelism = gemm_parallelism(m * n * k);
+    let threads = crate::threads::threads();
+    let few_rows = matches!(parallelism, gemm::Parallelism::None)
+        && threads > 1
+        && m <= FEW_ROWS
+        && k * n >= FEW_ROWS_SPLIT_MIN
+        && n >= 2 * 64;
+    if !few_rows {
+        gemm_strided(
+            c,
+            a,
+            false,
+            b,
+            transpose_b,
+            m,
+            k,
+            n,
+            accumulate,
+            parallelism,
+        );
+        return;
+    }
+    assert!(
+        c.len() == m * n && a.len() == m * k && b.len() == k * n,
+        "gemm sizes"
+    ); // ok: internal invariant
+       // Column blocks of whole cache lines; each thread writes only its own columns of C.
+    let block = n.div_ceil(threads).next_multiple_of(16);
+    let c_ptr = SendPtr(c.as_mut_ptr());
+    (0..n.div_ceil(block)).into_par_iter().for_each(|p| {
+        let (j0, j1) = (p * block, ((p + 1) * block).min(n));
+        let c_ptr = &c_ptr;
+        // B's columns j0..j1: rows j0..j1 of a transposed (n×k) B, or an offset into a
+        // row-major (k×n) one.
+        let (b_off, b_cs, b_rs) = if transpose_b {
+            (j0 * k, k as isize, 1)
+        } else {
+            (j0, 1, n as isize)
+        };
+        // SAFETY: block p reads A (m×k) and B's columns j0..j1, all inside their slices
+        // (sizes asserted above), and writes C's columns j0..j1 of every row, which no
+        // other block touches; the slices outlive the parallel loop.
+        unsafe {
+            gemm::gemm(
+                m,
+                j1 - j0,
+                k,
+                c_ptr.0.add(j0),
+                1,
+                n as isize,
+                accumulate,
+                a.as_ptr(),
+                1,
+                k as isize,
+                b.as_ptr().add(b_off),
+                b_cs,
+                b_rs,
+                1.0,
+                1.0,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            );
+        }
+    });
+}
+
+/// A raw output pointer shared by column blocks that write disjoint columns.
+struct SendPtr(*mut f32);
+// SAFETY: only used by gemm_auto, whose blocks write disjoint elements.
+unsafe impl Sync for SendPtr {}
+unsafe impl Send for SendPtr {}
 
 /// [`gemm_crate_into`] on the calling thread only: for kernels that already run one
 /// task per thread (fused attention's query blocks).
@@ -228,18 +324,7 @@ fn gemm_with(
 /// C (m×n) += A (m×k) · Bᵀ with B stored (n×k), row-major, on the `gemm` crate (the
 /// bias-first form of [`linear`]).
 fn gemm_accumulate(c: &mut [f32], a: &[f32], b: &[f32], m: usize, k: usize, n: usize) {
-    gemm_strided(
-        c,
-        a,
-        false,
-        b,
-        true,
-        m,
-        k,
-        n,
-        true,
-        gemm_parallelism(m * n * k),
-    )
+    gemm_auto(c, a, b, m, k, n, true, true)
 }
 
 /// C (m×n) = op(A) · op(B), or C += op(A) · op(B) when `accumulate`; all row-major.

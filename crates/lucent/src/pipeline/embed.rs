@@ -170,7 +170,11 @@ pub fn pool(hidden: &Tensor, lengths: &[usize], pooling: Pooling) -> Result<Vec<
             "pool: {b} rows of {t} tokens but lengths {lengths:?}"
         )));
     }
-    let starts: Vec<(usize, usize)> = lengths.iter().enumerate().map(|(row, &n)| (row * t, n)).collect();
+    let starts: Vec<(usize, usize)> = lengths
+        .iter()
+        .enumerate()
+        .map(|(row, &n)| (row * t, n))
+        .collect();
     Ok(pool_runs(hidden.data(), d, &starts, pooling))
 }
 
