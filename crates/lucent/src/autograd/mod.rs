@@ -206,18 +206,21 @@ impl Tensor {
                 self.shape(),
             ));
         }
-        propagate(root, grad, &mut |node, g| {
-            let mut slot = node
-                .grad
-                .lock()
-                .map_err(|_| Error::Training("a parameter's gradient lock was poisoned".into()))?;
-            *slot = Some(match slot.take() {
-                Some(old) => accumulate(old, &g)?,
-                None => g,
-            });
-            Ok(())
-        })
+        propagate(root, grad, &mut |node, g| add_to_leaf(node, g))
     }
+}
+
+/// Add `g` to the gradient accumulated in the leaf `node`.
+fn add_to_leaf(node: &Arc<Node>, g: Tensor) -> Result<()> {
+    let mut slot = node
+        .grad
+        .lock()
+        .map_err(|_| Error::Training("a parameter's gradient lock was poisoned".into()))?;
+    *slot = Some(match slot.take() {
+        Some(old) => accumulate(old, &g)?,
+        None => g,
+    });
+    Ok(())
 }
 
 /// The chain rule from `root` (whose gradient is `grad`) back to the leaves, in reverse
@@ -311,14 +314,7 @@ pub fn backward_sharded(
         let (value, leaves) = r?;
         values.push(value);
         for (node, g) in leaves {
-            let mut slot = node
-                .grad
-                .lock()
-                .map_err(|_| Error::Training("a parameter's gradient lock was poisoned".into()))?;
-            *slot = Some(match slot.take() {
-                Some(old) => accumulate(old, &g)?,
-                None => g,
-            });
+            add_to_leaf(&node, g)?;
         }
     }
     Ok(values)
