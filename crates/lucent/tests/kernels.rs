@@ -548,3 +548,48 @@ fn segmented_attention_equals_each_segment_alone() {
         "segments must end at t"
     );
 }
+
+/// Keys read in place from a larger store (a KV cache: `kv_len` of `cap` positions)
+/// equal the same keys copied out, in the fused kernel and its twin, causal or not.
+#[test]
+fn attention_over_a_cache_store_equals_the_copied_keys() {
+    let mut rng = StdRng::seed_from_u64(32);
+    let (b, h, h_kv, t_q, cap, n, d) = (2, 4, 2, 3, 20, 11, 8);
+    let q = Tensor::randn(&[b, h, t_q, d], 1.0, &mut rng);
+    let k = Tensor::randn(&[b, h_kv, cap, d], 1.0, &mut rng);
+    let v = Tensor::randn(&[b, h_kv, cap, d], 1.0, &mut rng);
+    let (k_n, v_n) = (k.narrow(2, 0, n).unwrap(), v.narrow(2, 0, n).unwrap());
+    for causal in [false, true] {
+        let plain = AttentionParams {
+            causal,
+            want_weights: true,
+            ..AttentionParams::new(d)
+        };
+        let in_place = AttentionParams {
+            kv_len: Some(n),
+            ..plain
+        };
+        let want = attention::reference::attention(&q, &k_n, &v_n, &plain).unwrap();
+        for got in [
+            attention::attention(&q, &k, &v, &in_place).unwrap(),
+            attention::reference::attention(&q, &k, &v, &in_place).unwrap(),
+        ] {
+            let what = format!("kv_len causal={causal}");
+            assert_close(&got.output, &want.output, 1e-5, &what);
+            assert_close(
+                &got.weights.unwrap(),
+                want.weights.as_ref().unwrap(),
+                1e-5,
+                &what,
+            );
+        }
+    }
+    let too_long = AttentionParams {
+        kv_len: Some(cap + 1),
+        ..AttentionParams::new(d)
+    };
+    assert!(
+        attention::attention(&q, &k, &v, &too_long).is_err(),
+        "kv_len beyond the store"
+    );
+}

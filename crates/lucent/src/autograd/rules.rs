@@ -535,6 +535,11 @@ pub fn attention(
             weights: out.weights,
         });
     }
+    if let Some(n) = p.kv_len {
+        // Keys in a larger store (a KV cache): record over exactly the keys.
+        let plain = AttentionParams { kv_len: None, ..*p };
+        return attention(q, &k.narrow(2, 0, n)?, &v.narrow(2, 0, n)?, &plain, kernel);
+    }
     let d = check_dims(q, k, v, p)?;
     let group = d.h / d.h_kv;
     let (qd, kd, vd) = (q.data(), k.data(), v.data());

@@ -124,6 +124,7 @@ pub fn scaled_dot_product_attention(
         bias: opts.bias,
         want_weights: opts.want_weights,
         segments: opts.segments,
+        kv_len: None,
     };
     let out = ops::attention(&as4(q)?, &as4(k)?, &as4(v)?, &params)?;
     let back = |t: Tensor| -> Result<Tensor> {
@@ -479,17 +480,15 @@ impl MultiHeadAttention {
             k = ops::rope(&k, &k_pos, r.base, r.convention)?;
         }
 
-        let (k, v) = match cache {
+        // With a cache, K and V are its whole store (b, h_kv, max_t, d_k), read in place
+        // up to the cached length (`kv_len`), not copied out each step.
+        let (k, v, kv_len) = match cache {
             Some(cache) => {
-                let before = cache.len();
                 cache.append(&k, &v)?;
-                let kv = cache.keys().and_then(|k| Ok((k, cache.values()?)));
-                if kv.is_err() {
-                    cache.truncate(before);
-                }
-                kv? // (b, h_kv, t_cached, d_k)
+                let (k, v) = cache.store();
+                (k, v, Some(cache.len()))
             }
-            None => (k, v),
+            None => (k, v, None),
         };
 
         let params = AttentionParams {
@@ -499,10 +498,20 @@ impl MultiHeadAttention {
             bias: opts.bias,
             want_weights: opts.want_weights || wants(&trace, "weights"),
             segments: opts.segments,
+            kv_len,
         };
         let attended = ops::attention(&q, &k, &v, &params)?;
         if trace.is_some() {
-            self.record_steps(&mut trace, &q, &k, &v, &params)?;
+            // The step-by-step record works on exactly the keys: (b, h_kv, t_k, d_k).
+            let (k, v) = match kv_len {
+                Some(n) => (k.narrow(2, 0, n)?, v.narrow(2, 0, n)?),
+                None => (k, v),
+            };
+            let plain = AttentionParams {
+                kv_len: None,
+                ..params
+            };
+            self.record_steps(&mut trace, &q, &k, &v, &plain)?;
             if let Some(w) = &attended.weights {
                 record(&mut trace, "weights", w);
             }

@@ -86,6 +86,15 @@ impl LayerKvCache {
         Ok(())
     }
 
+    /// The whole preallocated store, K (b, h_kv, max_t, d_k) and V (b, h_kv, max_t,
+    /// d_v), of which the first [`LayerKvCache::len`] positions are filled: for kernels
+    /// that read the cache in place (`AttentionParams::kv_len`). The tensors share the
+    /// cache's storage; drop them before the next [`LayerKvCache::append`], which
+    /// would otherwise have to copy the store.
+    pub fn store(&self) -> (Tensor, Tensor) {
+        (self.k.clone(), self.v.clone())
+    }
+
     /// The cached keys of the first `len` positions.
     ///
     /// # Shapes

@@ -49,6 +49,11 @@ pub struct AttentionParams<'a> {
     /// the positions (self-attention, t_q = t_k). A query sees only keys of its own
     /// segment, so several sentences share one (1, h, t, d) call without padding.
     pub segments: Option<&'a [usize]>,
+    /// K and V are a preallocated store of more positions (a KV cache of capacity
+    /// `cap`: k (b, h_kv, cap, d_k), v (b, h_kv, cap, d_v)) of which only the first
+    /// `kv_len` are keys. The kernels read them in place, so a decode step does not
+    /// copy the cache.
+    pub kv_len: Option<usize>,
 }
 
 impl AttentionParams<'_> {
@@ -61,6 +66,7 @@ impl AttentionParams<'_> {
             bias: None,
             want_weights: false,
             segments: None,
+            kv_len: None,
         }
     }
 }
@@ -87,6 +93,9 @@ pub struct AttentionDims {
     pub t_q: usize,
     /// key positions
     pub t_k: usize,
+    /// positions stored per key/value head in K and V (t_k, or a cache's capacity
+    /// with [`AttentionParams::kv_len`]): the stride between heads
+    pub t_cap: usize,
     /// query/key features per head
     pub d_k: usize,
     /// value features per head
@@ -101,13 +110,19 @@ pub fn check_dims(
     p: &AttentionParams,
 ) -> Result<AttentionDims> {
     let [b, h, t_q, d_k] = q.dims()?;
-    let [bk, h_kv, t_k, dk2] = k.dims()?;
+    let [bk, h_kv, t_cap, dk2] = k.dims()?;
     let [bv, hv, tv, d_v] = v.dims()?;
     if b != bk || d_k != dk2 {
         return Err(Error::mismatch("attention (q vs k)", q.shape(), k.shape()));
     }
-    if bv != b || hv != h_kv || tv != t_k {
+    if bv != b || hv != h_kv || tv != t_cap {
         return Err(Error::mismatch("attention (k vs v)", k.shape(), v.shape()));
+    }
+    let t_k = p.kv_len.unwrap_or(t_cap);
+    if t_k > t_cap {
+        return Err(Error::Shape(format!(
+            "attention: kv_len {t_k} but K and V hold only {t_cap} positions"
+        )));
     }
     if h_kv == 0 || h % h_kv != 0 {
         return Err(Error::Shape(format!(
@@ -152,6 +167,7 @@ pub fn check_dims(
         h_kv,
         t_q,
         t_k,
+        t_cap,
         d_k,
         d_v,
     })
@@ -321,8 +337,8 @@ fn head(
 ) {
     let (bi, hi) = (idx / d.h, idx % d.h);
     let kv = bi * d.h_kv + hi / (d.h / d.h_kv); // the kv head this query head reads
-    let keys = &kd[kv * d.t_k * d.d_k..][..d.t_k * d.d_k]; // (t_k, d_k)
-    let values = &vd[kv * d.t_k * d.d_v..][..d.t_k * d.d_v]; // (t_k, d_v)
+    let keys = &kd[kv * d.t_cap * d.d_k..][..d.t_k * d.d_k]; // (t_k, d_k)
+    let values = &vd[kv * d.t_cap * d.d_v..][..d.t_k * d.d_v]; // (t_k, d_v)
     let queries = &qd[idx * d.t_q * d.d_k..][..d.t_q * d.d_k]; // (t_q, d_k)
     if d.t_q >= BLOCKED_MIN_T_Q && d.d_k > 0 {
         buf.resize(BLOCK.min(d.t_q) * d.t_k, 0.0);
@@ -442,7 +458,7 @@ pub mod reference {
                             *s = f32::NEG_INFINITY;
                             continue;
                         }
-                        let krow = &kd[(kv * d.t_k + j) * d.d_k..][..d.d_k];
+                        let krow = &kd[(kv * d.t_cap + j) * d.d_k..][..d.d_k];
                         let dot: f32 = qrow.iter().zip(krow).map(|(a, b)| a * b).sum();
                         *s = dot * p.scale + bias.map_or(0.0, |b| b[j]);
                     }
@@ -450,7 +466,7 @@ pub mod reference {
                     let o = &mut out[((bi * d.h + hi) * d.t_q + i) * d.d_v..][..d.d_v];
                     for (j, &w) in row.iter().enumerate() {
                         if w != 0.0 {
-                            let vrow = &vd[(kv * d.t_k + j) * d.d_v..][..d.d_v];
+                            let vrow = &vd[(kv * d.t_cap + j) * d.d_v..][..d.d_v];
                             for (o, &x) in o.iter_mut().zip(vrow) {
                                 *o += w * x;
                             }
