@@ -222,19 +222,23 @@ fn segment_of(seg: &[usize], i: usize) -> usize {
 
 /// The query blocks of the blocked path: runs of at most [`BLOCK`] queries that never
 /// cross a segment boundary (so a block's key range is its own segment).
-fn query_blocks(p: &AttentionParams, d: &AttentionDims) -> Vec<(usize, usize)> {
-    let whole = [0, d.t_q];
-    let bounds: &[usize] = p.segments.unwrap_or(&whole);
-    let mut blocks = Vec::new();
-    for w in bounds.windows(2) {
-        let mut i0 = w[0];
-        while i0 < w[1] {
-            let i1 = (i0 + BLOCK).min(w[1]);
-            blocks.push((i0, i1));
-            i0 = i1;
-        }
-    }
-    blocks
+fn query_blocks<'a>(
+    p: &'a AttentionParams,
+    d: &AttentionDims,
+) -> impl Iterator<Item = (usize, usize)> + 'a {
+    let t_q = d.t_q;
+    // segment s spans bound(s)..bound(s + 1); without segments there is one, 0..t_q
+    let parts = p.segments.map_or(1, |seg| seg.len().saturating_sub(1));
+    let bound = move |s: usize| {
+        p.segments
+            .map_or(if s == 0 { 0 } else { t_q }, |seg| seg[s])
+    };
+    (0..parts).flat_map(move |s| {
+        let (start, end) = (bound(s), bound(s + 1));
+        (start..end)
+            .step_by(BLOCK)
+            .map(move |i0| (i0, (i0 + BLOCK).min(end)))
+    })
 }
 
 /// Scaled dot-product attention. Runs the fused kernel (the plain twin when causal, see
