@@ -46,6 +46,33 @@ fn residual(
     })
 }
 
+/// The checks every layer shares: the FFN is as wide as the attention (d), every norm
+/// present normalises d features, and the post-norms are there exactly when the
+/// placement is sandwich (`has_post`: every sub-layer has one).
+fn check_sublayers(
+    layer: &str,
+    placement: NormPlacement,
+    d: usize,
+    ffn_width: usize,
+    norms: &[(&str, Option<&Norm>)],
+    has_post: bool,
+) -> Result<()> {
+    if ffn_width != d {
+        return Err(Error::Weights(format!(
+            "{layer}: attention width {d} but FFN width {ffn_width}"
+        )));
+    }
+    for &(what, n) in norms {
+        check_norm(what, n, d)?;
+    }
+    if (placement == NormPlacement::Sandwich) != has_post {
+        return Err(Error::Config(format!(
+            "{layer}: post-norms belong to sandwich placement exactly (all of them, and only then)"
+        )));
+    }
+    Ok(())
+}
+
 fn check_norm(what: &str, norm: Option<&Norm>, d: usize) -> Result<()> {
     match norm {
         Some(n) if n.dim() != d => Err(Error::Weights(format!(
@@ -146,24 +173,19 @@ impl EncoderLayer {
 
     /// Check widths and that sandwich placement has its post-norms.
     pub fn validate(&self) -> Result<()> {
-        let d = self.self_attn.config.d_model;
-        if self.ffn.d_model() != d {
-            return Err(Error::Weights(format!(
-                "encoder layer: attention width {d} but FFN width {}",
-                self.ffn.d_model()
-            )));
-        }
-        check_norm("self_attn_norm", Some(&self.self_attn_norm), d)?;
-        check_norm("ffn_norm", Some(&self.ffn_norm), d)?;
-        check_norm("self_attn_post_norm", self.self_attn_post_norm.as_ref(), d)?;
-        check_norm("ffn_post_norm", self.ffn_post_norm.as_ref(), d)?;
-        let has_post = self.self_attn_post_norm.is_some() && self.ffn_post_norm.is_some();
-        if (self.placement == NormPlacement::Sandwich) != has_post {
-            return Err(Error::Config(
-                "encoder layer: post-norms belong to sandwich placement exactly (both, and only then)".into(),
-            ));
-        }
-        Ok(())
+        check_sublayers(
+            "encoder layer",
+            self.placement,
+            self.self_attn.config.d_model,
+            self.ffn.d_model(),
+            &[
+                ("self_attn_norm", Some(&self.self_attn_norm)),
+                ("self_attn_post_norm", self.self_attn_post_norm.as_ref()),
+                ("ffn_norm", Some(&self.ffn_norm)),
+                ("ffn_post_norm", self.ffn_post_norm.as_ref()),
+            ],
+            self.self_attn_post_norm.is_some() && self.ffn_post_norm.is_some(),
+        )
     }
 
     /// The layer. `opts` masks the self-attention (a padding bias, ALiBi...); attention
@@ -327,12 +349,6 @@ impl DecoderLayer {
     /// placement has its post-norms.
     pub fn validate(&self) -> Result<()> {
         let d = self.self_attn.config.d_model;
-        if self.ffn.d_model() != d {
-            return Err(Error::Weights(format!(
-                "decoder layer: attention width {d} but FFN width {}",
-                self.ffn.d_model()
-            )));
-        }
         if let Some(c) = &self.cross_attn {
             if c.config.d_model != d {
                 return Err(Error::Weights(format!(
@@ -346,26 +362,23 @@ impl DecoderLayer {
                 "decoder layer: cross_attn and cross_attn_norm come together".into(),
             ));
         }
-        for (what, n) in [
-            ("self_attn_norm", Some(&self.self_attn_norm)),
-            ("self_attn_post_norm", self.self_attn_post_norm.as_ref()),
-            ("cross_attn_norm", self.cross_attn_norm.as_ref()),
-            ("cross_attn_post_norm", self.cross_attn_post_norm.as_ref()),
-            ("ffn_norm", Some(&self.ffn_norm)),
-            ("ffn_post_norm", self.ffn_post_norm.as_ref()),
-        ] {
-            check_norm(what, n, d)?;
-        }
-        let sandwich = self.placement == NormPlacement::Sandwich;
-        let has_post = self.self_attn_post_norm.is_some()
-            && self.ffn_post_norm.is_some()
-            && (self.cross_attn.is_none() || self.cross_attn_post_norm.is_some());
-        if sandwich != has_post {
-            return Err(Error::Config(
-                "decoder layer: post-norms belong to sandwich placement exactly (all of them, and only then)".into(),
-            ));
-        }
-        Ok(())
+        check_sublayers(
+            "decoder layer",
+            self.placement,
+            d,
+            self.ffn.d_model(),
+            &[
+                ("self_attn_norm", Some(&self.self_attn_norm)),
+                ("self_attn_post_norm", self.self_attn_post_norm.as_ref()),
+                ("cross_attn_norm", self.cross_attn_norm.as_ref()),
+                ("cross_attn_post_norm", self.cross_attn_post_norm.as_ref()),
+                ("ffn_norm", Some(&self.ffn_norm)),
+                ("ffn_post_norm", self.ffn_post_norm.as_ref()),
+            ],
+            self.self_attn_post_norm.is_some()
+                && self.ffn_post_norm.is_some()
+                && (self.cross_attn.is_none() || self.cross_attn_post_norm.is_some()),
+        )
     }
 
     /// The layer. Self-attention is always causal (`opts` adds a bias, a window or a

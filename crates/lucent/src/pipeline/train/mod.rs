@@ -851,6 +851,27 @@ pub fn seq2seq_eval(model: &Seq2Seq, test: &[(Vec<usize>, Vec<usize>)]) -> Resul
     ))
 }
 
+/// Parse `input` for `task` and decode it greedily with the KV cache (room for twice
+/// the input and a few more tokens). Returns the input's ids and the output's.
+fn greedy_one(
+    model: &Seq2Seq,
+    task: Task,
+    symbols: usize,
+    input: &str,
+) -> Result<(Vec<usize>, Vec<usize>)> {
+    let src = task.parse_input(symbols, input)?;
+    let mut out = model.greedy(
+        std::slice::from_ref(&src),
+        data::BOS,
+        data::EOS,
+        src.len() * 2 + 4,
+    )?;
+    let out = out
+        .pop()
+        .ok_or_else(|| Error::Training("greedy decoding returned no sequence".into()))?;
+    Ok((src, out))
+}
+
 /// A trained model loaded from a run's folder, for sampling and inspection.
 #[derive(Clone, Debug)]
 #[allow(clippy::large_enum_variant)] // one per process, never in a collection
@@ -947,14 +968,8 @@ impl TrainedModel {
                 symbols,
                 ..
             } => {
-                let src = task.parse_input(*symbols, prompt)?;
-                let out = model.greedy(
-                    std::slice::from_ref(&src),
-                    data::BOS,
-                    data::EOS,
-                    src.len() * 2 + 4,
-                )?;
-                Ok(task.render(*symbols, &out[0]))
+                let (_, out) = greedy_one(model, *task, *symbols, prompt)?;
+                Ok(task.render(*symbols, &out))
             }
         }
     }
@@ -975,14 +990,8 @@ impl TrainedModel {
                     .into(),
             ));
         };
-        let src = task.parse_input(*symbols, input)?;
-        let out = model.greedy(
-            std::slice::from_ref(&src),
-            data::BOS,
-            data::EOS,
-            src.len() * 2 + 4,
-        )?;
-        let tgt_in: Vec<usize> = [&[data::BOS], out[0].as_slice()].concat();
+        let (src, out) = greedy_one(model, *task, *symbols, input)?;
+        let tgt_in: Vec<usize> = [&[data::BOS], out.as_slice()].concat();
         let mut trace = Trace::only(&["weights"]);
         no_grad(|| {
             model.forward(
@@ -1012,7 +1021,7 @@ impl TrainedModel {
         let render = |ids: &[usize]| -> Vec<String> {
             ids.iter().map(|&i| task.render(*symbols, &[i])).collect()
         };
-        let mut rows: Vec<String> = render(&out[0]);
+        let mut rows: Vec<String> = render(&out);
         rows.push("<eos>".into());
         Ok((maps, rows, render(&src)))
     }

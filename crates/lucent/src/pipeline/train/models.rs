@@ -57,6 +57,25 @@ impl Dims {
         ModelConfig::head_dim_for(self.d_model, self.heads)?;
         Ok(())
     }
+
+    /// The named preset with these dimensions (`layers` for every stack the preset
+    /// has), checked.
+    fn config_from(&self, preset_name: &str) -> Result<ModelConfig> {
+        self.check()?;
+        let mut cfg = preset(preset_name)?;
+        cfg.vocab_size = self.vocab;
+        cfg.d_model = self.d_model;
+        if cfg.encoder_layers > 0 {
+            cfg.encoder_layers = self.layers;
+        }
+        cfg.decoder_layers = self.layers;
+        cfg.n_heads = self.heads;
+        cfg.n_kv_heads = self.heads;
+        cfg.head_dim = self.d_model / self.heads;
+        cfg.d_ff = self.d_ff;
+        cfg.max_positions = self.block;
+        Ok(cfg)
+    }
 }
 
 /// A GPT-2-shaped decoder-only language model.
@@ -75,17 +94,8 @@ pub struct Gpt {
 impl Gpt {
     /// The config of a GPT-2-style model with these dimensions.
     pub fn config_for(d: &Dims) -> Result<ModelConfig> {
-        d.check()?;
-        let mut cfg = preset("gpt2")?;
+        let mut cfg = d.config_from("gpt2")?;
         cfg.family = "gpt".into();
-        cfg.vocab_size = d.vocab;
-        cfg.d_model = d.d_model;
-        cfg.decoder_layers = d.layers;
-        cfg.n_heads = d.heads;
-        cfg.n_kv_heads = d.heads;
-        cfg.head_dim = d.d_model / d.heads;
-        cfg.d_ff = d.d_ff;
-        cfg.max_positions = d.block;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -246,17 +256,7 @@ pub struct Seq2Seq {
 impl Seq2Seq {
     /// The config of the guides' encoder-decoder with these dimensions.
     pub fn config_for(d: &Dims) -> Result<ModelConfig> {
-        d.check()?;
-        let mut cfg = preset("transformer-base")?;
-        cfg.vocab_size = d.vocab;
-        cfg.d_model = d.d_model;
-        cfg.encoder_layers = d.layers;
-        cfg.decoder_layers = d.layers;
-        cfg.n_heads = d.heads;
-        cfg.n_kv_heads = d.heads;
-        cfg.head_dim = d.d_model / d.heads;
-        cfg.d_ff = d.d_ff;
-        cfg.max_positions = d.block;
+        let mut cfg = d.config_from("transformer-base")?;
         cfg.embedding_scale = (d.d_model as f32).sqrt();
         cfg.tie_embeddings = false;
         debug_assert!(cfg.kind == ModelKind::EncoderDecoder);
