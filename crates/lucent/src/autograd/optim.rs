@@ -296,16 +296,15 @@ fn sum_of_squares(x: &[f32]) -> f64 {
 mod tests {
     use super::*;
     use crate::nn::Linear;
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
 
     /// A 1×2 linear layer with weights `w` and gradient `g`, as a parameter holder.
-    fn holder(w: [f32; 2], g: [f32; 2]) -> Linear {
-        let lin = Linear::new(Tensor::from_slice(&w).reshape(&[1, 2]).unwrap(), None).unwrap();
-        let mut lin = lin;
+    fn holder(w: [f32; 2], g: [f32; 2]) -> crate::Result<Linear> {
+        let mut lin = Linear::new(Tensor::from_slice(&w).reshape(&[1, 2])?, None)?;
         lin.requires_grad();
-        lin.weight_f32()
-            .unwrap()
-            .set_grad(Some(Tensor::from_slice(&g).reshape(&[1, 2]).unwrap()));
-        lin
+        lin.weight_f32()?
+            .set_grad(Some(Tensor::from_slice(&g).reshape(&[1, 2])?));
+        Ok(lin)
     }
 
     #[test]
@@ -325,47 +324,45 @@ mod tests {
     }
 
     #[test]
-    fn clipping_scales_to_the_global_norm() {
-        let mut lin = holder([0.0, 0.0], [3.0, 4.0]);
+    fn clipping_scales_to_the_global_norm() -> TestResult {
+        let mut lin = holder([0.0, 0.0], [3.0, 4.0])?;
         let norm = clip_grad_norm(&mut lin, 1.0);
         assert!((norm - 5.0).abs() < 1e-6);
-        let g = lin.weight_f32().unwrap().grad().unwrap();
+        let g = lin.weight_f32()?.grad().ok_or("no gradient")?;
         assert!((g.data()[0] - 0.6).abs() < 1e-5 && (g.data()[1] - 0.8).abs() < 1e-5);
-        let mut small = holder([0.0, 0.0], [0.3, 0.4]);
+        let mut small = holder([0.0, 0.0], [0.3, 0.4])?;
         clip_grad_norm(&mut small, 1.0);
         assert_eq!(
-            small.weight_f32().unwrap().grad().unwrap().data(),
+            small.weight_f32()?.grad().ok_or("no gradient")?.data(),
             &[0.3, 0.4],
             "below the norm: untouched"
         );
+        Ok(())
     }
 
     #[test]
-    fn sgd_momentum_and_adamw_first_steps_follow_the_formulas() {
+    fn sgd_momentum_and_adamw_first_steps_follow_the_formulas() -> TestResult {
         // SGD: θ₁ = θ₀ − lr·g; b = g; θ₂ = θ₁ − lr·(μ·g + g).
-        let mut lin = holder([1.0, -2.0], [0.5, 0.25]);
+        let mut lin = holder([1.0, -2.0], [0.5, 0.25])?;
         let mut sgd = Sgd::new(0.1, 0.9, 0.0);
-        sgd.step(&mut lin).unwrap();
-        sgd.step(&mut lin).unwrap();
+        sgd.step(&mut lin)?;
+        sgd.step(&mut lin)?;
         let want = [
             1.0 - 0.1 * 0.5 - 0.1 * 1.9 * 0.5,
             -2.0 - 0.1 * 0.25 - 0.1 * 1.9 * 0.25,
         ];
-        for (got, want) in lin.weight_f32().unwrap().data().iter().zip(want) {
+        for (got, want) in lin.weight_f32()?.data().iter().zip(want) {
             assert!((got - want).abs() < 1e-6, "{got} vs {want}");
         }
         // AdamW step 1: θ(1 − lr·λ) − lr·g/(|g| + ε).
-        let mut lin = holder([1.0, -2.0], [0.5, -0.25]);
+        let mut lin = holder([1.0, -2.0], [0.5, -0.25])?;
         let mut adam = AdamW::new(0.01, (0.9, 0.95), 1e-8, 0.1, DecayRule::All);
-        adam.step(&mut lin).unwrap();
+        adam.step(&mut lin)?;
         let want = [1.0 * (1.0 - 0.001) - 0.01, -2.0 * (1.0 - 0.001) + 0.01];
-        for (got, want) in lin.weight_f32().unwrap().data().iter().zip(want) {
+        for (got, want) in lin.weight_f32()?.data().iter().zip(want) {
             assert!((got - want).abs() < 1e-6, "{got} vs {want}");
         }
-        assert_eq!(
-            adam.state_tensors().unwrap().len(),
-            2,
-            "m and v of one tensor"
-        );
+        assert_eq!(adam.state_tensors()?.len(), 2, "m and v of one tensor");
+        Ok(())
     }
 }

@@ -259,15 +259,16 @@ pub fn assemble(tgz: &Path, how: Assemble, progress: &mut dyn Progress) -> Resul
 mod tests {
     use super::*;
     use crate::io::fetch::Silent;
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
 
     #[test]
-    fn assembles_members_from_a_tgz() {
+    fn assembles_members_from_a_tgz() -> TestResult {
         let dir = std::env::temp_dir().join(format!("lucent-corpus-test-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
+        fs::create_dir_all(&dir)?;
         let path = dir.join("p.tgz");
         {
             let gz = flate2::write::GzEncoder::new(
-                fs::File::create(&path).unwrap(),
+                fs::File::create(&path)?,
                 flate2::Compression::fast(),
             );
             let mut tar = tar::Builder::new(gz);
@@ -281,20 +282,17 @@ mod tests {
                 h.set_size(text.len() as u64);
                 h.set_mode(0o644);
                 h.set_cksum();
-                tar.append_data(&mut h, name, text.as_bytes()).unwrap();
+                tar.append_data(&mut h, name, text.as_bytes())?;
             }
-            tar.into_inner().unwrap().finish().unwrap();
+            tar.into_inner()?.finish()?;
         }
         let glob = Assemble::Glob {
             dir: "package/data/",
             suffix: ".txt",
         };
-        assert_eq!(
-            assemble(&path, glob, &mut Silent).unwrap(),
-            "first\n\nsecond\n"
-        );
+        assert_eq!(assemble(&path, glob, &mut Silent)?, "first\n\nsecond\n");
         let one = Assemble::File("package/data/b.txt");
-        assert_eq!(assemble(&path, one, &mut Silent).unwrap(), "second\n");
+        assert_eq!(assemble(&path, one, &mut Silent)?, "second\n");
         let none = Assemble::File("package/missing.txt");
         assert!(assemble(&path, none, &mut Silent)
             .unwrap_err()
@@ -305,5 +303,6 @@ mod tests {
             .to_string()
             .contains("moby-dick"));
         let _ = fs::remove_dir_all(&dir);
+        Ok(())
     }
 }

@@ -449,13 +449,15 @@ fn transformer_base() -> ModelConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
 
     #[test]
-    fn every_preset_validates() {
+    fn every_preset_validates() -> TestResult {
         for p in PRESETS {
-            let c = preset(p.name).unwrap();
+            let c = preset(p.name)?;
             assert!(c.validate().is_ok(), "{}", p.name);
         }
+        Ok(())
     }
 
     #[test]

@@ -81,13 +81,14 @@ impl Dropout {
 #[cfg(test)]
 mod tests {
     use super::*;
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
 
     #[test]
-    fn training_drops_and_rescales_eval_is_identity() {
+    fn training_drops_and_rescales_eval_is_identity() -> TestResult {
         let x = Tensor::full(&[100, 100], 2.0);
-        let mut d = Dropout::new(0.25, 7).unwrap();
+        let mut d = Dropout::new(0.25, 7)?;
         assert!(d.is_training(), "a new dropout is in training mode");
-        let y = d.forward(&x).unwrap();
+        let y = d.forward(&x)?;
         let zeros = y.data().iter().filter(|&&v| v == 0.0).count();
         let kept = y
             .data()
@@ -100,11 +101,12 @@ mod tests {
         let mean = y.data().iter().sum::<f32>() / 10_000.0;
         assert!((mean - 2.0).abs() < 0.05, "mean preserved, got {mean}");
         // Same seed, same mask; the stream advances between calls.
-        let mut d2 = Dropout::new(0.25, 7).unwrap();
-        assert_eq!(d2.forward(&x).unwrap().data(), y.data());
-        assert_ne!(d2.forward(&x).unwrap().data(), y.data());
+        let mut d2 = Dropout::new(0.25, 7)?;
+        assert_eq!(d2.forward(&x)?.data(), y.data());
+        assert_ne!(d2.forward(&x)?.data(), y.data());
         d.eval();
-        assert_eq!(d.forward(&x).unwrap().data(), x.data());
+        assert_eq!(d.forward(&x)?.data(), x.data());
         assert!(Dropout::new(1.0, 0).is_err() && Dropout::new(-0.1, 0).is_err());
+        Ok(())
     }
 }

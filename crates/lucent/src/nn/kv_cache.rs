@@ -193,22 +193,24 @@ impl KvCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
 
     #[test]
-    fn append_then_view_returns_what_went_in() {
+    fn append_then_view_returns_what_went_in() -> TestResult {
         let mut c = LayerKvCache::new(2, 3, 5, 4, 4);
         let a = Tensor::from_fn(&[2, 3, 2, 4], |i| i as f32);
         let b = Tensor::from_fn(&[2, 3, 1, 4], |i| 100.0 + i as f32);
-        c.append(&a, &a.scale(2.0)).unwrap();
-        c.append(&b, &b.scale(2.0)).unwrap();
+        c.append(&a, &a.scale(2.0))?;
+        c.append(&b, &b.scale(2.0))?;
         assert_eq!(c.len(), 3);
-        let want = Tensor::cat(&[&a, &b], 2).unwrap();
-        assert_eq!(c.keys().unwrap().data(), want.data());
-        assert_eq!(c.values().unwrap().data(), want.scale(2.0).data());
+        let want = Tensor::cat(&[&a, &b], 2)?;
+        assert_eq!(c.keys()?.data(), want.data());
+        assert_eq!(c.values()?.data(), want.scale(2.0).data());
         let big = Tensor::zeros(&[2, 3, 3, 4]);
         let e = c.append(&big, &big).unwrap_err().to_string();
         assert!(e.contains("capacity 5"), "{e}");
         let wrong = Tensor::zeros(&[2, 2, 1, 4]);
         assert!(c.append(&wrong, &wrong).is_err());
+        Ok(())
     }
 }

@@ -356,24 +356,26 @@ impl Alibi {
 mod tests {
     use super::*;
     use rand::SeedableRng;
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
 
     #[test]
-    fn sinusoidal_first_row_is_sin0_cos0() {
-        let pe = SinusoidalEncoding::new(4, 6).unwrap();
+    fn sinusoidal_first_row_is_sin0_cos0() -> TestResult {
+        let pe = SinusoidalEncoding::new(4, 6)?;
         assert_eq!(pe.table().row(0), &[0.0, 1.0, 0.0, 1.0, 0.0, 1.0]);
         // odd width: the last feature is a sine
-        let odd = SinusoidalEncoding::new(3, 5).unwrap();
+        let odd = SinusoidalEncoding::new(3, 5)?;
         assert_eq!(
             odd.table().row(1)[4] as f64,
             (1.0f64 / 10000f64.powf(4.0 / 5.0)).sin() as f32 as f64
         );
+        Ok(())
     }
 
     #[test]
-    fn sinusoidal_forward_adds_with_offset() {
-        let pe = SinusoidalEncoding::new(10, 4).unwrap();
+    fn sinusoidal_forward_adds_with_offset() -> TestResult {
+        let pe = SinusoidalEncoding::new(10, 4)?;
         let x = Tensor::from_fn(&[2, 3, 4], |i| i as f32);
-        let y = pe.forward(&x, 5).unwrap();
+        let y = pe.forward(&x, 5)?;
         for b in 0..2 {
             for t in 0..3 {
                 for j in 0..4 {
@@ -389,27 +391,29 @@ mod tests {
             "width 3 vs 4"
         );
         assert!(SinusoidalEncoding::new(0, 4).is_err());
+        Ok(())
     }
 
     #[test]
-    fn learned_positions_error_past_max_len() {
+    fn learned_positions_error_past_max_len() -> TestResult {
         let mut rng = rand::rngs::StdRng::seed_from_u64(1);
-        let lp = LearnedPositions::randn(4, 3, 0.02, &mut rng).unwrap();
+        let lp = LearnedPositions::randn(4, 3, 0.02, &mut rng)?;
         let x = Tensor::zeros(&[1, 4, 3]);
-        let y = lp.forward(&x, 0).unwrap();
+        let y = lp.forward(&x, 0)?;
         assert_eq!(y.data(), lp.table().data());
         let e = lp.forward(&x, 1).unwrap_err().to_string();
         assert!(e.contains("only 4"), "{e}");
         assert!(LearnedPositions::new(Tensor::zeros(&[0, 3])).is_err());
+        Ok(())
     }
 
     #[test]
-    fn rope_offset_equals_positions_and_keeps_norm() {
+    fn rope_offset_equals_positions_and_keeps_norm() -> TestResult {
         let mut rng = rand::rngs::StdRng::seed_from_u64(2);
-        let r = Rope::new(6, 10000.0, RopeConvention::RotateHalf).unwrap();
+        let r = Rope::new(6, 10000.0, RopeConvention::RotateHalf)?;
         let x = Tensor::randn(&[1, 2, 3, 6], 1.0, &mut rng);
-        let y = r.apply(&x, 7).unwrap();
-        let z = rope(&x, &[7, 8, 9], 10000.0, RopeConvention::RotateHalf).unwrap();
+        let y = r.apply(&x, 7)?;
+        let z = rope(&x, &[7, 8, 9], 10000.0, RopeConvention::RotateHalf)?;
         assert_eq!(y.data(), z.data());
         // a rotation keeps each row's length
         for (a, b) in x.data().chunks(6).zip(y.data().chunks(6)) {
@@ -419,23 +423,25 @@ mod tests {
         }
         assert!(Rope::new(5, 10000.0, RopeConvention::Interleaved).is_err());
         assert!(r.apply(&Tensor::zeros(&[1, 1, 2, 4]), 0).is_err());
+        Ok(())
     }
 
     #[test]
-    fn alibi_power_of_two_and_bias_forms() {
-        let a = Alibi::new(4).unwrap();
+    fn alibi_power_of_two_and_bias_forms() -> TestResult {
+        let a = Alibi::new(4)?;
         assert_eq!(a.slopes(), &[0.25, 0.0625, 0.015625, 0.00390625]);
-        let b = a.bias(3, 3, AlibiForm::Causal).unwrap();
+        let b = a.bias(3, 3, AlibiForm::Causal)?;
         assert_eq!(b.shape(), &[1, 4, 3, 3]);
         // head 0, slope 1/4: row 2 = [-0.5, -0.25, 0]
         assert_eq!(&b.data()[6..9], &[-0.5, -0.25, 0.0]);
         assert_eq!(&b.data()[0..3], &[0.0, 0.0, 0.0]);
-        let s = a.bias(3, 3, AlibiForm::Symmetric).unwrap();
+        let s = a.bias(3, 3, AlibiForm::Symmetric)?;
         assert_eq!(&s.data()[0..3], &[0.0, -0.25, -0.5]);
         // with a cache: one query at position 4 over 5 keys
-        let c = a.bias(1, 5, AlibiForm::Causal).unwrap();
+        let c = a.bias(1, 5, AlibiForm::Causal)?;
         assert_eq!(&c.data()[0..5], &[-1.0, -0.75, -0.5, -0.25, 0.0]);
         assert!(a.bias(3, 2, AlibiForm::Causal).is_err());
         assert!(Alibi::new(0).is_err());
+        Ok(())
     }
 }

@@ -65,9 +65,11 @@ pub fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     }
     let rows = x.numel() / inp.max(1);
     let mut shape = x.shape().to_vec();
-    *shape.last_mut().expect("rank ≥ 1 checked above") = out; // ok: rank checked
-                                                              // Training: build y from recorded ops (matmul_t, add) so gradients flow; the fused
-                                                              // forms below write into buffers the tape cannot see.
+    if let Some(last) = shape.last_mut() {
+        *last = out; // (..., out); rank ≥ 1 was checked above
+    }
+    // Training: build y from recorded ops (matmul_t, add) so gradients flow; the fused
+    // forms below write into buffers the tape cannot see.
     let training = crate::autograd::is_grad_enabled()
         && (x.tracks_grad() || w.tracks_grad() || bias.is_some_and(|b| b.tracks_grad()));
     if let Some(b) = bias {
@@ -427,9 +429,10 @@ pub mod reference {
 mod tests {
     use super::*;
     use rand::{rngs::StdRng, SeedableRng};
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
 
     #[test]
-    fn gemm_equals_reference_on_awkward_shapes() {
+    fn gemm_equals_reference_on_awkward_shapes() -> TestResult {
         let mut rng = StdRng::seed_from_u64(7);
         for &(m, k, n) in &[
             (1, 1, 1),
@@ -446,7 +449,7 @@ mod tests {
                 // Σ_p |a_ip · b_pj|: the scale of rounding error in an f32 dot product.
                 let (aa, ba) = (a.map(f32::abs), b.map(f32::abs));
                 let mag = reference::gemm(aa.data(), ba.data(), m, k, n, tb);
-                let got = if tb { matmul_t(&a, &b) } else { matmul(&a, &b) }.unwrap();
+                let got = if tb { matmul_t(&a, &b) } else { matmul(&a, &b) }?;
                 // Tolerance: 1e-6 · Σ|a·b| (f32 has ε ≈ 6e-8; blocked sums stay well inside).
                 let err = got
                     .data()
@@ -458,6 +461,7 @@ mod tests {
                 assert!(err <= 1.0, "({m},{k},{n}) tb={tb}: {err} × tolerance");
             }
         }
+        Ok(())
     }
 
     #[test]
@@ -498,20 +502,20 @@ mod tests {
     }
 
     #[test]
-    fn batched_and_shared_rhs() {
+    fn batched_and_shared_rhs() -> TestResult {
         let mut rng = StdRng::seed_from_u64(1);
         let a = Tensor::randn(&[2, 3, 4, 5], 1.0, &mut rng);
         let w = Tensor::randn(&[6, 5], 1.0, &mut rng);
-        let y = matmul_t(&a, &w).unwrap();
+        let y = matmul_t(&a, &w)?;
         assert_eq!(y.shape(), &[2, 3, 4, 6]);
-        let y2 = linear(&a, &w, None).unwrap();
+        let y2 = linear(&a, &w, None)?;
         assert_eq!(y.data(), y2.data());
         // With a bias (accumulated by the GEMM for rows > 1), against the formula, 1e-5.
         for &(rows, inp, out) in &[(1, 5, 6), (3, 7, 9), (37, 33, 17), (64, 384, 96)] {
             let x = Tensor::randn(&[rows, inp], 1.0, &mut rng);
             let w = Tensor::randn(&[out, inp], 1.0, &mut rng);
             let b = Tensor::randn(&[out], 1.0, &mut rng);
-            let y = linear(&x, &w, Some(&b)).unwrap();
+            let y = linear(&x, &w, Some(&b))?;
             for i in 0..rows {
                 for j in 0..out {
                     let want: f32 = b.data()[j]
@@ -531,5 +535,6 @@ mod tests {
             err.contains("[2, 3, 4, 5]") && err.contains("[6, 5]"),
             "{err}"
         );
+        Ok(())
     }
 }

@@ -259,29 +259,31 @@ pub mod reference {
 mod tests {
     use super::*;
     use rand::{rngs::StdRng, SeedableRng};
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
 
     #[test]
-    fn table_equals_twin_both_conventions() {
+    fn table_equals_twin_both_conventions() -> TestResult {
         let mut rng = StdRng::seed_from_u64(6);
         for &(t, d) in &[(1, 2), (3, 8), (7, 18), (17, 64), (33, 128)] {
             let x = Tensor::randn(&[2, 3, t, d], 1.0, &mut rng);
             let positions: Vec<usize> = (0..t).map(|i| 5 + 3 * i).collect();
             for conv in [RopeConvention::RotateHalf, RopeConvention::Interleaved] {
-                let fast = rope(&x, &positions, 10_000.0, conv).unwrap();
+                let fast = rope(&x, &positions, 10_000.0, conv)?;
                 let mut slow = x.clone();
                 for (i, row) in slow.data_mut().chunks_mut(d).enumerate() {
                     reference::rotate_row(row, positions[i % t], 10_000.0, conv);
                 }
                 // Tolerance: 1e-6 absolute (f32 angles within 6e-8, inputs O(1)).
-                let err = fast.max_abs_diff(&slow).unwrap();
+                let err = fast.max_abs_diff(&slow)?;
                 assert!(err <= 1e-6, "t={t} d={d} {conv:?}: {err}");
             }
         }
+        Ok(())
     }
 
     #[test]
-    fn table_errors_name_the_problem() {
-        let table = RopeTable::new(10_000.0, 8, 0..4).unwrap();
+    fn table_errors_name_the_problem() -> TestResult {
+        let table = RopeTable::new(10_000.0, 8, 0..4)?;
         let x = Tensor::zeros(&[1, 8]);
         let e = table
             .apply(&x, &[4], RopeConvention::RotateHalf)
@@ -295,9 +297,8 @@ mod tests {
         assert!(e.contains('8') && e.contains('6'), "{e}");
         assert!(RopeTable::new(10_000.0, 7, 0..4).is_err());
         let mut row = [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0];
-        table
-            .apply_row(&mut row, 0, RopeConvention::Interleaved)
-            .unwrap();
+        table.apply_row(&mut row, 0, RopeConvention::Interleaved)?;
         assert_eq!(row, [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]);
+        Ok(())
     }
 }

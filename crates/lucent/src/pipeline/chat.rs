@@ -116,36 +116,36 @@ impl ChatTemplate {
 #[cfg(test)]
 mod tests {
     use super::*;
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
 
     #[test]
-    fn chatml_and_gemma_render() {
+    fn chatml_and_gemma_render() -> TestResult {
         let msgs = [
             Message::new("system", "Be brief."),
             Message::new("user", " Hi "),
         ];
         let c = ChatTemplate::new(CHATML, "", "");
         assert_eq!(
-            c.render(&msgs, true).unwrap(),
+            c.render(&msgs, true)?,
             "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n Hi <|im_end|>\n<|im_start|>assistant\n"
         );
         let g = ChatTemplate::new(GEMMA, "<bos>", "<eos>");
         assert_eq!(
-            g.render(&msgs[1..], true).unwrap(),
+            g.render(&msgs[1..], true)?,
             "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"
         );
         assert_eq!(
-            g.render(&msgs, false).unwrap(),
+            g.render(&msgs, false)?,
             "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n"
         );
+        Ok(())
     }
 
     #[test]
-    fn python_string_methods_work() {
+    fn python_string_methods_work() -> TestResult {
         let t = ChatTemplate::new("{{ messages[0]['content'].strip().upper() }}", "", "");
-        assert_eq!(
-            t.render(&[Message::new("user", "  hi ")], false).unwrap(),
-            "HI"
-        );
+        assert_eq!(t.render(&[Message::new("user", "  hi ")], false)?, "HI");
+        Ok(())
     }
 
     #[test]

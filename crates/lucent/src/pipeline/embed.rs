@@ -577,39 +577,42 @@ pub fn analogy(embedder: &Embedder, terms: &[Term], candidates: &[String]) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
 
     #[test]
-    fn terms_parse() {
+    fn terms_parse() -> TestResult {
         let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-        let t = parse_terms(&s(&["king", "-", "man", "+", "woman"])).unwrap();
+        let t = parse_terms(&s(&["king", "-", "man", "+", "woman"]))?;
         assert_eq!(
             t.iter()
                 .map(|t| (t.sign, t.text.as_str()))
                 .collect::<Vec<_>>(),
             vec![(1.0, "king"), (-1.0, "man"), (1.0, "woman")]
         );
-        let t = parse_terms(&s(&["king-man+woman"])).unwrap();
+        let t = parse_terms(&s(&["king-man+woman"]))?;
         assert_eq!(t.len(), 3);
-        let t = parse_terms(&s(&["new york", "-", "usa"])).unwrap();
+        let t = parse_terms(&s(&["new york", "-", "usa"]))?;
         assert_eq!(t[0].text, "new york");
         assert!(parse_terms(&s(&["king", "-"])).is_err());
         assert!(parse_terms(&s(&["king", "-", "+", "man"])).is_err());
         assert!(parse_terms(&[]).is_err());
+        Ok(())
     }
 
     #[test]
-    fn pooling_modes() {
+    fn pooling_modes() -> TestResult {
         // b = 1, t = 3 (last is padding), d = 2
-        let h = Tensor::new(vec![1.0, 4.0, 3.0, 2.0, 100.0, 100.0], &[1, 3, 2]).unwrap();
-        assert_eq!(pool(&h, &[2], Pooling::Mean).unwrap()[0], vec![2.0, 3.0]);
-        assert_eq!(pool(&h, &[2], Pooling::Max).unwrap()[0], vec![3.0, 4.0]);
-        assert_eq!(pool(&h, &[2], Pooling::Cls).unwrap()[0], vec![1.0, 4.0]);
-        let s = pool(&h, &[2], Pooling::MeanSqrtLen).unwrap()[0].clone();
+        let h = Tensor::new(vec![1.0, 4.0, 3.0, 2.0, 100.0, 100.0], &[1, 3, 2])?;
+        assert_eq!(pool(&h, &[2], Pooling::Mean)?[0], vec![2.0, 3.0]);
+        assert_eq!(pool(&h, &[2], Pooling::Max)?[0], vec![3.0, 4.0]);
+        assert_eq!(pool(&h, &[2], Pooling::Cls)?[0], vec![1.0, 4.0]);
+        let s = pool(&h, &[2], Pooling::MeanSqrtLen)?[0].clone();
         assert!((s[0] - 4.0 / 2f32.sqrt()).abs() < 1e-6);
         assert!(pool(&h, &[4], Pooling::Mean).is_err());
         let mut v = vec![3.0, 4.0];
         l2_normalize(&mut v);
         assert_eq!(v, vec![0.6, 0.8]);
         assert!((cosine(&[1.0, 0.0], &[1.0, 1.0]) - 0.70710677).abs() < 1e-6);
+        Ok(())
     }
 }

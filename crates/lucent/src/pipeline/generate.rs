@@ -511,45 +511,48 @@ pub fn continue_generation(
 #[cfg(test)]
 mod tests {
     use super::*;
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
 
-    fn sampler(p: SamplingParams) -> Sampler {
-        Sampler::new(p).unwrap()
+    fn sampler(p: SamplingParams) -> Result<Sampler> {
+        Sampler::new(p)
     }
 
     #[test]
-    fn greedy_and_top_k_one_pick_the_argmax() {
+    fn greedy_and_top_k_one_pick_the_argmax() -> TestResult {
         let logits = [0.1, 3.0, -1.0, 2.9];
-        let mut g = sampler(SamplingParams::greedy());
-        assert_eq!(g.sample(&mut logits.clone(), &[]).unwrap(), 1);
+        let mut g = sampler(SamplingParams::greedy())?;
+        assert_eq!(g.sample(&mut logits.clone(), &[])?, 1);
         let mut k1 = sampler(SamplingParams {
             temperature: 1.5,
             top_k: 1,
             seed: 3,
             ..SamplingParams::greedy()
-        });
+        })?;
         for _ in 0..20 {
-            assert_eq!(k1.sample(&mut logits.clone(), &[]).unwrap(), 1);
+            assert_eq!(k1.sample(&mut logits.clone(), &[])?, 1);
         }
+        Ok(())
     }
 
     #[test]
-    fn repetition_penalty_divides_positive_and_multiplies_negative() {
+    fn repetition_penalty_divides_positive_and_multiplies_negative() -> TestResult {
         let s = sampler(SamplingParams {
             repeat_penalty: 2.0,
             ..SamplingParams::greedy()
-        });
+        })?;
         let mut z = [4.0, -1.0, 3.0];
         s.penalize(&mut z, &[0, 1, 0]);
         assert_eq!(z, [2.0, -2.0, 3.0]); // token 0 penalised once though it appears twice
         let mut g = sampler(SamplingParams {
             repeat_penalty: 2.0,
             ..SamplingParams::greedy()
-        });
-        assert_eq!(g.sample(&mut [4.0, -1.0, 3.0], &[0]).unwrap(), 2);
+        })?;
+        assert_eq!(g.sample(&mut [4.0, -1.0, 3.0], &[0])?, 2);
+        Ok(())
     }
 
     #[test]
-    fn min_p_and_top_p_cut_the_tail() {
+    fn min_p_and_top_p_cut_the_tail() -> TestResult {
         // p ≈ [0.665, 0.245, 0.090]: min_p 0.5 keeps only token 0; top_p 0.6 too.
         let logits = [2.0, 1.0, 0.0];
         for p in [
@@ -564,9 +567,9 @@ mod tests {
                 ..SamplingParams::greedy()
             },
         ] {
-            let mut s = sampler(p);
+            let mut s = sampler(p)?;
             for _ in 0..50 {
-                assert_eq!(s.sample(&mut logits.clone(), &[]).unwrap(), 0);
+                assert_eq!(s.sample(&mut logits.clone(), &[])?, 0);
             }
         }
         // top_p 0.95 keeps all three: every token appears in 400 draws.
@@ -575,23 +578,24 @@ mod tests {
             top_p: 0.95,
             seed: 1,
             ..SamplingParams::greedy()
-        });
+        })?;
         let mut seen = [0; 3];
         for _ in 0..400 {
-            seen[s.sample(&mut logits.clone(), &[]).unwrap() as usize] += 1;
+            seen[s.sample(&mut logits.clone(), &[])? as usize] += 1;
         }
         assert!(seen.iter().all(|&c| c > 0), "{seen:?}");
         assert!(seen[0] > seen[1] && seen[1] > seen[2], "{seen:?}");
+        Ok(())
     }
 
     #[test]
-    fn bad_parameters_name_the_flag() {
+    fn bad_parameters_name_the_flag() -> TestResult {
         let e = Sampler::new(SamplingParams {
             top_p: 0.0,
             ..SamplingParams::greedy()
         })
         .err()
-        .unwrap()
+        .ok_or("expected an error")?
         .to_string();
         assert!(e.contains("--top-p"), "{e}");
         let e = Sampler::new(SamplingParams {
@@ -599,9 +603,10 @@ mod tests {
             ..SamplingParams::greedy()
         })
         .err()
-        .unwrap()
+        .ok_or("expected an error")?
         .to_string();
         assert!(e.contains("--temperature"), "{e}");
+        Ok(())
     }
 
     #[test]

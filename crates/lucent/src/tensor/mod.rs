@@ -616,11 +616,12 @@ pub fn strides(shape: &[usize]) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
 
     #[test]
-    fn permute_matches_index_formula() {
+    fn permute_matches_index_formula() -> TestResult {
         let t = Tensor::from_fn(&[2, 3, 4], |i| i as f32);
-        let p = t.permute(&[2, 0, 1]).unwrap();
+        let p = t.permute(&[2, 0, 1])?;
         assert_eq!(p.shape(), &[4, 2, 3]);
         for a in 0..4 {
             for b in 0..2 {
@@ -631,12 +632,13 @@ mod tests {
                 }
             }
         }
-        let back = p.permute(&[1, 2, 0]).unwrap();
+        let back = p.permute(&[1, 2, 0])?;
         assert_eq!(back.data(), t.data());
+        Ok(())
     }
 
     #[test]
-    fn permute_with_unit_dims_matches_index_formula() {
+    fn permute_with_unit_dims_matches_index_formula() -> TestResult {
         // Shapes with length-1 dimensions (a decode step's (b, 1, h, d)) and every
         // permutation of rank 4, against the index formula.
         let perms4: Vec<[usize; 4]> = {
@@ -666,7 +668,7 @@ mod tests {
             let t = Tensor::from_fn(&shape, |i| i as f32);
             let st = strides(&shape);
             for p in &perms4 {
-                let out = t.permute(p).unwrap();
+                let out = t.permute(p)?;
                 let os: Vec<usize> = p.iter().map(|&i| shape[i]).collect();
                 assert_eq!(out.shape(), os.as_slice());
                 let ost = strides(&os);
@@ -680,36 +682,40 @@ mod tests {
                 }
             }
         }
+        Ok(())
     }
 
     #[test]
-    fn transpose_of_rank_one_and_length_one() {
+    fn transpose_of_rank_one_and_length_one() -> TestResult {
         let t = Tensor::from_fn(&[1, 5], |i| i as f32);
-        let tt = t.transpose(0, 1).unwrap();
+        let tt = t.transpose(0, 1)?;
         assert_eq!(tt.shape(), &[5, 1]);
         assert_eq!(tt.data(), t.data());
         let v = Tensor::from_slice(&[1.0, 2.0]);
-        assert_eq!(v.permute(&[0]).unwrap().data(), &[1.0, 2.0]);
+        assert_eq!(v.permute(&[0])?.data(), &[1.0, 2.0]);
         assert!(v.transpose(0, 1).is_err());
+        Ok(())
     }
 
     #[test]
-    fn narrow_and_cat_round_trip() {
+    fn narrow_and_cat_round_trip() -> TestResult {
         let t = Tensor::from_fn(&[2, 5, 3], |i| i as f32);
-        let a = t.narrow(1, 0, 2).unwrap();
-        let b = t.narrow(1, 2, 3).unwrap();
-        let c = Tensor::cat(&[&a, &b], 1).unwrap();
+        let a = t.narrow(1, 0, 2)?;
+        let b = t.narrow(1, 2, 3)?;
+        let c = Tensor::cat(&[&a, &b], 1)?;
         assert_eq!(c.data(), t.data());
         assert!(t.narrow(1, 4, 2).is_err());
+        Ok(())
     }
 
     #[test]
-    fn broadcast_add_and_errors_name_shapes() {
+    fn broadcast_add_and_errors_name_shapes() -> TestResult {
         let x = Tensor::zeros(&[2, 3]);
         let b = Tensor::from_slice(&[1.0, 2.0, 3.0]);
-        assert_eq!(x.add(&b).unwrap().data(), &[1.0, 2.0, 3.0, 1.0, 2.0, 3.0]);
+        assert_eq!(x.add(&b)?.data(), &[1.0, 2.0, 3.0, 1.0, 2.0, 3.0]);
         let err = x.add(&Tensor::zeros(&[2])).unwrap_err().to_string();
         assert!(err.contains("[2, 3]") && err.contains("[2]"), "{err}");
+        Ok(())
     }
 
     #[test]
@@ -721,7 +727,7 @@ mod tests {
     }
 
     #[test]
-    fn half_widening() {
+    fn half_widening() -> TestResult {
         let v = [1.5f32, -2.25, 0.0];
         let f16: Vec<u8> = v
             .iter()
@@ -731,13 +737,8 @@ mod tests {
             .iter()
             .flat_map(|&x| half::bf16::from_f32(x).to_le_bytes())
             .collect();
-        assert_eq!(
-            Tensor::from_bytes(&f16, Dtype::F16, &[3]).unwrap().data(),
-            &v
-        );
-        assert_eq!(
-            Tensor::from_bytes(&bf, Dtype::BF16, &[3]).unwrap().data(),
-            &v
-        );
+        assert_eq!(Tensor::from_bytes(&f16, Dtype::F16, &[3])?.data(), &v);
+        assert_eq!(Tensor::from_bytes(&bf, Dtype::BF16, &[3])?.data(), &v);
+        Ok(())
     }
 }

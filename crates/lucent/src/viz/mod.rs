@@ -836,6 +836,7 @@ pub fn fmt_value(v: f32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
 
     fn tmp(name: &str) -> std::path::PathBuf {
         std::env::temp_dir().join(format!("lucent-viz-{}-{name}", std::process::id()))
@@ -862,7 +863,7 @@ mod tests {
     }
 
     #[test]
-    fn writes_png_and_svg_grid() {
+    fn writes_png_and_svg_grid() -> TestResult {
         let a = Panel::new("weights", vec![vec![0.2, 0.8], vec![0.5, 0.5]])
             .labels(
                 vec!["The".into(), "cat".into()],
@@ -879,16 +880,17 @@ mod tests {
         .colormap(ColorMap::Diverging);
         for ext in ["png", "svg"] {
             let path = tmp(&format!("grid.{ext}"));
-            heatmap_grid(&[a.clone(), b.clone()], &path).unwrap();
-            let bytes = std::fs::read(&path).unwrap();
+            heatmap_grid(&[a.clone(), b.clone()], &path)?;
+            let bytes = std::fs::read(&path)?;
             assert!(bytes.len() > 1000, "{ext}: {} bytes", bytes.len());
             if ext == "png" {
                 assert_eq!(&bytes[1..4], b"PNG");
             } else {
                 assert!(String::from_utf8_lossy(&bytes).contains("weights"));
             }
-            std::fs::remove_file(&path).unwrap();
+            std::fs::remove_file(&path)?;
         }
+        Ok(())
     }
 
     #[test]

@@ -250,6 +250,7 @@ pub const NAMES: NameTable = NameTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
 
     fn minilm_json(act: &str) -> String {
         format!(
@@ -261,9 +262,9 @@ mod tests {
     }
 
     #[test]
-    fn minilm_config_translates() {
-        let hf: HfBertConfig = serde_json::from_str(&minilm_json("gelu")).unwrap();
-        let c = config(&hf).unwrap();
+    fn minilm_config_translates() -> TestResult {
+        let hf: HfBertConfig = serde_json::from_str(&minilm_json("gelu"))?;
+        let c = config(&hf)?;
         assert_eq!(
             (c.d_model, c.n_heads, c.head_dim, c.d_ff),
             (384, 12, 32, 1536)
@@ -273,17 +274,19 @@ mod tests {
         assert_eq!(c.activation, Activation::Gelu);
         assert!(c.embedding_norm && !c.final_norm);
         assert_eq!(c.norm_eps, 1e-12);
+        Ok(())
     }
 
     #[test]
-    fn unknown_activation_is_named() {
-        let hf: HfBertConfig = serde_json::from_str(&minilm_json("mish")).unwrap();
+    fn unknown_activation_is_named() -> TestResult {
+        let hf: HfBertConfig = serde_json::from_str(&minilm_json("mish"))?;
         let e = config(&hf).unwrap_err().to_string();
         assert!(e.contains("hidden_act 'mish'"), "{e}");
+        Ok(())
     }
 
     #[test]
-    fn every_param_has_a_key_once() {
+    fn every_param_has_a_key_once() -> TestResult {
         for (i, (p, _)) in NAMES.keys.iter().enumerate() {
             assert!(
                 NAMES.keys[i + 1..].iter().all(|(q, _)| q != p),
@@ -291,10 +294,11 @@ mod tests {
             );
             assert_eq!(
                 p.per_layer(),
-                NAMES.pattern(*p).unwrap().contains("{i}"),
+                NAMES.pattern(*p).ok_or("no pattern")?.contains("{i}"),
                 "{p:?}"
             );
         }
         assert_eq!(NAMES.keys.len(), 21);
+        Ok(())
     }
 }

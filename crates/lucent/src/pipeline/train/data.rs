@@ -438,29 +438,31 @@ mod tests {
     use super::*;
     use rand::rngs::StdRng;
     use rand::SeedableRng;
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
 
     #[test]
-    fn tokenizers_round_trip() {
+    fn tokenizers_round_trip() -> TestResult {
         let text = "Call me Ishmael. Some years ago—never mind how long precisely.\n".repeat(20);
         let c = TextTokenizer::Char(CharTokenizer::fit(&text));
-        let ids = c.encode(&text).unwrap();
-        assert_eq!(c.decode(&ids).unwrap(), text);
+        let ids = c.encode(&text)?;
+        assert_eq!(c.decode(&ids)?, text);
         assert!(c.encode("Z").is_err(), "unseen character");
-        let bpe = TextTokenizer::train_bpe(&text, 300).unwrap();
+        let bpe = TextTokenizer::train_bpe(&text, 300)?;
         assert!(bpe.vocab_size() > 256 && bpe.vocab_size() <= 300);
-        let ids = bpe.encode(&text).unwrap();
+        let ids = bpe.encode(&text)?;
         assert!(
             ids.len() < text.len() / 2,
             "merges shorten the text: {} ids",
             ids.len()
         );
-        assert_eq!(bpe.decode(&ids).unwrap(), text);
+        assert_eq!(bpe.decode(&ids)?, text);
         assert!(TextTokenizer::train_bpe(&text, 100).is_err());
+        Ok(())
     }
 
     #[test]
-    fn split_batches_and_tasks() {
-        let s = TokenStream::split((0..100).collect(), 5).unwrap();
+    fn split_batches_and_tasks() -> TestResult {
+        let s = TokenStream::split((0..100).collect(), 5)?;
         assert_eq!((s.train.len(), s.val.len()), (90, 10));
         assert_eq!(s.val[0], 90, "the last 10% is held out");
         assert!(TokenStream::split((0..100).collect(), 10).is_err());
@@ -482,16 +484,17 @@ mod tests {
                     assert_eq!(t, c.into_iter().collect::<String>());
                 }
                 Task::Add => {
-                    let (a, b) = s.split_once('+').unwrap();
-                    let sum = a.parse::<u64>().unwrap() + b.parse::<u64>().unwrap();
+                    let (a, b) = s.split_once('+').ok_or("no '+' in the input")?;
+                    let sum = a.parse::<u64>()? + b.parse::<u64>()?;
                     assert_eq!(t, sum.to_string());
                 }
             }
-            assert_eq!(task.parse_input(10, &s).unwrap(), src);
+            assert_eq!(task.parse_input(10, &s)?, src);
         }
         let b = pad_batch(&[(vec![3, 4], vec![4, 3]), (vec![5], vec![5])]);
         assert_eq!(b.src, vec![vec![3, 4], vec![5, PAD]]);
         assert_eq!(b.tgt_in, vec![vec![BOS, 4, 3], vec![BOS, 5, PAD]]);
         assert_eq!(b.tgt_out, vec![vec![4, 3, EOS], vec![5, EOS, PAD]]);
+        Ok(())
     }
 }
