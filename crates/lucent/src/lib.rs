@@ -18,6 +18,7 @@
 //! | [`viz`] | heatmaps of attention, masks and positions (PNG/SVG) |
 //!
 //! Errors are values: every fallible function returns [`Result`].
+#![warn(missing_docs)]
 
 pub mod autograd;
 pub mod error;
