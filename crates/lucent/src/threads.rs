@@ -37,13 +37,23 @@ thread_local! {
 /// restore the previous setting. For work that is already parallel at a coarser grain,
 /// such as one shard of a data-parallel training step.
 pub fn serial<R>(f: impl FnOnce() -> R) -> R {
-    struct Restore(bool);
+    with_flag(&SERIAL, true, f)
+}
+
+/// Run `f` with the thread-local `flag` set to `value`, then restore its previous value,
+/// also if `f` panics.
+pub(crate) fn with_flag<R>(
+    flag: &'static std::thread::LocalKey<std::cell::Cell<bool>>,
+    value: bool,
+    f: impl FnOnce() -> R,
+) -> R {
+    struct Restore(&'static std::thread::LocalKey<std::cell::Cell<bool>>, bool);
     impl Drop for Restore {
         fn drop(&mut self) {
-            SERIAL.with(|s| s.set(self.0));
+            self.0.with(|c| c.set(self.1));
         }
     }
-    let _restore = Restore(SERIAL.with(|s| s.replace(true)));
+    let _restore = Restore(flag, flag.with(|c| c.replace(value)));
     f()
 }
 

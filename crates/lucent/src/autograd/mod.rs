@@ -86,14 +86,7 @@ pub fn with_grad<R>(f: impl FnOnce() -> R) -> R {
 }
 
 fn grad_mode<R>(on: bool, f: impl FnOnce() -> R) -> R {
-    struct Restore(bool);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            GRAD_ENABLED.with(|g| g.set(self.0));
-        }
-    }
-    let _restore = Restore(GRAD_ENABLED.with(|g| g.replace(on)));
-    f()
+    crate::threads::with_flag(&GRAD_ENABLED, on, f)
 }
 
 /// Whether an op over `inputs` must be recorded: grad mode is on and some input carries
