@@ -530,6 +530,7 @@ fn gated_ffn_is_its_formula() {
             up: up.clone(),
             down: down.clone(),
             activation: act,
+            f16: false,
         };
         let x = randn(&[3, 5], 3);
         let got = gate.forward(&x, None).unwrap();

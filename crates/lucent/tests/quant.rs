@@ -253,7 +253,9 @@ fn quantised_dots_equal_dequantise_then_dot() {
                     "{t} n={n}: simd {fast} vs twin {slow}"
                 );
                 // 3. Against the f32 activations: each x is rounded to the nearest multiple of
-                //    its block's dx, so |error| ≤ Σ|w_i|·dx_i/2 (+ the rounding bound above).
+                //    its block's dx = max|x|/127, and the stored scale is dx rounded to f16
+                //    for the 32-blocks (llama.cpp's), so |x_i − xq_i| ≤ dx/2 + |q_i|·|dx −
+                //    f16(dx)| and |error| ≤ Σ|w_i|·that (+ the rounding bound above).
                 let block = match t.activation_kind() {
                     lucent::tensor::quant::ActKind::F32 => 0,
                     lucent::tensor::quant::ActKind::Q8_0 => 32,
@@ -262,9 +264,16 @@ fn quantised_dots_equal_dequantise_then_dot() {
                 let bound: f64 = if block == 0 {
                     0.0
                 } else {
+                    let dx: Vec<f64> = x
+                        .chunks_exact(block)
+                        .map(|b| b.iter().fold(0.0f64, |m, v| m.max(v.abs() as f64)) / 127.0)
+                        .collect();
                     w.iter()
                         .enumerate()
-                        .map(|(i, wi)| wi.abs() as f64 * a.d[i / block] as f64 / 2.0)
+                        .map(|(i, wi)| {
+                            let (d, ds) = (dx[i / block], (a.d[i / block] as f64).abs());
+                            wi.abs() as f64 * (d / 2.0 + (a.qs[i] as f64).abs() * (d - ds).abs())
+                        })
                         .sum()
                 };
                 let truth = dot64(&w, &x);
@@ -382,4 +391,101 @@ fn extreme_blocks_do_not_saturate() {
             }
         }
     }
+}
+
+/// The 32-block kinds sum in llama.cpp's order on every path (the scalar twin, the AVX2
+/// dot, the tile kernel of `matvec`, and the prefill product `matmul_t_quantized`), so
+/// they agree bit for bit: a model's decode and its prompt see the same numbers.
+#[test]
+fn block32_kernels_equal_their_twin_bit_for_bit() {
+    let mut rng = StdRng::seed_from_u64(5);
+    lucent::threads::set_threads(2);
+    let kinds = [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+    ];
+    for t in kinds {
+        for &(rows, cols) in &[(1usize, 32usize), (7, 96), (13, 576), (600, 1536)] {
+            let bytes: Vec<u8> = (0..rows)
+                .flat_map(|_| random_row(t, cols, &mut rng))
+                .collect();
+            let m = QMatrix::from_vec(t, rows, cols, bytes).unwrap();
+            let xs: Vec<f32> = (0..3 * cols)
+                .map(|_| rng.random_range(-3.0f32..3.0))
+                .collect();
+            let prefill = m.matmul_t_quantized(&xs, 3).unwrap(); // (3, rows)
+            for r in 0..3 {
+                let x = &xs[r * cols..(r + 1) * cols];
+                let a = quantize_activations(t, x).unwrap();
+                let y = m.matvec(x).unwrap();
+                let yr = m.matvec_reference(x).unwrap();
+                for i in 0..rows {
+                    let twin = reference::vec_dot(t, m.row_bytes_of(i), &a).unwrap();
+                    let fast = vec_dot(t, m.row_bytes_of(i), &a).unwrap();
+                    assert_eq!(
+                        fast.to_bits(),
+                        twin.to_bits(),
+                        "{t} {rows}×{cols} dot row {i}"
+                    );
+                    assert_eq!(
+                        y[i].to_bits(),
+                        twin.to_bits(),
+                        "{t} {rows}×{cols} matvec row {i}"
+                    );
+                    assert_eq!(
+                        yr[i].to_bits(),
+                        twin.to_bits(),
+                        "{t} {rows}×{cols} twin row {i}"
+                    );
+                    assert_eq!(
+                        prefill[r * rows + i].to_bits(),
+                        twin.to_bits(),
+                        "{t} {rows}×{cols} prefill row {r}, {i}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Activations are quantised with llama.cpp's rules to the bit: q = round(x·127/max|x|)
+/// with ties to even, the scale kept in f16 (and, for the `_1` kinds, f16(d·Σq)); for
+/// the K-quants q = round(x·(−127/m)) with m the signed value of largest magnitude.
+#[test]
+fn activations_quantise_as_llama_cpp_does() {
+    // A block whose largest magnitude is 127: the multiplier is exactly 1.
+    let mut x = vec![0.0f32; 32];
+    x[0] = 127.0;
+    x[1] = 2.5; // tie → 2
+    x[2] = 3.5; // tie → 4
+    x[3] = -2.5; // tie → −2
+    x[4] = 0.49;
+    let a = quantize_activations(GgmlType::Q4_1, &x).unwrap();
+    assert_eq!(&a.qs[..5], &[127, 2, 4, -2, 0]);
+    assert_eq!(a.d[0], 1.0);
+    assert_eq!(a.sum[0], f16::from_f32(127.0 + 2.0 + 4.0 - 2.0).to_f32());
+    // A scale that f16 cannot hold: it is kept rounded, as llama.cpp stores it.
+    let y: Vec<f32> = (0..32).map(|i| (i as f32 - 15.5) * 0.013).collect();
+    let a = quantize_activations(GgmlType::Q8_0, &y).unwrap();
+    let amax = 15.5 * 0.013f32;
+    assert_eq!(a.d[0], f16::from_f32(amax / 127.0).to_f32());
+    assert_ne!(a.d[0], amax / 127.0);
+    for (q, v) in a.qs.iter().zip(&y) {
+        assert_eq!(*q as f32, (v * (127.0 / amax)).round_ties_even());
+    }
+    // K-quant activations: the sign of the largest value is kept in the scale.
+    let mut z = vec![0.25f32; 256];
+    z[7] = -2.0;
+    let a = quantize_activations(GgmlType::Q4_K, &z).unwrap();
+    let iscale = -127.0f32 / -2.0;
+    assert_eq!(a.d[0], 1.0 / iscale);
+    assert_eq!(a.qs[7], -127);
+    assert_eq!(a.qs[0] as f32, (0.25 * iscale).round_ties_even());
+    assert_eq!(
+        a.bsums[0],
+        a.qs[..16].iter().map(|&q| q as i32).sum::<i32>()
+    );
 }

@@ -101,7 +101,8 @@ impl DecoderModel {
                 lin(Param::FfnUpWeight, i)?,
                 lin(Param::FfnDownWeight, i)?,
                 cfg.activation,
-            )?;
+            )?
+            .with_ggml_f16(cfg.ggml_f16);
             let layer = DecoderLayer::new(
                 cfg.norm_placement,
                 attn,

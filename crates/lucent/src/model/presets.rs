@@ -265,6 +265,7 @@ fn bert(layers: usize, d: usize, heads: usize, d_ff: usize) -> ModelConfig {
         global_every: None,
         attention_scale: None,
         pooler: true,
+        ggml_f16: false,
     }
 }
 
@@ -301,6 +302,7 @@ fn gpt2() -> ModelConfig {
         global_every: None,
         attention_scale: None,
         pooler: false,
+        ggml_f16: false,
     }
 }
 
@@ -354,6 +356,7 @@ fn llama(
         global_every: None,
         attention_scale: None,
         pooler: false,
+        ggml_f16: false,
     }
 }
 
@@ -406,6 +409,7 @@ fn gemma3() -> ModelConfig {
         // query_pre_attn_scalar = 256 = head_dim: the usual 1/√d_k.
         attention_scale: None,
         pooler: false,
+        ggml_f16: false,
     }
 }
 
@@ -443,6 +447,7 @@ fn transformer_base() -> ModelConfig {
         global_every: None,
         attention_scale: None,
         pooler: false,
+        ggml_f16: false,
     }
 }
 

@@ -27,7 +27,8 @@ use crate::nn::kv_cache::LayerKvCache;
 use crate::nn::linear::Linear;
 use crate::nn::norm::RmsNorm;
 use crate::nn::trace::{record, wants, Trace};
-use crate::ops::attention::{bias_row, check_dims, visible_keys};
+use crate::ops::attention::{bias_row, check_dims, round_f16, visible_keys};
+use crate::ops::ggml::F16Order;
 use crate::ops::{self, AttentionParams, RopeConvention};
 use crate::tensor::Tensor;
 use crate::{Error, Result};
@@ -53,6 +54,12 @@ pub struct AttentionOptions<'a> {
     /// [`AttentionParams::segments`]). Positions (learned or sinusoidal) are the caller's
     /// to restart per segment; RoPE layers refuse segments.
     pub segments: Option<&'a [usize]>,
+    /// Compute every query row with the same arithmetic however many rows there are,
+    /// so a KV-cached decode equals the full forward bit for bit. Matters only where
+    /// attention follows llama.cpp ([`AttentionConfig::f16`]), which sums a prompt's
+    /// products in another order than a single token's; then every row takes the
+    /// single token's order.
+    pub row_invariant: bool,
 }
 
 impl<'a> AttentionOptions<'a> {
@@ -125,6 +132,7 @@ pub fn scaled_dot_product_attention(
         want_weights: opts.want_weights,
         segments: opts.segments,
         kv_len: None,
+        ggml: None,
     };
     let out = ops::attention(&as4(q)?, &as4(k)?, &as4(v)?, &params)?;
     let back = |t: Tensor| -> Result<Tensor> {
@@ -172,6 +180,13 @@ pub struct AttentionConfig {
     pub window: Option<usize>,
     /// Multiplies Q·Kᵀ (usually 1/√d_k).
     pub scale: f32,
+    /// Round Q, K and V to f16 after RoPE and compute the attention as llama.cpp does
+    /// with its f16 KV cache ([`crate::ops::ggml`]; [`ModelConfig::ggml_f16`]).
+    pub f16: bool,
+    /// With `f16`: multiply Q by `scale` before the product and leave the scores
+    /// unscaled, as llama.cpp runs a model with an explicit attention scale (Gemma's
+    /// `query_pre_attn_scalar`). Equal to scaling the scores but for rounding.
+    pub scale_queries: bool,
 }
 
 impl AttentionConfig {
@@ -191,6 +206,8 @@ impl AttentionConfig {
             rope: None,
             window: None,
             scale: 1.0 / (head_dim as f32).sqrt(),
+            f16: false,
+            scale_queries: false,
         })
     }
 
@@ -236,6 +253,8 @@ impl AttentionConfig {
             rope,
             window,
             scale: cfg.score_scale(),
+            f16: cfg.ggml_f16 && !cross,
+            scale_queries: cfg.attention_scale.is_some(),
         }
     }
 
@@ -455,6 +474,7 @@ impl MultiHeadAttention {
             ));
         }
 
+        record(&mut trace, "input", x_q);
         let split = |x: Tensor, heads: usize, t: usize| -> Result<Tensor> {
             x.reshape(&[b, t, heads, d_k])? // (b, t, heads, d_k)
                 .transpose(1, 2) // (b, heads, t, d_k)
@@ -474,12 +494,26 @@ impl MultiHeadAttention {
         }
         if let Some(r) = c.rope {
             let q_pos: Vec<usize> = (start..start + t_q).collect();
-            q = ops::rope(&q, &q_pos, r.base, r.convention)?;
             let k_start = if x_kv.is_some() { 0 } else { start };
             let k_pos: Vec<usize> = (k_start..k_start + t_k).collect();
-            k = ops::rope(&k, &k_pos, r.base, r.convention)?;
+            if c.f16 {
+                // llama.cpp's angles and rounding (the f16 path reproduces its numbers).
+                ops::ggml::rope_rows(q.data_mut(), d_k, &q_pos, r.base, r.convention);
+                ops::ggml::rope_rows(k.data_mut(), d_k, &k_pos, r.base, r.convention);
+            } else {
+                q = ops::rope(&q, &q_pos, r.base, r.convention)?;
+                k = ops::rope(&k, &k_pos, r.base, r.convention)?;
+            }
         }
 
+        if c.f16 {
+            if c.scale_queries {
+                q = q.scale(c.scale);
+            }
+            q = q.map(round_f16);
+            k = k.map(round_f16);
+        }
+        let v = if c.f16 { v.map(round_f16) } else { v };
         // With a cache, K and V are its whole store (b, h_kv, max_t, d_k), read in place
         // up to the cached length (`kv_len`), not copied out each step.
         let (k, v, kv_len) = match cache {
@@ -492,13 +526,24 @@ impl MultiHeadAttention {
         };
 
         let params = AttentionParams {
-            scale: c.scale,
+            scale: if c.f16 && c.scale_queries {
+                1.0
+            } else {
+                c.scale
+            },
             causal: opts.causal,
             window: opts.window.or(c.window),
             bias: opts.bias,
             want_weights: opts.want_weights || wants(&trace, "weights"),
             segments: opts.segments,
             kv_len,
+            ggml: c.f16.then(|| {
+                if opts.row_invariant {
+                    F16Order::Dot
+                } else {
+                    F16Order::for_rows(t_q)
+                }
+            }),
         };
         let attended = ops::attention(&q, &k, &v, &params)?;
         if trace.is_some() {

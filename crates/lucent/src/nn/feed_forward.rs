@@ -12,7 +12,7 @@ use crate::model::config::FfnKind;
 use crate::model::ModelConfig;
 use crate::nn::linear::Linear;
 use crate::nn::trace::{record, Trace};
-use crate::ops::Activation;
+use crate::ops::{self, Activation};
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
@@ -38,6 +38,10 @@ pub enum FeedForward {
         down: Linear,
         /// act (SiLU: SwiGLU, GELU: GeGLU)
         activation: Activation,
+        /// The activation as llama.cpp computes it ([`ModelConfig::ggml_f16`]): tanh-GELU
+        /// from its f16 table ([`ops::activation::gelu_tanh_f16`]), SiLU with its vector
+        /// exp ([`ops::ggml::silu`]); other activations are unaffected.
+        f16: bool,
     },
 }
 
@@ -75,7 +79,17 @@ impl FeedForward {
             up,
             down,
             activation,
+            f16: false,
         })
+    }
+
+    /// The same network with its tanh-GELU computed at f16 as llama.cpp does (gated
+    /// networks only; [`ModelConfig::ggml_f16`]).
+    pub fn with_ggml_f16(mut self, on: bool) -> Self {
+        if let FeedForward::Gated { f16, .. } = &mut self {
+            *f16 = on;
+        }
+        self
     }
 
     /// Random weights N(0, 0.02²) in, N(0, out_std²) for the output projection
@@ -101,6 +115,7 @@ impl FeedForward {
                 up: Linear::new_random(d_model, d_ff, bias, 0.02, rng),
                 down: Linear::new_random(d_ff, d_model, bias, out_std, rng),
                 activation,
+                f16: false,
             },
         }
     }
@@ -150,6 +165,7 @@ impl FeedForward {
     /// x: (..., d) → (..., d); hidden (..., d_ff)
     pub fn forward(&self, x: &Tensor, trace: Option<&mut Trace>) -> Result<Tensor> {
         let mut trace = trace;
+        record(&mut trace, "input", x);
         let (hidden, out) = match self {
             FeedForward::Mlp { w1, w2, activation } => {
                 let hidden = activation.apply(&w1.forward(x)?); // (..., d_ff)
@@ -161,8 +177,19 @@ impl FeedForward {
                 up,
                 down,
                 activation,
+                f16,
             } => {
-                let hidden = activation.apply(&gate.forward(x)?).mul(&up.forward(x)?)?; // (..., d_ff)
+                let g = gate.forward(x)?; // (..., d_ff)
+                let act = match (*f16, *activation) {
+                    (true, Activation::GeluTanh) => g.map(ops::activation::gelu_tanh_f16),
+                    (true, Activation::Silu) => {
+                        let mut g = g;
+                        ops::ggml::silu_in_place(g.data_mut());
+                        g
+                    }
+                    _ => activation.apply(&g),
+                };
+                let hidden = act.mul(&up.forward(x)?)?; // (..., d_ff)
                 let out = down.forward(&hidden)?;
                 (hidden, out)
             }

@@ -80,6 +80,23 @@ pub fn silu(x: &Tensor) -> Tensor {
     crate::autograd::rules::activation(unary(Unary::Silu, x), x, Activation::Silu)
 }
 
+/// tanh-GELU as llama.cpp's CPU backend computes it, from a table over f16 inputs: the
+/// input rounded to f16, ½x(1 + tanh(√(2/π)(x + 0.044715x³))) in f32, the result
+/// rounded to f16; exactly 0 at x ≤ −10 and x itself at x ≥ 10.
+pub fn gelu_tanh_f16(x: f32) -> f32 {
+    use half::f16;
+    if x <= -10.0 {
+        return 0.0;
+    }
+    if x >= 10.0 {
+        return x;
+    }
+    let x = f16::from_f32(x).to_f32();
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    let y = 0.5 * x * (1.0 + libm::tanhf(SQRT_2_OVER_PI * x * (1.0 + 0.044715 * x * x)));
+    f16::from_f32(y).to_f32()
+}
+
 /// In place: `x[i] ← act(x[i])` on the SIMD path, on one thread (for callers that own a
 /// buffer, e.g. a decode step's hidden row).
 pub fn apply_in_place(act: Activation, x: &mut [f32]) {

@@ -24,6 +24,7 @@
 
 use rayon::prelude::*;
 
+use crate::ops::ggml::F16Order;
 use crate::ops::{matmul, simd, softmax};
 use crate::tensor::Tensor;
 use crate::{Error, Result};
@@ -54,6 +55,10 @@ pub struct AttentionParams<'a> {
     /// `kv_len` are keys. The kernels read them in place, so a decode step does not
     /// copy the cache.
     pub kv_len: Option<usize>,
+    /// Compute as llama.cpp does with its f16 KV cache ([`crate::ops::ggml`]): Q, K and V
+    /// are f16 values already; the products are summed in this order, the softmax uses
+    /// its exp, and the weights are rounded to f16 before they weight V.
+    pub ggml: Option<F16Order>,
 }
 
 impl AttentionParams<'_> {
@@ -67,8 +72,14 @@ impl AttentionParams<'_> {
             want_weights: false,
             segments: None,
             kv_len: None,
+            ggml: None,
         }
     }
+}
+
+/// `x` rounded to the nearest f16 (ties to even), as f32: what an f16 store keeps.
+pub fn round_f16(x: f32) -> f32 {
+    half::f16::from_f32(x).to_f32()
 }
 
 /// The result of [`attention`].
@@ -259,7 +270,9 @@ pub fn attention(
     // forward bit for bit, and it is what the llama.cpp golden tests were validated on.
     // The fused kernel's blocked (prompt) and per-key (decode) paths differ in rounding,
     // which 8-bit activation quantisation amplifies to ~1 logit (issue 4's note).
-    let kernel = if p.causal {
+    let kernel = if p.ggml.is_some() {
+        crate::ops::ggml::attention
+    } else if p.causal {
         reference::attention
     } else {
         fused

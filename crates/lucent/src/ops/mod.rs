@@ -16,6 +16,7 @@
 
 pub mod activation;
 pub mod attention;
+pub mod ggml;
 pub mod loss;
 pub mod matmul;
 pub mod norm;

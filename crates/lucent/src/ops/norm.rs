@@ -56,11 +56,27 @@ pub fn layer_norm_row(row: &mut [f32], gamma: &[f32], beta: Option<&[f32]>, eps:
     simd::shift_mul_add(row, mean, inv, gamma, beta);
 }
 
-/// In place: RMSNorm of one row (the fast path of [`reference::rms_norm_row`]).
+/// In place: RMSNorm of one row (the fast path of [`reference::rms_norm_row`]), with
+/// llama.cpp's arithmetic so GGUF models see the same numbers there: the squares
+/// (rounded to f32) summed in f64, the mean square and `s = 1/√(ms + ε)` in f32, then
+/// `(x · s) · γ` with two roundings.
 pub fn rms_norm_row(row: &mut [f32], gamma: &[f32], eps: f32) {
-    let ms = simd::dot(row, row) / row.len() as f32;
-    let inv = (1.0 / (ms as f64 + eps as f64).sqrt()) as f32;
-    simd::shift_mul_add(row, 0.0, inv, gamma, None);
+    // Eight f64 lanes: the order of an f64 sum of 2²⁴-bounded terms does not reach the
+    // f32 mean square.
+    let mut lanes = [0.0f64; 8];
+    let chunks = row.chunks_exact(8);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (l, &x) in lanes.iter_mut().zip(c) {
+            *l += (x * x) as f64;
+        }
+    }
+    let sum = lanes.iter().sum::<f64>() + tail.iter().map(|&x| (x * x) as f64).sum::<f64>();
+    let ms = (sum / row.len() as f64) as f32;
+    let s = 1.0 / (ms + eps).sqrt();
+    for (x, &g) in row.iter_mut().zip(gamma) {
+        *x = *x * s * g;
+    }
 }
 
 fn check(x: &Tensor, gamma: &Tensor, beta: Option<&Tensor>, op: &str) -> Result<usize> {

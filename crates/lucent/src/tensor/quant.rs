@@ -13,7 +13,7 @@
 //! [`dequantize`] is the plain definition, bit for bit (every value is computed in f32 as
 //! the formula above, in that order). The dot product `w · x` of a weight row with an
 //! f32 activation row first quantises `x` to 8 bits per value ([`quantize_activations`]):
-//! `Q8_0`-style blocks of 32 (`x ≈ dx · qx`, `dx = max|x| / 127`) against the 32-blocks,
+//! `Q8_0`-style blocks of 32 (`x ≈ dx · qx`, `dx = max|x| / 127` kept in f16) against the 32-blocks,
 //! `Q8_K`-style blocks of 256 (one f32 scale plus the sum of every 16 `qx`) against the
 //! K-quants, as llama.cpp does. Then the inner sums are exact integer arithmetic:
 //!
@@ -411,7 +411,7 @@ pub struct QuantizedActs {
     pub len: usize,
     /// Per block: the scale `dx` (`x ≈ dx · q`).
     pub d: Vec<f32>,
-    /// Per block of 32 (Q8_0 only): `dx · Σ q`.
+    /// Per block of 32 (Q8_0 only): `dx · Σ q`, rounded to f16 as llama.cpp stores it.
     pub sum: Vec<f32>,
     /// Per group of 16 (Q8_K only): `Σ q`.
     pub bsums: Vec<i32>,
@@ -438,9 +438,17 @@ impl QuantizedActs {
     }
 }
 
-/// Quantise the activation row `x` for dot products with weights of `dtype`:
-/// per block, `dx = max|x| / 127` and `q = round(x / dx)` (0 for an all-zero block).
-/// Errors if `x.len()` is not a whole number of blocks.
+/// Quantise the activation row `x` for dot products with weights of `dtype`, with
+/// llama.cpp's rules to the bit (so the two engines see the same 8-bit activations):
+///
+/// - 32-blocks (`Q8_0` kind): `q = round(x · 127 / max|x|)` (ties to even), and the
+///   scale kept as llama.cpp stores it, `dx = f16(max|x| / 127)`; for the `_1` weight
+///   kinds also `s = f16(max|x| / 127 · Σ q)`.
+/// - 256-blocks (`Q8_K` kind): with `m` the value of largest magnitude (sign kept),
+///   `q = round(x · (−127 / m))` (ties to even) and `dx = 1 / (−127 / m)` in f32.
+///
+/// An all-zero block has `dx = 0` and `q = 0`. Errors if `x.len()` is not a whole number
+/// of blocks.
 pub fn quantize_activations(dtype: GgmlType, x: &[f32]) -> Result<QuantizedActs> {
     let kind = dtype.activation_kind();
     let block = match kind {
@@ -471,19 +479,38 @@ pub fn quantize_activations(dtype: GgmlType, x: &[f32]) -> Result<QuantizedActs>
     a.d.reserve(nb);
     a.qs.resize(x.len(), 0);
     for (bi, xb) in x.chunks_exact(block).enumerate() {
-        let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        let d = amax / 127.0;
-        let id = if d > 0.0 { 1.0 / d } else { 0.0 };
         let qb = &mut a.qs[bi * block..(bi + 1) * block];
-        for (q, &v) in qb.iter_mut().zip(xb) {
-            *q = (v * id).round().clamp(-127.0, 127.0) as i8;
-        }
-        a.d.push(d);
         match kind {
-            ActKind::Q8_0 => a
-                .sum
-                .push(d * qb.iter().map(|&q| q as i32).sum::<i32>() as f32),
+            ActKind::Q8_0 => {
+                let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                let d = amax / 127.0;
+                let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+                for (q, &v) in qb.iter_mut().zip(xb) {
+                    *q = round_even(v * id).clamp(-127.0, 127.0) as i8;
+                }
+                let sq: i32 = qb.iter().map(|&q| q as i32).sum();
+                a.d.push(f16::from_f32(d).to_f32());
+                a.sum.push(f16::from_f32(d * sq as f32).to_f32());
+            }
             ActKind::Q8_K => {
+                // The first value of largest magnitude, with its sign.
+                let (mut amax, mut max) = (0.0f32, 0.0f32);
+                for &v in xb {
+                    if v.abs() > amax {
+                        amax = v.abs();
+                        max = v;
+                    }
+                }
+                if amax == 0.0 {
+                    a.d.push(0.0);
+                    a.bsums.extend([0; QK_K / 16]);
+                    continue;
+                }
+                let iscale = -127.0 / max;
+                for (q, &v) in qb.iter_mut().zip(xb) {
+                    *q = round_even(iscale * v).clamp(-127.0, 127.0) as i8;
+                }
+                a.d.push(1.0 / iscale);
                 for g in qb.chunks_exact(16) {
                     a.bsums.push(g.iter().map(|&q| q as i32).sum());
                 }
@@ -492,6 +519,15 @@ pub fn quantize_activations(dtype: GgmlType, x: &[f32]) -> Result<QuantizedActs>
         }
     }
     Ok(a)
+}
+
+/// `x` rounded to the nearest integer, ties to even, for |x| < 2²²: adding and taking
+/// away 1.5·2²³ leaves no fraction bits (ggml's `nearest_int`; inline, where
+/// `round_ties_even` is a library call).
+#[inline(always)]
+fn round_even(x: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0;
+    (x + MAGIC) - MAGIC
 }
 
 // ------------------------------------------------------------------ dot products
@@ -550,7 +586,9 @@ fn dot_kernel(dtype: GgmlType) -> DotFn {
 }
 
 /// The plain twins: dot products that read like the formulas in the module doc, with
-/// integer inner sums per block (as the fast kernels have) and f32 outer sums.
+/// integer inner sums per block (as the fast kernels have) and f32 outer sums. The
+/// 32-block twins sum in llama.cpp's order ([`reference::dot_blocks`]), which the fast
+/// kernels keep, so those equal their twins bit for bit.
 pub mod reference {
     use super::*;
 
@@ -598,92 +636,89 @@ pub mod reference {
             .sum()
     }
 
+    /// The 32-blocks' dot in llama.cpp's order: per block, eight partial integer sums
+    /// (lane k: numbers 4k..4k+3) of `w_i · qx_i` where `block(i)` gives the block's
+    /// 32 weight integers, its scale `d · dx` and `(m, s)` (zero for kinds without a
+    /// minimum); each lane `acc_k = fma(d · dx, sum_k, acc_k)` block after block; the
+    /// lanes summed as ((0 + 4) + (2 + 6)) + ((1 + 5) + (3 + 7)); plus `Σ fma(m, s)`.
+    pub fn dot_blocks(
+        row: &[u8],
+        a: &QuantizedActs,
+        bytes: usize,
+        block: impl Fn(&[u8], usize) -> ([i32; 32], f32, f32, f32),
+    ) -> f32 {
+        let mut acc = [0.0f32; 8];
+        let mut extra = 0.0f32;
+        for (i, b) in row.chunks_exact(bytes).enumerate() {
+            let (w, sc, m, s) = block(b, i);
+            let xq = &a.qs[32 * i..32 * i + 32];
+            for (k, lane) in acc.iter_mut().enumerate() {
+                let sum: i32 = (4 * k..4 * k + 4).map(|j| w[j] * xq[j] as i32).sum();
+                *lane = sc.mul_add(sum as f32, *lane);
+            }
+            extra = m.mul_add(s, extra);
+        }
+        let t = [
+            acc[0] + acc[4],
+            acc[1] + acc[5],
+            acc[2] + acc[6],
+            acc[3] + acc[7],
+        ];
+        ((t[0] + t[2]) + (t[1] + t[3])) + extra
+    }
+
+    /// The 32 four-bit numbers of a block (low nibbles first), each with `fifth(j)`·16 added.
+    fn nibbles(qs: &[u8], fifth: impl Fn(usize) -> i32) -> [i32; 32] {
+        std::array::from_fn(|j| {
+            let q = if j < 16 {
+                qs[j] & 0x0F
+            } else {
+                qs[j - 16] >> 4
+            };
+            q as i32 | (fifth(j) << 4)
+        })
+    }
+
     /// Σ_blocks d·dx·Σ (q − 8)·qx.
     fn dot_q4_0(row: &[u8], a: &QuantizedActs) -> f32 {
-        let mut acc = 0.0f32;
-        for (i, b) in row.chunks_exact(18).enumerate() {
-            let (d, qs, xq) = (f16_at(b, 0), &b[2..18], &a.qs[32 * i..32 * i + 32]);
-            let mut s = 0i32;
-            for j in 0..16 {
-                s += ((qs[j] & 0x0F) as i32 - 8) * xq[j] as i32;
-                s += ((qs[j] >> 4) as i32 - 8) * xq[j + 16] as i32;
-            }
-            acc += d * a.d[i] * s as f32;
-        }
-        acc
+        dot_blocks(row, a, 18, |b, i| {
+            let w = nibbles(&b[2..18], |_| 0).map(|q| q - 8);
+            (w, f16_at(b, 0) * a.d[i], 0.0, 0.0)
+        })
     }
 
     /// Σ_blocks d·dx·Σ q·qx + m·(dx·Σ qx).
     fn dot_q4_1(row: &[u8], a: &QuantizedActs) -> f32 {
-        let mut acc = 0.0f32;
-        for (i, b) in row.chunks_exact(20).enumerate() {
-            let (d, m, qs, xq) = (
-                f16_at(b, 0),
-                f16_at(b, 2),
-                &b[4..20],
-                &a.qs[32 * i..32 * i + 32],
-            );
-            let mut s = 0i32;
-            for j in 0..16 {
-                s += (qs[j] & 0x0F) as i32 * xq[j] as i32;
-                s += (qs[j] >> 4) as i32 * xq[j + 16] as i32;
-            }
-            acc += d * a.d[i] * s as f32 + m * a.sum[i];
-        }
-        acc
+        dot_blocks(row, a, 20, |b, i| {
+            let w = nibbles(&b[4..20], |_| 0);
+            (w, f16_at(b, 0) * a.d[i], f16_at(b, 2), a.sum[i])
+        })
     }
 
     /// Σ_blocks d·dx·Σ (q − 16)·qx, q with its fifth bit from qh.
     fn dot_q5_0(row: &[u8], a: &QuantizedActs) -> f32 {
-        let mut acc = 0.0f32;
-        for (i, b) in row.chunks_exact(22).enumerate() {
-            let (d, qh, qs, xq) = (
-                f16_at(b, 0),
-                u32_at(b, 2),
-                &b[6..22],
-                &a.qs[32 * i..32 * i + 32],
-            );
-            let mut s = 0i32;
-            for j in 0..16 {
-                let h0 = (((qh >> j) & 1) << 4) as i32;
-                let h1 = (((qh >> (j + 16)) & 1) << 4) as i32;
-                s += (((qs[j] & 0x0F) as i32 | h0) - 16) * xq[j] as i32;
-                s += (((qs[j] >> 4) as i32 | h1) - 16) * xq[j + 16] as i32;
-            }
-            acc += d * a.d[i] * s as f32;
-        }
-        acc
+        dot_blocks(row, a, 22, |b, i| {
+            let qh = u32_at(b, 2);
+            let w = nibbles(&b[6..22], |j| ((qh >> j) & 1) as i32).map(|q| q - 16);
+            (w, f16_at(b, 0) * a.d[i], 0.0, 0.0)
+        })
     }
 
     /// Σ_blocks d·dx·Σ q·qx + m·(dx·Σ qx), q with its fifth bit from qh.
     fn dot_q5_1(row: &[u8], a: &QuantizedActs) -> f32 {
-        let mut acc = 0.0f32;
-        for (i, b) in row.chunks_exact(24).enumerate() {
-            let (d, m, qh) = (f16_at(b, 0), f16_at(b, 2), u32_at(b, 4));
-            let (qs, xq) = (&b[8..24], &a.qs[32 * i..32 * i + 32]);
-            let mut s = 0i32;
-            for j in 0..16 {
-                let h0 = (((qh >> j) & 1) << 4) as i32;
-                let h1 = (((qh >> (j + 16)) & 1) << 4) as i32;
-                s += ((qs[j] & 0x0F) as i32 | h0) * xq[j] as i32;
-                s += ((qs[j] >> 4) as i32 | h1) * xq[j + 16] as i32;
-            }
-            acc += d * a.d[i] * s as f32 + m * a.sum[i];
-        }
-        acc
+        dot_blocks(row, a, 24, |b, i| {
+            let qh = u32_at(b, 4);
+            let w = nibbles(&b[8..24], |j| ((qh >> j) & 1) as i32);
+            (w, f16_at(b, 0) * a.d[i], f16_at(b, 2), a.sum[i])
+        })
     }
 
     /// Σ_blocks d·dx·Σ q·qx.
     fn dot_q8_0(row: &[u8], a: &QuantizedActs) -> f32 {
-        let mut acc = 0.0f32;
-        for (i, b) in row.chunks_exact(34).enumerate() {
-            let xq = &a.qs[32 * i..32 * i + 32];
-            let s: i32 = (0..32)
-                .map(|j| (b[2 + j] as i8) as i32 * xq[j] as i32)
-                .sum();
-            acc += f16_at(b, 0) * a.d[i] * s as f32;
-        }
-        acc
+        dot_blocks(row, a, 34, |b, i| {
+            let w: [i32; 32] = std::array::from_fn(|j| (b[2 + j] as i8) as i32);
+            (w, f16_at(b, 0) * a.d[i], 0.0, 0.0)
+        })
     }
 
     /// Q4_K and Q5_K: Σ_blocks dx·(d·Σ_j sc_j Σ_{i∈j} q_i·qx_i − dmin·Σ_j mn_j Σ_{i∈j} qx_i).
@@ -871,30 +906,21 @@ mod avx2 {
         _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
     }
 
-    /// Σ over `nb` blocks of `scale_i · isum_i` (+ Σ `extra_i`), where `block(i)` gives
-    /// (scale, eight i32 partial sums, extra). Two accumulators, two blocks a step, so
-    /// consecutive FMAs do not wait for each other.
+    /// Σ over `nb` blocks of `scale_i · isum_i` (+ Σ `m_i · s_i`), where `block(i)` gives
+    /// (scale, eight i32 partial sums, m, s), in llama.cpp's order: one eight-lane
+    /// accumulator taking `fma(scale, isum, acc)` block after block, reduced by
+    /// [`hsum_ps`], plus the `m · s` terms summed one FMA at a time.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn sum_blocks(nb: usize, block: impl Fn(usize) -> (f32, __m256i, f32)) -> f32 {
-        let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-        let (mut e0, mut e1) = (0.0f32, 0.0f32);
-        let mut i = 0;
-        while i + 2 <= nb {
-            let (s0, v0, x0) = block(i);
-            let (s1, v1, x1) = block(i + 1);
-            a0 = _mm256_fmadd_ps(_mm256_set1_ps(s0), _mm256_cvtepi32_ps(v0), a0);
-            a1 = _mm256_fmadd_ps(_mm256_set1_ps(s1), _mm256_cvtepi32_ps(v1), a1);
-            e0 += x0;
-            e1 += x1;
-            i += 2;
+    unsafe fn sum_blocks(nb: usize, block: impl Fn(usize) -> (f32, __m256i, f32, f32)) -> f32 {
+        let mut acc = _mm256_setzero_ps();
+        let mut extra = 0.0f32;
+        for i in 0..nb {
+            let (sc, v, m, s) = block(i);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(sc), _mm256_cvtepi32_ps(v), acc);
+            extra = m.mul_add(s, extra);
         }
-        if i < nb {
-            let (s0, v0, x0) = block(i);
-            a0 = _mm256_fmadd_ps(_mm256_set1_ps(s0), _mm256_cvtepi32_ps(v0), a0);
-            e0 += x0;
-        }
-        hsum_ps(_mm256_add_ps(a0, a1)) + (e0 + e1)
+        hsum_ps(acc) + extra
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -904,7 +930,7 @@ mod avx2 {
             let b = w.add(18 * i);
             let q = _mm256_sub_epi8(nibbles32(b.add(2)), _mm256_set1_epi8(8));
             let xv = _mm256_loadu_si256(x.add(32 * i) as *const __m256i);
-            (f16p(b) * *d.add(i), mul_sum_i8(q, xv), 0.0)
+            (f16p(b) * *d.add(i), mul_sum_i8(q, xv), 0.0, 0.0)
         })
     }
 
@@ -917,7 +943,8 @@ mod avx2 {
             (
                 f16p(b) * *d.add(i),
                 mul_sum_u8_i8(nibbles32(b.add(4)), xv),
-                f16p(b.add(2)) * *s.add(i),
+                f16p(b.add(2)),
+                *s.add(i),
             )
         })
     }
@@ -1010,37 +1037,18 @@ mod avx2 {
         }
         for w in 0..RW {
             for a in 0..RA {
+                // llama.cpp's order: Σ m·s one FMA at a time, after the lanes.
                 let extra = if Q8 {
                     0.0
                 } else {
-                    f32_dot_slices(&scales[w][nb..2 * nb], &acts[a].sum)
+                    scales[w][nb..2 * nb]
+                        .iter()
+                        .zip(&acts[a].sum)
+                        .fold(0.0f32, |e, (m, s)| m.mul_add(*s, e))
                 };
                 out[w][a] = hsum_ps(acc[w][a]) + extra;
             }
         }
-    }
-
-    /// Σ a_i · b_i of two equally long f32 slices (8 lanes, then the tail in order).
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn f32_dot_slices(x: &[f32], y: &[f32]) -> f32 {
-        let n = x.len().min(y.len());
-        let mut acc = _mm256_setzero_ps();
-        let mut i = 0;
-        while i + 8 <= n {
-            acc = _mm256_fmadd_ps(
-                _mm256_loadu_ps(x.as_ptr().add(i)),
-                _mm256_loadu_ps(y.as_ptr().add(i)),
-                acc,
-            );
-            i += 8;
-        }
-        let mut s = hsum_ps(acc);
-        while i < n {
-            s += x[i] * y[i];
-            i += 1;
-        }
-        s
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -1054,7 +1062,7 @@ mod avx2 {
                 _mm256_set1_epi8(16),
             );
             let xv = _mm256_loadu_si256(x.add(32 * i) as *const __m256i);
-            (f16p(b) * *d.add(i), mul_sum_i8(q, xv), 0.0)
+            (f16p(b) * *d.add(i), mul_sum_i8(q, xv), 0.0, 0.0)
         })
     }
 
@@ -1069,7 +1077,8 @@ mod avx2 {
             (
                 f16p(b) * *d.add(i),
                 mul_sum_u8_i8(q, xv),
-                f16p(b.add(2)) * *s.add(i),
+                f16p(b.add(2)),
+                *s.add(i),
             )
         })
     }
@@ -1081,7 +1090,7 @@ mod avx2 {
             let b = w.add(34 * i);
             let q = _mm256_loadu_si256(b.add(2) as *const __m256i);
             let xv = _mm256_loadu_si256(x.add(32 * i) as *const __m256i);
-            (f16p(b) * *d.add(i), mul_sum_i8(q, xv), 0.0)
+            (f16p(b) * *d.add(i), mul_sum_i8(q, xv), 0.0, 0.0)
         })
     }
 

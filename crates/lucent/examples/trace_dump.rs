@@ -1,0 +1,62 @@
+//! Dump every intermediate a decoder computes for one prompt, for comparing lucent with
+//! another engine layer by layer (how the llama.cpp parity of `ops::ggml` was found).
+//!
+//! `cargo run --release -p lucent --example trace_dump -- MODEL.gguf OUTDIR ID ID ...`
+//!
+//! Writes `OUTDIR/NAME.f32` (little-endian f32, row-major) for every traced tensor
+//! (`decoder.layer.L.attn.input`, `.q`, `.k`, `.v`, `.weights`, `.context`, `.output`,
+//! `ffn.input`, `ffn.hidden`, `ffn.output`, `layer.L.output`) and the logits, with
+//! their shapes in `OUTDIR/index.txt`. `CACHE=1` runs the prompt through a KV cache (the
+//! path generation takes); `NOF16=1` turns llama.cpp's f16 arithmetic off.
+
+use lucent::io::gguf::GgufFile;
+use lucent::model::family::{gemma3, llama};
+use lucent::model::DecoderModel;
+use lucent::nn::Trace;
+use lucent::tensor::Tensor;
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+fn main() -> Res<()> {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() < 4 {
+        return Err("usage: trace_dump MODEL.gguf OUTDIR ID [ID ...]".into());
+    }
+    let f = GgufFile::open(&args[1])?;
+    let mut cfg = DecoderModel::config_of(&f)?;
+    if std::env::var("NOF16").is_ok() {
+        cfg.ggml_f16 = false;
+    }
+    let w = if cfg.family == "gemma3" {
+        gemma3::weights(&f, &cfg)
+    } else {
+        llama::weights(&f, &cfg)
+    };
+    let m = DecoderModel::load(cfg.clone(), &w)?;
+    let ids = args[3..]
+        .iter()
+        .map(|s| s.parse::<u32>())
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut tr = Trace::new();
+    let logits = if std::env::var("CACHE").is_ok() {
+        let mut cache = m.new_cache(ids.len());
+        m.forward(&ids, Some(&mut cache), true, Some(&mut tr))?
+    } else {
+        m.forward(&ids, None, false, Some(&mut tr))?
+    };
+    let dir = std::path::Path::new(&args[2]);
+    std::fs::create_dir_all(dir)?;
+    let mut index = String::new();
+    let mut put = |name: &str, t: &Tensor| -> Res<()> {
+        let bytes: Vec<u8> = t.data().iter().flat_map(|v| v.to_le_bytes()).collect();
+        std::fs::write(dir.join(format!("{name}.f32")), bytes)?;
+        index.push_str(&format!("{name} {:?}\n", t.shape()));
+        Ok(())
+    };
+    for (name, t) in tr.entries() {
+        put(name, t)?;
+    }
+    put("logits", &logits)?;
+    std::fs::write(dir.join("index.txt"), index)?;
+    Ok(())
+}

@@ -1,0 +1,401 @@
+//! llama.cpp's CPU arithmetic for attention and the gated activations, reproduced
+//! operation for operation, so that a GGUF model gives the very numbers the engine its
+//! files come from gives.
+//!
+//! With 8-bit activations a model is chaotic at the level of rounding: one ulp moved
+//! early on can push an activation across a quantisation boundary and the change grows
+//! layer by layer (to ~0.1–0.5 of a logit on SmolLM2). Agreeing with llama.cpp to a few
+//! hundredths of a logit therefore means computing what it computes, in its order. For
+//! attention with its default f16 KV cache that is (ggml-cpu built for x86 AVX2, as the
+//! golden files in tests/data were made):
+//!
+//! 1. Q, K and V rounded to f16 (the cache stores K and V in f16; Q is converted to the
+//!    cache's type for the product);
+//! 2. scores `Q·Kᵀ` as f16 × f16 dot products summed in f32 in one of two orders: a
+//!    prompt of several tokens goes through its GEMM (tinyBLAS: one 8-lane FMA chain
+//!    over the row, then a tree sum of the lanes), a single token through its dot
+//!    product (`ggml_vec_dot_f16`: four 8-lane accumulators over 32-number steps) —
+//!    [`F16Order`];
+//! 3. the softmax of `scores · scale` (masked positions −∞) with its vector exp
+//!    ([`expf`]), the exps summed eight at a time by the tree and the eight-sums in f64,
+//!    then each exp multiplied by `(f32)(1 / sum)`;
+//! 4. the weights rounded to f16, and `weights · V` summed over the positions in the same
+//!    order as step 2 (V is stored transposed, so each output number is one dot product
+//!    over positions).
+//!
+//! The cache holds a padded number of positions (a multiple of 256); the padding
+//! contributes exact zeros, so it is left out here. An AVX-512 build of llama.cpp sums
+//! 16 lanes at a time and differs from the AVX2 one in the last bits (measured: 0.11 and
+//! 0.50 of a logit on two of the six SmolLM2 golden prompts). Every function here is
+//! scalar and says which of llama.cpp's operations it stands for.
+
+use crate::ops::attention::{
+    bias_row, check_dims, round_f16, visible_keys, AttentionOutput, AttentionParams,
+};
+use crate::ops::RopeConvention;
+use crate::tensor::Tensor;
+use crate::Result;
+
+/// Lanes of one AVX2 register of f32.
+const LANES: usize = 8;
+
+/// Which of llama.cpp's two summation orders an f16 product follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum F16Order {
+    /// Several query rows at once (a prompt): the GEMM's single FMA chain per output.
+    Gemm,
+    /// One query row (a decode step): the dot product's four accumulators.
+    Dot,
+}
+
+impl F16Order {
+    /// The order llama.cpp uses for a product with `rows` query rows (it takes its GEMM
+    /// from two rows up).
+    pub fn for_rows(rows: usize) -> F16Order {
+        if rows >= 2 {
+            F16Order::Gemm
+        } else {
+            F16Order::Dot
+        }
+    }
+}
+
+/// The eight lanes of an AVX2 register summed as `hsum_float_8` and tinyBLAS's `hsum`
+/// sum them: halves added, then (0 + 2) + (1 + 3).
+#[inline(always)]
+pub fn hsum8(x: &[f32; LANES]) -> f32 {
+    let t = [x[0] + x[4], x[1] + x[5], x[2] + x[6], x[3] + x[7]];
+    (t[0] + t[2]) + (t[1] + t[3])
+}
+
+/// `Σ x_i · y_i` over two equally long rows of f16 values (held as f32), in `order`,
+/// as llama.cpp's AVX2 build sums it:
+///
+/// - [`F16Order::Gemm`] (tinyBLAS; when `n % 8 == 0`, else the dot order): one eight-lane
+///   accumulator, `acc = fma(x, y, acc)` chunk after chunk, then [`hsum8`].
+/// - [`F16Order::Dot`] (`ggml_vec_dot_f16`): four accumulators over 32-number steps
+///   (accumulator j takes numbers 8j..8j+7 of each step), then (0 + 2) and (1 + 3), then
+///   their sum; its halves added and the four lanes summed as (0 + 1) + (2 + 3) (two
+///   horizontal adds), widened to f64; numbers past the last whole step are added in
+///   f64 one product at a time; the total is rounded to f32.
+#[inline(always)]
+pub fn dot_f16(x: &[f32], y: &[f32], order: F16Order) -> f32 {
+    let n = x.len().min(y.len());
+    if order == F16Order::Gemm && n.is_multiple_of(LANES) {
+        let mut acc = [0.0f32; LANES];
+        for (xc, yc) in x[..n].chunks_exact(LANES).zip(y[..n].chunks_exact(LANES)) {
+            for l in 0..LANES {
+                acc[l] = xc[l].mul_add(yc[l], acc[l]);
+            }
+        }
+        return hsum8(&acc);
+    }
+    let step = 4 * LANES;
+    let np = n - n % step;
+    let mut sum = [[0.0f32; LANES]; 4];
+    for i in (0..np).step_by(step) {
+        for (j, s) in sum.iter_mut().enumerate() {
+            let o = i + j * LANES;
+            for l in 0..LANES {
+                s[l] = x[o + l].mul_add(y[o + l], s[l]);
+            }
+        }
+    }
+    let mut total = 0.0f64;
+    if np > 0 {
+        for l in 0..LANES {
+            sum[0][l] += sum[2][l];
+            sum[1][l] += sum[3][l];
+        }
+        let s = std::array::from_fn::<f32, LANES, _>(|l| sum[0][l] + sum[1][l]);
+        let t = [s[0] + s[4], s[1] + s[5], s[2] + s[6], s[3] + s[7]];
+        total = ((t[0] + t[1]) + (t[2] + t[3])) as f64;
+    }
+    for i in np..n {
+        total += (x[i] * y[i]) as f64;
+    }
+    total as f32
+}
+
+/// `ggml_v_expf` (AVX2): e^x by a range reduction to `x = n·ln 2 + b`, a degree-5
+/// polynomial `p(b) − 1` and `2ⁿ + 2ⁿ·(p − 1)`, with 2ⁿ built from the exponent bits
+/// (and split in two factors when |n| > 126; 0 or ∞ past |n| > 192). Within ~1.5 ulp
+/// of e^x, and bit for bit what llama.cpp's softmax and SiLU compute.
+#[inline(always)]
+pub fn expf(x: f32) -> f32 {
+    let c = f32::from_bits;
+    let r = c(0x4b40_0000); // 0x1.8p23: adding it rounds to an integer
+    let z = x.mul_add(c(0x3fb8_aa3b), r); // x · log2(e) + r
+    let n = z - r;
+    let b = (-n).mul_add(c(0x35bf_be8e), (-n).mul_add(c(0x3f31_7200), x)); // x − n·ln 2
+    let e = z.to_bits() << 23;
+    let k = c(e.wrapping_add(1.0f32.to_bits())); // 2ⁿ
+    let u = b * b;
+    let j = c(0x3c07_2010)
+        .mul_add(b, c(0x3d2b_9f17))
+        .mul_add(u, c(0x3e2a_af33).mul_add(b, c(0x3eff_fedb)))
+        .mul_add(u, c(0x3f7f_fff6) * b);
+    if n.abs() <= 126.0 {
+        return j.mul_add(k, k);
+    }
+    let g: u32 = if n <= 0.0 { 0x8200_0000 } else { 0 };
+    let s1 = c(g.wrapping_add(0x7f00_0000));
+    let s2 = c(e.wrapping_sub(g));
+    if n.abs() > 192.0 {
+        return s1 * s1;
+    }
+    s2.mul_add(j, s2) * s1
+}
+
+/// SiLU as `ggml_v_silu` computes it: `x / (1 + expf(0 − x))` with [`expf`].
+#[inline(always)]
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + expf(0.0 - x))
+}
+
+/// One softmax row as `ggml_compute_forward_soft_max_f32` computes it, in place:
+/// `x ← x · scale` (−∞ stays −∞), the maximum, `e = expf(x − max)` eight at a time with
+/// each eight's [`hsum8`] added in f64, then `e · (f32)(1 / sum)`.
+#[inline(always)]
+pub fn softmax_row(row: &mut [f32], scale: f32) {
+    for x in row.iter_mut() {
+        *x *= scale;
+    }
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    if max == f32::NEG_INFINITY {
+        row.fill(0.0);
+        return;
+    }
+    // llama.cpp's rows are padded to whole eights with masked (zero) entries, so a
+    // short last chunk is an eight with zeros after it.
+    let mut sum = 0.0f64;
+    for ch in row.chunks_mut(LANES) {
+        let mut e = [0.0f32; LANES];
+        for (l, x) in ch.iter_mut().enumerate() {
+            *x = expf(*x - max);
+            e[l] = *x;
+        }
+        sum += hsum8(&e) as f64;
+    }
+    let inv = (1.0 / sum) as f32;
+    for x in row.iter_mut() {
+        *x *= inv;
+    }
+}
+
+/// RoPE as `ggml_rope` computes it, in place on rows of `d` features (rows cycle
+/// through `positions`): the angle of pair i is `p · s^i` with `s = powf(base, −2/d)`,
+/// built by repeated f32 multiplication (`θ ← θ · s`), its cos and sin from the C
+/// library in f32, and each pair rotated with the products fused as GCC fuses them:
+/// `x₀' = fma(x₀, cos, −x₁·sin)`, `x₁' = fma(x₀, sin, x₁·cos)`.
+pub fn rope_rows(
+    data: &mut [f32],
+    d: usize,
+    positions: &[usize],
+    base: f32,
+    convention: RopeConvention,
+) {
+    let half = d / 2;
+    let scale = base.powf(-2.0 / d as f32);
+    let mut cos = vec![0.0f32; half];
+    let mut sin = vec![0.0f32; half];
+    let mut last = None;
+    for (r, row) in data.chunks_exact_mut(d).enumerate() {
+        let pos = positions[r % positions.len()];
+        if last != Some(pos) {
+            let mut theta = pos as f32;
+            for i in 0..half {
+                cos[i] = theta.cos();
+                sin[i] = theta.sin();
+                theta *= scale;
+            }
+            last = Some(pos);
+        }
+        for i in 0..half {
+            let (a, b) = match convention {
+                RopeConvention::RotateHalf => (i, i + half),
+                RopeConvention::Interleaved => (2 * i, 2 * i + 1),
+            };
+            let (x0, x1) = (row[a], row[b]);
+            row[a] = x0.mul_add(cos[i], -(x1 * sin[i]));
+            row[b] = x0.mul_add(sin[i], x1 * cos[i]);
+        }
+    }
+}
+
+/// Scaled dot-product attention in llama.cpp's arithmetic (the module doc's steps 2–4),
+/// with the order `p.ggml` names. Q, K and V must hold f16 values already (step 1 is
+/// the caller's: [`crate::nn::AttentionConfig::f16`]). Same contract and masks as
+/// [`crate::ops::attention`]; the weights returned are the f16 ones that weighted V.
+///
+/// # Shapes
+/// q: (b, h, t_q, d_k), k: (b, h_kv, t_k, d_k), v: (b, h_kv, t_k, d_v)
+/// → output (b, h, t_q, d_v), weights (b, h, t_q, t_k)
+pub fn attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    p: &AttentionParams,
+) -> Result<AttentionOutput> {
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU has AVX2 and FMA (checked just above).
+        return unsafe { attention_fma(q, k, v, p) };
+    }
+    attention_with(q, k, v, p)
+}
+
+/// [`attention`] compiled with FMA instructions: the same operations (an FMA is exact
+/// either way), inlined and vectorised instead of calls to the C library's `fmaf`.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn attention_fma(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    p: &AttentionParams,
+) -> Result<AttentionOutput> {
+    attention_with(q, k, v, p)
+}
+
+/// SiLU ([`silu`]) of every number in place, with FMA instructions when the CPU has them.
+pub fn silu_in_place(x: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU has AVX2 and FMA (checked just above).
+        unsafe { silu_fma(x) };
+        return;
+    }
+    x.iter_mut().for_each(|v| *v = silu(*v));
+}
+
+/// [`silu_in_place`] compiled with FMA instructions.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn silu_fma(x: &mut [f32]) {
+    x.iter_mut().for_each(|v| *v = silu(*v));
+}
+
+#[inline(always)]
+fn attention_with(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    p: &AttentionParams,
+) -> Result<AttentionOutput> {
+    let d = check_dims(q, k, v, p)?;
+    let order = p.ggml.unwrap_or(F16Order::for_rows(d.t_q));
+    let group = d.h / d.h_kv;
+    let (qd, kd, vd) = (q.data(), k.data(), v.data());
+    // Positions padded to whole 32s with zeros, as llama.cpp's cache view is (to 256):
+    // the padding adds exact zeros in either order.
+    let t_pad = d.t_k.div_ceil(4 * LANES) * 4 * LANES;
+    let mut out = vec![0.0f32; d.b * d.h * d.t_q * d.d_v];
+    let mut weights = p
+        .want_weights
+        .then(|| vec![0.0f32; d.b * d.h * d.t_q * d.t_k]);
+    let mut row = vec![0.0f32; t_pad];
+    let mut vt = vec![0.0f32; d.d_v * t_pad]; // (d_v, t_pad): V stored transposed
+    for bi in 0..d.b {
+        for kvh in 0..d.h_kv {
+            let kv = bi * d.h_kv + kvh;
+            for j in 0..d.t_k {
+                let vrow = &vd[(kv * d.t_cap + j) * d.d_v..][..d.d_v];
+                for (c, &x) in vrow.iter().enumerate() {
+                    vt[c * t_pad + j] = x;
+                }
+            }
+            for hi in kvh * group..(kvh + 1) * group {
+                for i in 0..d.t_q {
+                    let at = (bi * d.h + hi) * d.t_q + i;
+                    let qrow = &qd[at * d.d_k..][..d.d_k];
+                    let vis = visible_keys(p, &d, i);
+                    let bias = bias_row(p.bias, &d, bi, hi, i);
+                    row.fill(0.0);
+                    for (j, s) in row[..d.t_k].iter_mut().enumerate() {
+                        *s = if vis.contains(&j) {
+                            let krow = &kd[(kv * d.t_cap + j) * d.d_k..][..d.d_k];
+                            dot_f16(krow, qrow, order) * p.scale + bias.map_or(0.0, |b| b[j])
+                        } else {
+                            f32::NEG_INFINITY
+                        };
+                    }
+                    softmax_row(&mut row[..d.t_k], 1.0);
+                    for w in row[..d.t_k].iter_mut() {
+                        *w = round_f16(*w);
+                    }
+                    let o = &mut out[at * d.d_v..][..d.d_v];
+                    for (c, oc) in o.iter_mut().enumerate() {
+                        *oc = dot_f16(&vt[c * t_pad..][..t_pad], &row, order);
+                    }
+                    if let Some(ws) = weights.as_mut() {
+                        ws[at * d.t_k..][..d.t_k].copy_from_slice(&row[..d.t_k]);
+                    }
+                }
+            }
+        }
+    }
+    Ok(AttentionOutput {
+        output: Tensor::new(out, &[d.b, d.h, d.t_q, d.d_v])?,
+        weights: weights
+            .map(|w| Tensor::new(w, &[d.b, d.h, d.t_q, d.t_k]))
+            .transpose()?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expf_is_within_two_ulp_of_exp() {
+        for i in -2000..=200 {
+            let x = i as f32 * 0.05;
+            let (got, want) = (expf(x), (x as f64).exp());
+            let ulp = (want as f32).to_bits().abs_diff(got.to_bits());
+            assert!(ulp <= 2, "expf({x}) = {got}, e^x = {want} ({ulp} ulp)");
+        }
+        assert_eq!(expf(f32::NEG_INFINITY), 0.0);
+        assert_eq!(expf(0.0), 1.0);
+    }
+
+    #[test]
+    fn both_orders_are_the_dot_product_up_to_rounding() {
+        let x: Vec<f32> = (0..256)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 8.0)
+            .collect();
+        let y: Vec<f32> = (0..256)
+            .map(|i| ((i * 53 % 89) as f32 - 44.0) / 16.0)
+            .collect();
+        for n in [16, 64, 100, 256] {
+            let exact: f64 = x[..n]
+                .iter()
+                .zip(&y[..n])
+                .map(|(a, b)| *a as f64 * *b as f64)
+                .sum();
+            for order in [F16Order::Gemm, F16Order::Dot] {
+                let got = dot_f16(&x[..n], &y[..n], order) as f64;
+                assert!(
+                    (got - exact).abs() <= 1e-5 * exact.abs().max(1.0),
+                    "{order:?} n={n}: {got} vs {exact}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn softmax_row_sums_to_one_and_masks() {
+        let mut row = vec![1.0, 2.0, f32::NEG_INFINITY, 0.5, 3.0];
+        softmax_row(&mut row, 0.5);
+        assert_eq!(row[2], 0.0);
+        let s: f32 = row.iter().sum();
+        assert!((s - 1.0).abs() < 1e-6);
+        assert!(row[4] > row[1] && row[1] > row[0] && row[0] > row[3]);
+    }
+}
