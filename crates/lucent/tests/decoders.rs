@@ -2,23 +2,26 @@
 //! held to llama.cpp (golden files written by llama-cpp-python, tests/data/
 //! decoder_reference_*.json), plus generation, sampling and error behaviour.
 //!
-//! **How close to llama.cpp can a second engine be?** With activations quantised to 8
-//! bits before every matrix product (llama.cpp's arithmetic, which lucent follows), these
-//! models are chaotic at the level of rounding: a one-ulp change of the embedding scale
-//! moves SmolLM2's logits by ~0.1 (an activation crosses a rounding boundary and the
-//! change grows layer by layer). Two engines that sum in different orders therefore
-//! agree on logits only to ~0.1–0.5, not 0.05, and a greedy step whose two best tokens
-//! are nearer than that can go either way (measured: the largest llama.cpp-vs-lucent
-//! logit difference over the 12 golden prompts is 0.46; the largest gap where the greedy
-//! choices differ, 0.52). So the tests check:
+//! **SmolLM2 equals llama.cpp to the bit.** With activations quantised to 8 bits before
+//! every matrix product these models are chaotic at the level of rounding (one ulp
+//! moved early can cross a quantisation boundary and grow to ~0.1–0.5 of a logit), so
+//! lucent reproduces llama.cpp's arithmetic operation for operation (`ops::ggml`,
+//! `ModelConfig::ggml_f16`, the 32-block kernels' summation order). The golden run came
+//! from an AVX2 build of llama.cpp; an AVX-512 build of the same version differs from it
+//! by 0.11 and 0.50 on two of the six prompts, and lucent follows the AVX2 one. The
+//! check runs the way llama.cpp ran: the prompt as one batch through a KV cache, then
+//! each of llama.cpp's greedy tokens as one decode step (teacher-forced):
 //! - prompt ids: equal, exactly;
-//! - greedy tokens, teacher-forced on llama.cpp's sequence: at every step lucent's
-//!   choice equals llama.cpp's, or llama.cpp's token is a near-tie (within
-//!   `NEAR_TIE` = 0.6 of lucent's best logit); ≥ 90% of all steps must be exact;
-//! - first step: every llama.cpp top-10 logit within `LOGIT_TOL` = 0.6; the top-10 id
-//!   sets equal except for ids within `LOGIT_TOL` of the 10th logit (the cut-off);
-//! - cached decoding equals the full forward (1e-3; it is in fact bit-identical, since
-//!   every per-row computation is batch-invariant).
+//! - SmolLM2: every first-step top-10 logit within `SMOLLM2.logit` = 1e-4 of llama.cpp's
+//!   (measured: 0, every one of the 60 equal to the bit; the issue asks for 0.05), the
+//!   top-10 id sets equal, and all 32 greedy steps equal;
+//! - Gemma 3: not yet to the bit (its K-quants and Q5_0/Q8_0 prompt products go through
+//!   llama.cpp kernels with other summation orders that lucent does not reproduce yet),
+//!   so it keeps the chaos bound: logits within 0.6, a differing greedy step only where
+//!   llama.cpp's token is within 0.6 of lucent's best, ≥ 90% of steps exact;
+//! - cached decoding equals the full forward (1e-3; in fact bit-identical) with
+//!   `DecoderModel::row_invariant`, which gives every query row the same arithmetic
+//!   (llama.cpp's own prompt and token paths differ in the last bits).
 //!
 //! The models come from the cache (`lucent::io::fetch::ensure`, fetching if needed).
 
@@ -83,11 +86,30 @@ fn gemma3() -> &'static Loaded {
     M.get_or_init(|| load("gemma3"))
 }
 
-/// A llama.cpp greedy token may differ from lucent's only if it is this close to
-/// lucent's best logit (the chaos bound measured above; see the module docs).
-const NEAR_TIE: f32 = 0.6;
-/// First-step logits vs llama.cpp (same bound).
-const LOGIT_TOL: f32 = 0.6;
+/// How close a model must follow llama.cpp (see the module docs).
+struct Tolerance {
+    /// First-step logits of llama.cpp's top 10, and the top-10 set's cut-off.
+    logit: f32,
+    /// A llama.cpp greedy token may differ from lucent's only if it is this close to
+    /// lucent's best logit.
+    near_tie: f32,
+    /// Percent of greedy steps that must be exactly llama.cpp's.
+    exact_percent: usize,
+}
+
+/// SmolLM2 runs llama.cpp's arithmetic to the bit: the issue asks for 0.05, measured 0.
+const SMOLLM2: Tolerance = Tolerance {
+    logit: 1e-4,
+    near_tie: 0.0,
+    exact_percent: 100,
+};
+
+/// Gemma 3: the chaos bound (the largest difference measured is 0.50).
+const GEMMA3: Tolerance = Tolerance {
+    logit: 0.6,
+    near_tie: 0.6,
+    exact_percent: 90,
+};
 
 fn check_prompt_ids(m: &Loaded, name: &str) {
     for case in &reference(name).cases {
@@ -100,17 +122,32 @@ fn check_prompt_ids(m: &Loaded, name: &str) {
     }
 }
 
-fn check_against_llama_cpp(m: &Loaded, name: &str) {
-    let (mut exact, mut steps) = (0, 0);
+/// The logits llama.cpp saw before each of its greedy tokens: the prompt as one batch
+/// into a KV cache, then each greedy token as one decode step.
+fn teacher_forced(m: &Loaded, case: &Case) -> Vec<Vec<f32>> {
+    let n = case.greedy_ids.len();
+    let mut cache = m.model.new_cache(case.prompt_ids.len() + n);
+    let mut rows = vec![m
+        .model
+        .forward(&case.prompt_ids, Some(&mut cache), true, None)
+        .unwrap()
+        .into_vec()];
+    for &id in &case.greedy_ids[..n - 1] {
+        rows.push(
+            m.model
+                .forward(&[id], Some(&mut cache), true, None)
+                .unwrap()
+                .into_vec(),
+        );
+    }
+    rows
+}
+
+fn check_against_llama_cpp(m: &Loaded, name: &str, tol: &Tolerance) {
+    let (mut exact, mut steps, mut worst) = (0, 0, 0.0f32);
     for case in &reference(name).cases {
-        let p = case.prompt_ids.len();
-        let mut seq = case.prompt_ids.clone();
-        seq.extend(&case.greedy_ids[..case.greedy_ids.len() - 1]);
-        let all = m.model.forward(&seq, None, false, None).unwrap(); // (t, V)
-        let v = all.shape()[1];
-        let row = |s: usize| &all.data()[(p - 1 + s) * v..(p + s) * v];
-        for (s, &g) in case.greedy_ids.iter().enumerate() {
-            let r = row(s);
+        let rows = teacher_forced(m, case);
+        for (s, (&g, r)) in case.greedy_ids.iter().zip(&rows).enumerate() {
             let a = argmax(r);
             steps += 1;
             if a == g {
@@ -119,16 +156,18 @@ fn check_against_llama_cpp(m: &Loaded, name: &str) {
             }
             let gap = r[a as usize] - r[g as usize];
             assert!(
-                gap <= NEAR_TIE,
-                "{name} {:?} step {s}: llama.cpp chose {g}, lucent {a}, {gap} apart (> {NEAR_TIE})",
-                case.prompt
+                gap <= tol.near_tie,
+                "{name} {:?} step {s}: llama.cpp chose {g}, lucent {a}, {gap} apart (> {})",
+                case.prompt,
+                tol.near_tie
             );
         }
-        let first = row(0);
+        let first = &rows[0];
         for (id, l) in case.top10_ids.iter().zip(&case.top10_logits) {
             let got = first[*id as usize];
+            worst = worst.max((got - l).abs());
             assert!(
-                (got - l).abs() <= LOGIT_TOL,
+                (got - l).abs() <= tol.logit,
                 "{name} {:?}: logit of {id} is {got}, llama.cpp {l}",
                 case.prompt
             );
@@ -137,7 +176,7 @@ fn check_against_llama_cpp(m: &Loaded, name: &str) {
         let ours: Vec<u32> = top_logits(first, 10).iter().map(|x| x.0).collect();
         for id in ours.iter().filter(|i| !case.top10_ids.contains(i)) {
             assert!(
-                first[*id as usize] <= cut + LOGIT_TOL,
+                first[*id as usize] <= cut + tol.logit,
                 "{name} {:?}: lucent's top-10 has {id} ({}) that llama.cpp's lacks (its 10th: {cut})",
                 case.prompt,
                 first[*id as usize]
@@ -146,15 +185,17 @@ fn check_against_llama_cpp(m: &Loaded, name: &str) {
         for id in case.top10_ids.iter().filter(|i| !ours.contains(i)) {
             let l = case.top10_logits[case.top10_ids.iter().position(|x| x == id).unwrap()];
             assert!(
-                l <= cut + LOGIT_TOL,
+                l <= cut + tol.logit,
                 "{name} {:?}: llama.cpp's top-10 has {id} ({l}) that lucent's lacks",
                 case.prompt
             );
         }
     }
-    println!("{name}: {exact}/{steps} greedy steps equal llama.cpp's exactly");
+    println!(
+        "{name}: {exact}/{steps} greedy steps equal llama.cpp's; largest first-step logit difference {worst}"
+    );
     assert!(
-        exact * 10 >= steps * 9,
+        exact * 100 >= steps * tol.exact_percent,
         "{name}: only {exact}/{steps} steps exact"
     );
 }
@@ -171,35 +212,37 @@ fn gemma3_prompt_ids_equal_llama_cpp() {
 
 #[test]
 fn smollm2_greedy_and_logits_follow_llama_cpp() {
-    check_against_llama_cpp(smollm2(), "smollm2");
+    check_against_llama_cpp(smollm2(), "smollm2", &SMOLLM2);
 }
 
 #[test]
 fn gemma3_greedy_and_logits_follow_llama_cpp() {
-    check_against_llama_cpp(gemma3(), "gemma3");
+    check_against_llama_cpp(gemma3(), "gemma3", &GEMMA3);
 }
 
-/// Prefill k tokens, then one token at a time through the cache, vs one full forward.
-fn check_cached_equals_full(m: &Loaded) {
-    let ids = m
-        .tokenizer
+/// Prefill k tokens, then one token at a time through the cache, vs one full forward,
+/// with every query row computed alike (`row_invariant`).
+fn check_cached_equals_full(loaded: &Loaded) {
+    let mut model = loaded.model.clone();
+    model.row_invariant = true;
+    let tokenizer = &loaded.tokenizer;
+    let ids = tokenizer
         .encode(
             "Once upon a time, there was a little cat who lived by the sea.",
             true,
         )
         .unwrap();
-    let full = m.model.forward(&ids, None, false, None).unwrap(); // (t, V)
+    let full = model.forward(&ids, None, false, None).unwrap(); // (t, V)
     let v = full.shape()[1];
-    let mut cache = m.model.new_cache(ids.len());
+    let mut cache = model.new_cache(ids.len());
     let k = 4;
-    let first = m
-        .model
+    let first = model
         .forward(&ids[..k], Some(&mut cache), false, None)
         .unwrap();
     let mut rows: Vec<f32> = first.into_vec();
     for &id in &ids[k..] {
         rows.extend(
-            m.model
+            model
                 .forward(&[id], Some(&mut cache), true, None)
                 .unwrap()
                 .into_vec(),

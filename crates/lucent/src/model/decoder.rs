@@ -39,6 +39,12 @@ pub struct DecoderModel {
     pub decoder: Decoder,
     /// W_vocab: (V, d) — the token table itself when tied.
     pub head: Head,
+    /// Every query row computed with the same arithmetic however many rows a call has
+    /// ([`AttentionOptions::row_invariant`]), so a KV-cached decode equals the full
+    /// forward bit for bit. Off by default: then a GGUF model's attention follows
+    /// llama.cpp, which sums a prompt's products in another order than a single
+    /// token's, and its logits equal llama.cpp's.
+    pub row_invariant: bool,
 }
 
 impl DecoderModel {
@@ -138,6 +144,7 @@ impl DecoderModel {
             decoder: Decoder::new(layers, final_norm)?,
             head,
             config: cfg,
+            row_invariant: false,
         })
     }
 
@@ -183,9 +190,11 @@ impl DecoderModel {
         }
         let ids: Vec<usize> = ids.iter().map(|&i| i as usize).collect();
         let x = self.embedding.forward(&[ids])?; // (1, t, d)
-        let h = self
-            .decoder
-            .forward(&x, None, &AttentionOptions::causal(), None, cache, trace)?; // (1, t, d)
+        let opts = AttentionOptions {
+            row_invariant: self.row_invariant,
+            ..AttentionOptions::causal()
+        };
+        let h = self.decoder.forward(&x, None, &opts, None, cache, trace)?; // (1, t, d)
         let d = self.config.d_model;
         let h = if last_only {
             h.narrow(1, t - 1, 1)?.reshape(&[1, d])? // (1, d)
