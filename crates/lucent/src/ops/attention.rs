@@ -265,11 +265,11 @@ pub fn attention(
     v: &Tensor,
     p: &AttentionParams,
 ) -> Result<AttentionOutput> {
-    // Causal attention (decoders) runs the plain twin for now: it computes every query
-    // row with the same arithmetic whatever t_q is, so cached decoding equals the full
-    // forward bit for bit, and it is what the llama.cpp golden tests were validated on.
-    // The fused kernel's blocked (prompt) and per-key (decode) paths differ in rounding,
-    // which 8-bit activation quantisation amplifies to ~1 logit (issue 4's note).
+    // A GGUF model's attention follows llama.cpp's arithmetic (`ops::ggml`). Other causal
+    // attention runs the plain twin: it computes every query row with the same
+    // arithmetic whatever t_q is, so cached decoding equals the full forward bit for
+    // bit. The fused kernel's blocked (prompt) and per-key (decode) paths differ in
+    // rounding, which 8-bit activation quantisation would amplify.
     let kernel = if p.ggml.is_some() {
         crate::ops::ggml::attention
     } else if p.causal {
