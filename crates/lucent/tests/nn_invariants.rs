@@ -59,6 +59,7 @@ fn config(kind: ModelKind) -> ModelConfig {
         global_every: None,
         attention_scale: None,
         pooler: false,
+        ggml_f16: false,
     }
 }
 
