@@ -103,11 +103,9 @@ pub fn dot_f16(x: &[f32], y: &[f32], order: F16Order) -> f32 {
     }
     let mut total = 0.0f64;
     if np > 0 {
-        for l in 0..LANES {
-            sum[0][l] += sum[2][l];
-            sum[1][l] += sum[3][l];
-        }
-        let s = std::array::from_fn::<f32, LANES, _>(|l| sum[0][l] + sum[1][l]);
+        let s = std::array::from_fn::<f32, LANES, _>(|l| {
+            (sum[0][l] + sum[2][l]) + (sum[1][l] + sum[3][l])
+        });
         let t = [s[0] + s[4], s[1] + s[5], s[2] + s[6], s[3] + s[7]];
         total = ((t[0] + t[1]) + (t[2] + t[3])) as f64;
     }
