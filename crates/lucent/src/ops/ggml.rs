@@ -240,7 +240,7 @@ pub fn attention(
         // SAFETY: the CPU has AVX2 and FMA (checked just above).
         return unsafe { attention_fma(q, k, v, p) };
     }
-    attention_with(q, k, v, p)
+    attention_with(q, k, v, p, dot_f16)
 }
 
 /// [`attention`] compiled with FMA instructions: the same operations (an FMA is exact
@@ -256,7 +256,66 @@ unsafe fn attention_fma(
     v: &Tensor,
     p: &AttentionParams,
 ) -> Result<AttentionOutput> {
-    attention_with(q, k, v, p)
+    // SAFETY: this function runs only where AVX2 and FMA are (its own contract).
+    attention_with(q, k, v, p, |x, y, o| unsafe { dot_f16_avx2(x, y, o) })
+}
+
+/// [`dot_f16`] with AVX2 registers for its eight lanes: the same operations in the
+/// same order, so the same bits.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_f16_avx2(x: &[f32], y: &[f32], order: F16Order) -> f32 {
+    use std::arch::x86_64::*;
+    let n = x.len().min(y.len());
+    let lanes = |v: __m256| -> [f32; LANES] {
+        let mut a = [0.0f32; LANES];
+        // SAFETY: `a` holds eight f32.
+        unsafe { _mm256_storeu_ps(a.as_mut_ptr(), v) };
+        a
+    };
+    // SAFETY (loads): every load reads 8 numbers at i + 8j < n of x and y.
+    unsafe {
+        if order == F16Order::Gemm && n.is_multiple_of(LANES) {
+            let mut acc = _mm256_setzero_ps();
+            for i in (0..n).step_by(LANES) {
+                let (a, b) = (
+                    _mm256_loadu_ps(x.as_ptr().add(i)),
+                    _mm256_loadu_ps(y.as_ptr().add(i)),
+                );
+                acc = _mm256_fmadd_ps(a, b, acc);
+            }
+            return hsum8(&lanes(acc));
+        }
+        let step = 4 * LANES;
+        let np = n - n % step;
+        let mut sum = [_mm256_setzero_ps(); 4];
+        for i in (0..np).step_by(step) {
+            for (j, s) in sum.iter_mut().enumerate() {
+                let o = i + j * LANES;
+                let (a, b) = (
+                    _mm256_loadu_ps(x.as_ptr().add(o)),
+                    _mm256_loadu_ps(y.as_ptr().add(o)),
+                );
+                *s = _mm256_fmadd_ps(a, b, *s);
+            }
+        }
+        let mut total = 0.0f64;
+        if np > 0 {
+            let s = lanes(_mm256_add_ps(
+                _mm256_add_ps(sum[0], sum[2]),
+                _mm256_add_ps(sum[1], sum[3]),
+            ));
+            let t = [s[0] + s[4], s[1] + s[5], s[2] + s[6], s[3] + s[7]];
+            total = ((t[0] + t[1]) + (t[2] + t[3])) as f64;
+        }
+        for i in np..n {
+            total += (x[i] * y[i]) as f64;
+        }
+        total as f32
+    }
 }
 
 /// SiLU ([`silu`]) of every number in place, with FMA instructions when the CPU has them.
@@ -286,6 +345,7 @@ fn attention_with(
     k: &Tensor,
     v: &Tensor,
     p: &AttentionParams,
+    dot: impl Fn(&[f32], &[f32], F16Order) -> f32,
 ) -> Result<AttentionOutput> {
     let d = check_dims(q, k, v, p)?;
     let order = p.ggml.unwrap_or(F16Order::for_rows(d.t_q));
@@ -299,16 +359,11 @@ fn attention_with(
         .want_weights
         .then(|| vec![0.0f32; d.b * d.h * d.t_q * d.t_k]);
     let mut row = vec![0.0f32; t_pad];
-    let mut vt = vec![0.0f32; d.d_v * t_pad]; // (d_v, t_pad): V stored transposed
+    let mut acc = vec![0.0f32; 4 * LANES * d.d_v];
     for bi in 0..d.b {
         for kvh in 0..d.h_kv {
             let kv = bi * d.h_kv + kvh;
-            for j in 0..d.t_k {
-                let vrow = &vd[(kv * d.t_cap + j) * d.d_v..][..d.d_v];
-                for (c, &x) in vrow.iter().enumerate() {
-                    vt[c * t_pad + j] = x;
-                }
-            }
+            let vs = &vd[kv * d.t_cap * d.d_v..][..d.t_k * d.d_v]; // (t_k, d_v)
             for hi in kvh * group..(kvh + 1) * group {
                 for i in 0..d.t_q {
                     let at = (bi * d.h + hi) * d.t_q + i;
@@ -319,7 +374,7 @@ fn attention_with(
                     for (j, s) in row[..d.t_k].iter_mut().enumerate() {
                         *s = if vis.contains(&j) {
                             let krow = &kd[(kv * d.t_cap + j) * d.d_k..][..d.d_k];
-                            dot_f16(krow, qrow, order) * p.scale + bias.map_or(0.0, |b| b[j])
+                            dot(krow, qrow, order) * p.scale + bias.map_or(0.0, |b| b[j])
                         } else {
                             f32::NEG_INFINITY
                         };
@@ -329,9 +384,7 @@ fn attention_with(
                         *w = round_f16(*w);
                     }
                     let o = &mut out[at * d.d_v..][..d.d_v];
-                    for (c, oc) in o.iter_mut().enumerate() {
-                        *oc = dot_f16(&vt[c * t_pad..][..t_pad], &row, order);
-                    }
+                    weigh_values(&row[..d.t_k], vs, order, &mut acc, o);
                     if let Some(ws) = weights.as_mut() {
                         ws[at * d.t_k..][..d.t_k].copy_from_slice(&row[..d.t_k]);
                     }
@@ -345,6 +398,44 @@ fn attention_with(
             .map(|w| Tensor::new(w, &[d.b, d.h, d.t_q, d.t_k]))
             .transpose()?,
     })
+}
+
+/// `out_c = Σ_j p_j · v_jc` for every column c of V (t, d_v), each as the f16 dot
+/// product [`dot_f16`] of V's column c (llama.cpp stores V transposed) with `p`, padded
+/// with zeros to whole 32s, in `order` — computed for all columns at once: the lane an
+/// addend falls in depends only on j, so each lane is a row of d_v accumulators, and V
+/// is read row by row. `acc` is scratch of at least 32 · d_v numbers.
+#[inline(always)]
+pub fn weigh_values(p: &[f32], v: &[f32], order: F16Order, acc: &mut [f32], out: &mut [f32]) {
+    let dv = out.len();
+    let lanes = match order {
+        F16Order::Gemm => LANES,
+        F16Order::Dot => 4 * LANES,
+    };
+    let acc = &mut acc[..lanes * dv];
+    acc.fill(0.0);
+    // Lane of position j: j % 8 (the GEMM's chain), or accumulator (j % 32) / 8 and its
+    // lane j % 8 (the dot's four accumulators), i.e. j % 32.
+    for (j, (&pj, vj)) in p.iter().zip(v.chunks_exact(dv)).enumerate() {
+        let a = &mut acc[(j % lanes) * dv..][..dv];
+        for (x, &y) in a.iter_mut().zip(vj) {
+            *x = y.mul_add(pj, *x);
+        }
+    }
+    let lane = |l: usize, c: usize| acc[l * dv + c];
+    for (c, o) in out.iter_mut().enumerate() {
+        *o = match order {
+            F16Order::Gemm => hsum8(&std::array::from_fn(|l| lane(l, c))),
+            F16Order::Dot => {
+                let s: [f32; LANES] = std::array::from_fn(|l| {
+                    (lane(l, c) + lane(2 * LANES + l, c))
+                        + (lane(LANES + l, c) + lane(3 * LANES + l, c))
+                });
+                let t = [s[0] + s[4], s[1] + s[5], s[2] + s[6], s[3] + s[7]];
+                ((t[0] + t[1]) + (t[2] + t[3])) as f64 as f32
+            }
+        };
+    }
 }
 
 #[cfg(test)]
@@ -382,6 +473,58 @@ mod tests {
                 assert!(
                     (got - exact).abs() <= 1e-5 * exact.abs().max(1.0),
                     "{order:?} n={n}: {got} vs {exact}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn weighing_all_columns_equals_one_dot_per_column() {
+        let (t, dv) = (45usize, 24usize);
+        let v: Vec<f32> = (0..t * dv)
+            .map(|i| ((i * 29 % 97) as f32 - 48.0) / 32.0)
+            .collect();
+        let p: Vec<f32> = (0..t).map(|j| ((j * 7 % 13) as f32) / 91.0).collect();
+        let t_pad = t.div_ceil(32) * 32;
+        let mut acc = vec![0.0; 32 * dv];
+        for order in [F16Order::Gemm, F16Order::Dot] {
+            let mut out = vec![0.0; dv];
+            weigh_values(&p, &v, order, &mut acc, &mut out);
+            let mut pp = p.clone();
+            pp.resize(t_pad, 0.0);
+            for (c, o) in out.iter().enumerate() {
+                let mut col: Vec<f32> = (0..t).map(|j| v[j * dv + c]).collect();
+                col.resize(t_pad, 0.0);
+                assert_eq!(
+                    o.to_bits(),
+                    dot_f16(&col, &pp, order).to_bits(),
+                    "{order:?} column {c}"
+                );
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_dot_equals_the_scalar_statement() {
+        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+            eprintln!("no AVX2 + FMA on this CPU: only the scalar dot runs here");
+            return;
+        }
+        let x: Vec<f32> = (0..300)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0)
+            .collect();
+        let y: Vec<f32> = (0..300)
+            .map(|i| ((i * 53 % 89) as f32 - 44.0) / 13.0)
+            .collect();
+        for n in [8, 24, 32, 64, 100, 256, 300] {
+            for order in [F16Order::Gemm, F16Order::Dot] {
+                // SAFETY: AVX2 and FMA were detected above.
+                let fast = unsafe { dot_f16_avx2(&x[..n], &y[..n], order) };
+                assert_eq!(
+                    fast.to_bits(),
+                    dot_f16(&x[..n], &y[..n], order).to_bits(),
+                    "{order:?} n={n}"
                 );
             }
         }
