@@ -540,6 +540,12 @@ pub fn simd_available() -> bool {
 /// A checked dot kernel: the row and activations already agree in length and kind.
 type DotFn = fn(&[u8], &QuantizedActs) -> f32;
 
+/// A tile kernel: dots of `RW` weight rows (with their scale tables) and `RA` prepared
+/// activation rows ([`avx2::tile`], [`avx512::tile`]).
+#[cfg(target_arch = "x86_64")]
+type Tile<const RW: usize, const RA: usize> =
+    unsafe fn([&[u8]; RW], [&[f32]; RW], [&QuantizedActs; RA], &mut [[f32; RA]; RW]);
+
 /// The dot kernel for `dtype` on this CPU.
 fn dot_kernel(dtype: GgmlType) -> DotFn {
     #[cfg(target_arch = "x86_64")]
@@ -1023,7 +1029,7 @@ mod avx2 {
     /// Σ a_i · b_i of two equally long f32 slices (8 lanes, then the tail in order).
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn f32_dot_slices(x: &[f32], y: &[f32]) -> f32 {
+    pub(super) unsafe fn f32_dot_slices(x: &[f32], y: &[f32]) -> f32 {
         let n = x.len().min(y.len());
         let mut acc = _mm256_setzero_ps();
         let mut i = 0;
@@ -1197,6 +1203,207 @@ mod avx2 {
             offs += 32.0 * d * off as f32;
         }
         hsum_ps(acc) - offs
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    //! AVX-512 VNNI tile kernels for the 32-block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0):
+    //! two blocks per 512-bit register, their products summed by `vpdpbusd` (unsigned
+    //! 8-bit weights × signed 8-bit activations, four products into each i32 lane, no
+    //! saturation). Selected only after [`available`] said yes; the callers' `unsafe`
+    //! blocks rely on that.
+    //!
+    //! `vpdpbusd` wants one operand unsigned, so every weight enters as `u = q + o ≥ 0`
+    //! (o = 8 for Q4_0, 16 for Q5_0, 128 for Q8_0 by flipping the sign bit, 0 for the
+    //! `_1` kinds) and the integer sum starts at `−o · Σ qx` instead of 0: the block's sum
+    //! `Σ (u − o)·qx` is then exactly the twin's `Σ q·qx`.
+    use std::arch::x86_64::*;
+
+    use super::*;
+
+    /// Whether this CPU has AVX-512 F/BW/VL/VNNI (and the AVX2 kernels' features, whose
+    /// helpers these kernels share).
+    pub(super) fn available() -> bool {
+        simd_available()
+            && is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vl")
+            && is_x86_feature_detected!("avx512vnni")
+    }
+
+    /// Bytes of a block, where its quants start, where its 32 fifth bits start (Q5 kinds),
+    /// the weight offset `o`, and whether it has a minimum: per type.
+    const fn layout(t: GgmlType) -> (usize, usize, Option<usize>, i8, bool) {
+        match t {
+            GgmlType::Q4_0 => (18, 2, None, 8, false),
+            GgmlType::Q4_1 => (20, 4, None, 0, true),
+            GgmlType::Q5_0 => (22, 6, Some(2), 16, false),
+            GgmlType::Q5_1 => (24, 8, Some(4), 0, true),
+            // Q8_0 (and, unused, anything else): the sign bit flipped, o = 128.
+            _ => (34, 2, None, 0, false),
+        }
+    }
+
+    /// The tile kernel's types as const-generic ids (`GgmlType` is not a const parameter).
+    pub(super) const Q4_0: u8 = 0;
+    /// See [`Q4_0`].
+    pub(super) const Q4_1: u8 = 1;
+    /// See [`Q4_0`].
+    pub(super) const Q5_0: u8 = 2;
+    /// See [`Q4_0`].
+    pub(super) const Q5_1: u8 = 3;
+    /// See [`Q4_0`].
+    pub(super) const Q8_0: u8 = 4;
+
+    const fn dtype(k: u8) -> GgmlType {
+        match k {
+            Q4_0 => GgmlType::Q4_0,
+            Q4_1 => GgmlType::Q4_1,
+            Q5_0 => GgmlType::Q5_0,
+            Q5_1 => GgmlType::Q5_1,
+            _ => GgmlType::Q8_0,
+        }
+    }
+
+    /// The unsigned weights `u = q + o` of block `b` (and of the next block when `TWO`;
+    /// else the upper 32 bytes are don't-care, met by zero activations) as 64 bytes in
+    /// number order: block one's 32 numbers, then block two's.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn weights<const K: u8, const TWO: bool>(b: *const u8) -> __m512i {
+        let (bb, qs, qh, _, _) = layout(dtype(K));
+        if K == Q8_0 {
+            let lo = _mm256_loadu_si256(b.add(qs) as *const __m256i);
+            let z = if TWO {
+                let hi = _mm256_loadu_si256(b.add(bb + qs) as *const __m256i);
+                _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1)
+            } else {
+                _mm512_zextsi256_si512(lo)
+            };
+            return _mm512_xor_si512(z, _mm512_set1_epi8(-128));
+        }
+        // 128-bit lanes: [nibbles of block one ×2, nibbles of block two ×2]; the odd
+        // lanes shifted by 4, so after the mask they hold the high nibbles (numbers 16..32).
+        let mut z = _mm512_broadcast_i32x4(_mm_loadu_si128(b.add(qs) as *const __m128i));
+        if TWO {
+            let n = _mm_loadu_si128(b.add(bb + qs) as *const __m128i);
+            z = _mm512_mask_broadcast_i32x4(z, 0xFF00, n);
+        }
+        z = _mm512_mask_srli_epi16(z, 0xFF00_FF00, z, 4);
+        z = _mm512_and_si512(z, _mm512_set1_epi8(0x0F));
+        if let Some(h) = qh {
+            let mut bits = std::ptr::read_unaligned(b.add(h) as *const u32) as u64;
+            if TWO {
+                bits |= (std::ptr::read_unaligned(b.add(bb + h) as *const u32) as u64) << 32;
+            }
+            z = _mm512_mask_add_epi8(z, bits, z, _mm512_set1_epi8(0x10));
+        }
+        z
+    }
+
+    /// Dots of `RW` weight rows of type `K` with `RA` activation rows at once: the
+    /// contract, the scale tables and the batch invariance of [`super::avx2::tile`], for
+    /// blocks in pairs (16 i32 lanes: 8 per block), scales in groups of 16 blocks.
+    ///
+    /// # Safety
+    /// [`available`]; every row is `acts[0].len` numbers of type `K`, each `scales[w]`
+    /// its row's table (nb scales, then nb minimums for the `_1` kinds), and every
+    /// `acts[j]` prepared as Q8_0 of the same length.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    pub(super) unsafe fn tile<const K: u8, const RW: usize, const RA: usize>(
+        rows: [&[u8]; RW],
+        scales: [&[f32]; RW],
+        acts: [&QuantizedActs; RA],
+        out: &mut [[f32; RA]; RW],
+    ) {
+        let nb = acts[0].d.len();
+        let mut acc = [[_mm512_setzero_ps(); RA]; RW];
+        let mut s16 = [[_mm512_setzero_ps(); RA]; RW];
+        let mut g = 0;
+        while g < nb {
+            let n = (nb - g).min(16);
+            let m = if n == 16 { 0xFFFF } else { (1u16 << n) - 1 };
+            // s16[w][a]: the products d_w · dx_a of the group's blocks (zero past the end).
+            for w in 0..RW {
+                let dw = _mm512_maskz_loadu_ps(m, scales[w].as_ptr().add(g));
+                for a in 0..RA {
+                    let dx = _mm512_maskz_loadu_ps(m, acts[a].d.as_ptr().add(g));
+                    s16[w][a] = _mm512_mul_ps(dw, dx);
+                }
+            }
+            let mut j = 0;
+            while j + 2 <= n {
+                pair::<K, true, RW, RA>(rows, acts, &s16, g, j, &mut acc);
+                j += 2;
+            }
+            if j < n {
+                pair::<K, false, RW, RA>(rows, acts, &s16, g, j, &mut acc);
+            }
+            g += 16;
+        }
+        let min = layout(dtype(K)).4;
+        for w in 0..RW {
+            for a in 0..RA {
+                let extra = if min {
+                    super::avx2::f32_dot_slices(&scales[w][nb..2 * nb], &acts[a].sum)
+                } else {
+                    0.0
+                };
+                out[w][a] = _mm512_reduce_add_ps(acc[w][a]) + extra;
+            }
+        }
+    }
+
+    /// Blocks `g + j` and (when `TWO`) `g + j + 1` of every row pair into `acc`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn pair<const K: u8, const TWO: bool, const RW: usize, const RA: usize>(
+        rows: [&[u8]; RW],
+        acts: [&QuantizedActs; RA],
+        s16: &[[__m512; RA]; RW],
+        g: usize,
+        j: usize,
+        acc: &mut [[__m512; RA]; RW],
+    ) {
+        let (bb, _, _, o, _) = layout(dtype(K));
+        let i = g + j;
+        let mut q = [_mm512_setzero_si512(); RW];
+        for w in 0..RW {
+            q[w] = weights::<K, TWO>(rows[w].as_ptr().add(bb * i));
+        }
+        // Lanes 0..8 take block j's scale, lanes 8..16 block j + 1's.
+        let idx = _mm512_add_epi32(
+            _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+            _mm512_set1_epi32(j as i32),
+        );
+        for a in 0..RA {
+            let p = acts[a].qs.as_ptr().add(32 * i);
+            let x = if TWO {
+                _mm512_loadu_si512(p as *const __m512i)
+            } else {
+                _mm512_maskz_loadu_epi8(0xFFFF_FFFF, p as *const i8)
+            };
+            // −o · Σ qx per lane (Q8_0: o = 128), so that Σ u·qx starts from it.
+            let start = if K == Q8_0 {
+                _mm512_sub_epi32(
+                    _mm512_setzero_si512(),
+                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(-128), x),
+                )
+            } else if o != 0 {
+                _mm512_sub_epi32(
+                    _mm512_setzero_si512(),
+                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(o), x),
+                )
+            } else {
+                _mm512_setzero_si512()
+            };
+            for w in 0..RW {
+                let s = _mm512_dpbusd_epi32(start, q[w], x);
+                let sc = _mm512_permutexvar_ps(idx, s16[w][a]);
+                acc[w][a] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(s), acc[w][a]);
+            }
+        }
     }
 }
 
@@ -1378,13 +1585,13 @@ impl QMatrix {
         Ok(())
     }
 
-    /// The per-row f32 table of block scales (Q4_1: nb scales then nb minimums; Q8_0: nb
-    /// scales), widened from the blocks' f16 once and kept (4 or 8 bytes per 32 weights).
+    /// The per-row f32 table of block scales (Q4_1, Q5_1: nb scales then nb minimums;
+    /// the others: nb scales), widened from the blocks' f16 once and kept (4 or 8 bytes per 32 weights).
     fn scale_table(&self) -> &[f32] {
         self.scales.get_or_init(|| {
             let bb = self.dtype.block_bytes();
             let nb = self.cols / self.dtype.block_len().max(1);
-            let two = self.dtype == GgmlType::Q4_1;
+            let two = matches!(self.dtype, GgmlType::Q4_1 | GgmlType::Q5_1);
             let mut t = Vec::with_capacity(self.rows * nb * if two { 2 } else { 1 });
             for i in 0..self.rows {
                 let row = self.row_bytes_of(i);
@@ -1400,11 +1607,16 @@ impl QMatrix {
         })
     }
 
-    /// Whether this matrix has a tile kernel ([`avx2::tile`]: Q4_1, Q8_0) on this CPU.
+    /// Whether this matrix has a tile kernel on this CPU: [`avx512::tile`] for the
+    /// 32-block types with AVX-512 VNNI, else [`avx2::tile`] for Q4_1 and Q8_0.
     fn tiled(&self) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
-            matches!(self.dtype, GgmlType::Q4_1 | GgmlType::Q8_0) && simd_available()
+            match self.dtype {
+                GgmlType::Q4_1 | GgmlType::Q8_0 => simd_available(),
+                GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q5_1 => avx512::available(),
+                _ => false,
+            }
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
@@ -1419,27 +1631,99 @@ impl QMatrix {
     #[allow(unused_variables)]
     fn tile_rows(&self, i0: usize, out: &mut [f32], acts: &[QuantizedActs]) {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: tiled() checked AVX2+FMA+F16C and the type; rows and acts were checked to
-        // be `cols` numbers (check_prepared / check_x) and prepared for this type.
+        // SAFETY: tiled() checked the CPU features for the kernel chosen here (AVX-512
+        // VNNI only after avx512::available(), the AVX2 kernel only for Q4_1/Q8_0); rows
+        // and acts were checked to be `cols` numbers (check_prepared / check_x) and
+        // prepared for this type.
         unsafe {
-            if self.dtype == GgmlType::Q8_0 {
-                self.tile_rows_with::<true>(i0, out, acts);
-            } else {
-                self.tile_rows_with::<false>(i0, out, acts);
+            use avx512 as v;
+            match (avx512::available(), self.dtype) {
+                (true, GgmlType::Q4_0) => self.tile_rows_with(
+                    i0,
+                    out,
+                    acts,
+                    (
+                        v::tile::<{ v::Q4_0 }, 4, 1>,
+                        v::tile::<{ v::Q4_0 }, 1, 4>,
+                        v::tile::<{ v::Q4_0 }, 1, 1>,
+                    ),
+                ),
+                (true, GgmlType::Q4_1) => self.tile_rows_with(
+                    i0,
+                    out,
+                    acts,
+                    (
+                        v::tile::<{ v::Q4_1 }, 4, 1>,
+                        v::tile::<{ v::Q4_1 }, 1, 4>,
+                        v::tile::<{ v::Q4_1 }, 1, 1>,
+                    ),
+                ),
+                (true, GgmlType::Q5_0) => self.tile_rows_with(
+                    i0,
+                    out,
+                    acts,
+                    (
+                        v::tile::<{ v::Q5_0 }, 4, 1>,
+                        v::tile::<{ v::Q5_0 }, 1, 4>,
+                        v::tile::<{ v::Q5_0 }, 1, 1>,
+                    ),
+                ),
+                (true, GgmlType::Q5_1) => self.tile_rows_with(
+                    i0,
+                    out,
+                    acts,
+                    (
+                        v::tile::<{ v::Q5_1 }, 4, 1>,
+                        v::tile::<{ v::Q5_1 }, 1, 4>,
+                        v::tile::<{ v::Q5_1 }, 1, 1>,
+                    ),
+                ),
+                (true, _) => self.tile_rows_with(
+                    i0,
+                    out,
+                    acts,
+                    (
+                        v::tile::<{ v::Q8_0 }, 4, 1>,
+                        v::tile::<{ v::Q8_0 }, 1, 4>,
+                        v::tile::<{ v::Q8_0 }, 1, 1>,
+                    ),
+                ),
+                (false, GgmlType::Q8_0) => self.tile_rows_with(
+                    i0,
+                    out,
+                    acts,
+                    (
+                        avx2::tile::<true, 4, 1>,
+                        avx2::tile::<true, 1, 4>,
+                        avx2::tile::<true, 1, 1>,
+                    ),
+                ),
+                (false, _) => self.tile_rows_with(
+                    i0,
+                    out,
+                    acts,
+                    (
+                        avx2::tile::<false, 4, 1>,
+                        avx2::tile::<false, 1, 4>,
+                        avx2::tile::<false, 1, 1>,
+                    ),
+                ),
             }
         }
     }
 
-    /// [`QMatrix::tile_rows`] for one type.
+    /// [`QMatrix::tile_rows`] with one type's kernels: 4 weight rows × 1, 1 × 4
+    /// activation rows, 1 × 1.
     ///
     /// # Safety
-    /// As the tile kernel's.
+    /// As the kernels'.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn tile_rows_with<const Q8: bool>(
+    unsafe fn tile_rows_with(
         &self,
         i0: usize,
         out: &mut [f32],
         acts: &[QuantizedActs],
+        (k41, k14, k11): (Tile<4, 1>, Tile<1, 4>, Tile<1, 1>),
     ) {
         unsafe {
             let t = acts.len();
@@ -1452,7 +1736,7 @@ impl QMatrix {
             if t == 1 {
                 while w + 4 <= n {
                     let mut o = [[0.0f32; 1]; 4];
-                    avx2::tile::<Q8, 4, 1>(
+                    k41(
                         [r(w), r(w + 1), r(w + 2), r(w + 3)],
                         [sc(w), sc(w + 1), sc(w + 2), sc(w + 3)],
                         [&acts[0]],
@@ -1468,7 +1752,7 @@ impl QMatrix {
                 let mut a = 0;
                 while a + 4 <= t {
                     let mut o = [[0.0f32; 4]; 1];
-                    avx2::tile::<Q8, 1, 4>(
+                    k14(
                         [r(w)],
                         [sc(w)],
                         [&acts[a], &acts[a + 1], &acts[a + 2], &acts[a + 3]],
@@ -1479,7 +1763,7 @@ impl QMatrix {
                 }
                 while a < t {
                     let mut o = [[0.0f32; 1]; 1];
-                    avx2::tile::<Q8, 1, 1>([r(w)], [sc(w)], [&acts[a]], &mut o);
+                    k11([r(w)], [sc(w)], [&acts[a]], &mut o);
                     out[w * t + a] = o[0][0];
                     a += 1;
                 }
