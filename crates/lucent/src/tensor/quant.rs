@@ -1302,6 +1302,9 @@ mod avx512 {
         z
     }
 
+    /// How many tiles ahead [`tile`] prefetches the weights it will read next.
+    const PREFETCH_TILES: usize = 4;
+
     /// Dots of `RW` weight rows of type `K` with `RA` activation rows at once: the
     /// contract, the scale tables and the batch invariance of [`super::avx2::tile`], for
     /// blocks in pairs (16 i32 lanes: 8 per block), scales in groups of 16 blocks.
@@ -1369,7 +1372,13 @@ mod avx512 {
         let (bb, _, _, o, _) = layout(dtype(K));
         let i = g + j;
         let mut q = [_mm512_setzero_si512(); RW];
+        // The rows of a tile lie back to back, and the next tiles follow them: fetch the
+        // same place in the row PREFETCH_TILES tiles on while this one computes (a hint;
+        // past the matrix's end it reads nothing, and the address is never dereferenced).
+        let ahead = PREFETCH_TILES * RW * rows[0].len();
         for w in 0..RW {
+            let p = rows[w].as_ptr().wrapping_add(bb * i + ahead);
+            _mm_prefetch::<_MM_HINT_T0>(p as *const i8);
             q[w] = weights::<K, TWO>(rows[w].as_ptr().add(bb * i));
         }
         // Lanes 0..8 take block j's scale, lanes 8..16 block j + 1's.
