@@ -38,7 +38,7 @@ fn main() -> lucent::Result<()> {
     lucent::threads::set_threads(threads);
     let f = GgufFile::open(path)?;
     println!(
-        "{} ({} threads: {} time; SIMD {})",
+        "{} ({} threads: {} time; SIMD {}, VNNI {})",
         path,
         threads,
         if threads == 1 && cpu_now().is_some() {
@@ -46,7 +46,8 @@ fn main() -> lucent::Result<()> {
         } else {
             "wall"
         },
-        lucent::tensor::quant::simd_available()
+        lucent::tensor::quant::simd_available(),
+        lucent::tensor::quant::vnni_available()
     );
     let mats: Vec<_> = f
         .tensor_infos()

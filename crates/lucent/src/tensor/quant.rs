@@ -537,6 +537,20 @@ pub fn simd_available() -> bool {
     }
 }
 
+/// Whether the AVX-512 VNNI tile kernels (the decode path of Q4_0, Q4_1, Q5_0, Q5_1 and
+/// Q8_0 matrices) run on this CPU; else Q4_1 and Q8_0 take the AVX2 tile kernel and the
+/// others the per-row dots.
+pub fn vnni_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        avx512::available()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// A checked dot kernel: the row and activations already agree in length and kind.
 type DotFn = fn(&[u8], &QuantizedActs) -> f32;
 
