@@ -397,7 +397,10 @@ fn vnni_path() -> bool {
         && std::is_x86_feature_detected!("fma")
         && std::is_x86_feature_detected!("f16c")
     {
-        assert!(on, "the CPU has AVX-512 VNNI but the tile kernels do not use it");
+        assert!(
+            on,
+            "the CPU has AVX-512 VNNI but the tile kernels do not use it"
+        );
     }
     if !on {
         eprintln!("notice: no AVX-512 VNNI on this CPU; testing the fallback kernels");
@@ -507,6 +510,35 @@ fn tile_kernels_on_extreme_blocks() {
                         y[i],
                         yr[i]
                     );
+                }
+            }
+        }
+    }
+}
+
+/// The K-quant dots keep exact integer block sums and the twin's outer arithmetic in the
+/// twin's order, so on AVX-512 VNNI they equal the twin bit for bit (on random blocks and
+/// odd block counts); elsewhere they are held to the twin's rounding bound.
+#[test]
+fn k_quant_dots_equal_their_twins() {
+    let vnni = vnni_path();
+    let mut rng = StdRng::seed_from_u64(17);
+    for t in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
+        for &blocks in &[1usize, 2, 3, 5, 8] {
+            let n = QK_K * blocks;
+            for _ in 0..16 {
+                let row = random_row(t, n, &mut rng);
+                let x: Vec<f32> = (0..n).map(|_| rng.random_range(-3.0f32..3.0)).collect();
+                let a = quantize_activations(t, &x).unwrap();
+                let fast = vec_dot(t, &row, &a).unwrap();
+                let slow = reference::vec_dot(t, &row, &a).unwrap();
+                if vnni {
+                    assert_eq!(fast.to_bits(), slow.to_bits(), "{t} n={n}: {fast} vs {slow}");
+                } else {
+                    let mut w = vec![0.0; n];
+                    dequantize(t, &row, &mut w).unwrap();
+                    let scale = abs_dot64(&w, &a.dequantize()) + 1e-6;
+                    assert!(((fast - slow) as f64).abs() <= 1e-5 * scale, "{t} n={n}");
                 }
             }
         }

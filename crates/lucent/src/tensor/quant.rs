@@ -563,6 +563,10 @@ type Tile<const RW: usize, const RA: usize> =
 /// The dot kernel for `dtype` on this CPU.
 fn dot_kernel(dtype: GgmlType) -> DotFn {
     #[cfg(target_arch = "x86_64")]
+    if avx512::available() {
+        return avx512::kernel(dtype);
+    }
+    #[cfg(target_arch = "x86_64")]
     if simd_available() {
         return avx2::kernel(dtype);
     }
@@ -886,7 +890,7 @@ mod avx2 {
     /// The f16 at `p` as f32 (F16C; `half`'s conversion checks the CPU on every call).
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn f16p(p: *const u8) -> f32 {
+    pub(super) unsafe fn f16p(p: *const u8) -> f32 {
         let bits = std::ptr::read_unaligned(p as *const u16);
         _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
     }
@@ -1314,6 +1318,145 @@ mod avx512 {
             z = _mm512_mask_add_epi8(z, bits, z, _mm512_set1_epi8(0x10));
         }
         z
+    }
+
+    /// The dot kernel for `dtype`: the K-quants here, the rest from [`super::avx2`].
+    pub(super) fn kernel(dtype: GgmlType) -> DotFn {
+        match dtype {
+            GgmlType::Q4_K => |r, a| unsafe { q45_k(r, a, false) }, // SAFETY: available() said yes
+            GgmlType::Q5_K => |r, a| unsafe { q45_k(r, a, true) },  // SAFETY: available() said yes
+            GgmlType::Q6_K => |r, a| unsafe { q6_k(r, a) },         // SAFETY: available() said yes
+            _ => super::avx2::kernel(dtype),
+        }
+    }
+
+    /// Q4_K (`five` false) and Q5_K (`five` true), 64 numbers (two sub-blocks) a step:
+    /// `vpmaddubsw` pairs (q ≤ 31, |qx| ≤ 127: no saturation), `vpmaddwd` with the
+    /// sub-blocks' scales, so each block's two integer sums are exact and its outer
+    /// arithmetic is the twin's, in the twin's order (the results equal it bit for bit).
+    ///
+    /// # Safety
+    /// [`available`]; `row` and `a` checked by [`check_dot`] for this type.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn q45_k(row: &[u8], a: &QuantizedActs, five: bool) -> f32 {
+        let bb = if five { 176 } else { 144 };
+        let m4 = _mm512_set1_epi8(0x0F);
+        let one = _mm512_set1_epi8(1);
+        let mut acc = 0.0f32;
+        for i in 0..a.d.len() {
+            let blk = row.as_ptr().add(bb * i);
+            let (d, dmin) = (super::avx2::f16p(blk), super::avx2::f16p(blk.add(2)));
+            let scales = std::slice::from_raw_parts(blk.add(4), 12);
+            let qs = blk.add(if five { 48 } else { 16 });
+            let qh = if five {
+                _mm512_broadcast_i64x4(_mm256_loadu_si256(blk.add(16) as *const __m256i))
+            } else {
+                _mm512_setzero_si512()
+            };
+            let xq = a.qs.as_ptr().add(256 * i);
+            let mut sumi = _mm512_setzero_si512();
+            let mut summ = 0i32;
+            for c in 0..4 {
+                let (sc0, mn0) = k_scale_min(2 * c, scales);
+                let (sc1, mn1) = k_scale_min(2 * c + 1, scales);
+                let bs = a.bsums.as_ptr().add(16 * i + 4 * c);
+                summ += mn0 as i32 * (*bs + *bs.add(1)) + mn1 as i32 * (*bs.add(2) + *bs.add(3));
+                // Numbers 64c..64c+32: low nibbles of qs[32c..32c+32]; the next 32: high.
+                let z =
+                    _mm512_broadcast_i64x4(_mm256_loadu_si256(qs.add(32 * c) as *const __m256i));
+                let mut q = _mm512_and_si512(_mm512_mask_srli_epi16(z, 0xFFFF_0000, z, 4), m4);
+                if five {
+                    // Fifth bits: bit 2c of qh[l] (lower half), bit 2c + 1 (upper half).
+                    let sh = _mm512_mask_blend_epi16(
+                        0xFFFF_0000,
+                        _mm512_set1_epi16(2 * c as i16),
+                        _mm512_set1_epi16(2 * c as i16 + 1),
+                    );
+                    let h = _mm512_and_si512(_mm512_srlv_epi16(qh, sh), one);
+                    q = _mm512_or_si512(q, _mm512_slli_epi16(h, 4));
+                }
+                let x = _mm512_loadu_si512(xq.add(64 * c) as *const __m512i);
+                let sc = _mm512_mask_blend_epi16(
+                    0xFFFF_0000,
+                    _mm512_set1_epi16(sc0 as i16),
+                    _mm512_set1_epi16(sc1 as i16),
+                );
+                let p = _mm512_madd_epi16(_mm512_maddubs_epi16(q, x), sc);
+                sumi = _mm512_add_epi32(sumi, p);
+            }
+            let sumi = _mm512_reduce_add_epi32(sumi);
+            acc += a.d[i] * (d * sumi as f32 - dmin * summ as f32);
+        }
+        acc
+    }
+
+    /// Q6_K, 64 numbers (four groups of 16) a step, unsigned q (0..63) in `vpmaddubsw`
+    /// pairs (no saturation) and `vpmaddwd` with the groups' i8 scales; the `− 32` of
+    /// every q enters as `− 32 · Σ_g sc_g · Σ_{i∈g} qx_i` (the stored 16-sums), so each
+    /// block's integer sum is exact and the outer arithmetic is the twin's, in the twin's
+    /// order (the results equal it bit for bit).
+    ///
+    /// # Safety
+    /// [`available`]; `row` and `a` checked by [`check_dot`] for this type.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn q6_k(row: &[u8], a: &QuantizedActs) -> f32 {
+        let m4 = _mm512_set1_epi8(0x0F);
+        let m30 = _mm512_set1_epi8(0x30);
+        // Word shifts that bring qh's bit pair k to bits 4..6 of each byte: k = 0, 1 in
+        // the low and high 256-bit halves of the first step, k = 2, 3 in the second.
+        let left = _mm512_mask_blend_epi16(0xFFFF_0000, _mm512_set1_epi16(4), _mm512_set1_epi16(2));
+        let right =
+            _mm512_mask_blend_epi16(0xFFFF_0000, _mm512_setzero_si512(), _mm512_set1_epi16(2));
+        let mut acc = 0.0f32;
+        for i in 0..a.d.len() {
+            let blk = row.as_ptr().add(210 * i);
+            let d = super::avx2::f16p(blk.add(208));
+            // The 16 scales as words; group g's scale sits in the 8 words of its 16 numbers.
+            let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(blk.add(192) as *const __m128i));
+            let sc16 = _mm512_castsi256_si512(sc16);
+            let bsums = _mm512_loadu_si512(a.bsums.as_ptr().add(16 * i) as *const __m512i);
+            let sc32 = _mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(192) as *const __m128i));
+            let off = _mm512_reduce_add_epi32(_mm512_mullo_epi32(sc32, bsums));
+            let xq = a.qs.as_ptr().add(256 * i);
+            let mut sumi = _mm512_setzero_si512();
+            for n in 0..2 {
+                let l = _mm512_loadu_si512(blk.add(64 * n) as *const __m512i);
+                let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                    blk.add(128 + 32 * n) as *const __m256i
+                ));
+                let q = [
+                    _mm512_or_si512(
+                        _mm512_and_si512(l, m4),
+                        _mm512_and_si512(_mm512_sllv_epi16(qh, left), m30),
+                    ),
+                    _mm512_or_si512(
+                        _mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                        _mm512_and_si512(_mm512_srlv_epi16(qh, right), m30),
+                    ),
+                ];
+                for (h, qk) in q.iter().enumerate() {
+                    // Numbers 128n + 64h .. +64: groups 8n + 4h .. +4, 8 words each.
+                    let g0 = (8 * n + 4 * h) as i16;
+                    let idx = _mm512_add_epi16(
+                        _mm512_set1_epi16(g0),
+                        _mm512_srli_epi16(
+                            _mm512_set_epi16(
+                                31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15,
+                                14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0,
+                            ),
+                            3,
+                        ),
+                    );
+                    let sc = _mm512_permutexvar_epi16(idx, sc16);
+                    let x = _mm512_loadu_si512(xq.add(128 * n + 64 * h) as *const __m512i);
+                    let p = _mm512_madd_epi16(_mm512_maddubs_epi16(*qk, x), sc);
+                    sumi = _mm512_add_epi32(sumi, p);
+                }
+            }
+            let sumi = _mm512_reduce_add_epi32(sumi) - 32 * off;
+            acc += d * a.d[i] * sumi as f32;
+        }
+        acc
     }
 
     /// How many tiles ahead [`tile`] prefetches the weights it will read next.
