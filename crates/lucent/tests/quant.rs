@@ -533,7 +533,11 @@ fn k_quant_dots_equal_their_twins() {
                 let fast = vec_dot(t, &row, &a).unwrap();
                 let slow = reference::vec_dot(t, &row, &a).unwrap();
                 if vnni {
-                    assert_eq!(fast.to_bits(), slow.to_bits(), "{t} n={n}: {fast} vs {slow}");
+                    assert_eq!(
+                        fast.to_bits(),
+                        slow.to_bits(),
+                        "{t} n={n}: {fast} vs {slow}"
+                    );
                 } else {
                     let mut w = vec![0.0; n];
                     dequantize(t, &row, &mut w).unwrap();

@@ -24,8 +24,9 @@
 //! differs from `dequantize(w) · x` by at most `Σ_i |w_i| · dx(i) / 2` (each activation is
 //! rounded to the nearest multiple of its block's `dx`).
 //!
-//! Every dot has a scalar twin in [`reference`](mod@reference); the fast path uses AVX2 + FMA when the
-//! CPU has them (checked at run time) and is the twin otherwise. [`QMatrix`] is a
+//! Every dot has a scalar twin in [`reference`](mod@reference); the fast path uses AVX-512
+//! VNNI or else AVX2 + FMA when the CPU has them (checked at run time) and is the twin
+//! otherwise. [`QMatrix`] is a
 //! rows × cols weight matrix in one of these types, with a decode path (`matvec`, streaming
 //! the quantised weights once) and a prefill path (`matmul_t`, dequantised tiles through
 //! the f32 GEMM).
@@ -517,7 +518,8 @@ fn check_dot(dtype: GgmlType, row: &[u8], a: &QuantizedActs) -> Result<()> {
 }
 
 /// `w · x` for one weight row of `dtype` and prepared activations, on the fastest path
-/// this CPU has (AVX2 + FMA, else the [`reference`](mod@reference) twin).
+/// this CPU has (AVX-512 VNNI for the K-quants, AVX2 + FMA, else the
+/// [`reference`](mod@reference) twin).
 pub fn vec_dot(dtype: GgmlType, row: &[u8], a: &QuantizedActs) -> Result<f32> {
     check_dot(dtype, row, a)?;
     Ok(dot_kernel(dtype)(row, a))
@@ -1226,11 +1228,11 @@ mod avx2 {
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    //! AVX-512 VNNI tile kernels for the 32-block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0):
-    //! two blocks per 512-bit register, their products summed by `vpdpbusd` (unsigned
-    //! 8-bit weights × signed 8-bit activations, four products into each i32 lane, no
-    //! saturation). Selected only after [`available`] said yes; the callers' `unsafe`
-    //! blocks rely on that.
+    //! AVX-512 VNNI kernels: the tile kernel of the 32-block types (Q4_0, Q4_1, Q5_0,
+    //! Q5_1, Q8_0), two blocks per 512-bit register, their products summed by `vpdpbusd`
+    //! (unsigned 8-bit weights × signed 8-bit activations, four products into each i32
+    //! lane, no saturation); and the K-quant dots, 64 numbers a step. Selected only after
+    //! [`available`] said yes; the callers' `unsafe` blocks rely on that.
     //!
     //! `vpdpbusd` wants one operand unsigned, so every weight enters as `u = q + o ≥ 0`
     //! (o = 8 for Q4_0, 16 for Q5_0, 128 for Q8_0 by flipping the sign bit, 0 for the
@@ -1258,8 +1260,9 @@ mod avx512 {
             GgmlType::Q4_1 => (20, 4, None, 0, true),
             GgmlType::Q5_0 => (22, 6, Some(2), 16, false),
             GgmlType::Q5_1 => (24, 8, Some(4), 0, true),
-            // Q8_0 (and, unused, anything else): the sign bit flipped, o = 128.
-            _ => (34, 2, None, 0, false),
+            // Q8_0 (and, unused, anything else): the sign bit flipped, o = 128 (the byte
+            // 0x80, read as unsigned by `vpdpbusd`).
+            _ => (34, 2, None, i8::MIN, false),
         }
     }
 
@@ -1548,15 +1551,10 @@ mod avx512 {
             let x = if TWO {
                 _mm512_loadu_si512(p as *const __m512i)
             } else {
-                _mm512_maskz_loadu_epi8(0xFFFF_FFFF, p as *const i8)
+                _mm512_maskz_loadu_epi8(0xFFFF_FFFF, p)
             };
-            // −o · Σ qx per lane (Q8_0: o = 128), so that Σ u·qx starts from it.
-            let start = if K == Q8_0 {
-                _mm512_sub_epi32(
-                    _mm512_setzero_si512(),
-                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(-128), x),
-                )
-            } else if o != 0 {
+            // −o · Σ qx per lane, so that Σ u·qx starts from it.
+            let start = if o != 0 {
                 _mm512_sub_epi32(
                     _mm512_setzero_si512(),
                     _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(o), x),
