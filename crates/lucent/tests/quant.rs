@@ -516,12 +516,11 @@ fn tile_kernels_on_extreme_blocks() {
     }
 }
 
-/// The K-quant dots keep exact integer block sums and the twin's outer arithmetic in the
-/// twin's order, so on AVX-512 VNNI they equal the twin bit for bit (on random blocks and
-/// odd block counts); elsewhere they are held to the twin's rounding bound.
+/// The K-quant dots (AVX-512 VNNI where the CPU has it) against the twin on 1 to 8
+/// blocks, odd counts included, to the rounding bound.
 #[test]
 fn k_quant_dots_equal_their_twins() {
-    let vnni = vnni_path();
+    vnni_path();
     let mut rng = StdRng::seed_from_u64(17);
     for t in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
         for &blocks in &[1usize, 2, 3, 5, 8] {
@@ -532,18 +531,13 @@ fn k_quant_dots_equal_their_twins() {
                 let a = quantize_activations(t, &x).unwrap();
                 let fast = vec_dot(t, &row, &a).unwrap();
                 let slow = reference::vec_dot(t, &row, &a).unwrap();
-                if vnni {
-                    assert_eq!(
-                        fast.to_bits(),
-                        slow.to_bits(),
-                        "{t} n={n}: {fast} vs {slow}"
-                    );
-                } else {
-                    let mut w = vec![0.0; n];
-                    dequantize(t, &row, &mut w).unwrap();
-                    let scale = abs_dot64(&w, &a.dequantize()) + 1e-6;
-                    assert!(((fast - slow) as f64).abs() <= 1e-5 * scale, "{t} n={n}");
-                }
+                let mut w = vec![0.0; n];
+                dequantize(t, &row, &mut w).unwrap();
+                let scale = abs_dot64(&w, &a.dequantize()) + 1e-6;
+                assert!(
+                    ((fast - slow) as f64).abs() <= 1e-5 * scale,
+                    "{t} n={n}: {fast} vs twin {slow}"
+                );
             }
         }
     }

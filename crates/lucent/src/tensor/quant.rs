@@ -839,7 +839,7 @@ mod avx2 {
 
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn hsum_ps(v: __m256) -> f32 {
+    pub(super) unsafe fn hsum_ps(v: __m256) -> f32 {
         let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
         let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
         let s = _mm_add_ss(s, _mm_movehdup_ps(s));
@@ -1335,8 +1335,9 @@ mod avx512 {
 
     /// Q4_K (`five` false) and Q5_K (`five` true), 64 numbers (two sub-blocks) a step:
     /// `vpmaddubsw` pairs (q ≤ 31, |qx| ≤ 127: no saturation), `vpmaddwd` with the
-    /// sub-blocks' scales, so each block's two integer sums are exact and its outer
-    /// arithmetic is the twin's, in the twin's order (the results equal it bit for bit).
+    /// sub-blocks' scales. The two halves of the i32 sums add up to the AVX2 kernel's
+    /// eight lanes, which then meet the same f32 arithmetic in the same order: the
+    /// results equal [`super::avx2`]'s bit for bit.
     ///
     /// # Safety
     /// [`available`]; `row` and `a` checked by [`check_dot`] for this type.
@@ -1345,7 +1346,8 @@ mod avx512 {
         let bb = if five { 176 } else { 144 };
         let m4 = _mm512_set1_epi8(0x0F);
         let one = _mm512_set1_epi8(1);
-        let mut acc = 0.0f32;
+        let mut acc = _mm256_setzero_ps();
+        let mut mins = 0.0f32;
         for i in 0..a.d.len() {
             let blk = row.as_ptr().add(bb * i);
             let (d, dmin) = (super::avx2::f16p(blk), super::avx2::f16p(blk.add(2)));
@@ -1387,17 +1389,22 @@ mod avx512 {
                 let p = _mm512_madd_epi16(_mm512_maddubs_epi16(q, x), sc);
                 sumi = _mm512_add_epi32(sumi, p);
             }
-            let sumi = _mm512_reduce_add_epi32(sumi);
-            acc += a.d[i] * (d * sumi as f32 - dmin * summ as f32);
+            // The AVX2 kernel's eight lanes: lane k of both sub-blocks of each step.
+            let sumi = _mm256_add_epi32(
+                _mm512_castsi512_si256(sumi),
+                _mm512_extracti64x4_epi64(sumi, 1),
+            );
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d[i]), _mm256_cvtepi32_ps(sumi), acc);
+            mins += dmin * a.d[i] * summ as f32;
         }
-        acc
+        super::avx2::hsum_ps(acc) - mins
     }
 
     /// Q6_K, 64 numbers (four groups of 16) a step, unsigned q (0..63) in `vpmaddubsw`
     /// pairs (no saturation) and `vpmaddwd` with the groups' i8 scales; the `− 32` of
-    /// every q enters as `− 32 · Σ_g sc_g · Σ_{i∈g} qx_i` (the stored 16-sums), so each
-    /// block's integer sum is exact and the outer arithmetic is the twin's, in the twin's
-    /// order (the results equal it bit for bit).
+    /// every q enters as `− 32 · Σ_g sc_g · Σ_{i∈g} qx_i` (the stored 16-sums). As in
+    /// [`q45_k`], the i32 lanes and the f32 arithmetic are the AVX2 kernel's: the results
+    /// equal it bit for bit.
     ///
     /// # Safety
     /// [`available`]; `row` and `a` checked by [`check_dot`] for this type.
@@ -1410,10 +1417,11 @@ mod avx512 {
         let left = _mm512_mask_blend_epi16(0xFFFF_0000, _mm512_set1_epi16(4), _mm512_set1_epi16(2));
         let right =
             _mm512_mask_blend_epi16(0xFFFF_0000, _mm512_setzero_si512(), _mm512_set1_epi16(2));
-        let mut acc = 0.0f32;
+        let mut acc = _mm256_setzero_ps();
+        let mut offs = 0.0f32;
         for i in 0..a.d.len() {
             let blk = row.as_ptr().add(210 * i);
-            let d = super::avx2::f16p(blk.add(208));
+            let d = super::avx2::f16p(blk.add(208)) * a.d[i];
             // The 16 scales as words; group g's scale sits in the 8 words of its 16 numbers.
             let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(blk.add(192) as *const __m128i));
             let sc16 = _mm512_castsi256_si512(sc16);
@@ -1456,10 +1464,14 @@ mod avx512 {
                     sumi = _mm512_add_epi32(sumi, p);
                 }
             }
-            let sumi = _mm512_reduce_add_epi32(sumi) - 32 * off;
-            acc += d * a.d[i] * sumi as f32;
+            let sumi = _mm256_add_epi32(
+                _mm512_castsi512_si256(sumi),
+                _mm512_extracti64x4_epi64(sumi, 1),
+            );
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+            offs += 32.0 * d * off as f32;
         }
-        acc
+        super::avx2::hsum_ps(acc) - offs
     }
 
     /// How many tiles ahead [`tile`] prefetches the weights it will read next.
@@ -1468,6 +1480,11 @@ mod avx512 {
     /// Dots of `RW` weight rows of type `K` with `RA` activation rows at once: the
     /// contract, the scale tables and the batch invariance of [`super::avx2::tile`], for
     /// blocks in pairs (16 i32 lanes: 8 per block), scales in groups of 16 blocks.
+    ///
+    /// Every result equals the AVX2 path's bit for bit: each block's eight i32 lane sums
+    /// are the same integers (lane k sums numbers 4k..4k+4), and they meet their scales
+    /// in the same FMAs in the same order ([`chain`]), then the same horizontal sums. So
+    /// a machine with VNNI and one without compute the same numbers.
     ///
     /// # Safety
     /// [`available`]; every row is `acts[0].len` numbers of type `K`, each `scales[w]`
@@ -1505,17 +1522,52 @@ mod avx512 {
             }
             g += 16;
         }
-        let min = layout(dtype(K)).4;
         for w in 0..RW {
             for a in 0..RA {
-                let extra = if min {
-                    super::avx2::f32_dot_slices(&scales[w][nb..2 * nb], &acts[a].sum)
+                let (sc, v) = (scales[w], acts[a]);
+                out[w][a] = if chain(K) {
+                    // avx2::tile's ending: the 8 lanes summed, then Q4_1's Σ m·sx.
+                    let extra = if K == Q4_1 {
+                        super::avx2::f32_dot_slices(&sc[nb..2 * nb], &v.sum)
+                    } else {
+                        0.0
+                    };
+                    super::avx2::hsum_ps(lo(acc[w][a])) + extra
                 } else {
-                    0.0
+                    // avx2::sum_blocks's ending: even and odd blocks' lanes added, then
+                    // the minimums' terms, summed over even and odd blocks apart.
+                    let mut e = [0.0f32; 2];
+                    if layout(dtype(K)).4 {
+                        for i in 0..nb {
+                            e[i % 2] += sc[nb + i] * v.sum[i];
+                        }
+                    }
+                    let both = _mm256_add_ps(lo(acc[w][a]), hi(acc[w][a]));
+                    super::avx2::hsum_ps(both) + (e[0] + e[1])
                 };
-                out[w][a] = _mm512_reduce_add_ps(acc[w][a]) + extra;
             }
         }
+    }
+
+    /// Whether type `K`'s blocks go through one chain of FMAs per lane, in block order
+    /// (Q4_1, Q8_0: as [`super::avx2::tile`]), or through two, for even and odd blocks
+    /// (the others: as [`super::avx2`]'s per-row dots).
+    const fn chain(k: u8) -> bool {
+        k == Q4_1 || k == Q8_0
+    }
+
+    /// The low 8 lanes.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn lo(v: __m512) -> __m256 {
+        _mm512_castps512_ps256(v)
+    }
+
+    /// The high 8 lanes.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn hi(v: __m512) -> __m256 {
+        _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))
     }
 
     /// Blocks `g + j` and (when `TWO`) `g + j + 1` of every row pair into `acc`.
@@ -1563,9 +1615,21 @@ mod avx512 {
                 _mm512_setzero_si512()
             };
             for w in 0..RW {
-                let s = _mm512_dpbusd_epi32(start, q[w], x);
+                let s = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, q[w], x));
                 let sc = _mm512_permutexvar_ps(idx, s16[w][a]);
-                acc[w][a] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(s), acc[w][a]);
+                acc[w][a] = if chain(K) {
+                    // One chain in the low 8 lanes: block j, then block j + 1.
+                    let mut c = _mm256_fmadd_ps(lo(sc), lo(s), lo(acc[w][a]));
+                    if TWO {
+                        c = _mm256_fmadd_ps(hi(sc), hi(s), c);
+                    }
+                    _mm512_castps256_ps512(c)
+                } else if TWO {
+                    // Even blocks' chain in the low lanes, odd blocks' in the high.
+                    _mm512_fmadd_ps(sc, s, acc[w][a])
+                } else {
+                    _mm512_mask3_fmadd_ps(sc, s, acc[w][a], 0x00FF)
+                };
             }
         }
     }
@@ -2071,5 +2135,100 @@ impl QMatrix {
             r0 = r1;
         }
         Ok(y)
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    //! The AVX-512 kernels against the AVX2 ones they replace, bit for bit (both private,
+    //! so tests/quant.rs, which holds each path to the scalar twin, cannot reach them).
+    use super::*;
+    use rand::{rngs::StdRng, Rng, SeedableRng};
+
+    /// `rows` random rows of `t` with finite f16 scales (and minimums) in every block.
+    fn random_matrix(t: GgmlType, rows: usize, cols: usize, rng: &mut StdRng) -> Result<QMatrix> {
+        let mut b: Vec<u8> = (0..rows * t.row_bytes(cols)?)
+            .map(|_| rng.random())
+            .collect();
+        for blk in b.chunks_exact_mut(t.block_bytes()) {
+            let mut put = |at: usize, rng: &mut StdRng| {
+                let v = f16::from_f32(rng.random_range(-0.1f32..0.1)).to_le_bytes();
+                blk[at..at + 2].copy_from_slice(&v);
+            };
+            match t {
+                GgmlType::Q6_K => put(208, rng),
+                GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => {
+                    put(0, rng);
+                    put(2, rng);
+                }
+                _ => put(0, rng),
+            }
+        }
+        QMatrix::from_vec(t, rows, cols, b)
+    }
+
+    #[test]
+    fn avx512_kernels_equal_avx2_bit_for_bit() -> Result<()> {
+        if !avx512::available() {
+            eprintln!("notice: no AVX-512 VNNI on this CPU; nothing to compare");
+            return Ok(());
+        }
+        crate::threads::set_threads(1);
+        let mut rng = StdRng::seed_from_u64(5);
+        let tiled = [
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q5_0,
+            GgmlType::Q5_1,
+            GgmlType::Q8_0,
+        ];
+        for t in tiled {
+            for rows in [1usize, 3, 4, 5, 9] {
+                for blocks in [1usize, 2, 3, 15, 16, 17, 18, 33] {
+                    let cols = QK * blocks;
+                    let m = random_matrix(t, rows, cols, &mut rng)?;
+                    let x: Vec<f32> = (0..cols).map(|_| rng.random_range(-1.0..1.0)).collect();
+                    let a = m.prepare(&x)?;
+                    let mut y = vec![0.0; rows];
+                    m.matvec_prepared(&a, &mut y)?; // the AVX-512 tiles
+                    let table = m.scale_table();
+                    let per = table.len() / rows;
+                    for (i, &got) in y.iter().enumerate() {
+                        let row = m.row_bytes_of(i);
+                        let want = if matches!(t, GgmlType::Q4_1 | GgmlType::Q8_0) {
+                            let mut o = [[0.0f32; 1]; 1];
+                            let sc = &table[i * per..(i + 1) * per];
+                            // SAFETY: avx512::available() implies AVX2+FMA+F16C; the row,
+                            // its table and the activations are this matrix's.
+                            unsafe {
+                                if t == GgmlType::Q8_0 {
+                                    avx2::tile::<true, 1, 1>([row], [sc], [&a], &mut o);
+                                } else {
+                                    avx2::tile::<false, 1, 1>([row], [sc], [&a], &mut o);
+                                }
+                            }
+                            o[0][0]
+                        } else {
+                            avx2::kernel(t)(row, &a)
+                        };
+                        assert_eq!(got.to_bits(), want.to_bits(), "{t} {rows}×{cols} row {i}");
+                    }
+                }
+            }
+        }
+        for t in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
+            for blocks in [1usize, 2, 3, 5] {
+                let cols = QK_K * blocks;
+                let m = random_matrix(t, 4, cols, &mut rng)?;
+                let x: Vec<f32> = (0..cols).map(|_| rng.random_range(-3.0..3.0)).collect();
+                let a = m.prepare(&x)?;
+                for i in 0..4 {
+                    let row = m.row_bytes_of(i);
+                    let (got, want) = (avx512::kernel(t)(row, &a), avx2::kernel(t)(row, &a));
+                    assert_eq!(got.to_bits(), want.to_bits(), "{t} {cols} row {i}");
+                }
+            }
+        }
+        Ok(())
     }
 }
