@@ -63,8 +63,8 @@ fn main() -> lucent::Result<()> {
             .as_ref()
             .map_err(|e| lucent::Error::Argument(e.to_string()))?;
         let x: Vec<f32> = (0..m.cols()).map(|i| (i as f32 * 0.37).sin()).collect();
-        // Enough calls per measurement for the CPU clock's resolution (about 1 ms).
-        let reps = (2e8 / (m.rows() * m.cols()) as f64).ceil() as usize;
+        // Enough calls per measurement for the CPU clock's resolution (a few ms).
+        let reps = (1e9 / (m.rows() * m.cols()) as f64).ceil() as usize;
         let mut best = f64::MAX;
         for _ in 0..5 {
             let dt = time(threads, || {
