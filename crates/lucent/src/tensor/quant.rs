@@ -1486,30 +1486,61 @@ mod avx512 {
     /// in the same FMAs in the same order ([`chain`]), then the same horizontal sums. So
     /// a machine with VNNI and one without compute the same numbers.
     ///
+    /// Unlike the AVX2 kernel it reads the blocks' scales (and minimums) from the blocks
+    /// themselves, 16 at a time, not from the f32 table: the table is a third more bytes
+    /// to stream for Q4_1, and decode waits on memory. `_scales` is not read (it is there
+    /// so both kernels have one signature).
+    ///
     /// # Safety
-    /// [`available`]; every row is `acts[0].len` numbers of type `K`, each `scales[w]`
-    /// its row's table (nb scales, then nb minimums for the `_1` kinds), and every
-    /// `acts[j]` prepared as Q8_0 of the same length.
+    /// [`available`]; every row is `acts[0].len` numbers of type `K` and every `acts[j]`
+    /// prepared as Q8_0 of the same length.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
     pub(super) unsafe fn tile<const K: u8, const RW: usize, const RA: usize>(
         rows: [&[u8]; RW],
-        scales: [&[f32]; RW],
+        _scales: [&[f32]; RW],
         acts: [&QuantizedActs; RA],
         out: &mut [[f32; RA]; RW],
     ) {
         let nb = acts[0].d.len();
+        let (bb, .., has_min) = layout(dtype(K));
+        // Byte offsets of 16 consecutive blocks, to gather their scales (and minimums).
+        let offs = _mm512_mullo_epi32(
+            _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+            _mm512_set1_epi32(bb as i32),
+        );
         let mut acc = [[_mm512_setzero_ps(); RA]; RW];
         let mut s16 = [[_mm512_setzero_ps(); RA]; RW];
+        // Q4_1's Σ m·sx as avx2::f32_dot_slices sums it: 8 lanes over whole 8-blocks, then
+        // the last nb % 8 in order (their minimums kept from the last group).
+        let nb8 = nb / 8 * 8;
+        let mut mdot = [[_mm256_setzero_ps(); RA]; RW];
+        let mut mlast = [[0.0f32; 16]; RW];
         let mut g = 0;
         while g < nb {
             let n = (nb - g).min(16);
             let m = if n == 16 { 0xFFFF } else { (1u16 << n) - 1 };
-            // s16[w][a]: the products d_w · dx_a of the group's blocks (zero past the end).
+            // s16[w][a]: the products d_w · dx_a of the group's blocks (zero past the end),
+            // d_w widened from the f16s at the blocks' starts (the table's values, read
+            // from the bytes the kernel streams anyway).
             for w in 0..RW {
-                let dw = _mm512_maskz_loadu_ps(m, scales[w].as_ptr().add(g));
+                let base = rows[w].as_ptr().add(bb * g) as *const i32;
+                let h = _mm512_mask_i32gather_epi32::<1>(_mm512_setzero_si512(), m, offs, base);
+                let dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h));
                 for a in 0..RA {
                     let dx = _mm512_maskz_loadu_ps(m, acts[a].d.as_ptr().add(g));
                     s16[w][a] = _mm512_mul_ps(dw, dx);
+                }
+                if K == Q4_1 {
+                    let mn = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(h, 16)));
+                    _mm512_storeu_ps(mlast[w].as_mut_ptr(), mn);
+                    for (c, half) in [lo(mn), hi(mn)].into_iter().enumerate() {
+                        if g + 8 * c + 8 <= nb8 {
+                            for a in 0..RA {
+                                let sx = _mm256_loadu_ps(acts[a].sum.as_ptr().add(g + 8 * c));
+                                mdot[w][a] = _mm256_fmadd_ps(half, sx, mdot[w][a]);
+                            }
+                        }
+                    }
                 }
             }
             let mut j = 0;
@@ -1522,13 +1553,18 @@ mod avx512 {
             }
             g += 16;
         }
+        let last = nb.saturating_sub(1) / 16 * 16;
         for w in 0..RW {
             for a in 0..RA {
-                let (sc, v) = (scales[w], acts[a]);
+                let v = acts[a];
                 out[w][a] = if chain(K) {
                     // avx2::tile's ending: the 8 lanes summed, then Q4_1's Σ m·sx.
                     let extra = if K == Q4_1 {
-                        super::avx2::f32_dot_slices(&sc[nb..2 * nb], &v.sum)
+                        let mut e = super::avx2::hsum_ps(mdot[w][a]);
+                        for i in nb8..nb {
+                            e += mlast[w][i - last] * v.sum[i];
+                        }
+                        e
                     } else {
                         0.0
                     };
@@ -1537,9 +1573,10 @@ mod avx512 {
                     // avx2::sum_blocks's ending: even and odd blocks' lanes added, then
                     // the minimums' terms, summed over even and odd blocks apart.
                     let mut e = [0.0f32; 2];
-                    if layout(dtype(K)).4 {
+                    if has_min {
                         for i in 0..nb {
-                            e[i % 2] += sc[nb + i] * v.sum[i];
+                            let mn = super::avx2::f16p(rows[w].as_ptr().add(bb * i + 2));
+                            e[i % 2] += mn * v.sum[i];
                         }
                     }
                     let both = _mm256_add_ps(lo(acc[w][a]), hi(acc[w][a]));
@@ -1547,6 +1584,11 @@ mod avx512 {
                 };
             }
         }
+    }
+
+    /// The kernels of type `K` for [`QMatrix::tile_rows`]: 4 × 1, 1 × 4, 1 × 1.
+    pub(super) fn tiles<const K: u8>() -> (Tile<4, 1>, Tile<1, 4>, Tile<1, 1>) {
+        (tile::<K, 4, 1>, tile::<K, 1, 4>, tile::<K, 1, 1>)
     }
 
     /// Whether type `K`'s blocks go through one chain of FMAs per lane, in block order
@@ -1864,84 +1906,33 @@ impl QMatrix {
         // and acts were checked to be `cols` numbers (check_prepared / check_x) and
         // prepared for this type.
         unsafe {
-            use avx512 as v;
-            match (avx512::available(), self.dtype) {
-                (true, GgmlType::Q4_0) => self.tile_rows_with(
-                    i0,
-                    out,
-                    acts,
-                    (
-                        v::tile::<{ v::Q4_0 }, 4, 1>,
-                        v::tile::<{ v::Q4_0 }, 1, 4>,
-                        v::tile::<{ v::Q4_0 }, 1, 1>,
-                    ),
+            let vnni = avx512::available();
+            let kernels: (Tile<4, 1>, Tile<1, 4>, Tile<1, 1>) = match (vnni, self.dtype) {
+                (true, GgmlType::Q4_0) => avx512::tiles::<{ avx512::Q4_0 }>(),
+                (true, GgmlType::Q4_1) => avx512::tiles::<{ avx512::Q4_1 }>(),
+                (true, GgmlType::Q5_0) => avx512::tiles::<{ avx512::Q5_0 }>(),
+                (true, GgmlType::Q5_1) => avx512::tiles::<{ avx512::Q5_1 }>(),
+                (true, _) => avx512::tiles::<{ avx512::Q8_0 }>(),
+                (false, GgmlType::Q8_0) => (
+                    avx2::tile::<true, 4, 1>,
+                    avx2::tile::<true, 1, 4>,
+                    avx2::tile::<true, 1, 1>,
                 ),
-                (true, GgmlType::Q4_1) => self.tile_rows_with(
-                    i0,
-                    out,
-                    acts,
-                    (
-                        v::tile::<{ v::Q4_1 }, 4, 1>,
-                        v::tile::<{ v::Q4_1 }, 1, 4>,
-                        v::tile::<{ v::Q4_1 }, 1, 1>,
-                    ),
+                (false, _) => (
+                    avx2::tile::<false, 4, 1>,
+                    avx2::tile::<false, 1, 4>,
+                    avx2::tile::<false, 1, 1>,
                 ),
-                (true, GgmlType::Q5_0) => self.tile_rows_with(
-                    i0,
-                    out,
-                    acts,
-                    (
-                        v::tile::<{ v::Q5_0 }, 4, 1>,
-                        v::tile::<{ v::Q5_0 }, 1, 4>,
-                        v::tile::<{ v::Q5_0 }, 1, 1>,
-                    ),
-                ),
-                (true, GgmlType::Q5_1) => self.tile_rows_with(
-                    i0,
-                    out,
-                    acts,
-                    (
-                        v::tile::<{ v::Q5_1 }, 4, 1>,
-                        v::tile::<{ v::Q5_1 }, 1, 4>,
-                        v::tile::<{ v::Q5_1 }, 1, 1>,
-                    ),
-                ),
-                (true, _) => self.tile_rows_with(
-                    i0,
-                    out,
-                    acts,
-                    (
-                        v::tile::<{ v::Q8_0 }, 4, 1>,
-                        v::tile::<{ v::Q8_0 }, 1, 4>,
-                        v::tile::<{ v::Q8_0 }, 1, 1>,
-                    ),
-                ),
-                (false, GgmlType::Q8_0) => self.tile_rows_with(
-                    i0,
-                    out,
-                    acts,
-                    (
-                        avx2::tile::<true, 4, 1>,
-                        avx2::tile::<true, 1, 4>,
-                        avx2::tile::<true, 1, 1>,
-                    ),
-                ),
-                (false, _) => self.tile_rows_with(
-                    i0,
-                    out,
-                    acts,
-                    (
-                        avx2::tile::<false, 4, 1>,
-                        avx2::tile::<false, 1, 4>,
-                        avx2::tile::<false, 1, 1>,
-                    ),
-                ),
-            }
+            };
+            // The AVX-512 kernels read the scales from the blocks: no table to build.
+            let table: &[f32] = if vnni { &[] } else { self.scale_table() };
+            self.tile_rows_with(i0, out, acts, table, kernels);
         }
     }
 
     /// [`QMatrix::tile_rows`] with one type's kernels: 4 weight rows × 1, 1 × 4
-    /// activation rows, 1 × 1.
+    /// activation rows, 1 × 1; each given its rows' part of `table` (the scale table, or
+    /// empty for kernels that do not read it).
     ///
     /// # Safety
     /// As the kernels'.
@@ -1951,13 +1942,13 @@ impl QMatrix {
         i0: usize,
         out: &mut [f32],
         acts: &[QuantizedActs],
+        table: &[f32],
         (k41, k14, k11): (Tile<4, 1>, Tile<1, 4>, Tile<1, 1>),
     ) {
         unsafe {
             let t = acts.len();
             let n = out.len() / t;
             let r = |w: usize| self.row_bytes_of(i0 + w);
-            let table = self.scale_table();
             let per = table.len() / self.rows.max(1);
             let sc = |w: usize| &table[(i0 + w) * per..(i0 + w + 1) * per];
             let mut w = 0;
