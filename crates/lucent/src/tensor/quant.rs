@@ -1478,8 +1478,8 @@ mod avx512 {
     const PREFETCH_TILES: usize = 4;
 
     /// Dots of `RW` weight rows of type `K` with `RA` activation rows at once: the
-    /// contract, the scale tables and the batch invariance of [`super::avx2::tile`], for
-    /// blocks in pairs (16 i32 lanes: 8 per block), scales in groups of 16 blocks.
+    /// contract and the batch invariance of [`super::avx2::tile`], for blocks in pairs
+    /// (16 i32 lanes: 8 per block), scales in groups of 16 blocks.
     ///
     /// Every result equals the AVX2 path's bit for bit: each block's eight i32 lane sums
     /// are the same integers (lane k sums numbers 4k..4k+4), and they meet their scales
@@ -1724,7 +1724,7 @@ pub struct QMatrix {
     row_bytes: usize,
     bytes: QBytes,
     /// Per row, the blocks' scales (and Q4_1's minimums) widened to f32, built on first
-    /// use by the tile kernels ([`QMatrix::scale_table`]); shared between clones.
+    /// use by the AVX2 tile kernel ([`QMatrix::scale_table`]); shared between clones.
     scales: Arc<std::sync::OnceLock<Vec<f32>>>,
 }
 
@@ -1855,13 +1855,13 @@ impl QMatrix {
         Ok(())
     }
 
-    /// The per-row f32 table of block scales (Q4_1, Q5_1: nb scales then nb minimums;
-    /// the others: nb scales), widened from the blocks' f16 once and kept (4 or 8 bytes per 32 weights).
+    /// The per-row f32 table of block scales (Q4_1: nb scales then nb minimums; Q8_0: nb
+    /// scales), widened from the blocks' f16 once and kept (4 or 8 bytes per 32 weights).
     fn scale_table(&self) -> &[f32] {
         self.scales.get_or_init(|| {
             let bb = self.dtype.block_bytes();
             let nb = self.cols / self.dtype.block_len().max(1);
-            let two = matches!(self.dtype, GgmlType::Q4_1 | GgmlType::Q5_1);
+            let two = self.dtype == GgmlType::Q4_1;
             let mut t = Vec::with_capacity(self.rows * nb * if two { 2 } else { 1 });
             for i in 0..self.rows {
                 let row = self.row_bytes_of(i);
