@@ -38,7 +38,7 @@ fn main() -> lucent::Result<()> {
     lucent::threads::set_threads(threads);
     let f = GgufFile::open(path)?;
     println!(
-        "{} ({} threads: {} time; SIMD {})",
+        "{} ({} threads: {} time; SIMD {}, VNNI {})",
         path,
         threads,
         if threads == 1 && cpu_now().is_some() {
@@ -46,7 +46,8 @@ fn main() -> lucent::Result<()> {
         } else {
             "wall"
         },
-        lucent::tensor::quant::simd_available()
+        lucent::tensor::quant::simd_available(),
+        lucent::tensor::quant::vnni_available()
     );
     let mats: Vec<_> = f
         .tensor_infos()
@@ -62,8 +63,8 @@ fn main() -> lucent::Result<()> {
             .as_ref()
             .map_err(|e| lucent::Error::Argument(e.to_string()))?;
         let x: Vec<f32> = (0..m.cols()).map(|i| (i as f32 * 0.37).sin()).collect();
-        // Enough calls per measurement for the CPU clock's resolution (about 1 ms).
-        let reps = (2e8 / (m.rows() * m.cols()) as f64).ceil() as usize;
+        // Enough calls per measurement for the CPU clock's resolution (a few ms).
+        let reps = (1e9 / (m.rows() * m.cols()) as f64).ceil() as usize;
         let mut best = f64::MAX;
         for _ in 0..5 {
             let dt = time(threads, || {
@@ -92,14 +93,18 @@ fn main() -> lucent::Result<()> {
         .map(|m| (0..m.cols()).map(|i| (i as f32 * 0.1).cos()).collect())
         .collect();
     let bytes: usize = all.iter().map(|m| m.bytes().len()).sum();
+    // Ten passes per measurement: the thread CPU clock ticks in milliseconds.
+    let passes = 10;
     let mut best = f64::MAX;
     for _ in 0..5 {
         let dt = time(threads, || {
-            for (m, x) in all.iter().zip(&xs) {
-                std::hint::black_box(m.matvec(x)?);
+            for _ in 0..passes {
+                for (m, x) in all.iter().zip(&xs) {
+                    std::hint::black_box(m.matvec(x)?);
+                }
             }
             Ok(())
-        })?;
+        })? / passes as f64;
         best = best.min(dt);
     }
     println!(

@@ -393,6 +393,165 @@ fn extreme_blocks_do_not_saturate() {
     }
 }
 
+/// Whether this machine runs the AVX-512 VNNI tile kernels; says so when it does not (the
+/// tests below then hold the AVX2 / per-row path to the twin instead).
+fn vnni_path() -> bool {
+    let on = lucent::tensor::quant::vnni_available();
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx512f")
+        && std::is_x86_feature_detected!("avx512bw")
+        && std::is_x86_feature_detected!("avx512vl")
+        && std::is_x86_feature_detected!("avx512vnni")
+        && std::is_x86_feature_detected!("avx2")
+        && std::is_x86_feature_detected!("fma")
+        && std::is_x86_feature_detected!("f16c")
+    {
+        assert!(
+            on,
+            "the CPU has AVX-512 VNNI but the tile kernels do not use it"
+        );
+    }
+    if !on {
+        eprintln!("notice: no AVX-512 VNNI on this CPU; testing the fallback kernels");
+    }
+    on
+}
+
+/// The tile kernels (1 activation row: 4 weight rows at a time; several: 1 × 4 and 1 × 1)
+/// against the scalar twin on row counts that are not multiples of the tile height and on
+/// block counts that are odd or leave part of a 16-block scale group; and prefill through
+/// the same tiles equal to decode bit for bit (batch invariance).
+#[test]
+fn tile_kernels_equal_their_twins() {
+    vnni_path();
+    lucent::threads::set_threads(1);
+    let mut rng = StdRng::seed_from_u64(13);
+    let types = [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+    ];
+    for t in types {
+        for &rows in &[1usize, 2, 3, 4, 5, 7, 9, 13] {
+            for &blocks in &[1usize, 2, 3, 15, 16, 17, 18, 33] {
+                let cols = 32 * blocks;
+                let bytes: Vec<u8> = (0..rows)
+                    .flat_map(|_| random_row(t, cols, &mut rng))
+                    .collect();
+                let m = QMatrix::from_vec(t, rows, cols, bytes).unwrap();
+                let w = m.dequantize_all().unwrap();
+                let xs: Vec<f32> = (0..5 * cols)
+                    .map(|_| rng.random_range(-1.0f32..1.0))
+                    .collect();
+                let ys = m.matmul_t_quantized(&xs, 5).unwrap(); // (5, rows)
+                for (r, x) in xs.chunks_exact(cols).enumerate() {
+                    let y = m.matvec(x).unwrap();
+                    let yr = m.matvec_reference(x).unwrap();
+                    let a = m.prepare(x).unwrap().dequantize();
+                    for i in 0..rows {
+                        let wi = &w[i * cols..(i + 1) * cols];
+                        let scale = abs_dot64(wi, &a) + 1e-6;
+                        assert!(
+                            ((y[i] - yr[i]) as f64).abs() <= 1e-5 * scale,
+                            "{t} {rows}×{cols} row {i}: {} vs twin {}",
+                            y[i],
+                            yr[i]
+                        );
+                        assert_eq!(
+                            ys[r * rows + i].to_bits(),
+                            y[i].to_bits(),
+                            "{t} {rows}×{cols} row {i}: prefill of 5 vs decode"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The tile kernels on the largest magnitudes (every quant byte 0xFF or 0x80: Q8_0's −128,
+/// nibbles of 15 with the fifth bit set) against activations at ±127: the unsigned-times-
+/// signed products and their offsets must neither saturate nor overflow.
+#[test]
+fn tile_kernels_on_extreme_blocks() {
+    vnni_path();
+    lucent::threads::set_threads(1);
+    let types = [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+    ];
+    for t in types {
+        for fill in [0xFFu8, 0x80, 0x7F] {
+            let (rows, cols) = (5, 32 * 19);
+            let mut bytes = vec![fill; rows * t.row_bytes(cols).unwrap()];
+            for blk in bytes.chunks_exact_mut(t.block_bytes()) {
+                blk[0..2].copy_from_slice(&h(1.0));
+                if matches!(t, GgmlType::Q4_1 | GgmlType::Q5_1) {
+                    blk[2..4].copy_from_slice(&h(0.5));
+                }
+            }
+            let m = QMatrix::from_vec(t, rows, cols, bytes).unwrap();
+            let w = m.dequantize_all().unwrap();
+            for sign in [1.0f32, -1.0] {
+                let x: Vec<f32> = (0..cols)
+                    .map(|i| if i % 3 == 0 { -sign } else { sign })
+                    .collect();
+                let y = m.matvec(&x).unwrap();
+                let yr = m.matvec_reference(&x).unwrap();
+                let a = m.prepare(&x).unwrap().dequantize();
+                for i in 0..rows {
+                    let wi = &w[i * cols..(i + 1) * cols];
+                    let exact = dot64(wi, &a);
+                    let scale = abs_dot64(wi, &a) + 1e-6;
+                    assert!(
+                        (y[i] as f64 - exact).abs() <= 1e-5 * scale,
+                        "{t} fill {fill:#x} sign {sign} row {i}: {} vs {exact}",
+                        y[i]
+                    );
+                    assert!(
+                        ((y[i] - yr[i]) as f64).abs() <= 1e-5 * scale,
+                        "{t} fill {fill:#x} sign {sign} row {i}: {} vs twin {}",
+                        y[i],
+                        yr[i]
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The K-quant dots (AVX-512 VNNI where the CPU has it) against the twin on 1 to 8
+/// blocks, odd counts included, to the rounding bound.
+#[test]
+fn k_quant_dots_equal_their_twins() {
+    vnni_path();
+    let mut rng = StdRng::seed_from_u64(17);
+    for t in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
+        for &blocks in &[1usize, 2, 3, 5, 8] {
+            let n = QK_K * blocks;
+            for _ in 0..16 {
+                let row = random_row(t, n, &mut rng);
+                let x: Vec<f32> = (0..n).map(|_| rng.random_range(-3.0f32..3.0)).collect();
+                let a = quantize_activations(t, &x).unwrap();
+                let fast = vec_dot(t, &row, &a).unwrap();
+                let slow = reference::vec_dot(t, &row, &a).unwrap();
+                let mut w = vec![0.0; n];
+                dequantize(t, &row, &mut w).unwrap();
+                let scale = abs_dot64(&w, &a.dequantize()) + 1e-6;
+                assert!(
+                    ((fast - slow) as f64).abs() <= 1e-5 * scale,
+                    "{t} n={n}: {fast} vs twin {slow}"
+                );
+            }
+        }
+    }
+}
+
 /// The 32-block kinds sum in llama.cpp's order on every path (the scalar twin, the AVX2
 /// dot, the tile kernel of `matvec`, and the prefill product `matmul_t_quantized`), so
 /// they agree bit for bit: a model's decode and its prompt see the same numbers.

@@ -24,8 +24,9 @@
 //! differs from `dequantize(w) · x` by at most `Σ_i |w_i| · dx(i) / 2` (each activation is
 //! rounded to the nearest multiple of its block's `dx`).
 //!
-//! Every dot has a scalar twin in [`reference`](mod@reference); the fast path uses AVX2 + FMA when the
-//! CPU has them (checked at run time) and is the twin otherwise. [`QMatrix`] is a
+//! Every dot has a scalar twin in [`reference`](mod@reference); the fast path uses AVX-512
+//! VNNI or else AVX2 + FMA when the CPU has them (checked at run time) and is the twin
+//! otherwise. [`QMatrix`] is a
 //! rows × cols weight matrix in one of these types, with a decode path (`matvec`, streaming
 //! the quantised weights once) and a prefill path (`matmul_t`, dequantised tiles through
 //! the f32 GEMM).
@@ -553,7 +554,8 @@ fn check_dot(dtype: GgmlType, row: &[u8], a: &QuantizedActs) -> Result<()> {
 }
 
 /// `w · x` for one weight row of `dtype` and prepared activations, on the fastest path
-/// this CPU has (AVX2 + FMA, else the [`reference`](mod@reference) twin).
+/// this CPU has (AVX-512 VNNI for the K-quants, AVX2 + FMA, else the
+/// [`reference`](mod@reference) twin).
 pub fn vec_dot(dtype: GgmlType, row: &[u8], a: &QuantizedActs) -> Result<f32> {
     check_dot(dtype, row, a)?;
     Ok(dot_kernel(dtype)(row, a))
@@ -573,11 +575,35 @@ pub fn simd_available() -> bool {
     }
 }
 
+/// Whether the AVX-512 VNNI tile kernels (the decode path of Q4_0, Q4_1, Q5_0, Q5_1 and
+/// Q8_0 matrices) run on this CPU; else Q4_1 and Q8_0 take the AVX2 tile kernel and the
+/// others the per-row dots.
+pub fn vnni_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        avx512::available()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// A checked dot kernel: the row and activations already agree in length and kind.
 type DotFn = fn(&[u8], &QuantizedActs) -> f32;
 
+/// A tile kernel: dots of `RW` weight rows (with their scale tables) and `RA` prepared
+/// activation rows ([`avx2::tile`], [`avx512::tile`]).
+#[cfg(target_arch = "x86_64")]
+type Tile<const RW: usize, const RA: usize> =
+    unsafe fn([&[u8]; RW], [&[f32]; RW], [&QuantizedActs; RA], &mut [[f32; RA]; RW]);
+
 /// The dot kernel for `dtype` on this CPU.
 fn dot_kernel(dtype: GgmlType) -> DotFn {
+    #[cfg(target_arch = "x86_64")]
+    if avx512::available() {
+        return avx512::kernel(dtype);
+    }
     #[cfg(target_arch = "x86_64")]
     if simd_available() {
         return avx2::kernel(dtype);
@@ -848,7 +874,7 @@ mod avx2 {
 
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn hsum_ps(v: __m256) -> f32 {
+    pub(super) unsafe fn hsum_ps(v: __m256) -> f32 {
         let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
         let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
         let s = _mm_add_ss(s, _mm_movehdup_ps(s));
@@ -901,7 +927,7 @@ mod avx2 {
     /// The f16 at `p` as f32 (F16C; `half`'s conversion checks the CPU on every call).
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn f16p(p: *const u8) -> f32 {
+    pub(super) unsafe fn f16p(p: *const u8) -> f32 {
         let bits = std::ptr::read_unaligned(p as *const u16);
         _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
     }
@@ -1209,6 +1235,409 @@ mod avx2 {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    //! AVX-512 VNNI kernels: the tile kernel of the 32-block types (Q4_0, Q4_1, Q5_0,
+    //! Q5_1, Q8_0), two blocks per 512-bit register, their products summed by `vpdpbusd`
+    //! (unsigned 8-bit weights × signed 8-bit activations, four products into each i32
+    //! lane, no saturation); and the K-quant dots, 64 numbers a step. Selected only after
+    //! [`available`] said yes; the callers' `unsafe` blocks rely on that.
+    //!
+    //! `vpdpbusd` wants one operand unsigned, so every weight enters as `u = q + o ≥ 0`
+    //! (o = 8 for Q4_0, 16 for Q5_0, 128 for Q8_0 by flipping the sign bit, 0 for the
+    //! `_1` kinds) and the integer sum starts at `−o · Σ qx` instead of 0: the block's sum
+    //! `Σ (u − o)·qx` is then exactly the twin's `Σ q·qx`.
+    use std::arch::x86_64::*;
+
+    use super::*;
+
+    /// Whether this CPU has AVX-512 F/BW/VL/VNNI (and the AVX2 kernels' features, whose
+    /// helpers these kernels share).
+    pub(super) fn available() -> bool {
+        simd_available()
+            && is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vl")
+            && is_x86_feature_detected!("avx512vnni")
+    }
+
+    /// Bytes of a block, where its quants start, where its 32 fifth bits start (Q5 kinds),
+    /// the weight offset `o`, and whether it has a minimum: per type.
+    const fn layout(t: GgmlType) -> (usize, usize, Option<usize>, i8, bool) {
+        match t {
+            GgmlType::Q4_0 => (18, 2, None, 8, false),
+            GgmlType::Q4_1 => (20, 4, None, 0, true),
+            GgmlType::Q5_0 => (22, 6, Some(2), 16, false),
+            GgmlType::Q5_1 => (24, 8, Some(4), 0, true),
+            // Q8_0 (and, unused, anything else): the sign bit flipped, o = 128 (the byte
+            // 0x80, read as unsigned by `vpdpbusd`).
+            _ => (34, 2, None, i8::MIN, false),
+        }
+    }
+
+    /// The tile kernel's types as const-generic ids (`GgmlType` is not a const parameter).
+    pub(super) const Q4_0: u8 = 0;
+    /// See [`Q4_0`].
+    pub(super) const Q4_1: u8 = 1;
+    /// See [`Q4_0`].
+    pub(super) const Q5_0: u8 = 2;
+    /// See [`Q4_0`].
+    pub(super) const Q5_1: u8 = 3;
+    /// See [`Q4_0`].
+    pub(super) const Q8_0: u8 = 4;
+
+    const fn dtype(k: u8) -> GgmlType {
+        match k {
+            Q4_0 => GgmlType::Q4_0,
+            Q4_1 => GgmlType::Q4_1,
+            Q5_0 => GgmlType::Q5_0,
+            Q5_1 => GgmlType::Q5_1,
+            _ => GgmlType::Q8_0,
+        }
+    }
+
+    /// The unsigned weights `u = q + o` of block `b` (and of the next block when `TWO`;
+    /// else the upper 32 bytes are don't-care, met by zero activations) as 64 bytes in
+    /// number order: block one's 32 numbers, then block two's.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn weights<const K: u8, const TWO: bool>(b: *const u8) -> __m512i {
+        let (bb, qs, qh, _, _) = layout(dtype(K));
+        if K == Q8_0 {
+            let lo = _mm256_loadu_si256(b.add(qs) as *const __m256i);
+            let z = if TWO {
+                let hi = _mm256_loadu_si256(b.add(bb + qs) as *const __m256i);
+                _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1)
+            } else {
+                _mm512_zextsi256_si512(lo)
+            };
+            return _mm512_xor_si512(z, _mm512_set1_epi8(-128));
+        }
+        // 128-bit lanes: [nibbles of block one ×2, nibbles of block two ×2]; the odd
+        // lanes shifted by 4, so after the mask they hold the high nibbles (numbers 16..32).
+        let mut z = _mm512_broadcast_i32x4(_mm_loadu_si128(b.add(qs) as *const __m128i));
+        if TWO {
+            let n = _mm_loadu_si128(b.add(bb + qs) as *const __m128i);
+            z = _mm512_mask_broadcast_i32x4(z, 0xFF00, n);
+        }
+        z = _mm512_mask_srli_epi16(z, 0xFF00_FF00, z, 4);
+        z = _mm512_and_si512(z, _mm512_set1_epi8(0x0F));
+        if let Some(h) = qh {
+            let mut bits = std::ptr::read_unaligned(b.add(h) as *const u32) as u64;
+            if TWO {
+                bits |= (std::ptr::read_unaligned(b.add(bb + h) as *const u32) as u64) << 32;
+            }
+            z = _mm512_mask_add_epi8(z, bits, z, _mm512_set1_epi8(0x10));
+        }
+        z
+    }
+
+    /// The dot kernel for `dtype`: the K-quants here, the rest from [`super::avx2`].
+    pub(super) fn kernel(dtype: GgmlType) -> DotFn {
+        match dtype {
+            GgmlType::Q4_K => |r, a| unsafe { q45_k(r, a, false) }, // SAFETY: available() said yes
+            GgmlType::Q5_K => |r, a| unsafe { q45_k(r, a, true) },  // SAFETY: available() said yes
+            GgmlType::Q6_K => |r, a| unsafe { q6_k(r, a) },         // SAFETY: available() said yes
+            _ => super::avx2::kernel(dtype),
+        }
+    }
+
+    /// Q4_K (`five` false) and Q5_K (`five` true), 64 numbers (two sub-blocks) a step:
+    /// `vpmaddubsw` pairs (q ≤ 31, |qx| ≤ 127: no saturation), `vpmaddwd` with the
+    /// sub-blocks' scales. The two halves of the i32 sums add up to the AVX2 kernel's
+    /// eight lanes, which then meet the same f32 arithmetic in the same order: the
+    /// results equal [`super::avx2`]'s bit for bit.
+    ///
+    /// # Safety
+    /// [`available`]; `row` and `a` checked by [`check_dot`] for this type.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn q45_k(row: &[u8], a: &QuantizedActs, five: bool) -> f32 {
+        let bb = if five { 176 } else { 144 };
+        let m4 = _mm512_set1_epi8(0x0F);
+        let one = _mm512_set1_epi8(1);
+        let mut acc = _mm256_setzero_ps();
+        let mut mins = 0.0f32;
+        for i in 0..a.d.len() {
+            let blk = row.as_ptr().add(bb * i);
+            let (d, dmin) = (super::avx2::f16p(blk), super::avx2::f16p(blk.add(2)));
+            let scales = std::slice::from_raw_parts(blk.add(4), 12);
+            let qs = blk.add(if five { 48 } else { 16 });
+            let qh = if five {
+                _mm512_broadcast_i64x4(_mm256_loadu_si256(blk.add(16) as *const __m256i))
+            } else {
+                _mm512_setzero_si512()
+            };
+            let xq = a.qs.as_ptr().add(256 * i);
+            let mut sumi = _mm512_setzero_si512();
+            let mut summ = 0i32;
+            for c in 0..4 {
+                let (sc0, mn0) = k_scale_min(2 * c, scales);
+                let (sc1, mn1) = k_scale_min(2 * c + 1, scales);
+                let bs = a.bsums.as_ptr().add(16 * i + 4 * c);
+                summ += mn0 as i32 * (*bs + *bs.add(1)) + mn1 as i32 * (*bs.add(2) + *bs.add(3));
+                // Numbers 64c..64c+32: low nibbles of qs[32c..32c+32]; the next 32: high.
+                let z =
+                    _mm512_broadcast_i64x4(_mm256_loadu_si256(qs.add(32 * c) as *const __m256i));
+                let mut q = _mm512_and_si512(_mm512_mask_srli_epi16(z, 0xFFFF_0000, z, 4), m4);
+                if five {
+                    // Fifth bits: bit 2c of qh[l] (lower half), bit 2c + 1 (upper half).
+                    let sh = _mm512_mask_blend_epi16(
+                        0xFFFF_0000,
+                        _mm512_set1_epi16(2 * c as i16),
+                        _mm512_set1_epi16(2 * c as i16 + 1),
+                    );
+                    let h = _mm512_and_si512(_mm512_srlv_epi16(qh, sh), one);
+                    q = _mm512_or_si512(q, _mm512_slli_epi16(h, 4));
+                }
+                let x = _mm512_loadu_si512(xq.add(64 * c) as *const __m512i);
+                let sc = _mm512_mask_blend_epi16(
+                    0xFFFF_0000,
+                    _mm512_set1_epi16(sc0 as i16),
+                    _mm512_set1_epi16(sc1 as i16),
+                );
+                let p = _mm512_madd_epi16(_mm512_maddubs_epi16(q, x), sc);
+                sumi = _mm512_add_epi32(sumi, p);
+            }
+            // The AVX2 kernel's eight lanes: lane k of both sub-blocks of each step.
+            let sumi = _mm256_add_epi32(
+                _mm512_castsi512_si256(sumi),
+                _mm512_extracti64x4_epi64(sumi, 1),
+            );
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d[i]), _mm256_cvtepi32_ps(sumi), acc);
+            mins += dmin * a.d[i] * summ as f32;
+        }
+        super::avx2::hsum_ps(acc) - mins
+    }
+
+    /// Q6_K, 64 numbers (four groups of 16) a step, unsigned q (0..63) in `vpmaddubsw`
+    /// pairs (no saturation) and `vpmaddwd` with the groups' i8 scales; the `− 32` of
+    /// every q enters as `− 32 · Σ_g sc_g · Σ_{i∈g} qx_i` (the stored 16-sums). As in
+    /// [`q45_k`], the i32 lanes and the f32 arithmetic are the AVX2 kernel's: the results
+    /// equal it bit for bit.
+    ///
+    /// # Safety
+    /// [`available`]; `row` and `a` checked by [`check_dot`] for this type.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn q6_k(row: &[u8], a: &QuantizedActs) -> f32 {
+        let m4 = _mm512_set1_epi8(0x0F);
+        let m30 = _mm512_set1_epi8(0x30);
+        // Word shifts that bring qh's bit pair k to bits 4..6 of each byte: k = 0, 1 in
+        // the low and high 256-bit halves of the first step, k = 2, 3 in the second.
+        let left = _mm512_mask_blend_epi16(0xFFFF_0000, _mm512_set1_epi16(4), _mm512_set1_epi16(2));
+        let right =
+            _mm512_mask_blend_epi16(0xFFFF_0000, _mm512_setzero_si512(), _mm512_set1_epi16(2));
+        let mut acc = _mm256_setzero_ps();
+        let mut offs = 0.0f32;
+        for i in 0..a.d.len() {
+            let blk = row.as_ptr().add(210 * i);
+            let d = super::avx2::f16p(blk.add(208)) * a.d[i];
+            // The 16 scales as words; group g's scale sits in the 8 words of its 16 numbers.
+            let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(blk.add(192) as *const __m128i));
+            let sc16 = _mm512_castsi256_si512(sc16);
+            let bsums = _mm512_loadu_si512(a.bsums.as_ptr().add(16 * i) as *const __m512i);
+            let sc32 = _mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(192) as *const __m128i));
+            let off = _mm512_reduce_add_epi32(_mm512_mullo_epi32(sc32, bsums));
+            let xq = a.qs.as_ptr().add(256 * i);
+            let mut sumi = _mm512_setzero_si512();
+            for n in 0..2 {
+                let l = _mm512_loadu_si512(blk.add(64 * n) as *const __m512i);
+                let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                    blk.add(128 + 32 * n) as *const __m256i
+                ));
+                let q = [
+                    _mm512_or_si512(
+                        _mm512_and_si512(l, m4),
+                        _mm512_and_si512(_mm512_sllv_epi16(qh, left), m30),
+                    ),
+                    _mm512_or_si512(
+                        _mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                        _mm512_and_si512(_mm512_srlv_epi16(qh, right), m30),
+                    ),
+                ];
+                for (h, qk) in q.iter().enumerate() {
+                    // Numbers 128n + 64h .. +64: groups 8n + 4h .. +4, 8 words each.
+                    let g0 = (8 * n + 4 * h) as i16;
+                    let idx = _mm512_add_epi16(
+                        _mm512_set1_epi16(g0),
+                        _mm512_srli_epi16(
+                            _mm512_set_epi16(
+                                31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15,
+                                14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0,
+                            ),
+                            3,
+                        ),
+                    );
+                    let sc = _mm512_permutexvar_epi16(idx, sc16);
+                    let x = _mm512_loadu_si512(xq.add(128 * n + 64 * h) as *const __m512i);
+                    let p = _mm512_madd_epi16(_mm512_maddubs_epi16(*qk, x), sc);
+                    sumi = _mm512_add_epi32(sumi, p);
+                }
+            }
+            let sumi = _mm256_add_epi32(
+                _mm512_castsi512_si256(sumi),
+                _mm512_extracti64x4_epi64(sumi, 1),
+            );
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+            offs += 32.0 * d * off as f32;
+        }
+        super::avx2::hsum_ps(acc) - offs
+    }
+
+    /// How many tiles ahead [`tile`] prefetches the weights it will read next.
+    const PREFETCH_TILES: usize = 4;
+
+    /// Dots of `RW` weight rows of type `K` with `RA` activation rows at once: the
+    /// contract and the batch invariance of [`super::avx2::tile`], for blocks in pairs
+    /// (16 i32 lanes: 8 per block), scales in groups of 16 blocks.
+    ///
+    /// Every result equals the AVX2 path's bit for bit: each block's eight i32 lane sums
+    /// are the same integers (lane k sums numbers 4k..4k+4), and they meet their scales
+    /// in the same FMAs in the same order ([`chain`]), then the same horizontal sums. So
+    /// a machine with VNNI and one without compute the same numbers.
+    ///
+    /// Unlike the AVX2 kernel it reads the blocks' scales (and minimums) from the blocks
+    /// themselves, 16 at a time, not from the f32 table: the table is a third more bytes
+    /// to stream for Q4_1, and decode waits on memory. `_scales` is not read (it is there
+    /// so both kernels have one signature).
+    ///
+    /// # Safety
+    /// [`available`]; every row is `acts[0].len` numbers of type `K` and every `acts[j]`
+    /// prepared as Q8_0 of the same length.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    pub(super) unsafe fn tile<const K: u8, const RW: usize, const RA: usize>(
+        rows: [&[u8]; RW],
+        _scales: [&[f32]; RW],
+        acts: [&QuantizedActs; RA],
+        out: &mut [[f32; RA]; RW],
+    ) {
+        let nb = acts[0].d.len();
+        let (bb, .., has_min) = layout(dtype(K));
+        // Byte offsets of 16 consecutive blocks, to gather their scales (and minimums).
+        let offs = _mm512_mullo_epi32(
+            _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+            _mm512_set1_epi32(bb as i32),
+        );
+        let mut acc = [[_mm512_setzero_ps(); RA]; RW];
+        let mut s16 = [[_mm512_setzero_ps(); RA]; RW];
+        let mut g = 0;
+        while g < nb {
+            let n = (nb - g).min(16);
+            let m = if n == 16 { 0xFFFF } else { (1u16 << n) - 1 };
+            // s16[w][a]: the products d_w · dx_a of the group's blocks (zero past the end),
+            // d_w widened from the f16s at the blocks' starts (the table's values, read
+            // from the bytes the kernel streams anyway).
+            for w in 0..RW {
+                let base = rows[w].as_ptr().add(bb * g) as *const i32;
+                let h = _mm512_mask_i32gather_epi32::<1>(_mm512_setzero_si512(), m, offs, base);
+                let dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h));
+                for a in 0..RA {
+                    let dx = _mm512_maskz_loadu_ps(m, acts[a].d.as_ptr().add(g));
+                    s16[w][a] = _mm512_mul_ps(dw, dx);
+                }
+            }
+            let mut j = 0;
+            while j + 2 <= n {
+                pair::<K, true, RW, RA>(rows, acts, &s16, g, j, &mut acc);
+                j += 2;
+            }
+            if j < n {
+                pair::<K, false, RW, RA>(rows, acts, &s16, g, j, &mut acc);
+            }
+            g += 16;
+        }
+        for w in 0..RW {
+            for a in 0..RA {
+                // avx2::tile's ending (llama.cpp's): the 8 lanes summed, then Σ m·s one
+                // FMA at a time for the kinds with a minimum.
+                let mut e = 0.0f32;
+                if has_min {
+                    for i in 0..nb {
+                        let mn = super::avx2::f16p(rows[w].as_ptr().add(bb * i + 2));
+                        e = mn.mul_add(acts[a].sum[i], e);
+                    }
+                }
+                out[w][a] = super::avx2::hsum_ps(lo(acc[w][a])) + e;
+            }
+        }
+    }
+
+    /// The kernels of type `K` for [`QMatrix::tile_rows`]: 4 × 1, 1 × 4, 1 × 1.
+    pub(super) fn tiles<const K: u8>() -> (Tile<4, 1>, Tile<1, 4>, Tile<1, 1>) {
+        (tile::<K, 4, 1>, tile::<K, 1, 4>, tile::<K, 1, 1>)
+    }
+
+    /// The low 8 lanes.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn lo(v: __m512) -> __m256 {
+        _mm512_castps512_ps256(v)
+    }
+
+    /// The high 8 lanes.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn hi(v: __m512) -> __m256 {
+        _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))
+    }
+
+    /// Blocks `g + j` and (when `TWO`) `g + j + 1` of every row pair into `acc`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn pair<const K: u8, const TWO: bool, const RW: usize, const RA: usize>(
+        rows: [&[u8]; RW],
+        acts: [&QuantizedActs; RA],
+        s16: &[[__m512; RA]; RW],
+        g: usize,
+        j: usize,
+        acc: &mut [[__m512; RA]; RW],
+    ) {
+        let (bb, _, _, o, _) = layout(dtype(K));
+        let i = g + j;
+        let mut q = [_mm512_setzero_si512(); RW];
+        // The rows of a tile lie back to back, and the next tiles follow them: fetch the
+        // same place in the row PREFETCH_TILES tiles on while this one computes (a hint;
+        // past the matrix's end it reads nothing, and the address is never dereferenced).
+        let ahead = PREFETCH_TILES * RW * rows[0].len();
+        for w in 0..RW {
+            let p = rows[w].as_ptr().wrapping_add(bb * i + ahead);
+            _mm_prefetch::<_MM_HINT_T0>(p as *const i8);
+            q[w] = weights::<K, TWO>(rows[w].as_ptr().add(bb * i));
+        }
+        // Lanes 0..8 take block j's scale, lanes 8..16 block j + 1's.
+        let idx = _mm512_add_epi32(
+            _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+            _mm512_set1_epi32(j as i32),
+        );
+        for a in 0..RA {
+            let p = acts[a].qs.as_ptr().add(32 * i);
+            let x = if TWO {
+                _mm512_loadu_si512(p as *const __m512i)
+            } else {
+                _mm512_maskz_loadu_epi8(0xFFFF_FFFF, p)
+            };
+            // −o · Σ qx per lane, so that Σ u·qx starts from it.
+            let start = if o != 0 {
+                _mm512_sub_epi32(
+                    _mm512_setzero_si512(),
+                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(o), x),
+                )
+            } else {
+                _mm512_setzero_si512()
+            };
+            for w in 0..RW {
+                let s = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, q[w], x));
+                let sc = _mm512_permutexvar_ps(idx, s16[w][a]);
+                // One chain in the low 8 lanes: block j, then block j + 1 (llama.cpp's).
+                let mut c = _mm256_fmadd_ps(lo(sc), lo(s), lo(acc[w][a]));
+                if TWO {
+                    c = _mm256_fmadd_ps(hi(sc), hi(s), c);
+                }
+                acc[w][a] = _mm512_castps256_ps512(c);
+            }
+        }
+    }
+}
+
 // ------------------------------------------------------------------ QMatrix
 
 /// Bytes a [`QMatrix`] reads: a window of a memory-mapped file, or owned.
@@ -1256,7 +1685,7 @@ pub struct QMatrix {
     row_bytes: usize,
     bytes: QBytes,
     /// Per row, the blocks' scales (and Q4_1's minimums) widened to f32, built on first
-    /// use by the tile kernels ([`QMatrix::scale_table`]); shared between clones.
+    /// use by the AVX2 tile kernel ([`QMatrix::scale_table`]); shared between clones.
     scales: Arc<std::sync::OnceLock<Vec<f32>>>,
 }
 
@@ -1409,11 +1838,16 @@ impl QMatrix {
         })
     }
 
-    /// Whether this matrix has a tile kernel ([`avx2::tile`]: Q4_1, Q8_0) on this CPU.
+    /// Whether this matrix has a tile kernel on this CPU: [`avx512::tile`] for the
+    /// 32-block types with AVX-512 VNNI, else [`avx2::tile`] for Q4_1 and Q8_0.
     fn tiled(&self) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
-            matches!(self.dtype, GgmlType::Q4_1 | GgmlType::Q8_0) && simd_available()
+            match self.dtype {
+                GgmlType::Q4_1 | GgmlType::Q8_0 => simd_available(),
+                GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q5_1 => avx512::available(),
+                _ => false,
+            }
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
@@ -1428,40 +1862,61 @@ impl QMatrix {
     #[allow(unused_variables)]
     fn tile_rows(&self, i0: usize, out: &mut [f32], acts: &[QuantizedActs]) {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: tiled() checked AVX2+FMA+F16C and the type; rows and acts were checked to
-        // be `cols` numbers (check_prepared / check_x) and prepared for this type.
+        // SAFETY: tiled() checked the CPU features for the kernel chosen here (AVX-512
+        // VNNI only after avx512::available(), the AVX2 kernel only for Q4_1/Q8_0); rows
+        // and acts were checked to be `cols` numbers (check_prepared / check_x) and
+        // prepared for this type.
         unsafe {
-            if self.dtype == GgmlType::Q8_0 {
-                self.tile_rows_with::<true>(i0, out, acts);
-            } else {
-                self.tile_rows_with::<false>(i0, out, acts);
-            }
+            let vnni = avx512::available();
+            let kernels: (Tile<4, 1>, Tile<1, 4>, Tile<1, 1>) = match (vnni, self.dtype) {
+                (true, GgmlType::Q4_0) => avx512::tiles::<{ avx512::Q4_0 }>(),
+                (true, GgmlType::Q4_1) => avx512::tiles::<{ avx512::Q4_1 }>(),
+                (true, GgmlType::Q5_0) => avx512::tiles::<{ avx512::Q5_0 }>(),
+                (true, GgmlType::Q5_1) => avx512::tiles::<{ avx512::Q5_1 }>(),
+                (true, _) => avx512::tiles::<{ avx512::Q8_0 }>(),
+                (false, GgmlType::Q8_0) => (
+                    avx2::tile::<true, 4, 1>,
+                    avx2::tile::<true, 1, 4>,
+                    avx2::tile::<true, 1, 1>,
+                ),
+                (false, _) => (
+                    avx2::tile::<false, 4, 1>,
+                    avx2::tile::<false, 1, 4>,
+                    avx2::tile::<false, 1, 1>,
+                ),
+            };
+            // The AVX-512 kernels read the scales from the blocks: no table to build.
+            let table: &[f32] = if vnni { &[] } else { self.scale_table() };
+            self.tile_rows_with(i0, out, acts, table, kernels);
         }
     }
 
-    /// [`QMatrix::tile_rows`] for one type.
+    /// [`QMatrix::tile_rows`] with one type's kernels: 4 weight rows × 1, 1 × 4
+    /// activation rows, 1 × 1; each given its rows' part of `table` (the scale table, or
+    /// empty for kernels that do not read it).
     ///
     /// # Safety
-    /// As the tile kernel's.
+    /// As the kernels'.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn tile_rows_with<const Q8: bool>(
+    unsafe fn tile_rows_with(
         &self,
         i0: usize,
         out: &mut [f32],
         acts: &[QuantizedActs],
+        table: &[f32],
+        (k41, k14, k11): (Tile<4, 1>, Tile<1, 4>, Tile<1, 1>),
     ) {
         unsafe {
             let t = acts.len();
             let n = out.len() / t;
             let r = |w: usize| self.row_bytes_of(i0 + w);
-            let table = self.scale_table();
             let per = table.len() / self.rows.max(1);
             let sc = |w: usize| &table[(i0 + w) * per..(i0 + w + 1) * per];
             let mut w = 0;
             if t == 1 {
                 while w + 4 <= n {
                     let mut o = [[0.0f32; 1]; 4];
-                    avx2::tile::<Q8, 4, 1>(
+                    k41(
                         [r(w), r(w + 1), r(w + 2), r(w + 3)],
                         [sc(w), sc(w + 1), sc(w + 2), sc(w + 3)],
                         [&acts[0]],
@@ -1477,7 +1932,7 @@ impl QMatrix {
                 let mut a = 0;
                 while a + 4 <= t {
                     let mut o = [[0.0f32; 4]; 1];
-                    avx2::tile::<Q8, 1, 4>(
+                    k14(
                         [r(w)],
                         [sc(w)],
                         [&acts[a], &acts[a + 1], &acts[a + 2], &acts[a + 3]],
@@ -1488,7 +1943,7 @@ impl QMatrix {
                 }
                 while a < t {
                     let mut o = [[0.0f32; 1]; 1];
-                    avx2::tile::<Q8, 1, 1>([r(w)], [sc(w)], [&acts[a]], &mut o);
+                    k11([r(w)], [sc(w)], [&acts[a]], &mut o);
                     out[w * t + a] = o[0][0];
                     a += 1;
                 }
@@ -1632,5 +2087,100 @@ impl QMatrix {
             r0 = r1;
         }
         Ok(y)
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    //! The AVX-512 kernels against the AVX2 ones they replace, bit for bit (both private,
+    //! so tests/quant.rs, which holds each path to the scalar twin, cannot reach them).
+    use super::*;
+    use rand::{rngs::StdRng, Rng, SeedableRng};
+
+    /// `rows` random rows of `t` with finite f16 scales (and minimums) in every block.
+    fn random_matrix(t: GgmlType, rows: usize, cols: usize, rng: &mut StdRng) -> Result<QMatrix> {
+        let mut b: Vec<u8> = (0..rows * t.row_bytes(cols)?)
+            .map(|_| rng.random())
+            .collect();
+        for blk in b.chunks_exact_mut(t.block_bytes()) {
+            let mut put = |at: usize, rng: &mut StdRng| {
+                let v = f16::from_f32(rng.random_range(-0.1f32..0.1)).to_le_bytes();
+                blk[at..at + 2].copy_from_slice(&v);
+            };
+            match t {
+                GgmlType::Q6_K => put(208, rng),
+                GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => {
+                    put(0, rng);
+                    put(2, rng);
+                }
+                _ => put(0, rng),
+            }
+        }
+        QMatrix::from_vec(t, rows, cols, b)
+    }
+
+    #[test]
+    fn avx512_kernels_equal_avx2_bit_for_bit() -> Result<()> {
+        if !avx512::available() {
+            eprintln!("notice: no AVX-512 VNNI on this CPU; nothing to compare");
+            return Ok(());
+        }
+        crate::threads::set_threads(1);
+        let mut rng = StdRng::seed_from_u64(5);
+        let tiled = [
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q5_0,
+            GgmlType::Q5_1,
+            GgmlType::Q8_0,
+        ];
+        for t in tiled {
+            for rows in [1usize, 3, 4, 5, 9] {
+                for blocks in [1usize, 2, 3, 15, 16, 17, 18, 33] {
+                    let cols = QK * blocks;
+                    let m = random_matrix(t, rows, cols, &mut rng)?;
+                    let x: Vec<f32> = (0..cols).map(|_| rng.random_range(-1.0..1.0)).collect();
+                    let a = m.prepare(&x)?;
+                    let mut y = vec![0.0; rows];
+                    m.matvec_prepared(&a, &mut y)?; // the AVX-512 tiles
+                    let table = m.scale_table();
+                    let per = table.len() / rows;
+                    for (i, &got) in y.iter().enumerate() {
+                        let row = m.row_bytes_of(i);
+                        let want = if matches!(t, GgmlType::Q4_1 | GgmlType::Q8_0) {
+                            let mut o = [[0.0f32; 1]; 1];
+                            let sc = &table[i * per..(i + 1) * per];
+                            // SAFETY: avx512::available() implies AVX2+FMA+F16C; the row,
+                            // its table and the activations are this matrix's.
+                            unsafe {
+                                if t == GgmlType::Q8_0 {
+                                    avx2::tile::<true, 1, 1>([row], [sc], [&a], &mut o);
+                                } else {
+                                    avx2::tile::<false, 1, 1>([row], [sc], [&a], &mut o);
+                                }
+                            }
+                            o[0][0]
+                        } else {
+                            avx2::kernel(t)(row, &a)
+                        };
+                        assert_eq!(got.to_bits(), want.to_bits(), "{t} {rows}×{cols} row {i}");
+                    }
+                }
+            }
+        }
+        for t in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
+            for blocks in [1usize, 2, 3, 5] {
+                let cols = QK_K * blocks;
+                let m = random_matrix(t, 4, cols, &mut rng)?;
+                let x: Vec<f32> = (0..cols).map(|_| rng.random_range(-3.0..3.0)).collect();
+                let a = m.prepare(&x)?;
+                for i in 0..4 {
+                    let row = m.row_bytes_of(i);
+                    let (got, want) = (avx512::kernel(t)(row, &a), avx2::kernel(t)(row, &a));
+                    assert_eq!(got.to_bits(), want.to_bits(), "{t} {cols} row {i}");
+                }
+            }
+        }
+        Ok(())
     }
 }
