@@ -32,9 +32,15 @@
 use crate::ops::attention::{
     bias_row, check_dims, round_f16, visible_keys, AttentionOutput, AttentionParams,
 };
+use rayon::prelude::*;
+
 use crate::ops::RopeConvention;
 use crate::tensor::Tensor;
 use crate::Result;
+
+/// Multiply-adds (t_q · t_k · (d_k + d_v) · heads) from which attention splits its heads
+/// over threads.
+const PARALLEL_MIN: usize = 1 << 18;
 
 /// Lanes of one AVX2 register of f32.
 const LANES: usize = 8;
@@ -345,7 +351,7 @@ fn attention_with(
     k: &Tensor,
     v: &Tensor,
     p: &AttentionParams,
-    dot: impl Fn(&[f32], &[f32], F16Order) -> f32,
+    dot: impl Fn(&[f32], &[f32], F16Order) -> f32 + Sync,
 ) -> Result<AttentionOutput> {
     let d = check_dims(q, k, v, p)?;
     let order = p.ggml.unwrap_or(F16Order::for_rows(d.t_q));
@@ -355,43 +361,78 @@ fn attention_with(
     // the padding adds exact zeros in either order.
     let t_pad = d.t_k.div_ceil(4 * LANES) * 4 * LANES;
     let mut out = vec![0.0f32; d.b * d.h * d.t_q * d.d_v];
-    let mut weights = p
-        .want_weights
-        .then(|| vec![0.0f32; d.b * d.h * d.t_q * d.t_k]);
-    let mut row = vec![0.0f32; t_pad];
-    let mut acc = vec![0.0f32; 4 * LANES * d.d_v];
-    for bi in 0..d.b {
-        for kvh in 0..d.h_kv {
-            let kv = bi * d.h_kv + kvh;
-            let vs = &vd[kv * d.t_cap * d.d_v..][..d.t_k * d.d_v]; // (t_k, d_v)
-            for hi in kvh * group..(kvh + 1) * group {
-                for i in 0..d.t_q {
-                    let at = (bi * d.h + hi) * d.t_q + i;
-                    let qrow = &qd[at * d.d_k..][..d.d_k];
-                    let vis = visible_keys(p, &d, i);
-                    let bias = bias_row(p.bias, &d, bi, hi, i);
-                    row.fill(0.0);
-                    for (j, s) in row[..d.t_k].iter_mut().enumerate() {
-                        *s = if vis.contains(&j) {
-                            let krow = &kd[(kv * d.t_cap + j) * d.d_k..][..d.d_k];
-                            dot(krow, qrow, order) * p.scale + bias.map_or(0.0, |b| b[j])
-                        } else {
-                            f32::NEG_INFINITY
-                        };
-                    }
-                    softmax_row(&mut row[..d.t_k], 1.0);
-                    for w in row[..d.t_k].iter_mut() {
-                        *w = round_f16(*w);
-                    }
-                    let o = &mut out[at * d.d_v..][..d.d_v];
-                    weigh_values(&row[..d.t_k], vs, order, &mut acc, o);
-                    if let Some(ws) = weights.as_mut() {
-                        ws[at * d.t_k..][..d.t_k].copy_from_slice(&row[..d.t_k]);
-                    }
-                }
+    let mut weights = vec![
+        0.0f32;
+        if p.want_weights {
+            d.b * d.h * d.t_q * d.t_k
+        } else {
+            0
+        }
+    ];
+    // One (batch, head) pair: its t_q rows of output (and weights).
+    let head = |bh: usize, out: &mut [f32], ws: &mut [f32]| {
+        let (bi, hi) = (bh / d.h, bh % d.h);
+        let kv = bi * d.h_kv + hi / group;
+        let vs = &vd[kv * d.t_cap * d.d_v..][..d.t_k * d.d_v]; // (t_k, d_v)
+        let mut row = vec![0.0f32; t_pad];
+        let mut acc = vec![0.0f32; 4 * LANES * d.d_v];
+        for i in 0..d.t_q {
+            let qrow = &qd[(bh * d.t_q + i) * d.d_k..][..d.d_k];
+            let vis = visible_keys(p, &d, i);
+            let bias = bias_row(p.bias, &d, bi, hi, i);
+            row.fill(0.0);
+            for (j, s) in row[..d.t_k].iter_mut().enumerate() {
+                *s = if vis.contains(&j) {
+                    let krow = &kd[(kv * d.t_cap + j) * d.d_k..][..d.d_k];
+                    dot(krow, qrow, order) * p.scale + bias.map_or(0.0, |b| b[j])
+                } else {
+                    f32::NEG_INFINITY
+                };
+            }
+            softmax_row(&mut row[..d.t_k], 1.0);
+            for w in row[..d.t_k].iter_mut() {
+                *w = round_f16(*w);
+            }
+            weigh_values(
+                &row[..d.t_k],
+                vs,
+                order,
+                &mut acc,
+                &mut out[i * d.d_v..][..d.d_v],
+            );
+            if !ws.is_empty() {
+                ws[i * d.t_k..][..d.t_k].copy_from_slice(&row[..d.t_k]);
             }
         }
+    };
+    let heads = d.b * d.h;
+    let (o_len, w_len) = (
+        d.t_q * d.d_v,
+        if p.want_weights { d.t_q * d.t_k } else { 0 },
+    );
+    let work = heads * d.t_q * d.t_k * (d.d_k + d.d_v);
+    if crate::threads::threads() > 1 && work >= PARALLEL_MIN && heads > 1 {
+        // Heads are independent: each writes only its own rows.
+        let ws_chunks: Vec<&mut [f32]> = if w_len > 0 {
+            weights.chunks_mut(w_len).collect()
+        } else {
+            (0..heads).map(|_| <&mut [f32]>::default()).collect()
+        };
+        out.par_chunks_mut(o_len)
+            .zip(ws_chunks)
+            .enumerate()
+            .for_each(|(bh, (o, w))| head(bh, o, w));
+    } else {
+        for bh in 0..heads {
+            let w: &mut [f32] = if w_len > 0 {
+                &mut weights[bh * w_len..][..w_len]
+            } else {
+                &mut []
+            };
+            head(bh, &mut out[bh * o_len..][..o_len], w);
+        }
     }
+    let weights = p.want_weights.then_some(weights);
     Ok(AttentionOutput {
         output: Tensor::new(out, &[d.b, d.h, d.t_q, d.d_v])?,
         weights: weights
@@ -528,6 +569,37 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Heads split over threads compute what one thread computes, bit for bit, in both
+    /// orders, with a GQA group and causal masking.
+    #[test]
+    fn attention_on_threads_equals_one_thread() -> Result<(), Box<dyn std::error::Error>> {
+        let (h, h_kv, t, dk) = (4, 2, 40, 64);
+        let val = |n: usize, seed: usize| -> Vec<f32> {
+            (0..n)
+                .map(|i| round_f16((((i * 31 + seed * 17) % 113) as f32 - 56.0) / 40.0))
+                .collect()
+        };
+        let q = Tensor::new(val(h * t * dk, 1), &[1, h, t, dk])?;
+        let k = Tensor::new(val(h_kv * t * dk, 2), &[1, h_kv, t, dk])?;
+        let v = Tensor::new(val(h_kv * t * dk, 3), &[1, h_kv, t, dk])?;
+        for order in [F16Order::Gemm, F16Order::Dot] {
+            let p = AttentionParams {
+                causal: true,
+                want_weights: true,
+                ggml: Some(order),
+                ..AttentionParams::new(dk)
+            };
+            let one = crate::threads::serial(|| attention(&q, &k, &v, &p))?;
+            crate::threads::set_threads(2);
+            let two = attention(&q, &k, &v, &p)?;
+            let bits = |t: &Tensor| t.data().iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&one.output), bits(&two.output), "{order:?}");
+            let (w1, w2) = (one.weights.ok_or("weights")?, two.weights.ok_or("weights")?);
+            assert_eq!(bits(&w1), bits(&w2), "{order:?} weights");
+        }
+        Ok(())
     }
 
     #[test]
