@@ -30,7 +30,7 @@
 //! scalar and says which of llama.cpp's operations it stands for.
 
 use crate::ops::attention::{
-    bias_row, check_dims, round_f16, visible_keys, AttentionOutput, AttentionParams,
+    bias_row, check_dims, round_f16, visible_keys, AttentionDims, AttentionOutput, AttentionParams,
 };
 use rayon::prelude::*;
 
@@ -199,6 +199,39 @@ pub fn rope_rows(
     base: f32,
     convention: RopeConvention,
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if fma_available() {
+        // SAFETY: the CPU has AVX2 and FMA (checked just above).
+        unsafe { rope_rows_fma(data, d, positions, base, convention) };
+        return;
+    }
+    rope_rows_with(data, d, positions, base, convention);
+}
+
+/// [`rope_rows`] compiled with FMA instructions.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn rope_rows_fma(
+    data: &mut [f32],
+    d: usize,
+    positions: &[usize],
+    base: f32,
+    convention: RopeConvention,
+) {
+    rope_rows_with(data, d, positions, base, convention);
+}
+
+#[inline(always)]
+fn rope_rows_with(
+    data: &mut [f32],
+    d: usize,
+    positions: &[usize],
+    base: f32,
+    convention: RopeConvention,
+) {
     let half = d / 2;
     let scale = base.powf(-2.0 / d as f32);
     let mut cos = vec![0.0f32; half];
@@ -241,29 +274,149 @@ pub fn attention(
     v: &Tensor,
     p: &AttentionParams,
 ) -> Result<AttentionOutput> {
-    #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-        // SAFETY: the CPU has AVX2 and FMA (checked just above).
-        return unsafe { attention_fma(q, k, v, p) };
+    let d = check_dims(q, k, v, p)?;
+    let job = Job {
+        d,
+        p,
+        q: q.data(),
+        k: k.data(),
+        v: v.data(),
+        order: p.ggml.unwrap_or(F16Order::for_rows(d.t_q)),
+        // Positions padded to whole 32s with zeros, as llama.cpp's cache view is (to
+        // 256): the padding adds exact zeros in either order.
+        t_pad: d.t_k.div_ceil(4 * LANES) * 4 * LANES,
+        fma: fma_available(),
+    };
+    let heads = d.b * d.h;
+    let (o_len, w_len) = (
+        d.t_q * d.d_v,
+        if p.want_weights { d.t_q * d.t_k } else { 0 },
+    );
+    let mut out = vec![0.0f32; heads * o_len];
+    let mut weights = vec![0.0f32; heads * w_len];
+    let work = heads * d.t_q * d.t_k * (d.d_k + d.d_v);
+    if crate::threads::threads() > 1 && work >= PARALLEL_MIN && heads > 1 {
+        // Heads are independent: each writes only its own rows.
+        let ws_chunks: Vec<&mut [f32]> = if w_len > 0 {
+            weights.chunks_mut(w_len).collect()
+        } else {
+            (0..heads).map(|_| <&mut [f32]>::default()).collect()
+        };
+        out.par_chunks_mut(o_len)
+            .zip(ws_chunks)
+            .enumerate()
+            .for_each(|(bh, (o, w))| job.head(bh, o, w));
+    } else {
+        for bh in 0..heads {
+            let w: &mut [f32] = if w_len > 0 {
+                &mut weights[bh * w_len..][..w_len]
+            } else {
+                &mut []
+            };
+            job.head(bh, &mut out[bh * o_len..][..o_len], w);
+        }
     }
-    attention_with(q, k, v, p, dot_f16)
+    Ok(AttentionOutput {
+        output: Tensor::new(out, &[d.b, d.h, d.t_q, d.d_v])?,
+        weights: p
+            .want_weights
+            .then(|| Tensor::new(weights, &[d.b, d.h, d.t_q, d.t_k]))
+            .transpose()?,
+    })
 }
 
-/// [`attention`] compiled with FMA instructions: the same operations (an FMA is exact
-/// either way), inlined and vectorised instead of calls to the C library's `fmaf`.
-///
-/// # Safety
-/// The CPU must have AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn attention_fma(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    p: &AttentionParams,
-) -> Result<AttentionOutput> {
-    // SAFETY: this function runs only where AVX2 and FMA are (its own contract).
-    attention_with(q, k, v, p, |x, y, o| unsafe { dot_f16_avx2(x, y, o) })
+/// Whether the FMA-compiled paths can run (AVX2 and FMA): the same operations, inlined
+/// and vectorised instead of calls to the C library's `fmaf`.
+fn fma_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// One attention call's inputs, shared by its heads.
+struct Job<'a> {
+    d: AttentionDims,
+    p: &'a AttentionParams<'a>,
+    q: &'a [f32],
+    k: &'a [f32],
+    v: &'a [f32],
+    order: F16Order,
+    t_pad: usize,
+    fma: bool,
+}
+
+impl Job<'_> {
+    /// Head `bh` (batch · h + head): its t_q rows of output into `out` and, when asked
+    /// for, of weights into `ws`.
+    fn head(&self, bh: usize, out: &mut [f32], ws: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if self.fma {
+            // SAFETY: `fma` says the CPU has AVX2 and FMA.
+            unsafe { self.head_fma(bh, out, ws) };
+            return;
+        }
+        self.head_with(bh, out, ws, dot_f16);
+    }
+
+    /// [`Job::head`] compiled with FMA instructions and the AVX2 score dot.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and FMA.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn head_fma(&self, bh: usize, out: &mut [f32], ws: &mut [f32]) {
+        // SAFETY: this function runs only where AVX2 and FMA are (its own contract).
+        self.head_with(bh, out, ws, |x, y, o| unsafe { dot_f16_avx2(x, y, o) });
+    }
+
+    #[inline(always)]
+    fn head_with(
+        &self,
+        bh: usize,
+        out: &mut [f32],
+        ws: &mut [f32],
+        dot: impl Fn(&[f32], &[f32], F16Order) -> f32,
+    ) {
+        let (d, p, order) = (&self.d, self.p, self.order);
+        let (bi, hi) = (bh / d.h, bh % d.h);
+        let kv = bi * d.h_kv + hi / (d.h / d.h_kv);
+        let vs = &self.v[kv * d.t_cap * d.d_v..][..d.t_k * d.d_v]; // (t_k, d_v)
+        let mut row = vec![0.0f32; self.t_pad];
+        let mut acc = vec![0.0f32; 4 * LANES * d.d_v];
+        for i in 0..d.t_q {
+            let qrow = &self.q[(bh * d.t_q + i) * d.d_k..][..d.d_k];
+            let vis = visible_keys(p, d, i);
+            let bias = bias_row(p.bias, d, bi, hi, i);
+            row.fill(0.0);
+            for (j, s) in row[..d.t_k].iter_mut().enumerate() {
+                *s = if vis.contains(&j) {
+                    let krow = &self.k[(kv * d.t_cap + j) * d.d_k..][..d.d_k];
+                    dot(krow, qrow, order) * p.scale + bias.map_or(0.0, |b| b[j])
+                } else {
+                    f32::NEG_INFINITY
+                };
+            }
+            softmax_row(&mut row[..d.t_k], 1.0);
+            for w in row[..d.t_k].iter_mut() {
+                *w = round_f16(*w);
+            }
+            weigh_values(
+                &row[..d.t_k],
+                vs,
+                order,
+                &mut acc,
+                &mut out[i * d.d_v..][..d.d_v],
+            );
+            if !ws.is_empty() {
+                ws[i * d.t_k..][..d.t_k].copy_from_slice(&row[..d.t_k]);
+            }
+        }
+    }
 }
 
 /// [`dot_f16`] with AVX2 registers for its eight lanes: the same operations in the
@@ -327,7 +480,7 @@ unsafe fn dot_f16_avx2(x: &[f32], y: &[f32], order: F16Order) -> f32 {
 /// SiLU ([`silu`]) of every number in place, with FMA instructions when the CPU has them.
 pub fn silu_in_place(x: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+    if fma_available() {
         // SAFETY: the CPU has AVX2 and FMA (checked just above).
         unsafe { silu_fma(x) };
         return;
@@ -343,102 +496,6 @@ pub fn silu_in_place(x: &mut [f32]) {
 #[target_feature(enable = "avx2,fma")]
 unsafe fn silu_fma(x: &mut [f32]) {
     x.iter_mut().for_each(|v| *v = silu(*v));
-}
-
-#[inline(always)]
-fn attention_with(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    p: &AttentionParams,
-    dot: impl Fn(&[f32], &[f32], F16Order) -> f32 + Sync,
-) -> Result<AttentionOutput> {
-    let d = check_dims(q, k, v, p)?;
-    let order = p.ggml.unwrap_or(F16Order::for_rows(d.t_q));
-    let group = d.h / d.h_kv;
-    let (qd, kd, vd) = (q.data(), k.data(), v.data());
-    // Positions padded to whole 32s with zeros, as llama.cpp's cache view is (to 256):
-    // the padding adds exact zeros in either order.
-    let t_pad = d.t_k.div_ceil(4 * LANES) * 4 * LANES;
-    let mut out = vec![0.0f32; d.b * d.h * d.t_q * d.d_v];
-    let mut weights = vec![
-        0.0f32;
-        if p.want_weights {
-            d.b * d.h * d.t_q * d.t_k
-        } else {
-            0
-        }
-    ];
-    // One (batch, head) pair: its t_q rows of output (and weights).
-    let head = |bh: usize, out: &mut [f32], ws: &mut [f32]| {
-        let (bi, hi) = (bh / d.h, bh % d.h);
-        let kv = bi * d.h_kv + hi / group;
-        let vs = &vd[kv * d.t_cap * d.d_v..][..d.t_k * d.d_v]; // (t_k, d_v)
-        let mut row = vec![0.0f32; t_pad];
-        let mut acc = vec![0.0f32; 4 * LANES * d.d_v];
-        for i in 0..d.t_q {
-            let qrow = &qd[(bh * d.t_q + i) * d.d_k..][..d.d_k];
-            let vis = visible_keys(p, &d, i);
-            let bias = bias_row(p.bias, &d, bi, hi, i);
-            row.fill(0.0);
-            for (j, s) in row[..d.t_k].iter_mut().enumerate() {
-                *s = if vis.contains(&j) {
-                    let krow = &kd[(kv * d.t_cap + j) * d.d_k..][..d.d_k];
-                    dot(krow, qrow, order) * p.scale + bias.map_or(0.0, |b| b[j])
-                } else {
-                    f32::NEG_INFINITY
-                };
-            }
-            softmax_row(&mut row[..d.t_k], 1.0);
-            for w in row[..d.t_k].iter_mut() {
-                *w = round_f16(*w);
-            }
-            weigh_values(
-                &row[..d.t_k],
-                vs,
-                order,
-                &mut acc,
-                &mut out[i * d.d_v..][..d.d_v],
-            );
-            if !ws.is_empty() {
-                ws[i * d.t_k..][..d.t_k].copy_from_slice(&row[..d.t_k]);
-            }
-        }
-    };
-    let heads = d.b * d.h;
-    let (o_len, w_len) = (
-        d.t_q * d.d_v,
-        if p.want_weights { d.t_q * d.t_k } else { 0 },
-    );
-    let work = heads * d.t_q * d.t_k * (d.d_k + d.d_v);
-    if crate::threads::threads() > 1 && work >= PARALLEL_MIN && heads > 1 {
-        // Heads are independent: each writes only its own rows.
-        let ws_chunks: Vec<&mut [f32]> = if w_len > 0 {
-            weights.chunks_mut(w_len).collect()
-        } else {
-            (0..heads).map(|_| <&mut [f32]>::default()).collect()
-        };
-        out.par_chunks_mut(o_len)
-            .zip(ws_chunks)
-            .enumerate()
-            .for_each(|(bh, (o, w))| head(bh, o, w));
-    } else {
-        for bh in 0..heads {
-            let w: &mut [f32] = if w_len > 0 {
-                &mut weights[bh * w_len..][..w_len]
-            } else {
-                &mut []
-            };
-            head(bh, &mut out[bh * o_len..][..o_len], w);
-        }
-    }
-    let weights = p.want_weights.then_some(weights);
-    Ok(AttentionOutput {
-        output: Tensor::new(out, &[d.b, d.h, d.t_q, d.d_v])?,
-        weights: weights
-            .map(|w| Tensor::new(w, &[d.b, d.h, d.t_q, d.t_k]))
-            .transpose()?,
-    })
 }
 
 /// `out_c = Σ_j p_j · v_jc` for every column c of V (t, d_v), each as the f16 dot
