@@ -9,6 +9,15 @@ use lucent::tensor::quant::{
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+/// The 32-number block kinds (one tile kernel, llama.cpp's summation order).
+const BLOCK32: [GgmlType; 5] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+];
+
 fn h(v: f32) -> [u8; 2] {
     f16::from_f32(v).to_bits().to_le_bytes()
 }
@@ -426,14 +435,7 @@ fn tile_kernels_equal_their_twins() {
     vnni_path();
     lucent::threads::set_threads(1);
     let mut rng = StdRng::seed_from_u64(13);
-    let types = [
-        GgmlType::Q4_0,
-        GgmlType::Q4_1,
-        GgmlType::Q5_0,
-        GgmlType::Q5_1,
-        GgmlType::Q8_0,
-    ];
-    for t in types {
+    for t in BLOCK32 {
         for &rows in &[1usize, 2, 3, 4, 5, 7, 9, 13] {
             for &blocks in &[1usize, 2, 3, 15, 16, 17, 18, 33] {
                 let cols = 32 * blocks;
@@ -478,14 +480,7 @@ fn tile_kernels_equal_their_twins() {
 fn tile_kernels_on_extreme_blocks() {
     vnni_path();
     lucent::threads::set_threads(1);
-    let types = [
-        GgmlType::Q4_0,
-        GgmlType::Q4_1,
-        GgmlType::Q5_0,
-        GgmlType::Q5_1,
-        GgmlType::Q8_0,
-    ];
-    for t in types {
+    for t in BLOCK32 {
         for fill in [0xFFu8, 0x80, 0x7F] {
             let (rows, cols) = (5, 32 * 19);
             let mut bytes = vec![fill; rows * t.row_bytes(cols).unwrap()];
@@ -559,14 +554,7 @@ fn k_quant_dots_equal_their_twins() {
 fn block32_kernels_equal_their_twin_bit_for_bit() {
     let mut rng = StdRng::seed_from_u64(5);
     lucent::threads::set_threads(2);
-    let kinds = [
-        GgmlType::Q4_0,
-        GgmlType::Q4_1,
-        GgmlType::Q5_0,
-        GgmlType::Q5_1,
-        GgmlType::Q8_0,
-    ];
-    for t in kinds {
+    for t in BLOCK32 {
         for &(rows, cols) in &[(1usize, 32usize), (7, 96), (13, 576), (600, 1536)] {
             let bytes: Vec<u8> = (0..rows)
                 .flat_map(|_| random_row(t, cols, &mut rng))
