@@ -636,3 +636,40 @@ fn activations_quantise_as_llama_cpp_does() {
         a.qs[..16].iter().map(|&q| q as i32).sum::<i32>()
     );
 }
+
+/// Several matrices over one x (Q, K, V) in one pass give each matrix's own `matvec`,
+/// bit for bit, on one thread and on two, and mixed types fall back to one by one.
+#[test]
+fn matvec_group_equals_each_matvec() {
+    let mut rng = StdRng::seed_from_u64(21);
+    let cols = 768; // whole blocks of 32 and of 256
+    let mk = |t: GgmlType, rows: usize, rng: &mut StdRng| {
+        let bytes: Vec<u8> = (0..rows).flat_map(|_| random_row(t, cols, rng)).collect();
+        QMatrix::from_vec(t, rows, cols, bytes).unwrap()
+    };
+    let x: Vec<f32> = (0..cols).map(|_| rng.random_range(-2.0f32..2.0)).collect();
+    for threads in [1, 2] {
+        lucent::threads::set_threads(threads);
+        for t in [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K] {
+            let ms = [
+                mk(t, 768, &mut rng),
+                mk(t, 192, &mut rng),
+                mk(t, 200, &mut rng),
+            ];
+            let refs: Vec<&QMatrix> = ms.iter().collect();
+            let ys = QMatrix::matvec_group(&refs, &x).unwrap();
+            for (m, y) in ms.iter().zip(&ys) {
+                let want = m.matvec(&x).unwrap();
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(y), bits(&want), "{t} {threads} threads");
+            }
+        }
+        let mixed = [
+            mk(GgmlType::Q4_1, 64, &mut rng),
+            mk(GgmlType::Q8_0, 64, &mut rng),
+        ];
+        let ys = QMatrix::matvec_group(&[&mixed[0], &mixed[1]], &x).unwrap();
+        assert_eq!(ys[1], mixed[1].matvec(&x).unwrap());
+    }
+    assert!(QMatrix::matvec_group(&[], &x).unwrap().is_empty());
+}

@@ -479,9 +479,29 @@ impl MultiHeadAttention {
             x.reshape(&[b, t, heads, d_k])? // (b, t, heads, d_k)
                 .transpose(1, 2) // (b, heads, t, d_k)
         };
-        let mut q = split(self.q_proj.forward(x_q)?, h, t_q)?; // (b, h, t_q, d_k)
-        let mut k = split(self.k_proj.forward(kv_in)?, h_kv, t_k)?; // (b, h_kv, t_k, d_k)
-        let v = split(self.v_proj.forward(kv_in)?, h_kv, t_k)?; // (b, h_kv, t_k, d_k)
+        let (q, k, v) = if x_kv.is_none() {
+            // Self-attention: Q, K and V read the same x (one pass for a decoded token).
+            let mut qkv = Linear::forward_group(&[&self.q_proj, &self.k_proj, &self.v_proj], x_q)?;
+            let v = qkv.pop();
+            let k = qkv.pop();
+            match (qkv.pop(), k, v) {
+                (Some(q), Some(k), Some(v)) => (q, k, v),
+                _ => {
+                    return Err(Error::Config(
+                        "attention: Q, K, V projections missing".into(),
+                    ))
+                }
+            }
+        } else {
+            (
+                self.q_proj.forward(x_q)?,
+                self.k_proj.forward(kv_in)?,
+                self.v_proj.forward(kv_in)?,
+            )
+        };
+        let mut q = split(q, h, t_q)?; // (b, h, t_q, d_k)
+        let mut k = split(k, h_kv, t_k)?; // (b, h_kv, t_k, d_k)
+        let v = split(v, h_kv, t_k)?; // (b, h_kv, t_k, d_k)
         if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
             q = qn.forward(&q)?;
             k = kn.forward(&k)?;

@@ -179,7 +179,11 @@ impl FeedForward {
                 activation,
                 f16,
             } => {
-                let g = gate.forward(x)?; // (..., d_ff)
+                // Gate and up read the same x (one pass for a decoded token).
+                let mut gu = Linear::forward_group(&[gate, up], x)?;
+                let (Some(u), Some(g)) = (gu.pop(), gu.pop()) else {
+                    return Err(Error::Config("gated FFN: gate and up missing".into()));
+                }; // (..., d_ff) each
                 let act = match (*f16, *activation) {
                     (true, Activation::GeluTanh) => g.map(ops::activation::gelu_tanh_f16),
                     (true, Activation::Silu) => {
@@ -189,7 +193,7 @@ impl FeedForward {
                     }
                     _ => activation.apply(&g),
                 };
-                let hidden = act.mul(&up.forward(x)?)?; // (..., d_ff)
+                let hidden = act.mul(&u)?; // (..., d_ff)
                 let out = down.forward(&hidden)?;
                 (hidden, out)
             }

@@ -227,6 +227,42 @@ impl Linear {
         }
     }
 
+    /// `[x · W_mᵀ + b_m]` for several layers that read the same `x` (Q, K, V; gate, up).
+    /// One decoded token through quantised weights without biases takes one shared pass
+    /// ([`QMatrix::matvec_group`]); anything else runs layer by layer. Same results as
+    /// [`Linear::forward`] on each.
+    ///
+    /// # Shapes
+    /// x: (..., in) → [(..., out_m)]
+    pub fn forward_group(layers: &[&Linear], x: &Tensor) -> Result<Vec<Tensor>> {
+        let mats: Option<Vec<&QMatrix>> = layers
+            .iter()
+            .map(|l| match (&l.weight, &l.bias) {
+                (Weight::Quant { matrix, .. }, None) => Some(matrix),
+                _ => None,
+            })
+            .collect();
+        match mats {
+            Some(mats)
+                if !mats.is_empty()
+                    && x.rank() > 0
+                    && x.numel() == x.last_dim()
+                    && mats.iter().all(|m| m.cols() == x.last_dim()) =>
+            {
+                let ys = QMatrix::matvec_group(&mats, x.data())?;
+                ys.into_iter()
+                    .zip(&mats)
+                    .map(|(y, m)| {
+                        let mut s = x.shape().to_vec();
+                        *s.last_mut().unwrap_or(&mut 0) = m.rows();
+                        Tensor::new(y, &s)
+                    })
+                    .collect()
+            }
+            _ => layers.iter().map(|l| l.forward(x)).collect(),
+        }
+    }
+
     /// The number of parameters (weights and bias).
     pub fn num_params(&self) -> usize {
         self.weight.numel() + self.bias.as_ref().map_or(0, Tensor::numel)

@@ -1781,6 +1781,63 @@ impl QMatrix {
         Ok(y)
     }
 
+    /// `y_m = W_m · x` for several matrices that read the same `x` (a layer's Q, K and V
+    /// projections; a gated FFN's gate and up): `x` is prepared once, and all their rows
+    /// share one pass over the thread pool instead of one each. Each result is what
+    /// [`QMatrix::matvec`] gives, bit for bit. Matrices of different types or widths
+    /// are run one by one.
+    ///
+    /// # Shapes
+    /// W_m (rows_m, cols) · x (cols) → y_m (rows_m)
+    pub fn matvec_group(mats: &[&QMatrix], x: &[f32]) -> Result<Vec<Vec<f32>>> {
+        let Some(first) = mats.first() else {
+            return Ok(Vec::new());
+        };
+        if mats
+            .iter()
+            .any(|m| m.dtype != first.dtype || m.cols != first.cols)
+        {
+            return mats.iter().map(|m| m.matvec(x)).collect();
+        }
+        let a = first.prepare(x)?;
+        let mut ys: Vec<Vec<f32>> = mats.iter().map(|m| vec![0.0f32; m.rows]).collect();
+        let threads = crate::threads::threads();
+        let bytes: usize = mats.iter().map(|m| m.rows * m.row_bytes).sum();
+        let parallel = threads > 1 && bytes >= PAR_MIN_BYTES;
+        // (matrix, first row, its outputs): whole tiles of rows, about 4 per thread.
+        let mut jobs: Vec<(&QMatrix, usize, &mut [f32])> = Vec::new();
+        for (m, y) in mats.iter().zip(ys.iter_mut()) {
+            let chunk = if parallel {
+                m.rows.div_ceil(threads * 4).max(8).div_ceil(4) * 4
+            } else {
+                m.rows.max(1)
+            };
+            for (c, out) in y.chunks_mut(chunk).enumerate() {
+                jobs.push((*m, c * chunk, out));
+            }
+        }
+        let run = |(m, i0, out): (&QMatrix, usize, &mut [f32])| m.rows_into(i0, out, &a);
+        if parallel {
+            jobs.into_par_iter().for_each(run);
+        } else {
+            jobs.into_iter().for_each(run);
+        }
+        Ok(ys)
+    }
+
+    /// Rows `i0 .. i0 + out.len()` of `W · x` into `out`, on the calling thread (`a`
+    /// prepared for this matrix).
+    fn rows_into(&self, i0: usize, out: &mut [f32], a: &QuantizedActs) {
+        if self.tiled() {
+            self.tile_rows(i0, out, std::slice::from_ref(a));
+            return;
+        }
+        let k = dot_kernel(self.dtype);
+        for (j, y) in out.iter_mut().enumerate() {
+            *y = k(self.row_bytes_of(i0 + j), a);
+        }
+    }
+
     /// y = W · x with `x` already prepared ([`QMatrix::prepare`]), written into `y` (length `rows`).
     pub fn matvec_prepared(&self, a: &QuantizedActs, y: &mut [f32]) -> Result<()> {
         self.check_prepared(a, y)?;
