@@ -1942,9 +1942,17 @@ impl QMatrix {
                     avx2::tile::<false, 1, 1>,
                 ),
             };
+            let k24: Option<Tile<2, 4>> = match (vnni, self.dtype) {
+                (false, _) => None,
+                (true, GgmlType::Q4_0) => Some(avx512::tile::<{ avx512::Q4_0 }, 2, 4>),
+                (true, GgmlType::Q4_1) => Some(avx512::tile::<{ avx512::Q4_1 }, 2, 4>),
+                (true, GgmlType::Q5_0) => Some(avx512::tile::<{ avx512::Q5_0 }, 2, 4>),
+                (true, GgmlType::Q5_1) => Some(avx512::tile::<{ avx512::Q5_1 }, 2, 4>),
+                (true, _) => Some(avx512::tile::<{ avx512::Q8_0 }, 2, 4>),
+            };
             // The AVX-512 kernels read the scales from the blocks: no table to build.
             let table: &[f32] = if vnni { &[] } else { self.scale_table() };
-            self.tile_rows_with(i0, out, acts, table, kernels);
+            self.tile_rows_with(i0, out, acts, table, kernels, k24);
         }
     }
 
@@ -1962,6 +1970,7 @@ impl QMatrix {
         acts: &[QuantizedActs],
         table: &[f32],
         (k41, k14, k11): (Tile<4, 1>, Tile<1, 4>, Tile<1, 1>),
+        k24: Option<Tile<2, 4>>,
     ) {
         unsafe {
             let t = acts.len();
@@ -1970,6 +1979,33 @@ impl QMatrix {
             let per = table.len() / self.rows.max(1);
             let sc = |w: usize| &table[(i0 + w) * per..(i0 + w + 1) * per];
             let mut w = 0;
+            // A prompt: 2 weight rows × 4 activation rows, each block decoded once for
+            // four rows and each activation block loaded once for two.
+            if let (Some(k24), true) = (k24, t >= 4) {
+                while w + 2 <= n {
+                    let mut a = 0;
+                    while a + 4 <= t {
+                        let mut o = [[0.0f32; 4]; 2];
+                        k24(
+                            [r(w), r(w + 1)],
+                            [sc(w), sc(w + 1)],
+                            [&acts[a], &acts[a + 1], &acts[a + 2], &acts[a + 3]],
+                            &mut o,
+                        );
+                        out[w * t + a..w * t + a + 4].copy_from_slice(&o[0]);
+                        out[(w + 1) * t + a..(w + 1) * t + a + 4].copy_from_slice(&o[1]);
+                        a += 4;
+                    }
+                    for ww in w..w + 2 {
+                        for aa in a..t {
+                            let mut o = [[0.0f32; 1]; 1];
+                            k11([r(ww)], [sc(ww)], [&acts[aa]], &mut o);
+                            out[ww * t + aa] = o[0][0];
+                        }
+                    }
+                    w += 2;
+                }
+            }
             if t == 1 {
                 while w + 4 <= n {
                     let mut o = [[0.0f32; 1]; 4];
