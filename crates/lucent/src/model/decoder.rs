@@ -169,6 +169,23 @@ impl DecoderModel {
         last_only: bool,
         trace: Option<&mut Trace>,
     ) -> Result<Tensor> {
+        if crate::threads::threads() > 1 && rayon::current_thread_index().is_none() {
+            // Run the whole pass on a pool thread: its many small parallel products then
+            // split between that thread and the others, instead of waking the pool from
+            // outside and waiting for it each time.
+            return rayon::scope(|_| self.forward_here(ids, cache, last_only, trace));
+        }
+        self.forward_here(ids, cache, last_only, trace)
+    }
+
+    /// [`DecoderModel::forward`] on the calling thread.
+    fn forward_here(
+        &self,
+        ids: &[u32],
+        cache: Option<&mut KvCache>,
+        last_only: bool,
+        trace: Option<&mut Trace>,
+    ) -> Result<Tensor> {
         let t = ids.len();
         if t == 0 {
             return Err(Error::Argument(
