@@ -82,19 +82,30 @@ pub fn silu(x: &Tensor) -> Tensor {
 
 /// tanh-GELU as llama.cpp's CPU backend computes it, from a table over f16 inputs: the
 /// input rounded to f16, ½x(1 + tanh(√(2/π)(x + 0.044715x³))) in f32, the result
-/// rounded to f16; exactly 0 at x ≤ −10 and x itself at x ≥ 10.
+/// rounded to f16; exactly 0 at x ≤ −10 and x itself at x ≥ 10. Like llama.cpp, it
+/// reads a table of all 65,536 f16 inputs (built on first use).
 pub fn gelu_tanh_f16(x: f32) -> f32 {
     use half::f16;
+    static TABLE: std::sync::OnceLock<Vec<f32>> = std::sync::OnceLock::new();
     if x <= -10.0 {
         return 0.0;
     }
     if x >= 10.0 {
         return x;
     }
-    let x = f16::from_f32(x).to_f32();
+    let table = TABLE.get_or_init(|| {
+        (0..=u16::MAX)
+            .map(|b| gelu_tanh_f16_entry(f16::from_bits(b).to_f32()))
+            .collect()
+    });
+    table[f16::from_f32(x).to_bits() as usize]
+}
+
+/// One entry of [`gelu_tanh_f16`]'s table: GELU of an f16 value in f32, rounded to f16.
+fn gelu_tanh_f16_entry(x: f32) -> f32 {
     const SQRT_2_OVER_PI: f32 = 0.797_884_6;
     let y = 0.5 * x * (1.0 + libm::tanhf(SQRT_2_OVER_PI * x * (1.0 + 0.044715 * x * x)));
-    f16::from_f32(y).to_f32()
+    half::f16::from_f32(y).to_f32()
 }
 
 /// In place: `x[i] ← act(x[i])` on the SIMD path, on one thread (for callers that own a
@@ -142,5 +153,35 @@ pub mod reference {
     pub fn silu(x: f32) -> f32 {
         let x = x as f64;
         (x / (1.0 + (-x).exp())) as f32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The table holds, for every f16 input, the formula's f16 result; inputs between
+    /// f16 values read their f16 neighbour's entry; the tails are 0 and x.
+    #[test]
+    fn gelu_f16_table_is_the_formula_at_f16_inputs() {
+        for i in -12_000..12_000 {
+            let x = i as f32 * 9.1e-4;
+            let x16 = half::f16::from_f32(x).to_f32();
+            let want = if x <= -10.0 {
+                0.0
+            } else if x >= 10.0 {
+                x
+            } else {
+                gelu_tanh_f16_entry(x16)
+            };
+            assert_eq!(gelu_tanh_f16(x).to_bits(), want.to_bits(), "x = {x}");
+            let exact = reference::gelu_tanh(x16);
+            assert!(
+                (want - exact).abs() <= 1e-3 * exact.abs().max(1e-3),
+                "x = {x}: {want} vs {exact}"
+            );
+        }
+        assert_eq!(gelu_tanh_f16(-11.0), 0.0);
+        assert_eq!(gelu_tanh_f16(12.5), 12.5);
     }
 }
