@@ -232,22 +232,25 @@ fn rope_rows_with(
     base: f32,
     convention: RopeConvention,
 ) {
+    if positions.is_empty() {
+        return;
+    }
     let half = d / 2;
     let scale = base.powf(-2.0 / d as f32);
-    let mut cos = vec![0.0f32; half];
-    let mut sin = vec![0.0f32; half];
-    let mut last = None;
-    for (r, row) in data.chunks_exact_mut(d).enumerate() {
-        let pos = positions[r % positions.len()];
-        if last != Some(pos) {
-            let mut theta = pos as f32;
-            for i in 0..half {
-                cos[i] = theta.cos();
-                sin[i] = theta.sin();
-                theta *= scale;
-            }
-            last = Some(pos);
+    // The angles of each position once: (positions, half) cos and sin.
+    let mut cos = vec![0.0f32; positions.len() * half];
+    let mut sin = vec![0.0f32; positions.len() * half];
+    for (k, &pos) in positions.iter().enumerate() {
+        let mut theta = pos as f32;
+        for i in 0..half {
+            cos[k * half + i] = theta.cos();
+            sin[k * half + i] = theta.sin();
+            theta *= scale;
         }
+    }
+    for (r, row) in data.chunks_exact_mut(d).enumerate() {
+        let k = r % positions.len();
+        let (cos, sin) = (&cos[k * half..][..half], &sin[k * half..][..half]);
         for i in 0..half {
             let (a, b) = match convention {
                 RopeConvention::RotateHalf => (i, i + half),
@@ -305,15 +308,16 @@ pub fn attention(
         out.par_chunks_mut(o_len)
             .zip(ws_chunks)
             .enumerate()
-            .for_each(|(bh, (o, w))| job.head(bh, o, w));
+            .for_each_init(|| job.scratch(), |sc, (bh, (o, w))| job.head(bh, o, w, sc));
     } else {
+        let mut sc = job.scratch();
         for bh in 0..heads {
             let w: &mut [f32] = if w_len > 0 {
                 &mut weights[bh * w_len..][..w_len]
             } else {
                 &mut []
             };
-            job.head(bh, &mut out[bh * o_len..][..o_len], w);
+            job.head(bh, &mut out[bh * o_len..][..o_len], w, &mut sc);
         }
     }
     Ok(AttentionOutput {
@@ -350,17 +354,32 @@ struct Job<'a> {
     fma: bool,
 }
 
+/// A head's working rows, reused from head to head: the scores / weights of one query
+/// (t_pad) and the lane accumulators of [`weigh_values`] (32 · d_v).
+struct Scratch {
+    row: Vec<f32>,
+    acc: Vec<f32>,
+}
+
 impl Job<'_> {
+    /// Working rows for [`Job::head`].
+    fn scratch(&self) -> Scratch {
+        Scratch {
+            row: vec![0.0; self.t_pad],
+            acc: vec![0.0; 4 * LANES * self.d.d_v],
+        }
+    }
+
     /// Head `bh` (batch · h + head): its t_q rows of output into `out` and, when asked
     /// for, of weights into `ws`.
-    fn head(&self, bh: usize, out: &mut [f32], ws: &mut [f32]) {
+    fn head(&self, bh: usize, out: &mut [f32], ws: &mut [f32], sc: &mut Scratch) {
         #[cfg(target_arch = "x86_64")]
         if self.fma {
             // SAFETY: `fma` says the CPU has AVX2 and FMA.
-            unsafe { self.head_fma(bh, out, ws) };
+            unsafe { self.head_fma(bh, out, ws, sc) };
             return;
         }
-        self.head_with(bh, out, ws, dot_f16);
+        self.head_with(bh, out, ws, sc, dot_f16);
     }
 
     /// [`Job::head`] compiled with FMA instructions and the AVX2 score dot.
@@ -369,9 +388,9 @@ impl Job<'_> {
     /// The CPU must have AVX2 and FMA.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn head_fma(&self, bh: usize, out: &mut [f32], ws: &mut [f32]) {
+    unsafe fn head_fma(&self, bh: usize, out: &mut [f32], ws: &mut [f32], sc: &mut Scratch) {
         // SAFETY: this function runs only where AVX2 and FMA are (its own contract).
-        self.head_with(bh, out, ws, |x, y, o| unsafe { dot_f16_avx2(x, y, o) });
+        self.head_with(bh, out, ws, sc, |x, y, o| unsafe { dot_f16_avx2(x, y, o) });
     }
 
     #[inline(always)]
@@ -380,14 +399,14 @@ impl Job<'_> {
         bh: usize,
         out: &mut [f32],
         ws: &mut [f32],
+        sc: &mut Scratch,
         dot: impl Fn(&[f32], &[f32], F16Order) -> f32,
     ) {
         let (d, p, order) = (&self.d, self.p, self.order);
         let (bi, hi) = (bh / d.h, bh % d.h);
         let kv = bi * d.h_kv + hi / (d.h / d.h_kv);
         let vs = &self.v[kv * d.t_cap * d.d_v..][..d.t_k * d.d_v]; // (t_k, d_v)
-        let mut row = vec![0.0f32; self.t_pad];
-        let mut acc = vec![0.0f32; 4 * LANES * d.d_v];
+        let Scratch { row, acc } = sc;
         for i in 0..d.t_q {
             let qrow = &self.q[(bh * d.t_q + i) * d.d_k..][..d.d_k];
             let vis = visible_keys(p, d, i);
@@ -409,7 +428,7 @@ impl Job<'_> {
                 &row[..d.t_k],
                 vs,
                 order,
-                &mut acc,
+                acc,
                 &mut out[i * d.d_v..][..d.d_v],
             );
             if !ws.is_empty() {
