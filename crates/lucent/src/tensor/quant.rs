@@ -996,13 +996,11 @@ mod avx2 {
         out: &mut [[f32; RA]; RW],
     ) {
         let nb = acts[0].d.len();
-        let bb = if Q8 { 34 } else { 20 };
         let mut acc = [[_mm256_setzero_ps(); RA]; RW];
-        let mut q = [_mm256_setzero_si256(); RW];
-        let mut xv = [_mm256_setzero_si256(); RA];
         let mut s8 = [[_mm256_setzero_ps(); RA]; RW];
         let groups = nb / 8;
         for g in 0..groups {
+            // The group's eight scale products d_w · dx_a, one per lane.
             for w in 0..RW {
                 let dw = _mm256_loadu_ps(scales[w].as_ptr().add(8 * g));
                 for a in 0..RA {
@@ -1010,56 +1008,16 @@ mod avx2 {
                 }
             }
             for j in 0..8 {
-                let i = 8 * g + j;
                 let lane = _mm256_set1_epi32(j as i32);
-                for w in 0..RW {
-                    let b = rows[w].as_ptr().add(bb * i);
-                    q[w] = if Q8 {
-                        _mm256_loadu_si256(b.add(2) as *const __m256i)
-                    } else {
-                        nibbles32(b.add(4))
-                    };
-                }
-                for a in 0..RA {
-                    xv[a] = _mm256_loadu_si256(acts[a].qs.as_ptr().add(32 * i) as *const __m256i);
-                }
-                for w in 0..RW {
-                    for a in 0..RA {
-                        let v = if Q8 {
-                            mul_sum_i8(q[w], xv[a])
-                        } else {
-                            mul_sum_u8_i8(q[w], xv[a])
-                        };
-                        let sc = _mm256_permutevar8x32_ps(s8[w][a], lane);
-                        acc[w][a] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(v), acc[w][a]);
-                    }
-                }
+                tile_block::<Q8, RW, RA>(&rows, &acts, 8 * g + j, &mut acc, |w, a| {
+                    _mm256_permutevar8x32_ps(s8[w][a], lane)
+                });
             }
         }
         for i in 8 * groups..nb {
-            for w in 0..RW {
-                let b = rows[w].as_ptr().add(bb * i);
-                q[w] = if Q8 {
-                    _mm256_loadu_si256(b.add(2) as *const __m256i)
-                } else {
-                    nibbles32(b.add(4))
-                };
-            }
-            for a in 0..RA {
-                xv[a] = _mm256_loadu_si256(acts[a].qs.as_ptr().add(32 * i) as *const __m256i);
-            }
-            for w in 0..RW {
-                for a in 0..RA {
-                    let v = if Q8 {
-                        mul_sum_i8(q[w], xv[a])
-                    } else {
-                        mul_sum_u8_i8(q[w], xv[a])
-                    };
-                    let sc =
-                        _mm256_set1_ps(*scales[w].get_unchecked(i) * *acts[a].d.get_unchecked(i));
-                    acc[w][a] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(v), acc[w][a]);
-                }
-            }
+            tile_block::<Q8, RW, RA>(&rows, &acts, i, &mut acc, |w, a| {
+                _mm256_set1_ps(*scales[w].get_unchecked(i) * *acts[a].d.get_unchecked(i))
+            });
         }
         for w in 0..RW {
             for a in 0..RA {
@@ -1073,6 +1031,44 @@ mod avx2 {
                         .fold(0.0f32, |e, (m, s)| m.mul_add(*s, e))
                 };
                 out[w][a] = hsum_ps(acc[w][a]) + extra;
+            }
+        }
+    }
+
+    /// Block `i` of every (weight row, activation row) pair of a [`tile`] into `acc`:
+    /// `acc = fma(scale(w, a), Σ4 q·qx, acc)`, with the pair's eight 4-number integer sums.
+    ///
+    /// # Safety
+    /// As [`tile`]'s; `i` is a block of the rows.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn tile_block<const Q8: bool, const RW: usize, const RA: usize>(
+        rows: &[&[u8]; RW],
+        acts: &[&QuantizedActs; RA],
+        i: usize,
+        acc: &mut [[__m256; RA]; RW],
+        scale: impl Fn(usize, usize) -> __m256,
+    ) {
+        let bb = if Q8 { 34 } else { 20 };
+        let q: [__m256i; RW] = std::array::from_fn(|w| {
+            let b = rows[w].as_ptr().add(bb * i);
+            if Q8 {
+                _mm256_loadu_si256(b.add(2) as *const __m256i)
+            } else {
+                nibbles32(b.add(4))
+            }
+        });
+        let xv: [__m256i; RA] = std::array::from_fn(|a| {
+            _mm256_loadu_si256(acts[a].qs.as_ptr().add(32 * i) as *const __m256i)
+        });
+        for w in 0..RW {
+            for a in 0..RA {
+                let v = if Q8 {
+                    mul_sum_i8(q[w], xv[a])
+                } else {
+                    mul_sum_u8_i8(q[w], xv[a])
+                };
+                acc[w][a] = _mm256_fmadd_ps(scale(w, a), _mm256_cvtepi32_ps(v), acc[w][a]);
             }
         }
     }
