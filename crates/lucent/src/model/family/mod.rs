@@ -139,6 +139,18 @@ impl NameTable {
     pub fn pattern(&self, param: Param) -> Option<&'static str> {
         self.keys.iter().find(|(p, _)| *p == param).map(|(_, k)| *k)
     }
+
+    /// The name of `param` in layer `layer` (ignored for global parameters), or an
+    /// error if this table has no entry for it.
+    pub fn key(&self, param: Param, layer: usize) -> Result<String> {
+        let pat = self.pattern(param).ok_or_else(|| {
+            Error::Weights(format!(
+                "the {} name table has no entry for {param:?}",
+                self.family
+            ))
+        })?;
+        Ok(pat.replace("{i}", &layer.to_string()))
+    }
 }
 
 /// A safetensors file read through a family's name table, with the shapes of a config.
@@ -186,17 +198,7 @@ impl<'a> Weights<'a> {
 
     /// The checkpoint key of `param` in layer `layer` (ignored for global parameters).
     pub fn key(&self, param: Param, layer: usize) -> Result<String> {
-        let pat = self.table.pattern(param).ok_or_else(|| {
-            Error::Weights(format!(
-                "the {} name table has no entry for {param:?}",
-                self.table.family
-            ))
-        })?;
-        Ok(format!(
-            "{}{}",
-            self.prefix,
-            pat.replace("{i}", &layer.to_string())
-        ))
+        Ok(format!("{}{}", self.prefix, self.table.key(param, layer)?))
     }
 
     /// Whether the file holds `param` (for optional parameters).
@@ -247,13 +249,7 @@ impl<'a> GgufWeights<'a> {
 
     /// The tensor name of `param` in layer `layer` (ignored for global parameters).
     pub fn key(&self, param: Param, layer: usize) -> Result<String> {
-        let pat = self.table.pattern(param).ok_or_else(|| {
-            Error::Weights(format!(
-                "the {} name table has no entry for {param:?}",
-                self.table.family
-            ))
-        })?;
-        Ok(pat.replace("{i}", &layer.to_string()))
+        self.table.key(param, layer)
     }
 
     /// Whether the file holds `param` (for optional parameters such as an untied head).
