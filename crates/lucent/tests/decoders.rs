@@ -32,7 +32,7 @@ use lucent::io::fetch::{self, Silent};
 use lucent::io::gguf::GgufFile;
 use lucent::io::gguf_tokenizer::GgufTokenizer;
 use lucent::model::DecoderModel;
-use lucent::pipeline::generate::{argmax, generate, top_logits, TextModel};
+use lucent::pipeline::generate::{argmax, top_logits, TextModel};
 use lucent::pipeline::{GenerateOptions, Message, SamplingParams, StopReason};
 use serde::Deserialize;
 
@@ -288,16 +288,10 @@ fn prompt_longer_than_the_context_is_a_clear_error() {
     assert!(e.contains("do not fit the context of 4"), "{e}");
     assert_eq!(cache.len(), 0, "nothing was written");
     let tm = text_model();
-    let e = generate(
-        &tm.model,
-        &tm.tokenizer,
-        &ids,
-        &GenerateOptions::default(),
-        &mut cache,
-        &mut |_| {},
-    )
-    .unwrap_err()
-    .to_string();
+    let e = tm
+        .generate(&ids, &GenerateOptions::default(), &mut cache, &mut |_| {})
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("context holds 4") && e.contains("shorten the prompt"),
         "{e}"
@@ -314,15 +308,9 @@ fn generation_stops_at_the_context_limit_stop_strings_and_max_tokens() {
         max_tokens: 10,
         ..GenerateOptions::default()
     };
-    let g = generate(
-        &tm.model,
-        &tm.tokenizer,
-        &ids,
-        &opts,
-        &mut cache,
-        &mut |s| streamed.push_str(s),
-    )
-    .unwrap();
+    let g = tm
+        .generate(&ids, &opts, &mut cache, &mut |s| streamed.push_str(s))
+        .unwrap();
     assert_eq!(g.stop, StopReason::ContextFull(ids.len() + 3));
     assert_eq!(g.ids.len(), 4);
     assert_eq!(streamed, g.text);
@@ -334,15 +322,9 @@ fn generation_stops_at_the_context_limit_stop_strings_and_max_tokens() {
         ..GenerateOptions::default()
     };
     streamed.clear();
-    let g = generate(
-        &tm.model,
-        &tm.tokenizer,
-        &ids,
-        &opts,
-        &mut cache,
-        &mut |s| streamed.push_str(s),
-    )
-    .unwrap();
+    let g = tm
+        .generate(&ids, &opts, &mut cache, &mut |s| streamed.push_str(s))
+        .unwrap();
     assert_eq!(g.text, " Paris.");
     assert_eq!(streamed, " Paris.");
     assert_eq!(g.stop, StopReason::StopString("\n".into()));
@@ -352,15 +334,7 @@ fn generation_stops_at_the_context_limit_stop_strings_and_max_tokens() {
         ignore_eos: true,
         ..GenerateOptions::default()
     };
-    let g = generate(
-        &tm.model,
-        &tm.tokenizer,
-        &ids,
-        &opts,
-        &mut cache,
-        &mut |_| {},
-    )
-    .unwrap();
+    let g = tm.generate(&ids, &opts, &mut cache, &mut |_| {}).unwrap();
     assert_eq!((g.ids.len(), g.stop), (3, StopReason::MaxTokens));
 }
 
@@ -381,15 +355,7 @@ fn chat_template_and_end_of_turn() {
         max_tokens: 64,
         ..GenerateOptions::default()
     };
-    let g = generate(
-        &tm.model,
-        &tm.tokenizer,
-        &ids,
-        &opts,
-        &mut cache,
-        &mut |_| {},
-    )
-    .unwrap();
+    let g = tm.generate(&ids, &opts, &mut cache, &mut |_| {}).unwrap();
     assert!(
         matches!(g.stop, StopReason::EndOfGeneration(_)),
         "{:?}",
@@ -418,16 +384,9 @@ fn sampling_is_reproducible_with_a_seed() {
             },
             ..GenerateOptions::default()
         };
-        generate(
-            &tm.model,
-            &tm.tokenizer,
-            &ids,
-            &opts,
-            &mut cache,
-            &mut |_| {},
-        )
-        .unwrap()
-        .ids
+        tm.generate(&ids, &opts, &mut cache, &mut |_| {})
+            .unwrap()
+            .ids
     };
     let a = run(7);
     assert_eq!(a, run(7));

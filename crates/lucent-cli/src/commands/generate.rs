@@ -7,7 +7,7 @@
 use std::io::{BufRead, IsTerminal, Write};
 
 use lucent::io::fetch;
-use lucent::pipeline::generate::{continue_generation, generate, TextModel};
+use lucent::pipeline::generate::{continue_generation, TextModel};
 use lucent::pipeline::{GenerateOptions, Message, SamplingParams, StopReason};
 use lucent::{Error, Result};
 
@@ -129,7 +129,7 @@ pub fn run(args: Args) -> Result<()> {
             let _ = out.flush();
         }
     };
-    let g = generate(&tm.model, &tm.tokenizer, &ids, &opts, &mut cache, &mut sink)?;
+    let g = tm.generate(&ids, &opts, &mut cache, &mut sink)?;
     if args.json {
         let mut v = serde_json::json!({
             "model": tm.path.file_name().map(|n| n.to_string_lossy().into_owned()),

@@ -74,6 +74,25 @@ impl TextModel {
         let text = self.template.render(messages, true)?;
         self.template.encode(&self.tokenizer, &text)
     }
+
+    /// [`generate`] with this model and tokenizer: `prompt_ids` into an emptied `cache`,
+    /// then new tokens, each piece of text passed to `on_text` as it arrives.
+    pub fn generate(
+        &self,
+        prompt_ids: &[u32],
+        opts: &GenerateOptions,
+        cache: &mut KvCache,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Generation> {
+        generate(
+            &self.model,
+            &self.tokenizer,
+            prompt_ids,
+            opts,
+            cache,
+            on_text,
+        )
+    }
 }
 
 /// How the next token is chosen.
