@@ -1506,6 +1506,7 @@ mod avx512 {
         acts: [&QuantizedActs; RA],
         out: &mut [[f32; RA]; RW],
     ) {
+        const { assert!(RW * RA <= 16, "one lane of `mins` per (weight, activation) row pair") };
         let nb = acts[0].d.len();
         let (bb, .., has_min) = layout(dtype(K));
         // Byte offsets of 16 consecutive blocks, to gather their scales (and minimums).
@@ -1515,6 +1516,10 @@ mod avx512 {
         );
         let mut acc = [[_mm512_setzero_ps(); RA]; RW];
         let mut s16 = [[_mm512_setzero_ps(); RA]; RW];
+        // The kinds with a minimum: Σ_i fma(m_w,i, s_a,i, e) for every (w, a) at once,
+        // lane w·RA + a of `mins` holding that pair's chain (the same FMAs in the same
+        // order as one chain per pair, so the same numbers).
+        let mut mins = _mm512_setzero_ps();
         let mut g = 0;
         while g < nb {
             let n = (nb - g).min(16);
@@ -1522,14 +1527,23 @@ mod avx512 {
             // s16[w][a]: the products d_w · dx_a of the group's blocks (zero past the end),
             // d_w widened from the f16s at the blocks' starts (the table's values, read
             // from the bytes the kernel streams anyway).
+            let mut mw = [_mm512_setzero_ps(); RW];
             for w in 0..RW {
                 let base = rows[w].as_ptr().add(bb * g) as *const i32;
                 let h = _mm512_mask_i32gather_epi32::<1>(_mm512_setzero_si512(), m, offs, base);
                 let dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h));
+                if has_min {
+                    // The minimums are the f16s right after the scales: the gathered
+                    // words' upper halves.
+                    mw[w] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(h, 16)));
+                }
                 for a in 0..RA {
                     let dx = _mm512_maskz_loadu_ps(m, acts[a].d.as_ptr().add(g));
                     s16[w][a] = _mm512_mul_ps(dw, dx);
                 }
+            }
+            if has_min {
+                mins = min_chain::<RW, RA>(mins, &mw, acts, g, n, m);
             }
             let mut j = 0;
             while j + 2 <= n {
@@ -1545,16 +1559,49 @@ mod avx512 {
             for a in 0..RA {
                 // avx2::tile's ending (llama.cpp's): the 8 lanes summed, then Σ m·s one
                 // FMA at a time for the kinds with a minimum.
-                let mut e = 0.0f32;
-                if has_min {
-                    for i in 0..nb {
-                        let mn = super::avx2::f16p(rows[w].as_ptr().add(bb * i + 2));
-                        e = mn.mul_add(acts[a].sum[i], e);
-                    }
-                }
-                out[w][a] = super::avx2::hsum_ps(lo(acc[w][a])) + e;
+                let mut e = [0.0f32; 16];
+                _mm512_storeu_ps(e.as_mut_ptr(), mins);
+                out[w][a] = super::avx2::hsum_ps(lo(acc[w][a])) + e[w * RA + a];
             }
         }
+    }
+
+    /// One group of `n` blocks from `g` of the minimum chains of [`tile`]: for each block
+    /// in order, lane `w·RA + a` of `e` becomes `fma(mw[w][i], s_a[g + i], e)`, the
+    /// minimums `mw` widened by the caller and `s_a` the activation rows' block sums
+    /// (masked to the group's `m` blocks).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn min_chain<const RW: usize, const RA: usize>(
+        mut e: __m512,
+        mw: &[__m512; RW],
+        acts: [&QuantizedActs; RA],
+        g: usize,
+        n: usize,
+        m: u16,
+    ) -> __m512 {
+        let sa: [__m512; RA] =
+            std::array::from_fn(|a| _mm512_maskz_loadu_ps(m, acts[a].sum.as_ptr().add(g)));
+        for i in 0..n {
+            let at = _mm512_set1_epi32(i as i32);
+            let mut mv = _mm512_setzero_ps();
+            let mut sv = _mm512_setzero_ps();
+            for w in 0..RW {
+                // Lanes w·RA .. w·RA + RA take row w's minimum of block i.
+                let lanes = (((1u32 << RA) - 1) << (w * RA)) as u16;
+                mv = _mm512_mask_permutexvar_ps(mv, lanes, at, mw[w]);
+            }
+            for a in 0..RA {
+                // Lanes a, RA + a, 2·RA + a, … take row a's sum of block i.
+                let mut lanes = 0u16;
+                for w in 0..RW {
+                    lanes |= 1 << (w * RA + a);
+                }
+                sv = _mm512_mask_permutexvar_ps(sv, lanes, at, sa[a]);
+            }
+            e = _mm512_fmadd_ps(mv, sv, e);
+        }
+        e
     }
 
     /// The kernels of type `K` for [`QMatrix::tile_rows`]: 4 × 1, 1 × 4, 1 × 1.
