@@ -560,12 +560,12 @@ fn block32_kernels_equal_their_twin_bit_for_bit() {
                 .flat_map(|_| random_row(t, cols, &mut rng))
                 .collect();
             let m = QMatrix::from_vec(t, rows, cols, bytes).unwrap();
-            // Five prompt rows: the 2 × 4 tile and the rows left over.
-            let xs: Vec<f32> = (0..5 * cols)
+            // Seven prompt rows: two pairs (a four-row tile), one pair, one row alone.
+            let xs: Vec<f32> = (0..7 * cols)
                 .map(|_| rng.random_range(-3.0f32..3.0))
                 .collect();
-            let prefill = m.matmul_t_quantized(&xs, 5).unwrap(); // (5, rows)
-            for r in 0..5 {
+            let prefill = m.matmul_t_quantized(&xs, 7).unwrap(); // (7, rows)
+            for r in 0..7 {
                 let x = &xs[r * cols..(r + 1) * cols];
                 let a = quantize_activations(t, x).unwrap();
                 let y = m.matvec(x).unwrap();

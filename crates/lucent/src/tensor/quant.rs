@@ -1506,7 +1506,7 @@ mod avx512 {
         acts: [&QuantizedActs; RA],
         out: &mut [[f32; RA]; RW],
     ) {
-        const { assert!(RW * RA <= 16, "one lane of `mins` per (weight, activation) row pair") };
+        const { assert!(RA <= 4, "one lane of `mins[w]` per activation row") };
         let nb = acts[0].d.len();
         let (bb, .., has_min) = layout(dtype(K));
         // Byte offsets of 16 consecutive blocks, to gather their scales (and minimums).
@@ -1517,9 +1517,9 @@ mod avx512 {
         let mut acc = [[_mm512_setzero_ps(); RA]; RW];
         let mut s16 = [[_mm512_setzero_ps(); RA]; RW];
         // The kinds with a minimum: Σ_i fma(m_w,i, s_a,i, e) for every (w, a) at once,
-        // lane w·RA + a of `mins` holding that pair's chain (the same FMAs in the same
-        // order as one chain per pair, so the same numbers).
-        let mut mins = _mm512_setzero_ps();
+        // lane a of `mins[w]` holding that pair's chain (the same FMAs in the same order
+        // as one chain per pair, so the same numbers).
+        let mut mins = [_mm_setzero_ps(); RW];
         let mut g = 0;
         while g < nb {
             let n = (nb - g).min(16);
@@ -1559,49 +1559,234 @@ mod avx512 {
             for a in 0..RA {
                 // avx2::tile's ending (llama.cpp's): the 8 lanes summed, then Σ m·s one
                 // FMA at a time for the kinds with a minimum.
-                let mut e = [0.0f32; 16];
-                _mm512_storeu_ps(e.as_mut_ptr(), mins);
-                out[w][a] = super::avx2::hsum_ps(lo(acc[w][a])) + e[w * RA + a];
+                let mut e = [0.0f32; 4];
+                _mm_storeu_ps(e.as_mut_ptr(), mins[w]);
+                out[w][a] = super::avx2::hsum_ps(lo(acc[w][a])) + e[a];
             }
         }
     }
 
     /// One group of `n` blocks from `g` of the minimum chains of [`tile`]: for each block
-    /// in order, lane `w·RA + a` of `e` becomes `fma(mw[w][i], s_a[g + i], e)`, the
-    /// minimums `mw` widened by the caller and `s_a` the activation rows' block sums
-    /// (masked to the group's `m` blocks).
+    /// `i` in order, lane `a` of `e[w]` becomes `fma(m_w,i, s_a,i, e)`, with `mw[w]` the
+    /// group's minimums of weight row `w` (widened by the caller) and `s_a` activation row
+    /// `a`'s block sums. The sums are transposed once per group (block `i`'s four rows in
+    /// one 128-bit lane), so each block costs one FMA per weight row.
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
     unsafe fn min_chain<const RW: usize, const RA: usize>(
-        mut e: __m512,
+        mut e: [__m128; RW],
         mw: &[__m512; RW],
         acts: [&QuantizedActs; RA],
         g: usize,
         n: usize,
         m: u16,
-    ) -> __m512 {
-        let sa: [__m512; RA] =
-            std::array::from_fn(|a| _mm512_maskz_loadu_ps(m, acts[a].sum.as_ptr().add(g)));
+    ) -> [__m128; RW] {
+        // sa[a]: row a's sums of the group's blocks (zero past the end and for a ≥ RA).
+        let sa: [__m512; 4] = std::array::from_fn(|a| {
+            if a < RA {
+                _mm512_maskz_loadu_ps(m, acts[a].sum.as_ptr().add(g))
+            } else {
+                _mm512_setzero_ps()
+            }
+        });
+        // A 4 × 16 transpose: u[r], 128-bit lane k, holds the four rows' sums of block
+        // 4k + r.
+        let t0 = _mm512_unpacklo_ps(sa[0], sa[1]);
+        let t1 = _mm512_unpackhi_ps(sa[0], sa[1]);
+        let t2 = _mm512_unpacklo_ps(sa[2], sa[3]);
+        let t3 = _mm512_unpackhi_ps(sa[2], sa[3]);
+        let pd = _mm512_castps_pd;
+        let u = [
+            _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t0), pd(t2))),
+            _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t0), pd(t2))),
+            _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t1), pd(t3))),
+            _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t1), pd(t3))),
+        ];
+        let mut us = [0.0f32; 64];
+        for (r, v) in u.iter().enumerate() {
+            _mm512_storeu_ps(us.as_mut_ptr().add(16 * r), *v);
+        }
+        let mut ms = [[0.0f32; 16]; RW];
+        for w in 0..RW {
+            _mm512_storeu_ps(ms[w].as_mut_ptr(), mw[w]);
+        }
         for i in 0..n {
-            let at = _mm512_set1_epi32(i as i32);
-            let mut mv = _mm512_setzero_ps();
-            let mut sv = _mm512_setzero_ps();
+            let sv = _mm_loadu_ps(us.as_ptr().add(16 * (i % 4) + 4 * (i / 4)));
             for w in 0..RW {
-                // Lanes w·RA .. w·RA + RA take row w's minimum of block i.
-                let lanes = (((1u32 << RA) - 1) << (w * RA)) as u16;
-                mv = _mm512_mask_permutexvar_ps(mv, lanes, at, mw[w]);
+                e[w] = _mm_fmadd_ps(_mm_set1_ps(ms[w][i]), sv, e[w]);
             }
-            for a in 0..RA {
-                // Lanes a, RA + a, 2·RA + a, … take row a's sum of block i.
-                let mut lanes = 0u16;
-                for w in 0..RW {
-                    lanes |= 1 << (w * RA + a);
-                }
-                sv = _mm512_mask_permutexvar_ps(sv, lanes, at, sa[a]);
-            }
-            e = _mm512_fmadd_ps(mv, sv, e);
         }
         e
+    }
+
+    /// 64 bytes, aligned as a 512-bit register: the unit of [`Paired`].
+    #[derive(Clone, Copy)]
+    #[repr(C, align(64))]
+    pub(super) struct Chunk([u8; 64]);
+
+    /// Two activation rows prepared for [`paired_tile`], block by block: the two rows'
+    /// 8-bit numbers side by side (row one's 32, then row two's), the `−o · Σ qx` start of
+    /// each i32 lane for the weight type's offset `o`, and each lane's `dx` (eight lanes of
+    /// row one's block scale, eight of row two's). Made once per product, read by every
+    /// weight row.
+    pub(super) struct Paired {
+        chunks: Vec<Chunk>,
+    }
+
+    impl Paired {
+        /// The pair (`a`, `b`), both prepared as Q8_0 of one length, for weights of type
+        /// `K`.
+        pub(super) fn new<const K: u8>(a: &QuantizedActs, b: &QuantizedActs) -> Paired {
+            // SAFETY: only called after available() said yes (QMatrix::tile_rows_paired).
+            unsafe { Paired::build::<K>(a, b) }
+        }
+
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+        unsafe fn build<const K: u8>(a: &QuantizedActs, b: &QuantizedActs) -> Paired {
+            let nb = a.d.len();
+            let (.., o, _) = layout(dtype(K));
+            let mut chunks = vec![Chunk([0; 64]); 3 * nb];
+            for j in 0..nb {
+                let x = _mm512_inserti64x4(
+                    _mm512_castsi256_si512(_mm256_loadu_si256(
+                        a.qs.as_ptr().add(32 * j) as *const __m256i
+                    )),
+                    _mm256_loadu_si256(b.qs.as_ptr().add(32 * j) as *const __m256i),
+                    1,
+                );
+                let start = _mm512_sub_epi32(
+                    _mm512_setzero_si512(),
+                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(o), x),
+                );
+                let dx =
+                    _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(a.d[j]), _mm512_set1_ps(b.d[j]));
+                let c = chunks.as_mut_ptr().add(3 * j) as *mut __m512i;
+                _mm512_store_si512(c, x);
+                _mm512_store_si512(c.add(1), start);
+                _mm512_store_ps(c.add(2) as *mut f32, dx);
+            }
+            Paired { chunks }
+        }
+    }
+
+    /// The unsigned weights `u = q + o` of the block at `b`, in number order, twice: the
+    /// lower 32 bytes and the upper 32 bytes both hold it, to meet the two activation rows
+    /// of a [`Paired`] block.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn weights_twice<const K: u8>(b: *const u8) -> __m512i {
+        let (_, qs, qh, _, _) = layout(dtype(K));
+        if K == Q8_0 {
+            let z = _mm512_broadcast_i64x4(_mm256_loadu_si256(b.add(qs) as *const __m256i));
+            return _mm512_xor_si512(z, _mm512_set1_epi8(-128));
+        }
+        // 128-bit lanes: the 16 nibble bytes four times, the odd lanes shifted by 4, so
+        // after the mask lanes 0 and 2 hold numbers 0..16 and lanes 1 and 3 numbers 16..32.
+        let z = _mm512_broadcast_i32x4(_mm_loadu_si128(b.add(qs) as *const __m128i));
+        let z = _mm512_and_si512(
+            _mm512_mask_srli_epi16(z, 0xFF00_FF00, z, 4),
+            _mm512_set1_epi8(0x0F),
+        );
+        match qh {
+            Some(h) => {
+                let bits = std::ptr::read_unaligned(b.add(h) as *const u32) as u64;
+                _mm512_mask_add_epi8(z, bits | (bits << 32), z, _mm512_set1_epi8(0x10))
+            }
+            None => z,
+        }
+    }
+
+    /// Dots of `RW` weight rows of type `K` with `PA` [`Paired`] activation row pairs
+    /// (`RA` = 2·PA rows, `acts` the same rows, for their block sums): each weight block
+    /// is decoded once for all `RA` rows, and one 512-bit FMA advances two rows' chains
+    /// (row one's eight lanes below, row two's above) by one block.
+    ///
+    /// Every result equals [`tile`]'s (and so the AVX2 kernel's and the twin's) bit for
+    /// bit: each block's eight i32 lane sums are the same integers, scaled by the same
+    /// `d_w · dx` product in the same block order, and the lanes meet the same horizontal
+    /// sum and minimum chain.
+    ///
+    /// # Safety
+    /// [`available`]; every row is `acts[0].len` numbers of type `K`, every `acts[j]`
+    /// prepared as Q8_0 of that length, and `pairs[p]` made by [`Paired::new::<K>`] from
+    /// `acts[2p]` and `acts[2p + 1]`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    pub(super) unsafe fn paired_tile<
+        const K: u8,
+        const RW: usize,
+        const PA: usize,
+        const RA: usize,
+    >(
+        rows: [&[u8]; RW],
+        pairs: [&Paired; PA],
+        acts: [&QuantizedActs; RA],
+        out: &mut [[f32; RA]; RW],
+    ) {
+        const {
+            assert!(
+                RA == 2 * PA && RA <= 4,
+                "two activation rows per pair, at most four"
+            )
+        };
+        let nb = acts[0].d.len();
+        let (bb, _, _, o, has_min) = layout(dtype(K));
+        let offs = _mm512_mullo_epi32(
+            _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+            _mm512_set1_epi32(bb as i32),
+        );
+        let mut acc = [[_mm512_setzero_ps(); PA]; RW];
+        let mut mins = [_mm_setzero_ps(); RW];
+        let mut g = 0;
+        while g < nb {
+            let n = (nb - g).min(16);
+            let m = if n == 16 { 0xFFFF } else { (1u16 << n) - 1 };
+            // The group's weight scales d_w (and minimums), gathered from the blocks.
+            let mut dws = [[0.0f32; 16]; RW];
+            let mut mw = [_mm512_setzero_ps(); RW];
+            for w in 0..RW {
+                let base = rows[w].as_ptr().add(bb * g) as *const i32;
+                let h = _mm512_mask_i32gather_epi32::<1>(_mm512_setzero_si512(), m, offs, base);
+                _mm512_storeu_ps(
+                    dws[w].as_mut_ptr(),
+                    _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)),
+                );
+                if has_min {
+                    mw[w] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(h, 16)));
+                }
+            }
+            if has_min {
+                mins = min_chain::<RW, RA>(mins, &mw, acts, g, n, m);
+            }
+            for jj in 0..n {
+                let j = g + jj;
+                let q: [__m512i; RW] =
+                    std::array::from_fn(|w| weights_twice::<K>(rows[w].as_ptr().add(bb * j)));
+                for p in 0..PA {
+                    let c = pairs[p].chunks.as_ptr().add(3 * j) as *const __m512i;
+                    let x = _mm512_load_si512(c);
+                    let start = if o != 0 {
+                        _mm512_load_si512(c.add(1))
+                    } else {
+                        _mm512_setzero_si512()
+                    };
+                    let dx = _mm512_load_ps(c.add(2) as *const f32);
+                    for w in 0..RW {
+                        let s = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, q[w], x));
+                        let sc = _mm512_mul_ps(_mm512_set1_ps(dws[w][jj]), dx);
+                        acc[w][p] = _mm512_fmadd_ps(sc, s, acc[w][p]);
+                    }
+                }
+            }
+            g += 16;
+        }
+        for w in 0..RW {
+            let mut e = [0.0f32; 4];
+            _mm_storeu_ps(e.as_mut_ptr(), mins[w]);
+            for p in 0..PA {
+                out[w][2 * p] = super::avx2::hsum_ps(lo(acc[w][p])) + e[2 * p];
+                out[w][2 * p + 1] = super::avx2::hsum_ps(hi(acc[w][p])) + e[2 * p + 1];
+            }
+        }
     }
 
     /// The kernels of type `K` for [`QMatrix::tile_rows`]: 4 × 1, 1 × 4, 1 × 1.
@@ -1985,17 +2170,9 @@ impl QMatrix {
                     avx2::tile::<false, 1, 1>,
                 ),
             };
-            let k24: Option<Tile<2, 4>> = match (vnni, self.dtype) {
-                (false, _) => None,
-                (true, GgmlType::Q4_0) => Some(avx512::tile::<{ avx512::Q4_0 }, 2, 4>),
-                (true, GgmlType::Q4_1) => Some(avx512::tile::<{ avx512::Q4_1 }, 2, 4>),
-                (true, GgmlType::Q5_0) => Some(avx512::tile::<{ avx512::Q5_0 }, 2, 4>),
-                (true, GgmlType::Q5_1) => Some(avx512::tile::<{ avx512::Q5_1 }, 2, 4>),
-                (true, _) => Some(avx512::tile::<{ avx512::Q8_0 }, 2, 4>),
-            };
             // The AVX-512 kernels read the scales from the blocks: no table to build.
             let table: &[f32] = if vnni { &[] } else { self.scale_table() };
-            self.tile_rows_with(i0, out, acts, table, kernels, k24);
+            self.tile_rows_with(i0, out, acts, table, kernels);
         }
     }
 
@@ -2013,7 +2190,6 @@ impl QMatrix {
         acts: &[QuantizedActs],
         table: &[f32],
         (k41, k14, k11): (Tile<4, 1>, Tile<1, 4>, Tile<1, 1>),
-        k24: Option<Tile<2, 4>>,
     ) {
         unsafe {
             let t = acts.len();
@@ -2022,33 +2198,6 @@ impl QMatrix {
             let per = table.len() / self.rows.max(1);
             let sc = |w: usize| &table[(i0 + w) * per..(i0 + w + 1) * per];
             let mut w = 0;
-            // A prompt: 2 weight rows × 4 activation rows, each block decoded once for
-            // four rows and each activation block loaded once for two.
-            if let (Some(k24), true) = (k24, t >= 4) {
-                while w + 2 <= n {
-                    let mut a = 0;
-                    while a + 4 <= t {
-                        let mut o = [[0.0f32; 4]; 2];
-                        k24(
-                            [r(w), r(w + 1)],
-                            [sc(w), sc(w + 1)],
-                            [&acts[a], &acts[a + 1], &acts[a + 2], &acts[a + 3]],
-                            &mut o,
-                        );
-                        out[w * t + a..w * t + a + 4].copy_from_slice(&o[0]);
-                        out[(w + 1) * t + a..(w + 1) * t + a + 4].copy_from_slice(&o[1]);
-                        a += 4;
-                    }
-                    for ww in w..w + 2 {
-                        for aa in a..t {
-                            let mut o = [[0.0f32; 1]; 1];
-                            k11([r(ww)], [sc(ww)], [&acts[aa]], &mut o);
-                            out[ww * t + aa] = o[0][0];
-                        }
-                    }
-                    w += 2;
-                }
-            }
             if t == 1 {
                 while w + 4 <= n {
                     let mut o = [[0.0f32; 1]; 4];
@@ -2086,6 +2235,78 @@ impl QMatrix {
                 w += 1;
             }
         }
+    }
+
+    /// A prompt's product through [`avx512::paired_tile`] (type `K`, this matrix's):
+    /// `yt` (rows, t) from the `t` activation rows `acts` (t ≥ 2). The rows are paired
+    /// once; then, for each four (or two) of them, every weight row four at a time, so
+    /// the activations stay in L1 while the weights stream past. A last odd row takes
+    /// the 1 × 1 tile.
+    #[cfg(target_arch = "x86_64")]
+    fn prefill_paired<const K: u8>(&self, yt: &mut [f32], acts: &[QuantizedActs]) {
+        let t = acts.len();
+        let pairs: Vec<avx512::Paired> = acts
+            .chunks_exact(2)
+            .map(|c| avx512::Paired::new::<K>(&c[0], &c[1]))
+            .collect();
+        self.run_row_groups(yt, t, |i0, out| {
+            let n = out.len() / t;
+            let r = |w: usize| self.row_bytes_of(i0 + w);
+            // SAFETY: the caller checked avx512::available(); the rows are this matrix's
+            // (K is its type), the activations were prepared for it (check_x), and
+            // pairs[p] pairs acts[2p] and acts[2p + 1].
+            unsafe {
+                let mut a = 0;
+                while a + 4 <= t {
+                    let p = [&pairs[a / 2], &pairs[a / 2 + 1]];
+                    let x = [&acts[a], &acts[a + 1], &acts[a + 2], &acts[a + 3]];
+                    let mut w = 0;
+                    while w + 4 <= n {
+                        let mut o = [[0.0f32; 4]; 4];
+                        let rows = [r(w), r(w + 1), r(w + 2), r(w + 3)];
+                        avx512::paired_tile::<K, 4, 2, 4>(rows, p, x, &mut o);
+                        for (k, ok) in o.iter().enumerate() {
+                            out[(w + k) * t + a..(w + k) * t + a + 4].copy_from_slice(ok);
+                        }
+                        w += 4;
+                    }
+                    while w < n {
+                        let mut o = [[0.0f32; 4]; 1];
+                        avx512::paired_tile::<K, 1, 2, 4>([r(w)], p, x, &mut o);
+                        out[w * t + a..w * t + a + 4].copy_from_slice(&o[0]);
+                        w += 1;
+                    }
+                    a += 4;
+                }
+                if a + 2 <= t {
+                    let (p, x) = ([&pairs[a / 2]], [&acts[a], &acts[a + 1]]);
+                    let mut w = 0;
+                    while w + 4 <= n {
+                        let mut o = [[0.0f32; 2]; 4];
+                        let rows = [r(w), r(w + 1), r(w + 2), r(w + 3)];
+                        avx512::paired_tile::<K, 4, 1, 2>(rows, p, x, &mut o);
+                        for (k, ok) in o.iter().enumerate() {
+                            out[(w + k) * t + a..(w + k) * t + a + 2].copy_from_slice(ok);
+                        }
+                        w += 4;
+                    }
+                    while w < n {
+                        let mut o = [[0.0f32; 2]; 1];
+                        avx512::paired_tile::<K, 1, 1, 2>([r(w)], p, x, &mut o);
+                        out[w * t + a..w * t + a + 2].copy_from_slice(&o[0]);
+                        w += 1;
+                    }
+                    a += 2;
+                }
+                if a < t {
+                    for w in 0..n {
+                        let mut o = [[0.0f32; 1]; 1];
+                        avx512::tile::<K, 1, 1>([r(w)], [&[]], [&acts[a]], &mut o);
+                        out[w * t + a] = o[0][0];
+                    }
+                }
+            }
+        });
     }
 
     /// Split the rows into groups of whole tiles and run `f(first_row, out)` on each,
@@ -2161,8 +2382,23 @@ impl QMatrix {
         let k = dot_kernel(self.dtype);
         // yt: (rows, t), one contiguous run of t results per weight row.
         let mut yt = vec![0.0f32; t * self.rows];
-        if self.tiled() {
+        #[cfg(target_arch = "x86_64")]
+        let paired = self.tiled() && avx512::available() && t >= 2;
+        #[cfg(not(target_arch = "x86_64"))]
+        let paired = false;
+        if paired {
+            #[cfg(target_arch = "x86_64")]
+            match self.dtype {
+                GgmlType::Q4_0 => self.prefill_paired::<{ avx512::Q4_0 }>(&mut yt, &acts),
+                GgmlType::Q4_1 => self.prefill_paired::<{ avx512::Q4_1 }>(&mut yt, &acts),
+                GgmlType::Q5_0 => self.prefill_paired::<{ avx512::Q5_0 }>(&mut yt, &acts),
+                GgmlType::Q5_1 => self.prefill_paired::<{ avx512::Q5_1 }>(&mut yt, &acts),
+                _ => self.prefill_paired::<{ avx512::Q8_0 }>(&mut yt, &acts),
+            }
+        } else if self.tiled() {
             self.run_row_groups(&mut yt, t, |i0, out| self.tile_rows(i0, out, &acts));
+        }
+        if self.tiled() {
             for (i, col) in yt.chunks_exact(t).enumerate() {
                 for (r, &v) in col.iter().enumerate() {
                     y[r * self.rows + i] = v;
