@@ -1610,6 +1610,8 @@ mod avx512 {
         for w in 0..RW {
             _mm512_storeu_ps(ms[w].as_mut_ptr(), mw[w]);
         }
+        // Block i indexes the transposed sums and every weight row's minimums.
+        #[allow(clippy::needless_range_loop)]
         for i in 0..n {
             let sv = _mm_loadu_ps(us.as_ptr().add(16 * (i % 4) + 4 * (i / 4)));
             for w in 0..RW {
@@ -1757,6 +1759,8 @@ mod avx512 {
             if has_min {
                 mins = min_chain::<RW, RA>(mins, &mw, acts, g, n, m);
             }
+            // Block g + jj indexes the weight rows, the pairs and every row's scales.
+            #[allow(clippy::needless_range_loop)]
             for jj in 0..n {
                 let j = g + jj;
                 let q: [__m512i; RW] =
