@@ -674,3 +674,40 @@ fn matvec_group_equals_each_matvec() {
     }
     assert!(QMatrix::matvec_group(&[], &x).unwrap().is_empty());
 }
+
+/// A prompt's product of the K-quants (four activation rows per weight row on AVX-512,
+/// then the rows left over) equals each row's decode product bit for bit, so a model's
+/// prompt and its decode steps see the same numbers.
+#[test]
+fn k_quant_prefill_equals_decode_bit_for_bit() {
+    vnni_path();
+    let mut rng = StdRng::seed_from_u64(17);
+    for threads in [1, 2] {
+        lucent::threads::set_threads(threads);
+        for t in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
+            for &(rows, blocks) in &[(1usize, 1usize), (5, 2), (9, 3), (64, 4)] {
+                let cols = 256 * blocks;
+                let bytes: Vec<u8> = (0..rows)
+                    .flat_map(|_| random_row(t, cols, &mut rng))
+                    .collect();
+                let m = QMatrix::from_vec(t, rows, cols, bytes).unwrap();
+                for n in [1usize, 4, 7] {
+                    let xs: Vec<f32> = (0..n * cols)
+                        .map(|_| rng.random_range(-3.0f32..3.0))
+                        .collect();
+                    let ys = m.matmul_t_quantized(&xs, n).unwrap(); // (n, rows)
+                    for (r, x) in xs.chunks_exact(cols).enumerate() {
+                        let y = m.matvec(x).unwrap();
+                        for i in 0..rows {
+                            assert_eq!(
+                                ys[r * rows + i].to_bits(),
+                                y[i].to_bits(),
+                                "{t} {rows}×{cols}, {threads} threads: prompt row {r} of {n}, weight row {i}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

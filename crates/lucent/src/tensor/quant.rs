@@ -592,6 +592,10 @@ pub fn vnni_available() -> bool {
 /// A checked dot kernel: the row and activations already agree in length and kind.
 type DotFn = fn(&[u8], &QuantizedActs) -> f32;
 
+/// A dot kernel of one weight row with four activation rows ([`avx512::kernel4`]).
+#[cfg(target_arch = "x86_64")]
+type Dot4Fn = fn(&[u8], [&QuantizedActs; 4]) -> [f32; 4];
+
 /// A tile kernel: dots of `RW` weight rows (with their scale tables) and `RA` prepared
 /// activation rows ([`avx2::tile`], [`avx512::tile`]).
 #[cfg(target_arch = "x86_64")]
@@ -1338,6 +1342,18 @@ mod avx512 {
         }
     }
 
+    /// The K-quant kernel of one weight row with four activation rows (a prompt's
+    /// product), each result equal to [`kernel`]'s; None for the other types.
+    pub(super) fn kernel4(dtype: GgmlType) -> Option<Dot4Fn> {
+        match dtype {
+            // SAFETY (all three): available() said yes; the callers check rows and acts.
+            GgmlType::Q4_K => Some(|r, a| unsafe { q45_k_rows::<4>(r, a, false) }),
+            GgmlType::Q5_K => Some(|r, a| unsafe { q45_k_rows::<4>(r, a, true) }),
+            GgmlType::Q6_K => Some(|r, a| unsafe { q6_k_rows::<4>(r, a) }),
+            _ => None,
+        }
+    }
+
     /// Q4_K (`five` false) and Q5_K (`five` true), 64 numbers (two sub-blocks) a step:
     /// `vpmaddubsw` pairs (q ≤ 31, |qx| ≤ 127: no saturation), `vpmaddwd` with the
     /// sub-blocks' scales. The two halves of the i32 sums add up to the AVX2 kernel's
@@ -1348,12 +1364,28 @@ mod avx512 {
     /// [`available`]; `row` and `a` checked by [`check_dot`] for this type.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
     unsafe fn q45_k(row: &[u8], a: &QuantizedActs, five: bool) -> f32 {
+        q45_k_rows::<1>(row, [a], five)[0]
+    }
+
+    /// [`q45_k`] of one weight row with `RA` activation rows: each weight step decoded
+    /// once for all of them, each row's arithmetic exactly [`q45_k`]'s (so each result
+    /// equals it bit for bit).
+    ///
+    /// # Safety
+    /// As [`q45_k`]'s, for every row of `acts`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    pub(super) unsafe fn q45_k_rows<const RA: usize>(
+        row: &[u8],
+        acts: [&QuantizedActs; RA],
+        five: bool,
+    ) -> [f32; RA] {
         let bb = if five { 176 } else { 144 };
         let m4 = _mm512_set1_epi8(0x0F);
         let one = _mm512_set1_epi8(1);
-        let mut acc = _mm256_setzero_ps();
-        let mut mins = 0.0f32;
-        for i in 0..a.d.len() {
+        let mut acc = [_mm256_setzero_ps(); RA];
+        let mut mins = [0.0f32; RA];
+        for i in 0..acts[0].d.len() {
             let blk = row.as_ptr().add(bb * i);
             let (d, dmin) = (super::avx2::f16p(blk), super::avx2::f16p(blk.add(2)));
             let scales = std::slice::from_raw_parts(blk.add(4), 12);
@@ -1363,14 +1395,21 @@ mod avx512 {
             } else {
                 _mm512_setzero_si512()
             };
-            let xq = a.qs.as_ptr().add(256 * i);
-            let mut sumi = _mm512_setzero_si512();
-            let mut summ = 0i32;
+            let mut sumi = [_mm512_setzero_si512(); RA];
+            // Σ_j mn_j · (the sums of sub-block j's two 16-groups), an exact integer: the
+            // 16 group sums against the minimums, each minimum in its two groups' lanes.
+            let mut mn16 = [0i32; 16];
+            for (l, v) in mn16.iter_mut().enumerate() {
+                *v = k_scale_min(l / 2, scales).1 as i32;
+            }
+            let mn16 = _mm512_loadu_si512(mn16.as_ptr() as *const __m512i);
+            let summ: [i32; RA] = std::array::from_fn(|k| {
+                let bs = _mm512_loadu_si512(acts[k].bsums.as_ptr().add(16 * i) as *const __m512i);
+                _mm512_reduce_add_epi32(_mm512_mullo_epi32(mn16, bs))
+            });
             for c in 0..4 {
-                let (sc0, mn0) = k_scale_min(2 * c, scales);
-                let (sc1, mn1) = k_scale_min(2 * c + 1, scales);
-                let bs = a.bsums.as_ptr().add(16 * i + 4 * c);
-                summ += mn0 as i32 * (*bs + *bs.add(1)) + mn1 as i32 * (*bs.add(2) + *bs.add(3));
+                let (sc0, _) = k_scale_min(2 * c, scales);
+                let (sc1, _) = k_scale_min(2 * c + 1, scales);
                 // Numbers 64c..64c+32: low nibbles of qs[32c..32c+32]; the next 32: high.
                 let z =
                     _mm512_broadcast_i64x4(_mm256_loadu_si256(qs.add(32 * c) as *const __m256i));
@@ -1385,24 +1424,30 @@ mod avx512 {
                     let h = _mm512_and_si512(_mm512_srlv_epi16(qh, sh), one);
                     q = _mm512_or_si512(q, _mm512_slli_epi16(h, 4));
                 }
-                let x = _mm512_loadu_si512(xq.add(64 * c) as *const __m512i);
                 let sc = _mm512_mask_blend_epi16(
                     0xFFFF_0000,
                     _mm512_set1_epi16(sc0 as i16),
                     _mm512_set1_epi16(sc1 as i16),
                 );
-                let p = _mm512_madd_epi16(_mm512_maddubs_epi16(q, x), sc);
-                sumi = _mm512_add_epi32(sumi, p);
+                for (a, si) in acts.iter().zip(sumi.iter_mut()) {
+                    let x =
+                        _mm512_loadu_si512(a.qs.as_ptr().add(256 * i + 64 * c) as *const __m512i);
+                    let p = _mm512_madd_epi16(_mm512_maddubs_epi16(q, x), sc);
+                    *si = _mm512_add_epi32(*si, p);
+                }
             }
-            // The AVX2 kernel's eight lanes: lane k of both sub-blocks of each step.
-            let sumi = _mm256_add_epi32(
-                _mm512_castsi512_si256(sumi),
-                _mm512_extracti64x4_epi64(sumi, 1),
-            );
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d[i]), _mm256_cvtepi32_ps(sumi), acc);
-            mins += dmin * a.d[i] * summ as f32;
+            for k in 0..RA {
+                // The AVX2 kernel's eight lanes: lane k of both sub-blocks of each step.
+                let s = _mm256_add_epi32(
+                    _mm512_castsi512_si256(sumi[k]),
+                    _mm512_extracti64x4_epi64(sumi[k], 1),
+                );
+                let dx = acts[k].d[i];
+                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * dx), _mm256_cvtepi32_ps(s), acc[k]);
+                mins[k] += dmin * dx * summ[k] as f32;
+            }
         }
-        super::avx2::hsum_ps(acc) - mins
+        std::array::from_fn(|k| super::avx2::hsum_ps(acc[k]) - mins[k])
     }
 
     /// Q6_K, 64 numbers (four groups of 16) a step, unsigned q (0..63) in `vpmaddubsw`
@@ -1415,6 +1460,21 @@ mod avx512 {
     /// [`available`]; `row` and `a` checked by [`check_dot`] for this type.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
     unsafe fn q6_k(row: &[u8], a: &QuantizedActs) -> f32 {
+        q6_k_rows::<1>(row, [a])[0]
+    }
+
+    /// [`q6_k`] of one weight row with `RA` activation rows: each weight step decoded
+    /// once for all of them, each row's arithmetic exactly [`q6_k`]'s (so each result
+    /// equals it bit for bit).
+    ///
+    /// # Safety
+    /// As [`q6_k`]'s, for every row of `acts`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    pub(super) unsafe fn q6_k_rows<const RA: usize>(
+        row: &[u8],
+        acts: [&QuantizedActs; RA],
+    ) -> [f32; RA] {
         let m4 = _mm512_set1_epi8(0x0F);
         let m30 = _mm512_set1_epi8(0x30);
         // Word shifts that bring qh's bit pair k to bits 4..6 of each byte: k = 0, 1 in
@@ -1422,19 +1482,16 @@ mod avx512 {
         let left = _mm512_mask_blend_epi16(0xFFFF_0000, _mm512_set1_epi16(4), _mm512_set1_epi16(2));
         let right =
             _mm512_mask_blend_epi16(0xFFFF_0000, _mm512_setzero_si512(), _mm512_set1_epi16(2));
-        let mut acc = _mm256_setzero_ps();
-        let mut offs = 0.0f32;
-        for i in 0..a.d.len() {
+        let mut acc = [_mm256_setzero_ps(); RA];
+        let mut offs = [0.0f32; RA];
+        for i in 0..acts[0].d.len() {
             let blk = row.as_ptr().add(210 * i);
-            let d = super::avx2::f16p(blk.add(208)) * a.d[i];
+            let dw = super::avx2::f16p(blk.add(208));
             // The 16 scales as words; group g's scale sits in the 8 words of its 16 numbers.
             let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(blk.add(192) as *const __m128i));
             let sc16 = _mm512_castsi256_si512(sc16);
-            let bsums = _mm512_loadu_si512(a.bsums.as_ptr().add(16 * i) as *const __m512i);
             let sc32 = _mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(192) as *const __m128i));
-            let off = _mm512_reduce_add_epi32(_mm512_mullo_epi32(sc32, bsums));
-            let xq = a.qs.as_ptr().add(256 * i);
-            let mut sumi = _mm512_setzero_si512();
+            let mut sumi = [_mm512_setzero_si512(); RA];
             for n in 0..2 {
                 let l = _mm512_loadu_si512(blk.add(64 * n) as *const __m512i);
                 let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(
@@ -1464,19 +1521,29 @@ mod avx512 {
                         ),
                     );
                     let sc = _mm512_permutexvar_epi16(idx, sc16);
-                    let x = _mm512_loadu_si512(xq.add(128 * n + 64 * h) as *const __m512i);
-                    let p = _mm512_madd_epi16(_mm512_maddubs_epi16(*qk, x), sc);
-                    sumi = _mm512_add_epi32(sumi, p);
+                    for (a, si) in acts.iter().zip(sumi.iter_mut()) {
+                        let x = _mm512_loadu_si512(
+                            a.qs.as_ptr().add(256 * i + 128 * n + 64 * h) as *const __m512i
+                        );
+                        let p = _mm512_madd_epi16(_mm512_maddubs_epi16(*qk, x), sc);
+                        *si = _mm512_add_epi32(*si, p);
+                    }
                 }
             }
-            let sumi = _mm256_add_epi32(
-                _mm512_castsi512_si256(sumi),
-                _mm512_extracti64x4_epi64(sumi, 1),
-            );
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-            offs += 32.0 * d * off as f32;
+            for k in 0..RA {
+                let d = dw * acts[k].d[i];
+                let bsums =
+                    _mm512_loadu_si512(acts[k].bsums.as_ptr().add(16 * i) as *const __m512i);
+                let off = _mm512_reduce_add_epi32(_mm512_mullo_epi32(sc32, bsums));
+                let s = _mm256_add_epi32(
+                    _mm512_castsi512_si256(sumi[k]),
+                    _mm512_extracti64x4_epi64(sumi[k], 1),
+                );
+                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s), acc[k]);
+                offs[k] += 32.0 * d * off as f32;
+            }
         }
-        super::avx2::hsum_ps(acc) - offs
+        std::array::from_fn(|k| super::avx2::hsum_ps(acc[k]) - offs[k])
     }
 
     /// How many tiles ahead [`tile`] prefetches the weights it will read next.
@@ -2410,10 +2477,28 @@ impl QMatrix {
             }
             return Ok(y);
         }
+        // Four activation rows at a time where a kernel reads each weight block once for
+        // all four (the K-quants on AVX-512); the same numbers as one row at a time.
+        #[cfg(target_arch = "x86_64")]
+        let k4 = if avx512::available() {
+            avx512::kernel4(self.dtype)
+        } else {
+            None
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let k4: Option<fn(&[u8], [&QuantizedActs; 4]) -> [f32; 4]> = None;
         let fill = |i: usize, out: &mut [f32]| {
             let w = self.row_bytes_of(i);
-            for (o, a) in out.iter_mut().zip(&acts) {
-                *o = k(w, a);
+            let mut a = 0;
+            if let Some(k4) = k4 {
+                while a + 4 <= acts.len() {
+                    let x = [&acts[a], &acts[a + 1], &acts[a + 2], &acts[a + 3]];
+                    out[a..a + 4].copy_from_slice(&k4(w, x));
+                    a += 4;
+                }
+            }
+            for (o, x) in out[a..].iter_mut().zip(&acts[a..]) {
+                *o = k(w, x);
             }
         };
         let threads = crate::threads::threads();
