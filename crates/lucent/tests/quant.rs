@@ -711,3 +711,49 @@ fn k_quant_prefill_equals_decode_bit_for_bit() {
         }
     }
 }
+
+/// The vectorised activation quantisation equals its scalar twin bit for bit (numbers,
+/// scales, sums), on random rows and on awkward blocks: all zeros, ties, one large
+/// value of either sign, both signs of the largest magnitude, subnormals, NaN and
+/// infinities (which the twin handles for it).
+#[test]
+fn activation_quantisation_equals_its_twin() {
+    vnni_path();
+    let mut rng = StdRng::seed_from_u64(23);
+    let mut rows: Vec<Vec<f32>> = (0..20)
+        .map(|i| {
+            let scale = 10f32.powi(i % 7 - 3);
+            (0..512)
+                .map(|_| rng.random_range(-1.0f32..1.0) * scale)
+                .collect()
+        })
+        .collect();
+    let mut awkward = vec![0.0f32; 512]; // zeros, then ties in block two
+    for (k, v) in awkward[32..64].iter_mut().enumerate() {
+        *v = k as f32 - 15.5;
+    }
+    awkward[300] = 4.0; // the largest magnitude twice, positive first
+    awkward[301] = -4.0;
+    rows.push(awkward);
+    let mut odd = vec![1e-40f32; 512]; // subnormal blocks
+    odd[40] = f32::NAN;
+    odd[300] = f32::INFINITY;
+    odd[400] = -3.0;
+    rows.push(odd);
+    for t in [
+        GgmlType::Q4_1,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q6_K,
+    ] {
+        for x in &rows {
+            let fast = quantize_activations(t, x).unwrap();
+            let twin = lucent::tensor::quant::reference::quantize_activations(t, x).unwrap();
+            assert_eq!(fast.qs, twin.qs, "{t}: numbers");
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&fast.d), bits(&twin.d), "{t}: scales");
+            assert_eq!(bits(&fast.sum), bits(&twin.sum), "{t}: block sums");
+            assert_eq!(fast.bsums, twin.bsums, "{t}: group sums");
+        }
+    }
+}
