@@ -757,3 +757,36 @@ fn activation_quantisation_equals_its_twin() {
         }
     }
 }
+
+/// A prompt through several matrices at once (Q, K, V of mixed types, as Gemma 3's are)
+/// gives each matrix's own `matmul_t_quantized`, bit for bit.
+#[test]
+fn matmul_t_group_equals_each_product() {
+    let mut rng = StdRng::seed_from_u64(29);
+    let cols = 512;
+    let mk = |t: GgmlType, rows: usize, rng: &mut StdRng| {
+        let b: Vec<u8> = (0..rows).flat_map(|_| random_row(t, cols, rng)).collect();
+        QMatrix::from_vec(t, rows, cols, b).unwrap()
+    };
+    let mats = [
+        mk(GgmlType::Q5_0, 40, &mut rng),
+        mk(GgmlType::Q4_K, 12, &mut rng),
+        mk(GgmlType::Q8_0, 12, &mut rng),
+        mk(GgmlType::Q6_K, 8, &mut rng),
+    ];
+    let refs: Vec<&QMatrix> = mats.iter().collect();
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    for t in [2usize, 5, 9] {
+        let x: Vec<f32> = (0..t * cols).map(|_| rng.random_range(-2.0..2.0)).collect();
+        let ys = QMatrix::matmul_t_quantized_group(&refs, &x, t).unwrap();
+        for (m, y) in mats.iter().zip(&ys) {
+            assert_eq!(
+                bits(y),
+                bits(&m.matmul_t_quantized(&x, t).unwrap()),
+                "{} t={t}",
+                m.dtype()
+            );
+        }
+    }
+    assert!(QMatrix::matmul_t_quantized_group(&refs, &[0.0; 7], 1).is_err());
+}

@@ -480,7 +480,8 @@ impl MultiHeadAttention {
                 .transpose(1, 2) // (b, heads, t, d_k)
         };
         let (q, k, v) = if x_kv.is_none() {
-            // Self-attention: Q, K and V read the same x (one pass for a decoded token).
+            // Self-attention: Q, K and V read the same x (one pass for a decoded token,
+            // one quantisation of a prompt).
             let mut qkv = Linear::forward_group(&[&self.q_proj, &self.k_proj, &self.v_proj], x_q)?;
             let v = qkv.pop();
             let k = qkv.pop();

@@ -179,7 +179,8 @@ impl FeedForward {
                 activation,
                 f16,
             } => {
-                // Gate and up read the same x (one pass for a decoded token).
+                // Gate and up read the same x (one pass for a decoded token, one
+                // quantisation of a prompt).
                 let mut gu = Linear::forward_group(&[gate, up], x)?;
                 let (Some(u), Some(g)) = (gu.pop(), gu.pop()) else {
                     return Err(Error::Config("gated FFN: gate and up missing".into()));

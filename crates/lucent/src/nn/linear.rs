@@ -229,8 +229,9 @@ impl Linear {
 
     /// `[x · W_mᵀ + b_m]` for several layers that read the same `x` (Q, K, V; gate, up).
     /// One decoded token through quantised weights without biases takes one shared pass
-    /// ([`QMatrix::matvec_group`]); anything else runs layer by layer. Same results as
-    /// [`Linear::forward`] on each.
+    /// ([`QMatrix::matvec_group`]), a prompt quantises its rows once for all of them
+    /// ([`QMatrix::matmul_t_quantized_group`]); anything else runs layer by layer. Same
+    /// results as [`Linear::forward`] on each.
     ///
     /// # Shapes
     /// x: (..., in) → [(..., out_m)]
@@ -246,10 +247,16 @@ impl Linear {
             Some(mats)
                 if !mats.is_empty()
                     && x.rank() > 0
-                    && x.numel() == x.last_dim()
+                    && x.last_dim() > 0
                     && mats.iter().all(|m| m.cols() == x.last_dim()) =>
             {
-                let ys = QMatrix::matvec_group(&mats, x.data())?;
+                let t = x.numel() / x.last_dim();
+                let ys = if t == 1 {
+                    QMatrix::matvec_group(&mats, x.data())?
+                } else {
+                    // A prompt: its rows quantised once for all the matrices.
+                    QMatrix::matmul_t_quantized_group(&mats, x.data(), t)?
+                };
                 ys.into_iter()
                     .zip(&mats)
                     .map(|(y, m)| {

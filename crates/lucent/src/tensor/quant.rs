@@ -2581,14 +2581,58 @@ impl QMatrix {
     /// X (t, cols) · Wᵀ (cols, rows) → Y (t, rows)
     pub fn matmul_t_quantized(&self, x: &[f32], t: usize) -> Result<Vec<f32>> {
         self.check_x("matmul_t_quantized", x, t)?;
-        let mut y = vec![0.0f32; t * self.rows];
         if t == 0 || self.rows == 0 {
-            return Ok(y);
+            return Ok(vec![0.0f32; t * self.rows]);
         }
         let acts = x
             .chunks_exact(self.cols)
             .map(|r| quantize_activations(self.dtype, r))
             .collect::<Result<Vec<_>>>()?;
+        Ok(self.matmul_t_prepared(&acts))
+    }
+
+    /// [`QMatrix::matmul_t_quantized`] for several matrices over the same `x` (a
+    /// prompt's Q, K, V, or gate and up): the rows of `x` are quantised once for every
+    /// matrix that wants the same activation kind. Each result equals its matrix's own
+    /// `matmul_t_quantized` bit for bit.
+    ///
+    /// # Shapes
+    /// X (t, cols) · W_mᵀ (cols, rows_m) → Y_m (t, rows_m)
+    pub fn matmul_t_quantized_group(
+        mats: &[&QMatrix],
+        x: &[f32],
+        t: usize,
+    ) -> Result<Vec<Vec<f32>>> {
+        let mut prepared: Vec<(ActKind, Vec<QuantizedActs>)> = Vec::new();
+        let mut ys = Vec::with_capacity(mats.len());
+        for m in mats {
+            m.check_x("matmul_t_quantized_group", x, t)?;
+            if t == 0 || m.rows == 0 {
+                ys.push(vec![0.0f32; t * m.rows]);
+                continue;
+            }
+            let kind = m.dtype.activation_kind();
+            let at = match prepared.iter().position(|(k, _)| *k == kind) {
+                Some(i) => i,
+                None => {
+                    let acts = x
+                        .chunks_exact(m.cols)
+                        .map(|r| quantize_activations(m.dtype, r))
+                        .collect::<Result<Vec<_>>>()?;
+                    prepared.push((kind, acts));
+                    prepared.len() - 1
+                }
+            };
+            ys.push(m.matmul_t_prepared(&prepared[at].1));
+        }
+        Ok(ys)
+    }
+
+    /// Y = X · Wᵀ from activation rows already quantised for this matrix's type
+    /// (t = `acts.len()` ≥ 1, each `cols` long: the callers check).
+    fn matmul_t_prepared(&self, acts: &[QuantizedActs]) -> Vec<f32> {
+        let t = acts.len();
+        let mut y = vec![0.0f32; t * self.rows];
         let k = dot_kernel(self.dtype);
         // yt: (rows, t), one contiguous run of t results per weight row.
         let mut yt = vec![0.0f32; t * self.rows];
@@ -2599,14 +2643,14 @@ impl QMatrix {
         if paired {
             #[cfg(target_arch = "x86_64")]
             match self.dtype {
-                GgmlType::Q4_0 => self.prefill_paired::<{ avx512::Q4_0 }>(&mut yt, &acts),
-                GgmlType::Q4_1 => self.prefill_paired::<{ avx512::Q4_1 }>(&mut yt, &acts),
-                GgmlType::Q5_0 => self.prefill_paired::<{ avx512::Q5_0 }>(&mut yt, &acts),
-                GgmlType::Q5_1 => self.prefill_paired::<{ avx512::Q5_1 }>(&mut yt, &acts),
-                _ => self.prefill_paired::<{ avx512::Q8_0 }>(&mut yt, &acts),
+                GgmlType::Q4_0 => self.prefill_paired::<{ avx512::Q4_0 }>(&mut yt, acts),
+                GgmlType::Q4_1 => self.prefill_paired::<{ avx512::Q4_1 }>(&mut yt, acts),
+                GgmlType::Q5_0 => self.prefill_paired::<{ avx512::Q5_0 }>(&mut yt, acts),
+                GgmlType::Q5_1 => self.prefill_paired::<{ avx512::Q5_1 }>(&mut yt, acts),
+                _ => self.prefill_paired::<{ avx512::Q8_0 }>(&mut yt, acts),
             }
         } else if self.tiled() {
-            self.run_row_groups(&mut yt, t, |i0, out| self.tile_rows(i0, out, &acts));
+            self.run_row_groups(&mut yt, t, |i0, out| self.tile_rows(i0, out, acts));
         }
         if self.tiled() {
             for (i, col) in yt.chunks_exact(t).enumerate() {
@@ -2614,7 +2658,7 @@ impl QMatrix {
                     y[r * self.rows + i] = v;
                 }
             }
-            return Ok(y);
+            return y;
         }
         // Four activation rows at a time where a kernel reads each weight block once for
         // all four (the K-quants on AVX-512); the same numbers as one row at a time.
@@ -2658,7 +2702,7 @@ impl QMatrix {
                 y[r * self.rows + i] = v;
             }
         }
-        Ok(y)
+        y
     }
 
     /// Y = X · Wᵀ (prefill): `x` is `t` rows of `cols`, the result `t` rows of `rows`.
