@@ -2078,6 +2078,22 @@ mod avx512 {
 
 // ------------------------------------------------------------------ QMatrix
 
+/// `y` (t, rows) = `yt` (rows, t) transposed, in 16 × 16 tiles so that both sides are
+/// read and written a cache line at a time.
+fn transpose(yt: &[f32], rows: usize, t: usize, y: &mut [f32]) {
+    const B: usize = 16;
+    for i0 in (0..rows).step_by(B) {
+        for r0 in (0..t).step_by(B) {
+            for i in i0..(i0 + B).min(rows) {
+                let col = &yt[i * t..(i + 1) * t];
+                for r in r0..(r0 + B).min(t) {
+                    y[r * rows + i] = col[r];
+                }
+            }
+        }
+    }
+}
+
 /// Bytes a [`QMatrix`] reads: a window of a memory-mapped file, or owned.
 #[derive(Clone)]
 pub enum QBytes {
@@ -2107,6 +2123,9 @@ impl QBytes {
         }
     }
 }
+
+/// Bytes of weight rows [`QMatrix::prefill_paired`] keeps in L1 at a time.
+const PAIRED_WEIGHT_BYTES: usize = 16 << 10;
 
 /// Rows of work below which [`QMatrix::matvec`] stays on the calling thread: waking the
 /// pool costs a few microseconds, more than a small product takes.
@@ -2459,12 +2478,33 @@ impl QMatrix {
             .chunks_exact(2)
             .map(|c| avx512::Paired::new::<K>(&c[0], &c[1]))
             .collect();
+        // Blocks of weight rows small enough to stay in L1 while every activation pair
+        // passes them (the pairs then come from L2 once per block).
+        let wb = (PAIRED_WEIGHT_BYTES / self.row_bytes.max(1)).max(4) / 4 * 4;
         self.run_row_groups(yt, t, |i0, out| {
+            for (c, outb) in out.chunks_mut(wb * t).enumerate() {
+                self.paired_rows::<K>(i0 + c * wb, outb, acts, &pairs);
+            }
+        });
+    }
+
+    /// Weight rows `i0..i0 + out.len() / t` of [`QMatrix::prefill_paired`] against every
+    /// activation row.
+    #[cfg(target_arch = "x86_64")]
+    fn paired_rows<const K: u8>(
+        &self,
+        i0: usize,
+        out: &mut [f32],
+        acts: &[QuantizedActs],
+        pairs: &[avx512::Paired],
+    ) {
+        let t = acts.len();
+        {
             let n = out.len() / t;
             let r = |w: usize| self.row_bytes_of(i0 + w);
-            // SAFETY: the caller checked avx512::available(); the rows are this matrix's
-            // (K is its type), the activations were prepared for it (check_x), and
-            // pairs[p] pairs acts[2p] and acts[2p + 1].
+            // SAFETY: prefill_paired's caller checked avx512::available(); the rows are
+            // this matrix's (K is its type), the activations were prepared for it
+            // (check_x), and pairs[p] pairs acts[2p] and acts[2p + 1].
             unsafe {
                 let mut a = 0;
                 while a + 4 <= t {
@@ -2516,7 +2556,7 @@ impl QMatrix {
                     }
                 }
             }
-        });
+        }
     }
 
     /// Split the rows into groups of whole tiles and run `f(first_row, out)` on each,
@@ -2653,11 +2693,7 @@ impl QMatrix {
             self.run_row_groups(&mut yt, t, |i0, out| self.tile_rows(i0, out, acts));
         }
         if self.tiled() {
-            for (i, col) in yt.chunks_exact(t).enumerate() {
-                for (r, &v) in col.iter().enumerate() {
-                    y[r * self.rows + i] = v;
-                }
-            }
+            transpose(&yt, self.rows, t, &mut y);
             return y;
         }
         // Four activation rows at a time where a kernel reads each weight block once for
@@ -2697,11 +2733,7 @@ impl QMatrix {
                 }
             });
         }
-        for (i, col) in yt.chunks_exact(t).enumerate() {
-            for (r, &v) in col.iter().enumerate() {
-                y[r * self.rows + i] = v;
-            }
-        }
+        transpose(&yt, self.rows, t, &mut y);
         y
     }
 
