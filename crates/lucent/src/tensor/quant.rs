@@ -2078,16 +2078,17 @@ mod avx512 {
 
 // ------------------------------------------------------------------ QMatrix
 
-/// `y` (t, rows) = `yt` (rows, t) transposed, in 16 × 16 tiles so that both sides are
-/// read and written a cache line at a time.
+/// `y` (t, rows) = `yt` (rows, t) transposed, in tiles of 8 rows of `y` × 16 numbers:
+/// each write fills a cache line, and the 8 lines written at a time stay within one L1
+/// set's ways even when a row of `y` is a multiple of 4 KiB (a power-of-two `rows`).
 fn transpose(yt: &[f32], rows: usize, t: usize, y: &mut [f32]) {
-    const B: usize = 16;
-    for i0 in (0..rows).step_by(B) {
-        for r0 in (0..t).step_by(B) {
-            for i in i0..(i0 + B).min(rows) {
-                let col = &yt[i * t..(i + 1) * t];
-                for r in r0..(r0 + B).min(t) {
-                    y[r * rows + i] = col[r];
+    for r0 in (0..t).step_by(8) {
+        for i0 in (0..rows).step_by(16) {
+            let i1 = (i0 + 16).min(rows);
+            for r in r0..(r0 + 8).min(t) {
+                let yr = &mut y[r * rows + i0..r * rows + i1];
+                for (k, v) in yr.iter_mut().enumerate() {
+                    *v = yt[(i0 + k) * t + r];
                 }
             }
         }
@@ -2706,32 +2707,38 @@ impl QMatrix {
         };
         #[cfg(not(target_arch = "x86_64"))]
         let k4: Option<fn(&[u8], [&QuantizedActs; 4]) -> [f32; 4]> = None;
-        let fill = |i: usize, out: &mut [f32]| {
-            let w = self.row_bytes_of(i);
-            let mut a = 0;
-            if let Some(k4) = k4 {
-                while a + 4 <= acts.len() {
-                    let x = [&acts[a], &acts[a + 1], &acts[a + 2], &acts[a + 3]];
-                    out[a..a + 4].copy_from_slice(&k4(w, x));
-                    a += 4;
+        // Rows i0.. of W (out: their results, t each) in L1-sized blocks: each four
+        // activation rows meet the whole block before the next four come.
+        let wb = (PAIRED_WEIGHT_BYTES / self.row_bytes.max(1)).max(1);
+        let fill = |i0: usize, out: &mut [f32]| {
+            for (c, outb) in out.chunks_mut(wb * t).enumerate() {
+                let first = i0 + c * wb;
+                let mut a = 0;
+                if let Some(k4) = k4 {
+                    while a + 4 <= t {
+                        let x = [&acts[a], &acts[a + 1], &acts[a + 2], &acts[a + 3]];
+                        for (j, o) in outb.chunks_exact_mut(t).enumerate() {
+                            o[a..a + 4].copy_from_slice(&k4(self.row_bytes_of(first + j), x));
+                        }
+                        a += 4;
+                    }
                 }
-            }
-            for (o, x) in out[a..].iter_mut().zip(&acts[a..]) {
-                *o = k(w, x);
+                for (j, o) in outb.chunks_exact_mut(t).enumerate() {
+                    let w = self.row_bytes_of(first + j);
+                    for (o, x) in o[a..].iter_mut().zip(&acts[a..]) {
+                        *o = k(w, x);
+                    }
+                }
             }
         };
         let threads = crate::threads::threads();
         if threads <= 1 || self.rows * self.row_bytes * t < PAR_MIN_BYTES || self.rows < 2 {
-            for (i, out) in yt.chunks_exact_mut(t).enumerate() {
-                fill(i, out);
-            }
+            fill(0, &mut yt);
         } else {
             let per = self.rows.div_ceil(threads * 4).max(1);
-            yt.par_chunks_mut(per * t).enumerate().for_each(|(c, ys)| {
-                for (j, out) in ys.chunks_exact_mut(t).enumerate() {
-                    fill(c * per + j, out);
-                }
-            });
+            yt.par_chunks_mut(per * t)
+                .enumerate()
+                .for_each(|(c, ys)| fill(c * per, ys));
         }
         transpose(&yt, self.rows, t, &mut y);
         y
