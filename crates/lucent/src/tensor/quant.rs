@@ -2500,62 +2500,67 @@ impl QMatrix {
         pairs: &[avx512::Paired],
     ) {
         let t = acts.len();
-        {
-            let n = out.len() / t;
+        let n = out.len() / t;
+        // SAFETY: prefill_paired's caller checked avx512::available(); the rows are this
+        // matrix's (K is its type), the activations were prepared for it (check_x), and
+        // pairs[p] pairs acts[2p] and acts[2p + 1].
+        unsafe {
+            let mut a = 0;
+            while a + 4 <= t {
+                let p = [&pairs[a / 2], &pairs[a / 2 + 1]];
+                let x = [&acts[a], &acts[a + 1], &acts[a + 2], &acts[a + 3]];
+                self.paired_column::<K, 2, 4>(i0, n, t, a, p, x, out);
+                a += 4;
+            }
+            if a + 2 <= t {
+                let (p, x) = ([&pairs[a / 2]], [&acts[a], &acts[a + 1]]);
+                self.paired_column::<K, 1, 2>(i0, n, t, a, p, x, out);
+                a += 2;
+            }
+            if a < t {
+                for w in 0..n {
+                    let mut o = [[0.0f32; 1]; 1];
+                    avx512::tile::<K, 1, 1>([self.row_bytes_of(i0 + w)], [&[]], [&acts[a]], &mut o);
+                    out[w * t + a] = o[0][0];
+                }
+            }
+        }
+    }
+
+    /// The `n` weight rows from `i0` against the `RA` activation rows from `a` (in `PA`
+    /// pairs): four weight rows a tile, then one at a time; results into `out[w·t + a..]`.
+    ///
+    /// # Safety
+    /// As [`avx512::paired_tile`]'s.
+    #[cfg(target_arch = "x86_64")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn paired_column<const K: u8, const PA: usize, const RA: usize>(
+        &self,
+        i0: usize,
+        n: usize,
+        t: usize,
+        a: usize,
+        p: [&avx512::Paired; PA],
+        x: [&QuantizedActs; RA],
+        out: &mut [f32],
+    ) {
+        unsafe {
             let r = |w: usize| self.row_bytes_of(i0 + w);
-            // SAFETY: prefill_paired's caller checked avx512::available(); the rows are
-            // this matrix's (K is its type), the activations were prepared for it
-            // (check_x), and pairs[p] pairs acts[2p] and acts[2p + 1].
-            unsafe {
-                let mut a = 0;
-                while a + 4 <= t {
-                    let p = [&pairs[a / 2], &pairs[a / 2 + 1]];
-                    let x = [&acts[a], &acts[a + 1], &acts[a + 2], &acts[a + 3]];
-                    let mut w = 0;
-                    while w + 4 <= n {
-                        let mut o = [[0.0f32; 4]; 4];
-                        let rows = [r(w), r(w + 1), r(w + 2), r(w + 3)];
-                        avx512::paired_tile::<K, 4, 2, 4>(rows, p, x, &mut o);
-                        for (k, ok) in o.iter().enumerate() {
-                            out[(w + k) * t + a..(w + k) * t + a + 4].copy_from_slice(ok);
-                        }
-                        w += 4;
-                    }
-                    while w < n {
-                        let mut o = [[0.0f32; 4]; 1];
-                        avx512::paired_tile::<K, 1, 2, 4>([r(w)], p, x, &mut o);
-                        out[w * t + a..w * t + a + 4].copy_from_slice(&o[0]);
-                        w += 1;
-                    }
-                    a += 4;
+            let mut w = 0;
+            while w + 4 <= n {
+                let mut o = [[0.0f32; RA]; 4];
+                let rows = [r(w), r(w + 1), r(w + 2), r(w + 3)];
+                avx512::paired_tile::<K, 4, PA, RA>(rows, p, x, &mut o);
+                for (k, ok) in o.iter().enumerate() {
+                    out[(w + k) * t + a..(w + k) * t + a + RA].copy_from_slice(ok);
                 }
-                if a + 2 <= t {
-                    let (p, x) = ([&pairs[a / 2]], [&acts[a], &acts[a + 1]]);
-                    let mut w = 0;
-                    while w + 4 <= n {
-                        let mut o = [[0.0f32; 2]; 4];
-                        let rows = [r(w), r(w + 1), r(w + 2), r(w + 3)];
-                        avx512::paired_tile::<K, 4, 1, 2>(rows, p, x, &mut o);
-                        for (k, ok) in o.iter().enumerate() {
-                            out[(w + k) * t + a..(w + k) * t + a + 2].copy_from_slice(ok);
-                        }
-                        w += 4;
-                    }
-                    while w < n {
-                        let mut o = [[0.0f32; 2]; 1];
-                        avx512::paired_tile::<K, 1, 1, 2>([r(w)], p, x, &mut o);
-                        out[w * t + a..w * t + a + 2].copy_from_slice(&o[0]);
-                        w += 1;
-                    }
-                    a += 2;
-                }
-                if a < t {
-                    for w in 0..n {
-                        let mut o = [[0.0f32; 1]; 1];
-                        avx512::tile::<K, 1, 1>([r(w)], [&[]], [&acts[a]], &mut o);
-                        out[w * t + a] = o[0][0];
-                    }
-                }
+                w += 4;
+            }
+            while w < n {
+                let mut o = [[0.0f32; RA]; 1];
+                avx512::paired_tile::<K, 1, PA, RA>([r(w)], p, x, &mut o);
+                out[w * t + a..w * t + a + RA].copy_from_slice(&o[0]);
+                w += 1;
             }
         }
     }
