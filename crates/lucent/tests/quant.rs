@@ -790,3 +790,30 @@ fn matmul_t_group_equals_each_product() {
     }
     assert!(QMatrix::matmul_t_quantized_group(&refs, &[0.0; 7], 1).is_err());
 }
+
+/// A prompt large enough that its preparation (quantisation, pairing, the transpose of
+/// the results) runs on the threads gives, row by row, what decode gives, bit for bit.
+#[test]
+fn large_prompt_on_threads_equals_decode() {
+    let mut rng = StdRng::seed_from_u64(31);
+    lucent::threads::set_threads(2);
+    let (rows, cols, t) = (512usize, 1024usize, 37usize);
+    for ty in [GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q4_K] {
+        let b: Vec<u8> = (0..rows)
+            .flat_map(|_| random_row(ty, cols, &mut rng))
+            .collect();
+        let m = QMatrix::from_vec(ty, rows, cols, b).unwrap();
+        let x: Vec<f32> = (0..t * cols).map(|_| rng.random_range(-2.0..2.0)).collect();
+        let ys = m.matmul_t_quantized(&x, t).unwrap(); // (t, rows)
+        for (r, xr) in x.chunks_exact(cols).enumerate() {
+            let y = m.matvec(xr).unwrap();
+            for i in 0..rows {
+                assert_eq!(
+                    ys[r * rows + i].to_bits(),
+                    y[i].to_bits(),
+                    "{ty} row {r}, {i}"
+                );
+            }
+        }
+    }
+}

@@ -2078,19 +2078,54 @@ mod avx512 {
 
 // ------------------------------------------------------------------ QMatrix
 
+/// Whether a prompt's per-row preparation (quantisation, pairing, the transpose) of `n`
+/// numbers is worth splitting over the threads.
+fn split_prep(n: usize) -> bool {
+    crate::threads::threads() > 1 && n >= PAR_PREP_NUMBERS
+}
+
+/// Numbers of a prompt's activations from which their preparation runs on the threads.
+const PAR_PREP_NUMBERS: usize = 1 << 14;
+
+/// The `cols`-long rows of `x` quantised for `dtype`, in order, over the threads when
+/// there are many.
+fn quantize_prompt(dtype: GgmlType, x: &[f32], cols: usize) -> Result<Vec<QuantizedActs>> {
+    if split_prep(x.len()) {
+        x.par_chunks_exact(cols)
+            .map(|r| quantize_activations(dtype, r))
+            .collect()
+    } else {
+        x.chunks_exact(cols)
+            .map(|r| quantize_activations(dtype, r))
+            .collect()
+    }
+}
+
 /// `y` (t, rows) = `yt` (rows, t) transposed, in tiles of 8 rows of `y` × 16 numbers:
 /// each write fills a cache line, and the 8 lines written at a time stay within one L1
 /// set's ways even when a row of `y` is a multiple of 4 KiB (a power-of-two `rows`).
 fn transpose(yt: &[f32], rows: usize, t: usize, y: &mut [f32]) {
-    for r0 in (0..t).step_by(8) {
+    // Eight rows of y (from row r0) at a time.
+    let block = |r0: usize, yb: &mut [f32]| {
         for i0 in (0..rows).step_by(16) {
             let i1 = (i0 + 16).min(rows);
-            for r in r0..(r0 + 8).min(t) {
-                let yr = &mut y[r * rows + i0..r * rows + i1];
-                for (k, v) in yr.iter_mut().enumerate() {
-                    *v = yt[(i0 + k) * t + r];
+            for (dr, yr) in yb.chunks_exact_mut(rows).enumerate() {
+                for (k, v) in yr[i0..i1].iter_mut().enumerate() {
+                    *v = yt[(i0 + k) * t + r0 + dr];
                 }
             }
+        }
+    };
+    if rows == 0 {
+        return;
+    }
+    if split_prep(y.len()) {
+        y.par_chunks_mut(8 * rows)
+            .enumerate()
+            .for_each(|(c, yb)| block(8 * c, yb));
+    } else {
+        for (c, yb) in y.chunks_mut(8 * rows).enumerate() {
+            block(8 * c, yb);
         }
     }
 }
@@ -2475,10 +2510,12 @@ impl QMatrix {
     #[cfg(target_arch = "x86_64")]
     fn prefill_paired<const K: u8>(&self, yt: &mut [f32], acts: &[QuantizedActs]) {
         let t = acts.len();
-        let pairs: Vec<avx512::Paired> = acts
-            .chunks_exact(2)
-            .map(|c| avx512::Paired::new::<K>(&c[0], &c[1]))
-            .collect();
+        let pair = |c: &[QuantizedActs]| avx512::Paired::new::<K>(&c[0], &c[1]);
+        let pairs: Vec<avx512::Paired> = if split_prep(t * self.cols) {
+            acts.par_chunks_exact(2).map(pair).collect()
+        } else {
+            acts.chunks_exact(2).map(pair).collect()
+        };
         // Blocks of weight rows small enough to stay in L1 while every activation pair
         // passes them (the pairs then come from L2 once per block).
         let wb = (PAIRED_WEIGHT_BYTES / self.row_bytes.max(1)).max(4) / 4 * 4;
@@ -2630,10 +2667,7 @@ impl QMatrix {
         if t == 0 || self.rows == 0 {
             return Ok(vec![0.0f32; t * self.rows]);
         }
-        let acts = x
-            .chunks_exact(self.cols)
-            .map(|r| quantize_activations(self.dtype, r))
-            .collect::<Result<Vec<_>>>()?;
+        let acts = quantize_prompt(self.dtype, x, self.cols)?;
         Ok(self.matmul_t_prepared(&acts))
     }
 
@@ -2661,11 +2695,7 @@ impl QMatrix {
             let at = match prepared.iter().position(|(k, _)| *k == kind) {
                 Some(i) => i,
                 None => {
-                    let acts = x
-                        .chunks_exact(m.cols)
-                        .map(|r| quantize_activations(m.dtype, r))
-                        .collect::<Result<Vec<_>>>()?;
-                    prepared.push((kind, acts));
+                    prepared.push((kind, quantize_prompt(m.dtype, x, m.cols)?));
                     prepared.len() - 1
                 }
             };
