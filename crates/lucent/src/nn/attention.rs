@@ -27,7 +27,7 @@ use crate::nn::kv_cache::LayerKvCache;
 use crate::nn::linear::Linear;
 use crate::nn::norm::RmsNorm;
 use crate::nn::trace::{record, wants, Trace};
-use crate::ops::attention::{bias_row, check_dims, round_f16, visible_keys};
+use crate::ops::attention::{bias_row, check_dims, round_f16_in_place, visible_keys};
 use crate::ops::ggml::F16Order;
 use crate::ops::{self, AttentionParams, RopeConvention};
 use crate::tensor::Tensor;
@@ -531,10 +531,13 @@ impl MultiHeadAttention {
             if c.scale_queries {
                 q = q.scale(c.scale);
             }
-            q = q.map(round_f16);
-            k = k.map(round_f16);
+            round_f16_in_place(q.data_mut());
+            round_f16_in_place(k.data_mut());
         }
-        let v = if c.f16 { v.map(round_f16) } else { v };
+        let mut v = v;
+        if c.f16 {
+            round_f16_in_place(v.data_mut());
+        }
         // With a cache, K and V are its whole store (b, h_kv, max_t, d_k), read in place
         // up to the cached length (`kv_len`), not copied out each step.
         let (k, v, kv_len) = match cache {

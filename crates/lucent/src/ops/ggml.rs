@@ -30,7 +30,8 @@
 //! scalar and says which of llama.cpp's operations it stands for.
 
 use crate::ops::attention::{
-    bias_row, check_dims, round_f16, visible_keys, AttentionDims, AttentionOutput, AttentionParams,
+    bias_row, check_dims, round_f16_in_place, visible_keys, AttentionDims, AttentionOutput,
+    AttentionParams,
 };
 use rayon::prelude::*;
 
@@ -421,9 +422,7 @@ impl Job<'_> {
                 };
             }
             softmax_row(&mut row[..d.t_k], 1.0);
-            for w in row[..d.t_k].iter_mut() {
-                *w = round_f16(*w);
-            }
+            round_f16_in_place(&mut row[..d.t_k]);
             weigh_values(
                 &row[..d.t_k],
                 vs,
@@ -622,6 +621,7 @@ pub fn weigh_values(p: &[f32], v: &[f32], order: F16Order, acc: &mut [f32], out:
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::attention::round_f16;
 
     #[test]
     fn silu_in_place_equals_silu_number_by_number() {
