@@ -408,6 +408,13 @@ impl Job<'_> {
         let kv = bi * d.h_kv + hi / (d.h / d.h_kv);
         let vs = &self.v[kv * d.t_cap * d.d_v..][..d.t_k * d.d_v]; // (t_k, d_v)
         let Scratch { row, acc } = sc;
+        // A prompt's zero weights (its masked keys) may be left out of the weighing of V
+        // when every value in V is a finite multiple of 2⁻²⁴ (as f16 numbers are):
+        // see weigh_values. One token has no masked keys to skip.
+        let skip_zeros = d.t_q > 1
+            && vs
+                .iter()
+                .all(|&x| x.is_finite() && (x * 16_777_216.0).fract() == 0.0);
         for i in 0..d.t_q {
             let qrow = &self.q[(bh * d.t_q + i) * d.d_k..][..d.d_k];
             let vis = visible_keys(p, d, i);
@@ -427,6 +434,7 @@ impl Job<'_> {
                 &row[..d.t_k],
                 vs,
                 order,
+                skip_zeros,
                 acc,
                 &mut out[i * d.d_v..][..d.d_v],
             );
@@ -585,8 +593,22 @@ unsafe fn silu_avx512(x: &mut [f32]) {
 /// with zeros to whole 32s, in `order` — computed for all columns at once: the lane an
 /// addend falls in depends only on j, so each lane is a row of d_v accumulators, and V
 /// is read row by row. `acc` is scratch of at least 32 · d_v numbers.
+///
+/// `skip_zeros` leaves out the positions whose weight is 0 (a causal prompt's masked
+/// keys). That changes no bit when the weights and V are finite multiples of 2⁻²⁴ (f16
+/// numbers are): every product and every sum is then a multiple of 2⁻⁴⁸, so an
+/// accumulator, which starts at +0, is either nonzero or +0 (an exact cancellation rounds
+/// to +0; nothing is small enough to round to −0), and adding a ±0 product to it leaves it
+/// as it is. With an infinity in V, 0 · ∞ would be NaN: callers pass false then.
 #[inline(always)]
-pub fn weigh_values(p: &[f32], v: &[f32], order: F16Order, acc: &mut [f32], out: &mut [f32]) {
+pub fn weigh_values(
+    p: &[f32],
+    v: &[f32],
+    order: F16Order,
+    skip_zeros: bool,
+    acc: &mut [f32],
+    out: &mut [f32],
+) {
     let dv = out.len();
     let lanes = match order {
         F16Order::Gemm => LANES,
@@ -597,6 +619,9 @@ pub fn weigh_values(p: &[f32], v: &[f32], order: F16Order, acc: &mut [f32], out:
     // Lane of position j: j % 8 (the GEMM's chain), or accumulator (j % 32) / 8 and its
     // lane j % 8 (the dot's four accumulators), i.e. j % 32.
     for (j, (&pj, vj)) in p.iter().zip(v.chunks_exact(dv)).enumerate() {
+        if skip_zeros && pj == 0.0 {
+            continue;
+        }
         let a = &mut acc[(j % lanes) * dv..][..dv];
         for (x, &y) in a.iter_mut().zip(vj) {
             *x = y.mul_add(pj, *x);
@@ -697,12 +722,25 @@ mod tests {
         let v: Vec<f32> = (0..t * dv)
             .map(|i| ((i * 29 % 97) as f32 - 48.0) / 32.0)
             .collect();
-        let p: Vec<f32> = (0..t).map(|j| ((j * 7 % 13) as f32) / 91.0).collect();
+        // Zero weights inside (every 13th) and a causal row's zeros at the end.
+        let p: Vec<f32> = (0..t)
+            .map(|j| {
+                if j < 37 {
+                    ((j * 7 % 13) as f32) / 91.0
+                } else {
+                    0.0
+                }
+            })
+            .collect();
         let t_pad = t.div_ceil(32) * 32;
         let mut acc = vec![0.0; 32 * dv];
         for order in [F16Order::Gemm, F16Order::Dot] {
             let mut out = vec![0.0; dv];
-            weigh_values(&p, &v, order, &mut acc, &mut out);
+            weigh_values(&p, &v, order, false, &mut acc, &mut out);
+            let mut skipped = vec![0.0; dv];
+            weigh_values(&p, &v, order, true, &mut acc, &mut skipped);
+            let bits = |x: &[f32]| x.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&out), bits(&skipped), "{order:?}: zeros skipped");
             let mut pp = p.clone();
             pp.resize(t_pad, 0.0);
             for (c, o) in out.iter().enumerate() {
