@@ -186,7 +186,11 @@ impl FeedForward {
                     return Err(Error::Config("gated FFN: gate and up missing".into()));
                 }; // (..., d_ff) each
                 let act = match (*f16, *activation) {
-                    (true, Activation::GeluTanh) => g.map(ops::activation::gelu_tanh_f16),
+                    (true, Activation::GeluTanh) => {
+                        let mut g = g;
+                        ops::activation::gelu_tanh_f16_in_place(g.data_mut());
+                        g
+                    }
                     (true, Activation::Silu) => {
                         let mut g = g;
                         ops::ggml::silu_in_place(g.data_mut());
