@@ -219,15 +219,12 @@ mod tests {
             f32::INFINITY,
             1.0,
         ]);
-        let mut got = x.clone();
-        gelu_tanh_f16_in_place(&mut got);
-        for (&xi, &g) in x.iter().zip(&got) {
-            let want = gelu_tanh_f16(xi);
-            assert!(
-                g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
-                "gelu_tanh_f16({xi}) = {want}, in place {g}"
-            );
-        }
+        crate::ops::assert_in_place_equals_one_by_one(
+            &x,
+            gelu_tanh_f16_in_place,
+            gelu_tanh_f16,
+            "gelu_tanh_f16",
+        );
     }
 
     /// The table holds, for every f16 input, the formula's f16 result; inputs between

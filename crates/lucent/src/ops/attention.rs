@@ -563,14 +563,11 @@ mod tests {
             f32::INFINITY,
         ]);
         x.push(1.5);
-        let mut got = x.clone();
-        round_f16_in_place(&mut got);
-        for (&xi, &g) in x.iter().zip(&got) {
-            let want = round_f16(xi);
-            assert!(
-                g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
-                "round_f16({xi:e}) = {want:e}, in place {g:e}"
-            );
-        }
+        crate::ops::assert_in_place_equals_one_by_one(
+            &x,
+            round_f16_in_place,
+            round_f16,
+            "round_f16",
+        );
     }
 }

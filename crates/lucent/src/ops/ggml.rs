@@ -669,15 +669,7 @@ mod tests {
             150.0,
             -150.0,
         ]);
-        let mut got = x.clone();
-        silu_in_place(&mut got);
-        for (&xi, &g) in x.iter().zip(&got) {
-            let want = silu(xi);
-            assert!(
-                g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
-                "silu({xi}) = {want}, in place {g}"
-            );
-        }
+        crate::ops::assert_in_place_equals_one_by_one(&x, silu_in_place, silu, "silu");
     }
 
     #[test]

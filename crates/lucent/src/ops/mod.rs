@@ -24,6 +24,26 @@ pub mod rope;
 pub mod simd;
 pub mod softmax;
 
+/// Test helper: `in_place` over `x` gives `one` of each number, bit for bit (any NaN
+/// for a NaN).
+#[cfg(test)]
+pub(crate) fn assert_in_place_equals_one_by_one(
+    x: &[f32],
+    in_place: fn(&mut [f32]),
+    one: fn(f32) -> f32,
+    what: &str,
+) {
+    let mut got = x.to_vec();
+    in_place(&mut got);
+    for (&xi, &g) in x.iter().zip(&got) {
+        let want = one(xi);
+        assert!(
+            g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
+            "{what}({xi:e}) = {want:e}, in place {g:e}"
+        );
+    }
+}
+
 pub use activation::{gelu, gelu_tanh, relu, silu, Activation};
 pub use attention::{attention, AttentionOutput, AttentionParams};
 pub use loss::{cross_entropy, log_softmax};
