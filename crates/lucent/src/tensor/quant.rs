@@ -2160,6 +2160,46 @@ impl QBytes {
     }
 }
 
+/// Y (t, rows) of a prompt's product, written by several threads at once, each to its
+/// own weight rows, i.e. its own columns of Y; a column range is not a contiguous slice,
+/// so the threads share a pointer, each writing only its columns.
+struct Columns<'a> {
+    ptr: *mut f32,
+    rows: usize,
+    t: usize,
+    _y: std::marker::PhantomData<&'a mut [f32]>,
+}
+
+// SAFETY: `Columns` only writes through `put`, whose callers each own distinct columns
+// (QMatrix::run_row_ranges hands every weight row to one task).
+unsafe impl Sync for Columns<'_> {}
+
+impl<'a> Columns<'a> {
+    /// Y (t, rows) over `y`, borrowed for as long as the writers run.
+    fn new(y: &'a mut [f32], rows: usize, t: usize) -> Columns<'a> {
+        debug_assert_eq!(y.len(), rows * t);
+        Columns {
+            ptr: y.as_mut_ptr(),
+            rows,
+            t,
+            _y: std::marker::PhantomData,
+        }
+    }
+
+    /// `Y[a][i..i + v.len()] = v`.
+    ///
+    /// # Safety
+    /// `a < t`, `i + v.len() ≤ rows`, and no other thread writes these columns.
+    unsafe fn put(&self, a: usize, i: usize, v: &[f32]) {
+        debug_assert!(a < self.t && i + v.len() <= self.rows);
+        // SAFETY: in bounds (the caller's contract), and these numbers are this
+        // caller's alone.
+        unsafe {
+            std::ptr::copy_nonoverlapping(v.as_ptr(), self.ptr.add(a * self.rows + i), v.len())
+        };
+    }
+}
+
 /// Bytes of weight rows [`QMatrix::prefill_paired`] keeps in L1 at a time.
 const PAIRED_WEIGHT_BYTES: usize = 16 << 10;
 
@@ -2503,12 +2543,12 @@ impl QMatrix {
     }
 
     /// A prompt's product through [`avx512::paired_tile`] (type `K`, this matrix's):
-    /// `yt` (rows, t) from the `t` activation rows `acts` (t ≥ 2). The rows are paired
+    /// `y` (t, rows) from the `t` activation rows `acts` (t ≥ 2). The rows are paired
     /// once; then, for each four (or two) of them, every weight row four at a time, so
     /// the activations stay in L1 while the weights stream past. A last odd row takes
     /// the 1 × 1 tile.
     #[cfg(target_arch = "x86_64")]
-    fn prefill_paired<const K: u8>(&self, yt: &mut [f32], acts: &[QuantizedActs]) {
+    fn prefill_paired<const K: u8>(&self, y: &mut [f32], acts: &[QuantizedActs]) {
         let t = acts.len();
         let pair = |c: &[QuantizedActs]| avx512::Paired::new::<K>(&c[0], &c[1]);
         let pairs: Vec<avx512::Paired> = if split_prep(t * self.cols) {
@@ -2519,25 +2559,26 @@ impl QMatrix {
         // Blocks of weight rows small enough to stay in L1 while every activation pair
         // passes them (the pairs then come from L2 once per block).
         let wb = (PAIRED_WEIGHT_BYTES / self.row_bytes.max(1)).max(4) / 4 * 4;
-        self.run_row_groups(yt, t, |i0, out| {
-            for (c, outb) in out.chunks_mut(wb * t).enumerate() {
-                self.paired_rows::<K>(i0 + c * wb, outb, acts, &pairs);
+        let out = Columns::new(y, self.rows, t);
+        self.run_row_ranges(t, |i0, n| {
+            for b0 in (i0..i0 + n).step_by(wb) {
+                self.paired_rows::<K>(b0, wb.min(i0 + n - b0), acts, &pairs, &out);
             }
         });
     }
 
-    /// Weight rows `i0..i0 + out.len() / t` of [`QMatrix::prefill_paired`] against every
-    /// activation row.
+    /// Weight rows `i0..i0 + n` of [`QMatrix::prefill_paired`] against every activation
+    /// row, into those columns of `out`.
     #[cfg(target_arch = "x86_64")]
     fn paired_rows<const K: u8>(
         &self,
         i0: usize,
-        out: &mut [f32],
+        n: usize,
         acts: &[QuantizedActs],
         pairs: &[avx512::Paired],
+        out: &Columns,
     ) {
         let t = acts.len();
-        let n = out.len() / t;
         // SAFETY: prefill_paired's caller checked avx512::available(); the rows are this
         // matrix's (K is its type), the activations were prepared for it (check_x), and
         // pairs[p] pairs acts[2p] and acts[2p + 1].
@@ -2546,40 +2587,39 @@ impl QMatrix {
             while a + 4 <= t {
                 let p = [&pairs[a / 2], &pairs[a / 2 + 1]];
                 let x = [&acts[a], &acts[a + 1], &acts[a + 2], &acts[a + 3]];
-                self.paired_column::<K, 2, 4>(i0, n, t, a, p, x, out);
+                self.paired_column::<K, 2, 4>(i0, n, a, p, x, out);
                 a += 4;
             }
             if a + 2 <= t {
                 let (p, x) = ([&pairs[a / 2]], [&acts[a], &acts[a + 1]]);
-                self.paired_column::<K, 1, 2>(i0, n, t, a, p, x, out);
+                self.paired_column::<K, 1, 2>(i0, n, a, p, x, out);
                 a += 2;
             }
             if a < t {
                 for w in 0..n {
                     let mut o = [[0.0f32; 1]; 1];
                     avx512::tile::<K, 1, 1>([self.row_bytes_of(i0 + w)], [&[]], [&acts[a]], &mut o);
-                    out[w * t + a] = o[0][0];
+                    out.put(a, i0 + w, &o[0]);
                 }
             }
         }
     }
 
     /// The `n` weight rows from `i0` against the `RA` activation rows from `a` (in `PA`
-    /// pairs): four weight rows a tile, then one at a time; results into `out[w·t + a..]`.
+    /// pairs): four weight rows a tile, then one at a time; results into `out`'s rows
+    /// `a..a + RA`, columns `i0..i0 + n`.
     ///
     /// # Safety
-    /// As [`avx512::paired_tile`]'s.
+    /// As [`avx512::paired_tile`]'s, and as [`Columns::put`]'s for those columns.
     #[cfg(target_arch = "x86_64")]
-    #[allow(clippy::too_many_arguments)]
     unsafe fn paired_column<const K: u8, const PA: usize, const RA: usize>(
         &self,
         i0: usize,
         n: usize,
-        t: usize,
         a: usize,
         p: [&avx512::Paired; PA],
         x: [&QuantizedActs; RA],
-        out: &mut [f32],
+        out: &Columns,
     ) {
         unsafe {
             let r = |w: usize| self.row_bytes_of(i0 + w);
@@ -2588,15 +2628,20 @@ impl QMatrix {
                 let mut o = [[0.0f32; RA]; 4];
                 let rows = [r(w), r(w + 1), r(w + 2), r(w + 3)];
                 avx512::paired_tile::<K, 4, PA, RA>(rows, p, x, &mut o);
-                for (k, ok) in o.iter().enumerate() {
-                    out[(w + k) * t + a..(w + k) * t + a + RA].copy_from_slice(ok);
+                // Activation row a + k's four results, one for each weight row.
+                let by_row: [[f32; 4]; RA] =
+                    std::array::from_fn(|k| [o[0][k], o[1][k], o[2][k], o[3][k]]);
+                for (k, v) in by_row.iter().enumerate() {
+                    out.put(a + k, i0 + w, v);
                 }
                 w += 4;
             }
             while w < n {
                 let mut o = [[0.0f32; RA]; 1];
                 avx512::paired_tile::<K, 1, PA, RA>([r(w)], p, x, &mut o);
-                out[w * t + a..w * t + a + RA].copy_from_slice(&o[0]);
+                for (k, &v) in o[0].iter().enumerate() {
+                    out.put(a + k, i0 + w, &[v]);
+                }
                 w += 1;
             }
         }
@@ -2614,6 +2659,20 @@ impl QMatrix {
         y.par_chunks_mut(chunk * per_row)
             .enumerate()
             .for_each(|(c, ys)| f(c * chunk, ys));
+    }
+
+    /// [`QMatrix::run_row_groups`]'s split of the rows, as ranges: `f(first_row, count)`
+    /// on each, for work that writes its results itself (a prompt's [`Columns`]).
+    fn run_row_ranges(&self, per_row: usize, f: impl Fn(usize, usize) + Sync) {
+        let threads = crate::threads::threads();
+        if threads <= 1 || self.rows * self.row_bytes * per_row < PAR_MIN_BYTES || self.rows < 8 {
+            f(0, self.rows);
+            return;
+        }
+        let chunk = (self.rows.div_ceil(threads * 4).max(8)).div_ceil(4) * 4;
+        (0..self.rows.div_ceil(chunk))
+            .into_par_iter()
+            .for_each(|c| f(c * chunk, chunk.min(self.rows - c * chunk)));
     }
 
     /// Fill `y[i] = f(i)` for every row, over the thread pool when the matrix is large.
@@ -2710,25 +2769,22 @@ impl QMatrix {
         let t = acts.len();
         let mut y = vec![0.0f32; t * self.rows];
         let k = dot_kernel(self.dtype);
-        // yt: (rows, t), one contiguous run of t results per weight row.
-        let mut yt = vec![0.0f32; t * self.rows];
         #[cfg(target_arch = "x86_64")]
-        let paired = self.tiled() && avx512::available() && t >= 2;
-        #[cfg(not(target_arch = "x86_64"))]
-        let paired = false;
-        if paired {
-            #[cfg(target_arch = "x86_64")]
+        if self.tiled() && avx512::available() && t >= 2 {
+            // The paired tiles write Y (t, rows) themselves.
             match self.dtype {
-                GgmlType::Q4_0 => self.prefill_paired::<{ avx512::Q4_0 }>(&mut yt, acts),
-                GgmlType::Q4_1 => self.prefill_paired::<{ avx512::Q4_1 }>(&mut yt, acts),
-                GgmlType::Q5_0 => self.prefill_paired::<{ avx512::Q5_0 }>(&mut yt, acts),
-                GgmlType::Q5_1 => self.prefill_paired::<{ avx512::Q5_1 }>(&mut yt, acts),
-                _ => self.prefill_paired::<{ avx512::Q8_0 }>(&mut yt, acts),
+                GgmlType::Q4_0 => self.prefill_paired::<{ avx512::Q4_0 }>(&mut y, acts),
+                GgmlType::Q4_1 => self.prefill_paired::<{ avx512::Q4_1 }>(&mut y, acts),
+                GgmlType::Q5_0 => self.prefill_paired::<{ avx512::Q5_0 }>(&mut y, acts),
+                GgmlType::Q5_1 => self.prefill_paired::<{ avx512::Q5_1 }>(&mut y, acts),
+                _ => self.prefill_paired::<{ avx512::Q8_0 }>(&mut y, acts),
             }
-        } else if self.tiled() {
-            self.run_row_groups(&mut yt, t, |i0, out| self.tile_rows(i0, out, acts));
+            return y;
         }
         if self.tiled() {
+            // yt: (rows, t), one contiguous run of t results per weight row.
+            let mut yt = vec![0.0f32; t * self.rows];
+            self.run_row_groups(&mut yt, t, |i0, out| self.tile_rows(i0, out, acts));
             transpose(&yt, self.rows, t, &mut y);
             return y;
         }
@@ -2742,40 +2798,36 @@ impl QMatrix {
         };
         #[cfg(not(target_arch = "x86_64"))]
         let k4: Option<fn(&[u8], [&QuantizedActs; 4]) -> [f32; 4]> = None;
-        // Rows i0.. of W (out: their results, t each) in L1-sized blocks: each four
-        // activation rows meet the whole block before the next four come.
+        // Weight rows in L1-sized blocks: each four activation rows meet the whole block
+        // before the next four come. Each task writes its rows' columns of Y.
         let wb = (PAIRED_WEIGHT_BYTES / self.row_bytes.max(1)).max(1);
-        let fill = |i0: usize, out: &mut [f32]| {
-            for (c, outb) in out.chunks_mut(wb * t).enumerate() {
-                let first = i0 + c * wb;
+        let out = Columns::new(&mut y, self.rows, t);
+        self.run_row_ranges(t, |i0, n| {
+            for first in (i0..i0 + n).step_by(wb) {
+                let rows = first..first + wb.min(i0 + n - first);
                 let mut a = 0;
                 if let Some(k4) = k4 {
                     while a + 4 <= t {
                         let x = [&acts[a], &acts[a + 1], &acts[a + 2], &acts[a + 3]];
-                        for (j, o) in outb.chunks_exact_mut(t).enumerate() {
-                            o[a..a + 4].copy_from_slice(&k4(self.row_bytes_of(first + j), x));
+                        for i in rows.clone() {
+                            let v = k4(self.row_bytes_of(i), x);
+                            for (r, vr) in v.iter().enumerate() {
+                                // SAFETY: a + r < t, i < rows, and row i is this task's.
+                                unsafe { out.put(a + r, i, std::slice::from_ref(vr)) };
+                            }
                         }
                         a += 4;
                     }
                 }
-                for (j, o) in outb.chunks_exact_mut(t).enumerate() {
-                    let w = self.row_bytes_of(first + j);
-                    for (o, x) in o[a..].iter_mut().zip(&acts[a..]) {
-                        *o = k(w, x);
+                for i in rows {
+                    let w = self.row_bytes_of(i);
+                    for (r, x) in acts.iter().enumerate().skip(a) {
+                        // SAFETY: r < t, i < rows, and row i is this task's.
+                        unsafe { out.put(r, i, &[k(w, x)]) };
                     }
                 }
             }
-        };
-        let threads = crate::threads::threads();
-        if threads <= 1 || self.rows * self.row_bytes * t < PAR_MIN_BYTES || self.rows < 2 {
-            fill(0, &mut yt);
-        } else {
-            let per = self.rows.div_ceil(threads * 4).max(1);
-            yt.par_chunks_mut(per * t)
-                .enumerate()
-                .for_each(|(c, ys)| fill(c * per, ys));
-        }
-        transpose(&yt, self.rows, t, &mut y);
+        });
         y
     }
 
