@@ -2200,7 +2200,8 @@ impl<'a> Columns<'a> {
     }
 }
 
-/// Bytes of weight rows [`QMatrix::prefill_paired`] keeps in L1 at a time.
+/// Bytes of weight rows a prompt's product keeps in L1 at a time (the paired tiles and
+/// the K-quant rows).
 const PAIRED_WEIGHT_BYTES: usize = 16 << 10;
 
 /// Rows of work below which [`QMatrix::matvec`] stays on the calling thread: waking the
@@ -2715,8 +2716,9 @@ impl QMatrix {
     /// Y = X · Wᵀ for `t` rows of `x`, each output number computed exactly as
     /// [`QMatrix::matvec`] computes it (the row of x quantised on its own, the same dot
     /// kernel): so a row's result never depends on which other rows came with it (batch
-    /// invariance — cached decoding then equals the full forward bit for bit). Each
-    /// weight row is read once and dotted with every activation row while it is in cache;
+    /// invariance — cached decoding then equals the full forward bit for bit). The
+    /// weight rows go in L1-sized blocks that every activation row meets while they are
+    /// in cache (on AVX-512, two activation rows per register: [`avx512::paired_tile`]);
     /// threads split the weight rows.
     ///
     /// # Shapes
