@@ -2718,7 +2718,7 @@ impl QMatrix {
     /// kernel): so a row's result never depends on which other rows came with it (batch
     /// invariance — cached decoding then equals the full forward bit for bit). The
     /// weight rows go in L1-sized blocks that every activation row meets while they are
-    /// in cache (on AVX-512, two activation rows per register: [`avx512::paired_tile`]);
+    /// in cache (on AVX-512, two activation rows per register: `avx512::paired_tile`);
     /// threads split the weight rows.
     ///
     /// # Shapes
