@@ -1604,12 +1604,7 @@ mod avx512 {
     ) {
         const { assert!(RA <= 4, "one lane of `mins[w]` per activation row") };
         let nb = acts[0].d.len();
-        let (bb, .., has_min) = layout(dtype(K));
-        // Byte offsets of 16 consecutive blocks, to gather their scales (and minimums).
-        let offs = _mm512_mullo_epi32(
-            _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-            _mm512_set1_epi32(bb as i32),
-        );
+        let (.., has_min) = layout(dtype(K));
         let mut acc = [[_mm512_setzero_ps(); RA]; RW];
         let mut s16 = [[_mm512_setzero_ps(); RA]; RW];
         // The kinds with a minimum: Σ_i fma(m_w,i, s_a,i, e) for every (w, a) at once,
@@ -1620,22 +1615,12 @@ mod avx512 {
         while g < nb {
             let n = (nb - g).min(16);
             let m = if n == 16 { 0xFFFF } else { (1u16 << n) - 1 };
-            // s16[w][a]: the products d_w · dx_a of the group's blocks (zero past the end),
-            // d_w widened from the f16s at the blocks' starts (the table's values, read
-            // from the bytes the kernel streams anyway).
-            let mut mw = [_mm512_setzero_ps(); RW];
+            // s16[w][a]: the products d_w · dx_a of the group's blocks (zero past the end).
+            let (dw, mw) = group_scales::<K, RW>(rows, g, m);
             for w in 0..RW {
-                let base = rows[w].as_ptr().add(bb * g) as *const i32;
-                let h = _mm512_mask_i32gather_epi32::<1>(_mm512_setzero_si512(), m, offs, base);
-                let dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h));
-                if has_min {
-                    // The minimums are the f16s right after the scales: the gathered
-                    // words' upper halves.
-                    mw[w] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(h, 16)));
-                }
                 for a in 0..RA {
                     let dx = _mm512_maskz_loadu_ps(m, acts[a].d.as_ptr().add(g));
-                    s16[w][a] = _mm512_mul_ps(dw, dx);
+                    s16[w][a] = _mm512_mul_ps(dw[w], dx);
                 }
             }
             if has_min {
@@ -1660,6 +1645,41 @@ mod avx512 {
                 out[w][a] = super::avx2::hsum_ps(lo(acc[w][a])) + e[a];
             }
         }
+    }
+
+    /// The scales `d` (and, for the kinds with one, the minimums `m`) of blocks
+    /// `g .. g + 16` of every row, widened from the f16s at the blocks' starts (the
+    /// scale table's values, read from the bytes the kernels stream anyway); zero for the
+    /// blocks past the row's end (`m` masks the group) and `m` zero for the kinds without
+    /// a minimum.
+    ///
+    /// # Safety
+    /// [`available`]; the masked blocks lie within each row of type `K`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn group_scales<const K: u8, const RW: usize>(
+        rows: [&[u8]; RW],
+        g: usize,
+        m: u16,
+    ) -> ([__m512; RW], [__m512; RW]) {
+        let (bb, .., has_min) = layout(dtype(K));
+        // Byte offsets of 16 consecutive blocks.
+        let offs = _mm512_mullo_epi32(
+            _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+            _mm512_set1_epi32(bb as i32),
+        );
+        let mut d = [_mm512_setzero_ps(); RW];
+        let mut mn = [_mm512_setzero_ps(); RW];
+        for w in 0..RW {
+            let base = rows[w].as_ptr().add(bb * g) as *const i32;
+            let h = _mm512_mask_i32gather_epi32::<1>(_mm512_setzero_si512(), m, offs, base);
+            d[w] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h));
+            if has_min {
+                // The minimums are the f16s right after the scales: the words' upper halves.
+                mn[w] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(h, 16)));
+            }
+        }
+        (d, mn)
     }
 
     /// One group of `n` blocks from `g` of the minimum chains of [`tile`]: for each block
@@ -1938,29 +1958,17 @@ mod avx512 {
         };
         let nb = acts[0].d.len();
         let (bb, _, _, o, has_min) = layout(dtype(K));
-        let offs = _mm512_mullo_epi32(
-            _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-            _mm512_set1_epi32(bb as i32),
-        );
         let mut acc = [[_mm512_setzero_ps(); PA]; RW];
         let mut mins = [_mm_setzero_ps(); RW];
         let mut g = 0;
         while g < nb {
             let n = (nb - g).min(16);
             let m = if n == 16 { 0xFFFF } else { (1u16 << n) - 1 };
-            // The group's weight scales d_w (and minimums), gathered from the blocks.
+            // The group's weight scales d_w (and minimums), one number per block.
+            let (dw, mw) = group_scales::<K, RW>(rows, g, m);
             let mut dws = [[0.0f32; 16]; RW];
-            let mut mw = [_mm512_setzero_ps(); RW];
             for w in 0..RW {
-                let base = rows[w].as_ptr().add(bb * g) as *const i32;
-                let h = _mm512_mask_i32gather_epi32::<1>(_mm512_setzero_si512(), m, offs, base);
-                _mm512_storeu_ps(
-                    dws[w].as_mut_ptr(),
-                    _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)),
-                );
-                if has_min {
-                    mw[w] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(h, 16)));
-                }
+                _mm512_storeu_ps(dws[w].as_mut_ptr(), dw[w]);
             }
             if has_min {
                 mins = min_chain::<RW, RA>(mins, &mw, acts, g, n, m);
