@@ -2007,9 +2007,11 @@ mod avx512 {
         }
     }
 
-    /// The kernels of type `K` for [`QMatrix::tile_rows`]: 4 × 1, 1 × 4, 1 × 1.
-    pub(super) fn tiles<const K: u8>() -> (Tile<4, 1>, Tile<1, 4>, Tile<1, 1>) {
-        (tile::<K, 4, 1>, tile::<K, 1, 4>, tile::<K, 1, 1>)
+    /// The kernels of type `K` for [`QMatrix::tile_rows`]: 4 × 1 and 1 × 1. No 1 × 4:
+    /// with AVX-512, several activation rows go through [`paired_tile`] instead, so
+    /// `tile_rows` only ever sees one.
+    pub(super) fn tiles<const K: u8>() -> (Tile<4, 1>, Option<Tile<1, 4>>, Tile<1, 1>) {
+        (tile::<K, 4, 1>, None, tile::<K, 1, 1>)
     }
 
     /// The low 8 lanes.
@@ -2467,7 +2469,7 @@ impl QMatrix {
         // prepared for this type.
         unsafe {
             let vnni = avx512::available();
-            let kernels: (Tile<4, 1>, Tile<1, 4>, Tile<1, 1>) = match (vnni, self.dtype) {
+            let kernels: (Tile<4, 1>, Option<Tile<1, 4>>, Tile<1, 1>) = match (vnni, self.dtype) {
                 (true, GgmlType::Q4_0) => avx512::tiles::<{ avx512::Q4_0 }>(),
                 (true, GgmlType::Q4_1) => avx512::tiles::<{ avx512::Q4_1 }>(),
                 (true, GgmlType::Q5_0) => avx512::tiles::<{ avx512::Q5_0 }>(),
@@ -2475,12 +2477,12 @@ impl QMatrix {
                 (true, _) => avx512::tiles::<{ avx512::Q8_0 }>(),
                 (false, GgmlType::Q8_0) => (
                     avx2::tile::<true, 4, 1>,
-                    avx2::tile::<true, 1, 4>,
+                    Some(avx2::tile::<true, 1, 4>),
                     avx2::tile::<true, 1, 1>,
                 ),
                 (false, _) => (
                     avx2::tile::<false, 4, 1>,
-                    avx2::tile::<false, 1, 4>,
+                    Some(avx2::tile::<false, 1, 4>),
                     avx2::tile::<false, 1, 1>,
                 ),
             };
@@ -2491,8 +2493,8 @@ impl QMatrix {
     }
 
     /// [`QMatrix::tile_rows`] with one type's kernels: 4 weight rows × 1, 1 × 4
-    /// activation rows, 1 × 1; each given its rows' part of `table` (the scale table, or
-    /// empty for kernels that do not read it).
+    /// activation rows (where there is one), 1 × 1; each given its rows' part of `table`
+    /// (the scale table, or empty for kernels that do not read it).
     ///
     /// # Safety
     /// As the kernels'.
@@ -2503,7 +2505,7 @@ impl QMatrix {
         out: &mut [f32],
         acts: &[QuantizedActs],
         table: &[f32],
-        (k41, k14, k11): (Tile<4, 1>, Tile<1, 4>, Tile<1, 1>),
+        (k41, k14, k11): (Tile<4, 1>, Option<Tile<1, 4>>, Tile<1, 1>),
     ) {
         unsafe {
             let t = acts.len();
@@ -2529,7 +2531,7 @@ impl QMatrix {
             }
             while w < n {
                 let mut a = 0;
-                while a + 4 <= t {
+                while let (Some(k14), true) = (k14, a + 4 <= t) {
                     let mut o = [[0.0f32; 4]; 1];
                     k14(
                         [r(w)],
