@@ -1578,72 +1578,80 @@ mod avx512 {
     /// How many tiles ahead [`tile`] prefetches the weights it will read next.
     const PREFETCH_TILES: usize = 4;
 
-    /// Dots of `RW` weight rows of type `K` with `RA` activation rows at once: the
-    /// contract and the batch invariance of [`super::avx2::tile`], for blocks in pairs
-    /// (16 i32 lanes: 8 per block), scales in groups of 16 blocks.
+    /// Dots of `RW` weight rows of type `K` with one activation row (a decoded token's
+    /// product): the contract of [`super::avx2::tile`], for blocks in pairs (16 i32
+    /// lanes: 8 per block), scales in groups of 16 blocks.
     ///
     /// Every result equals the AVX2 path's bit for bit: each block's eight i32 lane sums
     /// are the same integers (lane k sums numbers 4k..4k+4), and they meet their scales
-    /// in the same FMAs in the same order ([`chain`]), then the same horizontal sums. So
-    /// a machine with VNNI and one without compute the same numbers.
+    /// in the same FMAs in the same order (one chain, block after block), then the same
+    /// horizontal sum and, for the kinds with a minimum, the same `Σ m·s` chain. So a
+    /// machine with VNNI and one without compute the same numbers.
     ///
     /// Unlike the AVX2 kernel it reads the blocks' scales (and minimums) from the blocks
     /// themselves, 16 at a time, not from the f32 table: the table is a third more bytes
     /// to stream for Q4_1, and decode waits on memory. `_scales` is not read (it is there
-    /// so both kernels have one signature).
+    /// so both kernels have one signature). Several activation rows (a prompt) go
+    /// through [`paired_tile`] instead.
     ///
     /// # Safety
-    /// [`available`]; every row is `acts[0].len` numbers of type `K` and every `acts[j]`
+    /// [`available`]; every row is `acts[0].len` numbers of type `K` and `acts[0]`
     /// prepared as Q8_0 of the same length.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-    pub(super) unsafe fn tile<const K: u8, const RW: usize, const RA: usize>(
+    pub(super) unsafe fn tile<const K: u8, const RW: usize>(
         rows: [&[u8]; RW],
         _scales: [&[f32]; RW],
-        acts: [&QuantizedActs; RA],
-        out: &mut [[f32; RA]; RW],
+        acts: [&QuantizedActs; 1],
+        out: &mut [[f32; 1]; RW],
     ) {
-        const { assert!(RA <= 4, "one lane of `mins[w]` per activation row") };
-        let nb = acts[0].d.len();
+        const { assert!(RW <= 4, "one lane of `mins` per weight row") };
+        let a = acts[0];
+        let nb = a.d.len();
         let (.., has_min) = layout(dtype(K));
-        let mut acc = [[_mm512_setzero_ps(); RA]; RW];
-        let mut s16 = [[_mm512_setzero_ps(); RA]; RW];
-        // The kinds with a minimum: Σ_i fma(m_w,i, s_a,i, e) for every (w, a) at once,
-        // lane a of `mins[w]` holding that pair's chain (the same FMAs in the same order
-        // as one chain per pair, so the same numbers).
-        let mut mins = [_mm_setzero_ps(); RW];
+        let mut acc = [_mm256_setzero_ps(); RW];
+        // The kinds with a minimum: lane w holds weight row w's chain Σ_i fma(m_w,i, s_i, e).
+        let mut mins = _mm_setzero_ps();
+        // sc[w][jj]: the product d_w · dx of the group's block g + jj (zero past the end),
+        // read by the FMAs as a broadcast from memory.
+        let mut sc = [[0.0f32; 16]; RW];
         let mut g = 0;
         while g < nb {
             let n = (nb - g).min(16);
             let m = if n == 16 { 0xFFFF } else { (1u16 << n) - 1 };
-            // s16[w][a]: the products d_w · dx_a of the group's blocks (zero past the end).
             let (dw, mw) = group_scales::<K, RW>(rows, g, m);
+            let dx = _mm512_maskz_loadu_ps(m, a.d.as_ptr().add(g));
             for w in 0..RW {
-                for a in 0..RA {
-                    let dx = _mm512_maskz_loadu_ps(m, acts[a].d.as_ptr().add(g));
-                    s16[w][a] = _mm512_mul_ps(dw[w], dx);
-                }
+                _mm512_storeu_ps(sc[w].as_mut_ptr(), _mm512_mul_ps(dw[w], dx));
             }
-            if has_min {
-                mins = min_chain::<RW, RA>(mins, &mw, acts, g, n, m);
-            }
+            // Block jj's minimums of the four rows (zero for w ≥ RW) at
+            // 16 (jj % 4) + 4 (jj / 4), for the chains' FMAs among the pairs' work.
+            let ms = if has_min {
+                transpose_4x16(std::array::from_fn(|w| {
+                    if w < RW {
+                        mw[w]
+                    } else {
+                        _mm512_setzero_ps()
+                    }
+                }))
+            } else {
+                [0.0; 64]
+            };
             let mut j = 0;
             while j + 2 <= n {
-                pair::<K, true, RW, RA>(rows, acts, &s16, g, j, &mut acc);
+                pair::<K, true, RW>(rows, a, &sc, &ms, g, j, &mut acc, &mut mins);
                 j += 2;
             }
             if j < n {
-                pair::<K, false, RW, RA>(rows, acts, &s16, g, j, &mut acc);
+                pair::<K, false, RW>(rows, a, &sc, &ms, g, j, &mut acc, &mut mins);
             }
             g += 16;
         }
+        // avx2::tile's ending (llama.cpp's): the 8 lanes summed, then Σ m·s for the kinds
+        // with a minimum.
+        let mut e = [0.0f32; 4];
+        _mm_storeu_ps(e.as_mut_ptr(), mins);
         for w in 0..RW {
-            for a in 0..RA {
-                // avx2::tile's ending (llama.cpp's): the 8 lanes summed, then Σ m·s one
-                // FMA at a time for the kinds with a minimum.
-                let mut e = [0.0f32; 4];
-                _mm_storeu_ps(e.as_mut_ptr(), mins[w]);
-                out[w][a] = super::avx2::hsum_ps(lo(acc[w][a])) + e[a];
-            }
+            out[w][0] = super::avx2::hsum_ps(acc[w]) + e[w];
         }
     }
 
@@ -1682,7 +1690,7 @@ mod avx512 {
         (d, mn)
     }
 
-    /// One group of `n` blocks from `g` of the minimum chains of [`tile`]: for each block
+    /// One group of `n` blocks from `g` of the minimum chains of [`paired_tile`]: for each block
     /// `i` in order, lane `a` of `e[w]` becomes `fma(m_w,i, s_a,i, e)`, with `mw[w]` the
     /// group's minimums of weight row `w` (widened by the caller) and `s_a` activation row
     /// `a`'s block sums. The sums are transposed once per group (block `i`'s four rows in
@@ -1705,23 +1713,8 @@ mod avx512 {
                 _mm512_setzero_ps()
             }
         });
-        // A 4 × 16 transpose: u[r], 128-bit lane k, holds the four rows' sums of block
-        // 4k + r.
-        let t0 = _mm512_unpacklo_ps(sa[0], sa[1]);
-        let t1 = _mm512_unpackhi_ps(sa[0], sa[1]);
-        let t2 = _mm512_unpacklo_ps(sa[2], sa[3]);
-        let t3 = _mm512_unpackhi_ps(sa[2], sa[3]);
-        let pd = _mm512_castps_pd;
-        let u = [
-            _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t0), pd(t2))),
-            _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t0), pd(t2))),
-            _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t1), pd(t3))),
-            _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t1), pd(t3))),
-        ];
-        let mut us = [0.0f32; 64];
-        for (r, v) in u.iter().enumerate() {
-            _mm512_storeu_ps(us.as_mut_ptr().add(16 * r), *v);
-        }
+        // Block i's four rows' sums at 16 (i % 4) + 4 (i / 4).
+        let us = transpose_4x16(sa);
         let mut ms = [[0.0f32; 16]; RW];
         for w in 0..RW {
             _mm512_storeu_ps(ms[w].as_mut_ptr(), mw[w]);
@@ -1735,6 +1728,30 @@ mod avx512 {
             }
         }
         e
+    }
+
+    /// The 4 × 16 numbers `v` (four rows of 16) column by column, in the order that
+    /// puts column `i`'s four numbers at `16 (i % 4) + 4 (i / 4)`: one 128-bit lane of
+    /// the unpacked registers.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn transpose_4x16(v: [__m512; 4]) -> [f32; 64] {
+        let t0 = _mm512_unpacklo_ps(v[0], v[1]);
+        let t1 = _mm512_unpackhi_ps(v[0], v[1]);
+        let t2 = _mm512_unpacklo_ps(v[2], v[3]);
+        let t3 = _mm512_unpackhi_ps(v[2], v[3]);
+        let pd = _mm512_castps_pd;
+        let u = [
+            _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t0), pd(t2))),
+            _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t0), pd(t2))),
+            _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t1), pd(t3))),
+            _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t1), pd(t3))),
+        ];
+        let mut out = [0.0f32; 64];
+        for (r, x) in u.iter().enumerate() {
+            _mm512_storeu_ps(out.as_mut_ptr().add(16 * r), *x);
+        }
+        out
     }
 
     /// One 32-block of activations quantised as [`super::quantize_activations`] does
@@ -2011,7 +2028,7 @@ mod avx512 {
     /// with AVX-512, several activation rows go through [`paired_tile`] instead, so
     /// `tile_rows` only ever sees one.
     pub(super) fn tiles<const K: u8>() -> (Tile<4, 1>, Option<Tile<1, 4>>, Tile<1, 1>) {
-        (tile::<K, 4, 1>, None, tile::<K, 1, 1>)
+        (tile::<K, 4>, None, tile::<K, 1>)
     }
 
     /// The low 8 lanes.
@@ -2028,18 +2045,31 @@ mod avx512 {
         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))
     }
 
-    /// Blocks `g + j` and (when `TWO`) `g + j + 1` of every row pair into `acc`.
+    /// Blocks `g + j` and (when `TWO`) `g + j + 1` of every weight row with the
+    /// activation row `a` into `acc`, each block scaled by its product in `sc`; for the
+    /// kinds with a minimum, also those blocks' steps of the `Σ m·s` chains in `mins`
+    /// (lane w for weight row w: `fma(m_w,i, s_i, e)`, the group's minimums transposed in
+    /// `ms`). Interleaved with the products, the chain's latency hides behind them.
     #[inline]
+    #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn pair<const K: u8, const TWO: bool, const RW: usize, const RA: usize>(
+    unsafe fn pair<const K: u8, const TWO: bool, const RW: usize>(
         rows: [&[u8]; RW],
-        acts: [&QuantizedActs; RA],
-        s16: &[[__m512; RA]; RW],
+        a: &QuantizedActs,
+        sc: &[[f32; 16]; RW],
+        ms: &[f32; 64],
         g: usize,
         j: usize,
-        acc: &mut [[__m512; RA]; RW],
+        acc: &mut [__m256; RW],
+        mins: &mut __m128,
     ) {
-        let (bb, _, _, o, _) = layout(dtype(K));
+        let (bb, _, _, o, has_min) = layout(dtype(K));
+        if has_min {
+            for jj in j..j + 1 + TWO as usize {
+                let mv = _mm_loadu_ps(ms.as_ptr().add(16 * (jj % 4) + 4 * (jj / 4)));
+                *mins = _mm_fmadd_ps(mv, _mm_set1_ps(a.sum[g + jj]), *mins);
+            }
+        }
         let i = g + j;
         let mut q = [_mm512_setzero_si512(); RW];
         // The rows of a tile lie back to back, and the next tiles follow them: fetch the
@@ -2051,37 +2081,29 @@ mod avx512 {
             _mm_prefetch::<_MM_HINT_T0>(p as *const i8);
             q[w] = weights::<K, TWO>(rows[w].as_ptr().add(bb * i));
         }
-        // Lanes 0..8 take block j's scale, lanes 8..16 block j + 1's.
-        let idx = _mm512_add_epi32(
-            _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
-            _mm512_set1_epi32(j as i32),
-        );
-        for a in 0..RA {
-            let p = acts[a].qs.as_ptr().add(32 * i);
-            let x = if TWO {
-                _mm512_loadu_si512(p as *const __m512i)
-            } else {
-                _mm512_maskz_loadu_epi8(0xFFFF_FFFF, p)
-            };
-            // −o · Σ qx per lane, so that Σ u·qx starts from it.
-            let start = if o != 0 {
-                _mm512_sub_epi32(
-                    _mm512_setzero_si512(),
-                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(o), x),
-                )
-            } else {
-                _mm512_setzero_si512()
-            };
-            for w in 0..RW {
-                let s = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, q[w], x));
-                let sc = _mm512_permutexvar_ps(idx, s16[w][a]);
-                // One chain in the low 8 lanes: block j, then block j + 1 (llama.cpp's).
-                let mut c = _mm256_fmadd_ps(lo(sc), lo(s), lo(acc[w][a]));
-                if TWO {
-                    c = _mm256_fmadd_ps(hi(sc), hi(s), c);
-                }
-                acc[w][a] = _mm512_castps256_ps512(c);
+        let p = a.qs.as_ptr().add(32 * i);
+        let x = if TWO {
+            _mm512_loadu_si512(p as *const __m512i)
+        } else {
+            _mm512_maskz_loadu_epi8(0xFFFF_FFFF, p)
+        };
+        // −o · Σ qx per lane, so that Σ u·qx starts from it.
+        let start = if o != 0 {
+            _mm512_sub_epi32(
+                _mm512_setzero_si512(),
+                _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(o), x),
+            )
+        } else {
+            _mm512_setzero_si512()
+        };
+        for w in 0..RW {
+            let s = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, q[w], x));
+            // One chain: block j, then block j + 1 (llama.cpp's).
+            let mut c = _mm256_fmadd_ps(_mm256_set1_ps(sc[w][j]), lo(s), acc[w]);
+            if TWO {
+                c = _mm256_fmadd_ps(_mm256_set1_ps(sc[w][j + 1]), hi(s), c);
             }
+            acc[w] = c;
         }
     }
 }
@@ -2609,7 +2631,7 @@ impl QMatrix {
             if a < t {
                 for w in 0..n {
                     let mut o = [[0.0f32; 1]; 1];
-                    avx512::tile::<K, 1, 1>([self.row_bytes_of(i0 + w)], [&[]], [&acts[a]], &mut o);
+                    avx512::tile::<K, 1>([self.row_bytes_of(i0 + w)], [&[]], [&acts[a]], &mut o);
                     out.put(a, i0 + w, &o[0]);
                 }
             }
