@@ -4,7 +4,8 @@
 
 use half::f16;
 use lucent::tensor::quant::{
-    dequantize, k_scale_min, quantize_activations, reference, vec_dot, GgmlType, QMatrix, QK_K,
+    dequantize, k_scale_min, quantize_activations, reference, row_invariant, vec_dot, GgmlType,
+    QMatrix, QK_K,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -535,12 +536,19 @@ fn k_quant_dots_equal_their_twins() {
                 let a = quantize_activations(t, &x).unwrap();
                 let fast = vec_dot(t, &row, &a).unwrap();
                 let slow = reference::vec_dot(t, &row, &a).unwrap();
+                // Both sum in llama.cpp's order: the same bits.
+                assert_eq!(
+                    fast.to_bits(),
+                    slow.to_bits(),
+                    "{t} n={n}: {fast} vs twin {slow}"
+                );
                 let mut w = vec![0.0; n];
                 dequantize(t, &row, &mut w).unwrap();
                 let scale = abs_dot64(&w, &a.dequantize()) + 1e-6;
+                let exact = dot64(&w, &a.dequantize());
                 assert!(
-                    ((fast - slow) as f64).abs() <= 1e-5 * scale,
-                    "{t} n={n}: {fast} vs twin {slow}"
+                    (fast as f64 - exact).abs() <= 1e-5 * scale,
+                    "{t} n={n}: {fast} vs dequantise-then-dot {exact}"
                 );
             }
         }
@@ -685,7 +693,8 @@ fn k_quant_prefill_equals_decode_bit_for_bit() {
     for threads in [1, 2] {
         lucent::threads::set_threads(threads);
         for t in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
-            for &(rows, blocks) in &[(1usize, 1usize), (5, 2), (9, 3), (64, 4)] {
+            // 8 and 64 rows: repacked Q4_K (llama.cpp's grouped order for whole fours).
+            for &(rows, blocks) in &[(1usize, 1usize), (5, 2), (8, 1), (9, 3), (64, 4)] {
                 let cols = 256 * blocks;
                 let bytes: Vec<u8> = (0..rows)
                     .flat_map(|_| random_row(t, cols, &mut rng))
@@ -695,19 +704,42 @@ fn k_quant_prefill_equals_decode_bit_for_bit() {
                     let xs: Vec<f32> = (0..n * cols)
                         .map(|_| rng.random_range(-3.0f32..3.0))
                         .collect();
-                    let ys = m.matmul_t_quantized(&xs, n).unwrap(); // (n, rows)
-                    for (r, x) in xs.chunks_exact(cols).enumerate() {
-                        let y = m.matvec(x).unwrap();
-                        for i in 0..rows {
-                            assert_eq!(
-                                ys[r * rows + i].to_bits(),
-                                y[i].to_bits(),
-                                "{t} {rows}×{cols}, {threads} threads: prompt row {r} of {n}, weight row {i}"
-                            );
-                        }
-                    }
+                    let what = format!("{t} {rows}×{cols}, {threads} threads, {n} prompt rows");
+                    check_prompt_rows(&m, &xs, n, &what);
                 }
             }
+        }
+    }
+}
+
+/// `m`'s product with the `n` prompt rows `xs` against llama.cpp's rules, bit for bit:
+/// each row as one decoded token, except that a repacked Q4_K matrix (a multiple of 8
+/// rows) sums the rows in whole fours in its grouped order (the twin
+/// `dot_q4_k_repacked(.., true)`); and under `row_invariant` every row as a token.
+fn check_prompt_rows(m: &QMatrix, xs: &[f32], n: usize, what: &str) {
+    let (rows, cols) = (m.rows(), m.cols());
+    let ys = m.matmul_t_quantized(xs, n).unwrap(); // (n, rows)
+    let yi = row_invariant(|| m.matmul_t_quantized(xs, n).unwrap());
+    let grouped = m.dtype() == GgmlType::Q4_K && rows % 8 == 0;
+    for (r, x) in xs.chunks_exact(cols).enumerate() {
+        let y = m.matvec(x).unwrap();
+        let a = quantize_activations(m.dtype(), x).unwrap();
+        for i in 0..rows {
+            let want = if grouped && r < n - n % 4 {
+                reference::dot_q4_k_repacked(m.row_bytes_of(i), &a, true)
+            } else {
+                y[i]
+            };
+            assert_eq!(
+                ys[r * rows + i].to_bits(),
+                want.to_bits(),
+                "{what}: prompt row {r}, weight row {i}"
+            );
+            assert_eq!(
+                yi[r * rows + i].to_bits(),
+                y[i].to_bits(),
+                "{what}, row invariant: prompt row {r}, weight row {i}"
+            );
         }
     }
 }
@@ -804,16 +836,6 @@ fn large_prompt_on_threads_equals_decode() {
             .collect();
         let m = QMatrix::from_vec(ty, rows, cols, b).unwrap();
         let x: Vec<f32> = (0..t * cols).map(|_| rng.random_range(-2.0..2.0)).collect();
-        let ys = m.matmul_t_quantized(&x, t).unwrap(); // (t, rows)
-        for (r, xr) in x.chunks_exact(cols).enumerate() {
-            let y = m.matvec(xr).unwrap();
-            for i in 0..rows {
-                assert_eq!(
-                    ys[r * rows + i].to_bits(),
-                    y[i].to_bits(),
-                    "{ty} row {r}, {i}"
-                );
-            }
-        }
+        check_prompt_rows(&m, &x, t, &format!("{ty} {rows}×{cols}, 2 threads"));
     }
 }

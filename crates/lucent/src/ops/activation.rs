@@ -148,7 +148,10 @@ unsafe fn gelu_tanh_f16_f16c(x: &mut [f32], table: &[f32]) {
 /// One entry of [`gelu_tanh_f16`]'s table: GELU of an f16 value in f32, rounded to f16.
 fn gelu_tanh_f16_entry(x: f32) -> f32 {
     const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-    let y = 0.5 * x * (1.0 + libm::tanhf(SQRT_2_OVER_PI * x * (1.0 + 0.044715 * x * x)));
+    // 1 + 0.044715·x·x is one fused multiply-add: the C compiler contracts it so in
+    // llama.cpp's build (x86-64 with FMA), and rounding it in two steps moves some f16
+    // entries by one place (e.g. x = −1.999: −0.04547 instead of −0.0455).
+    let y = 0.5 * x * (1.0 + libm::tanhf(SQRT_2_OVER_PI * x * (0.044715 * x).mul_add(x, 1.0)));
     half::f16::from_f32(y).to_f32()
 }
 

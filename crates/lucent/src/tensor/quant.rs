@@ -616,7 +616,6 @@ pub fn vnni_available() -> bool {
 type DotFn = fn(&[u8], &QuantizedActs) -> f32;
 
 /// A dot kernel of one weight row with four activation rows ([`avx512::kernel4`]).
-#[cfg(target_arch = "x86_64")]
 type Dot4Fn = fn(&[u8], [&QuantizedActs; 4]) -> [f32; 4];
 
 /// A tile kernel: dots of `RW` weight rows (with their scale tables) and `RA` prepared
@@ -636,6 +635,50 @@ fn dot_kernel(dtype: GgmlType) -> DotFn {
         return avx2::kernel(dtype);
     }
     reference::kernel(dtype)
+}
+
+/// Which of llama.cpp's kernels a Q4_K / Q5_K dot sums like: its arithmetic differs
+/// between them in the f32 steps (the integer parts are exact in all).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum KOrder {
+    /// `ggml_vec_dot_q4_K_q8_K` / `_q5_K_`: eight lanes per block, the minimums apart.
+    Dot,
+    /// `ggml_gemv_q4_K_8x8_q8_K` (repacked Q4_K, one activation row): one chain, one
+    /// step per block.
+    Gemv,
+    /// `ggml_gemm_q4_K_8x8_q8_K` (repacked Q4_K, activation rows in fours): one chain,
+    /// one step per 64 numbers.
+    Gemm,
+}
+
+/// The kernels of a repacked Q4_K matrix on this CPU: one activation row
+/// ([`KOrder::Gemv`]) and four ([`KOrder::Gemm`]).
+fn repacked_kernels() -> (DotFn, Dot4Fn) {
+    #[cfg(target_arch = "x86_64")]
+    if avx512::available() {
+        return avx512::repacked_kernels();
+    }
+    #[cfg(target_arch = "x86_64")]
+    if simd_available() {
+        return avx2::repacked_kernels();
+    }
+    (
+        |r, a| reference::dot_q4_k_repacked(r, a, false),
+        |r, a| std::array::from_fn(|k| reference::dot_q4_k_repacked(r, a[k], true)),
+    )
+}
+
+thread_local! {
+    /// Set inside [`row_invariant`].
+    static ROW_INVARIANT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Run `f` with every prompt row's matrix products summed as a single row's are (this
+/// thread's products; they read the setting before they split over threads), so a
+/// prompt's rows equal what decoding them one at a time gives. llama.cpp itself sums a
+/// repacked Q4_K matrix's prompt rows in fours in another order ([`KOrder::Gemm`]).
+pub fn row_invariant<R>(f: impl FnOnce() -> R) -> R {
+    crate::threads::with_flag(&ROW_INVARIANT, true, f)
 }
 
 /// The plain twins: dot products that read like the formulas in the module doc, with
@@ -781,39 +824,77 @@ pub mod reference {
     }
 
     /// Q4_K and Q5_K: Σ_blocks dx·(d·Σ_j sc_j Σ_{i∈j} q_i·qx_i − dmin·Σ_j mn_j Σ_{i∈j} qx_i).
+    /// The integer parts of one Q4_K / Q5_K 256-block against its activations, as
+    /// llama.cpp's AVX2 kernels hold them: `sums[j][k]` for the step `j` over sub-blocks
+    /// 2j and 2j + 1 is lane k's `Σ sc · q · qx` over numbers 4k..4k+3 of each of the two
+    /// (eight i32 lanes), and `mins[j] = mn_2j · s_2j + mn_2j+1 · s_2j+1` with `s` the
+    /// 32-sums of the activations. All exact integers.
+    pub(super) fn k45_parts(b: &[u8], xq: &[i8], bsums: &[i32], five: bool) -> K45Parts {
+        let scales = &b[4..16];
+        let (qh, qs): (&[u8], &[u8]) = if five {
+            (&b[16..48], &b[48..176])
+        } else {
+            (&[], &b[16..144])
+        };
+        let mut p = K45Parts {
+            sums: [[0; 8]; 4],
+            mins: [0; 4],
+        };
+        for j in 0..8 {
+            let (sc, mn) = k_scale_min(j, scales);
+            let chunk = &qs[32 * (j / 2)..32 * (j / 2) + 32];
+            for l in 0..32 {
+                let mut q = if j % 2 == 0 {
+                    chunk[l] & 0x0F
+                } else {
+                    chunk[l] >> 4
+                };
+                if five {
+                    q |= ((qh[l] >> j) & 1) << 4;
+                }
+                p.sums[j / 2][l / 4] += sc as i32 * q as i32 * xq[32 * j + l] as i32;
+            }
+            p.mins[j / 2] += mn as i32 * (bsums[2 * j] + bsums[2 * j + 1]);
+        }
+        p
+    }
+
+    /// Q4_K and Q5_K in llama.cpp's `ggml_vec_dot_q4_K_q8_K` / `_q5_K_` order (AVX2):
+    /// per block, the eight lanes of Σ_j sums[j] meet `d·dx` in one FMA each; the minimum
+    /// sums meet `−dx·dmin` in four lanes (Q4_K, folded at the end as (0 + 2) + (1 + 3))
+    /// or, summed, in one f32 chain (Q5_K); the lanes are summed by [`hsum8`].
     fn dot_k45(row: &[u8], a: &QuantizedActs, five: bool) -> f32 {
         let bb = if five { 176 } else { 144 };
-        let mut acc = 0.0f32;
+        let mut acc = [0.0f32; 8];
+        let mut acc_m = [0.0f32; 4];
+        let mut summs = 0.0f32;
         for (i, b) in row.chunks_exact(bb).enumerate() {
-            let (d, dmin, scales) = (f16_at(b, 0), f16_at(b, 2), &b[4..16]);
-            let (qh, qs): (&[u8], &[u8]) = if five {
-                (&b[16..48], &b[48..176])
+            let p = k45_parts(
+                b,
+                &a.qs[256 * i..256 * i + 256],
+                &a.bsums[16 * i..16 * i + 16],
+                five,
+            );
+            let d = a.d[i] * f16_at(b, 0);
+            let dmin = -a.d[i] * f16_at(b, 2);
+            if five {
+                summs = dmin.mul_add(p.mins.iter().sum::<i32>() as f32, summs);
             } else {
-                (&[], &b[16..144])
-            };
-            let xq = &a.qs[256 * i..256 * i + 256];
-            let (mut sumi, mut summ) = (0i32, 0i32);
-            for j in 0..8 {
-                let (sc, mn) = k_scale_min(j, scales);
-                let chunk = &qs[32 * (j / 2)..32 * (j / 2) + 32];
-                let mut s = 0i32;
-                for l in 0..32 {
-                    let mut q = if j % 2 == 0 {
-                        chunk[l] & 0x0F
-                    } else {
-                        chunk[l] >> 4
-                    };
-                    if five {
-                        q |= ((qh[l] >> j) & 1) << 4;
-                    }
-                    s += q as i32 * xq[32 * j + l] as i32;
+                for (m, &v) in acc_m.iter_mut().zip(&p.mins) {
+                    *m = dmin.mul_add(v as f32, *m);
                 }
-                sumi += sc as i32 * s;
-                summ += mn as i32 * (a.bsums[16 * i + 2 * j] + a.bsums[16 * i + 2 * j + 1]);
             }
-            acc += a.d[i] * (d * sumi as f32 - dmin * summ as f32);
+            for (k, l) in acc.iter_mut().enumerate() {
+                let s: i32 = p.sums.iter().map(|sj| sj[k]).sum();
+                *l = d.mul_add(s as f32, *l);
+            }
         }
-        acc
+        let m = if five {
+            summs
+        } else {
+            (acc_m[0] + acc_m[2]) + (acc_m[1] + acc_m[3])
+        };
+        crate::ops::ggml::hsum8(&acc) + m
     }
 
     fn dot_q4_k(row: &[u8], a: &QuantizedActs) -> f32 {
@@ -824,33 +905,82 @@ pub mod reference {
         dot_k45(row, a, true)
     }
 
-    /// Σ_blocks d·dx·Σ_g sc_g Σ_{i∈g} (q_i − 32)·qx_i.
+    /// Q4_K in the order of llama.cpp's repacked kernels (its weights interleaved eight
+    /// rows at a time, `ggml_gemv_q4_K_8x8_q8_K` and `ggml_gemm_q4_K_8x8_q8_K`, which it
+    /// uses for every Q4_K matrix whose row count is a multiple of 8 on an AVX2 CPU):
+    /// each output is one f32 chain. The token path (`grouped` false) adds per block
+    /// `fma(Σ sums, d·dx)` and `fma(Σ mins, dmin·dx)`; the prompt path for rows in
+    /// groups of four (`grouped` true) does so once per step j of 64 numbers. The result
+    /// is the first chain minus the second.
+    pub fn dot_q4_k_repacked(row: &[u8], a: &QuantizedActs, grouped: bool) -> f32 {
+        let (mut acc, mut acc_m) = (0.0f32, 0.0f32);
+        for (i, b) in row.chunks_exact(144).enumerate() {
+            let p = k45_parts(
+                b,
+                &a.qs[256 * i..256 * i + 256],
+                &a.bsums[16 * i..16 * i + 16],
+                false,
+            );
+            let (d, dmin) = (f16_at(b, 0) * a.d[i], f16_at(b, 2) * a.d[i]);
+            let step = |s: &[[i32; 8]], m: &[i32]| -> (f32, f32) {
+                let s: i32 = s.iter().flatten().sum();
+                (s as f32, m.iter().sum::<i32>() as f32)
+            };
+            if grouped {
+                for j in 0..4 {
+                    let (s, m) = step(&p.sums[j..j + 1], &p.mins[j..j + 1]);
+                    acc = s.mul_add(d, acc);
+                    acc_m = m.mul_add(dmin, acc_m);
+                }
+            } else {
+                let (s, m) = step(&p.sums, &p.mins);
+                acc = s.mul_add(d, acc);
+                acc_m = m.mul_add(dmin, acc_m);
+            }
+        }
+        acc - acc_m
+    }
+
+    /// Q6_K in llama.cpp's `ggml_vec_dot_q6_K_q8_K` order (AVX2): per block, eight i32
+    /// lanes (lane k: numbers 4k..4k+3 of every 32, times their group's scale), each less
+    /// `32 · (sc_2k · s_2k + sc_2k+1 · s_2k+1)` (the −32 offset, from the 16-sums `s`),
+    /// one FMA with `d·dx` per lane; the lanes summed by [`hsum8`].
     fn dot_q6_k(row: &[u8], a: &QuantizedActs) -> f32 {
-        let mut acc = 0.0f32;
+        let mut acc = [0.0f32; 8];
         for (i, b) in row.chunks_exact(210).enumerate() {
-            let (ql, qh, sc, d) = (&b[0..128], &b[128..192], &b[192..208], f16_at(b, 208));
+            let (ql, qh, sc) = (&b[0..128], &b[128..192], &b[192..208]);
+            let d = a.d[i] * f16_at(b, 208);
             let xq = &a.qs[256 * i..256 * i + 256];
-            let mut sumi = 0i32;
-            let mut group = [0i32; 16];
+            let bs = &a.bsums[16 * i..16 * i + 16];
+            let mut lanes = [0i32; 8];
             for n in 0..2 {
                 for k in 0..4 {
                     for l in 0..32 {
                         let lb = ql[64 * n + 32 * (k % 2) + l];
                         let lo = if k < 2 { lb & 0x0F } else { lb >> 4 };
                         let hi = (qh[32 * n + l] >> (2 * k)) & 3;
-                        let q = (lo | (hi << 4)) as i32 - 32;
+                        let q = (lo | (hi << 4)) as i32;
                         let e = 128 * n + 32 * k + l;
-                        group[e / 16] += q * xq[e] as i32;
+                        lanes[l / 4] += (sc[e / 16] as i8) as i32 * q * xq[e] as i32;
                     }
                 }
             }
-            for (g, s) in group.iter().enumerate() {
-                sumi += (sc[g] as i8) as i32 * s;
+            for (k, (l, v)) in acc.iter_mut().zip(lanes).enumerate() {
+                let off = (sc[2 * k] as i8) as i32 * bs[2 * k]
+                    + (sc[2 * k + 1] as i8) as i32 * bs[2 * k + 1];
+                *l = d.mul_add((v - 32 * off) as f32, *l);
             }
-            acc += d * a.d[i] * sumi as f32;
         }
-        acc
+        crate::ops::ggml::hsum8(&acc)
     }
+}
+
+/// The exact integer parts of a Q4_K / Q5_K block's dot ([`reference::k45_parts`]).
+pub(crate) struct K45Parts {
+    /// Per step of 64 numbers, the eight i32 lanes.
+    pub(crate) sums: [[i32; 8]; 4],
+    /// Per step, the minimums times the activations' 32-sums.
+    pub(crate) mins: [i32; 4],
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -869,11 +999,22 @@ mod avx2 {
             GgmlType::Q5_0 => |r, a| unsafe { q5_0(r, a) }, // SAFETY: AVX2+FMA detected
             GgmlType::Q5_1 => |r, a| unsafe { q5_1(r, a) }, // SAFETY: AVX2+FMA detected
             GgmlType::Q8_0 => |r, a| unsafe { q8_0(r, a) }, // SAFETY: AVX2+FMA detected
-            GgmlType::Q4_K => |r, a| unsafe { q45_k(r, a, false) }, // SAFETY: AVX2+FMA detected
-            GgmlType::Q5_K => |r, a| unsafe { q45_k(r, a, true) }, // SAFETY: AVX2+FMA detected
+            // SAFETY (both): AVX2+FMA detected.
+            GgmlType::Q4_K => |r, a| unsafe { q45_k(r, a, false, KOrder::Dot) },
+            GgmlType::Q5_K => |r, a| unsafe { q45_k(r, a, true, KOrder::Dot) },
             GgmlType::Q6_K => |r, a| unsafe { q6_k(r, a) }, // SAFETY: AVX2+FMA detected
             _ => reference::kernel(dtype),
         }
+    }
+
+    /// Q4_K in the order of llama.cpp's repacked kernels ([`KOrder::Gemv`] for one row,
+    /// [`KOrder::Gemm`] for each of four).
+    pub(super) fn repacked_kernels() -> (DotFn, Dot4Fn) {
+        (
+            // SAFETY (both): AVX2+FMA detected; the callers check rows and acts.
+            |r, a| unsafe { q45_k(r, a, false, KOrder::Gemv) },
+            |r, a| std::array::from_fn(|k| unsafe { q45_k(r, a[k], false, KOrder::Gemm) }),
+        )
     }
 
     fn dot_f32(row: &[u8], a: &QuantizedActs) -> f32 {
@@ -1149,17 +1290,18 @@ mod avx2 {
         })
     }
 
-    /// Q4_K (`five` false) and Q5_K (`five` true).
+    /// Q4_K (`five` false) and Q5_K (`five` true) in `order` (Q5_K: always
+    /// [`KOrder::Dot`]): per block the four steps of 64 numbers as eight i32 lanes each
+    /// (lane k: numbers 4k..4k+3 of both sub-blocks, times their scales) and the minimum
+    /// sums, which [`K45Acc`] meets with the scales as llama.cpp's kernel of that order.
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn q45_k(row: &[u8], a: &QuantizedActs, five: bool) -> f32 {
+    unsafe fn q45_k(row: &[u8], a: &QuantizedActs, five: bool, order: KOrder) -> f32 {
         let bb = if five { 176 } else { 144 };
         let m4 = _mm256_set1_epi8(0x0F);
         let one = _mm256_set1_epi8(1);
-        let mut acc = _mm256_setzero_ps();
-        let mut mins = 0.0f32;
+        let mut acc = K45Acc::new();
         for i in 0..a.d.len() {
             let blk = &row[bb * i..bb * (i + 1)];
-            let (d, dmin) = (f16p(blk.as_ptr()), f16p(blk.as_ptr().add(2)));
             let scales = &blk[4..16];
             let qs = if five {
                 blk.as_ptr().add(48)
@@ -1172,13 +1314,10 @@ mod avx2 {
                 _mm256_setzero_si256()
             };
             let xq = a.qs.as_ptr().add(256 * i);
-            let mut sumi = _mm256_setzero_si256();
-            let mut summ = 0i32;
-            for c in 0..4 {
-                let (sc0, mn0) = k_scale_min(2 * c, scales);
-                let (sc1, mn1) = k_scale_min(2 * c + 1, scales);
-                let bs = &a.bsums[16 * i + 4 * c..16 * i + 4 * c + 4];
-                summ += mn0 as i32 * (bs[0] + bs[1]) + mn1 as i32 * (bs[2] + bs[3]);
+            let mut steps = [_mm256_setzero_si256(); 4];
+            for (c, step) in steps.iter_mut().enumerate() {
+                let (sc0, _) = k_scale_min(2 * c, scales);
+                let (sc1, _) = k_scale_min(2 * c + 1, scales);
                 let qb = _mm256_loadu_si256(qs.add(32 * c) as *const __m256i);
                 let mut lo = _mm256_and_si256(qb, m4);
                 let mut hi = _mm256_and_si256(_mm256_srli_epi16(qb, 4), m4);
@@ -1200,12 +1339,135 @@ mod avx2 {
                     _mm256_madd_epi16(_mm256_maddubs_epi16(lo, xl), _mm256_set1_epi16(sc0 as i16));
                 let ph =
                     _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xh), _mm256_set1_epi16(sc1 as i16));
-                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+                *step = _mm256_add_epi32(pl, ph);
             }
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d[i]), _mm256_cvtepi32_ps(sumi), acc);
-            mins += dmin * a.d[i] * summ as f32;
+            let mins = k45_mins(scales, &a.bsums[16 * i..16 * i + 16]);
+            acc.block(steps, mins, blk.as_ptr(), a.d[i], five, order);
         }
-        hsum_ps(acc) - mins
+        acc.finish(five, order)
+    }
+
+    /// `mins[j] = mn_2j · s_2j + mn_2j+1 · s_2j+1` of a Q4_K / Q5_K block, with `s` the
+    /// 32-sums of the activations (`bsums`: the block's 16-sums).
+    #[inline]
+    pub(super) fn k45_mins(scales: &[u8], bsums: &[i32]) -> [i32; 4] {
+        std::array::from_fn(|j| {
+            let (_, m0) = k_scale_min(2 * j, scales);
+            let (_, m1) = k_scale_min(2 * j + 1, scales);
+            m0 as i32 * (bsums[4 * j] + bsums[4 * j + 1])
+                + m1 as i32 * (bsums[4 * j + 2] + bsums[4 * j + 3])
+        })
+    }
+
+    /// The f32 accumulators of a Q4_K / Q5_K dot in one of llama.cpp's orders
+    /// ([`reference::dot_k45`], [`reference::dot_q4_k_repacked`]), fed one block at a
+    /// time with its exact integer parts.
+    pub(super) struct K45Acc {
+        /// [`KOrder::Dot`]: eight lanes of `fma(d·dx, Σ steps)`.
+        acc: __m256,
+        /// Q4_K [`KOrder::Dot`]: four lanes of `fma(−dx·dmin, mins)`.
+        acc_m: __m128,
+        /// Q5_K: `fma(−dx·dmin, Σ mins)`; [`KOrder::Gemv`]/[`KOrder::Gemm`]: the
+        /// minimums' chain.
+        summs: f32,
+        /// [`KOrder::Gemv`]/[`KOrder::Gemm`]: the products' chain.
+        chain: f32,
+    }
+
+    impl K45Acc {
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) fn new() -> K45Acc {
+            K45Acc {
+                acc: _mm256_setzero_ps(),
+                acc_m: _mm_setzero_ps(),
+                summs: 0.0,
+                chain: 0.0,
+            }
+        }
+
+        /// One block: its four steps' lanes, its minimum sums, the block (for `d` and
+        /// `dmin` at its start) and the activations' scale `dx`.
+        ///
+        /// # Safety
+        /// `blk` points at a Q4_K / Q5_K block (four readable bytes).
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) unsafe fn block(
+            &mut self,
+            steps: [__m256i; 4],
+            mins: [i32; 4],
+            blk: *const u8,
+            dx: f32,
+            five: bool,
+            order: KOrder,
+        ) {
+            let (dw, dminw) = (f16p(blk), f16p(blk.add(2)));
+            match order {
+                KOrder::Dot => {
+                    let sumi = _mm256_add_epi32(
+                        _mm256_add_epi32(steps[0], steps[1]),
+                        _mm256_add_epi32(steps[2], steps[3]),
+                    );
+                    self.acc = _mm256_fmadd_ps(
+                        _mm256_set1_ps(dx * dw),
+                        _mm256_cvtepi32_ps(sumi),
+                        self.acc,
+                    );
+                    let dmin = -dx * dminw;
+                    if five {
+                        self.summs = dmin.mul_add(mins.iter().sum::<i32>() as f32, self.summs);
+                    } else {
+                        let m = _mm_loadu_si128(mins.as_ptr() as *const __m128i);
+                        self.acc_m =
+                            _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(m), self.acc_m);
+                    }
+                }
+                KOrder::Gemv => {
+                    let s = hsum_epi32(_mm256_add_epi32(
+                        _mm256_add_epi32(steps[0], steps[1]),
+                        _mm256_add_epi32(steps[2], steps[3]),
+                    ));
+                    self.chain = (s as f32).mul_add(dw * dx, self.chain);
+                    let m: i32 = mins.iter().sum();
+                    self.summs = (m as f32).mul_add(dminw * dx, self.summs);
+                }
+                KOrder::Gemm => {
+                    for (st, &m) in steps.iter().zip(&mins) {
+                        self.chain = (hsum_epi32(*st) as f32).mul_add(dw * dx, self.chain);
+                        self.summs = (m as f32).mul_add(dminw * dx, self.summs);
+                    }
+                }
+            }
+        }
+
+        /// The dot product.
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) fn finish(&self, five: bool, order: KOrder) -> f32 {
+            // SAFETY: hsum_ps needs AVX2, which this function's features include.
+            let hsum_ps = |v| unsafe { hsum_ps(v) };
+            match order {
+                KOrder::Dot if five => hsum_ps(self.acc) + self.summs,
+                KOrder::Dot => {
+                    // llama.cpp's fold of the four minimum lanes: (0 + 2) + (1 + 3).
+                    let m = _mm_add_ps(self.acc_m, _mm_movehl_ps(self.acc_m, self.acc_m));
+                    let m = _mm_add_ss(m, _mm_movehdup_ps(m));
+                    hsum_ps(self.acc) + _mm_cvtss_f32(m)
+                }
+                _ => self.chain - self.summs,
+            }
+        }
+    }
+
+    /// The eight i32 lanes summed (exact while the sum fits).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn hsum_epi32(v: __m256i) -> i32 {
+        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
+        _mm_cvtsi128_si32(s)
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -1213,17 +1475,12 @@ mod avx2 {
         let m4 = _mm256_set1_epi8(0x0F);
         let m2 = _mm256_set1_epi8(3);
         let mut acc = _mm256_setzero_ps();
-        let mut offs = 0.0f32;
         for i in 0..a.d.len() {
             let blk = &row[210 * i..210 * (i + 1)];
             let sc = &blk[192..208];
             let d = f16p(blk.as_ptr().add(208)) * a.d[i];
             let xq = a.qs.as_ptr().add(256 * i);
             let mut sumi = _mm256_setzero_si256();
-            let mut off = 0i32;
-            for (g, &s) in sc.iter().enumerate() {
-                off += (s as i8) as i32 * a.bsums[16 * i + g];
-            }
             for n in 0..2 {
                 let ql0 = _mm256_loadu_si256(blk.as_ptr().add(64 * n) as *const __m256i);
                 let ql1 = _mm256_loadu_si256(blk.as_ptr().add(64 * n + 32) as *const __m256i);
@@ -1257,10 +1514,25 @@ mod avx2 {
                     sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s));
                 }
             }
+            let off = q6_k_offsets(sc, &a.bsums[16 * i..16 * i + 16]);
+            let sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(off, 5));
             acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-            offs += 32.0 * d * off as f32;
         }
-        hsum_ps(acc) - offs
+        hsum_ps(acc)
+    }
+
+    /// Lane k: `sc_2k · s_2k + sc_2k+1 · s_2k+1` of a Q6_K block (its i8 scales `sc`, the
+    /// activations' 16-sums `s`); 32 times it is the lane's share of the `− 32` offset
+    /// (llama.cpp's `q8sclsub`).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn q6_k_offsets(sc: &[u8], bsums: &[i32]) -> __m256i {
+        let o: [i32; 8] = std::array::from_fn(|k| {
+            (sc[2 * k] as i8) as i32 * bsums[2 * k]
+                + (sc[2 * k + 1] as i8) as i32 * bsums[2 * k + 1]
+        });
+        // SAFETY: `o` holds eight i32.
+        unsafe { _mm256_loadu_si256(o.as_ptr() as *const __m256i) }
     }
 }
 
@@ -1364,9 +1636,10 @@ mod avx512 {
     /// The dot kernel for `dtype`: the K-quants here, the rest from [`super::avx2`].
     pub(super) fn kernel(dtype: GgmlType) -> DotFn {
         match dtype {
-            GgmlType::Q4_K => |r, a| unsafe { q45_k(r, a, false) }, // SAFETY: available() said yes
-            GgmlType::Q5_K => |r, a| unsafe { q45_k(r, a, true) },  // SAFETY: available() said yes
-            GgmlType::Q6_K => |r, a| unsafe { q6_k(r, a) },         // SAFETY: available() said yes
+            // SAFETY (all three): available() said yes.
+            GgmlType::Q4_K => |r, a| unsafe { q45_k(r, a, false, KOrder::Dot) },
+            GgmlType::Q5_K => |r, a| unsafe { q45_k(r, a, true, KOrder::Dot) },
+            GgmlType::Q6_K => |r, a| unsafe { q6_k(r, a) },
             _ => super::avx2::kernel(dtype),
         }
     }
@@ -1376,24 +1649,35 @@ mod avx512 {
     pub(super) fn kernel4(dtype: GgmlType) -> Option<Dot4Fn> {
         match dtype {
             // SAFETY (all three): available() said yes; the callers check rows and acts.
-            GgmlType::Q4_K => Some(|r, a| unsafe { q45_k_rows::<4>(r, a, false) }),
-            GgmlType::Q5_K => Some(|r, a| unsafe { q45_k_rows::<4>(r, a, true) }),
+            GgmlType::Q4_K => Some(|r, a| unsafe { q45_k_rows::<4>(r, a, false, KOrder::Dot) }),
+            GgmlType::Q5_K => Some(|r, a| unsafe { q45_k_rows::<4>(r, a, true, KOrder::Dot) }),
             GgmlType::Q6_K => Some(|r, a| unsafe { q6_k_rows::<4>(r, a) }),
             _ => None,
         }
     }
 
-    /// Q4_K (`five` false) and Q5_K (`five` true), 64 numbers (two sub-blocks) a step:
-    /// `vpmaddubsw` pairs (q ≤ 31, |qx| ≤ 127: no saturation), `vpmaddwd` with the
-    /// sub-blocks' scales. The two halves of the i32 sums add up to the AVX2 kernel's
-    /// eight lanes, which then meet the same f32 arithmetic in the same order: the
-    /// results equal [`super::avx2`]'s bit for bit.
+    /// Q4_K in the order of llama.cpp's repacked kernels ([`KOrder::Gemv`] for one row
+    /// at a time, [`KOrder::Gemm`] for the four-row kernel).
+    pub(super) fn repacked_kernels() -> (DotFn, Dot4Fn) {
+        (
+            // SAFETY (both): available() said yes; the callers check rows and acts.
+            |r, a| unsafe { q45_k(r, a, false, KOrder::Gemv) },
+            |r, a| unsafe { q45_k_rows::<4>(r, a, false, KOrder::Gemm) },
+        )
+    }
+
+    /// Q4_K (`five` false) and Q5_K (`five` true) in `order`, 64 numbers (two
+    /// sub-blocks) a step: `vpmaddubsw` pairs (q ≤ 31, |qx| ≤ 127: no saturation),
+    /// `vpmaddwd` with the sub-blocks' scales. The two halves of a step's i32 sums add up
+    /// to the AVX2 kernel's eight lanes, which then meet the same f32 arithmetic in the
+    /// same order ([`super::avx2::K45Acc`]): the results equal [`super::avx2`]'s bit for
+    /// bit.
     ///
     /// # Safety
     /// [`available`]; `row` and `a` checked by [`check_dot`] for this type.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn q45_k(row: &[u8], a: &QuantizedActs, five: bool) -> f32 {
-        q45_k_rows::<1>(row, [a], five)[0]
+    unsafe fn q45_k(row: &[u8], a: &QuantizedActs, five: bool, order: KOrder) -> f32 {
+        q45_k_rows::<1>(row, [a], five, order)[0]
     }
 
     /// [`q45_k`] of one weight row with `RA` activation rows: each weight step decoded
@@ -1408,15 +1692,15 @@ mod avx512 {
         row: &[u8],
         acts: [&QuantizedActs; RA],
         five: bool,
+        order: KOrder,
     ) -> [f32; RA] {
         let bb = if five { 176 } else { 144 };
         let m4 = _mm512_set1_epi8(0x0F);
         let one = _mm512_set1_epi8(1);
-        let mut acc = [_mm256_setzero_ps(); RA];
-        let mut mins = [0.0f32; RA];
+        let mut acc: [super::avx2::K45Acc; RA] =
+            std::array::from_fn(|_| super::avx2::K45Acc::new());
         for i in 0..acts[0].d.len() {
             let blk = row.as_ptr().add(bb * i);
-            let (d, dmin) = (super::avx2::f16p(blk), super::avx2::f16p(blk.add(2)));
             let scales = std::slice::from_raw_parts(blk.add(4), 12);
             let qs = blk.add(if five { 48 } else { 16 });
             let qh = if five {
@@ -1424,18 +1708,24 @@ mod avx512 {
             } else {
                 _mm512_setzero_si512()
             };
-            let mut sumi = [_mm512_setzero_si512(); RA];
-            // Σ_j mn_j · (the sums of sub-block j's two 16-groups), an exact integer: the
-            // 16 group sums against the minimums, each minimum in its two groups' lanes.
+            // Each minimum in its two 16-groups' lanes, against the 16-sums: summed four
+            // lanes at a time, the four steps' minimum sums (exact integers).
             let mut mn16 = [0i32; 16];
             for (l, v) in mn16.iter_mut().enumerate() {
                 *v = k_scale_min(l / 2, scales).1 as i32;
             }
             let mn16 = _mm512_loadu_si512(mn16.as_ptr() as *const __m512i);
-            let summ: [i32; RA] = std::array::from_fn(|k| {
+            let mins: [[i32; 4]; RA] = std::array::from_fn(|k| {
                 let bs = _mm512_loadu_si512(acts[k].bsums.as_ptr().add(16 * i) as *const __m512i);
-                _mm512_reduce_add_epi32(_mm512_mullo_epi32(mn16, bs))
+                let v = _mm512_mullo_epi32(mn16, bs);
+                let v = _mm512_add_epi32(v, _mm512_srli_epi64(v, 32));
+                let v = _mm512_add_epi32(v, _mm512_bsrli_epi128(v, 8));
+                let g = _mm512_maskz_compress_epi32(0x1111, v);
+                let mut m = [0i32; 4];
+                _mm_storeu_si128(m.as_mut_ptr() as *mut __m128i, _mm512_castsi512_si128(g));
+                m
             });
+            let mut steps = [[_mm256_setzero_si256(); 4]; RA];
             for c in 0..4 {
                 let (sc0, _) = k_scale_min(2 * c, scales);
                 let (sc1, _) = k_scale_min(2 * c + 1, scales);
@@ -1458,25 +1748,22 @@ mod avx512 {
                     _mm512_set1_epi16(sc0 as i16),
                     _mm512_set1_epi16(sc1 as i16),
                 );
-                for (a, si) in acts.iter().zip(sumi.iter_mut()) {
+                for (a, st) in acts.iter().zip(steps.iter_mut()) {
                     let x =
                         _mm512_loadu_si512(a.qs.as_ptr().add(256 * i + 64 * c) as *const __m512i);
                     let p = _mm512_madd_epi16(_mm512_maddubs_epi16(q, x), sc);
-                    *si = _mm512_add_epi32(*si, p);
+                    // The AVX2 kernel's eight lanes: lane k of both sub-blocks of the step.
+                    st[c] = _mm256_add_epi32(
+                        _mm512_castsi512_si256(p),
+                        _mm512_extracti64x4_epi64(p, 1),
+                    );
                 }
             }
             for k in 0..RA {
-                // The AVX2 kernel's eight lanes: lane k of both sub-blocks of each step.
-                let s = _mm256_add_epi32(
-                    _mm512_castsi512_si256(sumi[k]),
-                    _mm512_extracti64x4_epi64(sumi[k], 1),
-                );
-                let dx = acts[k].d[i];
-                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * dx), _mm256_cvtepi32_ps(s), acc[k]);
-                mins[k] += dmin * dx * summ[k] as f32;
+                acc[k].block(steps[k], mins[k], blk, acts[k].d[i], five, order);
             }
         }
-        std::array::from_fn(|k| super::avx2::hsum_ps(acc[k]) - mins[k])
+        std::array::from_fn(|k| acc[k].finish(five, order))
     }
 
     /// Q6_K, 64 numbers (four groups of 16) a step, unsigned q (0..63) in `vpmaddubsw`
@@ -1512,7 +1799,6 @@ mod avx512 {
         let right =
             _mm512_mask_blend_epi16(0xFFFF_0000, _mm512_setzero_si512(), _mm512_set1_epi16(2));
         let mut acc = [_mm256_setzero_ps(); RA];
-        let mut offs = [0.0f32; RA];
         for i in 0..acts[0].d.len() {
             let blk = row.as_ptr().add(210 * i);
             let dw = super::avx2::f16p(blk.add(208));
@@ -1563,16 +1849,18 @@ mod avx512 {
                 let d = dw * acts[k].d[i];
                 let bsums =
                     _mm512_loadu_si512(acts[k].bsums.as_ptr().add(16 * i) as *const __m512i);
-                let off = _mm512_reduce_add_epi32(_mm512_mullo_epi32(sc32, bsums));
+                // Lane k of the offsets: groups 2k and 2k + 1 (llama.cpp's q8sclsub / 32).
+                let v = _mm512_mullo_epi32(sc32, bsums);
+                let off = _mm512_cvtepi64_epi32(_mm512_add_epi32(v, _mm512_srli_epi64(v, 32)));
                 let s = _mm256_add_epi32(
                     _mm512_castsi512_si256(sumi[k]),
                     _mm512_extracti64x4_epi64(sumi[k], 1),
                 );
+                let s = _mm256_sub_epi32(s, _mm256_slli_epi32(off, 5));
                 acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s), acc[k]);
-                offs[k] += 32.0 * d * off as f32;
             }
         }
-        std::array::from_fn(|k| super::avx2::hsum_ps(acc[k]) - offs[k])
+        std::array::from_fn(|k| super::avx2::hsum_ps(acc[k]))
     }
 
     /// How many tiles ahead [`tile`] prefetches the weights it will read next.
@@ -2398,7 +2686,7 @@ impl QMatrix {
             self.tile_rows(i0, out, std::slice::from_ref(a));
             return;
         }
-        let k = dot_kernel(self.dtype);
+        let k = self.row_kernel();
         for (j, y) in out.iter_mut().enumerate() {
             *y = k(self.row_bytes_of(i0 + j), a);
         }
@@ -2413,7 +2701,7 @@ impl QMatrix {
             });
             return Ok(());
         }
-        let k = dot_kernel(self.dtype);
+        let k = self.row_kernel();
         self.run_rows(y, |i| k(self.row_bytes_of(i), a));
         Ok(())
     }
@@ -2421,7 +2709,11 @@ impl QMatrix {
     /// The scalar twin of [`QMatrix::matvec`] (reference dots, one thread).
     pub fn matvec_reference(&self, x: &[f32]) -> Result<Vec<f32>> {
         let a = self.prepare(x)?;
-        let k = reference::kernel(self.dtype);
+        let k: DotFn = if self.repacked() {
+            |r, a| reference::dot_q4_k_repacked(r, a, false)
+        } else {
+            reference::kernel(self.dtype)
+        };
         Ok((0..self.rows)
             .map(|i| k(self.row_bytes_of(i), &a))
             .collect())
@@ -2463,6 +2755,38 @@ impl QMatrix {
 
     /// Whether this matrix has a tile kernel on this CPU: [`avx512::tile`] for the
     /// 32-block types with AVX-512 VNNI, else [`avx2::tile`] for Q4_1 and Q8_0.
+    /// Whether llama.cpp keeps this matrix repacked: a Q4_K matrix with a multiple of 8
+    /// rows, which it interleaves eight rows at a time on an AVX2 CPU and multiplies
+    /// with its own kernels. lucent sums such a matrix's products in their order
+    /// ([`KOrder::Gemv`], [`KOrder::Gemm`]).
+    fn repacked(&self) -> bool {
+        self.dtype == GgmlType::Q4_K && self.rows.is_multiple_of(8)
+    }
+
+    /// The dot kernel of one weight row with one activation row: a token's products,
+    /// and a prompt's rows outside whole fours.
+    fn row_kernel(&self) -> DotFn {
+        if self.repacked() {
+            repacked_kernels().0
+        } else {
+            dot_kernel(self.dtype)
+        }
+    }
+
+    /// The kernel of one weight row with four activation rows, where one reads each
+    /// weight block once for four rows (the K-quants on AVX-512) or where llama.cpp sums
+    /// four rows in its own order (repacked Q4_K, unless [`row_invariant`]).
+    fn row_kernel4(&self) -> Option<Dot4Fn> {
+        if self.repacked() {
+            return (!ROW_INVARIANT.with(std::cell::Cell::get)).then(|| repacked_kernels().1);
+        }
+        #[cfg(target_arch = "x86_64")]
+        if avx512::available() {
+            return avx512::kernel4(self.dtype);
+        }
+        None
+    }
+
     fn tiled(&self) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
@@ -2802,7 +3126,7 @@ impl QMatrix {
     fn matmul_t_prepared(&self, acts: &[QuantizedActs]) -> Vec<f32> {
         let t = acts.len();
         let mut y = vec![0.0f32; t * self.rows];
-        let k = dot_kernel(self.dtype);
+        let k = self.row_kernel();
         #[cfg(target_arch = "x86_64")]
         if self.tiled() && avx512::available() && t >= 2 {
             // The paired tiles write Y (t, rows) themselves.
@@ -2823,15 +3147,9 @@ impl QMatrix {
             return y;
         }
         // Four activation rows at a time where a kernel reads each weight block once for
-        // all four (the K-quants on AVX-512); the same numbers as one row at a time.
-        #[cfg(target_arch = "x86_64")]
-        let k4 = if avx512::available() {
-            avx512::kernel4(self.dtype)
-        } else {
-            None
-        };
-        #[cfg(not(target_arch = "x86_64"))]
-        let k4: Option<fn(&[u8], [&QuantizedActs; 4]) -> [f32; 4]> = None;
+        // all four (the K-quants on AVX-512; the same numbers as one row at a time) or
+        // where llama.cpp sums rows in fours its own way (repacked Q4_K).
+        let k4 = self.row_kernel4();
         // Weight rows in L1-sized blocks: each four activation rows meet the whole block
         // before the next four come. Each task writes its rows' columns of Y.
         let wb = (PAIRED_WEIGHT_BYTES / self.row_bytes.max(1)).max(1);
@@ -2982,6 +3300,22 @@ mod tests {
                     let row = m.row_bytes_of(i);
                     let (got, want) = (avx512::kernel(t)(row, &a), avx2::kernel(t)(row, &a));
                     assert_eq!(got.to_bits(), want.to_bits(), "{t} {cols} row {i}");
+                    // Both in llama.cpp's order, as the twin.
+                    let twin = reference::kernel(t)(row, &a);
+                    assert_eq!(want.to_bits(), twin.to_bits(), "{t} {cols} row {i}: twin");
+                    if t == GgmlType::Q4_K {
+                        // The repacked orders, token and grouped prompt rows.
+                        let (v512, g512) = avx512::repacked_kernels();
+                        let (v2, g2) = avx2::repacked_kernels();
+                        let v = reference::dot_q4_k_repacked(row, &a, false);
+                        let g = reference::dot_q4_k_repacked(row, &a, true);
+                        assert_eq!(v512(row, &a).to_bits(), v.to_bits(), "{cols} row {i}");
+                        assert_eq!(v2(row, &a).to_bits(), v.to_bits(), "{cols} row {i}");
+                        for (x, y) in g512(row, [&a; 4]).iter().zip(g2(row, [&a; 4])) {
+                            assert_eq!(x.to_bits(), g.to_bits(), "{cols} row {i}: grouped");
+                            assert_eq!(y.to_bits(), g.to_bits(), "{cols} row {i}: grouped");
+                        }
+                    }
                 }
             }
         }
