@@ -700,7 +700,8 @@ fn k_quant_prefill_equals_decode_bit_for_bit() {
                     .flat_map(|_| random_row(t, cols, &mut rng))
                     .collect();
                 let m = QMatrix::from_vec(t, rows, cols, bytes).unwrap();
-                for n in [1usize, 4, 7] {
+                // 9 rows: llama.cpp's tiled order (8 rows or more) where it does not repack.
+                for n in [1usize, 4, 7, 9] {
                     let xs: Vec<f32> = (0..n * cols)
                         .map(|_| rng.random_range(-3.0f32..3.0))
                         .collect();
@@ -715,7 +716,9 @@ fn k_quant_prefill_equals_decode_bit_for_bit() {
 /// `m`'s product with the `n` prompt rows `xs` against llama.cpp's rules, bit for bit:
 /// each row as one decoded token, except that a repacked Q4_K matrix (a multiple of 8
 /// rows) sums the rows in whole fours in its grouped order (the twin
-/// `dot_q4_k_repacked(.., true)`); and under `row_invariant` every row as a token.
+/// `dot_q4_k_repacked(.., true)`), and the other K-quant matrices sum a product of 8
+/// rows or more in its tiled order (the twins `dot_k45_tiled`, `dot_q6_k_tiled`); under
+/// `row_invariant`, every row as a token.
 fn check_prompt_rows(m: &QMatrix, xs: &[f32], n: usize, what: &str) {
     let (rows, cols) = (m.rows(), m.cols());
     let ys = m.matmul_t_quantized(xs, n).unwrap(); // (n, rows)
@@ -725,10 +728,15 @@ fn check_prompt_rows(m: &QMatrix, xs: &[f32], n: usize, what: &str) {
         let y = m.matvec(x).unwrap();
         let a = quantize_activations(m.dtype(), x).unwrap();
         for i in 0..rows {
-            let want = if grouped && r < n - n % 4 {
-                reference::dot_q4_k_repacked(m.row_bytes_of(i), &a, true)
-            } else {
-                y[i]
+            let w = m.row_bytes_of(i);
+            let want = match m.dtype() {
+                GgmlType::Q4_K if grouped && r < n - n % 4 => {
+                    reference::dot_q4_k_repacked(w, &a, true)
+                }
+                GgmlType::Q4_K if !grouped && n >= 8 => reference::dot_k45_tiled(w, &a, false),
+                GgmlType::Q5_K if n >= 8 => reference::dot_k45_tiled(w, &a, true),
+                GgmlType::Q6_K if n >= 8 => reference::dot_q6_k_tiled(w, &a),
+                _ => y[i],
             };
             assert_eq!(
                 ys[r * rows + i].to_bits(),

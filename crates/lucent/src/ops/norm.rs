@@ -61,17 +61,11 @@ pub fn layer_norm_row(row: &mut [f32], gamma: &[f32], beta: Option<&[f32]>, eps:
 /// (rounded to f32) summed in f64, the mean square and `s = 1/√(ms + ε)` in f32, then
 /// `(x · s) · γ` with two roundings.
 pub fn rms_norm_row(row: &mut [f32], gamma: &[f32], eps: f32) {
-    // Eight f64 lanes: the order of an f64 sum of 2²⁴-bounded terms does not reach the
-    // f32 mean square.
-    let mut lanes = [0.0f64; 8];
-    let chunks = row.chunks_exact(8);
-    let tail = chunks.remainder();
-    for c in chunks {
-        for (l, &x) in lanes.iter_mut().zip(c) {
-            *l += (x * x) as f64;
-        }
-    }
-    let sum = lanes.iter().sum::<f64>() + tail.iter().map(|&x| (x * x) as f64).sum::<f64>();
+    // One f64 sum, in order, as llama.cpp's: an f64 sum of f32 squares is exact only
+    // while their exponents span less than ~29 bits, so its order can reach the last
+    // bit of the f32 mean square (a 1-ulp change in every output, sometimes enough to
+    // move an 8-bit activation downstream).
+    let sum = row.iter().fold(0.0f64, |s, &x| s + (x * x) as f64);
     let ms = (sum / row.len() as f64) as f32;
     let s = 1.0 / (ms + eps).sqrt();
     for (x, &g) in row.iter_mut().zip(gamma) {

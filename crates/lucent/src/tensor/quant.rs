@@ -649,7 +649,16 @@ pub(crate) enum KOrder {
     /// `ggml_gemm_q4_K_8x8_q8_K` (repacked Q4_K, activation rows in fours): one chain,
     /// one step per 64 numbers.
     Gemm,
+    /// llama.cpp's tiled K-quant product (`ggml_compute_forward_mul_mat_tiled`, AVX2),
+    /// which it takes for a product of 8 activation rows or more (Q4_K not repacked,
+    /// Q5_K, Q6_K): one chain, per block `fma(d·S − dmin·M, dx)` with `S` and `M` the
+    /// block's exact integer totals.
+    Tiled,
 }
+
+/// The number of activation rows from which llama.cpp multiplies a K-quant matrix that
+/// it has not repacked with its tiled kernel ([`KOrder::Tiled`]).
+const TILED_MIN_ROWS: usize = 8;
 
 /// The kernels of a repacked Q4_K matrix on this CPU: one activation row
 /// ([`KOrder::Gemv`]) and four ([`KOrder::Gemm`]).
@@ -666,6 +675,20 @@ fn repacked_kernels() -> (DotFn, Dot4Fn) {
         |r, a| reference::dot_q4_k_repacked(r, a, false),
         |r, a| std::array::from_fn(|k| reference::dot_q4_k_repacked(r, a[k], true)),
     )
+}
+
+/// The K-quant kernels of `dtype` in llama.cpp's tiled order ([`KOrder::Tiled`]) on
+/// this CPU, one activation row and four; None for the other types.
+fn tiled_kernels(dtype: GgmlType) -> Option<(DotFn, Dot4Fn)> {
+    #[cfg(target_arch = "x86_64")]
+    if avx512::available() {
+        return avx512::tiled_kernels(dtype);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if simd_available() {
+        return avx2::tiled_kernels(dtype);
+    }
+    reference::tiled_kernels(dtype)
 }
 
 thread_local! {
@@ -941,6 +964,72 @@ pub mod reference {
         acc - acc_m
     }
 
+    /// Q4_K (`five` false) and Q5_K in the order of llama.cpp's tiled product
+    /// ([`KOrder::Tiled`]): per block `r = fma(−dmin, M, d·S)` with `S = Σ sums`, `M =
+    /// Σ mins`, then `acc = fma(r, dx, acc)`.
+    pub fn dot_k45_tiled(row: &[u8], a: &QuantizedActs, five: bool) -> f32 {
+        let bb = if five { 176 } else { 144 };
+        let mut acc = 0.0f32;
+        for (i, b) in row.chunks_exact(bb).enumerate() {
+            let p = k45_parts(
+                b,
+                &a.qs[256 * i..256 * i + 256],
+                &a.bsums[16 * i..16 * i + 16],
+                five,
+            );
+            let s: i32 = p.sums.iter().flatten().sum();
+            let m: i32 = p.mins.iter().sum();
+            let r = (-f16_at(b, 2)).mul_add(m as f32, f16_at(b, 0) * s as f32);
+            acc = r.mul_add(a.d[i], acc);
+        }
+        acc
+    }
+
+    /// The twins in llama.cpp's tiled order ([`KOrder::Tiled`]): one activation row and
+    /// four; None for the types it does not tile.
+    pub(super) fn tiled_kernels(dtype: GgmlType) -> Option<(DotFn, Dot4Fn)> {
+        match dtype {
+            GgmlType::Q4_K => Some((
+                |r, a| dot_k45_tiled(r, a, false),
+                |r, a| std::array::from_fn(|k| dot_k45_tiled(r, a[k], false)),
+            )),
+            GgmlType::Q5_K => Some((
+                |r, a| dot_k45_tiled(r, a, true),
+                |r, a| std::array::from_fn(|k| dot_k45_tiled(r, a[k], true)),
+            )),
+            GgmlType::Q6_K => Some((dot_q6_k_tiled, |r, a| {
+                std::array::from_fn(|k| dot_q6_k_tiled(r, a[k]))
+            })),
+            _ => None,
+        }
+    }
+
+    /// Q6_K in the order of llama.cpp's tiled product ([`KOrder::Tiled`]): per block
+    /// `acc = fma(d · S, dx, acc)` with `S` the block's exact `Σ sc · (q − 32) · qx`.
+    pub fn dot_q6_k_tiled(row: &[u8], a: &QuantizedActs) -> f32 {
+        let mut acc = 0.0f32;
+        for (i, b) in row.chunks_exact(210).enumerate() {
+            let s = q6_k_total(b, &a.qs[256 * i..256 * i + 256]);
+            acc = (f16_at(b, 208) * s as f32).mul_add(a.d[i], acc);
+        }
+        acc
+    }
+
+    /// `Σ sc · (q − 32) · qx` of one Q6_K block, exact.
+    fn q6_k_total(b: &[u8], xq: &[i8]) -> i32 {
+        let (ql, qh, sc) = (&b[0..128], &b[128..192], &b[192..208]);
+        let mut s = 0i32;
+        for e in 0..256 {
+            let (n, k, l) = (e / 128, (e % 128) / 32, e % 32);
+            let lb = ql[64 * n + 32 * (k % 2) + l];
+            let lo = if k < 2 { lb & 0x0F } else { lb >> 4 };
+            let hi = (qh[32 * n + l] >> (2 * k)) & 3;
+            let q = (lo | (hi << 4)) as i32 - 32;
+            s += (sc[e / 16] as i8) as i32 * q * xq[e] as i32;
+        }
+        s
+    }
+
     /// Q6_K in llama.cpp's `ggml_vec_dot_q6_K_q8_K` order (AVX2): per block, eight i32
     /// lanes (lane k: numbers 4k..4k+3 of every 32, times their group's scale), each less
     /// `32 · (sc_2k · s_2k + sc_2k+1 · s_2k+1)` (the −32 offset, from the 16-sums `s`),
@@ -1002,8 +1091,29 @@ mod avx2 {
             // SAFETY (both): AVX2+FMA detected.
             GgmlType::Q4_K => |r, a| unsafe { q45_k(r, a, false, KOrder::Dot) },
             GgmlType::Q5_K => |r, a| unsafe { q45_k(r, a, true, KOrder::Dot) },
-            GgmlType::Q6_K => |r, a| unsafe { q6_k(r, a) }, // SAFETY: AVX2+FMA detected
+            GgmlType::Q6_K => |r, a| unsafe { q6_k(r, a, false) }, // SAFETY: AVX2+FMA detected
             _ => reference::kernel(dtype),
+        }
+    }
+
+    /// The K-quant kernels of `dtype` in llama.cpp's tiled order ([`KOrder::Tiled`]):
+    /// one activation row, and four (one at a time).
+    pub(super) fn tiled_kernels(dtype: GgmlType) -> Option<(DotFn, Dot4Fn)> {
+        // SAFETY (all): AVX2+FMA detected; the callers check rows and acts.
+        match dtype {
+            GgmlType::Q4_K => Some((
+                |r, a| unsafe { q45_k(r, a, false, KOrder::Tiled) },
+                |r, a| std::array::from_fn(|k| unsafe { q45_k(r, a[k], false, KOrder::Tiled) }),
+            )),
+            GgmlType::Q5_K => Some((
+                |r, a| unsafe { q45_k(r, a, true, KOrder::Tiled) },
+                |r, a| std::array::from_fn(|k| unsafe { q45_k(r, a[k], true, KOrder::Tiled) }),
+            )),
+            GgmlType::Q6_K => Some((
+                |r, a| unsafe { q6_k(r, a, true) },
+                |r, a| std::array::from_fn(|k| unsafe { q6_k(r, a[k], true) }),
+            )),
+            _ => None,
         }
     }
 
@@ -1438,6 +1548,15 @@ mod avx2 {
                         self.summs = (m as f32).mul_add(dminw * dx, self.summs);
                     }
                 }
+                KOrder::Tiled => {
+                    let s = hsum_epi32(_mm256_add_epi32(
+                        _mm256_add_epi32(steps[0], steps[1]),
+                        _mm256_add_epi32(steps[2], steps[3]),
+                    ));
+                    let m: i32 = mins.iter().sum();
+                    let r = (-dminw).mul_add(m as f32, dw * s as f32);
+                    self.chain = r.mul_add(dx, self.chain);
+                }
             }
         }
 
@@ -1455,6 +1574,7 @@ mod avx2 {
                     let m = _mm_add_ss(m, _mm_movehdup_ps(m));
                     hsum_ps(self.acc) + _mm_cvtss_f32(m)
                 }
+                KOrder::Tiled => self.chain,
                 _ => self.chain - self.summs,
             }
         }
@@ -1470,11 +1590,14 @@ mod avx2 {
         _mm_cvtsi128_si32(s)
     }
 
+    /// Q6_K in llama.cpp's dot order, or (`tiled`) in its tiled product's
+    /// ([`KOrder::Tiled`]).
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn q6_k(row: &[u8], a: &QuantizedActs) -> f32 {
+    unsafe fn q6_k(row: &[u8], a: &QuantizedActs, tiled: bool) -> f32 {
         let m4 = _mm256_set1_epi8(0x0F);
         let m2 = _mm256_set1_epi8(3);
         let mut acc = _mm256_setzero_ps();
+        let mut chain = 0.0f32;
         for i in 0..a.d.len() {
             let blk = &row[210 * i..210 * (i + 1)];
             let sc = &blk[192..208];
@@ -1516,9 +1639,18 @@ mod avx2 {
             }
             let off = q6_k_offsets(sc, &a.bsums[16 * i..16 * i + 16]);
             let sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(off, 5));
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+            if tiled {
+                let dw = f16p(blk.as_ptr().add(208));
+                chain = (dw * hsum_epi32(sumi) as f32).mul_add(a.d[i], chain);
+            } else {
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+            }
         }
-        hsum_ps(acc)
+        if tiled {
+            chain
+        } else {
+            hsum_ps(acc)
+        }
     }
 
     /// Lane k: `sc_2k · s_2k + sc_2k+1 · s_2k+1` of a Q6_K block (its i8 scales `sc`, the
@@ -1639,7 +1771,7 @@ mod avx512 {
             // SAFETY (all three): available() said yes.
             GgmlType::Q4_K => |r, a| unsafe { q45_k(r, a, false, KOrder::Dot) },
             GgmlType::Q5_K => |r, a| unsafe { q45_k(r, a, true, KOrder::Dot) },
-            GgmlType::Q6_K => |r, a| unsafe { q6_k(r, a) },
+            GgmlType::Q6_K => |r, a| unsafe { q6_k(r, a, false) },
             _ => super::avx2::kernel(dtype),
         }
     }
@@ -1651,7 +1783,28 @@ mod avx512 {
             // SAFETY (all three): available() said yes; the callers check rows and acts.
             GgmlType::Q4_K => Some(|r, a| unsafe { q45_k_rows::<4>(r, a, false, KOrder::Dot) }),
             GgmlType::Q5_K => Some(|r, a| unsafe { q45_k_rows::<4>(r, a, true, KOrder::Dot) }),
-            GgmlType::Q6_K => Some(|r, a| unsafe { q6_k_rows::<4>(r, a) }),
+            GgmlType::Q6_K => Some(|r, a| unsafe { q6_k_rows::<4>(r, a, false) }),
+            _ => None,
+        }
+    }
+
+    /// The K-quant kernels of `dtype` in llama.cpp's tiled order ([`KOrder::Tiled`]):
+    /// one activation row and four.
+    pub(super) fn tiled_kernels(dtype: GgmlType) -> Option<(DotFn, Dot4Fn)> {
+        // SAFETY (all): available() said yes; the callers check rows and acts.
+        match dtype {
+            GgmlType::Q4_K => Some((
+                |r, a| unsafe { q45_k(r, a, false, KOrder::Tiled) },
+                |r, a| unsafe { q45_k_rows::<4>(r, a, false, KOrder::Tiled) },
+            )),
+            GgmlType::Q5_K => Some((
+                |r, a| unsafe { q45_k(r, a, true, KOrder::Tiled) },
+                |r, a| unsafe { q45_k_rows::<4>(r, a, true, KOrder::Tiled) },
+            )),
+            GgmlType::Q6_K => Some((
+                |r, a| unsafe { q6_k(r, a, true) },
+                |r, a| unsafe { q6_k_rows::<4>(r, a, true) },
+            )),
             _ => None,
         }
     }
@@ -1775,8 +1928,8 @@ mod avx512 {
     /// # Safety
     /// [`available`]; `row` and `a` checked by [`check_dot`] for this type.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn q6_k(row: &[u8], a: &QuantizedActs) -> f32 {
-        q6_k_rows::<1>(row, [a])[0]
+    unsafe fn q6_k(row: &[u8], a: &QuantizedActs, tiled: bool) -> f32 {
+        q6_k_rows::<1>(row, [a], tiled)[0]
     }
 
     /// [`q6_k`] of one weight row with `RA` activation rows: each weight step decoded
@@ -1790,7 +1943,9 @@ mod avx512 {
     pub(super) unsafe fn q6_k_rows<const RA: usize>(
         row: &[u8],
         acts: [&QuantizedActs; RA],
+        tiled: bool,
     ) -> [f32; RA] {
+        let mut chain = [0.0f32; RA];
         let m4 = _mm512_set1_epi8(0x0F);
         let m30 = _mm512_set1_epi8(0x30);
         // Word shifts that bring qh's bit pair k to bits 4..6 of each byte: k = 0, 1 in
@@ -1857,8 +2012,16 @@ mod avx512 {
                     _mm512_extracti64x4_epi64(sumi[k], 1),
                 );
                 let s = _mm256_sub_epi32(s, _mm256_slli_epi32(off, 5));
-                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s), acc[k]);
+                if tiled {
+                    let t = super::avx2::hsum_epi32(s) as f32;
+                    chain[k] = (dw * t).mul_add(acts[k].d[i], chain[k]);
+                } else {
+                    acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s), acc[k]);
+                }
             }
+        }
+        if tiled {
+            return chain;
         }
         std::array::from_fn(|k| super::avx2::hsum_ps(acc[k]))
     }
@@ -2787,6 +2950,18 @@ impl QMatrix {
         None
     }
 
+    /// The kernels of a prompt product of `t` activation rows: one row and four. Like
+    /// llama.cpp, a K-quant matrix it has not repacked takes its tiled order from
+    /// [`TILED_MIN_ROWS`] rows on (unless [`row_invariant`]).
+    fn prompt_kernels(&self, t: usize) -> (DotFn, Option<Dot4Fn>) {
+        if t >= TILED_MIN_ROWS && !self.repacked() && !ROW_INVARIANT.with(std::cell::Cell::get) {
+            if let Some((k, k4)) = tiled_kernels(self.dtype) {
+                return (k, Some(k4));
+            }
+        }
+        (self.row_kernel(), self.row_kernel4())
+    }
+
     fn tiled(&self) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
@@ -3126,7 +3301,7 @@ impl QMatrix {
     fn matmul_t_prepared(&self, acts: &[QuantizedActs]) -> Vec<f32> {
         let t = acts.len();
         let mut y = vec![0.0f32; t * self.rows];
-        let k = self.row_kernel();
+        let (k, k4) = self.prompt_kernels(t);
         #[cfg(target_arch = "x86_64")]
         if self.tiled() && avx512::available() && t >= 2 {
             // The paired tiles write Y (t, rows) themselves.
@@ -3149,7 +3324,6 @@ impl QMatrix {
         // Four activation rows at a time where a kernel reads each weight block once for
         // all four (the K-quants on AVX-512; the same numbers as one row at a time) or
         // where llama.cpp sums rows in fours its own way (repacked Q4_K).
-        let k4 = self.row_kernel4();
         // Weight rows in L1-sized blocks: each four activation rows meet the whole block
         // before the next four come. Each task writes its rows' columns of Y.
         let wb = (PAIRED_WEIGHT_BYTES / self.row_bytes.max(1)).max(1);
@@ -3303,6 +3477,17 @@ mod tests {
                     // Both in llama.cpp's order, as the twin.
                     let twin = reference::kernel(t)(row, &a);
                     assert_eq!(want.to_bits(), twin.to_bits(), "{t} {cols} row {i}: twin");
+                    // The tiled order (prompts of 8 rows or more).
+                    let tw = reference::tiled_kernels(t).map(|k| k.0(row, &a));
+                    let t512 = avx512::tiled_kernels(t).map(|k| (k.0(row, &a), k.1(row, [&a; 4])));
+                    let t2 = avx2::tiled_kernels(t).map(|k| (k.0(row, &a), k.1(row, [&a; 4])));
+                    if let (Some(tw), Some((x1, x4)), Some((y1, y4))) = (tw, t512, t2) {
+                        for v in [x1, y1].into_iter().chain(x4).chain(y4) {
+                            assert_eq!(v.to_bits(), tw.to_bits(), "{t} {cols} row {i}: tiled");
+                        }
+                    } else {
+                        panic!("{t}: no tiled kernels");
+                    }
                     if t == GgmlType::Q4_K {
                         // The repacked orders, token and grouped prompt rows.
                         let (v512, g512) = avx512::repacked_kernels();
