@@ -211,16 +211,23 @@ impl DecoderModel {
             row_invariant: self.row_invariant,
             ..AttentionOptions::causal()
         };
-        let run = || self.decoder.forward(&x, None, &opts, None, cache, trace);
+        let run = || {
+            if last_only {
+                self.decoder
+                    .forward_last(&x, None, &opts, None, cache, trace) // (1, 1, d)
+            } else {
+                self.decoder.forward(&x, None, &opts, None, cache, trace) // (1, t, d)
+            }
+        };
         let h = if self.row_invariant {
             // Every row's products summed as one row's are, too.
             crate::tensor::quant::row_invariant(run)?
         } else {
             run()?
-        }; // (1, t, d)
+        };
         let d = self.config.d_model;
         let h = if last_only {
-            h.narrow(1, t - 1, 1)?.reshape(&[1, d])? // (1, d)
+            h.reshape(&[1, d])? // (1, d)
         } else {
             h.reshape(&[t, d])? // (t, d)
         };

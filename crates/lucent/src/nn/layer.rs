@@ -398,6 +398,24 @@ impl DecoderLayer {
         cache: Option<&mut LayerKvCache>,
         trace: Option<&mut Trace>,
     ) -> Result<Tensor> {
+        self.forward_rows(x, memory, opts, memory_bias, cache, trace, false)
+    }
+
+    /// [`DecoderLayer::forward`]; with `last_only`, the feed-forward block runs on the
+    /// last position only and the layer returns that one (b, 1, d): what the last layer
+    /// of a generating model needs (llama.cpp's graph cuts the rows there too, so its
+    /// feed-forward products see one row).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn forward_rows(
+        &self,
+        x: &Tensor,
+        memory: Option<&Tensor>,
+        opts: &AttentionOptions,
+        memory_bias: Option<&Tensor>,
+        cache: Option<&mut LayerKvCache>,
+        trace: Option<&mut Trace>,
+        last_only: bool,
+    ) -> Result<Tensor> {
         let mut trace = trace;
         let self_opts = AttentionOptions {
             causal: true,
@@ -454,6 +472,12 @@ impl DecoderLayer {
                 }
                 (None, _, None) => x,
             };
+        let x = if last_only {
+            let t = x.shape()[1];
+            x.narrow(1, t - 1, 1)? // (b, 1, d)
+        } else {
+            x
+        };
         let x = residual(
             self.placement,
             &x,

@@ -158,6 +158,38 @@ impl Decoder {
         cache: Option<&mut KvCache>,
         trace: Option<&mut Trace>,
     ) -> Result<Tensor> {
+        self.forward_rows(x, memory, opts, memory_bias, cache, trace, false)
+    }
+
+    /// [`Decoder::forward`] for the last position only (b, 1, d): every layer's
+    /// attention sees all the positions (and fills the cache), the last layer's
+    /// feed-forward block and the final norm only the last one.
+    ///
+    /// # Shapes
+    /// x: (b, t, d), memory: (b, t_src, d) → (b, 1, d)
+    pub fn forward_last(
+        &self,
+        x: &Tensor,
+        memory: Option<&Tensor>,
+        opts: &AttentionOptions,
+        memory_bias: Option<&Tensor>,
+        cache: Option<&mut KvCache>,
+        trace: Option<&mut Trace>,
+    ) -> Result<Tensor> {
+        self.forward_rows(x, memory, opts, memory_bias, cache, trace, true)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn forward_rows(
+        &self,
+        x: &Tensor,
+        memory: Option<&Tensor>,
+        opts: &AttentionOptions,
+        memory_bias: Option<&Tensor>,
+        cache: Option<&mut KvCache>,
+        trace: Option<&mut Trace>,
+        last_only: bool,
+    ) -> Result<Tensor> {
         let mut cache = cache;
         if let Some(c) = cache.as_deref() {
             if c.n_layers() != self.layers.len() {
@@ -175,8 +207,9 @@ impl Decoder {
                     Some(c) => Some(c.layer_mut(i)?),
                     None => None,
                 };
+                let last = last_only && i + 1 == self.layers.len();
                 x = scoped(trace.as_deref_mut(), &format!("layer.{i}"), |tr| {
-                    layer.forward(&x, memory, opts, memory_bias, layer_cache, tr)
+                    layer.forward_rows(&x, memory, opts, memory_bias, layer_cache, tr, last)
                 })?;
             }
             if let Some(n) = &self.final_norm {
