@@ -647,7 +647,10 @@ pub(crate) enum KOrder {
     /// step per block.
     Gemv,
     /// `ggml_gemm_q4_K_8x8_q8_K` (repacked Q4_K, activation rows in fours): one chain,
-    /// one step per 64 numbers.
+    /// one step per 64 numbers. (Its four-row quantiser gives a block whose largest
+    /// magnitude comes with both signs the positive one's scale, where the one-row
+    /// quantiser takes the first's: that flips the signs of the block's q and d together,
+    /// which no product sees, so lucent quantises all rows alike.)
     Gemm,
     /// llama.cpp's tiled K-quant product (`ggml_compute_forward_mul_mat_tiled`, AVX2),
     /// which it takes for a product of 8 activation rows or more (Q4_K not repacked,
@@ -1852,6 +1855,8 @@ mod avx512 {
         let one = _mm512_set1_epi8(1);
         let mut acc: [super::avx2::K45Acc; RA] =
             std::array::from_fn(|_| super::avx2::K45Acc::new());
+        // Four rows in llama.cpp's grouped order: their chains, lane k for row k.
+        let (mut rows4, mut mins4) = (_mm_setzero_ps(), _mm_setzero_ps());
         for i in 0..acts[0].d.len() {
             let blk = row.as_ptr().add(bb * i);
             let scales = std::slice::from_raw_parts(blk.add(4), 12);
@@ -1878,7 +1883,16 @@ mod avx512 {
                 _mm_storeu_si128(m.as_mut_ptr() as *mut __m128i, _mm512_castsi512_si128(g));
                 m
             });
+            // Dot, Gemv, Tiled: the block's lanes (only their sums per lane or in all
+            // are used). Gemm: each step's lanes (`steps`), or for four rows each step's
+            // four totals (`totals`).
+            let mut sumi = [_mm512_setzero_si512(); RA];
             let mut steps = [[_mm256_setzero_si256(); 4]; RA];
+            let mut totals = [_mm_setzero_si128(); 4];
+            let fold = |p: __m512i| {
+                // The AVX2 kernel's eight lanes: lane k of both sub-blocks of the step.
+                _mm256_add_epi32(_mm512_castsi512_si256(p), _mm512_extracti64x4_epi64(p, 1))
+            };
             for c in 0..4 {
                 let (sc0, _) = k_scale_min(2 * c, scales);
                 let (sc1, _) = k_scale_min(2 * c + 1, scales);
@@ -1901,22 +1915,69 @@ mod avx512 {
                     _mm512_set1_epi16(sc0 as i16),
                     _mm512_set1_epi16(sc1 as i16),
                 );
-                for (a, st) in acts.iter().zip(steps.iter_mut()) {
+                let mut ps = [_mm512_setzero_si512(); RA];
+                for (a, p) in acts.iter().zip(ps.iter_mut()) {
                     let x =
                         _mm512_loadu_si512(a.qs.as_ptr().add(256 * i + 64 * c) as *const __m512i);
-                    let p = _mm512_madd_epi16(_mm512_maddubs_epi16(q, x), sc);
-                    // The AVX2 kernel's eight lanes: lane k of both sub-blocks of the step.
-                    st[c] = _mm256_add_epi32(
-                        _mm512_castsi512_si256(p),
-                        _mm512_extracti64x4_epi64(p, 1),
-                    );
+                    *p = _mm512_madd_epi16(_mm512_maddubs_epi16(q, x), sc);
+                }
+                if order != KOrder::Gemm {
+                    for (si, p) in sumi.iter_mut().zip(ps) {
+                        *si = _mm512_add_epi32(*si, p);
+                    }
+                } else if RA == 4 {
+                    totals[c] = sum4(ps[0], ps[1], ps[2], ps[3]);
+                } else {
+                    for (st, p) in steps.iter_mut().zip(ps) {
+                        st[c] = fold(p);
+                    }
                 }
             }
+            if RA == 4 && order == KOrder::Gemm {
+                // The four rows' chains side by side (lane k: row k), each the same FMAs
+                // in the same order as K45Acc's.
+                let dx = _mm_set_ps(acts[3].d[i], acts[2].d[i], acts[1].d[i], acts[0].d[i]);
+                let (dw, dminw) = (super::avx2::f16p(blk), super::avx2::f16p(blk.add(2)));
+                let (sc, dm) = (
+                    _mm_mul_ps(_mm_set1_ps(dw), dx),
+                    _mm_mul_ps(_mm_set1_ps(dminw), dx),
+                );
+                for c in 0..4 {
+                    rows4 = _mm_fmadd_ps(_mm_cvtepi32_ps(totals[c]), sc, rows4);
+                    let m = _mm_set_epi32(mins[3][c], mins[2][c], mins[1][c], mins[0][c]);
+                    mins4 = _mm_fmadd_ps(_mm_cvtepi32_ps(m), dm, mins4);
+                }
+                continue;
+            }
             for k in 0..RA {
-                acc[k].block(steps[k], mins[k], blk, acts[k].d[i], five, order);
+                let st = if order == KOrder::Gemm {
+                    steps[k]
+                } else {
+                    let z = _mm256_setzero_si256();
+                    [fold(sumi[k]), z, z, z]
+                };
+                acc[k].block(st, mins[k], blk, acts[k].d[i], five, order);
             }
         }
+        if RA == 4 && order == KOrder::Gemm {
+            let mut r = [0.0f32; 4];
+            _mm_storeu_ps(r.as_mut_ptr(), _mm_sub_ps(rows4, mins4));
+            return std::array::from_fn(|k| r[k]);
+        }
         std::array::from_fn(|k| acc[k].finish(five, order))
+    }
+
+    /// The sixteen i32 lanes of each of four vectors summed: lane k of the result is
+    /// vector k's total (exact integers). Interleaving first, so that each 128-bit lane
+    /// holds a part of all four.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn sum4(a: __m512i, b: __m512i, c: __m512i, d: __m512i) -> __m128i {
+        let ab = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+        let cd = _mm512_add_epi32(_mm512_unpacklo_epi32(c, d), _mm512_unpackhi_epi32(c, d));
+        let u = _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
+        let v = _mm256_add_epi32(_mm512_castsi512_si256(u), _mm512_extracti64x4_epi64(u, 1));
+        _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1))
     }
 
     /// Q6_K, 64 numbers (four groups of 16) a step, unsigned q (0..63) in `vpmaddubsw`
