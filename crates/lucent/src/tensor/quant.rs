@@ -2622,6 +2622,19 @@ mod avx512 {
 
 // ------------------------------------------------------------------ QMatrix
 
+/// How many tasks per thread a product's weight rows are cut into, for `per_row`
+/// activation rows: a decoded token's product (1) in few, so that waking the threads
+/// costs little; a prompt's in many, so that the last task to finish leaves the other
+/// threads idle only briefly (SmolLM2's 2-thread prefill: ~400 → ~470 tok/s with 16
+/// instead of 4, alternating runs).
+fn tasks_per_thread(per_row: usize) -> usize {
+    if per_row > 1 {
+        16
+    } else {
+        4
+    }
+}
+
 /// Whether a prompt's per-row preparation (quantisation, pairing, the transpose) of `n`
 /// numbers is worth splitting over the threads.
 fn split_prep(n: usize) -> bool {
@@ -3248,7 +3261,12 @@ impl QMatrix {
             f(0, y);
             return;
         }
-        let chunk = (self.rows.div_ceil(threads * 4).max(8)).div_ceil(4) * 4;
+        let chunk = (self
+            .rows
+            .div_ceil(threads * tasks_per_thread(per_row))
+            .max(8))
+        .div_ceil(4)
+            * 4;
         y.par_chunks_mut(chunk * per_row)
             .enumerate()
             .for_each(|(c, ys)| f(c * chunk, ys));
@@ -3262,7 +3280,12 @@ impl QMatrix {
             f(0, self.rows);
             return;
         }
-        let chunk = (self.rows.div_ceil(threads * 4).max(8)).div_ceil(4) * 4;
+        let chunk = (self
+            .rows
+            .div_ceil(threads * tasks_per_thread(per_row))
+            .max(8))
+        .div_ceil(4)
+            * 4;
         (0..self.rows.div_ceil(chunk))
             .into_par_iter()
             .for_each(|c| f(c * chunk, chunk.min(self.rows - c * chunk)));
