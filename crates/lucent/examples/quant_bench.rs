@@ -5,8 +5,9 @@
 //!
 //! Prints, per weight matrix of layer 0 and for the token embedding, the time of one
 //! `matvec` and its rate in GFLOP/s and GB/s of weights read; then the time to stream
-//! every 2-D weight of the file once (what one decoded token costs in matrix products)
-//! and a 128-token prefill through `matmul_t`.
+//! every 2-D weight of the file once (what one decoded token costs in matrix products),
+//! a plain read of the same bytes (the memory's ceiling for it), and a 128-token
+//! prefill through `matmul_t`.
 
 use std::time::Instant;
 
@@ -27,6 +28,28 @@ fn time(threads: usize, mut f: impl FnMut() -> lucent::Result<()>) -> lucent::Re
         (1, Some(a), Some(b)) => b - a,
         _ => w0.elapsed().as_secs_f64(),
     })
+}
+
+/// Every byte of the matrices read once (summed as u64 words, eight at a time), split
+/// over the threads by matrix, as the decode products are.
+fn read_all(mats: &[&lucent::tensor::quant::QMatrix], threads: usize) -> u64 {
+    use rayon::prelude::*;
+    let sum = |m: &&lucent::tensor::quant::QMatrix| {
+        let mut acc = [0u64; 8];
+        for c in m.bytes().chunks_exact(64) {
+            for (a, w) in acc.iter_mut().zip(c.chunks_exact(8)) {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(w);
+                *a = a.wrapping_add(u64::from_le_bytes(b));
+            }
+        }
+        acc.iter().fold(0u64, |s, &a| s.wrapping_add(a))
+    };
+    if threads > 1 {
+        mats.par_iter().map(sum).reduce(|| 0, u64::wrapping_add)
+    } else {
+        mats.iter().map(sum).fold(0, u64::wrapping_add)
+    }
 }
 
 fn main() -> lucent::Result<()> {
@@ -114,6 +137,25 @@ fn main() -> lucent::Result<()> {
         best * 1e3,
         1.0 / best,
         bytes as f64 / best / 1e9
+    );
+    // The same bytes read plainly, in the same order, on the same threads: the memory's
+    // ceiling for one decoded token (what streaming the weights could reach at best).
+    let mut best_read = f64::MAX;
+    for _ in 0..5 {
+        let dt = time(threads, || {
+            for _ in 0..passes {
+                std::hint::black_box(read_all(&all, threads));
+            }
+            Ok(())
+        })? / passes as f64;
+        best_read = best_read.min(dt);
+    }
+    println!(
+        "  plain read of the same {:.1} MB: {:.2} ms = {:.0} tok/s memory ceiling, {:.1} GB/s",
+        bytes as f64 / 1e6,
+        best_read * 1e3,
+        1.0 / best_read,
+        bytes as f64 / best_read / 1e9
     );
     // Prefill of 128 tokens through dequantised tiles + GEMM (layer 0 only, scaled).
     let t_len = 128;
