@@ -4,8 +4,8 @@
 
 use half::f16;
 use lucent::tensor::quant::{
-    dequantize, k_scale_min, quantize_activations, reference, row_invariant, vec_dot, GgmlType,
-    QMatrix, QK_K,
+    dequantize, k_scale_min, k_scales_mins, quantize_activations, reference, row_invariant,
+    vec_dot, GgmlType, QMatrix, QK_K,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -141,6 +141,15 @@ fn k_scales_unpack_six_bits() {
     assert_eq!(k_scale_min(0, &s), (3, 5));
     assert_eq!(k_scale_min(4, &s), (49, 18));
     assert_eq!(k_scale_min(1, &s), (0, 0));
+    // All eight at once equal the one-by-one unpacking, on every byte pattern's bits.
+    let mut rng = StdRng::seed_from_u64(12);
+    for _ in 0..1000 {
+        let s: [u8; 12] = std::array::from_fn(|_| rng.random());
+        let (sc, mn) = k_scales_mins(&s);
+        for j in 0..8 {
+            assert_eq!((sc[j], mn[j]), k_scale_min(j, &s), "{s:?} sub-block {j}");
+        }
+    }
 }
 
 #[test]

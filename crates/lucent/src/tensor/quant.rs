@@ -248,6 +248,28 @@ pub fn k_scale_min(j: usize, s: &[u8]) -> (u8, u8) {
     }
 }
 
+/// All eight 6-bit scales and minimums of a Q4_K/Q5_K block at once ([`k_scale_min`]
+/// for j = 0..8), with word-wide bit operations on its 12 scale bytes read as three
+/// little-endian u32 (a, b, c): scales 0–3 are the low 6 bits of a's bytes, mins 0–3
+/// those of b's; scales 4–7 take c's low nibbles with a's top 2 bits above them, mins
+/// 4–7 c's high nibbles with b's top 2 bits.
+#[inline]
+pub fn k_scales_mins(s: &[u8]) -> ([u8; 8], [u8; 8]) {
+    const LOW6: u32 = 0x3f3f_3f3f;
+    const LOW4: u32 = 0x0f0f_0f0f;
+    const LOW2: u32 = 0x0303_0303;
+    let (a, b, c) = (u32_at(s, 0), u32_at(s, 4), u32_at(s, 8));
+    let sc_hi = (c & LOW4) | (((a >> 6) & LOW2) << 4);
+    let mn_hi = ((c >> 4) & LOW4) | (((b >> 6) & LOW2) << 4);
+    let mut sc = [0u8; 8];
+    let mut mn = [0u8; 8];
+    sc[..4].copy_from_slice(&(a & LOW6).to_le_bytes());
+    sc[4..].copy_from_slice(&sc_hi.to_le_bytes());
+    mn[..4].copy_from_slice(&(b & LOW6).to_le_bytes());
+    mn[4..].copy_from_slice(&mn_hi.to_le_bytes());
+    (sc, mn)
+}
+
 // ------------------------------------------------------------------ dequantisation
 
 /// Widen `bytes` (whole blocks of `dtype`) to `out.len()` f32 values, by the format's
@@ -1428,9 +1450,9 @@ mod avx2 {
             };
             let xq = a.qs.as_ptr().add(256 * i);
             let mut steps = [_mm256_setzero_si256(); 4];
+            let (sc8, _) = k_scales_mins(scales);
             for (c, step) in steps.iter_mut().enumerate() {
-                let (sc0, _) = k_scale_min(2 * c, scales);
-                let (sc1, _) = k_scale_min(2 * c + 1, scales);
+                let (sc0, sc1) = (sc8[2 * c], sc8[2 * c + 1]);
                 let qb = _mm256_loadu_si256(qs.add(32 * c) as *const __m256i);
                 let mut lo = _mm256_and_si256(qb, m4);
                 let mut hi = _mm256_and_si256(_mm256_srli_epi16(qb, 4), m4);
@@ -1464,11 +1486,10 @@ mod avx2 {
     /// 32-sums of the activations (`bsums`: the block's 16-sums).
     #[inline]
     pub(super) fn k45_mins(scales: &[u8], bsums: &[i32]) -> [i32; 4] {
+        let (_, mn) = k_scales_mins(scales);
         std::array::from_fn(|j| {
-            let (_, m0) = k_scale_min(2 * j, scales);
-            let (_, m1) = k_scale_min(2 * j + 1, scales);
-            m0 as i32 * (bsums[4 * j] + bsums[4 * j + 1])
-                + m1 as i32 * (bsums[4 * j + 2] + bsums[4 * j + 3])
+            mn[2 * j] as i32 * (bsums[4 * j] + bsums[4 * j + 1])
+                + mn[2 * j + 1] as i32 * (bsums[4 * j + 2] + bsums[4 * j + 3])
         })
     }
 
@@ -1868,10 +1889,8 @@ mod avx512 {
             };
             // Each minimum in its two 16-groups' lanes, against the 16-sums: summed four
             // lanes at a time, the four steps' minimum sums (exact integers).
-            let mut mn16 = [0i32; 16];
-            for (l, v) in mn16.iter_mut().enumerate() {
-                *v = k_scale_min(l / 2, scales).1 as i32;
-            }
+            let (sc8, mn8) = k_scales_mins(scales);
+            let mn16: [i32; 16] = std::array::from_fn(|l| mn8[l / 2] as i32);
             let mn16 = _mm512_loadu_si512(mn16.as_ptr() as *const __m512i);
             let mins: [[i32; 4]; RA] = std::array::from_fn(|k| {
                 let bs = _mm512_loadu_si512(acts[k].bsums.as_ptr().add(16 * i) as *const __m512i);
@@ -1894,8 +1913,7 @@ mod avx512 {
                 _mm256_add_epi32(_mm512_castsi512_si256(p), _mm512_extracti64x4_epi64(p, 1))
             };
             for c in 0..4 {
-                let (sc0, _) = k_scale_min(2 * c, scales);
-                let (sc1, _) = k_scale_min(2 * c + 1, scales);
+                let (sc0, sc1) = (sc8[2 * c], sc8[2 * c + 1]);
                 // Numbers 64c..64c+32: low nibbles of qs[32c..32c+32]; the next 32: high.
                 let z =
                     _mm512_broadcast_i64x4(_mm256_loadu_si256(qs.add(32 * c) as *const __m256i));
