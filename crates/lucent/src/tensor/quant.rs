@@ -24,9 +24,15 @@
 //! differs from `dequantize(w) · x` by at most `Σ_i |w_i| · dx(i) / 2` (each activation is
 //! rounded to the nearest multiple of its block's `dx`).
 //!
-//! Every dot has a scalar twin in [`reference`](mod@reference); the fast path uses AVX-512
-//! VNNI or else AVX2 + FMA when the CPU has them (checked at run time) and is the twin
-//! otherwise. [`QMatrix`] is a
+//! The f32 steps around those integer sums follow llama.cpp's CPU kernels (AVX2 build)
+//! order for order, so a GGUF model gives llama.cpp's numbers to the bit: the 32-block
+//! dots' eight lanes, and for the K-quants the order of whichever kernel llama.cpp would
+//! run for that product (`KOrder`: its dot, its repacked Q4_K kernels, its tiled
+//! product for prompts of 8 rows or more).
+//!
+//! Every dot has a scalar twin in [`reference`](mod@reference), in the same order; the
+//! fast path uses AVX-512 VNNI or else AVX2 + FMA when the CPU has them (checked at run
+//! time), equal to the twin bit for bit, and is the twin otherwise. [`QMatrix`] is a
 //! rows × cols weight matrix in one of these types, with a decode path (`matvec`, streaming
 //! the quantised weights once) and a prefill path (`matmul_t`, dequantised tiles through
 //! the f32 GEMM).
@@ -659,8 +665,8 @@ fn dot_kernel(dtype: GgmlType) -> DotFn {
     reference::kernel(dtype)
 }
 
-/// Which of llama.cpp's kernels a Q4_K / Q5_K dot sums like: its arithmetic differs
-/// between them in the f32 steps (the integer parts are exact in all).
+/// Which of llama.cpp's kernels a K-quant dot sums like: its arithmetic differs between
+/// them in the f32 steps (the integer parts are exact in all).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum KOrder {
     /// `ggml_vec_dot_q4_K_q8_K` / `_q5_K_`: eight lanes per block, the minimums apart.
@@ -724,15 +730,17 @@ thread_local! {
 /// Run `f` with every prompt row's matrix products summed as a single row's are (this
 /// thread's products; they read the setting before they split over threads), so a
 /// prompt's rows equal what decoding them one at a time gives. llama.cpp itself sums a
-/// repacked Q4_K matrix's prompt rows in fours in another order ([`KOrder::Gemm`]).
+/// repacked Q4_K matrix's prompt rows in fours in another order (its `gemm` kernel), and
+/// a prompt of 8 rows or more of the other K-quant matrices in its tiled one.
 pub fn row_invariant<R>(f: impl FnOnce() -> R) -> R {
     crate::threads::with_flag(&ROW_INVARIANT, true, f)
 }
 
 /// The plain twins: dot products that read like the formulas in the module doc, with
-/// integer inner sums per block (as the fast kernels have) and f32 outer sums. The
-/// 32-block twins sum in llama.cpp's order ([`reference::dot_blocks`]), which the fast
-/// kernels keep, so those equal their twins bit for bit.
+/// integer inner sums per block (as the fast kernels have) and f32 outer sums in
+/// llama.cpp's order ([`reference::dot_blocks`] for the 32-blocks, the K-quant twins
+/// such as [`reference::dot_q4_k_repacked`] for the K-quants), which the fast kernels
+/// keep, so they equal their twins bit for bit.
 pub mod reference {
     use super::*;
 
@@ -989,8 +997,8 @@ pub mod reference {
         acc - acc_m
     }
 
-    /// Q4_K (`five` false) and Q5_K in the order of llama.cpp's tiled product
-    /// ([`KOrder::Tiled`]): per block `r = fma(−dmin, M, d·S)` with `S = Σ sums`, `M =
+    /// Q4_K (`five` false) and Q5_K in the order of llama.cpp's tiled product (its
+    /// `ggml_compute_forward_mul_mat_tiled`, for 8 activation rows or more): per block `r = fma(−dmin, M, d·S)` with `S = Σ sums`, `M =
     /// Σ mins`, then `acc = fma(r, dx, acc)`.
     pub fn dot_k45_tiled(row: &[u8], a: &QuantizedActs, five: bool) -> f32 {
         let bb = if five { 176 } else { 144 };
@@ -1029,7 +1037,7 @@ pub mod reference {
         }
     }
 
-    /// Q6_K in the order of llama.cpp's tiled product ([`KOrder::Tiled`]): per block
+    /// Q6_K in the order of llama.cpp's tiled product (see [`dot_k45_tiled`]): per block
     /// `acc = fma(d · S, dx, acc)` with `S` the block's exact `Σ sc · (q − 32) · qx`.
     pub fn dot_q6_k_tiled(row: &[u8], a: &QuantizedActs) -> f32 {
         let mut acc = 0.0f32;
