@@ -472,11 +472,14 @@ impl DecoderLayer {
                 }
                 (None, _, None) => x,
             };
-        let x = if last_only {
-            let t = x.shape()[1];
-            x.narrow(1, t - 1, 1)? // (b, 1, d)
-        } else {
-            x
+        let x = match (last_only, x.shape()[1]) {
+            (false, _) => x,
+            (true, 0) => {
+                return Err(Error::Argument(
+                    "the last position of an empty sequence was asked for".into(),
+                ))
+            }
+            (true, t) => x.narrow(1, t - 1, 1)?, // (b, 1, d)
         };
         let x = residual(
             self.placement,
