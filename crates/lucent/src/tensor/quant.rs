@@ -1900,22 +1900,38 @@ mod avx512 {
             let (sc8, mn8) = k_scales_mins(scales);
             let mn16: [i32; 16] = std::array::from_fn(|l| mn8[l / 2] as i32);
             let mn16 = _mm512_loadu_si512(mn16.as_ptr() as *const __m512i);
-            let mins: [[i32; 4]; RA] = std::array::from_fn(|k| {
+            // Each minimum times its 16-group's sum, per activation row (16 lanes, step c in
+            // 128-bit lane c).
+            let mv: [__m512i; RA] = std::array::from_fn(|k| {
                 let bs = _mm512_loadu_si512(acts[k].bsums.as_ptr().add(16 * i) as *const __m512i);
-                let v = _mm512_mullo_epi32(mn16, bs);
-                let v = _mm512_add_epi32(v, _mm512_srli_epi64(v, 32));
-                let v = _mm512_add_epi32(v, _mm512_bsrli_epi128(v, 8));
-                let g = _mm512_maskz_compress_epi32(0x1111, v);
+                _mm512_mullo_epi32(mn16, bs)
+            });
+            let gemm4 = RA == 4 && order == KOrder::Gemm;
+            // Four rows in the grouped order: the per-step sums come from one interleaving
+            // (below); the others want each row's four step sums.
+            let mins: [[i32; 4]; RA] = std::array::from_fn(|k| {
                 let mut m = [0i32; 4];
-                _mm_storeu_si128(m.as_mut_ptr() as *mut __m128i, _mm512_castsi512_si128(g));
+                if !gemm4 {
+                    let v = _mm512_add_epi32(mv[k], _mm512_srli_epi64(mv[k], 32));
+                    let v = _mm512_add_epi32(v, _mm512_bsrli_epi128(v, 8));
+                    let g = _mm512_maskz_compress_epi32(0x1111, v);
+                    _mm_storeu_si128(m.as_mut_ptr() as *mut __m128i, _mm512_castsi512_si128(g));
+                }
                 m
             });
+            // gemm4: the rows' scale products, lane k for row k.
+            let dx4 = if gemm4 {
+                _mm_set_ps(acts[3].d[i], acts[2].d[i], acts[1].d[i], acts[0].d[i])
+            } else {
+                _mm_setzero_ps()
+            };
+            let (dw, dminw) = (super::avx2::f16p(blk), super::avx2::f16p(blk.add(2)));
+            let sc4 = _mm_mul_ps(_mm_set1_ps(dw), dx4);
             // Dot, Gemv, Tiled: the block's lanes (only their sums per lane or in all
             // are used). Gemm: each step's lanes (`steps`), or for four rows each step's
             // four totals (`totals`).
             let mut sumi = [_mm512_setzero_si512(); RA];
             let mut steps = [[_mm256_setzero_si256(); 4]; RA];
-            let mut totals = [_mm_setzero_si128(); 4];
             let fold = |p: __m512i| {
                 // The AVX2 kernel's eight lanes: lane k of both sub-blocks of the step.
                 _mm256_add_epi32(_mm512_castsi512_si256(p), _mm512_extracti64x4_epi64(p, 1))
@@ -1951,26 +1967,28 @@ mod avx512 {
                     for (si, p) in sumi.iter_mut().zip(ps) {
                         *si = _mm512_add_epi32(*si, p);
                     }
-                } else if RA == 4 {
-                    totals[c] = sum4(ps[0], ps[1], ps[2], ps[3]);
+                } else if gemm4 {
+                    // Step c's four totals (lane k: row k) into the four chains.
+                    let t = fold_lanes(interleave4(ps[0], ps[1], ps[2], ps[3]));
+                    rows4 = _mm_fmadd_ps(_mm_cvtepi32_ps(t), sc4, rows4);
                 } else {
                     for (st, p) in steps.iter_mut().zip(ps) {
                         st[c] = fold(p);
                     }
                 }
             }
-            if RA == 4 && order == KOrder::Gemm {
-                // The four rows' chains side by side (lane k: row k), each the same FMAs
-                // in the same order as K45Acc's.
-                let dx = _mm_set_ps(acts[3].d[i], acts[2].d[i], acts[1].d[i], acts[0].d[i]);
-                let (dw, dminw) = (super::avx2::f16p(blk), super::avx2::f16p(blk.add(2)));
-                let (sc, dm) = (
-                    _mm_mul_ps(_mm_set1_ps(dw), dx),
-                    _mm_mul_ps(_mm_set1_ps(dminw), dx),
-                );
-                for c in 0..4 {
-                    rows4 = _mm_fmadd_ps(_mm_cvtepi32_ps(totals[c]), sc, rows4);
-                    let m = _mm_set_epi32(mins[3][c], mins[2][c], mins[1][c], mins[0][c]);
+            if gemm4 {
+                // The minimums' chains, step after step: 128-bit lane c of the interleaved
+                // products holds step c's four sums.
+                let mt = interleave4(mv[0], mv[1], mv[2], mv[3]);
+                let dm = _mm_mul_ps(_mm_set1_ps(dminw), dx4);
+                let lanes = [
+                    _mm512_castsi512_si128(mt),
+                    _mm512_extracti32x4_epi32(mt, 1),
+                    _mm512_extracti32x4_epi32(mt, 2),
+                    _mm512_extracti32x4_epi32(mt, 3),
+                ];
+                for m in lanes {
                     mins4 = _mm_fmadd_ps(_mm_cvtepi32_ps(m), dm, mins4);
                 }
                 continue;
@@ -1993,15 +2011,22 @@ mod avx512 {
         std::array::from_fn(|k| acc[k].finish(five, order))
     }
 
-    /// The sixteen i32 lanes of each of four vectors summed: lane k of the result is
-    /// vector k's total (exact integers). Interleaving first, so that each 128-bit lane
-    /// holds a part of all four.
+    /// Four vectors' i32 lanes summed within each 128-bit lane and interleaved: 128-bit
+    /// lane j of the result holds `[Σ a_j, Σ b_j, Σ c_j, Σ d_j]`, the sums of the four
+    /// numbers in lane j of each (exact integers).
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn sum4(a: __m512i, b: __m512i, c: __m512i, d: __m512i) -> __m128i {
+    unsafe fn interleave4(a: __m512i, b: __m512i, c: __m512i, d: __m512i) -> __m512i {
         let ab = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
         let cd = _mm512_add_epi32(_mm512_unpacklo_epi32(c, d), _mm512_unpackhi_epi32(c, d));
-        let u = _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
+        _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd))
+    }
+
+    /// The four 128-bit lanes of `u` added: with [`interleave4`], lane k of the result is
+    /// vector k's total.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn fold_lanes(u: __m512i) -> __m128i {
         let v = _mm256_add_epi32(_mm512_castsi512_si256(u), _mm512_extracti64x4_epi64(u, 1));
         _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1))
     }
