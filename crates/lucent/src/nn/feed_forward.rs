@@ -185,20 +185,29 @@ impl FeedForward {
                 let (Some(u), Some(g)) = (gu.pop(), gu.pop()) else {
                     return Err(Error::Config("gated FFN: gate and up missing".into()));
                 }; // (..., d_ff) each
-                let act = match (*f16, *activation) {
+                let hidden = match (*f16, *activation) {
+                    // llama.cpp's gated activations, in place and over the threads for a
+                    // prompt: act(g) · u, number by number.
                     (true, Activation::GeluTanh) => {
                         let mut g = g;
-                        ops::activation::gelu_tanh_f16_in_place(g.data_mut());
+                        ops::activation::gated_in_place(
+                            g.data_mut(),
+                            u.data(),
+                            ops::activation::gelu_tanh_f16_in_place,
+                        )?;
                         g
                     }
                     (true, Activation::Silu) => {
                         let mut g = g;
-                        ops::ggml::silu_in_place(g.data_mut());
+                        ops::activation::gated_in_place(
+                            g.data_mut(),
+                            u.data(),
+                            ops::ggml::silu_in_place,
+                        )?;
                         g
                     }
-                    _ => activation.apply(&g),
-                };
-                let hidden = act.mul(&u)?; // (..., d_ff)
+                    _ => activation.apply(&g).mul(&u)?,
+                }; // (..., d_ff)
                 let out = down.forward(&hidden)?;
                 (hidden, out)
             }

@@ -94,6 +94,43 @@ pub fn gelu_tanh_f16(x: f32) -> f32 {
     gelu_f16_table()[half::f16::from_f32(x).to_bits() as usize]
 }
 
+/// Numbers from which [`gated_in_place`] splits its work over the threads.
+const GATED_PARALLEL_MIN: usize = 1 << 15;
+
+/// A gated activation in place: `g ← act(g) · u` number by number, with `act` applied to
+/// the whole of `g` in place (e.g. [`gelu_tanh_f16_in_place`]); in chunks over the threads
+/// when there are many numbers (a prompt's), with the same result.
+pub fn gated_in_place(
+    g: &mut [f32],
+    u: &[f32],
+    act: impl Fn(&mut [f32]) + Sync,
+) -> crate::Result<()> {
+    if g.len() != u.len() {
+        return Err(crate::Error::mismatch(
+            "gated activation (gate vs up)",
+            &[g.len()],
+            &[u.len()],
+        ));
+    }
+    let run = |gc: &mut [f32], uc: &[f32]| {
+        act(gc);
+        for (x, &y) in gc.iter_mut().zip(uc) {
+            *x *= y;
+        }
+    };
+    let threads = crate::threads::threads();
+    if threads > 1 && g.len() >= GATED_PARALLEL_MIN {
+        use rayon::prelude::*;
+        let chunk = g.len().div_ceil(threads);
+        g.par_chunks_mut(chunk)
+            .zip(u.par_chunks(chunk))
+            .for_each(|(gc, uc)| run(gc, uc));
+    } else {
+        run(g, u);
+    }
+    Ok(())
+}
+
 /// The 65,536 entries of [`gelu_tanh_f16`]'s table, by f16 bit pattern (built once).
 fn gelu_f16_table() -> &'static [f32] {
     static TABLE: std::sync::OnceLock<Vec<f32>> = std::sync::OnceLock::new();
@@ -206,6 +243,25 @@ pub mod reference {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gated_in_place_equals_one_by_one_on_threads() -> crate::Result<()> {
+        crate::threads::set_threads(2);
+        // Above the threshold (split over the threads) and below it, odd lengths.
+        for n in [GATED_PARALLEL_MIN * 3 + 7, 1001] {
+            let g: Vec<f32> = (0..n).map(|i| ((i as f32) * 0.37).sin() * 6.0).collect();
+            let u: Vec<f32> = (0..n).map(|i| ((i as f32) * 0.11).cos()).collect();
+            let mut got = g.clone();
+            gated_in_place(&mut got, &u, gelu_tanh_f16_in_place)?;
+            for i in 0..n {
+                let want = gelu_tanh_f16(g[i]) * u[i];
+                assert_eq!(got[i].to_bits(), want.to_bits(), "n {n}, number {i}");
+            }
+        }
+        let mut g = vec![0.0; 3];
+        assert!(gated_in_place(&mut g, &[1.0; 2], gelu_tanh_f16_in_place).is_err());
+        Ok(())
+    }
 
     #[test]
     fn gelu_tanh_f16_in_place_equals_one_by_one() {
