@@ -185,28 +185,21 @@ impl FeedForward {
                 let (Some(u), Some(g)) = (gu.pop(), gu.pop()) else {
                     return Err(Error::Config("gated FFN: gate and up missing".into()));
                 }; // (..., d_ff) each
-                let hidden = match (*f16, *activation) {
-                    // llama.cpp's gated activations, in place and over the threads for a
-                    // prompt: act(g) · u, number by number.
-                    (true, Activation::GeluTanh) => {
+
+                // llama.cpp's gated activations (f16 GELU table, its SiLU): in place and
+                // over the threads for a prompt, act(g) · u number by number.
+                let ggml_act: Option<fn(&mut [f32])> = match (*f16, *activation) {
+                    (true, Activation::GeluTanh) => Some(ops::activation::gelu_tanh_f16_in_place),
+                    (true, Activation::Silu) => Some(ops::ggml::silu_in_place),
+                    _ => None,
+                };
+                let hidden = match ggml_act {
+                    Some(act) => {
                         let mut g = g;
-                        ops::activation::gated_in_place(
-                            g.data_mut(),
-                            u.data(),
-                            ops::activation::gelu_tanh_f16_in_place,
-                        )?;
+                        ops::activation::gated_in_place(g.data_mut(), u.data(), act)?;
                         g
                     }
-                    (true, Activation::Silu) => {
-                        let mut g = g;
-                        ops::activation::gated_in_place(
-                            g.data_mut(),
-                            u.data(),
-                            ops::ggml::silu_in_place,
-                        )?;
-                        g
-                    }
-                    _ => activation.apply(&g).mul(&u)?,
+                    None => activation.apply(&g).mul(&u)?,
                 }; // (..., d_ff)
                 let out = down.forward(&hidden)?;
                 (hidden, out)

@@ -1633,7 +1633,7 @@ mod avx2 {
         for i in 0..a.d.len() {
             let blk = &row[210 * i..210 * (i + 1)];
             let sc = &blk[192..208];
-            let d = f16p(blk.as_ptr().add(208)) * a.d[i];
+            let dw = f16p(blk.as_ptr().add(208));
             let xq = a.qs.as_ptr().add(256 * i);
             let mut sumi = _mm256_setzero_si256();
             for n in 0..2 {
@@ -1672,9 +1672,9 @@ mod avx2 {
             let off = q6_k_offsets(sc, &a.bsums[16 * i..16 * i + 16]);
             let sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(off, 5));
             if tiled {
-                let dw = f16p(blk.as_ptr().add(208));
                 chain = (dw * hsum_epi32(sumi) as f32).mul_add(a.d[i], chain);
             } else {
+                let d = dw * a.d[i];
                 acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
             }
         }
