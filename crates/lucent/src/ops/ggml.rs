@@ -380,20 +380,51 @@ impl Job<'_> {
             unsafe { self.head_fma(bh, out, ws, sc) };
             return;
         }
-        self.head_with(bh, out, ws, sc, dot_f16);
+        self.head_with(
+            bh,
+            out,
+            ws,
+            sc,
+            |keys, q, order, s| {
+                for (krow, s) in keys.chunks_exact(q.len()).zip(s.iter_mut()) {
+                    *s = dot_f16(krow, q, order);
+                }
+            },
+            |row| softmax_row(row, 1.0),
+        );
     }
 
-    /// [`Job::head`] compiled with FMA instructions and the AVX2 score dot.
+    /// [`Job::head`] compiled with FMA instructions: the scores eight keys at a time
+    /// ([`dots_f16_avx2`]) and, with AVX-512, the softmax sixteen numbers at a time
+    /// ([`softmax_row_avx512`]); the same bits as the plain twin.
     ///
     /// # Safety
     /// The CPU must have AVX2 and FMA.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn head_fma(&self, bh: usize, out: &mut [f32], ws: &mut [f32], sc: &mut Scratch) {
-        // SAFETY: this function runs only where AVX2 and FMA are (its own contract).
-        self.head_with(bh, out, ws, sc, |x, y, o| unsafe { dot_f16_avx2(x, y, o) });
+        let avx512 = is_x86_feature_detected!("avx512f");
+        // SAFETY (both closures): this function runs only where AVX2 and FMA are (its
+        // own contract), and AVX-512F where `avx512` says so.
+        self.head_with(
+            bh,
+            out,
+            ws,
+            sc,
+            |keys, q, order, s| unsafe { dots_f16_avx2(keys, q, order, s) },
+            |row| {
+                if avx512 {
+                    unsafe { softmax_row_avx512(row) }
+                } else {
+                    softmax_row(row, 1.0)
+                }
+            },
+        );
     }
 
+    /// One head with its scoring and softmax kernels: `dots(keys, q, order, s)` writes
+    /// `s[j] = dot_f16(key j, q, order)` for the rows of `keys` (each `q.len()` long);
+    /// `softmax(row)` is [`softmax_row`] with scale 1.
     #[inline(always)]
     fn head_with(
         &self,
@@ -401,11 +432,13 @@ impl Job<'_> {
         out: &mut [f32],
         ws: &mut [f32],
         sc: &mut Scratch,
-        dot: impl Fn(&[f32], &[f32], F16Order) -> f32,
+        dots: impl Fn(&[f32], &[f32], F16Order, &mut [f32]),
+        softmax: impl Fn(&mut [f32]),
     ) {
         let (d, p, order) = (&self.d, self.p, self.order);
         let (bi, hi) = (bh / d.h, bh % d.h);
         let kv = bi * d.h_kv + hi / (d.h / d.h_kv);
+        let ks = &self.k[kv * d.t_cap * d.d_k..][..d.t_k * d.d_k]; // (t_k, d_k)
         let vs = &self.v[kv * d.t_cap * d.d_v..][..d.t_k * d.d_v]; // (t_k, d_v)
         let Scratch { row, acc } = sc;
         // A prompt's zero weights (its masked keys) may be left out of the weighing of V
@@ -420,15 +453,23 @@ impl Job<'_> {
             let vis = visible_keys(p, d, i);
             let bias = bias_row(p.bias, d, bi, hi, i);
             row.fill(0.0);
-            for (j, s) in row[..d.t_k].iter_mut().enumerate() {
-                *s = if vis.contains(&j) {
-                    let krow = &self.k[(kv * d.t_cap + j) * d.d_k..][..d.d_k];
-                    dot(krow, qrow, order) * p.scale + bias.map_or(0.0, |b| b[j])
-                } else {
-                    f32::NEG_INFINITY
-                };
+            let scores = &mut row[..d.t_k];
+            scores[..vis.start].fill(f32::NEG_INFINITY);
+            scores[vis.end..].fill(f32::NEG_INFINITY);
+            let (keys, seen) = (
+                &ks[vis.start * d.d_k..vis.end * d.d_k],
+                &mut scores[vis.clone()],
+            );
+            dots(keys, qrow, order, seen);
+            match bias {
+                Some(b) => {
+                    for (s, &b) in seen.iter_mut().zip(&b[vis.clone()]) {
+                        *s = *s * p.scale + b;
+                    }
+                }
+                None => seen.iter_mut().for_each(|s| *s = *s * p.scale + 0.0),
             }
-            softmax_row(&mut row[..d.t_k], 1.0);
+            softmax(&mut row[..d.t_k]);
             round_f16_in_place(&mut row[..d.t_k]);
             weigh_values(
                 &row[..d.t_k],
@@ -540,45 +581,10 @@ unsafe fn silu_fma(x: &mut [f32]) {
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn silu_avx512(x: &mut [f32]) {
     use std::arch::x86_64::*;
-    let c = |b: u32| _mm512_set1_ps(f32::from_bits(b));
     let mut chunks = x.chunks_exact_mut(16);
     for ch in &mut chunks {
         let v = _mm512_loadu_ps(ch.as_ptr());
-        let xm = _mm512_sub_ps(_mm512_setzero_ps(), v); // 0 − x
-        let r = c(0x4b40_0000);
-        let z = _mm512_fmadd_ps(xm, c(0x3fb8_aa3b), r);
-        let n = _mm512_sub_ps(z, r);
-        let nn = _mm512_xor_ps(n, _mm512_set1_ps(-0.0)); // −n
-        let b = _mm512_fmadd_ps(nn, c(0x35bf_be8e), _mm512_fmadd_ps(nn, c(0x3f31_7200), xm));
-        let e = _mm512_slli_epi32::<23>(_mm512_castps_si512(z));
-        let k = _mm512_castsi512_ps(_mm512_add_epi32(e, _mm512_set1_epi32(0x3f80_0000)));
-        let u = _mm512_mul_ps(b, b);
-        let j = _mm512_fmadd_ps(
-            _mm512_fmadd_ps(
-                _mm512_fmadd_ps(c(0x3c07_2010), b, c(0x3d2b_9f17)),
-                u,
-                _mm512_fmadd_ps(c(0x3e2a_af33), b, c(0x3eff_fedb)),
-            ),
-            u,
-            _mm512_mul_ps(c(0x3f7f_fff6), b),
-        );
-        let mut ex = _mm512_fmadd_ps(j, k, k);
-        let an = _mm512_abs_ps(n);
-        // Lanes where |n| ≤ 126 fails (NaN included, as the scalar `if` sends it on).
-        let big = _mm512_cmp_ps_mask::<_CMP_NLE_UQ>(an, _mm512_set1_ps(126.0));
-        if big != 0 {
-            let neg = _mm512_cmp_ps_mask::<_CMP_LE_OQ>(n, _mm512_setzero_ps());
-            let g = _mm512_maskz_mov_epi32(neg, _mm512_set1_epi32(0x8200_0000u32 as i32));
-            let s1 = _mm512_castsi512_ps(_mm512_add_epi32(g, _mm512_set1_epi32(0x7f00_0000)));
-            let s2 = _mm512_castsi512_ps(_mm512_sub_epi32(e, g));
-            let huge = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(an, _mm512_set1_ps(192.0));
-            let far = _mm512_mask_blend_ps(
-                huge,
-                _mm512_mul_ps(_mm512_fmadd_ps(s2, j, s2), s1),
-                _mm512_mul_ps(s1, s1),
-            );
-            ex = _mm512_mask_blend_ps(big, ex, far);
-        }
+        let ex = expf_avx512(_mm512_sub_ps(_mm512_setzero_ps(), v)); // e^(0 − x)
         let y = _mm512_div_ps(v, _mm512_add_ps(_mm512_set1_ps(1.0), ex));
         _mm512_storeu_ps(ch.as_mut_ptr(), y);
     }
@@ -586,6 +592,229 @@ unsafe fn silu_avx512(x: &mut [f32]) {
         .into_remainder()
         .iter_mut()
         .for_each(|v| *v = silu(*v));
+}
+
+/// [`expf`] of sixteen numbers: its arithmetic lane by lane (the same fused operations,
+/// its two range branches as masks), so every lane equals [`expf`] of it bit for bit.
+///
+/// # Safety
+/// The CPU must have AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn expf_avx512(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    let c = |b: u32| _mm512_set1_ps(f32::from_bits(b));
+    let r = c(0x4b40_0000);
+    let z = _mm512_fmadd_ps(x, c(0x3fb8_aa3b), r);
+    let n = _mm512_sub_ps(z, r);
+    let nn = _mm512_xor_ps(n, _mm512_set1_ps(-0.0)); // −n
+    let b = _mm512_fmadd_ps(nn, c(0x35bf_be8e), _mm512_fmadd_ps(nn, c(0x3f31_7200), x));
+    let e = _mm512_slli_epi32::<23>(_mm512_castps_si512(z));
+    let k = _mm512_castsi512_ps(_mm512_add_epi32(e, _mm512_set1_epi32(0x3f80_0000)));
+    let u = _mm512_mul_ps(b, b);
+    let j = _mm512_fmadd_ps(
+        _mm512_fmadd_ps(
+            _mm512_fmadd_ps(c(0x3c07_2010), b, c(0x3d2b_9f17)),
+            u,
+            _mm512_fmadd_ps(c(0x3e2a_af33), b, c(0x3eff_fedb)),
+        ),
+        u,
+        _mm512_mul_ps(c(0x3f7f_fff6), b),
+    );
+    let ex = _mm512_fmadd_ps(j, k, k);
+    let an = _mm512_abs_ps(n);
+    // Lanes where |n| ≤ 126 fails (NaN included, as the scalar `if` sends it on).
+    let big = _mm512_cmp_ps_mask::<_CMP_NLE_UQ>(an, _mm512_set1_ps(126.0));
+    if big == 0 {
+        return ex;
+    }
+    let neg = _mm512_cmp_ps_mask::<_CMP_LE_OQ>(n, _mm512_setzero_ps());
+    let g = _mm512_maskz_mov_epi32(neg, _mm512_set1_epi32(0x8200_0000u32 as i32));
+    let s1 = _mm512_castsi512_ps(_mm512_add_epi32(g, _mm512_set1_epi32(0x7f00_0000)));
+    let s2 = _mm512_castsi512_ps(_mm512_sub_epi32(e, g));
+    let huge = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(an, _mm512_set1_ps(192.0));
+    let far = _mm512_mask_blend_ps(
+        huge,
+        _mm512_mul_ps(_mm512_fmadd_ps(s2, j, s2), s1),
+        _mm512_mul_ps(s1, s1),
+    );
+    _mm512_mask_blend_ps(big, ex, far)
+}
+
+/// [`softmax_row`] with scale 1, sixteen numbers a step: the maximum over lanes (as
+/// `f32::max`, NaN left out), [`expf_avx512`], each eight's [`hsum8`] added in f64 in
+/// order, then `e · (f32)(1 / sum)` — the same bits.
+///
+/// # Safety
+/// The CPU must have AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub(crate) unsafe fn softmax_row_avx512(row: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let n = row.len();
+    let mask = |i: usize| -> __mmask16 {
+        let left = n - i;
+        if left >= 16 {
+            0xFFFF
+        } else {
+            (1u16 << left) - 1
+        }
+    };
+    let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
+    let mut mv = ninf;
+    for i in (0..n).step_by(16) {
+        // SAFETY: the mask keeps the load within the row.
+        let v = unsafe { _mm512_mask_loadu_ps(ninf, mask(i), row.as_ptr().add(i)) };
+        mv = _mm512_max_ps(v, mv); // a NaN in v leaves mv (as f32::max leaves it out)
+    }
+    let mut lanes = [0.0f32; 16];
+    // SAFETY: `lanes` holds sixteen numbers.
+    unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), mv) };
+    let max = lanes.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    if max == f32::NEG_INFINITY {
+        row.fill(0.0);
+        return;
+    }
+    let mut sum = 0.0f64;
+    for i in (0..n).step_by(16) {
+        let m = mask(i);
+        // SAFETY (load, store): the mask keeps both within the row.
+        let v = unsafe { _mm512_maskz_loadu_ps(m, row.as_ptr().add(i)) };
+        // Lanes past the row are zeros (llama.cpp's padding), as the twin's short eight.
+        let e = _mm512_maskz_mov_ps(m, expf_avx512(_mm512_sub_ps(v, _mm512_set1_ps(max))));
+        unsafe { _mm512_mask_storeu_ps(row.as_mut_ptr().add(i), m, e) };
+        // SAFETY: `lanes` holds sixteen numbers.
+        unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), e) };
+        let (lo, hi) = lanes.split_at(LANES);
+        sum += hsum8(&std::array::from_fn(|l| lo[l])) as f64;
+        if n - i > LANES {
+            sum += hsum8(&std::array::from_fn(|l| hi[l])) as f64;
+        }
+    }
+    let inv = _mm512_set1_ps((1.0 / sum) as f32);
+    for i in (0..n).step_by(16) {
+        let m = mask(i);
+        // SAFETY (load, store): the mask keeps both within the row.
+        unsafe {
+            let v = _mm512_maskz_loadu_ps(m, row.as_ptr().add(i));
+            _mm512_mask_storeu_ps(row.as_mut_ptr().add(i), m, _mm512_mul_ps(v, inv));
+        }
+    }
+}
+
+/// `s[j] = dot_f16(key j, q, order)` for every row of `keys` (each `q.len()` long),
+/// eight keys at a time: each key's lanes accumulate as [`dot_f16_avx2`]'s, then the
+/// eight keys' registers are transposed so that one vector addition does lane l's
+/// step of the horizontal sum for all eight — the same additions in the same order per
+/// key, so the same bits. Shapes the transposed sum does not cover (a length that is not
+/// a whole number of the order's steps) and the last keys go through
+/// [`dot_f16_avx2`].
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dots_f16_avx2(keys: &[f32], q: &[f32], order: F16Order, s: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let dk = q.len();
+    let n = s.len().min(keys.len() / dk.max(1));
+    let whole = match order {
+        F16Order::Gemm => dk.is_multiple_of(LANES),
+        F16Order::Dot => dk.is_multiple_of(4 * LANES),
+    };
+    let mut j0 = 0;
+    if whole && dk > 0 {
+        while j0 + LANES <= n {
+            // Each key's eight-lane vector before its horizontal sum.
+            let mut v = [_mm256_setzero_ps(); LANES];
+            for (k, vk) in v.iter_mut().enumerate() {
+                let x = keys.as_ptr().add((j0 + k) * dk);
+                // SAFETY (loads): key j0 + k < n is dk numbers at x; q is dk numbers.
+                *vk = match order {
+                    F16Order::Gemm => {
+                        let mut acc = _mm256_setzero_ps();
+                        for i in (0..dk).step_by(LANES) {
+                            let (a, b) = (
+                                _mm256_loadu_ps(x.add(i)),
+                                _mm256_loadu_ps(q.as_ptr().add(i)),
+                            );
+                            acc = _mm256_fmadd_ps(a, b, acc);
+                        }
+                        acc
+                    }
+                    F16Order::Dot => {
+                        let mut sum = [_mm256_setzero_ps(); 4];
+                        for i in (0..dk).step_by(4 * LANES) {
+                            for (j, sj) in sum.iter_mut().enumerate() {
+                                let o = i + j * LANES;
+                                let (a, b) = (
+                                    _mm256_loadu_ps(x.add(o)),
+                                    _mm256_loadu_ps(q.as_ptr().add(o)),
+                                );
+                                *sj = _mm256_fmadd_ps(a, b, *sj);
+                            }
+                        }
+                        _mm256_add_ps(_mm256_add_ps(sum[0], sum[2]), _mm256_add_ps(sum[1], sum[3]))
+                    }
+                };
+            }
+            // t[l] = lane l of every key: row l of the transposed 8 × 8.
+            let t = transpose8(v);
+            let (t0, t1, t2, t3) = (
+                _mm256_add_ps(t[0], t[4]),
+                _mm256_add_ps(t[1], t[5]),
+                _mm256_add_ps(t[2], t[6]),
+                _mm256_add_ps(t[3], t[7]),
+            );
+            let total = match order {
+                // hsum8: (t0 + t2) + (t1 + t3).
+                F16Order::Gemm => _mm256_add_ps(_mm256_add_ps(t0, t2), _mm256_add_ps(t1, t3)),
+                // The dot's ending: (t0 + t1) + (t2 + t3); its f64 round trip is exact.
+                F16Order::Dot => _mm256_add_ps(_mm256_add_ps(t0, t1), _mm256_add_ps(t2, t3)),
+            };
+            // SAFETY: j0 + 8 ≤ n ≤ s.len().
+            _mm256_storeu_ps(s.as_mut_ptr().add(j0), total);
+            j0 += LANES;
+        }
+    }
+    for j in j0..n {
+        s[j] = dot_f16_avx2(&keys[j * dk..][..dk], q, order);
+    }
+}
+
+/// The 8 × 8 transpose of eight AVX2 registers: lane k of result l is lane l of input k.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn transpose8(r: [std::arch::x86_64::__m256; LANES]) -> [std::arch::x86_64::__m256; LANES] {
+    use std::arch::x86_64::*;
+    let a0 = _mm256_unpacklo_ps(r[0], r[1]);
+    let a1 = _mm256_unpackhi_ps(r[0], r[1]);
+    let a2 = _mm256_unpacklo_ps(r[2], r[3]);
+    let a3 = _mm256_unpackhi_ps(r[2], r[3]);
+    let a4 = _mm256_unpacklo_ps(r[4], r[5]);
+    let a5 = _mm256_unpackhi_ps(r[4], r[5]);
+    let a6 = _mm256_unpacklo_ps(r[6], r[7]);
+    let a7 = _mm256_unpackhi_ps(r[6], r[7]);
+    let b0 = _mm256_shuffle_ps::<0x44>(a0, a2);
+    let b1 = _mm256_shuffle_ps::<0xEE>(a0, a2);
+    let b2 = _mm256_shuffle_ps::<0x44>(a1, a3);
+    let b3 = _mm256_shuffle_ps::<0xEE>(a1, a3);
+    let b4 = _mm256_shuffle_ps::<0x44>(a4, a6);
+    let b5 = _mm256_shuffle_ps::<0xEE>(a4, a6);
+    let b6 = _mm256_shuffle_ps::<0x44>(a5, a7);
+    let b7 = _mm256_shuffle_ps::<0xEE>(a5, a7);
+    [
+        _mm256_permute2f128_ps::<0x20>(b0, b4),
+        _mm256_permute2f128_ps::<0x20>(b1, b5),
+        _mm256_permute2f128_ps::<0x20>(b2, b6),
+        _mm256_permute2f128_ps::<0x20>(b3, b7),
+        _mm256_permute2f128_ps::<0x31>(b0, b4),
+        _mm256_permute2f128_ps::<0x31>(b1, b5),
+        _mm256_permute2f128_ps::<0x31>(b2, b6),
+        _mm256_permute2f128_ps::<0x31>(b3, b7),
+    ]
 }
 
 /// `out_c = Σ_j p_j · v_jc` for every column c of V (t, d_v), each as the f16 dot
@@ -627,19 +856,43 @@ pub fn weigh_values(
             *x = y.mul_add(pj, *x);
         }
     }
-    let lane = |l: usize, c: usize| acc[l * dv + c];
-    for (c, o) in out.iter_mut().enumerate() {
-        *o = match order {
-            F16Order::Gemm => hsum8(&std::array::from_fn(|l| lane(l, c))),
-            F16Order::Dot => {
-                let s: [f32; LANES] = std::array::from_fn(|l| {
-                    (lane(l, c) + lane(2 * LANES + l, c))
-                        + (lane(LANES + l, c) + lane(3 * LANES + l, c))
-                });
-                let t = [s[0] + s[4], s[1] + s[5], s[2] + s[6], s[3] + s[7]];
-                ((t[0] + t[1]) + (t[2] + t[3])) as f64 as f32
+    lane_sums(acc, order, out);
+}
+
+/// The horizontal sums of [`weigh_values`]' lane accumulators (`acc`: lanes × d_v) into
+/// `out`, all columns at once: each step adds whole lane rows (d_v numbers) in place, so
+/// every column meets the same additions in the same order as its own [`dot_f16`]
+/// ending. Kept out of line: inlined, it changed how the weighing loop above compiled
+/// (slower at long contexts).
+#[inline(never)]
+fn lane_sums(acc: &mut [f32], order: F16Order, out: &mut [f32]) {
+    let dv = out.len();
+    let add_rows = |acc: &mut [f32], to: usize, a: usize, b: usize| {
+        for c in 0..dv {
+            acc[to * dv + c] = acc[a * dv + c] + acc[b * dv + c];
+        }
+    };
+    if order == F16Order::Dot {
+        // Lane l of the four accumulators: (0 + 2) + (1 + 3), into row l.
+        for l in 0..LANES {
+            for c in 0..dv {
+                let x = |k: usize| acc[(k * LANES + l) * dv + c];
+                acc[l * dv + c] = (x(0) + x(2)) + (x(1) + x(3));
             }
-        };
+        }
+    }
+    // Halves added: t_m = s_m + s_{m+4}, into row m.
+    for m in 0..4 {
+        add_rows(acc, m, m, m + 4);
+    }
+    // hsum8's (t0 + t2) + (t1 + t3), or the dot's (t0 + t1) + (t2 + t3) (its f64 round
+    // trip is exact).
+    let (a, b) = match order {
+        F16Order::Gemm => (2, 1),
+        F16Order::Dot => (1, 2),
+    };
+    for (c, o) in out.iter_mut().enumerate() {
+        *o = (acc[c] + acc[a * dv + c]) + (acc[b * dv + c] + acc[3 * dv + c]);
     }
 }
 
@@ -771,6 +1024,73 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The eight-keys-at-a-time scores equal one dot per key, bit for bit, in both
+    /// orders: lengths the transposed sum covers and those it leaves to the plain dot,
+    /// key counts below, at and past whole eights.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn eight_key_dots_equal_one_dot_per_key() {
+        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+            eprintln!("no AVX2 + FMA on this CPU: only the scalar dot runs here");
+            return;
+        }
+        let val = |n: usize, seed: usize| -> Vec<f32> {
+            (0..n)
+                .map(|i| round_f16((((i * 31 + seed * 17) % 113) as f32 - 56.0) / 9.0))
+                .collect()
+        };
+        for dk in [8, 24, 32, 40, 64, 256] {
+            let q = val(dk, 1);
+            for n in [0, 1, 7, 8, 9, 16, 19] {
+                let keys = val(n * dk, 2);
+                for order in [F16Order::Gemm, F16Order::Dot] {
+                    let mut fast = vec![0.0f32; n];
+                    // SAFETY: AVX2 and FMA were detected above.
+                    unsafe { dots_f16_avx2(&keys, &q, order, &mut fast) };
+                    for (j, f) in fast.iter().enumerate() {
+                        let want = dot_f16(&keys[j * dk..][..dk], &q, order);
+                        assert_eq!(f.to_bits(), want.to_bits(), "{order:?} dk={dk} n={n} j={j}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// The sixteen-wide softmax equals the twin bit for bit: every length up to past two
+    /// registers, masked (−∞) entries, a fully masked row, and spreads wide enough for
+    /// expf's far branches (x − max below −87).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn softmax_avx512_equals_the_twin() {
+        if !(is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma"))
+        {
+            eprintln!("no AVX-512 on this CPU: only the scalar softmax runs here");
+            return;
+        }
+        for n in 1..=40usize {
+            for spread in [0.1f32, 3.0, 60.0] {
+                let mut row: Vec<f32> = (0..n)
+                    .map(|i| (((i * 37 + n) % 23) as f32 - 11.0) * spread)
+                    .collect();
+                if n > 3 {
+                    row[n / 2] = f32::NEG_INFINITY;
+                }
+                let mut twin = row.clone();
+                softmax_row(&mut twin, 1.0);
+                // SAFETY: AVX-512F, AVX2 and FMA were detected above.
+                unsafe { softmax_row_avx512(&mut row) };
+                let bits = |r: &[f32]| r.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&row), bits(&twin), "n={n} spread={spread}");
+            }
+        }
+        let mut masked = vec![f32::NEG_INFINITY; 5];
+        // SAFETY: as above.
+        unsafe { softmax_row_avx512(&mut masked) };
+        assert_eq!(masked, vec![0.0; 5]);
     }
 
     /// Heads split over threads compute what one thread computes, bit for bit, in both

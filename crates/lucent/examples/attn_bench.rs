@@ -1,0 +1,58 @@
+//! Speed of one decode step's attention in llama.cpp's arithmetic (`ops::ggml::attention`)
+//! at SmolLM2's shapes (9 query heads sharing 3 KV heads of 64 numbers), K and V in
+//! cache, at 1 thread and, from a pool thread as the decoder runs it, at 2.
+//!
+//! `cargo run --release -p lucent --example attn_bench`
+//!
+//! Prints, per number of cached keys, the best time of a call and the time per key and
+//! head.
+
+use std::time::Instant;
+
+use lucent::ops::attention::round_f16;
+use lucent::ops::ggml::F16Order;
+use lucent::ops::AttentionParams;
+use lucent::tensor::Tensor;
+
+fn main() -> lucent::Result<()> {
+    lucent::threads::set_threads(2);
+    let (h, h_kv, d) = (9, 3, 64);
+    let vals = |n: usize, s: f32| -> Vec<f32> {
+        (0..n)
+            .map(|i| round_f16(((i as f32) * s).sin() * 0.5))
+            .collect()
+    };
+    for t in [64usize, 256, 1024] {
+        let q = Tensor::new(vals(h * d, 0.37), &[1, h, 1, d])?; // (b, h, 1, d)
+        let k = Tensor::new(vals(h_kv * t * d, 0.11), &[1, h_kv, t, d])?; // (b, h_kv, t, d)
+        let v = Tensor::new(vals(h_kv * t * d, 0.23), &[1, h_kv, t, d])?; // (b, h_kv, t, d)
+        let p = AttentionParams {
+            causal: true,
+            ggml: Some(F16Order::Dot),
+            ..AttentionParams::new(d)
+        };
+        let reps = 20_000 / t;
+        let best = |run: &dyn Fn() -> lucent::Result<()>| -> lucent::Result<f64> {
+            let mut best = f64::MAX;
+            for _ in 0..7 {
+                let t0 = Instant::now();
+                for _ in 0..reps {
+                    run()?;
+                }
+                best = best.min(t0.elapsed().as_secs_f64() / reps as f64);
+            }
+            Ok(best)
+        };
+        let call = || lucent::ops::ggml::attention(&q, &k, &v, &p).map(std::hint::black_box);
+        let one = best(&|| lucent::threads::serial(|| call().map(|_| ())))?;
+        let two = best(&|| rayon::scope(|_| call().map(|_| ())))?;
+        for (threads, s) in [(1, one), (2, two)] {
+            println!(
+                "t_k {t:>5}, {threads} thread(s): {:>7.1} us per call, {:>5.1} ns per key and head",
+                s * 1e6,
+                s * 1e9 / (t * h) as f64
+            );
+        }
+    }
+    Ok(())
+}
