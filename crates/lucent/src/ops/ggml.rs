@@ -26,8 +26,10 @@
 //! The cache holds a padded number of positions (a multiple of 256); the padding
 //! contributes exact zeros, so it is left out here. An AVX-512 build of llama.cpp sums
 //! 16 lanes at a time and differs from the AVX2 one in the last bits (measured: 0.11 and
-//! 0.50 of a logit on two of the six SmolLM2 golden prompts). Every function here is
-//! scalar and says which of llama.cpp's operations it stands for.
+//! 0.50 of a logit on two of the six SmolLM2 golden prompts). The plain functions here
+//! are scalar and say which of llama.cpp's operations they stand for; their SIMD twins
+//! (`…_avx2`, `…_avx512`: eight keys' scores at once, sixteen softmax numbers at once)
+//! compute the same bits, and tests hold each to its plain function bit for bit.
 
 use crate::ops::attention::{
     bias_row, check_dims, round_f16_in_place, visible_keys, AttentionDims, AttentionOutput,
