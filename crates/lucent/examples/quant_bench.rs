@@ -120,8 +120,9 @@ fn main() -> lucent::Result<()> {
     let passes = 10;
     let mut best = f64::MAX;
     for _ in 0..5 {
-        // With threads, on a pool thread, as the model's forward pass runs (its products then split
-        // between that thread and the others without waking the pool from outside).
+        // With threads, on a pool thread, as the model's forward pass runs: its products
+        // then split between that thread and the others without waking the pool from
+        // outside.
         let pass = || -> lucent::Result<()> {
             for _ in 0..passes {
                 for (m, x) in all.iter().zip(&xs) {

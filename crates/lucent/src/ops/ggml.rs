@@ -288,10 +288,8 @@ pub fn attention(
         k: k.data(),
         v: v.data(),
         order: p.ggml.unwrap_or(F16Order::for_rows(d.t_q)),
-        // Positions padded to whole 32s with zeros, as llama.cpp's cache view is (to
-        // 256): the padding adds exact zeros in either order.
-        t_pad: d.t_k.div_ceil(4 * LANES) * 4 * LANES,
         fma: fma_available(),
+        avx512: avx512_available(),
     };
     let heads = d.b * d.h;
     let (o_len, w_len) = (
@@ -345,6 +343,18 @@ fn fma_available() -> bool {
     }
 }
 
+/// Whether the AVX-512 softmax can run (AVX-512F besides AVX2 and FMA).
+fn avx512_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        fma_available() && is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// One attention call's inputs, shared by its heads.
 struct Job<'a> {
     d: AttentionDims,
@@ -353,12 +363,16 @@ struct Job<'a> {
     k: &'a [f32],
     v: &'a [f32],
     order: F16Order,
-    t_pad: usize,
+    /// AVX2 and FMA: the FMA-compiled head and the eight-key scores.
     fma: bool,
+    /// AVX-512F as well: the sixteen-wide softmax.
+    avx512: bool,
 }
 
 /// A head's working rows, reused from head to head: the scores / weights of one query
-/// (t_pad) and the lane accumulators of [`weigh_values`] (32 · d_v).
+/// (t_k) and the lane accumulators of [`weigh_values`] (32 · d_v). llama.cpp's padding
+/// of the positions to whole 32s is not stored: its zeros enter [`softmax_row`] as a
+/// short last eight and [`weigh_values`] as lanes that receive nothing.
 struct Scratch {
     row: Vec<f32>,
     acc: Vec<f32>,
@@ -368,7 +382,7 @@ impl Job<'_> {
     /// Working rows for [`Job::head`].
     fn scratch(&self) -> Scratch {
         Scratch {
-            row: vec![0.0; self.t_pad],
+            row: vec![0.0; self.d.t_k],
             acc: vec![0.0; 4 * LANES * self.d.d_v],
         }
     }
@@ -405,7 +419,7 @@ impl Job<'_> {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn head_fma(&self, bh: usize, out: &mut [f32], ws: &mut [f32], sc: &mut Scratch) {
-        let avx512 = is_x86_feature_detected!("avx512f");
+        let avx512 = self.avx512;
         // SAFETY (both closures): this function runs only where AVX2 and FMA are (its
         // own contract), and AVX-512F where `avx512` says so.
         self.head_with(
@@ -454,7 +468,7 @@ impl Job<'_> {
             let qrow = &self.q[(bh * d.t_q + i) * d.d_k..][..d.d_k];
             let vis = visible_keys(p, d, i);
             let bias = bias_row(p.bias, d, bi, hi, i);
-            row.fill(0.0);
+            // Every score is written: −∞ outside the visible keys, a dot inside.
             let scores = &mut row[..d.t_k];
             scores[..vis.start].fill(f32::NEG_INFINITY);
             scores[vis.end..].fill(f32::NEG_INFINITY);
@@ -550,7 +564,7 @@ unsafe fn dot_f16_avx2(x: &[f32], y: &[f32], order: F16Order) -> f32 {
 /// (sixteen at a time with AVX-512): the same numbers as [`silu`] one by one.
 pub fn silu_in_place(x: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if fma_available() && is_x86_feature_detected!("avx512f") {
+    if avx512_available() {
         // SAFETY: the CPU has AVX-512F, AVX2 and FMA (checked just above).
         unsafe { silu_avx512(x) };
         return;
@@ -652,7 +666,7 @@ unsafe fn expf_avx512(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512
 /// The CPU must have AVX-512F.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
-pub(crate) unsafe fn softmax_row_avx512(row: &mut [f32]) {
+unsafe fn softmax_row_avx512(row: &mut [f32]) {
     use std::arch::x86_64::*;
     let n = row.len();
     let mask = |i: usize| -> __mmask16 {
