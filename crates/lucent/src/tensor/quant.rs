@@ -2477,37 +2477,83 @@ mod avx512 {
         }
     }
 
-    /// The unsigned weights `u = q + o` of the block at `b`, in number order, twice: the
-    /// lower 32 bytes and the upper 32 bytes both hold it, to meet the two activation rows
-    /// of a [`Paired`] block.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn weights_twice<const K: u8>(b: *const u8) -> __m512i {
-        let (_, qs, qh, _, _) = layout(dtype(K));
-        if K == Q8_0 {
-            let z = _mm512_broadcast_i64x4(_mm256_loadu_si256(b.add(qs) as *const __m256i));
-            return _mm512_xor_si512(z, _mm512_set1_epi8(-128));
+    /// 32 bytes, aligned as a 256-bit register: one block's decoded weights in [`Decoded`].
+    #[derive(Clone, Copy)]
+    #[repr(C, align(32))]
+    struct Half([u8; 32]);
+
+    /// Weight rows of one row block decoded once for [`paired_tile`]: per block, the 32
+    /// unsigned weights `u = q + o` in number order, the scale `d` and (for the kinds with
+    /// one) the minimum `m` widened to f32. A prompt's activation pairs all pass the same
+    /// rows, so decoding each block once, not once per pair, takes the nibble unpacking
+    /// and the scale conversions out of the kernel's inner loop.
+    #[derive(Default)]
+    pub(super) struct Decoded {
+        /// (rows, nb) blocks of weights.
+        u: Vec<Half>,
+        /// (rows, nb) scales.
+        d: Vec<f32>,
+        /// (rows, nb) minimums (zero for the kinds without).
+        m: Vec<f32>,
+        /// Blocks in a row.
+        nb: usize,
+    }
+
+    impl Decoded {
+        /// Bytes one decoded row of `nb` blocks takes.
+        pub(super) const fn row_bytes(nb: usize) -> usize {
+            nb * (32 + 4 + 4)
         }
-        // 128-bit lanes: the 16 nibble bytes four times, the odd lanes shifted by 4, so
-        // after the mask lanes 0 and 2 hold numbers 0..16 and lanes 1 and 3 numbers 16..32.
-        let z = _mm512_broadcast_i32x4(_mm_loadu_si128(b.add(qs) as *const __m128i));
-        let z = _mm512_and_si512(
-            _mm512_mask_srli_epi16(z, 0xFF00_FF00, z, 4),
-            _mm512_set1_epi8(0x0F),
-        );
-        match qh {
-            Some(h) => {
-                let bits = std::ptr::read_unaligned(b.add(h) as *const u32) as u64;
-                _mm512_mask_add_epi8(z, bits | (bits << 32), z, _mm512_set1_epi8(0x10))
+
+        /// Decode `rows` (each `nb` blocks of type `K`), replacing what was held.
+        ///
+        /// # Safety
+        /// [`available`]; every row is at least `nb` blocks of type `K`.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+        pub(super) unsafe fn fill<'a, const K: u8>(
+            &mut self,
+            rows: impl ExactSizeIterator<Item = &'a [u8]>,
+            nb: usize,
+        ) {
+            let (bb, _, _, _, has_min) = layout(dtype(K));
+            let n = rows.len() * nb;
+            self.nb = nb;
+            self.u.resize(n, Half([0; 32]));
+            self.d.resize(n, 0.0);
+            self.m.resize(n, 0.0);
+            for (r, row) in rows.enumerate() {
+                let b = row.as_ptr();
+                let u = self.u.as_mut_ptr().add(r * nb) as *mut __m256i;
+                let mut j = 0;
+                while j + 2 <= nb {
+                    // Two blocks' 64 weights, block j's then block j + 1's.
+                    _mm512_storeu_si512(
+                        u.add(j) as *mut __m512i,
+                        weights::<K, true>(b.add(bb * j)),
+                    );
+                    j += 2;
+                }
+                if j < nb {
+                    let z = weights::<K, false>(b.add(bb * j));
+                    _mm256_store_si256(u.add(j), _mm512_castsi512_si256(z));
+                }
+                for j in 0..nb {
+                    self.d[r * nb + j] = f16_at(row, bb * j);
+                    self.m[r * nb + j] = if has_min {
+                        f16_at(row, bb * j + 2)
+                    } else {
+                        0.0
+                    };
+                }
             }
-            None => z,
         }
     }
 
-    /// Dots of `RW` weight rows of type `K` with `PA` [`Paired`] activation row pairs
-    /// (`RA` = 2·PA rows, `acts` the same rows, for their block sums): each weight block
-    /// is decoded once for all `RA` rows, and one 512-bit FMA advances two rows' chains
-    /// (row one's eight lanes below, row two's above) by one block.
+    /// Dots of `RW` decoded weight rows of type `K` (`rows[w]` indexes `dec`) with `PA`
+    /// [`Paired`] activation row pairs (`RA` = 2·PA rows, `acts` the same rows, for their
+    /// block sums): each weight block, loaded once into both halves of a register, meets
+    /// all `RA` rows, and one 512-bit FMA advances two rows' chains (row one's eight
+    /// lanes below, row two's above) by one block.
     ///
     /// Every result equals [`tile`]'s (and so the AVX2 kernel's and the twin's) bit for
     /// bit: each block's eight i32 lane sums are the same integers, scaled by the same
@@ -2515,9 +2561,9 @@ mod avx512 {
     /// sum and minimum chain.
     ///
     /// # Safety
-    /// [`available`]; every row is `acts[0].len` numbers of type `K`, every `acts[j]`
-    /// prepared as Q8_0 of that length, and `pairs[p]` made by [`Paired::new::<K>`] from
-    /// `acts[2p]` and `acts[2p + 1]`.
+    /// [`available`]; `dec` holds rows of type `K` (filled by [`Decoded::fill::<K>`]) as
+    /// long as `acts[0]`, every `acts[j]` prepared as Q8_0 of that length, and `pairs[p]`
+    /// made by [`Paired::new::<K>`] from `acts[2p]` and `acts[2p + 1]`.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
     pub(super) unsafe fn paired_tile<
         const K: u8,
@@ -2525,7 +2571,8 @@ mod avx512 {
         const PA: usize,
         const RA: usize,
     >(
-        rows: [&[u8]; RW],
+        dec: &Decoded,
+        rows: [usize; RW],
         pairs: [&Paired; PA],
         acts: [&QuantizedActs; RA],
         out: &mut [[f32; RA]; RW],
@@ -2536,29 +2583,26 @@ mod avx512 {
                 "two activation rows per pair, at most four"
             )
         };
-        let nb = acts[0].d.len();
-        let (bb, _, _, o, has_min) = layout(dtype(K));
+        let nb = dec.nb;
+        let (.., o, has_min) = layout(dtype(K));
+        let u: [*const __m256i; RW] =
+            std::array::from_fn(|w| dec.u.as_ptr().add(rows[w] * nb) as *const __m256i);
+        let d: [*const f32; RW] = std::array::from_fn(|w| dec.d.as_ptr().add(rows[w] * nb));
         let mut acc = [[_mm512_setzero_ps(); PA]; RW];
         let mut mins = [_mm_setzero_ps(); RW];
         let mut g = 0;
         while g < nb {
             let n = (nb - g).min(16);
-            let m = if n == 16 { 0xFFFF } else { (1u16 << n) - 1 };
-            // The group's weight scales d_w (and minimums), one number per block.
-            let (dw, mw) = group_scales::<K, RW>(rows, g, m);
-            let mut dws = [[0.0f32; 16]; RW];
-            for w in 0..RW {
-                _mm512_storeu_ps(dws[w].as_mut_ptr(), dw[w]);
-            }
             if has_min {
+                let m = if n == 16 { 0xFFFF } else { (1u16 << n) - 1 };
+                let mw = std::array::from_fn(|w| {
+                    _mm512_maskz_loadu_ps(m, dec.m.as_ptr().add(rows[w] * nb + g))
+                });
                 mins = min_chain::<RW, RA>(mins, &mw, acts, g, n, m);
             }
-            // Block g + jj indexes the weight rows, the pairs and every row's scales.
-            #[allow(clippy::needless_range_loop)]
-            for jj in 0..n {
-                let j = g + jj;
+            for j in g..g + n {
                 let q: [__m512i; RW] =
-                    std::array::from_fn(|w| weights_twice::<K>(rows[w].as_ptr().add(bb * j)));
+                    std::array::from_fn(|w| _mm512_broadcast_i64x4(_mm256_load_si256(u[w].add(j))));
                 for p in 0..PA {
                     let c = pairs[p].chunks.as_ptr().add(3 * j) as *const __m512i;
                     let x = _mm512_load_si512(c);
@@ -2570,7 +2614,7 @@ mod avx512 {
                     let dx = _mm512_load_ps(c.add(2) as *const f32);
                     for w in 0..RW {
                         let s = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, q[w], x));
-                        let sc = _mm512_mul_ps(_mm512_set1_ps(dws[w][jj]), dx);
+                        let sc = _mm512_mul_ps(_mm512_set1_ps(*d[w].add(j)), dx);
                         acc[w][p] = _mm512_fmadd_ps(sc, s, acc[w][p]);
                     }
                 }
@@ -3213,91 +3257,95 @@ impl QMatrix {
         } else {
             acts.chunks_exact(2).map(pair).collect()
         };
-        // Blocks of weight rows small enough to stay in L1 while every activation pair
-        // passes them (the pairs then come from L2 once per block).
-        let wb = (PAIRED_WEIGHT_BYTES / self.row_bytes.max(1)).max(4) / 4 * 4;
+        // Blocks of weight rows whose decoded form stays in L1 while every activation pair
+        // passes it (the pairs then come from L2 once per block).
+        let nb = self.cols / QK;
+        let wb = (PAIRED_WEIGHT_BYTES / avx512::Decoded::row_bytes(nb).max(1)).max(4) / 4 * 4;
         let out = Columns::new(y, self.rows, t);
         self.run_row_ranges(t, |i0, n| {
+            let mut dec = avx512::Decoded::default();
             for b0 in (i0..i0 + n).step_by(wb) {
-                self.paired_rows::<K>(b0, wb.min(i0 + n - b0), acts, &pairs, &out);
+                let rows = b0..b0 + wb.min(i0 + n - b0);
+                // SAFETY: prefill_paired's caller checked avx512::available(); the rows
+                // are this matrix's, nb blocks of type K.
+                unsafe { dec.fill::<K>(rows.clone().map(|i| self.row_bytes_of(i)), nb) };
+                self.paired_rows::<K>(&dec, rows, acts, &pairs, &out);
             }
         });
     }
 
-    /// Weight rows `i0..i0 + n` of [`QMatrix::prefill_paired`] against every activation
-    /// row, into those columns of `out`.
+    /// Weight rows `rows` of [`QMatrix::prefill_paired`], decoded in `dec`, against every
+    /// activation row, into those columns of `out`.
     #[cfg(target_arch = "x86_64")]
     fn paired_rows<const K: u8>(
         &self,
-        i0: usize,
-        n: usize,
+        dec: &avx512::Decoded,
+        rows: Range<usize>,
         acts: &[QuantizedActs],
         pairs: &[avx512::Paired],
         out: &Columns,
     ) {
         let t = acts.len();
-        // SAFETY: prefill_paired's caller checked avx512::available(); the rows are this
-        // matrix's (K is its type), the activations were prepared for it (check_x), and
-        // pairs[p] pairs acts[2p] and acts[2p + 1].
+        // SAFETY: prefill_paired's caller checked avx512::available(); dec holds rows of
+        // this matrix (K is its type), the activations were prepared for it (check_x),
+        // and pairs[p] pairs acts[2p] and acts[2p + 1].
         unsafe {
             let mut a = 0;
             while a + 4 <= t {
                 let p = [&pairs[a / 2], &pairs[a / 2 + 1]];
                 let x = [&acts[a], &acts[a + 1], &acts[a + 2], &acts[a + 3]];
-                self.paired_column::<K, 2, 4>(i0, n, a, p, x, out);
+                Self::paired_column::<K, 2, 4>(dec, rows.clone(), a, p, x, out);
                 a += 4;
             }
             if a + 2 <= t {
                 let (p, x) = ([&pairs[a / 2]], [&acts[a], &acts[a + 1]]);
-                self.paired_column::<K, 1, 2>(i0, n, a, p, x, out);
+                Self::paired_column::<K, 1, 2>(dec, rows.clone(), a, p, x, out);
                 a += 2;
             }
             if a < t {
-                for w in 0..n {
+                for i in rows {
                     let mut o = [[0.0f32; 1]; 1];
-                    avx512::tile::<K, 1>([self.row_bytes_of(i0 + w)], [&[]], [&acts[a]], &mut o);
-                    out.put(a, i0 + w, &o[0]);
+                    avx512::tile::<K, 1>([self.row_bytes_of(i)], [&[]], [&acts[a]], &mut o);
+                    out.put(a, i, &o[0]);
                 }
             }
         }
     }
 
-    /// The `n` weight rows from `i0` against the `RA` activation rows from `a` (in `PA`
-    /// pairs): four weight rows a tile, then one at a time; results into `out`'s rows
-    /// `a..a + RA`, columns `i0..i0 + n`.
+    /// The weight rows `rows` (decoded in `dec`, from its row 0) against the `RA`
+    /// activation rows from `a` (in `PA` pairs): four weight rows a tile, then one at a
+    /// time; results into `out`'s rows `a..a + RA`, columns `rows`.
     ///
     /// # Safety
     /// As [`avx512::paired_tile`]'s, and as [`Columns::put`]'s for those columns.
     #[cfg(target_arch = "x86_64")]
     unsafe fn paired_column<const K: u8, const PA: usize, const RA: usize>(
-        &self,
-        i0: usize,
-        n: usize,
+        dec: &avx512::Decoded,
+        rows: Range<usize>,
         a: usize,
         p: [&avx512::Paired; PA],
         x: [&QuantizedActs; RA],
         out: &Columns,
     ) {
         unsafe {
-            let r = |w: usize| self.row_bytes_of(i0 + w);
+            let n = rows.len();
             let mut w = 0;
             while w + 4 <= n {
                 let mut o = [[0.0f32; RA]; 4];
-                let rows = [r(w), r(w + 1), r(w + 2), r(w + 3)];
-                avx512::paired_tile::<K, 4, PA, RA>(rows, p, x, &mut o);
+                avx512::paired_tile::<K, 4, PA, RA>(dec, [w, w + 1, w + 2, w + 3], p, x, &mut o);
                 // Activation row a + k's four results, one for each weight row.
                 let by_row: [[f32; 4]; RA] =
                     std::array::from_fn(|k| [o[0][k], o[1][k], o[2][k], o[3][k]]);
                 for (k, v) in by_row.iter().enumerate() {
-                    out.put(a + k, i0 + w, v);
+                    out.put(a + k, rows.start + w, v);
                 }
                 w += 4;
             }
             while w < n {
                 let mut o = [[0.0f32; RA]; 1];
-                avx512::paired_tile::<K, 1, PA, RA>([r(w)], p, x, &mut o);
+                avx512::paired_tile::<K, 1, PA, RA>(dec, [w], p, x, &mut o);
                 for (k, &v) in o[0].iter().enumerate() {
-                    out.put(a + k, i0 + w, &[v]);
+                    out.put(a + k, rows.start + w, &[v]);
                 }
                 w += 1;
             }
