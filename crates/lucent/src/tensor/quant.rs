@@ -2515,7 +2515,7 @@ mod avx512 {
             rows: impl ExactSizeIterator<Item = &'a [u8]>,
             nb: usize,
         ) {
-            let (bb, _, _, _, has_min) = layout(dtype(K));
+            let bb = layout(dtype(K)).0;
             let n = rows.len() * nb;
             self.nb = nb;
             self.u.resize(n, Half([0; 32]));
@@ -2537,13 +2537,13 @@ mod avx512 {
                     let z = weights::<K, false>(b.add(bb * j));
                     _mm256_store_si256(u.add(j), _mm512_castsi512_si256(z));
                 }
-                for j in 0..nb {
-                    self.d[r * nb + j] = f16_at(row, bb * j);
-                    self.m[r * nb + j] = if has_min {
-                        f16_at(row, bb * j + 2)
-                    } else {
-                        0.0
-                    };
+                // The scales and minimums (zero without), sixteen blocks at a time.
+                for g in (0..nb).step_by(16) {
+                    let n = (nb - g).min(16);
+                    let m = if n == 16 { 0xFFFF } else { (1u16 << n) - 1 };
+                    let ([d], [mn]) = group_scales::<K, 1>([row], g, m);
+                    _mm512_mask_storeu_ps(self.d.as_mut_ptr().add(r * nb + g), m, d);
+                    _mm512_mask_storeu_ps(self.m.as_mut_ptr().add(r * nb + g), m, mn);
                 }
             }
         }
