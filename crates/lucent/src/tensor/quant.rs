@@ -1880,8 +1880,6 @@ mod avx512 {
         order: KOrder,
     ) -> [f32; RA] {
         let bb = if five { 176 } else { 144 };
-        let m4 = _mm512_set1_epi8(0x0F);
-        let one = _mm512_set1_epi8(1);
         let mut acc: [super::avx2::K45Acc; RA] =
             std::array::from_fn(|_| super::avx2::K45Acc::new());
         // Four rows in llama.cpp's grouped order: their chains, lane k for row k.
@@ -1898,8 +1896,7 @@ mod avx512 {
             // Each minimum in its two 16-groups' lanes, against the 16-sums: summed four
             // lanes at a time, the four steps' minimum sums (exact integers).
             let (sc8, mn8) = k_scales_mins(scales);
-            let mn16: [i32; 16] = std::array::from_fn(|l| mn8[l / 2] as i32);
-            let mn16 = _mm512_loadu_si512(mn16.as_ptr() as *const __m512i);
+            let mn16 = k45_mins16(&mn8);
             // Each minimum times its 16-group's sum, per activation row (16 lanes, step c in
             // 128-bit lane c).
             let mv: [__m512i; RA] = std::array::from_fn(|k| {
@@ -1937,26 +1934,7 @@ mod avx512 {
                 _mm256_add_epi32(_mm512_castsi512_si256(p), _mm512_extracti64x4_epi64(p, 1))
             };
             for c in 0..4 {
-                let (sc0, sc1) = (sc8[2 * c], sc8[2 * c + 1]);
-                // Numbers 64c..64c+32: low nibbles of qs[32c..32c+32]; the next 32: high.
-                let z =
-                    _mm512_broadcast_i64x4(_mm256_loadu_si256(qs.add(32 * c) as *const __m256i));
-                let mut q = _mm512_and_si512(_mm512_mask_srli_epi16(z, 0xFFFF_0000, z, 4), m4);
-                if five {
-                    // Fifth bits: bit 2c of qh[l] (lower half), bit 2c + 1 (upper half).
-                    let sh = _mm512_mask_blend_epi16(
-                        0xFFFF_0000,
-                        _mm512_set1_epi16(2 * c as i16),
-                        _mm512_set1_epi16(2 * c as i16 + 1),
-                    );
-                    let h = _mm512_and_si512(_mm512_srlv_epi16(qh, sh), one);
-                    q = _mm512_or_si512(q, _mm512_slli_epi16(h, 4));
-                }
-                let sc = _mm512_mask_blend_epi16(
-                    0xFFFF_0000,
-                    _mm512_set1_epi16(sc0 as i16),
-                    _mm512_set1_epi16(sc1 as i16),
-                );
+                let (q, sc) = k45_step(qs, qh, &sc8, c, five);
                 let mut ps = [_mm512_setzero_si512(); RA];
                 for (a, p) in acts.iter().zip(ps.iter_mut()) {
                     let x =
@@ -2009,6 +1987,170 @@ mod avx512 {
             return std::array::from_fn(|k| r[k]);
         }
         std::array::from_fn(|k| acc[k].finish(five, order))
+    }
+
+    /// Each of a K-quant block's eight sub-block minimums `mn8` in its two 16-number
+    /// groups' i32 lanes (to meet the activations' 16-sums).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn k45_mins16(mn8: &[u8; 8]) -> __m512i {
+        let mn16: [i32; 16] = std::array::from_fn(|l| mn8[l / 2] as i32);
+        _mm512_loadu_si512(mn16.as_ptr() as *const __m512i)
+    }
+
+    /// Step `c` of a Q4_K (`five` false) or Q5_K block: its unsigned weights, numbers
+    /// `64c .. 64c + 64` (the low nibbles of `qs[32c..32c+32]`, then the high ones, with
+    /// the fifth bits from `qh`, the block's 32 high-bit bytes twice, for Q5_K), and the
+    /// two sub-blocks' scales from `sc8` as words (the first's in the lower 16 words).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn k45_step(
+        qs: *const u8,
+        qh: __m512i,
+        sc8: &[u8; 8],
+        c: usize,
+        five: bool,
+    ) -> (__m512i, __m512i) {
+        let z = _mm512_broadcast_i64x4(_mm256_loadu_si256(qs.add(32 * c) as *const __m256i));
+        let mut q = _mm512_and_si512(
+            _mm512_mask_srli_epi16(z, 0xFFFF_0000, z, 4),
+            _mm512_set1_epi8(0x0F),
+        );
+        if five {
+            // Fifth bits: bit 2c of qh[l] (lower half), bit 2c + 1 (upper half).
+            let sh = _mm512_mask_blend_epi16(
+                0xFFFF_0000,
+                _mm512_set1_epi16(2 * c as i16),
+                _mm512_set1_epi16(2 * c as i16 + 1),
+            );
+            let h = _mm512_and_si512(_mm512_srlv_epi16(qh, sh), _mm512_set1_epi8(1));
+            q = _mm512_or_si512(q, _mm512_slli_epi16(h, 4));
+        }
+        let sc = _mm512_mask_blend_epi16(
+            0xFFFF_0000,
+            _mm512_set1_epi16(sc8[2 * c] as i16),
+            _mm512_set1_epi16(sc8[2 * c + 1] as i16),
+        );
+        (q, sc)
+    }
+
+    /// Repacked Q4_K rows of one row block decoded once for [`q4_k_gemm4`]: per block,
+    /// each step's weights and scales as [`k45_step`] makes them, the minimums as
+    /// [`k45_mins16`] spreads them, and `d`, `dmin` widened to f32. A prompt's groups of
+    /// four activation rows all pass the same rows, so each block is unpacked once, not
+    /// once per group.
+    #[derive(Default)]
+    pub(super) struct DecodedQ4K {
+        /// (rows, nb, 4) steps' weights.
+        q: Vec<Chunk>,
+        /// (rows, nb, 4) steps' scales.
+        sc: Vec<Chunk>,
+        /// (rows, nb) minimums by 16-group.
+        mn: Vec<Chunk>,
+        /// (rows, nb) scales `d`, then (rows, nb) `dmin`.
+        d: Vec<f32>,
+        /// Blocks in a row.
+        nb: usize,
+    }
+
+    impl DecodedQ4K {
+        /// Bytes one decoded row of `nb` blocks takes.
+        pub(super) const fn row_bytes(nb: usize) -> usize {
+            nb * (9 * 64 + 8)
+        }
+
+        /// Decode `rows` (each `nb` Q4_K blocks), replacing what was held.
+        ///
+        /// # Safety
+        /// [`available`]; every row is at least `nb` Q4_K blocks.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+        pub(super) unsafe fn fill<'a>(
+            &mut self,
+            rows: impl ExactSizeIterator<Item = &'a [u8]>,
+            nb: usize,
+        ) {
+            let n = rows.len() * nb;
+            self.nb = nb;
+            let zero = Chunk([0; 64]);
+            self.q.resize(4 * n, zero);
+            self.sc.resize(4 * n, zero);
+            self.mn.resize(n, zero);
+            self.d.resize(2 * n, 0.0);
+            for (r, row) in rows.enumerate() {
+                for i in 0..nb {
+                    let b = r * nb + i;
+                    let blk = row.as_ptr().add(144 * i);
+                    let scales = std::slice::from_raw_parts(blk.add(4), 12);
+                    let (sc8, mn8) = k_scales_mins(scales);
+                    let mn = self.mn.as_mut_ptr().add(b) as *mut __m512i;
+                    _mm512_store_si512(mn, k45_mins16(&mn8));
+                    for c in 0..4 {
+                        let (q, sc) = k45_step(blk.add(16), _mm512_setzero_si512(), &sc8, c, false);
+                        _mm512_store_si512(self.q.as_mut_ptr().add(4 * b + c) as *mut __m512i, q);
+                        _mm512_store_si512(self.sc.as_mut_ptr().add(4 * b + c) as *mut __m512i, sc);
+                    }
+                    self.d[b] = super::avx2::f16p(blk);
+                    self.d[n + b] = super::avx2::f16p(blk.add(2));
+                }
+            }
+        }
+    }
+
+    /// Decoded row `r` of `dec` with four activation rows in llama.cpp's grouped order
+    /// ([`KOrder::Gemm`]): [`q45_k_rows::<4>`]'s arithmetic for Q4_K in that order, from
+    /// the decoded blocks, so each result equals it bit for bit.
+    ///
+    /// # Safety
+    /// [`available`]; `dec` filled with Q4_K rows as long as the activations, each
+    /// prepared as Q8_K.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    pub(super) unsafe fn q4_k_gemm4(
+        dec: &DecodedQ4K,
+        r: usize,
+        acts: [&QuantizedActs; 4],
+    ) -> [f32; 4] {
+        let nb = dec.nb;
+        let n = dec.d.len() / 2;
+        let (mut rows4, mut mins4) = (_mm_setzero_ps(), _mm_setzero_ps());
+        for i in 0..nb {
+            let b = r * nb + i;
+            let mn16 = _mm512_load_si512(dec.mn.as_ptr().add(b) as *const __m512i);
+            let mv: [__m512i; 4] = std::array::from_fn(|k| {
+                let bs = _mm512_loadu_si512(acts[k].bsums.as_ptr().add(16 * i) as *const __m512i);
+                _mm512_mullo_epi32(mn16, bs)
+            });
+            let dx4 = _mm_set_ps(acts[3].d[i], acts[2].d[i], acts[1].d[i], acts[0].d[i]);
+            let sc4 = _mm_mul_ps(_mm_set1_ps(dec.d[b]), dx4);
+            for c in 0..4 {
+                let q = _mm512_load_si512(dec.q.as_ptr().add(4 * b + c) as *const __m512i);
+                let sc = _mm512_load_si512(dec.sc.as_ptr().add(4 * b + c) as *const __m512i);
+                let ps: [__m512i; 4] = std::array::from_fn(|k| {
+                    let x = _mm512_loadu_si512(
+                        acts[k].qs.as_ptr().add(256 * i + 64 * c) as *const __m512i
+                    );
+                    _mm512_madd_epi16(_mm512_maddubs_epi16(q, x), sc)
+                });
+                // Step c's four totals (lane k: row k) into the four chains.
+                let t = fold_lanes(interleave4(ps[0], ps[1], ps[2], ps[3]));
+                rows4 = _mm_fmadd_ps(_mm_cvtepi32_ps(t), sc4, rows4);
+            }
+            // The minimums' chains, step after step: 128-bit lane c of the interleaved
+            // products holds step c's four sums.
+            let mt = interleave4(mv[0], mv[1], mv[2], mv[3]);
+            let dm = _mm_mul_ps(_mm_set1_ps(dec.d[n + b]), dx4);
+            let lanes = [
+                _mm512_castsi512_si128(mt),
+                _mm512_extracti32x4_epi32(mt, 1),
+                _mm512_extracti32x4_epi32(mt, 2),
+                _mm512_extracti32x4_epi32(mt, 3),
+            ];
+            for m in lanes {
+                mins4 = _mm_fmadd_ps(_mm_cvtepi32_ps(m), dm, mins4);
+            }
+        }
+        let mut out = [0.0f32; 4];
+        _mm_storeu_ps(out.as_mut_ptr(), _mm_sub_ps(rows4, mins4));
+        out
     }
 
     /// Four vectors' i32 lanes summed within each 128-bit lane and interleaved: 128-bit
@@ -3504,6 +3646,11 @@ impl QMatrix {
             transpose(&yt, self.rows, t, &mut y);
             return y;
         }
+        #[cfg(target_arch = "x86_64")]
+        if self.repacked() && k4.is_some() && avx512::available() {
+            self.prefill_q4_k_decoded(&mut y, acts, k);
+            return y;
+        }
         // Four activation rows at a time where a kernel reads each weight block once for
         // all four (the K-quants on AVX-512; the same numbers as one row at a time) or
         // where llama.cpp sums rows in fours its own way (repacked Q4_K).
@@ -3538,6 +3685,45 @@ impl QMatrix {
             }
         });
         y
+    }
+
+    /// [`QMatrix::matmul_t_prepared`] of a repacked Q4_K matrix on AVX-512: weight rows
+    /// in L1-sized blocks, each block decoded once ([`avx512::DecodedQ4K`]) and met by
+    /// every four activation rows in llama.cpp's grouped order; the rows outside whole
+    /// fours through `k`, one at a time. Each task writes its rows' columns of `y`.
+    #[cfg(target_arch = "x86_64")]
+    fn prefill_q4_k_decoded(&self, y: &mut [f32], acts: &[QuantizedActs], k: DotFn) {
+        let t = acts.len();
+        let nb = self.cols / QK_K;
+        let wb = (PAIRED_WEIGHT_BYTES / avx512::DecodedQ4K::row_bytes(nb).max(1)).max(1);
+        let out = Columns::new(y, self.rows, t);
+        self.run_row_ranges(t, |i0, n| {
+            let mut dec = avx512::DecodedQ4K::default();
+            for first in (i0..i0 + n).step_by(wb) {
+                let rows = first..first + wb.min(i0 + n - first);
+                // SAFETY (here and below): the caller checked avx512::available(); the rows
+                // are this matrix's nb Q4_K blocks, the activations were prepared for it
+                // (check_x), r < rows.len(), and rows i and columns r < t are this task's.
+                unsafe { dec.fill(rows.clone().map(|i| self.row_bytes_of(i)), nb) };
+                let mut a = 0;
+                while a + 4 <= t {
+                    let x = [&acts[a], &acts[a + 1], &acts[a + 2], &acts[a + 3]];
+                    for (r, i) in rows.clone().enumerate() {
+                        let v = unsafe { avx512::q4_k_gemm4(&dec, r, x) };
+                        for (j, vj) in v.iter().enumerate() {
+                            unsafe { out.put(a + j, i, std::slice::from_ref(vj)) };
+                        }
+                    }
+                    a += 4;
+                }
+                for i in rows {
+                    let w = self.row_bytes_of(i);
+                    for (r, x) in acts.iter().enumerate().skip(a) {
+                        unsafe { out.put(r, i, &[k(w, x)]) };
+                    }
+                }
+            }
+        });
     }
 
     /// Y = X · Wᵀ (prefill): `x` is `t` rows of `cols`, the result `t` rows of `rows`.
