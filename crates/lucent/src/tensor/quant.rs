@@ -3646,30 +3646,68 @@ impl QMatrix {
             transpose(&yt, self.rows, t, &mut y);
             return y;
         }
-        #[cfg(target_arch = "x86_64")]
-        if self.repacked() && k4.is_some() && avx512::available() {
-            self.prefill_q4_k_decoded(&mut y, acts, k);
-            return y;
-        }
         // Four activation rows at a time where a kernel reads each weight block once for
         // all four (the K-quants on AVX-512; the same numbers as one row at a time) or
         // where llama.cpp sums rows in fours its own way (repacked Q4_K).
-        // Weight rows in L1-sized blocks: each four activation rows meet the whole block
-        // before the next four come. Each task writes its rows' columns of Y.
+        #[cfg(target_arch = "x86_64")]
+        if self.repacked() && k4.is_some() && avx512::available() {
+            // Repacked Q4_K on AVX-512: each block of rows decoded once, then met by
+            // every four activation rows.
+            let nb = self.cols / QK_K;
+            let wb = (PAIRED_WEIGHT_BYTES / avx512::DecodedQ4K::row_bytes(nb).max(1)).max(1);
+            let fill = |dec: &mut avx512::DecodedQ4K, rows: Range<usize>| {
+                // SAFETY: avx512::available(); the rows are this matrix's nb Q4_K blocks.
+                unsafe { dec.fill(rows.map(|i| self.row_bytes_of(i)), nb) }
+            };
+            // SAFETY: as above; dec holds the block's rows (r < its length), and the
+            // activations were prepared as Q8_K for this matrix (check_x).
+            let k4 = |dec: &avx512::DecodedQ4K, r: usize, _: usize, x: [&QuantizedActs; 4]| unsafe {
+                avx512::q4_k_gemm4(dec, r, x)
+            };
+            self.prompt_in_fours(&mut y, acts, wb, k, fill, Some(k4));
+            return y;
+        }
         let wb = (PAIRED_WEIGHT_BYTES / self.row_bytes.max(1)).max(1);
-        let out = Columns::new(&mut y, self.rows, t);
+        let k4 = k4.map(|k4| {
+            move |_: &(), _: usize, i: usize, x: [&QuantizedActs; 4]| k4(self.row_bytes_of(i), x)
+        });
+        self.prompt_in_fours(&mut y, acts, wb, k, |_: &mut (), _| {}, k4);
+        y
+    }
+
+    /// The prompt product's loop for kernels of four activation rows: weight rows in
+    /// blocks of `wb` (L1-sized), each block first prepared by `fill` into the task's
+    /// scratch `S`; then every four activation rows meet the whole block (`k4(scratch,
+    /// r, i, x)` for row `i`, the block's `r`-th) before the next four come; the rows
+    /// outside whole fours (all of them without `k4`) through `k`, one at a time. Each
+    /// task writes its rows' columns of `y` (t, rows).
+    fn prompt_in_fours<S: Default, K4>(
+        &self,
+        y: &mut [f32],
+        acts: &[QuantizedActs],
+        wb: usize,
+        k: DotFn,
+        fill: impl Fn(&mut S, Range<usize>) + Sync,
+        k4: Option<K4>,
+    ) where
+        K4: Fn(&S, usize, usize, [&QuantizedActs; 4]) -> [f32; 4] + Sync,
+    {
+        let t = acts.len();
+        let out = Columns::new(y, self.rows, t);
         self.run_row_ranges(t, |i0, n| {
+            let mut scratch = S::default();
             for first in (i0..i0 + n).step_by(wb) {
                 let rows = first..first + wb.min(i0 + n - first);
+                fill(&mut scratch, rows.clone());
                 let mut a = 0;
-                if let Some(k4) = k4 {
+                if let Some(k4) = &k4 {
                     while a + 4 <= t {
                         let x = [&acts[a], &acts[a + 1], &acts[a + 2], &acts[a + 3]];
-                        for i in rows.clone() {
-                            let v = k4(self.row_bytes_of(i), x);
-                            for (r, vr) in v.iter().enumerate() {
-                                // SAFETY: a + r < t, i < rows, and row i is this task's.
-                                unsafe { out.put(a + r, i, std::slice::from_ref(vr)) };
+                        for (r, i) in rows.clone().enumerate() {
+                            let v = k4(&scratch, r, i, x);
+                            for (j, vj) in v.iter().enumerate() {
+                                // SAFETY: a + j < t, i < rows, and row i is this task's.
+                                unsafe { out.put(a + j, i, std::slice::from_ref(vj)) };
                             }
                         }
                         a += 4;
@@ -3679,46 +3717,6 @@ impl QMatrix {
                     let w = self.row_bytes_of(i);
                     for (r, x) in acts.iter().enumerate().skip(a) {
                         // SAFETY: r < t, i < rows, and row i is this task's.
-                        unsafe { out.put(r, i, &[k(w, x)]) };
-                    }
-                }
-            }
-        });
-        y
-    }
-
-    /// [`QMatrix::matmul_t_prepared`] of a repacked Q4_K matrix on AVX-512: weight rows
-    /// in L1-sized blocks, each block decoded once ([`avx512::DecodedQ4K`]) and met by
-    /// every four activation rows in llama.cpp's grouped order; the rows outside whole
-    /// fours through `k`, one at a time. Each task writes its rows' columns of `y`.
-    #[cfg(target_arch = "x86_64")]
-    fn prefill_q4_k_decoded(&self, y: &mut [f32], acts: &[QuantizedActs], k: DotFn) {
-        let t = acts.len();
-        let nb = self.cols / QK_K;
-        let wb = (PAIRED_WEIGHT_BYTES / avx512::DecodedQ4K::row_bytes(nb).max(1)).max(1);
-        let out = Columns::new(y, self.rows, t);
-        self.run_row_ranges(t, |i0, n| {
-            let mut dec = avx512::DecodedQ4K::default();
-            for first in (i0..i0 + n).step_by(wb) {
-                let rows = first..first + wb.min(i0 + n - first);
-                // SAFETY (here and below): the caller checked avx512::available(); the rows
-                // are this matrix's nb Q4_K blocks, the activations were prepared for it
-                // (check_x), r < rows.len(), and rows i and columns r < t are this task's.
-                unsafe { dec.fill(rows.clone().map(|i| self.row_bytes_of(i)), nb) };
-                let mut a = 0;
-                while a + 4 <= t {
-                    let x = [&acts[a], &acts[a + 1], &acts[a + 2], &acts[a + 3]];
-                    for (r, i) in rows.clone().enumerate() {
-                        let v = unsafe { avx512::q4_k_gemm4(&dec, r, x) };
-                        for (j, vj) in v.iter().enumerate() {
-                            unsafe { out.put(a + j, i, std::slice::from_ref(vj)) };
-                        }
-                    }
-                    a += 4;
-                }
-                for i in rows {
-                    let w = self.row_bytes_of(i);
-                    for (r, x) in acts.iter().enumerate().skip(a) {
                         unsafe { out.put(r, i, &[k(w, x)]) };
                     }
                 }
