@@ -1959,16 +1959,7 @@ mod avx512 {
                 // The minimums' chains, step after step: 128-bit lane c of the interleaved
                 // products holds step c's four sums.
                 let mt = interleave4(mv[0], mv[1], mv[2], mv[3]);
-                let dm = _mm_mul_ps(_mm_set1_ps(dminw), dx4);
-                let lanes = [
-                    _mm512_castsi512_si128(mt),
-                    _mm512_extracti32x4_epi32(mt, 1),
-                    _mm512_extracti32x4_epi32(mt, 2),
-                    _mm512_extracti32x4_epi32(mt, 3),
-                ];
-                for m in lanes {
-                    mins4 = _mm_fmadd_ps(_mm_cvtepi32_ps(m), dm, mins4);
-                }
+                mins4 = min_steps(mt, _mm_mul_ps(_mm_set1_ps(dminw), dx4), mins4);
                 continue;
             }
             for k in 0..RA {
@@ -2137,20 +2128,29 @@ mod avx512 {
             // The minimums' chains, step after step: 128-bit lane c of the interleaved
             // products holds step c's four sums.
             let mt = interleave4(mv[0], mv[1], mv[2], mv[3]);
-            let dm = _mm_mul_ps(_mm_set1_ps(dec.d[n + b]), dx4);
-            let lanes = [
-                _mm512_castsi512_si128(mt),
-                _mm512_extracti32x4_epi32(mt, 1),
-                _mm512_extracti32x4_epi32(mt, 2),
-                _mm512_extracti32x4_epi32(mt, 3),
-            ];
-            for m in lanes {
-                mins4 = _mm_fmadd_ps(_mm_cvtepi32_ps(m), dm, mins4);
-            }
+            mins4 = min_steps(mt, _mm_mul_ps(_mm_set1_ps(dec.d[n + b]), dx4), mins4);
         }
         let mut out = [0.0f32; 4];
         _mm_storeu_ps(out.as_mut_ptr(), _mm_sub_ps(rows4, mins4));
         out
+    }
+
+    /// The grouped order's minimum chains over one block: 128-bit lane c of `mt` holds
+    /// step c's four minimum sums (lane k: row k), each converted and added to `mins4`
+    /// scaled by `dm` (`dmin · dx` per row), step after step.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn min_steps(mt: __m512i, dm: __m128, mut mins4: __m128) -> __m128 {
+        let lanes = [
+            _mm512_castsi512_si128(mt),
+            _mm512_extracti32x4_epi32(mt, 1),
+            _mm512_extracti32x4_epi32(mt, 2),
+            _mm512_extracti32x4_epi32(mt, 3),
+        ];
+        for m in lanes {
+            mins4 = _mm_fmadd_ps(_mm_cvtepi32_ps(m), dm, mins4);
+        }
+        mins4
     }
 
     /// Four vectors' i32 lanes summed within each 128-bit lane and interleaved: 128-bit
