@@ -269,7 +269,7 @@ fn rope_rows_with(
 /// Scaled dot-product attention in llama.cpp's arithmetic (the module doc's steps 2–4),
 /// with the order `p.ggml` names. Q, K and V must hold f16 values already (step 1 is
 /// the caller's: [`crate::nn::AttentionConfig::f16`]). Same contract and masks as
-/// [`crate::ops::attention`]; the weights returned are the f16 ones that weighted V.
+/// [`crate::ops::attention()`]; the weights returned are the f16 ones that weighted V.
 ///
 /// # Shapes
 /// q: (b, h, t_q, d_k), k: (b, h_kv, t_k, d_k), v: (b, h_kv, t_k, d_v)
@@ -1019,7 +1019,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn avx2_dot_equals_the_scalar_statement() {
-        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+        if !fma_available() {
             eprintln!("no AVX2 + FMA on this CPU: only the scalar dot runs here");
             return;
         }
@@ -1048,7 +1048,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn eight_key_dots_equal_one_dot_per_key() {
-        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+        if !fma_available() {
             eprintln!("no AVX2 + FMA on this CPU: only the scalar dot runs here");
             return;
         }

@@ -2587,7 +2587,7 @@ mod avx512 {
         /// The pair (`a`, `b`), both prepared as Q8_0 of one length, for weights of type
         /// `K`.
         pub(super) fn new<const K: u8>(a: &QuantizedActs, b: &QuantizedActs) -> Paired {
-            // SAFETY: only called after available() said yes (QMatrix::tile_rows_paired).
+            // SAFETY: only called after available() said yes (QMatrix::prefill_paired).
             unsafe { Paired::build::<K>(a, b) }
         }
 
@@ -3386,10 +3386,10 @@ impl QMatrix {
     }
 
     /// A prompt's product through [`avx512::paired_tile`] (type `K`, this matrix's):
-    /// `y` (t, rows) from the `t` activation rows `acts` (t ≥ 2). The rows are paired
-    /// once; then, for each four (or two) of them, every weight row four at a time, so
-    /// the activations stay in L1 while the weights stream past. A last odd row takes
-    /// the 1 × 1 tile.
+    /// `y` (t, rows) from the `t` activation rows `acts` (t ≥ 2). The activation rows
+    /// are paired once; the weight rows go in L1-sized blocks, each decoded once
+    /// ([`avx512::Decoded`]) and then met by every four (or two) activation rows, four
+    /// weight rows at a time. A last odd activation row takes the 1 × 1 tile.
     #[cfg(target_arch = "x86_64")]
     fn prefill_paired<const K: u8>(&self, y: &mut [f32], acts: &[QuantizedActs]) {
         let t = acts.len();
