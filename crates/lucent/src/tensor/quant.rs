@@ -1726,6 +1726,12 @@ mod avx512 {
             && is_x86_feature_detected!("avx512vnni")
     }
 
+    /// Whether the CPU also runs [`pair_tile`]: [`available`] plus GFNI (splits a
+    /// byte's nibbles in one instruction) and BMI2 (spreads the fifth bits).
+    pub(super) fn pairs_available() -> bool {
+        available() && is_x86_feature_detected!("gfni") && is_x86_feature_detected!("bmi2")
+    }
+
     /// Bytes of a block, where its quants start, where its 32 fifth bits start (Q5 kinds),
     /// the weight offset `o`, and whether it has a minimum: per type.
     const fn layout(t: GgmlType) -> (usize, usize, Option<usize>, i8, bool) {
@@ -2360,6 +2366,183 @@ mod avx512 {
         }
     }
 
+    /// A decoded token's activations spread for [`pair_tile`]: block `i`'s 32 numbers
+    /// as 16 i32 lanes where lane `m` holds the four numbers of the block's lane `m / 2`
+    /// (each lane twice: once for each weight row of a pair), and, for the kinds with an
+    /// offset `o`, the lanes' starting sums `−o · Σ qx`. Built once per product.
+    pub(super) struct Spread {
+        /// Per block: the activations, lanes doubled.
+        x: Vec<__m512i>,
+        /// Per block (kinds with an offset; else empty): `−o · Σ qx` per lane.
+        start: Vec<__m512i>,
+    }
+
+    impl Spread {
+        /// `a` (prepared as Q8_0) spread for the weight type `K`.
+        ///
+        /// # Safety
+        /// [`available`]; `a` holds whole 32-blocks (`a.qs.len() == 32 · a.d.len()`).
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+        pub(super) unsafe fn new<const K: u8>(a: &QuantizedActs) -> Spread {
+            let (.., o, _) = layout(dtype(K));
+            let nb = a.d.len();
+            let twice = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+            let mut x = Vec::with_capacity(nb);
+            let mut start = Vec::with_capacity(if o != 0 { nb } else { 0 });
+            for i in 0..nb {
+                let b = _mm256_loadu_si256(a.qs.as_ptr().add(32 * i) as *const __m256i);
+                let v = _mm512_permutexvar_epi32(twice, _mm512_castsi256_si512(b));
+                x.push(v);
+                if o != 0 {
+                    let z = _mm512_setzero_si512();
+                    start.push(_mm512_sub_epi32(
+                        z,
+                        _mm512_dpbusd_epi32(z, _mm512_set1_epi8(o), v),
+                    ));
+                }
+            }
+            Spread { x, start }
+        }
+    }
+
+    /// The unsigned weights `u = q + o` of the same block of two weight rows (`a`, `b`
+    /// point at the blocks) for [`pair_tile`]: i32 lane `m` holds the four numbers of
+    /// lane `m / 2` of row `a` (even `m`) or `b` (odd `m`), so one `vpdpbusd` with
+    /// [`Spread`] activations gives both rows' eight lane sums, interleaved.
+    /// One GFNI affine byte transform takes the low nibbles to lanes 0..8 and the high
+    /// nibbles to lanes 8..16.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,bmi2,gfni")]
+    unsafe fn pair_weights<const K: u8>(a: *const u8, b: *const u8) -> __m512i {
+        let (_, qs, qh, _, _) = layout(dtype(K));
+        if K == Q8_0 {
+            let za = _mm512_castsi256_si512(_mm256_loadu_si256(a.add(qs) as *const __m256i));
+            let zb = _mm512_castsi256_si512(_mm256_loadu_si256(b.add(qs) as *const __m256i));
+            let idx = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+            let z = _mm512_permutex2var_epi32(za, idx, zb);
+            return _mm512_xor_si512(z, _mm512_set1_epi8(-128));
+        }
+        // Lanes 0..8: the low nibbles of both rows' quant bytes, four bytes of `a`, four
+        // of `b`, ... (numbers 0..16); lanes 8..16 the same bytes' high nibbles (16..32).
+        let za = _mm512_castsi128_si512(_mm_loadu_si128(a.add(qs) as *const __m128i));
+        let zb = _mm512_castsi128_si512(_mm_loadu_si128(b.add(qs) as *const __m128i));
+        let idx = _mm512_set_epi32(19, 3, 18, 2, 17, 1, 16, 0, 19, 3, 18, 2, 17, 1, 16, 0);
+        // Bit matrices (output bit i from byte 7 − i's row): x & 0x0F in the low four
+        // 64-bit lanes, x >> 4 in the high four.
+        let (low, high) = (0x0102_0408_0000_0000i64, 0x1020_4080_0000_0000i64);
+        let m = _mm512_set_epi64(high, high, high, high, low, low, low, low);
+        let mut z = _mm512_gf2p8affine_epi64_epi8::<0>(_mm512_permutex2var_epi32(za, idx, zb), m);
+        if let Some(h) = qh {
+            // Byte 8k + j holds number 4k + j of `a`, byte 8k + 4 + j that of `b`: the
+            // fifth bits spread four at a time.
+            let ha = std::ptr::read_unaligned(a.add(h) as *const u32) as u64;
+            let hb = std::ptr::read_unaligned(b.add(h) as *const u32) as u64;
+            let bits = _pdep_u64(ha, 0x0F0F_0F0F_0F0F_0F0F) | _pdep_u64(hb, 0xF0F0_F0F0_F0F0_F0F0);
+            z = _mm512_mask_add_epi8(z, bits, z, _mm512_set1_epi8(0x10));
+        }
+        z
+    }
+
+    /// Dots of four weight rows of type `K` (two pairs, back to back in memory) with one
+    /// activation row, spread as [`Spread`]: a decoded token's product. Each pair's
+    /// blocks meet in one register (lanes interleaved: [`pair_weights`]), so a block of
+    /// two rows costs one `vpdpbusd`, one conversion and one 512-bit FMA, the scales of
+    /// both rows broadcast as one 64-bit pair.
+    ///
+    /// Every lane's arithmetic is [`tile`]'s: the same i32 lane sums, met by the same
+    /// scale products `d_w · dx` in the same FMAs block after block, then the same
+    /// horizontal sum of each row's eight lanes and the same `Σ m·s` chain. So the
+    /// results equal `tile`'s (and the AVX2 kernel's) bit for bit.
+    ///
+    /// # Safety
+    /// [`pairs_available`]; every row is `a.len` numbers of type `K`, `a` prepared as
+    /// Q8_0 of the same length, and `sp` spread from `a` for `K`; the four rows lie back
+    /// to back (`rows[w + 1]` starts where `rows[w]` ends).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,bmi2,gfni")]
+    pub(super) unsafe fn pair_tile<const K: u8>(
+        rows: [&[u8]; 4],
+        a: &QuantizedActs,
+        sp: &Spread,
+        out: &mut [f32; 4],
+    ) {
+        let (bb, .., o, has_min) = layout(dtype(K));
+        let nb = a.d.len();
+        // Pair p (rows 2p, 2p + 1), lanes interleaved.
+        let mut acc = [_mm512_setzero_ps(); 2];
+        // The kinds with a minimum: lane w holds weight row w's chain Σ_i fma(m_w,i, s_i, e).
+        let mut mins = _mm_setzero_ps();
+        // scp[p][2jj], scp[p][2jj + 1]: the products d_w · dx of block g + jj of pair p's
+        // two rows, read by one 64-bit broadcast.
+        let mut scp = [[0.0f32; 32]; 2];
+        let lo_idx = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+        let hi_idx = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+        // The tiles ahead, prefetched over this tile's blocks (a hint; past the matrix's
+        // end it reads nothing, and the address is never dereferenced).
+        let ahead = rows[0]
+            .as_ptr()
+            .wrapping_add(PREFETCH_TILES * 4 * rows[0].len());
+        let lines = (4 * bb).div_ceil(64);
+        let mut g = 0;
+        while g < nb {
+            let n = (nb - g).min(16);
+            let m = if n == 16 { 0xFFFF } else { (1u16 << n) - 1 };
+            let (dw, mw) = group_scales::<K, 4>(rows, g, m);
+            let dx = _mm512_maskz_loadu_ps(m, a.d.as_ptr().add(g));
+            for (p, sc) in scp.iter_mut().enumerate() {
+                let s0 = _mm512_mul_ps(dw[2 * p], dx);
+                let s1 = _mm512_mul_ps(dw[2 * p + 1], dx);
+                _mm512_storeu_ps(sc.as_mut_ptr(), _mm512_permutex2var_ps(s0, lo_idx, s1));
+                _mm512_storeu_ps(
+                    sc.as_mut_ptr().add(16),
+                    _mm512_permutex2var_ps(s0, hi_idx, s1),
+                );
+            }
+            let ms = if has_min {
+                block_major_4x16(mw)
+            } else {
+                [0.0; 64]
+            };
+            for jj in 0..n {
+                let i = g + jj;
+                for c in 0..lines {
+                    let p = ahead.wrapping_add(4 * bb * i + 64 * c);
+                    _mm_prefetch::<_MM_HINT_T0>(p as *const i8);
+                }
+                if has_min {
+                    let mv = _mm_loadu_ps(ms.as_ptr().add(4 * jj));
+                    mins = _mm_fmadd_ps(mv, _mm_set1_ps(*a.sum.get_unchecked(i)), mins);
+                }
+                let x = *sp.x.get_unchecked(i);
+                let start = if o != 0 {
+                    *sp.start.get_unchecked(i)
+                } else {
+                    _mm512_setzero_si512()
+                };
+                for (p, sc) in scp.iter().enumerate() {
+                    let q = pair_weights::<K>(
+                        rows[2 * p].as_ptr().add(bb * i),
+                        rows[2 * p + 1].as_ptr().add(bb * i),
+                    );
+                    let s = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, q, x));
+                    let pair = std::ptr::read_unaligned(sc.as_ptr().add(2 * jj) as *const f64);
+                    let scale = _mm512_castpd_ps(_mm512_set1_pd(pair));
+                    acc[p] = _mm512_fmadd_ps(scale, s, acc[p]);
+                }
+            }
+            g += 16;
+        }
+        // Each row's eight lanes gathered (even lanes: the pair's first row), then
+        // tile's ending.
+        let split = _mm512_set_epi32(15, 13, 11, 9, 7, 5, 3, 1, 14, 12, 10, 8, 6, 4, 2, 0);
+        let mut e = [0.0f32; 4];
+        _mm_storeu_ps(e.as_mut_ptr(), mins);
+        for (p, acc) in acc.iter().enumerate() {
+            let v = _mm512_permutexvar_ps(split, *acc);
+            out[2 * p] = super::avx2::hsum_ps(lo(v)) + e[2 * p];
+            out[2 * p + 1] = super::avx2::hsum_ps(hi(v)) + e[2 * p + 1];
+        }
+    }
+
     /// The scales `d` (and, for the kinds with one, the minimums `m`) of blocks
     /// `g .. g + 16` of every row, widened from the f16s at the blocks' starts (the
     /// scale table's values, read from the bytes the kernels stream anyway); zero for the
@@ -2455,6 +2638,42 @@ mod avx512 {
         let mut out = [0.0f32; 64];
         for (r, x) in u.iter().enumerate() {
             _mm512_storeu_ps(out.as_mut_ptr().add(16 * r), *x);
+        }
+        out
+    }
+
+    /// The 4 × 16 numbers `v` (four rows of 16) column by column: column `i`'s four
+    /// numbers at `4 i`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn block_major_4x16(v: [__m512; 4]) -> [f32; 64] {
+        // u[r]'s 128-bit lane l: column 4 l + r (transpose_4x16's registers).
+        let t0 = _mm512_unpacklo_ps(v[0], v[1]);
+        let t1 = _mm512_unpackhi_ps(v[0], v[1]);
+        let t2 = _mm512_unpacklo_ps(v[2], v[3]);
+        let t3 = _mm512_unpackhi_ps(v[2], v[3]);
+        let pd = _mm512_castps_pd;
+        let u = [
+            _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t0), pd(t2))),
+            _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t0), pd(t2))),
+            _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t1), pd(t3))),
+            _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t1), pd(t3))),
+        ];
+        // The 128-bit lanes transposed: register l holds lane l of u[0..4], columns
+        // 4 l .. 4 l + 4 in order.
+        let w01 = _mm512_shuffle_f32x4::<0b01_00_01_00>(u[0], u[1]);
+        let w23 = _mm512_shuffle_f32x4::<0b01_00_01_00>(u[2], u[3]);
+        let x01 = _mm512_shuffle_f32x4::<0b11_10_11_10>(u[0], u[1]);
+        let x23 = _mm512_shuffle_f32x4::<0b11_10_11_10>(u[2], u[3]);
+        let c = [
+            _mm512_shuffle_f32x4::<0b10_00_10_00>(w01, w23),
+            _mm512_shuffle_f32x4::<0b11_01_11_01>(w01, w23),
+            _mm512_shuffle_f32x4::<0b10_00_10_00>(x01, x23),
+            _mm512_shuffle_f32x4::<0b11_01_11_01>(x01, x23),
+        ];
+        let mut out = [0.0f32; 64];
+        for (l, x) in c.iter().enumerate() {
+            _mm512_storeu_ps(out.as_mut_ptr().add(16 * l), *x);
         }
         out
     }
@@ -3301,6 +3520,16 @@ impl QMatrix {
         // prepared for this type.
         unsafe {
             let vnni = avx512::available();
+            if acts.len() == 1 && avx512::pairs_available() {
+                match self.dtype {
+                    GgmlType::Q4_0 => self.decode_pairs::<{ avx512::Q4_0 }>(i0, out, &acts[0]),
+                    GgmlType::Q4_1 => self.decode_pairs::<{ avx512::Q4_1 }>(i0, out, &acts[0]),
+                    GgmlType::Q5_0 => self.decode_pairs::<{ avx512::Q5_0 }>(i0, out, &acts[0]),
+                    GgmlType::Q5_1 => self.decode_pairs::<{ avx512::Q5_1 }>(i0, out, &acts[0]),
+                    _ => self.decode_pairs::<{ avx512::Q8_0 }>(i0, out, &acts[0]),
+                }
+                return;
+            }
             let kernels: (Tile<4, 1>, Option<Tile<1, 4>>, Tile<1, 1>) = match (vnni, self.dtype) {
                 (true, GgmlType::Q4_0) => avx512::tiles::<{ avx512::Q4_0 }>(),
                 (true, GgmlType::Q4_1) => avx512::tiles::<{ avx512::Q4_1 }>(),
@@ -3321,6 +3550,33 @@ impl QMatrix {
             // The AVX-512 kernels read the scales from the blocks: no table to build.
             let table: &[f32] = if vnni { &[] } else { self.scale_table() };
             self.tile_rows_with(i0, out, acts, table, kernels);
+        }
+    }
+
+    /// Rows `i0 .. i0 + out.len()` of a decoded token's product (one activation row,
+    /// type `K`, this matrix's) through [`avx512::pair_tile`], four weight rows at a
+    /// time (the activations spread once), and [`avx512::tile`] for the last rows.
+    ///
+    /// # Safety
+    /// [`avx512::pairs_available`]; `a` prepared for this matrix (check_prepared /
+    /// check_x).
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn decode_pairs<const K: u8>(&self, i0: usize, out: &mut [f32], a: &QuantizedActs) {
+        unsafe {
+            let sp = avx512::Spread::new::<K>(a);
+            let r = |w: usize| self.row_bytes_of(i0 + w);
+            let mut w = 0;
+            for o in out.chunks_exact_mut(4) {
+                let o: &mut [f32; 4] = o.try_into().expect("chunks of 4");
+                avx512::pair_tile::<K>([r(w), r(w + 1), r(w + 2), r(w + 3)], a, &sp, o);
+                w += 4;
+            }
+            while w < out.len() {
+                let mut o = [[0.0f32; 1]; 1];
+                avx512::tile::<K, 1>([r(w)], [&[]], [a], &mut o);
+                out[w] = o[0][0];
+                w += 1;
+            }
         }
     }
 
@@ -3827,6 +4083,25 @@ mod tests {
                             avx2::kernel(t)(row, &a)
                         };
                         assert_eq!(got.to_bits(), want.to_bits(), "{t} {rows}×{cols} row {i}");
+                    }
+                    // matvec took the paired tiles where the CPU runs them; the four-row
+                    // tile it takes elsewhere gives the same numbers.
+                    if rows >= 4 {
+                        let (k41, _, _) = match t {
+                            GgmlType::Q4_0 => avx512::tiles::<{ avx512::Q4_0 }>(),
+                            GgmlType::Q4_1 => avx512::tiles::<{ avx512::Q4_1 }>(),
+                            GgmlType::Q5_0 => avx512::tiles::<{ avx512::Q5_0 }>(),
+                            GgmlType::Q5_1 => avx512::tiles::<{ avx512::Q5_1 }>(),
+                            _ => avx512::tiles::<{ avx512::Q8_0 }>(),
+                        };
+                        let rs: [&[u8]; 4] = std::array::from_fn(|w| m.row_bytes_of(w));
+                        let mut o = [[0.0f32; 1]; 4];
+                        // SAFETY: avx512::available(); the rows and activations are this
+                        // matrix's.
+                        unsafe { k41(rs, [&[]; 4], [&a], &mut o) };
+                        for w in 0..4 {
+                            assert_eq!(o[w][0].to_bits(), y[w].to_bits(), "{t} 4×{cols} row {w}");
+                        }
                     }
                 }
             }
