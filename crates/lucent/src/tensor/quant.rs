@@ -3565,12 +3565,21 @@ impl QMatrix {
         unsafe {
             let sp = avx512::Spread::new::<K>(a);
             let r = |w: usize| self.row_bytes_of(i0 + w);
-            let mut w = 0;
-            for o in out.chunks_exact_mut(4) {
-                let o: &mut [f32; 4] = o.try_into().expect("chunks of 4");
-                avx512::pair_tile::<K>([r(w), r(w + 1), r(w + 2), r(w + 3)], a, &sp, o);
-                w += 4;
+            // Two streams of tiles, from the first half of the rows and from the
+            // second, taken in turn: memory then reads ahead at two places (one core
+            // streams 11 → 14 GB/s of Q4_1 from DRAM so: matvec_bench, 600 MB).
+            let tiles = out.len() / 4;
+            let half = tiles.div_ceil(2);
+            for k in 0..half {
+                for t in [k, half + k] {
+                    if t < tiles {
+                        let w = 4 * t;
+                        let o: &mut [f32; 4] = (&mut out[w..w + 4]).try_into().expect("four rows");
+                        avx512::pair_tile::<K>([r(w), r(w + 1), r(w + 2), r(w + 3)], a, &sp, o);
+                    }
+                }
             }
+            let mut w = 4 * tiles;
             while w < out.len() {
                 let mut o = [[0.0f32; 1]; 1];
                 avx512::tile::<K, 1>([r(w)], [&[]], [a], &mut o);
