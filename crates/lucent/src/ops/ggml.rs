@@ -408,12 +408,14 @@ impl Job<'_> {
                 }
             },
             |row| softmax_row(row, 1.0),
+            weigh_values,
         );
     }
 
     /// [`Job::head`] compiled with FMA instructions: the scores eight keys at a time
-    /// ([`dots_f16_avx2`]) and, with AVX-512, the softmax sixteen numbers at a time
-    /// ([`softmax_row_avx512`]); the same bits as the plain twin.
+    /// ([`dots_f16_avx2`]), with AVX-512 the softmax sixteen numbers at a time
+    /// ([`softmax_row_avx512`]), and V weighed in registers ([`weigh_values_fma`]);
+    /// the same bits as the plain twin.
     ///
     /// # Safety
     /// The CPU must have AVX2 and FMA.
@@ -436,13 +438,16 @@ impl Job<'_> {
                     softmax_row(row, 1.0)
                 }
             },
+            |p, v, order, skip, acc, out| unsafe { weigh_values_fma(p, v, order, skip, acc, out) },
         );
     }
 
-    /// One head with its scoring and softmax kernels: `dots(keys, q, order, s)` writes
-    /// `s[j] = dot_f16(key j, q, order)` for the rows of `keys` (each `q.len()` long);
-    /// `softmax(row)` is [`softmax_row`] with scale 1.
+    /// One head with its scoring, softmax and weighing kernels: `dots(keys, q, order, s)`
+    /// writes `s[j] = dot_f16(key j, q, order)` for the rows of `keys` (each `q.len()`
+    /// long); `softmax(row)` is [`softmax_row`] with scale 1; `weigh` is
+    /// [`weigh_values`].
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     fn head_with(
         &self,
         bh: usize,
@@ -451,6 +456,7 @@ impl Job<'_> {
         sc: &mut Scratch,
         dots: impl Fn(&[f32], &[f32], F16Order, &mut [f32]),
         softmax: impl Fn(&mut [f32]),
+        weigh: impl Fn(&[f32], &[f32], F16Order, bool, &mut [f32], &mut [f32]),
     ) {
         let (d, p, order) = (&self.d, self.p, self.order);
         let (bi, hi) = (bh / d.h, bh % d.h);
@@ -488,7 +494,7 @@ impl Job<'_> {
             }
             softmax(&mut row[..d.t_k]);
             round_f16_in_place(&mut row[..d.t_k]);
-            weigh_values(
+            weigh(
                 &row[..d.t_k],
                 vs,
                 order,
@@ -876,6 +882,123 @@ pub fn weigh_values(
     lane_sums(acc, order, out);
 }
 
+/// [`weigh_values`] with AVX2 registers as its accumulators: for each run of up to 64
+/// columns and each lane row, the row's accumulators stay in registers while the
+/// positions of that lane add into them, instead of being loaded and stored for every
+/// position. Each accumulator meets the same FMAs in the same order (its positions in
+/// increasing order), so the result is `weigh_values`' bit for bit. Columns past the
+/// last whole eight take the plain loop.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn weigh_values_fma(
+    p: &[f32],
+    v: &[f32],
+    order: F16Order,
+    skip_zeros: bool,
+    acc: &mut [f32],
+    out: &mut [f32],
+) {
+    let dv = out.len();
+    if dv == 0 {
+        return;
+    }
+    let lanes = match order {
+        F16Order::Gemm => LANES,
+        F16Order::Dot => 4 * LANES,
+    };
+    let acc = &mut acc[..lanes * dv];
+    let n = p.len().min(v.len() / dv);
+    let wide = dv - dv % LANES;
+    let mut c0 = 0;
+    while c0 < wide {
+        let regs = ((wide - c0) / LANES).min(8);
+        for l in 0..lanes {
+            let to = &mut acc[l * dv + c0..][..LANES * regs];
+            let at = (p, v, dv, c0, l, lanes, n, skip_zeros);
+            // SAFETY: columns c0 .. c0 + 8 · regs ≤ wide ≤ dv of rows j < n of v, into
+            // 8 · regs numbers of acc.
+            unsafe {
+                match regs {
+                    8 => weigh_lane::<8>(at, to),
+                    7 => weigh_lane::<7>(at, to),
+                    6 => weigh_lane::<6>(at, to),
+                    5 => weigh_lane::<5>(at, to),
+                    4 => weigh_lane::<4>(at, to),
+                    3 => weigh_lane::<3>(at, to),
+                    2 => weigh_lane::<2>(at, to),
+                    _ => weigh_lane::<1>(at, to),
+                }
+            }
+        }
+        c0 += LANES * regs;
+    }
+    if wide < dv {
+        for l in 0..lanes {
+            acc[l * dv + wide..(l + 1) * dv].fill(0.0);
+        }
+        for (j, (&pj, vj)) in p.iter().zip(v.chunks_exact(dv)).enumerate() {
+            if skip_zeros && pj == 0.0 {
+                continue;
+            }
+            let a = &mut acc[(j % lanes) * dv..][wide..dv];
+            for (x, &y) in a.iter_mut().zip(&vj[wide..]) {
+                *x = y.mul_add(pj, *x);
+            }
+        }
+    }
+    // SAFETY: this function's own contract.
+    unsafe { lane_sums_avx2(acc, order, out) };
+}
+
+/// Where [`weigh_lane`] reads: the weights `p`, V (rows of `dv`), the first column
+/// `c0`, the lane `l` of `lanes`, the positions `n`, and whether zero weights are
+/// skipped.
+#[cfg(target_arch = "x86_64")]
+type LaneAt<'a> = (
+    &'a [f32],
+    &'a [f32],
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    bool,
+);
+
+/// One lane row of [`weigh_values_fma`]: columns `c0 .. c0 + 8 W` summed over the
+/// positions `l, l + lanes, ...` below `n`, in `W` registers, written to `to`.
+///
+/// # Safety
+/// AVX2 and FMA; `v` holds rows `j < n` of `dv` numbers with `c0 + 8 W ≤ dv`; `to`
+/// holds `8 W` numbers.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn weigh_lane<const W: usize>(at: LaneAt, to: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let (p, v, dv, c0, l, lanes, n, skip_zeros) = at;
+    let mut r = [_mm256_setzero_ps(); W];
+    let mut j = l;
+    while j < n {
+        let pj = p[j];
+        if !(skip_zeros && pj == 0.0) {
+            let pv = _mm256_set1_ps(pj);
+            let vj = v.as_ptr().add(j * dv + c0);
+            for (k, rk) in r.iter_mut().enumerate() {
+                // y · p_j + x, as weigh_values' y.mul_add(p_j, x).
+                *rk = _mm256_fmadd_ps(_mm256_loadu_ps(vj.add(LANES * k)), pv, *rk);
+            }
+        }
+        j += lanes;
+    }
+    for (k, rk) in r.iter().enumerate() {
+        _mm256_storeu_ps(to.as_mut_ptr().add(LANES * k), *rk);
+    }
+}
+
 /// The horizontal sums of [`weigh_values`]' lane accumulators (`acc`: lanes × d_v) into
 /// `out`, all columns at once: each step adds whole lane rows (d_v numbers) in place, so
 /// every column meets the same additions in the same order as its own [`dot_f16`]
@@ -883,6 +1006,24 @@ pub fn weigh_values(
 /// (slower at long contexts).
 #[inline(never)]
 fn lane_sums(acc: &mut [f32], order: F16Order, out: &mut [f32]) {
+    lane_sums_body(acc, order, out);
+}
+
+/// [`lane_sums`] compiled for AVX2 (the same additions per column, eight columns a
+/// step).
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[inline(never)]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn lane_sums_avx2(acc: &mut [f32], order: F16Order, out: &mut [f32]) {
+    lane_sums_body(acc, order, out);
+}
+
+/// The body of [`lane_sums`].
+#[inline(always)]
+fn lane_sums_body(acc: &mut [f32], order: F16Order, out: &mut [f32]) {
     let dv = out.len();
     let add_rows = |acc: &mut [f32], to: usize, a: usize, b: usize| {
         for c in 0..dv {
@@ -980,7 +1121,14 @@ mod tests {
 
     #[test]
     fn weighing_all_columns_equals_one_dot_per_column() {
-        let (t, dv) = (45usize, 24usize);
+        // Widths of one register run, of two (past 64 columns), and with a tail.
+        for dv in [24usize, 20, 64, 100, 256] {
+            weighing_columns(dv);
+        }
+    }
+
+    fn weighing_columns(dv: usize) {
+        let t = 45usize;
         let v: Vec<f32> = (0..t * dv)
             .map(|i| ((i * 29 % 97) as f32 - 48.0) / 32.0)
             .collect();
@@ -1003,6 +1151,19 @@ mod tests {
             weigh_values(&p, &v, order, true, &mut acc, &mut skipped);
             let bits = |x: &[f32]| x.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&out), bits(&skipped), "{order:?}: zeros skipped");
+            #[cfg(target_arch = "x86_64")]
+            if fma_available() {
+                for skip in [false, true] {
+                    let mut fast = vec![0.0; dv];
+                    // SAFETY: fma_available() said AVX2 and FMA.
+                    unsafe { weigh_values_fma(&p, &v, order, skip, &mut acc, &mut fast) };
+                    assert_eq!(
+                        bits(&fast),
+                        bits(&out),
+                        "{order:?}: in registers, skip {skip}"
+                    );
+                }
+            }
             let mut pp = p.clone();
             pp.resize(t_pad, 0.0);
             for (c, o) in out.iter().enumerate() {
