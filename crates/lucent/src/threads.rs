@@ -5,7 +5,7 @@
 //! lucent uses rayon's global pool. [`set_threads`] sizes it; kernels split work into
 //! [`threads`] parts and hand `gemm` the same count.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 static THREADS: AtomicUsize = AtomicUsize::new(0);
 
@@ -80,5 +80,235 @@ pub fn gemm_parallelism(flops: usize) -> gemm::Parallelism {
         gemm::Parallelism::None
     } else {
         gemm::Parallelism::Rayon(n)
+    }
+}
+
+// ------------------------------------------------------------------ team
+
+thread_local! {
+    /// The team of the pass running on this thread, if any (see [`with_team`]).
+    static TEAM: std::cell::Cell<Option<&'static Team>> = const { std::cell::Cell::new(None) };
+}
+
+/// Threads that stay awake for a whole forward pass and share each of its parallel
+/// loops ([`for_each_index`]) by claiming indices from one counter: a decoded token's
+/// ~150 small products then cost a few atomic operations each instead of a wake-up of
+/// the pool (whose idle workers go to sleep between them). The helpers spin while they
+/// wait, so a team lives only as long as one pass.
+///
+/// A loop is posted as `state = (epoch, index)` in one atomic: a claim is a
+/// compare-and-swap on it, so a helper still holding an old epoch can never take an
+/// index of the next loop. The loop's closure stays on the caller's stack; the caller
+/// returns only when every claimed index is done, and a helper calls the closure only
+/// after a successful claim.
+pub(crate) struct Team {
+    /// Epoch in the high 32 bits (odd while a loop is being posted), next index low.
+    state: AtomicU64,
+    /// Indices of the current loop.
+    len: AtomicUsize,
+    /// The current loop's `&&(dyn Fn(usize) + Sync)`, as an address.
+    job: AtomicUsize,
+    /// Indices of the current loop finished.
+    done: AtomicUsize,
+    /// Set when the pass ends: helpers return.
+    stop: std::sync::atomic::AtomicBool,
+}
+
+/// A loop's closure as the team passes it.
+type TeamJob<'a> = &'a (dyn Fn(usize) + Sync);
+
+impl Team {
+    fn new() -> Team {
+        Team {
+            state: AtomicU64::new(0),
+            len: AtomicUsize::new(0),
+            job: AtomicUsize::new(0),
+            done: AtomicUsize::new(0),
+            stop: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Claim the next index of the loop of `epoch`, if it has one left.
+    fn claim(&self, epoch: u64, len: usize) -> Option<usize> {
+        let mut s = self.state.load(Ordering::Acquire);
+        loop {
+            let i = (s & 0xFFFF_FFFF) as usize;
+            if s >> 32 != epoch || i >= len {
+                return None;
+            }
+            match self
+                .state
+                .compare_exchange_weak(s, s + 1, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Some(i),
+                Err(now) => s = now,
+            }
+        }
+    }
+
+    /// Run `f(i)` for every i < n on this thread and the helpers; returns when all are
+    /// done.
+    fn run(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
+        let epoch = self.state.load(Ordering::Relaxed) >> 32;
+        // Odd epoch: posting (helpers wait); then the loop's even epoch, index 0.
+        let posting = epoch + 1;
+        let open = epoch + 2;
+        self.state.store(posting << 32, Ordering::SeqCst);
+        let job: TeamJob = f;
+        self.job
+            .store(&job as *const TeamJob as usize, Ordering::SeqCst);
+        self.len.store(n, Ordering::SeqCst);
+        self.done.store(0, Ordering::SeqCst);
+        self.state.store(open << 32, Ordering::SeqCst);
+        while let Some(i) = self.claim(open, n) {
+            f(i);
+            self.done.fetch_add(1, Ordering::AcqRel);
+        }
+        while self.done.load(Ordering::Acquire) < n {
+            std::hint::spin_loop();
+        }
+    }
+
+    /// A helper's life: wait for each loop, take indices until it has none left, until
+    /// the pass ends.
+    fn serve(&self) {
+        let mut seen = 0u64;
+        loop {
+            // Wait for an open loop not seen yet.
+            let (epoch, len, job) = loop {
+                if self.stop.load(Ordering::Acquire) {
+                    return;
+                }
+                let s1 = self.state.load(Ordering::SeqCst);
+                let e = s1 >> 32;
+                if e.is_multiple_of(2) && e != seen {
+                    let len = self.len.load(Ordering::SeqCst);
+                    let job = self.job.load(Ordering::SeqCst);
+                    // Still the same loop, not being replaced: len and job are its own.
+                    if self.state.load(Ordering::SeqCst) >> 32 == e {
+                        break (e, len, job);
+                    }
+                }
+                std::hint::spin_loop();
+            };
+            seen = epoch;
+            while let Some(i) = self.claim(epoch, len) {
+                // SAFETY: the claim succeeded, so the loop of `epoch` is still running
+                // (its caller waits for index i to be done): `job` points at its closure
+                // reference on the caller's stack.
+                let f = unsafe { *(job as *const TeamJob) };
+                f(i);
+                self.done.fetch_add(1, Ordering::AcqRel);
+            }
+        }
+    }
+}
+
+/// Run `body` with a [`Team`] of all kernel threads: the calling thread runs `body`,
+/// the others serve the parallel loops it posts through [`for_each_index`] until it
+/// returns. With one thread, `body` runs alone. For passes made of many small parallel
+/// loops (a decoded token); a loop in `body` that goes to rayon directly runs on the
+/// calling thread only, as the others are busy serving.
+pub(crate) fn with_team<R: Send>(body: impl FnOnce() -> R + Send) -> R {
+    let n = threads();
+    if n <= 1 {
+        return body();
+    }
+    let team = Team::new();
+    rayon::scope(|s| {
+        for _ in 1..n {
+            s.spawn(|_| team.serve());
+        }
+        // SAFETY of the 'static: the reference is removed (below, also on unwind)
+        // before `team` goes out of scope, and only this thread reads it.
+        let t: &'static Team = unsafe { &*(&team as *const Team) };
+        struct Leave<'a>(&'a Team);
+        impl Drop for Leave<'_> {
+            fn drop(&mut self) {
+                TEAM.with(|c| c.set(None));
+                self.0.stop.store(true, Ordering::Release);
+            }
+        }
+        TEAM.with(|c| c.set(Some(t)));
+        let _leave = Leave(&team);
+        body()
+    })
+}
+
+/// `f(i)` for every `i < n`, in parallel: on the pass's [`Team`] when one runs on this
+/// thread, else over rayon's pool.
+pub(crate) fn for_each_index(n: usize, f: impl Fn(usize) + Sync) {
+    if let Some(team) = TEAM.with(std::cell::Cell::get) {
+        team.run(n, &f);
+        return;
+    }
+    use rayon::prelude::*;
+    (0..n).into_par_iter().for_each(&f);
+}
+
+/// `f(i, &mut items[i])` for every item, in parallel as [`for_each_index`] (each item
+/// to exactly one call).
+pub(crate) fn for_each_mut<T: Send>(items: &mut [T], f: impl Fn(usize, &mut T) + Sync) {
+    /// The items' address, shared by the calls; each call takes its own item.
+    struct Items<T>(*mut T);
+    // SAFETY: the calls reach distinct items (one index each), which may be sent.
+    unsafe impl<T: Send> Sync for Items<T> {}
+    impl<T> Items<T> {
+        /// Item i.
+        ///
+        /// # Safety
+        /// i is in bounds and no other reference to item i is alive.
+        #[allow(clippy::mut_from_ref)]
+        unsafe fn get(&self, i: usize) -> &mut T {
+            unsafe { &mut *self.0.add(i) }
+        }
+    }
+    let n = items.len();
+    let items = Items(items.as_mut_ptr());
+    for_each_index(n, |i| {
+        // SAFETY: i < n, and for_each_index gives each index to one call only.
+        f(i, unsafe { items.get(i) })
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A team's loops give every index to exactly one call, loop after loop (empty loops
+    /// too), and the items of `for_each_mut` each to one call.
+    #[test]
+    fn team_loops_take_every_index_once() {
+        set_threads(2);
+        // On a pool of its own, so that a test that set one thread meanwhile does not
+        // leave the team without helpers (threads() reads the pool it runs on).
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .expect("pool");
+        let total = pool.install(|| {
+            with_team(|| {
+                let mut total = 0usize;
+                for n in (0..300).map(|k| k % 37) {
+                    let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+                    for_each_index(n, |i| {
+                        hits[i].fetch_add(1, Ordering::Relaxed);
+                    });
+                    assert!(
+                        hits.iter().all(|h| h.load(Ordering::Relaxed) == 1),
+                        "n = {n}"
+                    );
+                    let mut items: Vec<usize> = vec![0; n];
+                    for_each_mut(&mut items, |i, x| *x += i + 1);
+                    assert!(
+                        items.iter().enumerate().all(|(i, &x)| x == i + 1),
+                        "n = {n}"
+                    );
+                    total += n;
+                }
+                total
+            })
+        });
+        assert_eq!(total, (0..300).map(|k| k % 37).sum::<usize>());
     }
 }

@@ -35,7 +35,6 @@ use crate::ops::attention::{
     bias_row, check_dims, round_f16_in_place, visible_keys, AttentionDims, AttentionOutput,
     AttentionParams,
 };
-use rayon::prelude::*;
 
 use crate::ops::RopeConvention;
 use crate::tensor::Tensor;
@@ -307,10 +306,11 @@ pub fn attention(
         } else {
             (0..heads).map(|_| <&mut [f32]>::default()).collect()
         };
-        out.par_chunks_mut(o_len)
-            .zip(ws_chunks)
-            .enumerate()
-            .for_each_init(|| job.scratch(), |sc, (bh, (o, w))| job.head(bh, o, w, sc));
+        let mut parts: Vec<(&mut [f32], &mut [f32])> =
+            out.chunks_mut(o_len).zip(ws_chunks).collect();
+        crate::threads::for_each_mut(&mut parts, |bh, (o, w)| {
+            job.head(bh, o, w, &mut job.scratch())
+        });
     } else {
         let mut sc = job.scratch();
         for bh in 0..heads {

@@ -3363,11 +3363,11 @@ impl QMatrix {
                 jobs.push((*m, c * chunk, out));
             }
         }
-        let run = |(m, i0, out): (&QMatrix, usize, &mut [f32])| m.rows_into(i0, out, &a);
+        let run = |_, job: &mut (&QMatrix, usize, &mut [f32])| job.0.rows_into(job.1, job.2, &a);
         if parallel {
-            jobs.into_par_iter().for_each(run);
+            crate::threads::for_each_mut(&mut jobs, run);
         } else {
-            jobs.into_iter().for_each(run);
+            jobs.iter_mut().enumerate().for_each(|(i, j)| run(i, j));
         }
         Ok(ys)
     }
@@ -3773,9 +3773,8 @@ impl QMatrix {
             .max(8))
         .div_ceil(4)
             * 4;
-        y.par_chunks_mut(chunk * per_row)
-            .enumerate()
-            .for_each(|(c, ys)| f(c * chunk, ys));
+        let mut parts: Vec<&mut [f32]> = y.chunks_mut(chunk * per_row).collect();
+        crate::threads::for_each_mut(&mut parts, |c, ys| f(c * chunk, ys));
     }
 
     /// [`QMatrix::run_row_groups`]'s split of the rows, as ranges: `f(first_row, count)`
@@ -3792,9 +3791,9 @@ impl QMatrix {
             .max(8))
         .div_ceil(4)
             * 4;
-        (0..self.rows.div_ceil(chunk))
-            .into_par_iter()
-            .for_each(|c| f(c * chunk, chunk.min(self.rows - c * chunk)));
+        crate::threads::for_each_index(self.rows.div_ceil(chunk), |c| {
+            f(c * chunk, chunk.min(self.rows - c * chunk))
+        });
     }
 
     /// Fill `y[i] = f(i)` for every row, over the thread pool when the matrix is large.
@@ -3807,7 +3806,8 @@ impl QMatrix {
             return;
         }
         let chunk = self.rows.div_ceil(threads * 4).max(8);
-        y.par_chunks_mut(chunk).enumerate().for_each(|(c, ys)| {
+        let mut parts: Vec<&mut [f32]> = y.chunks_mut(chunk).collect();
+        crate::threads::for_each_mut(&mut parts, |c, ys| {
             for (j, v) in ys.iter_mut().enumerate() {
                 *v = f(c * chunk + j);
             }
