@@ -862,10 +862,7 @@ pub fn weigh_values(
     out: &mut [f32],
 ) {
     let dv = out.len();
-    let lanes = match order {
-        F16Order::Gemm => LANES,
-        F16Order::Dot => 4 * LANES,
-    };
+    let lanes = weigh_lanes(order);
     let acc = &mut acc[..lanes * dv];
     acc.fill(0.0);
     // Lane of position j: j % 8 (the GEMM's chain), or accumulator (j % 32) / 8 and its
@@ -880,6 +877,15 @@ pub fn weigh_values(
         }
     }
     lane_sums(acc, order, out);
+}
+
+/// How many lane accumulators [`weigh_values`] keeps per column: the GEMM's chain of
+/// eight lanes, or the dot's four accumulators of eight.
+fn weigh_lanes(order: F16Order) -> usize {
+    match order {
+        F16Order::Gemm => LANES,
+        F16Order::Dot => 4 * LANES,
+    }
 }
 
 /// [`weigh_values`] with AVX2 registers as its accumulators: for each run of up to 64
@@ -905,10 +911,7 @@ unsafe fn weigh_values_fma(
     if dv == 0 {
         return;
     }
-    let lanes = match order {
-        F16Order::Gemm => LANES,
-        F16Order::Dot => 4 * LANES,
-    };
+    let lanes = weigh_lanes(order);
     let acc = &mut acc[..lanes * dv];
     let n = p.len().min(v.len() / dv);
     let wide = dv - dv % LANES;

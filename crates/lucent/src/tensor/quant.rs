@@ -1702,11 +1702,13 @@ mod avx2 {
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    //! AVX-512 VNNI kernels: the tile kernel of the 32-block types (Q4_0, Q4_1, Q5_0,
-    //! Q5_1, Q8_0), two blocks per 512-bit register, their products summed by `vpdpbusd`
-    //! (unsigned 8-bit weights × signed 8-bit activations, four products into each i32
-    //! lane, no saturation); and the K-quant dots, 64 numbers a step. Selected only after
-    //! [`available`] said yes; the callers' `unsafe` blocks rely on that.
+    //! AVX-512 VNNI kernels: the tile kernels of the 32-block types (Q4_0, Q4_1, Q5_0,
+    //! Q5_1, Q8_0) — a decoded token's four weight rows as two interleaved pairs
+    //! ([`pair_tile`]; where GFNI and BMI2 are), one row two blocks per 512-bit register
+    //! ([`tile`]), a prompt's rows in pairs ([`paired_tile`]) — their products summed by
+    //! `vpdpbusd` (unsigned 8-bit weights × signed 8-bit activations, four products into
+    //! each i32 lane, no saturation); and the K-quant dots, 64 numbers a step. Selected
+    //! only after [`available`] said yes; the callers' `unsafe` blocks rely on that.
     //!
     //! `vpdpbusd` wants one operand unsigned, so every weight enters as `u = q + o ≥ 0`
     //! (o = 8 for Q4_0, 16 for Q5_0, 128 for Q8_0 by flipping the sign bit, 0 for the
@@ -2409,8 +2411,9 @@ mod avx512 {
     /// point at the blocks) for [`pair_tile`]: i32 lane `m` holds the four numbers of
     /// lane `m / 2` of row `a` (even `m`) or `b` (odd `m`), so one `vpdpbusd` with
     /// [`Spread`] activations gives both rows' eight lane sums, interleaved.
-    /// One GFNI affine byte transform takes the low nibbles to lanes 0..8 and the high
-    /// nibbles to lanes 8..16.
+    ///
+    /// For the nibble kinds, one GFNI affine byte transform takes the low nibbles to
+    /// lanes 0..8 and the high nibbles to lanes 8..16.
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,bmi2,gfni")]
     unsafe fn pair_weights<const K: u8>(a: *const u8, b: *const u8) -> __m512i {
@@ -2454,10 +2457,11 @@ mod avx512 {
     /// horizontal sum of each row's eight lanes and the same `Σ m·s` chain. So the
     /// results equal `tile`'s (and the AVX2 kernel's) bit for bit.
     ///
+    /// It prefetches the tiles that follow its rows in memory (a matrix's next rows).
+    ///
     /// # Safety
     /// [`pairs_available`]; every row is `a.len` numbers of type `K`, `a` prepared as
-    /// Q8_0 of the same length, and `sp` spread from `a` for `K`; the four rows lie back
-    /// to back (`rows[w + 1]` starts where `rows[w]` ends).
+    /// Q8_0 of the same length, and `sp` spread from `a` for `K`.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,bmi2,gfni")]
     pub(super) unsafe fn pair_tile<const K: u8>(
         rows: [&[u8]; 4],
@@ -2618,23 +2622,31 @@ mod avx512 {
         e
     }
 
+    /// The four rows of 16 numbers `v` unpacked so that register `r`'s 128-bit lane `l`
+    /// holds column `4 l + r` (its four numbers, row by row).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn unpack_4x16(v: [__m512; 4]) -> [__m512; 4] {
+        let t0 = _mm512_unpacklo_ps(v[0], v[1]);
+        let t1 = _mm512_unpackhi_ps(v[0], v[1]);
+        let t2 = _mm512_unpacklo_ps(v[2], v[3]);
+        let t3 = _mm512_unpackhi_ps(v[2], v[3]);
+        let pd = _mm512_castps_pd;
+        [
+            _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t0), pd(t2))),
+            _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t0), pd(t2))),
+            _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t1), pd(t3))),
+            _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t1), pd(t3))),
+        ]
+    }
+
     /// The 4 × 16 numbers `v` (four rows of 16) column by column, in the order that
     /// puts column `i`'s four numbers at `16 (i % 4) + 4 (i / 4)`: one 128-bit lane of
     /// the unpacked registers.
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
     unsafe fn transpose_4x16(v: [__m512; 4]) -> [f32; 64] {
-        let t0 = _mm512_unpacklo_ps(v[0], v[1]);
-        let t1 = _mm512_unpackhi_ps(v[0], v[1]);
-        let t2 = _mm512_unpacklo_ps(v[2], v[3]);
-        let t3 = _mm512_unpackhi_ps(v[2], v[3]);
-        let pd = _mm512_castps_pd;
-        let u = [
-            _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t0), pd(t2))),
-            _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t0), pd(t2))),
-            _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t1), pd(t3))),
-            _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t1), pd(t3))),
-        ];
+        let u = unpack_4x16(v);
         let mut out = [0.0f32; 64];
         for (r, x) in u.iter().enumerate() {
             _mm512_storeu_ps(out.as_mut_ptr().add(16 * r), *x);
@@ -2647,18 +2659,8 @@ mod avx512 {
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
     unsafe fn block_major_4x16(v: [__m512; 4]) -> [f32; 64] {
-        // u[r]'s 128-bit lane l: column 4 l + r (transpose_4x16's registers).
-        let t0 = _mm512_unpacklo_ps(v[0], v[1]);
-        let t1 = _mm512_unpackhi_ps(v[0], v[1]);
-        let t2 = _mm512_unpacklo_ps(v[2], v[3]);
-        let t3 = _mm512_unpackhi_ps(v[2], v[3]);
-        let pd = _mm512_castps_pd;
-        let u = [
-            _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t0), pd(t2))),
-            _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t0), pd(t2))),
-            _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t1), pd(t3))),
-            _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t1), pd(t3))),
-        ];
+        // u[r]'s 128-bit lane l: column 4 l + r.
+        let u = unpack_4x16(v);
         // The 128-bit lanes transposed: register l holds lane l of u[0..4], columns
         // 4 l .. 4 l + 4 in order.
         let w01 = _mm512_shuffle_f32x4::<0b01_00_01_00>(u[0], u[1]);
@@ -3509,8 +3511,9 @@ impl QMatrix {
 
     /// Dots of weight rows `i0..i0 + out.len() / acts.len()` with every row of `acts`,
     /// into `out` (weight-row major: `out[w * acts.len() + a]`), through the tile kernel
-    /// (4 weight rows × 1, or 1 × 4 activation rows, and 1 × 1 for what is left). Only
-    /// when [`QMatrix::tiled`].
+    /// (4 weight rows × 1 — as interleaved pairs where the CPU runs
+    /// [`avx512::pair_tile`] —, or 1 × 4 activation rows, and 1 × 1 for what is left).
+    /// Only when [`QMatrix::tiled`].
     #[allow(unused_variables)]
     fn tile_rows(&self, i0: usize, out: &mut [f32], acts: &[QuantizedActs]) {
         #[cfg(target_arch = "x86_64")]
@@ -3566,8 +3569,9 @@ impl QMatrix {
             let sp = avx512::Spread::new::<K>(a);
             let r = |w: usize| self.row_bytes_of(i0 + w);
             // Two streams of tiles, from the first half of the rows and from the
-            // second, taken in turn: memory then reads ahead at two places (one core
-            // streams 11 → 14 GB/s of Q4_1 from DRAM so: matvec_bench, 600 MB).
+            // second, taken in turn: memory then reads ahead at two places. One core
+            // streams Q4_1 from DRAM at 14 GB/s so, against 11 in one stream
+            // (matvec_bench, 600 MB).
             let tiles = out.len() / 4;
             let half = tiles.div_ceil(2);
             for k in 0..half {
