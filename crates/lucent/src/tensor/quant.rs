@@ -2490,22 +2490,30 @@ mod avx512 {
         while g < nb {
             let n = (nb - g).min(16);
             let m = if n == 16 { 0xFFFF } else { (1u16 << n) - 1 };
-            let (dw, mw) = group_scales::<K, 4>(rows, g, m);
-            let dx = _mm512_maskz_loadu_ps(m, a.d.as_ptr().add(g));
-            for (p, sc) in scp.iter_mut().enumerate() {
-                let s0 = _mm512_mul_ps(dw[2 * p], dx);
-                let s1 = _mm512_mul_ps(dw[2 * p + 1], dx);
-                _mm512_storeu_ps(sc.as_mut_ptr(), _mm512_permutex2var_ps(s0, lo_idx, s1));
-                _mm512_storeu_ps(
-                    sc.as_mut_ptr().add(16),
-                    _mm512_permutex2var_ps(s0, hi_idx, s1),
-                );
-            }
-            let ms = if has_min {
-                block_major_4x16(mw)
+            let mut ms = [0.0f32; 64];
+            if n < 16 {
+                // A short group (a row's last): block by block, which costs a few
+                // instructions a block instead of the whole group's gathers and
+                // transposes (Q4_1 576 columns: 19.7 → 23.9 GB/s in L2).
+                for jj in 0..n {
+                    short_scales::<K>(rows, bb * (g + jj), a.d[g + jj], jj, &mut scp, &mut ms);
+                }
             } else {
-                [0.0; 64]
-            };
+                let (dw, mw) = group_scales::<K, 4>(rows, g, m);
+                let dx = _mm512_maskz_loadu_ps(m, a.d.as_ptr().add(g));
+                for (p, sc) in scp.iter_mut().enumerate() {
+                    let s0 = _mm512_mul_ps(dw[2 * p], dx);
+                    let s1 = _mm512_mul_ps(dw[2 * p + 1], dx);
+                    _mm512_storeu_ps(sc.as_mut_ptr(), _mm512_permutex2var_ps(s0, lo_idx, s1));
+                    _mm512_storeu_ps(
+                        sc.as_mut_ptr().add(16),
+                        _mm512_permutex2var_ps(s0, hi_idx, s1),
+                    );
+                }
+                if has_min {
+                    ms = block_major_4x16(mw);
+                }
+            }
             for jj in 0..n {
                 let i = g + jj;
                 for c in 0..lines {
@@ -2544,6 +2552,38 @@ mod avx512 {
             let v = _mm512_permutexvar_ps(split, *acc);
             out[2 * p] = super::avx2::hsum_ps(lo(v)) + e[2 * p];
             out[2 * p + 1] = super::avx2::hsum_ps(hi(v)) + e[2 * p + 1];
+        }
+    }
+
+    /// One block's scales for [`pair_tile`], the four rows at once: block `jj` of the
+    /// group, whose bytes start at `at` in each row, with the activations' scale `dx`.
+    /// Writes the products `d_w · dx` into the pairs' `scp` and the minimums into `ms`
+    /// (block-major), the same numbers as the whole group's path.
+    ///
+    /// # Safety
+    /// [`available`]; each row holds a block of type `K` at `at`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn short_scales<const K: u8>(
+        rows: [&[u8]; 4],
+        at: usize,
+        dx: f32,
+        jj: usize,
+        scp: &mut [[f32; 32]; 2],
+        ms: &mut [f32; 64],
+    ) {
+        let has_min = layout(dtype(K)).4;
+        // The block's first four bytes: d and m (or d and two quant bytes, unused).
+        let first = |w: usize| std::ptr::read_unaligned(rows[w].as_ptr().add(at) as *const i32);
+        let h = _mm_set_epi32(first(3), first(2), first(1), first(0));
+        // [d0 m0 d1 m1 d2 m2 d3 m3] → [d0 d1 d2 d3 | m0 m1 m2 m3]
+        let pick = _mm256_set_epi32(7, 5, 3, 1, 6, 4, 2, 0);
+        let dm = _mm256_permutevar8x32_ps(_mm256_cvtph_ps(h), pick);
+        let d = _mm_castps_pd(_mm_mul_ps(_mm256_castps256_ps128(dm), _mm_set1_ps(dx)));
+        _mm_storel_pd(scp[0].as_mut_ptr().add(2 * jj) as *mut f64, d);
+        _mm_storeh_pd(scp[1].as_mut_ptr().add(2 * jj) as *mut f64, d);
+        if has_min {
+            _mm_storeu_ps(ms.as_mut_ptr().add(4 * jj), _mm256_extractf128_ps(dm, 1));
         }
     }
 
