@@ -3121,15 +3121,17 @@ mod avx512 {
 // ------------------------------------------------------------------ QMatrix
 
 /// How many tasks per thread a product's weight rows are cut into, for `per_row`
-/// activation rows: a decoded token's product (1) in few, so that waking the threads
-/// costs little; a prompt's in many, so that the last task to finish leaves the other
-/// threads idle only briefly (SmolLM2's 2-thread prefill: ~400 → ~470 tok/s with 16
-/// instead of 4, alternating runs).
+/// activation rows: a decoded token's product (1) in few long runs, each read as two
+/// streams from memory (SmolLM2's 2-thread decode on its team: ×1.13 with 2 instead of
+/// 4, ×1.25 beside a process that keeps a CPU busy; 1 was as fast on a quiet machine but
+/// half as good beside the busy one); a prompt's in many, so that the last task to
+/// finish leaves the other threads idle only briefly (SmolLM2's 2-thread prefill: ~400 →
+/// ~470 tok/s with 16 instead of 4, alternating runs).
 fn tasks_per_thread(per_row: usize) -> usize {
     if per_row > 1 {
         16
     } else {
-        4
+        2
     }
 }
 
@@ -3393,11 +3395,16 @@ impl QMatrix {
         let threads = crate::threads::threads();
         let bytes: usize = mats.iter().map(|m| m.rows * m.row_bytes).sum();
         let parallel = threads > 1 && bytes >= PAR_MIN_BYTES;
-        // (matrix, first row, its outputs): whole tiles of rows, about 4 per thread.
+        // (matrix, first row, its outputs): whole tiles of rows, tasks_per_thread(1) per
+        // thread of each matrix.
         let mut jobs: Vec<(&QMatrix, usize, &mut [f32])> = Vec::new();
         for (m, y) in mats.iter().zip(ys.iter_mut()) {
             let chunk = if parallel {
-                m.rows.div_ceil(threads * 4).max(8).div_ceil(4) * 4
+                m.rows
+                    .div_ceil(threads * tasks_per_thread(1))
+                    .max(8)
+                    .div_ceil(4)
+                    * 4
             } else {
                 m.rows.max(1)
             };
