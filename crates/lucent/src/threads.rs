@@ -271,6 +271,15 @@ pub(crate) fn for_each_mut<T: Send>(items: &mut [T], f: impl Fn(usize, &mut T) +
     });
 }
 
+/// `[f(0), f(1), ..., f(n − 1)]`, computed in parallel as [`for_each_index`].
+pub(crate) fn map_collect<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    let mut out: Vec<Option<T>> = (0..n).map(|_| None).collect();
+    for_each_mut(&mut out, |i, o| *o = Some(f(i)));
+    out.into_iter()
+        .map(|o| o.expect("for_each_mut fills every item"))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -170,10 +170,10 @@ impl DecoderModel {
         trace: Option<&mut Trace>,
     ) -> Result<Tensor> {
         if crate::threads::threads() > 1 && rayon::current_thread_index().is_none() {
-            if ids.len() == 1 && trace.is_none() {
-                // A decoded token: ~150 small parallel loops, shared by a team that
-                // stays awake for the pass instead of the pool's workers, which would
-                // fall asleep between them and be woken each time.
+            if trace.is_none() {
+                // Its many parallel loops (~150 small ones for a decoded token) shared by
+                // a team that stays awake for the pass instead of the pool's workers,
+                // which would fall asleep between them and be woken each time.
                 return crate::threads::with_team(|| {
                     self.forward_here(ids, cache, last_only, None)
                 });

@@ -120,11 +120,10 @@ pub fn gated_in_place(
     };
     let threads = crate::threads::threads();
     if threads > 1 && g.len() >= GATED_PARALLEL_MIN {
-        use rayon::prelude::*;
         let chunk = g.len().div_ceil(threads);
-        g.par_chunks_mut(chunk)
-            .zip(u.par_chunks(chunk))
-            .for_each(|(gc, uc)| run(gc, uc));
+        let mut parts: Vec<(&mut [f32], &[f32])> =
+            g.chunks_mut(chunk).zip(u.chunks(chunk)).collect();
+        crate::threads::for_each_mut(&mut parts, |_, (gc, uc)| run(gc, uc));
     } else {
         run(g, u);
     }

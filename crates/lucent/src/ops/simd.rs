@@ -23,8 +23,6 @@
 //! Slice tails shorter than 8 lanes are copied into a padded vector and go through the
 //! same vector code, so every element of a slice is computed the same way.
 
-use rayon::prelude::*;
-
 use crate::threads::threads;
 
 /// Whether this machine runs the AVX2 + FMA paths (checked once by the standard
@@ -123,10 +121,11 @@ pub fn map_parallel(op: Unary, src: &[f32], dst: &mut [f32]) {
         return;
     }
     let chunk = n.div_ceil(parts).next_multiple_of(8);
-    dst[..n]
-        .par_chunks_mut(chunk)
-        .zip(src[..n].par_chunks(chunk))
-        .for_each(|(d, s)| map(op, s, d));
+    let mut pieces: Vec<(&mut [f32], &[f32])> = dst[..n]
+        .chunks_mut(chunk)
+        .zip(src[..n].chunks(chunk))
+        .collect();
+    crate::threads::for_each_mut(&mut pieces, |_, (d, s)| map(op, s, d));
 }
 
 /// How many parts to split `elements` of work made of `units` independent pieces into:
@@ -159,8 +158,8 @@ pub(crate) fn for_each_row(
         return;
     }
     let per = rows.div_ceil(parts) * d;
-    data.par_chunks_mut(per)
-        .for_each(|c| c.chunks_mut(d).for_each(&f));
+    let mut pieces: Vec<&mut [f32]> = data.chunks_mut(per).collect();
+    crate::threads::for_each_mut(&mut pieces, |_, c| c.chunks_mut(d).for_each(&f));
 }
 
 /// `Σ a[i]·b[i]` over the common length.

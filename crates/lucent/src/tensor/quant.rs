@@ -42,7 +42,6 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use half::{bf16, f16};
-use rayon::prelude::*;
 
 use crate::{Error, Result};
 
@@ -3148,9 +3147,11 @@ const PAR_PREP_NUMBERS: usize = 1 << 14;
 /// there are many.
 fn quantize_prompt(dtype: GgmlType, x: &[f32], cols: usize) -> Result<Vec<QuantizedActs>> {
     if split_prep(x.len()) {
-        x.par_chunks_exact(cols)
-            .map(|r| quantize_activations(dtype, r))
-            .collect()
+        crate::threads::map_collect(x.len() / cols, |i| {
+            quantize_activations(dtype, &x[i * cols..(i + 1) * cols])
+        })
+        .into_iter()
+        .collect()
     } else {
         x.chunks_exact(cols)
             .map(|r| quantize_activations(dtype, r))
@@ -3177,9 +3178,8 @@ fn transpose(yt: &[f32], rows: usize, t: usize, y: &mut [f32]) {
         return;
     }
     if split_prep(y.len()) {
-        y.par_chunks_mut(8 * rows)
-            .enumerate()
-            .for_each(|(c, yb)| block(8 * c, yb));
+        let mut parts: Vec<&mut [f32]> = y.chunks_mut(8 * rows).collect();
+        crate::threads::for_each_mut(&mut parts, |c, yb| block(8 * c, yb));
     } else {
         for (c, yb) in y.chunks_mut(8 * rows).enumerate() {
             block(8 * c, yb);
@@ -3711,7 +3711,7 @@ impl QMatrix {
         let t = acts.len();
         let pair = |c: &[QuantizedActs]| avx512::Paired::new::<K>(&c[0], &c[1]);
         let pairs: Vec<avx512::Paired> = if split_prep(t * self.cols) {
-            acts.par_chunks_exact(2).map(pair).collect()
+            crate::threads::map_collect(t / 2, |i| pair(&acts[2 * i..2 * i + 2]))
         } else {
             acts.chunks_exact(2).map(pair).collect()
         };
