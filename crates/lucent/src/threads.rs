@@ -4,9 +4,9 @@
 //!
 //! lucent uses rayon's global pool. [`set_threads`] sizes it; kernels split work into
 //! [`threads`] parts and hand `gemm` the same count. A decoder's forward pass runs on a
-//! team ([`with_team`]): the pool's threads stay awake for the pass and share its
-//! parallel loops ([`for_each_index`], [`for_each_mut`], [`map_collect`]) through one
-//! atomic counter, instead of being woken for each.
+//! team (`with_team`): the pool's threads stay awake for the pass and share its
+//! parallel loops (`for_each_index`, `for_each_mut`, `map_collect`) through one atomic
+//! counter, instead of being woken for each.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
