@@ -115,6 +115,8 @@ pub(crate) struct Team {
     done: AtomicUsize,
     /// Set when the pass ends: helpers return.
     stop: std::sync::atomic::AtomicBool,
+    /// The first panic of the current loop's calls.
+    panic: std::sync::Mutex<Option<Box<dyn std::any::Any + Send>>>,
 }
 
 /// A loop's closure as the team passes it.
@@ -128,6 +130,7 @@ impl Team {
             job: AtomicUsize::new(0),
             done: AtomicUsize::new(0),
             stop: std::sync::atomic::AtomicBool::new(false),
+            panic: std::sync::Mutex::new(None),
         }
     }
 
@@ -164,12 +167,28 @@ impl Team {
         self.done.store(0, Ordering::SeqCst);
         self.state.store(open << 32, Ordering::SeqCst);
         while let Some(i) = self.claim(open, n) {
-            f(i);
-            self.done.fetch_add(1, Ordering::AcqRel);
+            self.call(f, i);
         }
         while self.done.load(Ordering::Acquire) < n {
             std::hint::spin_loop();
         }
+        // A call that panicked (here or on a helper) panics the loop, now that no
+        // thread uses `f` any more.
+        let panic = self.panic.lock().map(|mut p| p.take());
+        if let Ok(Some(payload)) = panic {
+            std::panic::resume_unwind(payload);
+        }
+    }
+
+    /// `f(i)`, counted done also if it panics (its panic kept for [`Team::run`] to
+    /// raise), so that the loop always ends.
+    fn call(&self, f: &(dyn Fn(usize) + Sync), i: usize) {
+        if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(i))) {
+            if let Ok(mut p) = self.panic.lock() {
+                p.get_or_insert(payload);
+            }
+        }
+        self.done.fetch_add(1, Ordering::AcqRel);
     }
 
     /// A helper's life: wait for each loop, take indices until it has none left, until
@@ -200,8 +219,7 @@ impl Team {
                 // (its caller waits for index i to be done): `job` points at its closure
                 // reference on the caller's stack.
                 let f = unsafe { *(job as *const TeamJob) };
-                f(i);
-                self.done.fetch_add(1, Ordering::AcqRel);
+                self.call(f, i);
             }
         }
     }
@@ -242,6 +260,16 @@ pub(crate) fn with_team<R: Send>(body: impl FnOnce() -> R + Send) -> R {
 /// thread, else over rayon's pool.
 pub(crate) fn for_each_index(n: usize, f: impl Fn(usize) + Sync) {
     if let Some(team) = TEAM.with(std::cell::Cell::get) {
+        // A loop inside this loop's calls (on this thread) goes to rayon, not to the
+        // team, which is busy with this one.
+        struct Back(&'static Team);
+        impl Drop for Back {
+            fn drop(&mut self) {
+                TEAM.with(|c| c.set(Some(self.0)));
+            }
+        }
+        TEAM.with(|c| c.set(None));
+        let _back = Back(team);
         team.run(n, &f);
         return;
     }
@@ -322,5 +350,37 @@ mod tests {
             })
         });
         assert_eq!(total, (0..300).map(|k| k % 37).sum::<usize>());
+    }
+
+    /// A loop inside a team loop's call runs (on rayon) and a panicking call panics the
+    /// loop, after every other index ran; the team then still serves the next loop.
+    #[test]
+    fn team_loops_nest_and_pass_panics_on() {
+        set_threads(2);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .expect("pool");
+        pool.install(|| {
+            with_team(|| {
+                let sums: Vec<usize> = map_collect(8, |i| map_collect(i, |j| j).iter().sum());
+                assert_eq!(
+                    sums,
+                    (0..8)
+                        .map(|i: usize| i * i.saturating_sub(1) / 2)
+                        .collect::<Vec<_>>()
+                );
+                let ran = AtomicUsize::new(0);
+                let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    for_each_index(16, |i| {
+                        ran.fetch_add(1, Ordering::Relaxed);
+                        assert!(i != 5, "index 5 fails");
+                    })
+                }));
+                assert!(caught.is_err(), "the loop's panic reaches its caller");
+                assert_eq!(ran.load(Ordering::Relaxed), 16);
+                assert_eq!(map_collect(4, |i| i + 1), vec![1, 2, 3, 4]);
+            })
+        });
     }
 }
