@@ -5,7 +5,8 @@
 //! lucent uses rayon's global pool. [`set_threads`] sizes it; kernels split work into
 //! [`threads`] parts and hand `gemm` the same count. A decoder's forward pass runs on a
 //! team (`with_team`): the pool's threads stay awake for the pass and share its
-//! parallel loops (`for_each_index`, `for_each_mut`, `map_collect`) through one atomic
+//! parallel loops (`for_each_index`, `for_each_mut`, `for_each_chunk_mut`,
+//! `map_collect`) through one atomic
 //! counter, instead of being woken for each.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -280,26 +281,51 @@ pub(crate) fn for_each_index(n: usize, f: impl Fn(usize) + Sync) {
 /// `f(i, &mut items[i])` for every item, in parallel as [`for_each_index`] (each item
 /// to exactly one call).
 pub(crate) fn for_each_mut<T: Send>(items: &mut [T], f: impl Fn(usize, &mut T) + Sync) {
-    /// The items' address, shared by the calls; each call takes its own item.
-    struct Items<T>(*mut T);
-    // SAFETY: the calls reach distinct items (one index each), which may be sent.
-    unsafe impl<T: Send> Sync for Items<T> {}
-    impl<T> Items<T> {
-        /// Item i.
-        ///
-        /// # Safety
-        /// i is in bounds and no other reference to item i is alive.
-        #[allow(clippy::mut_from_ref)]
-        unsafe fn get(&self, i: usize) -> &mut T {
-            unsafe { &mut *self.0.add(i) }
-        }
-    }
     let n = items.len();
     let items = Items(items.as_mut_ptr());
     for_each_index(n, |i| {
         // SAFETY: i < n, and for_each_index gives each index to one call only.
-        f(i, unsafe { items.get(i) })
+        f(
+            i,
+            unsafe { items.range(i, i + 1) }
+                .first_mut()
+                .expect("one item"),
+        )
     });
+}
+
+/// `f(c, chunk c)` for the chunks of `chunk` items of `data` (the last may be shorter),
+/// in parallel as [`for_each_index`], each chunk to exactly one call; no allocation.
+pub(crate) fn for_each_chunk_mut<T: Send>(
+    data: &mut [T],
+    chunk: usize,
+    f: impl Fn(usize, &mut [T]) + Sync,
+) {
+    let (len, chunk) = (data.len(), chunk.max(1));
+    let items = Items(data.as_mut_ptr());
+    for_each_index(len.div_ceil(chunk), |c| {
+        let start = c * chunk;
+        // SAFETY: start < len, the chunks are disjoint, and for_each_index gives each
+        // index to one call only.
+        f(c, unsafe { items.range(start, (start + chunk).min(len)) })
+    });
+}
+
+/// A slice's address, shared by parallel calls that each take their own part.
+struct Items<T>(*mut T);
+
+// SAFETY: the calls reach disjoint parts (one index each), whose items may be sent.
+unsafe impl<T: Send> Sync for Items<T> {}
+
+impl<T> Items<T> {
+    /// Items `start .. end`.
+    ///
+    /// # Safety
+    /// The range is within the slice and no other reference to its items is alive.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn range(&self, start: usize, end: usize) -> &mut [T] {
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(start), end - start) }
+    }
 }
 
 /// `[f(0), f(1), ..., f(n − 1)]`, computed in parallel as [`for_each_index`].

@@ -121,9 +121,7 @@ pub fn gated_in_place(
     let threads = crate::threads::threads();
     if threads > 1 && g.len() >= GATED_PARALLEL_MIN {
         let chunk = g.len().div_ceil(threads);
-        let mut parts: Vec<(&mut [f32], &[f32])> =
-            g.chunks_mut(chunk).zip(u.chunks(chunk)).collect();
-        crate::threads::for_each_mut(&mut parts, |_, (gc, uc)| run(gc, uc));
+        crate::threads::for_each_chunk_mut(g, chunk, |c, gc| run(gc, &u[c * chunk..][..gc.len()]));
     } else {
         run(g, u);
     }

@@ -306,10 +306,19 @@ pub fn attention(
         } else {
             (0..heads).map(|_| <&mut [f32]>::default()).collect()
         };
-        let mut parts: Vec<(&mut [f32], &mut [f32])> =
-            out.chunks_mut(o_len).zip(ws_chunks).collect();
-        crate::threads::for_each_mut(&mut parts, |bh, (o, w)| {
-            job.head(bh, o, w, &mut job.scratch())
+        let mut parts: Vec<(usize, &mut [f32], &mut [f32])> = out
+            .chunks_mut(o_len)
+            .zip(ws_chunks)
+            .enumerate()
+            .map(|(bh, (o, w))| (bh, o, w))
+            .collect();
+        // One task per thread's share of the heads, each with its own working rows.
+        let per = heads.div_ceil(crate::threads::threads());
+        crate::threads::for_each_chunk_mut(&mut parts, per, |_, group| {
+            let mut sc = job.scratch();
+            for (bh, o, w) in group.iter_mut() {
+                job.head(*bh, o, w, &mut sc);
+            }
         });
     } else {
         let mut sc = job.scratch();
@@ -864,19 +873,34 @@ pub fn weigh_values(
     let dv = out.len();
     let lanes = weigh_lanes(order);
     let acc = &mut acc[..lanes * dv];
-    acc.fill(0.0);
-    // Lane of position j: j % 8 (the GEMM's chain), or accumulator (j % 32) / 8 and its
-    // lane j % 8 (the dot's four accumulators), i.e. j % 32.
+    weigh_columns(p, v, dv, 0, lanes, skip_zeros, acc);
+    lane_sums(acc, order, out);
+}
+
+/// [`weigh_values`]' lane accumulators (`acc`: lanes × d_v) for columns `c0..dv`,
+/// started at zero: position j's products into lane row j % lanes — the GEMM's chain
+/// (j % 8), or the dot's accumulator (j % 32) / 8 and its lane j % 8, i.e. j % 32.
+fn weigh_columns(
+    p: &[f32],
+    v: &[f32],
+    dv: usize,
+    c0: usize,
+    lanes: usize,
+    skip_zeros: bool,
+    acc: &mut [f32],
+) {
+    for l in 0..lanes {
+        acc[l * dv + c0..(l + 1) * dv].fill(0.0);
+    }
     for (j, (&pj, vj)) in p.iter().zip(v.chunks_exact(dv)).enumerate() {
         if skip_zeros && pj == 0.0 {
             continue;
         }
-        let a = &mut acc[(j % lanes) * dv..][..dv];
-        for (x, &y) in a.iter_mut().zip(vj) {
+        let a = &mut acc[(j % lanes) * dv..][c0..dv];
+        for (x, &y) in a.iter_mut().zip(&vj[c0..]) {
             *x = y.mul_add(pj, *x);
         }
     }
-    lane_sums(acc, order, out);
 }
 
 /// How many lane accumulators [`weigh_values`] keeps per column: the GEMM's chain of
@@ -920,7 +944,16 @@ unsafe fn weigh_values_fma(
         let regs = ((wide - c0) / LANES).min(8);
         for l in 0..lanes {
             let to = &mut acc[l * dv + c0..][..LANES * regs];
-            let at = (p, v, dv, c0, l, lanes, n, skip_zeros);
+            let at = LaneAt {
+                p,
+                v,
+                dv,
+                c0,
+                l,
+                lanes,
+                n,
+                skip_zeros,
+            };
             // SAFETY: columns c0 .. c0 + 8 · regs ≤ wide ≤ dv of rows j < n of v, into
             // 8 · regs numbers of acc.
             unsafe {
@@ -939,37 +972,31 @@ unsafe fn weigh_values_fma(
         c0 += LANES * regs;
     }
     if wide < dv {
-        for l in 0..lanes {
-            acc[l * dv + wide..(l + 1) * dv].fill(0.0);
-        }
-        for (j, (&pj, vj)) in p.iter().zip(v.chunks_exact(dv)).enumerate() {
-            if skip_zeros && pj == 0.0 {
-                continue;
-            }
-            let a = &mut acc[(j % lanes) * dv..][wide..dv];
-            for (x, &y) in a.iter_mut().zip(&vj[wide..]) {
-                *x = y.mul_add(pj, *x);
-            }
-        }
+        weigh_columns(p, v, dv, wide, lanes, skip_zeros, acc);
     }
     // SAFETY: this function's own contract.
     unsafe { lane_sums_avx2(acc, order, out) };
 }
 
-/// Where [`weigh_lane`] reads: the weights `p`, V (rows of `dv`), the first column
-/// `c0`, the lane `l` of `lanes`, the positions `n`, and whether zero weights are
-/// skipped.
+/// Where [`weigh_lane`] reads.
 #[cfg(target_arch = "x86_64")]
-type LaneAt<'a> = (
-    &'a [f32],
-    &'a [f32],
-    usize,
-    usize,
-    usize,
-    usize,
-    usize,
-    bool,
-);
+#[derive(Clone, Copy)]
+struct LaneAt<'a> {
+    /// The weights of the positions.
+    p: &'a [f32],
+    /// V, rows of `dv` numbers.
+    v: &'a [f32],
+    dv: usize,
+    /// The first column.
+    c0: usize,
+    /// The lane row, of `lanes`.
+    l: usize,
+    lanes: usize,
+    /// Positions.
+    n: usize,
+    /// Whether zero weights are skipped.
+    skip_zeros: bool,
+}
 
 /// One lane row of [`weigh_values_fma`]: columns `c0 .. c0 + 8 W` summed over the
 /// positions `l, l + lanes, ...` below `n`, in `W` registers, written to `to`.
@@ -982,7 +1009,16 @@ type LaneAt<'a> = (
 #[target_feature(enable = "avx2,fma")]
 unsafe fn weigh_lane<const W: usize>(at: LaneAt, to: &mut [f32]) {
     use std::arch::x86_64::*;
-    let (p, v, dv, c0, l, lanes, n, skip_zeros) = at;
+    let LaneAt {
+        p,
+        v,
+        dv,
+        c0,
+        l,
+        lanes,
+        n,
+        skip_zeros,
+    } = at;
     let mut r = [_mm256_setzero_ps(); W];
     let mut j = l;
     while j < n {

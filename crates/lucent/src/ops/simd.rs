@@ -121,11 +121,9 @@ pub fn map_parallel(op: Unary, src: &[f32], dst: &mut [f32]) {
         return;
     }
     let chunk = n.div_ceil(parts).next_multiple_of(8);
-    let mut pieces: Vec<(&mut [f32], &[f32])> = dst[..n]
-        .chunks_mut(chunk)
-        .zip(src[..n].chunks(chunk))
-        .collect();
-    crate::threads::for_each_mut(&mut pieces, |_, (d, s)| map(op, s, d));
+    crate::threads::for_each_chunk_mut(&mut dst[..n], chunk, |c, d| {
+        map(op, &src[c * chunk..][..d.len()], d)
+    });
 }
 
 /// How many parts to split `elements` of work made of `units` independent pieces into:
@@ -158,8 +156,7 @@ pub(crate) fn for_each_row(
         return;
     }
     let per = rows.div_ceil(parts) * d;
-    let mut pieces: Vec<&mut [f32]> = data.chunks_mut(per).collect();
-    crate::threads::for_each_mut(&mut pieces, |_, c| c.chunks_mut(d).for_each(&f));
+    crate::threads::for_each_chunk_mut(data, per, |_, c| c.chunks_mut(d).for_each(&f));
 }
 
 /// `Σ a[i]·b[i]` over the common length.

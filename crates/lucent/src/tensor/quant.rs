@@ -2370,7 +2370,9 @@ mod avx512 {
     /// A decoded token's activations spread for [`pair_tile`]: block `i`'s 32 numbers
     /// as 16 i32 lanes where lane `m` holds the four numbers of the block's lane `m / 2`
     /// (each lane twice: once for each weight row of a pair), and, for the kinds with an
-    /// offset `o`, the lanes' starting sums `−o · Σ qx`. Built once per product.
+    /// offset `o`, the lanes' starting sums `−o · Σ qx`. Filled once per product's task,
+    /// into storage each thread keeps.
+    #[derive(Default)]
     pub(super) struct Spread {
         /// Per block: the activations, lanes doubled.
         x: Vec<__m512i>,
@@ -2379,30 +2381,30 @@ mod avx512 {
     }
 
     impl Spread {
-        /// `a` (prepared as Q8_0) spread for the weight type `K`.
+        /// `a` (prepared as Q8_0) spread for the weight type `K`, replacing what was
+        /// held (the storage is reused).
         ///
         /// # Safety
         /// [`available`]; `a` holds whole 32-blocks (`a.qs.len() == 32 · a.d.len()`).
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-        pub(super) unsafe fn new<const K: u8>(a: &QuantizedActs) -> Spread {
+        pub(super) unsafe fn fill<const K: u8>(&mut self, a: &QuantizedActs) {
             let (.., o, _) = layout(dtype(K));
             let nb = a.d.len();
             let twice = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
-            let mut x = Vec::with_capacity(nb);
-            let mut start = Vec::with_capacity(if o != 0 { nb } else { 0 });
+            self.x.clear();
+            self.start.clear();
             for i in 0..nb {
                 let b = _mm256_loadu_si256(a.qs.as_ptr().add(32 * i) as *const __m256i);
                 let v = _mm512_permutexvar_epi32(twice, _mm512_castsi256_si512(b));
-                x.push(v);
+                self.x.push(v);
                 if o != 0 {
                     let z = _mm512_setzero_si512();
-                    start.push(_mm512_sub_epi32(
+                    self.start.push(_mm512_sub_epi32(
                         z,
                         _mm512_dpbusd_epi32(z, _mm512_set1_epi8(o), v),
                     ));
                 }
             }
-            Spread { x, start }
         }
     }
 
@@ -3123,7 +3125,7 @@ mod avx512 {
 /// activation rows: a decoded token's product (1) in few long runs, each read as two
 /// streams from memory (SmolLM2's 2-thread decode on its team: ×1.13 with 2 instead of
 /// 4, ×1.25 beside a process that keeps a CPU busy; 1 was as fast on a quiet machine but
-/// half as good beside the busy one); a prompt's in many, so that the last task to
+/// gained only ×1.13 beside the busy one); a prompt's in many, so that the last task to
 /// finish leaves the other threads idle only briefly (SmolLM2's 2-thread prefill: ~400 →
 /// ~470 tok/s with 16 instead of 4, alternating runs).
 fn tasks_per_thread(per_row: usize) -> usize {
@@ -3178,8 +3180,7 @@ fn transpose(yt: &[f32], rows: usize, t: usize, y: &mut [f32]) {
         return;
     }
     if split_prep(y.len()) {
-        let mut parts: Vec<&mut [f32]> = y.chunks_mut(8 * rows).collect();
-        crate::threads::for_each_mut(&mut parts, |c, yb| block(8 * c, yb));
+        crate::threads::for_each_chunk_mut(y, 8 * rows, |c, yb| block(8 * c, yb));
     } else {
         for (c, yb) in y.chunks_mut(8 * rows).enumerate() {
             block(8 * c, yb);
@@ -3612,8 +3613,14 @@ impl QMatrix {
     /// check_x).
     #[cfg(target_arch = "x86_64")]
     unsafe fn decode_pairs<const K: u8>(&self, i0: usize, out: &mut [f32], a: &QuantizedActs) {
-        unsafe {
-            let sp = avx512::Spread::new::<K>(a);
+        thread_local! {
+            /// This thread's spread activations, reused from product to product.
+            static SPREAD: std::cell::RefCell<avx512::Spread> = Default::default();
+        }
+        // SAFETY: this function's contract (pairs_available, `a` prepared for this
+        // matrix), and `sp` spread from `a` for K just here.
+        SPREAD.with_borrow_mut(|sp| unsafe {
+            sp.fill::<K>(a);
             let r = |w: usize| self.row_bytes_of(i0 + w);
             // Two streams of tiles, from the first half of the rows and from the
             // second, taken in turn: memory then reads ahead at two places. One core
@@ -3626,7 +3633,7 @@ impl QMatrix {
                     if t < tiles {
                         let w = 4 * t;
                         let o: &mut [f32; 4] = (&mut out[w..w + 4]).try_into().expect("four rows");
-                        avx512::pair_tile::<K>([r(w), r(w + 1), r(w + 2), r(w + 3)], a, &sp, o);
+                        avx512::pair_tile::<K>([r(w), r(w + 1), r(w + 2), r(w + 3)], a, sp, o);
                     }
                 }
             }
@@ -3637,7 +3644,7 @@ impl QMatrix {
                 out[w] = o[0][0];
                 w += 1;
             }
-        }
+        })
     }
 
     /// [`QMatrix::tile_rows`] with one type's kernels: 4 weight rows × 1, 1 × 4
@@ -3824,8 +3831,7 @@ impl QMatrix {
             .max(8))
         .div_ceil(4)
             * 4;
-        let mut parts: Vec<&mut [f32]> = y.chunks_mut(chunk * per_row).collect();
-        crate::threads::for_each_mut(&mut parts, |c, ys| f(c * chunk, ys));
+        crate::threads::for_each_chunk_mut(y, chunk * per_row, |c, ys| f(c * chunk, ys));
     }
 
     /// [`QMatrix::run_row_groups`]'s split of the rows, as ranges: `f(first_row, count)`
@@ -3857,8 +3863,7 @@ impl QMatrix {
             return;
         }
         let chunk = self.rows.div_ceil(threads * 4).max(8);
-        let mut parts: Vec<&mut [f32]> = y.chunks_mut(chunk).collect();
-        crate::threads::for_each_mut(&mut parts, |c, ys| {
+        crate::threads::for_each_chunk_mut(y, chunk, |c, ys| {
             for (j, v) in ys.iter_mut().enumerate() {
                 *v = f(c * chunk + j);
             }
