@@ -20,6 +20,7 @@
 //! Errors are values: every fallible function returns [`Result`].
 #![warn(missing_docs)]
 
+mod api;
 pub mod autograd;
 pub mod error;
 pub mod io;
@@ -31,7 +32,13 @@ pub mod tensor;
 pub mod threads;
 pub mod viz;
 
+pub use api::{open, open_with, Model, Token};
 pub use error::{Error, Result};
-pub use model::ModelConfig;
+pub use model::{ModelConfig, ModelKind};
+pub use nn::{Trace, TraceFilter};
+pub use pipeline::chat::Message;
+pub use pipeline::embed::Embedder;
+pub use pipeline::generate::{Generation, Sampling, StopReason};
+pub use pipeline::generator::{Generator, Stream};
 pub use tensor::{Dtype, Tensor};
 pub use threads::{set_threads, threads};

@@ -11,7 +11,7 @@ use lucent::nn::mask::{bidirectional_mask, causal_mask, prefix_lm_mask, Mask};
 use lucent::viz::{heatmap, heatmap_grid, Panel};
 use lucent::{Error, Result};
 
-use super::show::labels;
+use crate::show::labels;
 
 /// Which mask to show.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

@@ -6,10 +6,8 @@ use std::path::PathBuf;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use lucent::pipeline::train::data::Task;
-use lucent::pipeline::train::{
-    self, Job, Limits, Metrics, Observer, Summary, TrainConfig, TrainedModel,
-};
-use lucent::{Error, Result};
+use lucent::pipeline::train::{self, Job, Limits, Metrics, Observer, Summary, TrainConfig};
+use lucent::Result;
 
 use crate::progress::Bars;
 
@@ -328,98 +326,4 @@ impl Observer for Cli {
             _ => eprintln!("{msg}"),
         }
     }
-}
-
-/// What `lucent generate -m DIR` needs for a model trained by `lucent train`.
-#[derive(clap::Args)]
-#[command(
-    after_help = "Example:\n  lucent generate -m runs/moby \"Call me \" -n 300 --temperature 0.8"
-)]
-pub struct SampleArgs {
-    /// A folder written by `lucent train`.
-    #[arg(short, long, value_name = "DIR")]
-    pub model: PathBuf,
-    /// The text to continue (a seq2seq model decodes it instead).
-    pub prompt: String,
-    /// Tokens to generate.
-    #[arg(short, long, default_value_t = 200)]
-    pub n: usize,
-    /// Sampling temperature (0: greedy).
-    #[arg(long, default_value_t = 0.8)]
-    pub temperature: f32,
-    /// Sampling seed.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
-    /// Print JSON.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// Run `lucent generate -m DIR`.
-pub fn run_sample(args: SampleArgs) -> Result<()> {
-    let m = TrainedModel::load(&args.model)?;
-    let text = m.sample(&args.prompt, args.n, args.temperature, args.seed)?;
-    if args.json {
-        println!(
-            "{}",
-            serde_json::json!({"prompt": args.prompt, "text": text})
-        );
-    } else {
-        println!("{text}");
-    }
-    Ok(())
-}
-
-/// What `lucent attention -m DIR INPUT` needs for a model trained by `lucent train seq2seq`.
-#[derive(clap::Args)]
-#[command(after_help = "Example:\n  lucent attention -m runs/reverse abcdefghij --png reverse.png")]
-pub struct AttentionArgs {
-    /// A folder written by `lucent train seq2seq`.
-    #[arg(short, long, value_name = "DIR")]
-    pub model: PathBuf,
-    /// The input sequence (the task's symbols).
-    pub input: String,
-    /// Heatmap file (PNG or SVG).
-    #[arg(long, default_value = "cross_attention.png")]
-    pub out: PathBuf,
-    /// Print JSON (output, weights) instead of the summary.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// Show a trained encoder-decoder's cross-attention of each decoder layer as a heatmap.
-pub fn run_attention(args: AttentionArgs) -> Result<()> {
-    let m = TrainedModel::load(&args.model)?;
-    let (maps, rows, cols) = m.cross_attention(&args.input)?;
-    let output = m.sample(&args.input, 0, 0.0, 0)?;
-    let panels = maps
-        .iter()
-        .enumerate()
-        .map(|(i, w)| {
-            Ok(lucent::viz::Panel::from_tensor(
-                format!("decoder layer {i}: cross-attention (mean over heads)"),
-                w,
-            )?
-            .labels(rows.clone(), cols.clone())
-            .axes("input (keys)", "output (queries)"))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    if panels.is_empty() {
-        return Err(Error::Argument("the model has no decoder layers".into()));
-    }
-    lucent::viz::heatmap_grid(&panels, &args.out)?;
-    if args.json {
-        let w: Vec<Vec<Vec<f32>>> = maps.iter().map(|t| t.to_rows()).collect();
-        println!(
-            "{}",
-            serde_json::json!({"input": args.input, "output": output, "cross_attention": w, "file": args.out})
-        );
-    } else {
-        println!(
-            "input  {}\noutput {output}\nheatmap: {}",
-            args.input,
-            args.out.display()
-        );
-    }
-    Ok(())
 }

@@ -11,4 +11,4 @@ pub mod tokenizer;
 pub use self::gguf::GgufFile;
 pub use self::gguf_tokenizer::GgufTokenizer;
 pub use self::safetensors::SafetensorsFile;
-pub use self::tokenizer::{Encoding, Tokenizer};
+pub use self::tokenizer::{Encoding, HfTokenizer, Tokenizer};

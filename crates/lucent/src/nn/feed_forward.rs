@@ -8,13 +8,22 @@
 
 use rand::Rng;
 
-use crate::model::config::FfnKind;
-use crate::model::ModelConfig;
 use crate::nn::linear::Linear;
 use crate::nn::trace::{record, Trace};
 use crate::ops::{self, Activation};
 use crate::tensor::Tensor;
 use crate::{Error, Result};
+use serde::{Deserialize, Serialize};
+
+/// The feed-forward network's form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FfnKind {
+    /// W₂ · act(W₁ x + b₁) + b₂ (the paper, BERT, GPT-2).
+    Mlp,
+    /// W_down · (act(W_gate x) ⊙ W_up x): SwiGLU with SiLU, GeGLU with GELU.
+    Gated,
+}
 
 /// A feed-forward network, plain or gated.
 #[derive(Clone, Debug)]
@@ -38,7 +47,7 @@ pub enum FeedForward {
         down: Linear,
         /// act (SiLU: SwiGLU, GELU: GeGLU)
         activation: Activation,
-        /// The activation as llama.cpp computes it ([`ModelConfig::ggml_f16`]): tanh-GELU
+        /// The activation as llama.cpp computes it (`ModelConfig::ggml_f16`): tanh-GELU
         /// from its f16 table ([`ops::activation::gelu_tanh_f16`]), SiLU with its vector
         /// exp ([`ops::ggml::silu`]); other activations are unaffected.
         f16: bool,
@@ -84,7 +93,7 @@ impl FeedForward {
     }
 
     /// The same network with its tanh-GELU computed at f16 as llama.cpp does (gated
-    /// networks only; [`ModelConfig::ggml_f16`]).
+    /// networks only; `ModelConfig::ggml_f16`).
     pub fn with_ggml_f16(mut self, on: bool) -> Self {
         if let FeedForward::Gated { f16, .. } = &mut self {
             *f16 = on;
@@ -118,20 +127,6 @@ impl FeedForward {
                 f16: false,
             },
         }
-    }
-
-    /// Random weights for a layer of `cfg` in a stack of `n_layers` (out_std = 0.02/√(2N)).
-    pub fn new_random_for(cfg: &ModelConfig, n_layers: usize, rng: &mut impl Rng) -> Self {
-        let out_std = residual_std(n_layers);
-        FeedForward::new_random(
-            cfg.ffn,
-            cfg.activation,
-            cfg.d_model,
-            cfg.d_ff,
-            cfg.ffn_bias,
-            out_std,
-            rng,
-        )
     }
 
     /// Plain or gated.

@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use crate::io::gguf::GgufFile;
 use crate::io::gguf_tokenizer::GgufTokenizer;
+use crate::io::tokenizer::Tokenizer;
 use crate::{Error, Result};
 
 /// One message of a conversation.
@@ -107,9 +108,9 @@ impl ChatTemplate {
 
     /// Token ids of rendered text: BOS is added as the tokenizer's flags say unless the
     /// template already wrote it.
-    pub fn encode(&self, tok: &GgufTokenizer, rendered: &str) -> Result<Vec<u32>> {
+    pub fn encode(&self, tok: &dyn Tokenizer, rendered: &str) -> Result<Vec<u32>> {
         let has_bos = !self.bos.is_empty() && rendered.starts_with(&self.bos);
-        tok.encode(rendered, !has_bos)
+        tok.encode_ids(rendered, !has_bos, true)
     }
 }
 
