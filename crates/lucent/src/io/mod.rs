@@ -1,6 +1,7 @@
 //! Files in and out: safetensors, GGUF, Hugging Face `config.json`, tokenizers, and the
 //! model cache with its fetcher.
 
+#[cfg(all(feature = "train", feature = "fetch"))]
 pub mod corpus;
 pub mod fetch;
 pub mod gguf;
