@@ -56,7 +56,7 @@ fn synthetic(dtype: GgmlType, rows: usize, cols: usize) -> lucent::Result<QMatri
 }
 
 fn main() -> lucent::Result<()> {
-    lucent::threads::set_threads(1);
+    lucent::set_threads(1)?;
     let args: Vec<String> = std::env::args().skip(1).collect();
     let kinds: Vec<GgmlType> = if args.is_empty() {
         vec![GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q5_0]

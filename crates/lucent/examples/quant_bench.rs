@@ -58,10 +58,10 @@ fn main() -> lucent::Result<()> {
         .get(1)
         .ok_or_else(|| lucent::Error::Argument("usage: quant_bench FILE.gguf [THREADS]".into()))?;
     let threads: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1);
-    lucent::threads::set_threads(threads);
+    lucent::set_threads(threads)?;
     let f = GgufFile::open(path)?;
     println!(
-        "{} ({} threads: {} time; SIMD {}, VNNI {})",
+        "{} ({} threads: {} time; instruction set {})",
         path,
         threads,
         if threads == 1 && cpu_now().is_some() {
@@ -69,8 +69,7 @@ fn main() -> lucent::Result<()> {
         } else {
             "wall"
         },
-        lucent::tensor::quant::simd_available(),
-        lucent::tensor::quant::vnni_available()
+        lucent::runtime::isa()
     );
     let mats: Vec<_> = f
         .tensor_infos()

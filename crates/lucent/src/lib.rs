@@ -15,6 +15,7 @@
 //! | [`ops`] | kernels: matmul, softmax, norms, activations, rope, attention |
 //! | [`tensor`] | `Tensor`: shape + f32 storage, owned or memory-mapped |
 //! | [`io`] | safetensors, GGUF, configs, tokenizers, model cache and fetch |
+//! | [`runtime`] | the thread pool lucent owns ([`Runtime`]), CPU features and the instruction-set cap ([`Isa`]) |
 //! | [`viz`] | heatmaps of attention, masks and positions (PNG/SVG) |
 //!
 //! Errors are values: every fallible function returns [`Result`].
@@ -27,11 +28,13 @@ pub mod model;
 pub mod nn;
 pub mod ops;
 pub mod pipeline;
+pub mod runtime;
 pub mod tensor;
 pub mod threads;
 pub mod viz;
 
 pub use error::{Error, Result};
 pub use model::ModelConfig;
+pub use runtime::{Isa, Runtime};
 pub use tensor::{Dtype, Tensor};
 pub use threads::{set_threads, threads};

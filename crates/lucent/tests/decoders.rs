@@ -19,7 +19,9 @@
 //!   every greedy step equal (SmolLM2 166/166, Gemma 3 192/192);
 //! - cached decoding equals the full forward (1e-3; in fact bit-identical) with
 //!   `DecoderModel::row_invariant`, which gives every query row the same arithmetic
-//!   (llama.cpp's own prompt and token paths differ in the last bits).
+//!   (llama.cpp's own prompt and token paths differ in the last bits);
+//! - every instruction-set level this CPU has (scalar, AVX2, AVX-512) gives the same
+//!   logits, bit for bit, on a golden prompt and its first greedy steps.
 //!
 //! The models come from the cache (`lucent::io::fetch::ensure`, fetching if needed).
 
@@ -32,6 +34,7 @@ use lucent::io::gguf_tokenizer::GgufTokenizer;
 use lucent::model::DecoderModel;
 use lucent::pipeline::generate::{argmax, top_logits, TextModel};
 use lucent::pipeline::{GenerateOptions, Message, SamplingParams, StopReason};
+use lucent::{Isa, Runtime};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -209,6 +212,41 @@ fn smollm2_greedy_and_logits_follow_llama_cpp() {
 #[test]
 fn gemma3_greedy_and_logits_follow_llama_cpp() {
     check_against_llama_cpp(gemma3(), "gemma3", &EXACT);
+}
+
+/// llama.cpp's arithmetic is the same at every instruction-set level this CPU has
+/// (scalar, AVX2, AVX-512): a golden prompt and its first greedy steps give the very
+/// logits, bit for bit, that the full test above holds to llama.cpp.
+fn check_every_level_gives_the_same_bits(m: &Loaded, name: &str) {
+    let mut case = reference(name).cases.remove(0);
+    case.greedy_ids.truncate(6);
+    let bits = |rows: &[Vec<f32>]| -> Vec<Vec<u32>> {
+        rows.iter()
+            .map(|r| r.iter().map(|x| x.to_bits()).collect())
+            .collect()
+    };
+    let mut want: Option<Vec<Vec<u32>>> = None;
+    for isa in Isa::available().into_iter().rev() {
+        let rt = Runtime::builder().threads(2).isa(isa).build().unwrap();
+        let got = bits(&rt.install(|| teacher_forced(m, &case)));
+        match &want {
+            None => want = Some(got),
+            Some(w) => assert!(
+                &got == w,
+                "{name}: logits at {isa} differ from the top level's"
+            ),
+        }
+    }
+}
+
+#[test]
+fn smollm2_every_instruction_set_gives_the_same_bits() {
+    check_every_level_gives_the_same_bits(smollm2(), "smollm2");
+}
+
+#[test]
+fn gemma3_every_instruction_set_gives_the_same_bits() {
+    check_every_level_gives_the_same_bits(gemma3(), "gemma3");
 }
 
 /// Prefill k tokens, then one token at a time through the cache, vs one full forward,

@@ -169,8 +169,11 @@ impl DecoderModel {
         last_only: bool,
         trace: Option<&mut Trace>,
     ) -> Result<Tensor> {
-        if crate::threads::threads() > 1 && rayon::current_thread_index().is_none() {
-            if trace.is_none() {
+        // The whole pass on a thread of the runtime's pool: its many small parallel
+        // products then split between that thread and the others, instead of waking the
+        // pool from outside and waiting for it each time.
+        crate::autograd::in_pool(|| {
+            if crate::threads::threads() > 1 && trace.is_none() && !crate::threads::in_team() {
                 // Its many parallel loops (~150 small ones for a decoded token) shared by
                 // a team that stays awake for the pass instead of the pool's workers,
                 // which would fall asleep between them and be woken each time.
@@ -178,12 +181,8 @@ impl DecoderModel {
                     self.forward_here(ids, cache, last_only, None)
                 });
             }
-            // Run the whole pass on a pool thread: its many small parallel products then
-            // split between that thread and the others, instead of waking the pool from
-            // outside and waiting for it each time.
-            return rayon::scope(|_| self.forward_here(ids, cache, last_only, trace));
-        }
-        self.forward_here(ids, cache, last_only, trace)
+            self.forward_here(ids, cache, last_only, trace)
+        })
     }
 
     /// [`DecoderModel::forward`] on the calling thread.

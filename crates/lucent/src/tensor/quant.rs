@@ -43,6 +43,7 @@ use std::sync::Arc;
 
 use half::{bf16, f16};
 
+use crate::runtime::{CpuFeatures, Isa};
 use crate::{Error, Result};
 
 /// Numbers per block of the 32-blocks (`Q4_0` ... `Q8_0`).
@@ -478,16 +479,13 @@ impl QuantizedActs {
 /// An all-zero block has `dx = 0` and `q = 0`. Errors if `x.len()` is not a whole number
 /// of blocks.
 pub fn quantize_activations(dtype: GgmlType, x: &[f32]) -> Result<QuantizedActs> {
-    #[cfg(target_arch = "x86_64")]
-    if avx512::available() {
-        return quantize_rows(dtype, x, true);
-    }
-    quantize_rows(dtype, x, false)
+    quantize_rows(dtype, x, crate::runtime::isa())
 }
 
-/// [`quantize_activations`], block by block with the AVX-512 kernels when `fast` (the
-/// caller checked the CPU), else with the scalar twin ([`reference::quantize_activations`]).
-fn quantize_rows(dtype: GgmlType, x: &[f32], fast: bool) -> Result<QuantizedActs> {
+/// [`quantize_activations`], block by block with the AVX-512 kernels at
+/// [`Isa::Avx512`], else with the scalar twin ([`reference::quantize_activations`]).
+pub(crate) fn quantize_rows(dtype: GgmlType, x: &[f32], isa: Isa) -> Result<QuantizedActs> {
+    let fast = isa >= Isa::Avx512;
     let kind = dtype.activation_kind();
     let block = match kind {
         ActKind::F32 => 1,
@@ -520,7 +518,8 @@ fn quantize_rows(dtype: GgmlType, x: &[f32], fast: bool) -> Result<QuantizedActs
         let qb = &mut a.qs[bi * block..(bi + 1) * block];
         #[cfg(target_arch = "x86_64")]
         if fast {
-            // SAFETY: `fast` only after avx512::available(); xb and qb hold one block.
+            // SAFETY: `fast` only at Isa::Avx512, which the runtime caps to the CPU's
+            // level; xb and qb hold one block.
             let done = unsafe {
                 match kind {
                     ActKind::Q8_0 => avx512::quantize_q8_0(xb, qb, &mut a.d, &mut a.sum),
@@ -603,40 +602,12 @@ fn check_dot(dtype: GgmlType, row: &[u8], a: &QuantizedActs) -> Result<()> {
     Ok(())
 }
 
-/// `w · x` for one weight row of `dtype` and prepared activations, on the fastest path
-/// this CPU has (AVX-512 VNNI for the K-quants, AVX2 + FMA, else the
+/// `w · x` for one weight row of `dtype` and prepared activations, on the instruction
+/// set of the runtime it runs in (AVX-512 VNNI for the K-quants, AVX2 + FMA, else the
 /// [`reference`](mod@reference) twin).
 pub fn vec_dot(dtype: GgmlType, row: &[u8], a: &QuantizedActs) -> Result<f32> {
     check_dot(dtype, row, a)?;
-    Ok(dot_kernel(dtype)(row, a))
-}
-
-/// Whether the AVX2 + FMA (+ F16C) kernels run on this CPU.
-pub fn simd_available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        is_x86_feature_detected!("avx2")
-            && is_x86_feature_detected!("fma")
-            && is_x86_feature_detected!("f16c")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
-/// Whether the AVX-512 VNNI tile kernels (the decode path of Q4_0, Q4_1, Q5_0, Q5_1 and
-/// Q8_0 matrices) run on this CPU; else Q4_1 and Q8_0 take the AVX2 tile kernel and the
-/// others the per-row dots.
-pub fn vnni_available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        avx512::available()
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    Ok(dot_kernel(dtype, crate::runtime::isa())(row, a))
 }
 
 /// A checked dot kernel: the row and activations already agree in length and kind.
@@ -651,14 +622,14 @@ type Dot4Fn = fn(&[u8], [&QuantizedActs; 4]) -> [f32; 4];
 type Tile<const RW: usize, const RA: usize> =
     unsafe fn([&[u8]; RW], [&[f32]; RW], [&QuantizedActs; RA], &mut [[f32; RA]; RW]);
 
-/// The dot kernel for `dtype` on this CPU.
-fn dot_kernel(dtype: GgmlType) -> DotFn {
+/// The dot kernel for `dtype` at `isa` (a level the CPU runs: the runtime caps it).
+pub(crate) fn dot_kernel(dtype: GgmlType, isa: Isa) -> DotFn {
     #[cfg(target_arch = "x86_64")]
-    if avx512::available() {
+    if isa >= Isa::Avx512 {
         return avx512::kernel(dtype);
     }
     #[cfg(target_arch = "x86_64")]
-    if simd_available() {
+    if isa >= Isa::Avx2 {
         return avx2::kernel(dtype);
     }
     reference::kernel(dtype)
@@ -690,15 +661,15 @@ pub(crate) enum KOrder {
 /// it has not repacked with its tiled kernel ([`KOrder::Tiled`]).
 const TILED_MIN_ROWS: usize = 8;
 
-/// The kernels of a repacked Q4_K matrix on this CPU: one activation row
+/// The kernels of a repacked Q4_K matrix at `isa`: one activation row
 /// ([`KOrder::Gemv`]) and four ([`KOrder::Gemm`]).
-fn repacked_kernels() -> (DotFn, Dot4Fn) {
+pub(crate) fn repacked_kernels(isa: Isa) -> (DotFn, Dot4Fn) {
     #[cfg(target_arch = "x86_64")]
-    if avx512::available() {
+    if isa >= Isa::Avx512 {
         return avx512::repacked_kernels();
     }
     #[cfg(target_arch = "x86_64")]
-    if simd_available() {
+    if isa >= Isa::Avx2 {
         return avx2::repacked_kernels();
     }
     (
@@ -708,14 +679,14 @@ fn repacked_kernels() -> (DotFn, Dot4Fn) {
 }
 
 /// The K-quant kernels of `dtype` in llama.cpp's tiled order ([`KOrder::Tiled`]) on
-/// this CPU, one activation row and four; None for the other types.
-fn tiled_kernels(dtype: GgmlType) -> Option<(DotFn, Dot4Fn)> {
+/// `isa`, one activation row and four; None for the other types.
+pub(crate) fn tiled_kernels(dtype: GgmlType, isa: Isa) -> Option<(DotFn, Dot4Fn)> {
     #[cfg(target_arch = "x86_64")]
-    if avx512::available() {
+    if isa >= Isa::Avx512 {
         return avx512::tiled_kernels(dtype);
     }
     #[cfg(target_arch = "x86_64")]
-    if simd_available() {
+    if isa >= Isa::Avx2 {
         return avx2::tiled_kernels(dtype);
     }
     reference::tiled_kernels(dtype)
@@ -746,7 +717,7 @@ pub mod reference {
     /// [`super::quantize_activations`] one number at a time: the twin the AVX-512
     /// quantisation is held to, bit for bit.
     pub fn quantize_activations(dtype: GgmlType, x: &[f32]) -> Result<QuantizedActs> {
-        quantize_rows(dtype, x, false)
+        quantize_rows(dtype, x, Isa::Scalar)
     }
 
     /// `w · x` for one row, scalar. Same contract as [`super::vec_dot`].
@@ -1106,8 +1077,8 @@ pub(crate) struct K45Parts {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    //! AVX2 + FMA kernels. Each is selected by [`kernel`] only after `simd_available()`
-    //! said yes; the wrappers' `unsafe` blocks rely on that.
+    //! AVX2 + FMA kernels. Each is selected by [`kernel`] only at [`Isa::Avx2`] or above
+    //! (a level the runtime caps to the CPU's); the wrappers' `unsafe` blocks rely on that.
     use std::arch::x86_64::*;
 
     use super::*;
@@ -1717,20 +1688,16 @@ mod avx512 {
 
     use super::*;
 
-    /// Whether this CPU has AVX-512 F/BW/VL/VNNI (and the AVX2 kernels' features, whose
-    /// helpers these kernels share).
-    pub(super) fn available() -> bool {
-        simd_available()
-            && is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("avx512bw")
-            && is_x86_feature_detected!("avx512vl")
-            && is_x86_feature_detected!("avx512vnni")
+    /// Whether these kernels run at `isa`: [`Isa::Avx512`] (AVX-512 F/BW/VL/VNNI and the
+    /// AVX2 kernels' features, whose helpers these kernels share).
+    pub(super) fn available(isa: Isa) -> bool {
+        isa >= Isa::Avx512
     }
 
-    /// Whether the CPU also runs [`pair_tile`]: [`available`] plus GFNI (splits a
+    /// Whether [`pair_tile`] also runs at `isa`: [`available`] plus GFNI (splits a
     /// byte's nibbles in one instruction) and BMI2 (spreads the fifth bits).
-    pub(super) fn pairs_available() -> bool {
-        available() && is_x86_feature_detected!("gfni") && is_x86_feature_detected!("bmi2")
+    pub(super) fn pairs_available(isa: Isa) -> bool {
+        CpuFeatures::get().pairs(isa)
     }
 
     /// Bytes of a block, where its quants start, where its 32 fifth bits start (Q5 kinds),
@@ -3147,16 +3114,21 @@ const PAR_PREP_NUMBERS: usize = 1 << 14;
 
 /// The `cols`-long rows of `x` quantised for `dtype`, in order, over the threads when
 /// there are many.
-fn quantize_prompt(dtype: GgmlType, x: &[f32], cols: usize) -> Result<Vec<QuantizedActs>> {
+fn quantize_prompt(
+    dtype: GgmlType,
+    x: &[f32],
+    cols: usize,
+    isa: Isa,
+) -> Result<Vec<QuantizedActs>> {
     if split_prep(x.len()) {
         crate::threads::map_collect(x.len() / cols, |i| {
-            quantize_activations(dtype, &x[i * cols..(i + 1) * cols])
+            quantize_rows(dtype, &x[i * cols..(i + 1) * cols], isa)
         })
         .into_iter()
         .collect()
     } else {
         x.chunks_exact(cols)
-            .map(|r| quantize_activations(dtype, r))
+            .map(|r| quantize_rows(dtype, r, isa))
             .collect()
     }
 }
@@ -3391,7 +3363,9 @@ impl QMatrix {
         {
             return mats.iter().map(|m| m.matvec(x)).collect();
         }
-        let a = first.prepare(x)?;
+        let isa = crate::runtime::isa();
+        first.check_x("matvec_group", x, 1)?;
+        let a = quantize_rows(first.dtype, x, isa)?;
         let mut ys: Vec<Vec<f32>> = mats.iter().map(|m| vec![0.0f32; m.rows]).collect();
         let threads = crate::threads::threads();
         let bytes: usize = mats.iter().map(|m| m.rows * m.row_bytes).sum();
@@ -3413,7 +3387,8 @@ impl QMatrix {
                 jobs.push((*m, c * chunk, out));
             }
         }
-        let run = |_, job: &mut (&QMatrix, usize, &mut [f32])| job.0.rows_into(job.1, job.2, &a);
+        let run =
+            |_, job: &mut (&QMatrix, usize, &mut [f32])| job.0.rows_into(job.1, job.2, &a, isa);
         if parallel {
             crate::threads::for_each_mut(&mut jobs, run);
         } else {
@@ -3424,12 +3399,12 @@ impl QMatrix {
 
     /// Rows `i0 .. i0 + out.len()` of `W · x` into `out`, on the calling thread (`a`
     /// prepared for this matrix).
-    fn rows_into(&self, i0: usize, out: &mut [f32], a: &QuantizedActs) {
-        if self.tiled() {
-            self.tile_rows(i0, out, std::slice::from_ref(a));
+    fn rows_into(&self, i0: usize, out: &mut [f32], a: &QuantizedActs, isa: Isa) {
+        if self.tiled(isa) {
+            self.tile_rows(i0, out, std::slice::from_ref(a), isa);
             return;
         }
-        let k = self.row_kernel();
+        let k = self.row_kernel(isa);
         for (j, y) in out.iter_mut().enumerate() {
             *y = k(self.row_bytes_of(i0 + j), a);
         }
@@ -3438,13 +3413,14 @@ impl QMatrix {
     /// y = W · x with `x` already prepared ([`QMatrix::prepare`]), written into `y` (length `rows`).
     pub fn matvec_prepared(&self, a: &QuantizedActs, y: &mut [f32]) -> Result<()> {
         self.check_prepared(a, y)?;
-        if self.tiled() {
+        let isa = crate::runtime::isa();
+        if self.tiled(isa) {
             self.run_row_groups(y, 1, |i0, out| {
-                self.tile_rows(i0, out, std::slice::from_ref(a))
+                self.tile_rows(i0, out, std::slice::from_ref(a), isa)
             });
             return Ok(());
         }
-        let k = self.row_kernel();
+        let k = self.row_kernel(isa);
         self.run_rows(y, |i| k(self.row_bytes_of(i), a));
         Ok(())
     }
@@ -3496,8 +3472,6 @@ impl QMatrix {
         })
     }
 
-    /// Whether this matrix has a tile kernel on this CPU: [`avx512::tile`] for the
-    /// 32-block types with AVX-512 VNNI, else [`avx2::tile`] for Q4_1 and Q8_0.
     /// Whether llama.cpp keeps this matrix repacked: a Q4_K matrix with a multiple of 8
     /// rows, which it interleaves eight rows at a time on an AVX2 CPU and multiplies
     /// with its own kernels. lucent sums such a matrix's products in their order
@@ -3508,23 +3482,23 @@ impl QMatrix {
 
     /// The dot kernel of one weight row with one activation row: a token's products,
     /// and a prompt's rows outside whole fours.
-    fn row_kernel(&self) -> DotFn {
+    fn row_kernel(&self, isa: Isa) -> DotFn {
         if self.repacked() {
-            repacked_kernels().0
+            repacked_kernels(isa).0
         } else {
-            dot_kernel(self.dtype)
+            dot_kernel(self.dtype, isa)
         }
     }
 
     /// The kernel of one weight row with four activation rows, where one reads each
     /// weight block once for four rows (the K-quants on AVX-512) or where llama.cpp sums
     /// four rows in its own order (repacked Q4_K, unless [`row_invariant`]).
-    fn row_kernel4(&self) -> Option<Dot4Fn> {
+    fn row_kernel4(&self, isa: Isa) -> Option<Dot4Fn> {
         if self.repacked() {
-            return (!ROW_INVARIANT.with(std::cell::Cell::get)).then(|| repacked_kernels().1);
+            return (!ROW_INVARIANT.with(std::cell::Cell::get)).then(|| repacked_kernels(isa).1);
         }
         #[cfg(target_arch = "x86_64")]
-        if avx512::available() {
+        if avx512::available(isa) {
             return avx512::kernel4(self.dtype);
         }
         None
@@ -3533,21 +3507,24 @@ impl QMatrix {
     /// The kernels of a prompt product of `t` activation rows: one row and four. Like
     /// llama.cpp, a K-quant matrix it has not repacked takes its tiled order from
     /// [`TILED_MIN_ROWS`] rows on (unless [`row_invariant`]).
-    fn prompt_kernels(&self, t: usize) -> (DotFn, Option<Dot4Fn>) {
+    fn prompt_kernels(&self, t: usize, isa: Isa) -> (DotFn, Option<Dot4Fn>) {
         if t >= TILED_MIN_ROWS && !self.repacked() && !ROW_INVARIANT.with(std::cell::Cell::get) {
-            if let Some((k, k4)) = tiled_kernels(self.dtype) {
+            if let Some((k, k4)) = tiled_kernels(self.dtype, isa) {
                 return (k, Some(k4));
             }
         }
-        (self.row_kernel(), self.row_kernel4())
+        (self.row_kernel(isa), self.row_kernel4(isa))
     }
 
-    fn tiled(&self) -> bool {
+    /// Whether this matrix has a tile kernel at `isa`: [`avx512::tile`] for the
+    /// 32-block types with AVX-512 VNNI, else [`avx2::tile`] for Q4_1 and Q8_0.
+    #[allow(unused_variables)]
+    fn tiled(&self, isa: Isa) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
             match self.dtype {
-                GgmlType::Q4_1 | GgmlType::Q8_0 => simd_available(),
-                GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q5_1 => avx512::available(),
+                GgmlType::Q4_1 | GgmlType::Q8_0 => isa >= Isa::Avx2,
+                GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q5_1 => avx512::available(isa),
                 _ => false,
             }
         }
@@ -3563,15 +3540,15 @@ impl QMatrix {
     /// [`avx512::pair_tile`] —, or 1 × 4 activation rows, and 1 × 1 for what is left).
     /// Only when [`QMatrix::tiled`].
     #[allow(unused_variables)]
-    fn tile_rows(&self, i0: usize, out: &mut [f32], acts: &[QuantizedActs]) {
+    fn tile_rows(&self, i0: usize, out: &mut [f32], acts: &[QuantizedActs], isa: Isa) {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: tiled() checked the CPU features for the kernel chosen here (AVX-512
-        // VNNI only after avx512::available(), the AVX2 kernel only for Q4_1/Q8_0); rows
-        // and acts were checked to be `cols` numbers (check_prepared / check_x) and
-        // prepared for this type.
+        // SAFETY: tiled(isa) checked the level for the kernel chosen here (AVX-512 VNNI
+        // only when avx512::available(isa), the AVX2 kernel only for Q4_1/Q8_0), and the
+        // runtime caps the level to the CPU's; rows and acts were checked to be `cols`
+        // numbers (check_prepared / check_x) and prepared for this type.
         unsafe {
-            let vnni = avx512::available();
-            if acts.len() == 1 && avx512::pairs_available() {
+            let vnni = avx512::available(isa);
+            if acts.len() == 1 && avx512::pairs_available(isa) {
                 match self.dtype {
                     GgmlType::Q4_0 => self.decode_pairs::<{ avx512::Q4_0 }>(i0, out, &acts[0]),
                     GgmlType::Q4_1 => self.decode_pairs::<{ avx512::Q4_1 }>(i0, out, &acts[0]),
@@ -3905,8 +3882,9 @@ impl QMatrix {
         if t == 0 || self.rows == 0 {
             return Ok(vec![0.0f32; t * self.rows]);
         }
-        let acts = quantize_prompt(self.dtype, x, self.cols)?;
-        Ok(self.matmul_t_prepared(&acts))
+        let isa = crate::runtime::isa();
+        let acts = quantize_prompt(self.dtype, x, self.cols, isa)?;
+        Ok(self.matmul_t_prepared(&acts, isa))
     }
 
     /// [`QMatrix::matmul_t_quantized`] for several matrices over the same `x` (a
@@ -3921,6 +3899,7 @@ impl QMatrix {
         x: &[f32],
         t: usize,
     ) -> Result<Vec<Vec<f32>>> {
+        let isa = crate::runtime::isa();
         let mut prepared: Vec<(ActKind, Vec<QuantizedActs>)> = Vec::new();
         let mut ys = Vec::with_capacity(mats.len());
         for m in mats {
@@ -3933,23 +3912,23 @@ impl QMatrix {
             let at = match prepared.iter().position(|(k, _)| *k == kind) {
                 Some(i) => i,
                 None => {
-                    prepared.push((kind, quantize_prompt(m.dtype, x, m.cols)?));
+                    prepared.push((kind, quantize_prompt(m.dtype, x, m.cols, isa)?));
                     prepared.len() - 1
                 }
             };
-            ys.push(m.matmul_t_prepared(&prepared[at].1));
+            ys.push(m.matmul_t_prepared(&prepared[at].1, isa));
         }
         Ok(ys)
     }
 
     /// Y = X · Wᵀ from activation rows already quantised for this matrix's type
     /// (t = `acts.len()` ≥ 1, each `cols` long: the callers check).
-    fn matmul_t_prepared(&self, acts: &[QuantizedActs]) -> Vec<f32> {
+    fn matmul_t_prepared(&self, acts: &[QuantizedActs], isa: Isa) -> Vec<f32> {
         let t = acts.len();
         let mut y = vec![0.0f32; t * self.rows];
-        let (k, k4) = self.prompt_kernels(t);
+        let (k, k4) = self.prompt_kernels(t, isa);
         #[cfg(target_arch = "x86_64")]
-        if self.tiled() && avx512::available() && t >= 2 {
+        if self.tiled(isa) && avx512::available(isa) && t >= 2 {
             // The paired tiles write Y (t, rows) themselves.
             match self.dtype {
                 GgmlType::Q4_0 => self.prefill_paired::<{ avx512::Q4_0 }>(&mut y, acts),
@@ -3960,10 +3939,10 @@ impl QMatrix {
             }
             return y;
         }
-        if self.tiled() {
+        if self.tiled(isa) {
             // yt: (rows, t), one contiguous run of t results per weight row.
             let mut yt = vec![0.0f32; t * self.rows];
-            self.run_row_groups(&mut yt, t, |i0, out| self.tile_rows(i0, out, acts));
+            self.run_row_groups(&mut yt, t, |i0, out| self.tile_rows(i0, out, acts, isa));
             transpose(&yt, self.rows, t, &mut y);
             return y;
         }
@@ -3971,13 +3950,13 @@ impl QMatrix {
         // all four (the K-quants on AVX-512; the same numbers as one row at a time) or
         // where llama.cpp sums rows in fours its own way (repacked Q4_K).
         #[cfg(target_arch = "x86_64")]
-        if self.repacked() && k4.is_some() && avx512::available() {
+        if self.repacked() && k4.is_some() && avx512::available(isa) {
             // Repacked Q4_K on AVX-512: each block of rows decoded once, then met by
             // every four activation rows.
             let nb = self.cols / QK_K;
             let wb = (PAIRED_WEIGHT_BYTES / avx512::DecodedQ4K::row_bytes(nb).max(1)).max(1);
             let fill = |dec: &mut avx512::DecodedQ4K, rows: Range<usize>| {
-                // SAFETY: avx512::available(); the rows are this matrix's nb Q4_K blocks.
+                // SAFETY: avx512::available(isa); the rows are this matrix's nb Q4_K blocks.
                 unsafe { dec.fill(rows.map(|i| self.row_bytes_of(i)), nb) }
             };
             // SAFETY: as above; dec holds the block's rows (r < its length), and the
@@ -4076,8 +4055,8 @@ impl QMatrix {
 
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
-    //! The AVX-512 kernels against the AVX2 ones they replace, bit for bit (both private,
-    //! so tests/quant.rs, which holds each path to the scalar twin, cannot reach them).
+    //! The private kernels of every instruction-set level against the scalar twin, bit for
+    //! bit (tests/quant.rs reaches them only through the public entry points).
     use super::*;
     use rand::{rngs::StdRng, Rng, SeedableRng};
 
@@ -4103,13 +4082,20 @@ mod tests {
         QMatrix::from_vec(t, rows, cols, b)
     }
 
+    /// Every kernel of every level this CPU runs against the scalar twin, bit for bit:
+    /// the decode tiles of the 32-block types (and the AVX-512 four-row tile, which
+    /// machines without GFNI take), the K-quant dots, their tiled and repacked orders.
     #[test]
-    fn avx512_kernels_equal_avx2_bit_for_bit() -> Result<()> {
-        if !avx512::available() {
-            eprintln!("notice: no AVX-512 VNNI on this CPU; nothing to compare");
-            return Ok(());
+    fn kernels_of_every_level_equal_the_twin_bit_for_bit() -> Result<()> {
+        for isa in Isa::available() {
+            let rt = crate::Runtime::builder().threads(1).isa(isa).build()?;
+            rt.install(|| kernels_equal_the_twin(isa))?;
         }
-        crate::threads::set_threads(1);
+        Ok(())
+    }
+
+    fn kernels_equal_the_twin(isa: Isa) -> Result<()> {
+        assert_eq!(crate::runtime::isa(), isa);
         let mut rng = StdRng::seed_from_u64(5);
         let tiled = [
             GgmlType::Q4_0,
@@ -4126,32 +4112,18 @@ mod tests {
                     let x: Vec<f32> = (0..cols).map(|_| rng.random_range(-1.0..1.0)).collect();
                     let a = m.prepare(&x)?;
                     let mut y = vec![0.0; rows];
-                    m.matvec_prepared(&a, &mut y)?; // the AVX-512 tiles
-                    let table = m.scale_table();
-                    let per = table.len() / rows;
+                    m.matvec_prepared(&a, &mut y)?; // this level's tiles or dots
                     for (i, &got) in y.iter().enumerate() {
-                        let row = m.row_bytes_of(i);
-                        let want = if matches!(t, GgmlType::Q4_1 | GgmlType::Q8_0) {
-                            let mut o = [[0.0f32; 1]; 1];
-                            let sc = &table[i * per..(i + 1) * per];
-                            // SAFETY: avx512::available() implies AVX2+FMA+F16C; the row,
-                            // its table and the activations are this matrix's.
-                            unsafe {
-                                if t == GgmlType::Q8_0 {
-                                    avx2::tile::<true, 1, 1>([row], [sc], [&a], &mut o);
-                                } else {
-                                    avx2::tile::<false, 1, 1>([row], [sc], [&a], &mut o);
-                                }
-                            }
-                            o[0][0]
-                        } else {
-                            avx2::kernel(t)(row, &a)
-                        };
-                        assert_eq!(got.to_bits(), want.to_bits(), "{t} {rows}×{cols} row {i}");
+                        let want = reference::kernel(t)(m.row_bytes_of(i), &a);
+                        let what = format!("{isa}: {t} {rows}×{cols} row {i}");
+                        assert_eq!(got.to_bits(), want.to_bits(), "{what}");
+                        let dot = dot_kernel(t, isa)(m.row_bytes_of(i), &a);
+                        assert_eq!(dot.to_bits(), want.to_bits(), "{what}: dot");
                     }
                     // matvec took the paired tiles where the CPU runs them; the four-row
                     // tile it takes elsewhere gives the same numbers.
-                    if rows >= 4 {
+                    #[cfg(target_arch = "x86_64")]
+                    if rows >= 4 && avx512::available(isa) {
                         let (k41, _, _) = match t {
                             GgmlType::Q4_0 => avx512::tiles::<{ avx512::Q4_0 }>(),
                             GgmlType::Q4_1 => avx512::tiles::<{ avx512::Q4_1 }>(),
@@ -4161,8 +4133,8 @@ mod tests {
                         };
                         let rs: [&[u8]; 4] = std::array::from_fn(|w| m.row_bytes_of(w));
                         let mut o = [[0.0f32; 1]; 4];
-                        // SAFETY: avx512::available(); the rows and activations are this
-                        // matrix's.
+                        // SAFETY: available(isa), a level the runtime capped to the CPU's;
+                        // the rows and activations are this matrix's.
                         unsafe { k41(rs, [&[]; 4], [&a], &mut o) };
                         for w in 0..4 {
                             assert_eq!(o[w][0].to_bits(), y[w].to_bits(), "{t} 4×{cols} row {w}");
@@ -4179,33 +4151,33 @@ mod tests {
                 let a = m.prepare(&x)?;
                 for i in 0..4 {
                     let row = m.row_bytes_of(i);
-                    let (got, want) = (avx512::kernel(t)(row, &a), avx2::kernel(t)(row, &a));
-                    assert_eq!(got.to_bits(), want.to_bits(), "{t} {cols} row {i}");
-                    // Both in llama.cpp's order, as the twin.
-                    let twin = reference::kernel(t)(row, &a);
-                    assert_eq!(want.to_bits(), twin.to_bits(), "{t} {cols} row {i}: twin");
-                    // The tiled order (prompts of 8 rows or more).
-                    let tw = reference::tiled_kernels(t).map(|k| k.0(row, &a));
-                    let t512 = avx512::tiled_kernels(t).map(|k| (k.0(row, &a), k.1(row, [&a; 4])));
-                    let t2 = avx2::tiled_kernels(t).map(|k| (k.0(row, &a), k.1(row, [&a; 4])));
-                    if let (Some(tw), Some((x1, x4)), Some((y1, y4))) = (tw, t512, t2) {
-                        for v in [x1, y1].into_iter().chain(x4).chain(y4) {
-                            assert_eq!(v.to_bits(), tw.to_bits(), "{t} {cols} row {i}: tiled");
+                    let what = format!("{isa}: {t} {cols} row {i}");
+                    // llama.cpp's dot order, as the twin.
+                    let (got, twin) = (dot_kernel(t, isa)(row, &a), reference::kernel(t)(row, &a));
+                    assert_eq!(got.to_bits(), twin.to_bits(), "{what}");
+                    #[cfg(target_arch = "x86_64")]
+                    if let Some(k4) = avx512::kernel4(t).filter(|_| avx512::available(isa)) {
+                        for v in k4(row, [&a; 4]) {
+                            assert_eq!(v.to_bits(), twin.to_bits(), "{what}: four rows");
                         }
-                    } else {
-                        panic!("{t}: no tiled kernels");
+                    }
+                    // The tiled order (prompts of 8 rows or more).
+                    let Some((k1, k4)) = tiled_kernels(t, isa) else {
+                        panic!("{t}: no tiled kernels at {isa}");
+                    };
+                    let tw = reference::tiled_kernels(t).map(|k| k.0(row, &a));
+                    let tw = tw.unwrap_or_else(|| panic!("{t}: no tiled twin"));
+                    for v in std::iter::once(k1(row, &a)).chain(k4(row, [&a; 4])) {
+                        assert_eq!(v.to_bits(), tw.to_bits(), "{what}: tiled");
                     }
                     if t == GgmlType::Q4_K {
                         // The repacked orders, token and grouped prompt rows.
-                        let (v512, g512) = avx512::repacked_kernels();
-                        let (v2, g2) = avx2::repacked_kernels();
+                        let (v1, g4) = repacked_kernels(isa);
                         let v = reference::dot_q4_k_repacked(row, &a, false);
                         let g = reference::dot_q4_k_repacked(row, &a, true);
-                        assert_eq!(v512(row, &a).to_bits(), v.to_bits(), "{cols} row {i}");
-                        assert_eq!(v2(row, &a).to_bits(), v.to_bits(), "{cols} row {i}");
-                        for (x, y) in g512(row, [&a; 4]).iter().zip(g2(row, [&a; 4])) {
-                            assert_eq!(x.to_bits(), g.to_bits(), "{cols} row {i}: grouped");
-                            assert_eq!(y.to_bits(), g.to_bits(), "{cols} row {i}: grouped");
+                        assert_eq!(v1(row, &a).to_bits(), v.to_bits(), "{what}: repacked");
+                        for x in g4(row, [&a; 4]) {
+                            assert_eq!(x.to_bits(), g.to_bits(), "{what}: grouped");
                         }
                     }
                 }
