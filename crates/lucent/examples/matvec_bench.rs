@@ -9,7 +9,8 @@
 //! of 40 short runs in wall time (so a moment when another process had the CPU
 //! does not count). `SHAPES=1536x576,768x1536` measures those shapes instead.
 
-use lucent::tensor::quant::{GgmlType, QMatrix};
+use lucent::ops::quant::QMatrix;
+use lucent::tensor::quant::GgmlType;
 
 /// Seconds since an arbitrary start (wall time: a short run's best of many skips the
 /// moments another process had the CPU; the thread CPU clock ticks too coarsely).

@@ -32,9 +32,9 @@ fn time(threads: usize, mut f: impl FnMut() -> lucent::Result<()>) -> lucent::Re
 
 /// Every byte of the matrices read once (summed as u64 words, eight at a time), split
 /// over the threads by matrix, as the decode products are.
-fn read_all(mats: &[&lucent::tensor::quant::QMatrix], threads: usize) -> u64 {
+fn read_all(mats: &[&lucent::ops::quant::QMatrix], threads: usize) -> u64 {
     use rayon::prelude::*;
-    let sum = |m: &&lucent::tensor::quant::QMatrix| {
+    let sum = |m: &&lucent::ops::quant::QMatrix| {
         let mut acc = [0u64; 8];
         for c in m.bytes().chunks_exact(64) {
             for (a, w) in acc.iter_mut().zip(c.chunks_exact(8)) {

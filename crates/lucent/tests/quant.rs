@@ -4,10 +4,10 @@
 //! `QMatrix` on awkward shapes.
 
 use half::f16;
-use lucent::tensor::quant::{
-    dequantize, k_scale_min, k_scales_mins, quantize_activations, reference, row_invariant,
-    vec_dot, GgmlType, QMatrix, QK_K,
+use lucent::ops::quant::{
+    dequantize, quantize_activations, reference, row_invariant, vec_dot, QMatrix,
 };
+use lucent::tensor::quant::{k_scale_min, k_scales_mins, GgmlType, QK_K};
 use lucent::{Isa, Runtime};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -807,7 +807,7 @@ fn activation_quantisation_equals_its_twin() {
         ] {
             for x in &rows {
                 let fast = quantize_activations(t, x).unwrap();
-                let twin = lucent::tensor::quant::reference::quantize_activations(t, x).unwrap();
+                let twin = lucent::ops::quant::reference::quantize_activations(t, x).unwrap();
                 assert_eq!(fast.qs, twin.qs, "{t}: numbers");
                 let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&fast.d), bits(&twin.d), "{t}: scales");

@@ -228,7 +228,7 @@ impl DecoderModel {
         };
         let h = if self.row_invariant {
             // Every row's products summed as one row's are, too.
-            crate::tensor::quant::row_invariant(run)?
+            crate::ops::quant::row_invariant(run)?
         } else {
             run()?
         };

@@ -18,7 +18,7 @@
 use rand::Rng;
 
 use crate::ops;
-use crate::tensor::quant::QMatrix;
+use crate::ops::quant::QMatrix;
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 

@@ -13,6 +13,7 @@
 //! | `rope` | rotary position embedding, rotate-half and interleaved conventions |
 //! | `attention` | fused scaled dot-product attention that can also write its weights |
 //! | `simd` | AVX2 exp / erf / tanh / sigmoid, dot, axpy, matrix-vector, with scalar twins |
+//! | `quant/` | quantised blocks: dequantisation, activation quantisation, dot kernels per instruction set, `QMatrix` |
 
 pub mod activation;
 pub mod attention;
@@ -20,6 +21,7 @@ pub mod ggml;
 pub mod loss;
 pub mod matmul;
 pub mod norm;
+pub mod quant;
 pub mod rope;
 pub mod simd;
 pub mod softmax;
