@@ -208,7 +208,7 @@ fn main() -> lucent::Result<()> {
             // runs is what the kernel costs when nothing else runs.
             let w0 = Instant::now();
             for _ in 0..reps {
-                std::hint::black_box(m.matmul_t_quantized(x, t_len)?);
+                std::hint::black_box(m.matmul_t_quantized(x, t_len, lucent::Numerics::LlamaCpp)?);
             }
             best = best.min(w0.elapsed().as_secs_f64() / reps as f64);
         }

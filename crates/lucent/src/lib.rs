@@ -35,6 +35,6 @@ pub mod viz;
 
 pub use error::{Error, Result};
 pub use model::ModelConfig;
-pub use runtime::{Isa, Runtime};
+pub use runtime::{Isa, Numerics, Runtime};
 pub use tensor::{Dtype, Tensor};
 pub use threads::{set_threads, threads};

@@ -4,11 +4,9 @@
 //! `QMatrix` on awkward shapes.
 
 use half::f16;
-use lucent::ops::quant::{
-    dequantize, quantize_activations, reference, row_invariant, vec_dot, QMatrix,
-};
+use lucent::ops::quant::{dequantize, quantize_activations, reference, vec_dot, QMatrix};
 use lucent::tensor::quant::{k_scale_min, k_scales_mins, GgmlType, QK_K};
-use lucent::{Isa, Runtime};
+use lucent::{Isa, Numerics, Runtime};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -461,7 +459,7 @@ fn tile_kernels_equal_their_twins() {
                     let xs: Vec<f32> = (0..5 * cols)
                         .map(|_| rng.random_range(-1.0f32..1.0))
                         .collect();
-                    let ys = m.matmul_t_quantized(&xs, 5).unwrap(); // (5, rows)
+                    let ys = m.matmul_t_quantized(&xs, 5, Numerics::LlamaCpp).unwrap(); // (5, rows)
                     for (r, x) in xs.chunks_exact(cols).enumerate() {
                         let y = m.matvec(x).unwrap();
                         let yr = m.matvec_reference(x).unwrap();
@@ -587,7 +585,7 @@ fn block32_kernels_equal_their_twin_bit_for_bit() {
                 let xs: Vec<f32> = (0..7 * cols)
                     .map(|_| rng.random_range(-3.0f32..3.0))
                     .collect();
-                let prefill = m.matmul_t_quantized(&xs, 7).unwrap(); // (7, rows)
+                let prefill = m.matmul_t_quantized(&xs, 7, Numerics::LlamaCpp).unwrap(); // (7, rows)
                 for r in 0..7 {
                     let x = &xs[r * cols..(r + 1) * cols];
                     let a = quantize_activations(t, x).unwrap();
@@ -737,11 +735,11 @@ fn k_quant_prefill_equals_decode_bit_for_bit() {
 /// rows) sums the rows in whole fours in its grouped order (the twin
 /// `dot_q4_k_repacked(.., true)`), and the other K-quant matrices sum a product of 8
 /// rows or more in its tiled order (the twins `dot_k45_tiled`, `dot_q6_k_tiled`); under
-/// `row_invariant`, every row as a token.
+/// `Numerics::RowInvariant`, every row as a token.
 fn check_prompt_rows(m: &QMatrix, xs: &[f32], n: usize, what: &str) {
     let (rows, cols) = (m.rows(), m.cols());
-    let ys = m.matmul_t_quantized(xs, n).unwrap(); // (n, rows)
-    let yi = row_invariant(|| m.matmul_t_quantized(xs, n).unwrap());
+    let ys = m.matmul_t_quantized(xs, n, Numerics::LlamaCpp).unwrap(); // (n, rows)
+    let yi = m.matmul_t_quantized(xs, n, Numerics::RowInvariant).unwrap();
     let grouped = m.dtype() == GgmlType::Q4_K && rows % 8 == 0;
     for (r, x) in xs.chunks_exact(cols).enumerate() {
         let y = m.matvec(x).unwrap();
@@ -839,17 +837,19 @@ fn matmul_t_group_equals_each_product() {
         let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
         for t in [2usize, 5, 9] {
             let x: Vec<f32> = (0..t * cols).map(|_| rng.random_range(-2.0..2.0)).collect();
-            let ys = QMatrix::matmul_t_quantized_group(&refs, &x, t).unwrap();
+            let ys = QMatrix::matmul_t_quantized_group(&refs, &x, t, Numerics::LlamaCpp).unwrap();
             for (m, y) in mats.iter().zip(&ys) {
                 assert_eq!(
                     bits(y),
-                    bits(&m.matmul_t_quantized(&x, t).unwrap()),
+                    bits(&m.matmul_t_quantized(&x, t, Numerics::LlamaCpp).unwrap()),
                     "{} t={t}",
                     m.dtype()
                 );
             }
         }
-        assert!(QMatrix::matmul_t_quantized_group(&refs, &[0.0; 7], 1).is_err());
+        assert!(
+            QMatrix::matmul_t_quantized_group(&refs, &[0.0; 7], 1, Numerics::LlamaCpp).is_err()
+        );
     });
 }
 

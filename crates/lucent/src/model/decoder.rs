@@ -21,6 +21,7 @@ use crate::nn::{
     AttentionConfig, AttentionOptions, Decoder, DecoderLayer, Embedding, FeedForward, Head,
     KvCache, Linear, MultiHeadAttention, Norm, RmsNorm, Trace,
 };
+use crate::runtime::Numerics;
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
@@ -39,12 +40,11 @@ pub struct DecoderModel {
     pub decoder: Decoder,
     /// W_vocab: (V, d) — the token table itself when tied.
     pub head: Head,
-    /// Every query row computed with the same arithmetic however many rows a call has
-    /// ([`AttentionOptions::row_invariant`]), so a KV-cached decode equals the full
-    /// forward bit for bit. Off by default: then a GGUF model's attention follows
-    /// llama.cpp, which sums a prompt's products in another order than a single
-    /// token's, and its logits equal llama.cpp's.
-    pub row_invariant: bool,
+    /// How its arithmetic rounds, passed to every layer and op of a forward pass. A GGUF
+    /// model runs llama.cpp's ([`Numerics::LlamaCpp`]: its logits equal llama.cpp's);
+    /// [`Numerics::RowInvariant`] computes every row as a lone row, so a KV-cached decode
+    /// equals the full forward bit for bit ([`DecoderModel::with_numerics`]).
+    pub numerics: Numerics,
 }
 
 impl DecoderModel {
@@ -107,8 +107,7 @@ impl DecoderModel {
                 lin(Param::FfnUpWeight, i)?,
                 lin(Param::FfnDownWeight, i)?,
                 cfg.activation,
-            )?
-            .with_ggml_f16(cfg.ggml_f16);
+            )?;
             let layer = DecoderLayer::new(
                 cfg.norm_placement,
                 attn,
@@ -144,8 +143,15 @@ impl DecoderModel {
             decoder: Decoder::new(layers, final_norm)?,
             head,
             config: cfg,
-            row_invariant: false,
+            // The GGUF families run the arithmetic of the engine their files come from.
+            numerics: Numerics::LlamaCpp,
         })
+    }
+
+    /// The same model with another arithmetic ([`DecoderModel::numerics`]).
+    pub fn with_numerics(mut self, numerics: Numerics) -> Self {
+        self.numerics = numerics;
+        self
     }
 
     /// A KV cache for one sequence of up to `max_t` positions (capped at the model's
@@ -215,22 +221,14 @@ impl DecoderModel {
         let ids: Vec<usize> = ids.iter().map(|&i| i as usize).collect();
         let x = self.embedding.forward(&[ids])?; // (1, t, d)
         let opts = AttentionOptions {
-            row_invariant: self.row_invariant,
+            numerics: self.numerics,
             ..AttentionOptions::causal()
         };
-        let run = || {
-            if last_only {
-                self.decoder
-                    .forward_last(&x, None, &opts, None, cache, trace) // (1, 1, d)
-            } else {
-                self.decoder.forward(&x, None, &opts, None, cache, trace) // (1, t, d)
-            }
-        };
-        let h = if self.row_invariant {
-            // Every row's products summed as one row's are, too.
-            crate::ops::quant::row_invariant(run)?
+        let h = if last_only {
+            self.decoder
+                .forward_last(&x, None, &opts, None, cache, trace)? // (1, 1, d)
         } else {
-            run()?
+            self.decoder.forward(&x, None, &opts, None, cache, trace)? // (1, t, d)
         };
         let d = self.config.d_model;
         let h = if last_only {
@@ -238,6 +236,6 @@ impl DecoderModel {
         } else {
             h.reshape(&[t, d])? // (t, d)
         };
-        self.head.logits(&h) // (t | 1, V)
+        self.head.logits_with(&h, self.numerics) // (t | 1, V)
     }
 }

@@ -221,7 +221,7 @@ impl EncoderLayer {
             self.ffn_post_norm.as_ref(),
             trace.as_deref_mut(),
             "ffn",
-            |h, tr| self.ffn.forward(h, tr),
+            |h, tr| self.ffn.forward(h, opts.numerics, tr),
         )?;
         record(&mut trace, "output", &x);
         Ok(x)
@@ -488,7 +488,7 @@ impl DecoderLayer {
             self.ffn_post_norm.as_ref(),
             trace.as_deref_mut(),
             "ffn",
-            |h, tr| self.ffn.forward(h, tr),
+            |h, tr| self.ffn.forward(h, opts.numerics, tr),
         )?;
         record(&mut trace, "output", &x);
         Ok(x)

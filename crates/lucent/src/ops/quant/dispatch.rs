@@ -123,17 +123,3 @@ pub(crate) fn tiled_kernels(dtype: GgmlType, isa: Isa) -> Option<(DotFn, Dot4Fn)
     }
     reference::tiled_kernels(dtype)
 }
-
-thread_local! {
-    /// Set inside [`row_invariant`].
-    pub(crate) static ROW_INVARIANT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Run `f` with every prompt row's matrix products summed as a single row's are (this
-/// thread's products; they read the setting before they split over threads), so a
-/// prompt's rows equal what decoding them one at a time gives. llama.cpp itself sums a
-/// repacked Q4_K matrix's prompt rows in fours in another order (its `gemm` kernel), and
-/// a prompt of 8 rows or more of the other K-quant matrices in its tiled one.
-pub fn row_invariant<R>(f: impl FnOnce() -> R) -> R {
-    crate::threads::with_flag(&ROW_INVARIANT, true, f)
-}

@@ -16,12 +16,12 @@ use crate::ops::quant::dequant::dequantize;
 #[cfg(target_arch = "x86_64")]
 use crate::ops::quant::dispatch::Tile;
 use crate::ops::quant::dispatch::{
-    dot_kernel, repacked_kernels, tiled_kernels, Dot4Fn, DotFn, ROW_INVARIANT, TILED_MIN_ROWS,
+    dot_kernel, repacked_kernels, tiled_kernels, Dot4Fn, DotFn, TILED_MIN_ROWS,
 };
 use crate::ops::quant::reference;
 #[cfg(target_arch = "x86_64")]
 use crate::ops::quant::{avx2, avx512};
-use crate::runtime::Isa;
+use crate::runtime::{Isa, Numerics};
 use crate::tensor::quant::{
     blocks, f16_value, ActKind, BlockQ4_1, BlockQ8_0, GgmlType, QBytes, QK, QK_K,
 };
@@ -400,10 +400,11 @@ impl QMatrix {
 
     /// The kernel of one weight row with four activation rows, where one reads each
     /// weight block once for four rows (the K-quants on AVX-512) or where llama.cpp sums
-    /// four rows in its own order (repacked Q4_K, unless [`row_invariant`]).
-    fn row_kernel4(&self, isa: Isa) -> Option<Dot4Fn> {
+    /// four rows in its own order (repacked Q4_K, unless `numerics` asks for every row
+    /// alike).
+    fn row_kernel4(&self, isa: Isa, numerics: Numerics) -> Option<Dot4Fn> {
         if self.repacked() {
-            return (!ROW_INVARIANT.with(std::cell::Cell::get)).then(|| repacked_kernels(isa).1);
+            return (!numerics.row_invariant()).then(|| repacked_kernels(isa).1);
         }
         #[cfg(target_arch = "x86_64")]
         if avx512::available(isa) {
@@ -414,14 +415,14 @@ impl QMatrix {
 
     /// The kernels of a prompt product of `t` activation rows: one row and four. Like
     /// llama.cpp, a K-quant matrix it has not repacked takes its tiled order from
-    /// [`TILED_MIN_ROWS`] rows on (unless [`row_invariant`]).
-    fn prompt_kernels(&self, t: usize, isa: Isa) -> (DotFn, Option<Dot4Fn>) {
-        if t >= TILED_MIN_ROWS && !self.repacked() && !ROW_INVARIANT.with(std::cell::Cell::get) {
+    /// [`TILED_MIN_ROWS`] rows on (unless `numerics` asks for every row alike).
+    fn prompt_kernels(&self, t: usize, isa: Isa, numerics: Numerics) -> (DotFn, Option<Dot4Fn>) {
+        if t >= TILED_MIN_ROWS && !self.repacked() && !numerics.row_invariant() {
             if let Some((k, k4)) = tiled_kernels(self.dtype, isa) {
                 return (k, Some(k4));
             }
         }
-        (self.row_kernel(isa), self.row_kernel4(isa))
+        (self.row_kernel(isa), self.row_kernel4(isa, numerics))
     }
 
     /// Whether this matrix has a tile kernel at `isa`: `avx512::decode::tile` for the
@@ -787,24 +788,26 @@ impl QMatrix {
         self.dequantize_rows(0..self.rows)
     }
 
-    /// Y = X · Wᵀ for `t` rows of `x`, each output number computed exactly as
-    /// [`QMatrix::matvec`] computes it (the row of x quantised on its own, the same dot
-    /// kernel): so a row's result never depends on which other rows came with it (batch
-    /// invariance — cached decoding then equals the full forward bit for bit). The
+    /// Y = X · Wᵀ for `t` rows of `x`, each row of x quantised on its own. The 32-block
+    /// types compute each output number exactly as [`QMatrix::matvec`] does, and so
+    /// does every type under [`Numerics::RowInvariant`]: a row's result then never
+    /// depends on which other rows came with it (batch invariance — cached decoding
+    /// equals the full forward bit for bit). Otherwise the K-quants follow llama.cpp's
+    /// prompt orders (a repacked Q4_K matrix's rows in fours, 8 rows or more tiled). The
     /// weight rows go in L1-sized blocks that every activation row meets while they are
-    /// in cache (on AVX-512, two activation rows per register: `avx512::prefill::paired_tile`);
-    /// threads split the weight rows.
+    /// in cache (on AVX-512, two activation rows per register:
+    /// `avx512::prefill::paired_tile`); threads split the weight rows.
     ///
     /// # Shapes
     /// X (t, cols) · Wᵀ (cols, rows) → Y (t, rows)
-    pub fn matmul_t_quantized(&self, x: &[f32], t: usize) -> Result<Vec<f32>> {
+    pub fn matmul_t_quantized(&self, x: &[f32], t: usize, numerics: Numerics) -> Result<Vec<f32>> {
         self.check_x("matmul_t_quantized", x, t)?;
         if t == 0 || self.rows == 0 {
             return Ok(vec![0.0f32; t * self.rows]);
         }
         let isa = crate::runtime::isa();
         let acts = quantize_prompt(self.dtype, x, self.cols, isa)?;
-        Ok(self.matmul_t_prepared(&acts, isa))
+        Ok(self.matmul_t_prepared(&acts, isa, numerics))
     }
 
     /// [`QMatrix::matmul_t_quantized`] for several matrices over the same `x` (a
@@ -818,6 +821,7 @@ impl QMatrix {
         mats: &[&QMatrix],
         x: &[f32],
         t: usize,
+        numerics: Numerics,
     ) -> Result<Vec<Vec<f32>>> {
         let isa = crate::runtime::isa();
         let mut prepared: Vec<(ActKind, Vec<QuantizedActs>)> = Vec::new();
@@ -836,17 +840,17 @@ impl QMatrix {
                     prepared.len() - 1
                 }
             };
-            ys.push(m.matmul_t_prepared(&prepared[at].1, isa));
+            ys.push(m.matmul_t_prepared(&prepared[at].1, isa, numerics));
         }
         Ok(ys)
     }
 
     /// Y = X · Wᵀ from activation rows already quantised for this matrix's type
     /// (t = `acts.len()` ≥ 1, each `cols` long: the callers check).
-    fn matmul_t_prepared(&self, acts: &[QuantizedActs], isa: Isa) -> Vec<f32> {
+    fn matmul_t_prepared(&self, acts: &[QuantizedActs], isa: Isa, numerics: Numerics) -> Vec<f32> {
         let t = acts.len();
         let mut y = vec![0.0f32; t * self.rows];
-        let (k, k4) = self.prompt_kernels(t, isa);
+        let (k, k4) = self.prompt_kernels(t, isa, numerics);
         #[cfg(target_arch = "x86_64")]
         if self.tiled(isa) && avx512::available(isa) && t >= 2 {
             // The paired tiles write Y (t, rows) themselves.

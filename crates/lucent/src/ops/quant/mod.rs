@@ -53,5 +53,5 @@ mod tests;
 
 pub use activations::{quantize_activations, QuantizedActs};
 pub use dequant::dequantize;
-pub use dispatch::{row_invariant, vec_dot};
+pub use dispatch::vec_dot;
 pub use matrix::QMatrix;

@@ -22,6 +22,7 @@ use crate::model::ModelConfig;
 use crate::nn::position::{LearnedPositions, SinusoidalEncoding};
 use crate::nn::{AttentionOptions, Decoder, Dropout, Embedding, Head, KvCache, Trace, Transformer};
 use crate::ops;
+use crate::runtime::Numerics;
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
@@ -143,7 +144,7 @@ impl Gpt {
         let h = self
             .decoder
             .forward(&x, None, &AttentionOptions::causal(), None, cache, None)?; // (b, t, d)
-        self.embed.table.matmul_t(&h) // (b, t, V): the head tied to the embeddings
+        self.embed.table.matmul_t(&h, Numerics::Lucent) // (b, t, V): the head tied to the embeddings
     }
 
     /// Mean next-token cross-entropy of `targets` given `ids` (same shapes).
@@ -167,7 +168,7 @@ impl Gpt {
         let h = self
             .decoder
             .forward(&x, None, &AttentionOptions::causal(), None, None, None)?; // (b, t, d)
-        let logits = self.embed.table.matmul_t(&h)?; // (b, t, V): tied head
+        let logits = self.embed.table.matmul_t(&h, Numerics::Lucent)?; // (b, t, V): tied head
         ops::cross_entropy(&logits, &targets.concat(), None)
     }
 
