@@ -58,10 +58,10 @@
 //! | `decoder/layer_{l}/ffn/...` | as the encoder's | f16 |
 //! | `decoder/layer_norm/{gamma,beta}` | (d) | f16 |
 //! | `decoder/num_heads` | () | i16 |
-//! | `decoder/activation` | () | i8: 1 = GELU (CTranslate2's `Activation` enum) |
-//! | `decoder/pre_norm` | () | i8: 1 |
+//! | `decoder/activation` | () | i8: 3 = GELU with erf (CTranslate2's `Activation`: 0 ReLU, 1 GELU-tanh, 2 SiLU, 3 GELU, 4 GELU-sigmoid, 5 tanh, 6 sigmoid) |
+//! | `decoder/pre_norm` | () | i8: 1 (layer norm before each block) |
 //! | `decoder/scale_embeddings`, `decoder/alibi`, `decoder/start_from_zero_embedding` | () | i8: 0 |
-//! | `decoder/alignment_layer`, `decoder/alignment_heads` | () | i16: unused by Whisper (config.json's `alignment_heads` serve) |
+//! | `decoder/alignment_layer`, `decoder/alignment_heads` | () | i16: −1 and 1, the generic Transformer spec's defaults, unused by Whisper (config.json's `alignment_heads` serve) |
 //!
 //! and one alias, `decoder/projection/weight` → `decoder/embeddings/weight`: the output
 //! layer is tied to the token embedding.
@@ -72,10 +72,14 @@
 //! cross-attention heads whose weights follow the audio; 8 pairs in both models),
 //! `suppress_ids` (token ids never generated: 90 in tiny.en, 88 in base),
 //! `suppress_ids_begin` (ids not allowed as the first generated token: `[220, EOT]`),
-//! `lang_ids` (the language tokens `<|en|>` … in vocabulary order: 99 in base). Note that
-//! tiny.en's file lists 98 `lang_ids` (50259–50356) although an English-only vocabulary
-//! has no language tokens at those ids (its `<|en|>` is 50259 only by coincidence of the
-//! converter's table); an English-only model must not use them.
+//! `lang_ids` (the language tokens `<|en|>` … in vocabulary order: 99 in base,
+//! 50259–50357). Surprising: tiny.en's file lists 98 `lang_ids`, 50259–50356, which in its
+//! English-only vocabulary are `<|zh|>` … (its `<|en|>` is 50258): the converter's list
+//! is off by one there, and an English-only model must not use it (it has no language or
+//! task tokens in its prompt). Also: `tokenizer.json` holds no timestamp tokens (50363
+//! ids in tiny.en's, 50364 in base's, against embeddings of 51864 / 51865 rows): ids from
+//! `<|notimestamps|>` + 1 on are the timestamps `<|0.00|>` … `<|30.00|>`, which the decoder
+//! names itself.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -660,9 +664,9 @@ impl Ct2Folder {
         })
     }
 
-    /// `config.json` read as Whisper's, checked: the model must be a `WhisperSpec`, and
-    /// every token id must be in the tokenizer's vocabulary and every alignment head in
-    /// the decoder (`decoder/layer_{l}`, `decoder/num_heads`).
+    /// `config.json` read as Whisper's, checked: the model must be a `WhisperSpec`, every
+    /// token id must be in the model's vocabulary (`decoder/embeddings/weight`'s rows) and
+    /// every alignment head in the decoder (`decoder/layer_{l}`, `decoder/num_heads`).
     pub fn whisper_config(&self) -> Result<WhisperConfig> {
         let cpath = self.dir.join(CONFIG_FILE);
         if self.model.spec() != "WhisperSpec" {
@@ -676,7 +680,13 @@ impl Ct2Folder {
         }
         let cfg: WhisperConfig = serde_json::from_value(self.config.clone())
             .map_err(|e| Error::format(&cpath, format!("not a Whisper config: {e}")))?;
-        let vocab = self.tokenizer.vocab_size();
+        let vocab = self
+            .model
+            .get("decoder/embeddings/weight")?
+            .shape
+            .first()
+            .copied()
+            .unwrap_or(0);
         for (key, ids) in [
             ("lang_ids", &cfg.lang_ids),
             ("suppress_ids", &cfg.suppress_ids),
