@@ -223,6 +223,8 @@ fn streamed_windows_of_long_audio_equal_the_in_memory_cut() {
     };
     check(&[0, 3000, 6000, 9000], 4096);
     check(&[0, 2811, 2811, 5000, 7999, 9499], 1000);
+    check(&[6000], 2000);
+    check(&[0, 9000], 777);
     let mut stream = MelStream::new(mel.clone(), chunks(16_000), max);
     let seeks: Vec<usize> = stream.by_ref().map(|w| w.unwrap().seek).collect();
     assert_eq!(seeks, vec![0, 3000, 6000, 9000]);

@@ -386,7 +386,6 @@ impl Ct2File {
                 format!("{extra} bytes follow the alias table; the file is corrupt"),
             ));
         }
-        drop(c);
         Ok(Ct2File {
             path,
             map: Arc::new(map),
@@ -550,7 +549,7 @@ impl Ct2File {
         let scale_name = format!("{}_scale", self.resolve(name));
         let scale = self.tensor(&scale_name)?;
         let rows = v.shape.first().copied().unwrap_or(1);
-        let per_row = if rows == 0 { 0 } else { v.numel() / rows };
+        let per_row = v.numel().checked_div(rows).unwrap_or(0).max(1);
         let scales = scale.data();
         if scales.len() != rows && scales.len() != 1 {
             return Err(Error::Weights(format!(
@@ -571,7 +570,7 @@ impl Ct2File {
                 let s = if scales.len() == 1 {
                     scales[0]
                 } else {
-                    scales[i / per_row.max(1)]
+                    scales[i / per_row]
                 };
                 q(i) / s
             })

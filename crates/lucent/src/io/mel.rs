@@ -339,9 +339,14 @@ where
         }
     }
 
-    /// Sample `i` of the audio followed by zeros; `i` must not be below `buf_start`.
+    /// Sample `i` of the audio followed by zeros; `i` must not be below `buf_start`
+    /// (frames only read from `t · 160 − 200`, and samples are dropped below that).
     fn sample(&self, i: usize) -> f32 {
-        self.buf.get(i - self.buf_start).copied().unwrap_or(0.0)
+        debug_assert!(i >= self.buf_start, "sample {i} was dropped");
+        i.checked_sub(self.buf_start)
+            .and_then(|k| self.buf.get(k))
+            .copied()
+            .unwrap_or(0.0)
     }
 
     /// The number of frames, known once the audio has ended.
@@ -408,7 +413,8 @@ pub struct MelWindow {
 
 /// Whisper's 30-second log-mel windows of a long input, in bounded memory (see the
 /// module doc): [`MelStream::window`] at any non-decreasing `seek`, or the fixed
-/// 30-second steps of the iterator.
+/// 30-second steps of the iterator. It holds one window of frames and one chunk of
+/// samples, whatever the jumps between seeks.
 pub struct MelStream<I> {
     mel: MelSpectrogram,
     framer: Framer<I>,
@@ -472,13 +478,20 @@ where
         self.ended.then_some(self.computed)
     }
 
-    /// Compute frames until `until` frames exist or the audio ends.
-    fn fill(&mut self, until: usize) -> Result<()> {
+    /// Compute frames until `until` frames exist or the audio ends, keeping those from
+    /// `keep` on.
+    fn fill(&mut self, keep: usize, until: usize) -> Result<()> {
         while !self.ended && self.computed < until {
             match self.framer.next_frame(&self.mel) {
                 Ok(Some(power)) => {
-                    let max = self.max;
-                    self.frames.extend(power.iter().map(|&p| normalise(p, max)));
+                    let t = self.computed;
+                    if t >= keep {
+                        if self.frames.is_empty() {
+                            self.first = t;
+                        }
+                        let max = self.max;
+                        self.frames.extend(power.iter().map(|&p| normalise(p, max)));
+                    }
                     self.computed += 1;
                 }
                 Ok(None) => self.ended = true,
@@ -503,11 +516,12 @@ where
         }
         self.last_seek = Some(seek);
         let n_mels = self.mel.n_mels;
-        // Frames before `seek` are no longer needed.
-        let drop = seek.min(self.computed).saturating_sub(self.first);
+        // Frames before `seek` are no longer needed (nor kept while filling).
+        let held = self.frames.len() / n_mels;
+        let drop = seek.saturating_sub(self.first).min(held);
         self.frames.drain(..drop * n_mels);
         self.first += drop;
-        self.fill(seek + N_FRAMES)?;
+        self.fill(seek, seek + N_FRAMES)?;
         if seek >= self.computed {
             return Ok(None);
         }
