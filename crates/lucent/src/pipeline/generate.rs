@@ -69,10 +69,11 @@ impl TextModel {
     }
 
     /// Prompt ids of a conversation through the chat template, ending with the
-    /// assistant's cue.
+    /// assistant's cue. Control-token text inside the messages stays text: only the
+    /// template's own control tokens are parsed ([`ChatTemplate::encode_messages`]).
     pub fn encode_chat(&self, messages: &[Message]) -> Result<Vec<u32>> {
-        let text = self.template.render(messages, true)?;
-        self.template.encode(&self.tokenizer, &text)
+        self.template
+            .encode_messages(&self.tokenizer, messages, true)
     }
 
     /// [`generate`] with this model and tokenizer: `prompt_ids` into an emptied `cache`,
