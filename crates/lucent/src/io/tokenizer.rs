@@ -16,6 +16,10 @@ use std::path::Path;
 
 use crate::{Error, Result};
 
+/// The largest `tokenizer.json` lucent reads: a bigger file is refused before it is
+/// read (the largest real vocabularies, ~260 000 tokens, take about 35 MB).
+pub const MAX_TOKENIZER_JSON_BYTES: u64 = 128 << 20;
+
 /// One encoded text.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Encoding {
@@ -82,7 +86,8 @@ fn tok_err(path: &Path, what: &str, e: impl std::fmt::Display) -> Error {
 }
 
 impl Tokenizer {
-    /// Load `tokenizer.json`. No truncation until [`Tokenizer::set_max_length`].
+    /// Load `tokenizer.json`. No truncation until [`Tokenizer::set_max_length`]. A file
+    /// over [`MAX_TOKENIZER_JSON_BYTES`] is refused unread.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         if !path.is_file() {
@@ -91,16 +96,40 @@ impl Tokenizer {
                 path.display()
             )));
         }
-        let inner = tokenizers::Tokenizer::from_file(path)
-            .map_err(|e| tok_err(path, "not a valid tokenizer.json", e))?;
-        Self::wrap(inner, path)
+        let len = std::fs::metadata(path)
+            .map_err(|e| Error::io(path, e))?
+            .len();
+        if len > MAX_TOKENIZER_JSON_BYTES {
+            return Err(Error::format(
+                path,
+                format!(
+                    "tokenizer.json is {len} bytes; lucent reads at most {MAX_TOKENIZER_JSON_BYTES} \
+                     (the largest vocabularies' files are about 35 MB)"
+                ),
+            ));
+        }
+        let json = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        Self::parse(&json, path)
     }
 
     /// Load a tokenizer from the bytes of a `tokenizer.json`.
     pub fn from_bytes(json: &[u8]) -> Result<Self> {
+        Self::parse(json, Path::new("<bytes>"))
+    }
+
+    fn parse(json: &[u8], path: &Path) -> Result<Self> {
+        if json.len() as u64 > MAX_TOKENIZER_JSON_BYTES {
+            return Err(Error::format(
+                path,
+                format!(
+                    "tokenizer.json is {} bytes; lucent reads at most {MAX_TOKENIZER_JSON_BYTES}",
+                    json.len()
+                ),
+            ));
+        }
         let inner = tokenizers::Tokenizer::from_bytes(json)
-            .map_err(|e| Error::Tokenizer(format!("not a valid tokenizer.json: {e}")))?;
-        Self::wrap(inner, Path::new("<bytes>"))
+            .map_err(|e| tok_err(path, "not a valid tokenizer.json", e))?;
+        Self::wrap(inner, path)
     }
 
     fn wrap(mut inner: tokenizers::Tokenizer, path: &Path) -> Result<Self> {
