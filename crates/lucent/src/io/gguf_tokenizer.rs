@@ -601,7 +601,7 @@ impl GgufTokenizer {
         let mut queue = BinaryHeap::new();
         let push = |q: &mut BinaryHeap<Bigram>, syms: &[Sym], l: usize, r: usize| {
             let s = &text[syms[l].start..syms[r].start + syms[r].len];
-            if let Some(&id) = self.ids.get(s) {
+            if let Some(id) = self.piece_id(s) {
                 q.push(Bigram {
                     score: self.scores[id as usize],
                     left: l,
@@ -635,8 +635,8 @@ impl GgufTokenizer {
         let mut i = Some(0);
         while let Some(k) = i {
             let s = &text[syms[k].start..syms[k].start + syms[k].len];
-            match self.ids.get(s) {
-                Some(&id) => out.push(id),
+            match self.piece_id(s) {
+                Some(id) => out.push(id),
                 None => {
                     for &b in s.as_bytes() {
                         match self.byte_tokens[b as usize] {
@@ -648,6 +648,15 @@ impl GgufTokenizer {
             }
             i = syms[k].next;
         }
+    }
+
+    /// The id of text piece `s` for SentencePiece merging: any token but a control
+    /// token, which text never becomes (in a raw prompt a control token's spelling is
+    /// carved out before merging, so this changes nothing there; in quoted chat text it
+    /// keeps a person's `<start_of_turn>` from merging into the real one).
+    fn piece_id(&self, s: &str) -> Option<u32> {
+        let id = *self.ids.get(s)?;
+        (self.types[id as usize] != TokenType::Control).then_some(id)
     }
 
     /// The bytes token `id` stands for; control tokens give their text, or nothing with

@@ -127,8 +127,26 @@ impl Tokenizer {
                 ),
             ));
         }
-        let inner = tokenizers::Tokenizer::from_bytes(json)
-            .map_err(|e| tok_err(path, "not a valid tokenizer.json", e))?;
+        // The `tokenizers` crate panics on some malformed files instead of returning an
+        // error (0.22: `expect("Helper")` on a decoder that does not parse,
+        // `expect("Precompiled")` on a Precompiled normalizer without its map; found by
+        // fuzzing, tests/data/fuzz/tokenizer_json/): lucent turns that into an error.
+        let loaded = std::panic::catch_unwind(|| tokenizers::Tokenizer::from_bytes(json));
+        let inner = match loaded {
+            Ok(r) => r.map_err(|e| tok_err(path, "not a valid tokenizer.json", e))?,
+            Err(panic) => {
+                let why = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                return Err(tok_err(
+                    path,
+                    "not a valid tokenizer.json",
+                    format!("the tokenizers crate could not read it ({why})"),
+                ));
+            }
+        };
         Self::wrap(inner, path)
     }
 
