@@ -118,7 +118,7 @@ fn a_layer_count_beyond_the_checkpoint_is_refused() {
     );
 }
 
-/// Found by the `tokenizer_json` target in its first second: the `tokenizers` crate
+/// Found by the `tokenizer_json` target in its first seconds: the `tokenizers` crate
 /// panics (`expect("Helper")`) on a `decoder` that does not parse; a Precompiled
 /// normalizer without its map panics the same way (`expect("Precompiled")`, found by
 /// reading the crate after the first). lucent returns an error instead.
@@ -138,4 +138,15 @@ fn tokenizer_crate_panics_become_errors() {
             "{name}: {e}"
         );
     }
+    // Found by the same target next: a template post-processor that names a special
+    // token it does not define loads, then panics inside the crate at encode time.
+    let json = std::fs::read(
+        root().join("tests/data/fuzz/tokenizer_json/template-names-missing-special.json"),
+    )
+    .unwrap();
+    let tok = lucent::io::Tokenizer::from_bytes(&json).unwrap();
+    let e = tok.encode_batch(&["a", "b"], true).unwrap_err().to_string();
+    assert!(e.contains("no entry found for key"), "{e}");
+    let e = tok.encode("a", true).unwrap_err().to_string();
+    assert!(e.contains("no entry found for key"), "{e}");
 }

@@ -573,8 +573,7 @@ impl GgufTokenizer {
         let Some(bpe) = &self.bpe else {
             return Err(Error::Tokenizer("byte-level BPE model missing".into()));
         };
-        let enc = bpe
-            .encode(piece, false)
+        let enc = crate::io::tokenizer::guarded(|| bpe.encode(piece, false))
             .map_err(|e| Error::Tokenizer(format!("BPE encoding failed: {e}")))?;
         out.extend_from_slice(enc.get_ids());
         Ok(())
