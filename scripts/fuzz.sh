@@ -32,6 +32,9 @@ shift 2
 mkdir -p "fuzz/work/$target" "fuzz/artifacts/$target"
 dict=()
 [ -f "fuzz/dict/$target.dict" ] && dict=("-dict=fuzz/dict/$target.dict")
+# Chat messages start short (libFuzzer grows inputs slowly from small seeds): allow
+# conversations of a few KB from the start.
+[ "$target" = chat ] && dict+=("-max_len=4096" "-len_control=0")
 nice -n 10 cargo fuzz run --sanitizer none --debug-assertions "$target" \
     "fuzz/work/$target" "fuzz/corpus/$target" -- \
     -max_total_time=$((minutes * 60)) -rss_limit_mb=512 -timeout=10 \
