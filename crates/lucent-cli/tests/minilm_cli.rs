@@ -183,3 +183,91 @@ fn bad_input_is_a_clear_error() {
     fails(&["embed", "-m", dir, "x"], "hidden_act 'mish'");
     std::fs::remove_dir_all(&tmp).unwrap();
 }
+
+/// `embed --file F --out X.npy` and `--out X.jsonl` write the same vectors `--json`
+/// prints; a wrong extension and an input with no text are errors naming the problem.
+#[test]
+fn embed_out_writes_npy_and_jsonl() {
+    let dir = std::env::temp_dir().join(format!("lucent-embed-out-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join("in.txt");
+    std::fs::write(
+        &input,
+        "The cat sat on the mat.\n\nA dog slept on the rug.\nStocks fell.\n",
+    )
+    .unwrap();
+    let inp = input.to_str().unwrap();
+    let printed = json(&["embed", "--file", inp, "--json"]);
+    let printed = printed["embeddings"].as_array().unwrap();
+    let npy = dir.join("e.npy");
+    let summary = json(&[
+        "embed",
+        "--file",
+        inp,
+        "--out",
+        npy.to_str().unwrap(),
+        "--json",
+        "--batch",
+        "2",
+    ]);
+    assert_eq!(summary["texts"], 3);
+    let (rows, dim, values) = lucent::io::npy::read_f32(&npy).unwrap();
+    assert_eq!((rows, dim), (3, 384));
+    let jsonl = dir.join("e.jsonl");
+    json(&[
+        "embed",
+        "--file",
+        inp,
+        "--out",
+        jsonl.to_str().unwrap(),
+        "--json",
+    ]);
+    let lines: Vec<Value> = std::fs::read_to_string(&jsonl)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3);
+    assert_eq!(lines[1]["text"], "A dog slept on the rug.");
+    for r in 0..3 {
+        let want: Vec<f32> = printed[r]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap() as f32)
+            .collect();
+        let from_jsonl: Vec<f32> = lines[r]["embedding"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap() as f32)
+            .collect();
+        for i in 0..384 {
+            assert!((values[r * 384 + i] - want[i]).abs() <= 1e-6, "row {r}");
+            assert_eq!(from_jsonl[i], want[i], "row {r}");
+        }
+    }
+    fails(
+        &[
+            "embed",
+            "--file",
+            inp,
+            "--out",
+            dir.join("e.csv").to_str().unwrap(),
+        ],
+        ".npy",
+    );
+    let blank = dir.join("blank.txt");
+    std::fs::write(&blank, "\n  \n").unwrap();
+    fails(
+        &[
+            "embed",
+            "--file",
+            blank.to_str().unwrap(),
+            "--out",
+            npy.to_str().unwrap(),
+        ],
+        "no input texts",
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -5,9 +5,13 @@
 //! similarity: cos(a, b) = a·b for unit vectors, as a matrix.
 //! analogy: q = normalise(Σ ± e(term)); candidates ranked by cos(q, e(candidate)).
 
-use std::io::Read;
+use std::io::{BufRead, Read, Write};
+use std::path::{Path, PathBuf};
 
+use indicatif::{ProgressBar, ProgressStyle};
+use lucent::io::npy::NpyWriter;
 use lucent::pipeline::embed::{analogy, cosine, parse_terms, Embedder, DEFAULT_BATCH};
+use lucent::pipeline::embed_file::{embed_lines, DEFAULT_CHUNK_LINES};
 use lucent::{Error, Result};
 
 /// Load the embedding model `spec` (a known name, fetched on first use with progress
@@ -19,7 +23,7 @@ pub fn load_embedder(spec: &str) -> Result<std::sync::Arc<Embedder>> {
 /// Arguments of `lucent embed`.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Examples:\n  lucent embed \"The cat sat on the mat.\" \"A dog slept on the rug.\"\n  lucent embed --file sentences.txt --json > vectors.json\n  echo hello | lucent embed --file -"
+    after_help = "Examples:\n  lucent embed \"The cat sat on the mat.\" \"A dog slept on the rug.\"\n  lucent embed --file sentences.txt --json > vectors.json\n  lucent embed --file sentences.txt --out vectors.npy\n  lucent embed --file sentences.txt --out vectors.jsonl\n  echo hello | lucent embed --file -"
 )]
 pub struct EmbedArgs {
     /// Texts to embed (each one input).
@@ -33,9 +37,14 @@ pub struct EmbedArgs {
     /// Texts per forward pass.
     #[arg(long, default_value_t = DEFAULT_BATCH)]
     batch: usize,
-    /// Print `{"model", "dim", "embeddings"}` as JSON.
+    /// Print `{"model", "dim", "embeddings"}` as JSON (with --out: a summary).
     #[arg(long)]
     json: bool,
+    /// Write the embeddings to F instead of printing them, streaming any number of lines
+    /// in bounded memory with a progress bar: `.npy` (an (n, d) f32 array for NumPy) or
+    /// `.jsonl` (one `{"text", "embedding"}` object per line). Default: print.
+    #[arg(long, value_name = "F")]
+    out: Option<PathBuf>,
 }
 
 fn read_inputs(texts: &[String], file: Option<&str>) -> Result<Vec<String>> {
@@ -85,6 +94,9 @@ fn clip(s: &str, n: usize) -> String {
 
 /// Run `lucent embed`.
 pub fn run_embed(args: EmbedArgs) -> Result<()> {
+    if let Some(out) = &args.out {
+        return embed_to_file(&args, out);
+    }
     let texts = read_inputs(&args.texts, args.file.as_deref())?;
     let embedder = load_embedder(&args.model)?;
     let refs: Vec<&str> = texts.iter().map(|s| s.as_str()).collect();
@@ -111,6 +123,119 @@ pub fn run_embed(args: EmbedArgs) -> Result<()> {
     for (t, v) in texts.iter().zip(&vecs) {
         let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
         println!("{:<40} {}  ‖e‖ = {norm:.4}", clip(t, 40), preview(v));
+    }
+    Ok(())
+}
+
+/// Where `embed --out` writes: a `.npy` array or `.jsonl` lines.
+enum Sink {
+    Npy(NpyWriter),
+    Jsonl(std::io::BufWriter<std::fs::File>),
+}
+
+/// `lucent embed --out F`: stream the inputs through the embedder into F.
+fn embed_to_file(args: &EmbedArgs, out: &Path) -> Result<()> {
+    let ext = out.extension().and_then(|e| e.to_str()).unwrap_or("");
+    if !matches!(ext, "npy" | "jsonl") {
+        return Err(Error::Argument(format!(
+            "--out {}: name a .npy file (an (n, d) f32 array) or a .jsonl file (one object per line)",
+            out.display()
+        )));
+    }
+    if args.file.is_none() && args.texts.is_empty() {
+        return Err(Error::Argument(
+            "no input texts: give texts as arguments or --file F (`-`: standard input)".into(),
+        ));
+    }
+    let embedder = load_embedder(&args.model)?;
+    // Arguments first, then the file's lines, as without --out.
+    let mut head = std::io::Cursor::new(args.texts.join("\n").into_bytes());
+    let (mut file_input, size): (Box<dyn BufRead>, Option<u64>) = match args.file.as_deref() {
+        None => (Box::new(std::io::empty()), Some(0)),
+        Some("-") => (Box::new(std::io::stdin().lock()), None),
+        Some(f) => {
+            let h = std::fs::File::open(f).map_err(|e| Error::io(f, e))?;
+            let len = h.metadata().map_err(|e| Error::io(f, e))?.len();
+            (Box::new(std::io::BufReader::new(h)), Some(len))
+        }
+    };
+    if !args.texts.is_empty() {
+        head.get_mut().push(b'\n');
+    }
+    let mut input = Read::chain(head, &mut file_input);
+    let mut sink = match ext {
+        "npy" => Sink::Npy(NpyWriter::create(out, embedder.dim())?),
+        _ => Sink::Jsonl(std::io::BufWriter::new(
+            std::fs::File::create(out).map_err(|e| Error::io(out, e))?,
+        )),
+    };
+    let bar = match size {
+        Some(n) => ProgressBar::new(n).with_style(
+            ProgressStyle::with_template(
+                "embedding [{bar:30}] {bytes}/{total_bytes} {msg} eta {eta}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        ),
+        None => ProgressBar::new_spinner().with_style(
+            ProgressStyle::with_template("{spinner} embedding {bytes} {msg} {elapsed}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        ),
+    };
+    let start = std::time::Instant::now();
+    let mut done = 0u64;
+    let n = embed_lines(
+        &embedder,
+        &mut input,
+        args.batch,
+        DEFAULT_CHUNK_LINES,
+        &mut |chunk| {
+            for (t, v) in chunk.texts.iter().zip(chunk.vectors) {
+                match &mut sink {
+                    Sink::Npy(w) => w.push(v)?,
+                    Sink::Jsonl(w) => {
+                        let line = serde_json::json!({"text": t, "embedding": v});
+                        writeln!(w, "{line}").map_err(|e| Error::io(out, e))?;
+                    }
+                }
+            }
+            done += chunk.texts.len() as u64;
+            bar.set_position(chunk.bytes_read);
+            bar.set_message(format!("{done} texts"));
+            Ok(())
+        },
+    )?;
+    match sink {
+        Sink::Npy(w) => {
+            w.finish()?;
+        }
+        Sink::Jsonl(mut w) => w.flush().map_err(|e| Error::io(out, e))?,
+    }
+    bar.finish_and_clear();
+    let secs = start.elapsed().as_secs_f64();
+    if n == 0 {
+        std::fs::remove_file(out).ok();
+        return Err(Error::Argument(
+            "no input texts: the input has no non-blank lines".into(),
+        ));
+    }
+    if args.json {
+        let v = serde_json::json!({
+            "model": embedder.name(),
+            "dim": embedder.dim(),
+            "texts": n,
+            "out": out.display().to_string(),
+            "seconds": secs,
+        });
+        println!("{v}");
+    } else {
+        println!(
+            "{}: {n} texts → {}-d vectors in {} ({secs:.1} s, {:.0} texts/s)",
+            embedder.name(),
+            embedder.dim(),
+            out.display(),
+            n as f64 / secs.max(1e-9)
+        );
     }
     Ok(())
 }

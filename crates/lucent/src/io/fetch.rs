@@ -20,6 +20,7 @@
 //! or a local path: a folder in Hugging Face layout, a CTranslate2 folder or a `.gguf`
 //! file ([`resolve`]).
 
+#[cfg(feature = "fetch")]
 use std::fs;
 #[cfg(feature = "fetch")]
 use std::io::{Read, Write};

@@ -10,6 +10,7 @@ pub mod fetch;
 pub mod gguf;
 pub mod gguf_tokenizer;
 pub mod mel;
+pub mod npy;
 pub mod safetensors;
 pub mod tokenizer;
 

@@ -3,6 +3,7 @@
 
 pub mod chat;
 pub mod embed;
+pub mod embed_file;
 pub mod generate;
 pub mod generator;
 #[cfg(feature = "train")]
