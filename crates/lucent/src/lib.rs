@@ -30,11 +30,11 @@ pub mod ops;
 pub mod pipeline;
 pub mod runtime;
 pub mod tensor;
-pub mod threads;
 pub mod viz;
 
 pub use error::{Error, Result};
 pub use model::ModelConfig;
+pub use runtime::threads;
 pub use runtime::{Isa, Numerics, Runtime};
 pub use tensor::{Dtype, Tensor};
 pub use threads::{set_threads, threads};

@@ -207,7 +207,8 @@ impl Tensor {
                 self.shape(),
             ));
         }
-        propagate(root, grad, &mut |node, g| add_to_leaf(node, g))
+        // On the runtime's pool: the rules' parallel loops then wake no pool.
+        in_pool(|| propagate(root, grad, &mut |node, g| add_to_leaf(node, g)))
     }
 }
 
