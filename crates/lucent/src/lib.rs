@@ -11,9 +11,9 @@
 //! | [`pipeline`] | user tasks: embeddings, similarity, analogies, generation, training |
 //! | [`model`] | `ModelConfig`, the generic Transformer, families, loading, parameter counts |
 //! | [`nn`] | the guides' building blocks and the KV cache |
-//! | [`autograd`] | reverse-mode gradients over tensor ops, optimisers |
-//! | [`ops`] | kernels: matmul, softmax, norms, activations, rope, attention |
-//! | [`tensor`] | `Tensor`: shape + f32 storage, owned or memory-mapped |
+//! | [`autograd`] | gradient recording on/off, data-parallel backward, optimisers, the parameter visitor |
+//! | [`ops`] | kernels with their backward rules beside them: matmul, softmax, norms, activations, rope, attention, quantised products |
+//! | [`tensor`] | `Tensor`: shape + f32 storage, owned or memory-mapped; its gradient tape; quantised block types |
 //! | [`io`] | safetensors, GGUF, configs, tokenizers, model cache and fetch |
 //! | [`runtime`] | the thread pool lucent owns ([`Runtime`]), CPU features and the instruction-set cap ([`Isa`]) |
 //! | [`viz`] | heatmaps of attention, masks and positions (PNG/SVG) |

@@ -261,7 +261,7 @@ impl EncoderModel {
         trace: Option<&mut Trace>,
     ) -> Result<Tensor> {
         // The whole pass on the runtime's pool (its parallel ops then wake no pool).
-        crate::autograd::in_pool(|| self.forward_here(ids, type_ids, mask, trace))
+        crate::tensor::tape::in_pool(|| self.forward_here(ids, type_ids, mask, trace))
     }
 
     /// [`EncoderModel::forward`] on the calling thread.
@@ -327,7 +327,7 @@ impl EncoderModel {
             segments: Some(&segments),
             ..AttentionOptions::none()
         };
-        let h = crate::autograd::in_pool(|| self.encoder.forward(&x, &opts, None))?; // (1, T, d)
+        let h = crate::tensor::tape::in_pool(|| self.encoder.forward(&x, &opts, None))?; // (1, T, d)
         Ok((h, segments))
     }
 }

@@ -12,7 +12,10 @@
 use serde::{Deserialize, Serialize};
 
 use crate::ops::simd::{self, Unary};
+use crate::runtime::pool::in_pool;
+use crate::tensor::tape::{needs_grad, record};
 use crate::tensor::Tensor;
+use rayon::prelude::*;
 
 /// Which nonlinearity a feed-forward network uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,22 +65,22 @@ impl Activation {
 
 /// ReLU, elementwise.
 pub fn relu(x: &Tensor) -> Tensor {
-    crate::autograd::rules::activation(unary(Unary::Relu, x), x, Activation::Relu)
+    record_activation(unary(Unary::Relu, x), x, Activation::Relu)
 }
 
 /// GELU with the exact erf, elementwise.
 pub fn gelu(x: &Tensor) -> Tensor {
-    crate::autograd::rules::activation(unary(Unary::Gelu, x), x, Activation::Gelu)
+    record_activation(unary(Unary::Gelu, x), x, Activation::Gelu)
 }
 
 /// GELU, tanh approximation, elementwise.
 pub fn gelu_tanh(x: &Tensor) -> Tensor {
-    crate::autograd::rules::activation(unary(Unary::GeluTanh, x), x, Activation::GeluTanh)
+    record_activation(unary(Unary::GeluTanh, x), x, Activation::GeluTanh)
 }
 
 /// SiLU (swish), elementwise.
 pub fn silu(x: &Tensor) -> Tensor {
-    crate::autograd::rules::activation(unary(Unary::Silu, x), x, Activation::Silu)
+    record_activation(unary(Unary::Silu, x), x, Activation::Silu)
 }
 
 /// tanh-GELU as llama.cpp's CPU backend computes it, from a table over f16 inputs: the
@@ -235,6 +238,76 @@ pub mod reference {
         let x = x as f64;
         (x / (1.0 + (-x).exp())) as f32
     }
+}
+
+// ------------------------------------------------------------------ backward
+
+// The recording of the activations on the tape, and their derivatives.
+/// f′(x) of each activation (f64 arithmetic: the plain twin of [`activation_grad_row`]).
+pub fn activation_derivative(act: Activation, x: f32) -> f32 {
+    let x = x as f64;
+    let d = match act {
+        Activation::Relu => {
+            if x > 0.0 {
+                1.0
+            } else {
+                0.0
+            }
+        }
+        Activation::Gelu => {
+            // d/dx [x Φ(x)] = Φ(x) + x φ(x)
+            let cdf = 0.5 * (1.0 + libm::erf(x / std::f64::consts::SQRT_2));
+            let pdf = (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
+            cdf + x * pdf
+        }
+        Activation::GeluTanh => crate::ops::simd::reference::gelu_tanh_derivative(x as f32) as f64,
+        Activation::Silu => {
+            let s = 1.0 / (1.0 + (-x).exp());
+            s * (1.0 + x * (1.0 - s))
+        }
+    };
+    d as f32
+}
+
+/// gx = g ⊙ f′(x) over a row, in f32 (tanh through one `exp`), for speed; held to
+/// [`activation_derivative`] in the tests.
+pub fn activation_grad_row(act: Activation, x: &[f32], g: &[f32], gx: &mut [f32]) {
+    match act {
+        Activation::GeluTanh => crate::ops::simd::gelu_tanh_backward(x, g, gx),
+        Activation::Silu => {
+            for ((d, &xv), &gv) in gx.iter_mut().zip(x).zip(g) {
+                let s = 1.0 / (1.0 + (-xv).exp());
+                *d = gv * s * (1.0 + xv * (1.0 - s));
+            }
+        }
+        Activation::Relu => {
+            for ((d, &xv), &gv) in gx.iter_mut().zip(x).zip(g) {
+                *d = if xv > 0.0 { gv } else { 0.0 };
+            }
+        }
+        Activation::Gelu => {
+            for ((d, &xv), &gv) in gx.iter_mut().zip(x).zip(g) {
+                *d = gv * activation_derivative(act, xv);
+            }
+        }
+    }
+}
+
+/// Recording for the activations ([`crate::ops::relu`], `gelu`, `gelu_tanh`, `silu`).
+pub(crate) fn record_activation(out: Tensor, x: &Tensor, act: Activation) -> Tensor {
+    if !needs_grad(&[x]) {
+        return out.with_grad_node(None);
+    }
+    let xs = x.detach();
+    record(out, act.name(), &[x], move |g| {
+        let mut gx = vec![0.0f32; xs.numel()];
+        in_pool(|| {
+            gx.par_chunks_mut(4096)
+                .zip(xs.data().par_chunks(4096).zip(g.data().par_chunks(4096)))
+                .for_each(|(dst, (x, g))| activation_grad_row(act, x, g, dst))
+        });
+        Ok(vec![Some(Tensor::new(gx, xs.shape())?)])
+    })
 }
 
 #[cfg(test)]

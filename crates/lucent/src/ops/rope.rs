@@ -17,6 +17,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::ops::simd;
+use crate::tensor::tape::{needs_grad, record};
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
@@ -49,9 +50,7 @@ pub fn rope(
     let hi = positions.iter().copied().max().map_or(0, |p| p + 1);
     let table = RopeTable::new(base, d, lo..hi)?;
     let out = table.apply(x, positions, convention)?;
-    Ok(crate::autograd::rules::rope(
-        out, x, positions, base, convention,
-    ))
+    Ok(record_rope(out, x, positions, base, convention))
 }
 
 /// Check x is (..., t, d) with d even and one position per row; return (t, d).
@@ -253,6 +252,45 @@ pub mod reference {
             row[b] = (x1 * sin + x2 * cos) as f32;
         }
     }
+}
+
+// ------------------------------------------------------------------ backward
+
+// The recording of RoPE on the tape.
+/// Swap the two members of every rotated pair of each row (halves for rotate-half,
+/// neighbours for interleaved): the P with R(θ)ᵀ = P R(θ) P.
+fn swap_pairs(t: &Tensor, convention: RopeConvention) -> Result<Tensor> {
+    let d = t.last_dim();
+    let half = d / 2;
+    let mut out = t.data().to_vec();
+    for row in out.chunks_mut(d.max(1)) {
+        for i in 0..half {
+            match convention {
+                RopeConvention::RotateHalf => row.swap(i, i + half),
+                RopeConvention::Interleaved => row.swap(2 * i, 2 * i + 1),
+            }
+        }
+    }
+    Tensor::new(out, t.shape())
+}
+
+/// Recording for [`crate::ops::rope`]: ∂x = R(θ)ᵀ g = P R(θ) P g.
+pub(crate) fn record_rope(
+    out: Tensor,
+    x: &Tensor,
+    positions: &[usize],
+    base: f32,
+    convention: RopeConvention,
+) -> Tensor {
+    if !needs_grad(&[x]) {
+        return out.with_grad_node(None);
+    }
+    let positions = positions.to_vec();
+    record(out, "rope", &[x], move |g| {
+        let swapped = swap_pairs(g, convention)?;
+        let rotated = crate::ops::rope(&swapped, &positions, base, convention)?;
+        Ok(vec![Some(swap_pairs(&rotated, convention)?)])
+    })
 }
 
 #[cfg(test)]
