@@ -16,12 +16,14 @@
 //! | [`tensor`] | `Tensor`: shape + f32 storage, owned or memory-mapped; its gradient tape; quantised block types |
 //! | [`io`] | safetensors, GGUF, configs, tokenizers, model cache and fetch |
 //! | [`runtime`] | the thread pool lucent owns ([`Runtime`]), CPU features and the instruction-set cap ([`Isa`]) |
+//! | [`bench`] | timings of the (private) kernels beside their twins, for `lucent bench kernels` |
 //! | [`viz`] | heatmaps of attention, masks and positions (PNG/SVG) |
 //!
 //! Errors are values: every fallible function returns [`Result`].
 #![warn(missing_docs)]
 
 pub mod autograd;
+pub mod bench;
 pub mod error;
 pub mod io;
 pub mod model;

@@ -87,7 +87,7 @@ pub fn silu(x: &Tensor) -> Tensor {
 /// input rounded to f16, ½x(1 + tanh(√(2/π)(x + 0.044715x³))) in f32, the result
 /// rounded to f16; exactly 0 at x ≤ −10 and x itself at x ≥ 10. Like llama.cpp, it
 /// reads a table of all 65,536 f16 inputs (built on first use).
-pub fn gelu_tanh_f16(x: f32) -> f32 {
+pub(crate) fn gelu_tanh_f16(x: f32) -> f32 {
     if x <= -10.0 {
         return 0.0;
     }
@@ -103,7 +103,7 @@ const GATED_PARALLEL_MIN: usize = 1 << 15;
 /// A gated activation in place: `g ← act(g) · u` number by number, with `act` applied to
 /// the whole of `g` in place (e.g. [`gelu_tanh_f16_in_place`]); in chunks over the threads
 /// when there are many numbers (a prompt's), with the same result.
-pub fn gated_in_place(
+pub(crate) fn gated_in_place(
     g: &mut [f32],
     u: &[f32],
     act: impl Fn(&mut [f32]) + Sync,
@@ -143,7 +143,7 @@ fn gelu_f16_table() -> &'static [f32] {
 
 /// [`gelu_tanh_f16`] of every number in place: the same numbers, with the f16 keys of
 /// eight inputs at a time from the CPU's F16C conversion when it has one.
-pub fn gelu_tanh_f16_in_place(x: &mut [f32]) {
+pub(crate) fn gelu_tanh_f16_in_place(x: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if crate::runtime::isa() >= crate::runtime::Isa::Avx2 {
         // SAFETY: the AVX2 level includes F16C and AVX; the runtime caps it to the CPU's.
@@ -192,19 +192,17 @@ fn gelu_tanh_f16_entry(x: f32) -> f32 {
     half::f16::from_f32(y).to_f32()
 }
 
-/// In place: `x[i] ← act(x[i])` on the SIMD path, on one thread (for callers that own a
-/// buffer, e.g. a decode step's hidden row).
-pub fn apply_in_place(act: Activation, x: &mut [f32]) {
-    simd::map_in_place(unary_of(act), x);
-}
-
-fn unary_of(act: Activation) -> Unary {
-    match act {
+/// In place: `x[i] ← act(x[i])` on the SIMD path, on one thread (the tests hold it to
+/// the PyTorch values beside [`Activation::apply`]).
+#[cfg(test)]
+pub(crate) fn apply_in_place(act: Activation, x: &mut [f32]) {
+    let op = match act {
         Activation::Relu => Unary::Relu,
         Activation::Gelu => Unary::Gelu,
         Activation::GeluTanh => Unary::GeluTanh,
         Activation::Silu => Unary::Silu,
-    }
+    };
+    simd::map_in_place(op, x);
 }
 
 fn unary(op: Unary, x: &Tensor) -> Tensor {
@@ -214,7 +212,7 @@ fn unary(op: Unary, x: &Tensor) -> Tensor {
 }
 
 /// The plain twins: each formula on one value, computed in f64.
-pub mod reference {
+pub(crate) mod reference {
     /// max(0, x)
     pub fn relu(x: f32) -> f32 {
         x.max(0.0)
@@ -244,7 +242,7 @@ pub mod reference {
 
 // The recording of the activations on the tape, and their derivatives.
 /// f′(x) of each activation (f64 arithmetic: the plain twin of [`activation_grad_row`]).
-pub fn activation_derivative(act: Activation, x: f32) -> f32 {
+pub(crate) fn activation_derivative(act: Activation, x: f32) -> f32 {
     let x = x as f64;
     let d = match act {
         Activation::Relu => {
@@ -271,7 +269,7 @@ pub fn activation_derivative(act: Activation, x: f32) -> f32 {
 
 /// gx = g ⊙ f′(x) over a row, in f32 (tanh through one `exp`), for speed; held to
 /// [`activation_derivative`] in the tests.
-pub fn activation_grad_row(act: Activation, x: &[f32], g: &[f32], gx: &mut [f32]) {
+pub(crate) fn activation_grad_row(act: Activation, x: &[f32], g: &[f32], gx: &mut [f32]) {
     match act {
         Activation::GeluTanh => crate::ops::simd::gelu_tanh_backward(x, g, gx),
         Activation::Silu => {

@@ -26,7 +26,7 @@ use rayon::prelude::*;
 
 use crate::runtime::pool::in_pool;
 
-use crate::ops::ggml::F16Order;
+pub use crate::ops::ggml::F16Order;
 use crate::ops::matmul::gemm_general;
 use crate::ops::{matmul, simd, softmax};
 use crate::tensor::tape::{needs_grad, record};
@@ -82,13 +82,13 @@ impl AttentionParams<'_> {
 }
 
 /// `x` rounded to the nearest f16 (ties to even), as f32: what an f16 store keeps.
-pub fn round_f16(x: f32) -> f32 {
+pub(crate) fn round_f16(x: f32) -> f32 {
     half::f16::from_f32(x).to_f32()
 }
 
 /// [`round_f16`] of every number in place, eight at a time with the CPU's f16
 /// conversions (F16C) when it has them: the same numbers as one by one.
-pub fn round_f16_in_place(x: &mut [f32]) {
+pub(crate) fn round_f16_in_place(x: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if crate::runtime::isa() >= crate::runtime::Isa::Avx2 {
         // SAFETY: the AVX2 level includes F16C and AVX; the runtime caps it to the CPU's.
@@ -129,7 +129,7 @@ pub struct AttentionOutput {
 
 /// Checked dimensions of one attention call.
 #[derive(Clone, Copy, Debug)]
-pub struct AttentionDims {
+pub(crate) struct AttentionDims {
     /// batch
     pub b: usize,
     /// query heads
@@ -150,7 +150,7 @@ pub struct AttentionDims {
 }
 
 /// Check the shapes of an attention call and name its dimensions.
-pub fn check_dims(
+pub(crate) fn check_dims(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
@@ -221,7 +221,7 @@ pub fn check_dims(
 }
 
 /// The bias row for (batch bi, head hi, query i), or None.
-pub fn bias_row<'a>(
+pub(crate) fn bias_row<'a>(
     bias: Option<&'a Tensor>,
     d: &AttentionDims,
     bi: usize,
@@ -243,7 +243,11 @@ pub fn bias_row<'a>(
 }
 
 /// The range of keys query i may see under the causal, window and segment rules.
-pub fn visible_keys(p: &AttentionParams, d: &AttentionDims, i: usize) -> std::ops::Range<usize> {
+pub(crate) fn visible_keys(
+    p: &AttentionParams,
+    d: &AttentionDims,
+    i: usize,
+) -> std::ops::Range<usize> {
     let (lo, hi) = match p.segments {
         Some(seg) => {
             let s = segment_of(seg, i);
@@ -482,7 +486,7 @@ fn head(
 }
 
 /// The plain twin: scores, scale, mask, softmax, weighted sum, one query at a time.
-pub mod reference {
+pub(crate) mod reference {
     use super::*;
     use crate::ops::softmax::reference::softmax_row;
 

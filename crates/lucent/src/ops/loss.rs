@@ -116,7 +116,7 @@ pub fn cross_entropy(
 }
 
 /// The plain formulas.
-pub mod reference {
+pub(crate) mod reference {
     /// log-softmax of one row in place (f64 sums).
     pub fn log_softmax_row(row: &mut [f32]) {
         let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);

@@ -155,7 +155,7 @@ fn batched(a: &Tensor, b: &Tensor, transpose_b: bool, op: &str) -> Result<Tensor
 /// C (m×n) = A (m×k) · B, where B is (k×n), or (n×k) read transposed when
 /// `transpose_b`. All row-major. C is overwritten. One row (m = 1) runs the
 /// matrix-vector kernel, everything else the `gemm` crate.
-pub fn gemm_into(
+pub(crate) fn gemm_into(
     c: &mut [f32],
     a: &[f32],
     b: &[f32],
@@ -201,7 +201,7 @@ fn gemv(y: &mut [f32], x: &[f32], b: &[f32], k: usize, n: usize, transpose_b: bo
 
 /// C (m×n) = A (m×k) · B on the `gemm` crate for every shape (no matrix-vector path):
 /// what [`gemm_into`] uses for m > 1, public so benchmarks can compare the two.
-pub fn gemm_crate_into(
+pub(crate) fn gemm_crate_into(
     c: &mut [f32],
     a: &[f32],
     b: &[f32],
@@ -341,7 +341,7 @@ fn gemm_accumulate(c: &mut [f32], a: &[f32], b: &[f32], m: usize, k: usize, n: u
 /// Panics if a slice's length does not match its dimensions (an internal invariant:
 /// callers derive the dimensions from checked tensor shapes).
 #[allow(clippy::too_many_arguments)]
-pub fn gemm_strided(
+pub(crate) fn gemm_strided(
     c: &mut [f32],
     a: &[f32],
     trans_a: bool,
@@ -415,8 +415,9 @@ pub fn gemm_strided(
 }
 
 /// The plain twin of [`gemm_into`]: three loops, as the formula C_ij = Σ_k A_ik B_kj.
-pub mod reference {
+pub(crate) mod reference {
     /// C = A · B (or A · Bᵀ), row-major, f64 accumulation.
+    #[cfg(test)]
     pub fn gemm(a: &[f32], b: &[f32], m: usize, k: usize, n: usize, transpose_b: bool) -> Vec<f32> {
         let mut c = vec![0.0f32; m * n];
         for i in 0..m {

@@ -53,7 +53,7 @@ pub fn rms_norm(x: &Tensor, gamma: &Tensor, eps: f32) -> Result<Tensor> {
 
 /// In place: LayerNorm of one row (the fast path of [`reference::layer_norm_row`]);
 /// gamma and beta have the row's length.
-pub fn layer_norm_row(row: &mut [f32], gamma: &[f32], beta: Option<&[f32]>, eps: f32) {
+pub(crate) fn layer_norm_row(row: &mut [f32], gamma: &[f32], beta: Option<&[f32]>, eps: f32) {
     let n = row.len() as f32;
     let mean = simd::sum(row) / n;
     let var = simd::sum_sq_diff(row, mean) / n;
@@ -65,7 +65,7 @@ pub fn layer_norm_row(row: &mut [f32], gamma: &[f32], beta: Option<&[f32]>, eps:
 /// llama.cpp's arithmetic so GGUF models see the same numbers there: the squares
 /// (rounded to f32) summed in f64, the mean square and `s = 1/√(ms + ε)` in f32, then
 /// `(x · s) · γ` with two roundings.
-pub fn rms_norm_row(row: &mut [f32], gamma: &[f32], eps: f32) {
+pub(crate) fn rms_norm_row(row: &mut [f32], gamma: &[f32], eps: f32) {
     // One f64 sum, in order, as llama.cpp's: an f64 sum of f32 squares is exact only
     // while their exponents span less than ~29 bits, so its order can reach the last
     // bit of the f32 mean square (a 1-ulp change in every output, sometimes enough to
@@ -106,7 +106,7 @@ fn check(x: &Tensor, gamma: &Tensor, beta: Option<&Tensor>, op: &str) -> Result<
 }
 
 /// The plain twins, in f64 accumulation.
-pub mod reference {
+pub(crate) mod reference {
     /// In place: LayerNorm of one row.
     pub fn layer_norm_row(row: &mut [f32], gamma: &[f32], beta: Option<&[f32]>, eps: f32) {
         let n = row.len() as f64;

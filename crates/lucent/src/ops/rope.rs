@@ -82,8 +82,7 @@ fn check(x: &Tensor, positions: &[usize]) -> Result<(usize, usize)> {
 /// features: RoPE's angles computed once (in f64, stored in f32) and reused by every
 /// layer, head and step.
 #[derive(Clone, Debug)]
-pub struct RopeTable {
-    base: f32,
+pub(crate) struct RopeTable {
     d: usize,
     positions: std::ops::Range<usize>,
     /// (positions, d/2)
@@ -117,27 +116,11 @@ impl RopeTable {
             }
         }
         Ok(RopeTable {
-            base,
             d,
             positions,
             cos,
             sin,
         })
-    }
-
-    /// The base θ is built from.
-    pub fn base(&self) -> f32 {
-        self.base
-    }
-
-    /// Features per head.
-    pub fn head_dim(&self) -> usize {
-        self.d
-    }
-
-    /// The positions this table covers.
-    pub fn positions(&self) -> std::ops::Range<usize> {
-        self.positions.clone()
     }
 
     /// (cos, sin) rows of d/2 values for `pos`, or an error naming the table's range.
@@ -188,6 +171,7 @@ impl RopeTable {
     }
 
     /// In place: rotate one row of d features at `pos`.
+    #[cfg(test)]
     pub fn apply_row(&self, row: &mut [f32], pos: usize, convention: RopeConvention) -> Result<()> {
         if row.len() != self.d {
             return Err(Error::Shape(format!(
@@ -228,7 +212,7 @@ fn rotate_row(row: &mut [f32], cos: &[f32], sin: &[f32], convention: RopeConvent
 }
 
 /// The plain twin: one row rotated with angles computed in f64.
-pub mod reference {
+pub(crate) mod reference {
     use super::RopeConvention;
 
     /// θᵢ = base^(−2i/d) for pair i of d features.
