@@ -5,7 +5,10 @@
 //! for machine-readable output.
 
 mod commands;
+mod config_args;
+mod loader;
 mod progress;
+mod show;
 
 use std::process::ExitCode;
 

@@ -22,6 +22,7 @@
 //! Errors are values: every fallible function returns [`Result`].
 #![warn(missing_docs)]
 
+mod api;
 pub mod autograd;
 pub mod bench;
 pub mod error;
@@ -32,10 +33,17 @@ pub mod ops;
 pub mod pipeline;
 pub mod runtime;
 pub mod tensor;
+#[cfg(feature = "viz")]
 pub mod viz;
 
+pub use api::{open, open_with, Model, Token};
 pub use error::{Error, Result};
-pub use model::ModelConfig;
+pub use model::{ModelConfig, ModelKind};
+pub use nn::{Trace, TraceFilter};
+pub use pipeline::chat::Message;
+pub use pipeline::embed::Embedder;
+pub use pipeline::generate::{Generation, Sampling, StopReason};
+pub use pipeline::generator::{Generator, Stream};
 pub use runtime::threads;
 pub use runtime::{Isa, Numerics, Runtime};
 pub use tensor::{Dtype, Tensor};

@@ -33,7 +33,7 @@ use lucent::io::gguf::GgufFile;
 use lucent::io::gguf_tokenizer::GgufTokenizer;
 use lucent::model::DecoderModel;
 use lucent::pipeline::generate::{argmax, top_logits, TextModel};
-use lucent::pipeline::{GenerateOptions, Message, SamplingParams, StopReason};
+use lucent::pipeline::{Message, Sampling, StopReason};
 use lucent::{Isa, Numerics, Runtime};
 use serde::Deserialize;
 
@@ -317,7 +317,7 @@ fn prompt_longer_than_the_context_is_a_clear_error() {
     assert_eq!(cache.len(), 0, "nothing was written");
     let tm = text_model();
     let e = tm
-        .generate(&ids, &GenerateOptions::default(), &mut cache, &mut |_| {})
+        .generate(&ids, &Sampling::greedy(), &mut cache, &mut |_| {})
         .unwrap_err()
         .to_string();
     assert!(
@@ -332,9 +332,9 @@ fn generation_stops_at_the_context_limit_stop_strings_and_max_tokens() {
     let ids = tm.encode("The capital of France is").unwrap();
     let mut streamed = String::new();
     let mut cache = tm.model.new_cache(ids.len() + 3);
-    let opts = GenerateOptions {
+    let opts = Sampling {
         max_tokens: 10,
-        ..GenerateOptions::default()
+        ..Sampling::greedy()
     };
     let g = tm
         .generate(&ids, &opts, &mut cache, &mut |s| streamed.push_str(s))
@@ -344,10 +344,10 @@ fn generation_stops_at_the_context_limit_stop_strings_and_max_tokens() {
     assert_eq!(streamed, g.text);
 
     let mut cache = tm.model.new_cache(64);
-    let opts = GenerateOptions {
+    let opts = Sampling {
         max_tokens: 20,
         stop: vec!["\n".into()],
-        ..GenerateOptions::default()
+        ..Sampling::greedy()
     };
     streamed.clear();
     let g = tm
@@ -357,10 +357,10 @@ fn generation_stops_at_the_context_limit_stop_strings_and_max_tokens() {
     assert_eq!(streamed, " Paris.");
     assert_eq!(g.stop, StopReason::StopString("\n".into()));
 
-    let opts = GenerateOptions {
+    let opts = Sampling {
         max_tokens: 3,
         ignore_eos: true,
-        ..GenerateOptions::default()
+        ..Sampling::greedy()
     };
     let g = tm.generate(&ids, &opts, &mut cache, &mut |_| {}).unwrap();
     assert_eq!((g.ids.len(), g.stop), (3, StopReason::MaxTokens));
@@ -372,16 +372,16 @@ fn chat_template_and_end_of_turn() {
     let ids = tm
         .encode_chat(&[Message::new("user", "What is 2 + 2?")])
         .unwrap();
-    let text = tm.tokenizer.decode(&ids, false).unwrap();
+    let text = tm.tokenizer.decode_ids(&ids, false).unwrap();
     assert!(text.starts_with("<|im_start|>system\n"), "{text}");
     assert!(
         text.ends_with("<|im_start|>user\nWhat is 2 + 2?<|im_end|>\n<|im_start|>assistant\n"),
         "{text}"
     );
     let mut cache = tm.model.new_cache(ids.len() + 64);
-    let opts = GenerateOptions {
+    let opts = Sampling {
         max_tokens: 64,
-        ..GenerateOptions::default()
+        ..Sampling::greedy()
     };
     let g = tm.generate(&ids, &opts, &mut cache, &mut |_| {}).unwrap();
     assert!(
@@ -398,19 +398,16 @@ fn sampling_is_reproducible_with_a_seed() {
     let ids = tm.encode("Once upon a time").unwrap();
     let run = |seed: u64| {
         let mut cache = tm.model.new_cache(64);
-        let opts = GenerateOptions {
+        let opts = Sampling {
             max_tokens: 12,
             ignore_eos: true,
-            sampling: SamplingParams {
-                temperature: 1.0,
-                top_k: 40,
-                top_p: 0.95,
-                min_p: 0.02,
-                repeat_penalty: 1.1,
-                seed,
-                ..SamplingParams::greedy()
-            },
-            ..GenerateOptions::default()
+            temperature: 1.0,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.02,
+            repeat_penalty: 1.1,
+            seed,
+            ..Sampling::greedy()
         };
         tm.generate(&ids, &opts, &mut cache, &mut |_| {})
             .unwrap()

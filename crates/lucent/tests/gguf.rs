@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use lucent::io::gguf::{GgufArray, GgufFile, GgufValue, GgufWriter};
 use lucent::io::gguf_tokenizer::{GgufTokenizer, TokenType, TokenizerKind};
+use lucent::io::tokenizer::TokenStream;
 use lucent::tensor::quant::GgmlType;
 
 /// Where the real model files are. For now: env vars LUCENT_TEST_SMOLLM2 /
@@ -512,13 +513,13 @@ fn stream_decoding_never_splits_a_character() {
     let f = tiny_spm(false);
     let t = GgufTokenizer::from_gguf(&f).unwrap();
     let id = |s: &str| t.token_id(s).unwrap();
-    let mut s = t.stream(true);
-    assert_eq!(s.push(id("a")).unwrap(), "a");
-    assert_eq!(s.push(id("<0xE6>")).unwrap(), ""); // 日 = E6 97 A5
-    assert_eq!(s.push(id("<0x97>")).unwrap(), "");
-    assert_eq!(s.push(id("<0xA5>")).unwrap(), "日");
-    assert_eq!(s.push(id("<0xFF>")).unwrap(), "\u{FFFD}"); // never valid: replaced at once
-    assert_eq!(s.push(id("<0xC3>")).unwrap(), "");
+    let mut s = TokenStream::new(true);
+    assert_eq!(s.push(&t, id("a")).unwrap(), "a");
+    assert_eq!(s.push(&t, id("<0xE6>")).unwrap(), ""); // 日 = E6 97 A5
+    assert_eq!(s.push(&t, id("<0x97>")).unwrap(), "");
+    assert_eq!(s.push(&t, id("<0xA5>")).unwrap(), "日");
+    assert_eq!(s.push(&t, id("<0xFF>")).unwrap(), "\u{FFFD}"); // never valid: replaced at once
+    assert_eq!(s.push(&t, id("<0xC3>")).unwrap(), "");
     assert_eq!(s.finish(), "\u{FFFD}"); // an unfinished character at the end
 }
 
@@ -662,10 +663,10 @@ fn check_tokenizer(f: &GgufFile, name: &str, kind: TokenizerKind) {
             case.greedy_text,
             "{name}: greedy text"
         );
-        let mut s = t.stream(true);
+        let mut s = TokenStream::new(true);
         let mut streamed = String::new();
         for &id in &case.greedy_ids {
-            streamed.push_str(&s.push(id).unwrap());
+            streamed.push_str(&s.push(&t, id).unwrap());
         }
         streamed.push_str(&s.finish());
         assert_eq!(streamed, case.greedy_text, "{name}: streamed text");

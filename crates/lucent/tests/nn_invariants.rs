@@ -3,10 +3,11 @@
 //! it does not touch (1e-5); a batch of N equals N batches of one (1e-5); bad input gives
 //! errors that name the shapes, not panics.
 
+use lucent::model::build;
 use lucent::model::config::{FfnKind, ModelKind, NormKind, NormPlacement, PositionKind};
 use lucent::nn::{
-    AttentionConfig, AttentionOptions, Decoder, Dropout, Embedding, Encoder, EncoderLayer,
-    FeedForward, Head, KvCache, Linear, MultiHeadAttention, Norm, RmsNorm, Trace, Transformer,
+    AttentionConfig, AttentionOptions, Decoder, Dropout, Embedding, FeedForward, Head, KvCache,
+    Linear, MultiHeadAttention, Norm, RmsNorm, Trace,
 };
 use lucent::ops::{Activation, RopeConvention};
 use lucent::{ModelConfig, Tensor};
@@ -119,7 +120,7 @@ fn sharpen(dec: &mut Decoder) {
 
 fn check_cached_equals_full(cfg: &ModelConfig, chunks: &[usize]) {
     let mut rng = StdRng::seed_from_u64(1);
-    let mut dec = Decoder::new_random(cfg, &mut rng).unwrap();
+    let mut dec = build::random_decoder(cfg, &mut rng).unwrap();
     sharpen(&mut dec);
     let total: usize = chunks.iter().sum();
     let x = randn(&[2, total, cfg.d_model], 2);
@@ -177,7 +178,7 @@ fn cached_decoding_equals_full_causal_forward() {
 #[test]
 fn full_cache_and_wrong_cache_are_errors() {
     let cfg = llama_like();
-    let dec = Decoder::new_random(&cfg, &mut StdRng::seed_from_u64(1)).unwrap();
+    let dec = build::random_decoder(&cfg, &mut StdRng::seed_from_u64(1)).unwrap();
     let mut cache = dec.new_cache(1, 4);
     let x = randn(&[1, 3, cfg.d_model], 3);
     dec.forward(
@@ -229,7 +230,7 @@ fn padding_never_changes_real_rows() {
         let mut cfg = config(ModelKind::Encoder);
         cfg.norm_placement = placement;
         cfg.final_norm = placement != NormPlacement::Post;
-        let mut enc = Encoder::new_random(&cfg, &mut StdRng::seed_from_u64(5)).unwrap();
+        let mut enc = build::random_encoder(&cfg, &mut StdRng::seed_from_u64(5)).unwrap();
         for l in &mut enc.layers {
             l.self_attn.q_proj.weight = l.self_attn.q_proj.weight_f32().unwrap().scale(10.0).into();
             l.self_attn.k_proj.weight = l.self_attn.k_proj.weight_f32().unwrap().scale(10.0).into();
@@ -268,7 +269,7 @@ fn padding_never_changes_real_rows() {
     }
     // A causal decoder needs no bias: later positions never reach earlier rows.
     let cfg = gemma_like();
-    let mut dec = Decoder::new_random(&cfg, &mut StdRng::seed_from_u64(9)).unwrap();
+    let mut dec = build::random_decoder(&cfg, &mut StdRng::seed_from_u64(9)).unwrap();
     sharpen(&mut dec);
     let x = randn(&[1, 7, cfg.d_model], 10);
     let long = Tensor::cat(&[&x, &randn(&[1, 3, cfg.d_model], 11)], 1).unwrap();
@@ -290,7 +291,7 @@ fn padding_never_changes_real_rows() {
 fn batch_of_n_equals_n_batches_of_one() {
     let mut cfg = config(ModelKind::EncoderDecoder);
     cfg.final_norm = true;
-    let model = Transformer::new_random(&cfg, &mut StdRng::seed_from_u64(12)).unwrap();
+    let model = build::random_transformer(&cfg, &mut StdRng::seed_from_u64(12)).unwrap();
     let (src, tgt) = (
         randn(&[3, 5, cfg.d_model], 13),
         randn(&[3, 4, cfg.d_model], 14),
@@ -316,7 +317,7 @@ fn batch_of_n_equals_n_batches_of_one() {
         );
     }
     let cfg = gemma_like();
-    let dec = Decoder::new_random(&cfg, &mut StdRng::seed_from_u64(15)).unwrap();
+    let dec = build::random_decoder(&cfg, &mut StdRng::seed_from_u64(15)).unwrap();
     let x = randn(&[4, 6, cfg.d_model], 16);
     let all = dec.forward(&x, None, &none, None, None, None).unwrap();
     for i in 0..4 {
@@ -423,27 +424,27 @@ fn bad_input_gives_errors_naming_shapes() {
     assert!(emb.forward(&[vec![1, 2], vec![3]]).is_err(), "ragged batch");
     // An encoder-decoder's decoder without memory, a decoder-only one given memory.
     let cfg = config(ModelKind::EncoderDecoder);
-    let dec = Decoder::new_random(&cfg, &mut StdRng::seed_from_u64(0)).unwrap();
+    let dec = build::random_decoder(&cfg, &mut StdRng::seed_from_u64(0)).unwrap();
     let x = Tensor::zeros(&[1, 2, cfg.d_model]);
     let e = dec
         .forward(&x, None, &AttentionOptions::none(), None, None, None)
         .unwrap_err()
         .to_string();
     assert!(e.contains("memory"), "{e}");
-    let dec = Decoder::new_random(&llama_like(), &mut StdRng::seed_from_u64(0)).unwrap();
+    let dec = build::random_decoder(&llama_like(), &mut StdRng::seed_from_u64(0)).unwrap();
     assert!(dec
         .forward(&x, Some(&x), &AttentionOptions::none(), None, None, None)
         .is_err());
     // A Transformer needs an encoder-decoder config.
-    assert!(Transformer::new_random(&llama_like(), &mut StdRng::seed_from_u64(0)).is_err());
+    assert!(build::random_transformer(&llama_like(), &mut StdRng::seed_from_u64(0)).is_err());
 }
 
 #[test]
 fn random_init_is_seeded_and_scaled_like_gpt2() {
     let cfg = llama_like();
-    let a = Decoder::new_random(&cfg, &mut StdRng::seed_from_u64(3)).unwrap();
-    let b = Decoder::new_random(&cfg, &mut StdRng::seed_from_u64(3)).unwrap();
-    let c = Decoder::new_random(&cfg, &mut StdRng::seed_from_u64(4)).unwrap();
+    let a = build::random_decoder(&cfg, &mut StdRng::seed_from_u64(3)).unwrap();
+    let b = build::random_decoder(&cfg, &mut StdRng::seed_from_u64(3)).unwrap();
+    let c = build::random_decoder(&cfg, &mut StdRng::seed_from_u64(4)).unwrap();
     let w = |d: &Decoder| d.layers[1].self_attn.q_proj.weight_f32().unwrap().clone();
     assert_eq!(w(&a).data(), w(&b).data());
     assert_ne!(w(&a).data(), w(&c).data());
@@ -457,7 +458,7 @@ fn random_init_is_seeded_and_scaled_like_gpt2() {
         big.head_dim,
         big.d_ff,
     ) = (256, 4, 2, 64, 512);
-    let dec = Decoder::new_random(&big, &mut StdRng::seed_from_u64(5)).unwrap();
+    let dec = build::random_decoder(&big, &mut StdRng::seed_from_u64(5)).unwrap();
     let l = &dec.layers[0];
     let q = std(l.self_attn.q_proj.weight_f32().unwrap());
     assert!((q - 0.02).abs() < 0.001, "q_proj std {q}");
@@ -479,7 +480,7 @@ fn sandwich_layer_is_its_formula() {
     let mut cfg = config(ModelKind::Encoder);
     cfg.norm_placement = NormPlacement::Sandwich;
     cfg.norm = NormKind::RmsNorm;
-    let mut layer = EncoderLayer::new_random(&cfg, 0, &mut StdRng::seed_from_u64(0)).unwrap();
+    let mut layer = build::random_encoder_layer(&cfg, 0, &mut StdRng::seed_from_u64(0)).unwrap();
     // Non-trivial norm weights so that a swapped norm would show.
     let mut rng = StdRng::seed_from_u64(1);
     let mut gamma = || Norm::Rms(RmsNorm::new(Tensor::randn(&[24], 1.0, &mut rng), 1e-5).unwrap());
@@ -572,7 +573,7 @@ fn gated_ffn_is_its_formula() {
 fn qk_norm_normalises_each_head_and_trace_names_everything() {
     let mut cfg = gemma_like();
     cfg.norm_eps = 1e-9; // so that the QK-norm's output has mean square 1 to 1e-3
-    let dec = Decoder::new_random(&cfg, &mut StdRng::seed_from_u64(0)).unwrap();
+    let dec = build::random_decoder(&cfg, &mut StdRng::seed_from_u64(0)).unwrap();
     let x = randn(&[2, 5, cfg.d_model], 1);
     let mut trace = Trace::new();
     let traced = dec

@@ -13,12 +13,14 @@ use lucent::autograd::optim::{AdamW, DecayRule};
 use lucent::autograd::Parameters;
 use lucent::io::safetensors::SafetensorsFile;
 use lucent::model::config::NormPlacement;
+use lucent::model::DecoderModel;
+use lucent::nn::position::AbsolutePositions;
 use lucent::nn::position::LearnedPositions;
 use lucent::nn::{
     Decoder, DecoderLayer, Embedding, FeedForward, LayerNorm, Linear, MultiHeadAttention, Norm,
 };
 use lucent::ops::Activation;
-use lucent::pipeline::train::models::{Dims, Gpt};
+use lucent::pipeline::train::models::{gpt_config, Dims};
 use lucent::Tensor;
 
 fn path() -> String {
@@ -29,7 +31,7 @@ fn path() -> String {
 }
 
 /// The GPT from the file's weights, every tensor read with `prefix` ("" or "step1.").
-fn load(f: &SafetensorsFile, prefix: &str) -> Gpt {
+fn load(f: &SafetensorsFile, prefix: &str) -> DecoderModel {
     let t = |name: &str| f.tensor(&format!("{prefix}{name}")).unwrap();
     let ln = |name: &str| {
         Norm::Layer(
@@ -84,11 +86,15 @@ fn load(f: &SafetensorsFile, prefix: &str) -> Gpt {
         block: 8,
         vocab: 65,
     };
-    Gpt {
-        config: Gpt::config_for(&dims).unwrap(),
-        embed: Embedding::new(t("wte"), 1.0).unwrap(),
-        positions: LearnedPositions::new(t("wpe")).unwrap(),
+    DecoderModel {
+        config: gpt_config(&dims).unwrap(),
+        embedding: Embedding::new(t("wte"), 1.0).unwrap(),
+        positions: Some(AbsolutePositions::Learned(
+            LearnedPositions::new(t("wpe")).unwrap(),
+        )),
         decoder: Decoder::new(layers, Some(ln("ln_f"))).unwrap(),
+        head: None,
+        numerics: lucent::Numerics::Lucent,
     }
 }
 
@@ -150,7 +156,7 @@ fn tiny_gpt_logits_loss_gradients_and_one_adamw_step_match_pytorch() {
         ids(&f.tensor("targets").unwrap()),
     );
 
-    let logits = model.forward(&idx).unwrap();
+    let logits = model.forward_batch(&idx, None, None).unwrap();
     let want = f.tensor("logits").unwrap();
     let err = logits.max_abs_diff(&want).unwrap();
     assert!(err <= 1e-5, "logits differ by {err} (tolerance 1e-5)");

@@ -197,8 +197,9 @@ fn bad_input_gives_clear_errors() {
 #[test]
 fn sharded_step_equals_the_whole_batch() {
     use lucent::autograd::Parameters;
+    use lucent::model::DecoderModel;
     use lucent::pipeline::train::lm_backward_shards;
-    use lucent::pipeline::train::models::{Dims, Gpt};
+    use lucent::pipeline::train::models::{lm_loss, new_gpt, Dims};
     use rand::{Rng, SeedableRng};
 
     let dims = Dims {
@@ -210,7 +211,7 @@ fn sharded_step_equals_the_whole_batch() {
         vocab: 20,
     };
     let mut rng = rand::rngs::StdRng::seed_from_u64(5);
-    let mut model = Gpt::new_random(&dims, &mut rng).unwrap();
+    let mut model = new_gpt(&dims, &mut rng).unwrap();
     model.requires_grad();
     let rows: Vec<Vec<usize>> = (0..5)
         .map(|_| (0..=12).map(|_| rng.random_range(0..20)).collect())
@@ -218,7 +219,7 @@ fn sharded_step_equals_the_whole_batch() {
     let x: Vec<Vec<usize>> = rows.iter().map(|r| r[..12].to_vec()).collect();
     let y: Vec<Vec<usize>> = rows.iter().map(|r| r[1..].to_vec()).collect();
 
-    let grads = |model: &mut Gpt| {
+    let grads = |model: &mut DecoderModel| {
         let mut out = Vec::new();
         model.visit_params("", &mut |name, p| {
             out.push((name.to_string(), p.grad().unwrap().data().to_vec()))
@@ -226,7 +227,7 @@ fn sharded_step_equals_the_whole_batch() {
         model.zero_grad();
         out
     };
-    let whole = model.loss(&x, &y).unwrap();
+    let whole = lm_loss(&model, &x, &y, None).unwrap();
     let whole_loss = whole.item().unwrap();
     whole.backward().unwrap();
     let want = grads(&mut model);

@@ -3,7 +3,7 @@
 
 use lucent::io::fetch::Silent;
 use lucent::pipeline::train::data::{pad_batch, Task, BOS, EOS};
-use lucent::pipeline::train::models::{Dims, Seq2Seq};
+use lucent::pipeline::train::models::{new_seq2seq, src_lengths, Dims};
 use lucent::pipeline::train::{train, Job, Limits, Quiet, TrainConfig, TrainedModel};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -18,16 +18,17 @@ fn padded_batch_decodes_like_each_sequence_alone() {
         block: 40,
         vocab: Task::Reverse.vocab_size(6),
     };
-    let model = Seq2Seq::new_random(&dims, &mut StdRng::seed_from_u64(3)).unwrap();
+    let model = new_seq2seq(&dims, &mut StdRng::seed_from_u64(3)).unwrap();
     let mut rng = StdRng::seed_from_u64(4);
     let examples: Vec<_> = (0..5)
         .map(|_| Task::Reverse.example(6, 2, 9, &mut rng))
         .collect();
     let batch = pad_batch(&examples);
-    let together = model.greedy(&batch.src, BOS, EOS, 12).unwrap();
+    let lens = src_lengths(&batch.src);
+    let together = model.greedy(&batch.src, Some(&lens), BOS, EOS, 12).unwrap();
     for (i, (src, _)) in examples.iter().enumerate() {
         let alone = model
-            .greedy(std::slice::from_ref(src), BOS, EOS, 12)
+            .greedy(std::slice::from_ref(src), None, BOS, EOS, 12)
             .unwrap();
         assert_eq!(together[i], alone[0], "example {i} (length {})", src.len());
     }

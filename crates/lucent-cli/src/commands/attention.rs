@@ -13,7 +13,7 @@ use lucent::ops::{attention, matmul_t, AttentionParams};
 use lucent::viz::{heatmap_grid, ColorMap, Panel};
 use lucent::{Error, Result, Tensor};
 
-use super::show::{json_matrix, print_matrix};
+use crate::show::{json_matrix, print_matrix};
 
 /// Q of the seed-42 example (tests/data/seed_examples.json, `attention_seed42.Q`).
 const Q: [[f64; 4]; 3] = [
@@ -97,7 +97,8 @@ pub struct Args {
     demo: bool,
     /// With `-m`: the text whose attention to show.
     text: Option<String>,
-    /// A real model: a name (see `lucent models`), a Hugging Face folder or a .gguf file.
+    /// A real model: a name (see `lucent models`), a Hugging Face folder, a .gguf file or a
+    /// training run [default: minilm when a TEXT is given].
     #[arg(long, short = 'm')]
     model: Option<String>,
     /// With `-m`: the layer to show, from 0 (default: the last).
@@ -106,7 +107,8 @@ pub struct Args {
     /// With `-m`: the head to show, from 0 (default: all heads).
     #[arg(long)]
     head: Option<usize>,
-    /// With `-m`: the query token whose row to show, as a token (`it`) or a position.
+    /// With `-m`: the query token whose row to show, as a token (`it`) or a position
+    /// [default: every row].
     #[arg(long)]
     token: Option<String>,
     /// With `-m`: recompute one head step by step (scores, scale, mask, softmax, output).
@@ -344,47 +346,45 @@ fn run_real_model(args: Args) -> Result<()> {
                 .into(),
         ));
     }
-    let model = args.model.unwrap_or_else(|| "minilm".into());
-    if is_trained_run(&model) {
-        let out = args
-            .png
-            .unwrap_or_else(|| PathBuf::from("cross_attention.png"));
-        return super::train::run_attention(super::train::AttentionArgs {
-            model: PathBuf::from(model),
-            input: text,
-            out,
-            json: args.json,
-        });
+    let spec = args.model.unwrap_or_else(|| "minilm".into());
+    let model = crate::loader::open(&spec)?;
+    match model.kind() {
+        lucent::ModelKind::EncoderDecoder => {
+            let out = args
+                .png
+                .unwrap_or_else(|| PathBuf::from("cross_attention.png"));
+            super::attention_seq2seq::run_attention(
+                &model,
+                super::attention_seq2seq::AttentionArgs {
+                    input: text,
+                    out,
+                    json: args.json,
+                },
+            )
+        }
+        lucent::ModelKind::Decoder => super::attention_decoder::run_decoder(
+            &model,
+            super::attention_decoder::DecoderArgs {
+                prompt: text,
+                model: spec,
+                layer: args.layer.unwrap_or(0),
+                head: args.head,
+                png: args.png,
+                json: args.json,
+            },
+        ),
+        lucent::ModelKind::Encoder => super::attention_model::run_model(
+            &model,
+            super::attention_model::ModelAttentionArgs {
+                text,
+                model: spec,
+                layer: args.layer,
+                head: args.head,
+                token: args.token,
+                steps: args.steps,
+                png: args.png,
+                json: args.json,
+            },
+        ),
     }
-    if is_decoder(&model) {
-        return super::attention_decoder::run_decoder(super::attention_decoder::DecoderArgs {
-            prompt: text,
-            model,
-            layer: args.layer.unwrap_or(0),
-            head: args.head,
-            png: args.png,
-            json: args.json,
-        });
-    }
-    super::attention_model::run_model(super::attention_model::ModelAttentionArgs {
-        text,
-        model,
-        layer: args.layer,
-        head: args.head,
-        token: args.token,
-        steps: args.steps,
-        png: args.png,
-        json: args.json,
-    })
-}
-
-/// Whether `spec` is a folder written by `lucent train` (its checkpoint, no HF config).
-pub fn is_trained_run(spec: &str) -> bool {
-    let dir = std::path::Path::new(spec);
-    dir.join(lucent::pipeline::train::CHECKPOINT).is_file() && !dir.join("config.json").exists()
-}
-
-/// Whether `spec` names a decoder model: a known GGUF model or a `.gguf` file.
-fn is_decoder(spec: &str) -> bool {
-    matches!(spec, "smollm2" | "gemma3") || spec.ends_with(".gguf")
 }

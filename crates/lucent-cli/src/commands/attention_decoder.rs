@@ -12,8 +12,6 @@ use lucent::nn::Trace;
 use lucent::viz::{heatmap_grid_with, Panel};
 use lucent::{Error, Result};
 
-use crate::commands::generate::load;
-
 /// Arguments of `lucent attention -m smollm2`.
 #[derive(clap::Args)]
 #[command(
@@ -40,8 +38,8 @@ pub struct DecoderArgs {
 }
 
 /// Run `lucent attention -m smollm2`.
-pub fn run_decoder(args: DecoderArgs) -> Result<()> {
-    let tm = load(&args.model)?;
+pub fn run_decoder(model: &lucent::Model, args: DecoderArgs) -> Result<()> {
+    let tm = model.text_model()?;
     let cfg = &tm.model.config;
     if args.layer >= cfg.decoder_layers {
         return Err(Error::Argument(format!(
@@ -65,7 +63,7 @@ pub fn run_decoder(args: DecoderArgs) -> Result<()> {
         .iter()
         .map(|&i| {
             tm.tokenizer
-                .decode(&[i], false)
+                .decode_ids(&[i], false)
                 .unwrap_or_default()
                 .replace('\n', "\\n")
         })

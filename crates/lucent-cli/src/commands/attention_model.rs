@@ -13,8 +13,6 @@ use lucent::nn::Trace;
 use lucent::viz::{heatmap_grid_with, Panel};
 use lucent::{Error, Result, Tensor};
 
-use super::embed::load_embedder;
-
 /// Options of the model mode of `lucent attention`.
 #[derive(clap::Args)]
 #[command(
@@ -94,8 +92,8 @@ fn vec_preview(v: &[f32], n: usize) -> String {
 }
 
 /// Run the model mode: load, trace one forward pass, print / plot the weights.
-pub fn run_model(args: ModelAttentionArgs) -> Result<()> {
-    let embedder = load_embedder(&args.model)?;
+pub fn run_model(model: &lucent::Model, args: ModelAttentionArgs) -> Result<()> {
+    let embedder = model.embedder()?;
     let cfg = embedder.model().config.clone();
     let (n_layers, n_heads, d_k) = (cfg.encoder_layers, cfg.n_heads, cfg.head_dim);
     let layer = args.layer.unwrap_or(n_layers.saturating_sub(1));

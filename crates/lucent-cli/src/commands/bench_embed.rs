@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use lucent::{Error, Result};
 
-use super::embed::load_embedder;
+use crate::loader::embedder as load_embedder;
 
 /// The benchmark's 256 sentences, one per line.
 pub const SENTENCES: &str = include_str!("../../../../benches/sentences.txt");

@@ -13,7 +13,7 @@ use std::time::Instant;
 use lucent::pipeline::generate::argmax;
 use lucent::{Error, Result};
 
-use crate::commands::generate::load;
+use crate::loader;
 
 /// The benchmark prompt (repeated as needed, then cut to the asked number of tokens).
 pub const PROMPT_TEXT: &str = "The history of the printing press begins in the fifteenth century, when \
@@ -69,10 +69,10 @@ pub fn run(args: GenerateBenchArgs) -> Result<()> {
             "--repeats, --prompt-tokens and --threads-list must be non-empty / > 0".into(),
         ));
     }
-    let tm = load(&args.model)?;
+    let tm = loader::text_model(&args.model)?;
     let mut ids = tm.encode("")?;
     while ids.len() < args.prompt_tokens {
-        ids.extend(tm.tokenizer.encode(PROMPT_TEXT, false)?);
+        ids.extend(tm.tokenizer.encode_ids(PROMPT_TEXT, false, true)?);
     }
     ids.truncate(args.prompt_tokens);
     if args.print_prompt_ids {

@@ -10,7 +10,8 @@ use std::time::Instant;
 
 use lucent::autograd::optim::{clip_grad_norm, AdamW, DecayRule};
 use lucent::autograd::Parameters;
-use lucent::pipeline::train::models::{Dims, Gpt};
+use lucent::model::DecoderModel;
+use lucent::pipeline::train::models::{new_gpt, Dims};
 use lucent::Result;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -57,12 +58,12 @@ fn measure(a: &Args, threads: usize) -> Result<(f64, usize)> {
         vocab: a.vocab,
     };
     let mut rng = StdRng::seed_from_u64(0);
-    let mut model = Gpt::new_random(&dims, &mut rng)?;
+    let mut model = new_gpt(&dims, &mut rng)?;
     model.requires_grad();
     let params = model.num_parameters();
     let mut opt = AdamW::new(1e-3, (0.9, 0.99), 1e-8, 0.1, DecayRule::MatricesOnly);
     let pool = lucent::Runtime::builder().threads(threads).build()?;
-    let mut step = |model: &mut Gpt, rng: &mut StdRng| -> Result<()> {
+    let mut step = |model: &mut DecoderModel, rng: &mut StdRng| -> Result<()> {
         let window = |rng: &mut StdRng| {
             (0..=a.block)
                 .map(|_| rng.random_range(0..a.vocab))

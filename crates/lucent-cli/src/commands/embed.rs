@@ -7,21 +7,13 @@
 
 use std::io::Read;
 
-use lucent::io::fetch;
 use lucent::pipeline::embed::{analogy, cosine, parse_terms, Embedder, DEFAULT_BATCH};
 use lucent::{Error, Result};
 
-use crate::progress::Bars;
-
 /// Load the embedding model `spec` (a known name, fetched on first use with progress
 /// bars, or a local folder in Hugging Face layout).
-pub fn load_embedder(spec: &str) -> Result<Embedder> {
-    let dir = fetch::resolve(spec, &mut Bars::default())?;
-    let mut e = Embedder::load(&dir)?;
-    if fetch::known(spec).is_ok() {
-        e.set_name(spec);
-    }
-    Ok(e)
+pub fn load_embedder(spec: &str) -> Result<std::sync::Arc<Embedder>> {
+    crate::loader::embedder(spec)
 }
 
 /// Arguments of `lucent embed`.
@@ -206,7 +198,7 @@ const DEFAULT_CANDIDATES: &str =
 )]
 pub struct AnalogyArgs {
     /// The expression: terms joined by + and - (e.g. `king - man + woman`).
-    #[arg(required = true, num_args = 1.., allow_hyphen_values = true)]
+    #[arg(required = true, num_args = 1..)]
     expr: Vec<String>,
     /// Words to rank against the result, comma-separated (the terms themselves are left out).
     #[arg(long, value_delimiter = ',', default_value = DEFAULT_CANDIDATES)]

@@ -1,65 +1,75 @@
 //! `lucent generate PROMPT` and `lucent chat`: text from a decoder model (SmolLM2,
-//! Gemma 3, any llama/gemma3 GGUF), streamed as it is produced.
+//! Gemma 3, any llama/gemma3 GGUF, a model from `lucent train`), streamed as it is
+//! produced.
 //!
-//! Greedy when the temperature is 0 (the default); otherwise the sampler chain
-//! repetition penalty → top-k → top-p → min-p → softmax(z / T) → a seeded draw.
+//! An instruct model's prompt goes through its chat template unless `--raw` asks for a
+//! plain continuation; sampling defaults to llama.cpp's (T 0.8, top-k 40, top-p 0.95,
+//! min-p 0.05); `--temperature 0` is greedy and gives llama.cpp's exact tokens.
 
 use std::io::{BufRead, IsTerminal, Write};
 
-use lucent::io::fetch;
-use lucent::pipeline::generate::{continue_generation, TextModel};
-use lucent::pipeline::{GenerateOptions, Message, SamplingParams, StopReason};
-use lucent::{Error, Result};
+use lucent::pipeline::Message;
+use lucent::{Error, Generator, Result, Sampling, StopReason};
 
-use crate::progress::Bars;
+use crate::loader;
 
 /// Sampling flags shared by `generate` and `chat`.
 #[derive(clap::Args, Clone, Debug)]
 pub struct SamplingArgs {
-    /// Temperature T (0 = greedy).
-    #[arg(long, default_value_t = 0.0)]
+    /// Temperature T (0 = greedy: argmax every step, deterministic).
+    #[arg(long, default_value_t = 0.8)]
     pub temperature: f32,
     /// Keep only the k most likely tokens (0 = off).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 40)]
     pub top_k: usize,
     /// Nucleus sampling: the most likely tokens up to cumulative probability P (1 = off).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 0.95)]
     pub top_p: f32,
     /// Drop tokens less likely than P × the most likely one (0 = off).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.05)]
     pub min_p: f32,
     /// Repetition penalty over the last 64 tokens (1 = off; 1.1 is typical).
     #[arg(long, default_value_t = 1.0)]
     pub repeat_penalty: f32,
-    /// Random seed (same seed, same text).
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    /// Random seed (same seed, same text; default: a fresh one each run, printed).
+    #[arg(long)]
+    pub seed: Option<u64>,
 }
 
 impl SamplingArgs {
-    /// As the library's parameters.
-    pub fn params(&self) -> SamplingParams {
-        SamplingParams {
+    /// As the library's sampling settings, with at most `max_tokens` new tokens.
+    pub fn sampling(&self, max_tokens: usize) -> Sampling {
+        Sampling {
             temperature: self.temperature,
             top_k: self.top_k,
             top_p: self.top_p,
             min_p: self.min_p,
             repeat_penalty: self.repeat_penalty,
-            repeat_last_n: 64,
-            seed: self.seed,
+            seed: self.seed.unwrap_or_else(fresh_seed),
+            max_tokens,
+            context_shift: true,
+            ..Sampling::greedy()
         }
     }
+}
+
+/// A seed from the clock (for runs that did not ask for one).
+fn fresh_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+        % 1_000_000_007
 }
 
 /// Arguments of `lucent generate`.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Examples:\n  lucent generate \"The capital of France is\"\n  lucent generate -m gemma3 --chat \"Why is the sky blue?\" -n 100 --temperature 0.7 --seed 1"
+    after_help = "Examples:\n  lucent generate \"What is the capital of France?\"\n  lucent generate --raw --temperature 0 \"The capital of France is\" -n 16\n  lucent generate -m gemma3 \"Why is the sky blue?\" -n 100 --seed 1\n  lucent generate -m runs/moby --top-p 0.9 \"Call me\""
 )]
 pub struct Args {
-    /// The prompt.
+    /// The prompt (an instruct model gets it as a user message; see --raw).
     pub prompt: String,
-    /// Model: a known name (smollm2, gemma3) or a .gguf path.
+    /// Model: a known name (smollm2, gemma3), a .gguf file or a `lucent train` run folder.
     #[arg(long, short = 'm', default_value = "smollm2")]
     pub model: String,
     /// Most new tokens.
@@ -67,13 +77,18 @@ pub struct Args {
     pub max_tokens: usize,
     #[command(flatten)]
     pub sampling: SamplingArgs,
-    /// Stop when the text contains this (repeatable).
+    /// Stop when the text contains this (repeatable) [default: none; the model's end
+    /// tokens always stop it].
     #[arg(long)]
     pub stop: Vec<String>,
     /// Do not stop at end-of-generation tokens (for benchmarks).
     #[arg(long)]
     pub ignore_eos: bool,
-    /// Wrap the prompt in the model's chat template (as a user message).
+    /// Continue the prompt as plain text (special-token text in it is parsed, as
+    /// llama.cpp does), without the chat template.
+    #[arg(long, conflicts_with = "chat")]
+    pub raw: bool,
+    /// Wrap the prompt in the model's chat template (the default when it has one).
     #[arg(long)]
     pub chat: bool,
     /// Print one JSON object instead of streaming text.
@@ -84,44 +99,43 @@ pub struct Args {
     pub top_logits: usize,
 }
 
-/// Load a model by name or path, fetching a known one on first use.
-pub fn load(spec: &str) -> Result<TextModel> {
-    let path = fetch::resolve(spec, &mut Bars::default())?;
-    if path.is_dir() {
-        return Err(Error::Argument(format!(
-            "{} is a folder; generation needs a decoder model in a .gguf file (e.g. -m smollm2)",
-            path.display()
-        )));
-    }
-    TextModel::load(&path)
-}
-
 /// Run `lucent generate`.
 pub fn run(args: Args) -> Result<()> {
-    if super::attention::is_trained_run(&args.model) {
-        return super::train::run_sample(super::train::SampleArgs {
-            model: args.model.into(),
-            prompt: args.prompt,
-            n: args.max_tokens,
-            temperature: args.sampling.temperature,
-            seed: args.sampling.seed,
-            json: args.json,
-        });
+    let model = loader::open(&args.model)?;
+    if let (Some(trained), lucent::ModelKind::EncoderDecoder) = (model.trained(), model.kind()) {
+        // A task model transforms its input (greedy decoding) rather than continue it.
+        let text = trained.sample(&args.prompt, 0, 0.0, 0)?;
+        if args.json {
+            println!(
+                "{}",
+                serde_json::json!({"prompt": args.prompt, "text": text})
+            );
+        } else {
+            println!("{text}");
+        }
+        return Ok(());
     }
-    let tm = load(&args.model)?;
-    let ids = if args.chat {
-        tm.encode_chat(&[Message::new("user", &args.prompt)])?
+    let tm = model.text_model()?;
+    let chat = match (args.raw, args.chat, tm.template.is_some()) {
+        (true, _, _) => false,
+        (false, true, false) => {
+            return Err(Error::Argument(format!(
+                "{} has no chat template (a model trained on plain text); drop --chat",
+                args.model
+            )))
+        }
+        (false, _, has) => has,
+    };
+    let mut gen = Generator::new(tm);
+    let ids = if chat {
+        gen.encode_chat(&[Message::new("user", &args.prompt)])?
     } else {
-        tm.encode(&args.prompt)?
+        gen.encode(&args.prompt)?
     };
-    let opts = GenerateOptions {
-        max_tokens: args.max_tokens,
-        sampling: args.sampling.params(),
-        stop: args.stop.clone(),
-        ignore_eos: args.ignore_eos,
-        top_logits: args.top_logits,
-    };
-    let mut cache = tm.model.new_cache(ids.len() + args.max_tokens + 1);
+    let mut sampling = args.sampling.sampling(args.max_tokens);
+    sampling.stop = args.stop.clone();
+    sampling.ignore_eos = args.ignore_eos;
+    sampling.top_logits = args.top_logits;
     let mut out = std::io::stdout().lock();
     let mut sink = |s: &str| {
         if !args.json && !s.is_empty() {
@@ -129,13 +143,17 @@ pub fn run(args: Args) -> Result<()> {
             let _ = out.flush();
         }
     };
-    let g = tm.generate(&ids, &opts, &mut cache, &mut sink)?;
+    let g = gen.generate(&ids, &sampling, &mut sink)?;
     if args.json {
         let mut v = serde_json::json!({
-            "model": tm.path.file_name().map(|n| n.to_string_lossy().into_owned()),
+            "model": args.model,
+            "chat": chat,
+            "seed": sampling.seed,
+            "temperature": sampling.temperature,
             "prompt_ids": g.prompt_ids,
             "ids": g.ids,
             "text": g.text,
+            "finish_reason": g.stop.finish_reason(),
             "timings": {"prefill_tok_s": g.prefill_tok_s(), "decode_tok_s": g.decode_tok_s()},
         });
         if args.top_logits > 0 {
@@ -153,12 +171,13 @@ pub fn run(args: Args) -> Result<()> {
         eprintln!("[stopped: the context of {n} positions is full]");
     }
     eprintln!(
-        "[{} prompt tokens at {:.1} tok/s; {} new at {:.1} tok/s; stop: {}]",
+        "[{} prompt tokens at {:.1} tok/s; {} new at {:.1} tok/s; stop: {}; seed {}]",
         g.prompt_ids.len(),
         g.prefill_tok_s(),
         g.ids.len(),
         g.decode_tok_s(),
-        g.stop
+        g.stop,
+        sampling.seed
     );
     Ok(())
 }
@@ -166,29 +185,25 @@ pub fn run(args: Args) -> Result<()> {
 /// Arguments of `lucent chat`.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Type a message and press Enter; /exit (or end of input) ends, /reset forgets the conversation.\nExample: echo 'What is 2 + 2?' | lucent chat -m smollm2"
+    after_help = "Type a message and press Enter; /exit (or end of input) ends, /reset forgets the conversation.\nExample: echo 'What is 2 + 2?' | lucent chat -m smollm2 --temperature 0"
 )]
 pub struct ChatArgs {
     /// Model: a known name (smollm2, gemma3) or a .gguf path.
     #[arg(long, short = 'm', default_value = "smollm2")]
     pub model: String,
-    /// A system message to begin with.
+    /// A system message to begin with [default: none: the template's own, if any].
     #[arg(long)]
     pub system: Option<String>,
     /// Most new tokens per reply.
     #[arg(long = "max-tokens", short = 'n', default_value_t = 512)]
     pub max_tokens: usize,
-    /// Context length (tokens of the whole conversation).
-    #[arg(long, default_value_t = 4096)]
-    pub context: usize,
     #[command(flatten)]
     pub sampling: SamplingArgs,
 }
 
 /// Run `lucent chat`: keeps the conversation; each turn prefills only what is new.
 pub fn run_chat(args: ChatArgs) -> Result<()> {
-    let tm = load(&args.model)?;
-    let mut cache = tm.model.new_cache(args.context);
+    let mut gen = Generator::new(loader::text_model(&args.model)?);
     let mut messages: Vec<Message> = args
         .system
         .iter()
@@ -199,6 +214,7 @@ pub fn run_chat(args: ChatArgs) -> Result<()> {
     let tty = std::io::stdin().is_terminal();
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();
+    let base = args.sampling.sampling(args.max_tokens);
     let mut turn = 0u64;
     loop {
         if tty {
@@ -214,43 +230,31 @@ pub fn run_chat(args: ChatArgs) -> Result<()> {
             "/reset" => {
                 messages.retain(|m| m.role == "system");
                 cached.clear();
-                cache.clear();
+                gen.reset();
                 eprintln!("[conversation cleared]");
                 continue;
             }
             _ => {}
         }
         messages.push(Message::new("user", line));
-        let ids = tm.encode_chat(&messages)?;
+        let ids = gen.encode_chat(&messages)?;
         // Reuse the cache where the new rendering starts with what it holds.
         let common = cached.iter().zip(&ids).take_while(|(a, b)| a == b).count();
         let common = common.min(ids.len().saturating_sub(1));
-        cache.truncate(common);
-        let mut sampling = args.sampling.params();
+        gen.truncate(common);
+        let mut sampling = base.clone();
         sampling.seed = sampling.seed.wrapping_add(turn);
-        let opts = GenerateOptions {
-            max_tokens: args.max_tokens,
-            sampling,
-            ..GenerateOptions::default()
-        };
         let mut out = std::io::stdout().lock();
         let mut sink = |s: &str| {
             let _ = out.write_all(s.as_bytes());
             let _ = out.flush();
         };
-        let g = match continue_generation(
-            &tm.model,
-            &tm.tokenizer,
-            &ids[common..],
-            &opts,
-            &mut cache,
-            &mut sink,
-        ) {
+        let g = match gen.continue_with(&ids[common..], &sampling, &mut sink) {
             Ok(g) => g,
             Err(e) => {
                 eprintln!("\n[{e}]");
                 messages.pop();
-                cache.truncate(common);
+                gen.truncate(common);
                 cached.truncate(common);
                 continue;
             }

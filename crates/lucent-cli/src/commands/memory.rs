@@ -8,7 +8,7 @@ use lucent::model::memory::{human_bytes, thousands, MemoryEstimate};
 use lucent::model::ModelKind;
 use lucent::{Dtype, Result};
 
-use super::params::{describe, ConfigArgs};
+use crate::config_args::{describe, ConfigArgs};
 
 /// Element type for the estimate.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]

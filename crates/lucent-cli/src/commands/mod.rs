@@ -3,6 +3,7 @@
 pub mod attention;
 pub mod attention_decoder;
 pub mod attention_model;
+pub mod attention_seq2seq;
 pub mod bench;
 pub mod bench_embed;
 pub mod bench_generate;
@@ -15,6 +16,5 @@ pub mod memory;
 pub mod params;
 pub mod pe;
 pub mod shapes;
-pub mod show;
 pub mod softmax;
 pub mod train;

@@ -8,7 +8,7 @@
 use lucent::model::forward_shapes;
 use lucent::Result;
 
-use super::params::{describe, ConfigArgs};
+use crate::config_args::{describe, ConfigArgs};
 
 /// Arguments of `lucent shapes`.
 #[derive(clap::Args)]

@@ -6,10 +6,8 @@ use std::path::PathBuf;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use lucent::pipeline::train::data::Task;
-use lucent::pipeline::train::{
-    self, Job, Limits, Metrics, Observer, Summary, TrainConfig, TrainedModel,
-};
-use lucent::{Error, Result};
+use lucent::pipeline::train::{self, Job, Limits, Metrics, Observer, Summary, TrainConfig};
+use lucent::Result;
 
 use crate::progress::Bars;
 
@@ -37,37 +35,41 @@ enum TrainJob {
 /// Settings shared by both jobs.
 #[derive(clap::Args)]
 struct Common {
-    /// Layers (of each stack).
+    /// Layers (of each stack) [default: lm 4, seq2seq 2].
     #[arg(long)]
     layers: Option<usize>,
-    /// Model width d.
+    /// Model width d [default: lm 128, seq2seq 64].
     #[arg(long = "d-model")]
     d_model: Option<usize>,
-    /// Attention heads.
+    /// Attention heads [default: 4].
     #[arg(long)]
     heads: Option<usize>,
-    /// Sequences per batch.
+    /// Sequences per batch [default: lm 12, seq2seq 32].
     #[arg(long)]
     batch: Option<usize>,
-    /// Optimisation steps (the schedule's length).
+    /// Optimisation steps, the schedule's length [default: lm 14000, seq2seq 1500; with
+    /// --minutes alone: as many as fit the time budget].
     #[arg(long)]
     steps: Option<u64>,
-    /// Peak learning rate (AdamW; warm-up then cosine decay to a tenth).
+    /// Peak learning rate (AdamW; warm-up then cosine decay to a tenth) [default: lm 2e-3,
+    /// seq2seq 1e-3].
     #[arg(long)]
     lr: Option<f32>,
-    /// Warm-up steps.
+    /// Warm-up steps [default: lm 200, seq2seq 100].
     #[arg(long)]
     warmup: Option<u64>,
-    /// Stop after this many minutes (the run can be resumed).
+    /// Time budget in minutes. Given alone, the run uses it whole: the step count and the
+    /// learning-rate schedule are fitted to it. With --steps, the run stops at whichever
+    /// comes first (and can be resumed) [default: none].
     #[arg(long)]
     minutes: Option<f64>,
-    /// Seed of the initialisation and the batches.
+    /// Seed of the initialisation and the batches [default: 1337].
     #[arg(long)]
     seed: Option<u64>,
-    /// Evaluate and checkpoint every N steps.
+    /// Evaluate and checkpoint every N steps [default: lm 200, seq2seq 250].
     #[arg(long = "eval-every")]
     eval_every: Option<u64>,
-    /// Output folder.
+    /// Output folder [default: runs/lm, runs/TASK].
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// Continue the run saved in DIR (its config; --steps extends it).
@@ -81,7 +83,7 @@ struct Common {
 /// `lucent train lm`.
 #[derive(clap::Args)]
 struct LmArgs {
-    /// moby-dick, sotu, or a path to a text file.
+    /// moby-dick, sotu, or a path to a text file (required unless --resume).
     #[arg(long, required_unless_present = "resume")]
     corpus: Option<String>,
     /// char or bpe.
@@ -90,7 +92,7 @@ struct LmArgs {
     /// BPE vocabulary size.
     #[arg(long = "bpe-vocab", default_value_t = 512)]
     bpe_vocab: usize,
-    /// Context length.
+    /// Context length in tokens [default: 64].
     #[arg(long)]
     block: Option<usize>,
     /// Dropout on the embeddings while training.
@@ -183,6 +185,7 @@ pub fn run(args: Args) -> Result<()> {
     let limits = Limits {
         minutes: common.minutes,
         stop_after: None,
+        fit_to_time: common.minutes.is_some() && common.steps.is_none(),
     };
     let mut observer = Cli::new(common.json);
     let summary = match &common.resume {
@@ -328,98 +331,4 @@ impl Observer for Cli {
             _ => eprintln!("{msg}"),
         }
     }
-}
-
-/// What `lucent generate -m DIR` needs for a model trained by `lucent train`.
-#[derive(clap::Args)]
-#[command(
-    after_help = "Example:\n  lucent generate -m runs/moby \"Call me \" -n 300 --temperature 0.8"
-)]
-pub struct SampleArgs {
-    /// A folder written by `lucent train`.
-    #[arg(short, long, value_name = "DIR")]
-    pub model: PathBuf,
-    /// The text to continue (a seq2seq model decodes it instead).
-    pub prompt: String,
-    /// Tokens to generate.
-    #[arg(short, long, default_value_t = 200)]
-    pub n: usize,
-    /// Sampling temperature (0: greedy).
-    #[arg(long, default_value_t = 0.8)]
-    pub temperature: f32,
-    /// Sampling seed.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
-    /// Print JSON.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// Run `lucent generate -m DIR`.
-pub fn run_sample(args: SampleArgs) -> Result<()> {
-    let m = TrainedModel::load(&args.model)?;
-    let text = m.sample(&args.prompt, args.n, args.temperature, args.seed)?;
-    if args.json {
-        println!(
-            "{}",
-            serde_json::json!({"prompt": args.prompt, "text": text})
-        );
-    } else {
-        println!("{text}");
-    }
-    Ok(())
-}
-
-/// What `lucent attention -m DIR INPUT` needs for a model trained by `lucent train seq2seq`.
-#[derive(clap::Args)]
-#[command(after_help = "Example:\n  lucent attention -m runs/reverse abcdefghij --png reverse.png")]
-pub struct AttentionArgs {
-    /// A folder written by `lucent train seq2seq`.
-    #[arg(short, long, value_name = "DIR")]
-    pub model: PathBuf,
-    /// The input sequence (the task's symbols).
-    pub input: String,
-    /// Heatmap file (PNG or SVG).
-    #[arg(long, default_value = "cross_attention.png")]
-    pub out: PathBuf,
-    /// Print JSON (output, weights) instead of the summary.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// Show a trained encoder-decoder's cross-attention of each decoder layer as a heatmap.
-pub fn run_attention(args: AttentionArgs) -> Result<()> {
-    let m = TrainedModel::load(&args.model)?;
-    let (maps, rows, cols) = m.cross_attention(&args.input)?;
-    let output = m.sample(&args.input, 0, 0.0, 0)?;
-    let panels = maps
-        .iter()
-        .enumerate()
-        .map(|(i, w)| {
-            Ok(lucent::viz::Panel::from_tensor(
-                format!("decoder layer {i}: cross-attention (mean over heads)"),
-                w,
-            )?
-            .labels(rows.clone(), cols.clone())
-            .axes("input (keys)", "output (queries)"))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    if panels.is_empty() {
-        return Err(Error::Argument("the model has no decoder layers".into()));
-    }
-    lucent::viz::heatmap_grid(&panels, &args.out)?;
-    if args.json {
-        let w: Vec<Vec<Vec<f32>>> = maps.iter().map(|t| t.to_rows()).collect();
-        println!(
-            "{}",
-            serde_json::json!({"input": args.input, "output": output, "cross_attention": w, "file": args.out})
-        );
-    } else {
-        println!(
-            "input  {}\noutput {output}\nheatmap: {}",
-            args.input,
-            args.out.display()
-        );
-    }
-    Ok(())
 }

@@ -110,6 +110,14 @@ impl Parameters for LearnedPositions {
     }
 }
 
+impl Parameters for crate::nn::position::AbsolutePositions {
+    fn visit_params(&mut self, prefix: &str, f: &mut ParamsMut) {
+        if let crate::nn::position::AbsolutePositions::Learned(l) = self {
+            l.visit_params(prefix, f);
+        }
+    }
+}
+
 impl Parameters for MultiHeadAttention {
     fn visit_params(&mut self, prefix: &str, f: &mut ParamsMut) {
         self.q_proj.visit_params(&join(prefix, "q_proj"), f);

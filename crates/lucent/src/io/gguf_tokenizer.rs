@@ -24,7 +24,7 @@
 //! BOS/EOS are added per `tokenizer.ggml.add_bos_token` / `add_eos_token`.
 //!
 //! Decoding maps each token back to bytes (byte-level table, `▁` → space, `<0xNN>` → the
-//! byte) and then to UTF-8; [`StreamDecoder`] does it token by token without ever
+//! byte) and then to UTF-8; [`TokenStream`] does it token by token without ever
 //! splitting a multi-byte character.
 
 use std::cmp::Ordering;
@@ -33,6 +33,7 @@ use std::collections::{BinaryHeap, HashMap};
 use aho_corasick::AhoCorasick;
 
 use crate::io::gguf::GgufFile;
+use crate::io::tokenizer::{byte_to_unicode, Tokenizer};
 use crate::{Error, Result};
 
 /// A token's role, from `tokenizer.ggml.token_type`.
@@ -122,23 +123,6 @@ impl std::fmt::Debug for GgufTokenizer {
             self.tokens.len()
         )
     }
-}
-
-/// GPT-2's table from bytes to printable characters: printable Latin-1 bytes stand for
-/// themselves, the other 68 bytes map to U+0100 onwards in byte order.
-fn byte_to_unicode() -> [char; 256] {
-    let mut table = ['\0'; 256];
-    let mut extra = 0u32;
-    for b in 0..=255u8 {
-        let printable = matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
-        table[b as usize] = if printable {
-            b as char
-        } else {
-            extra += 1;
-            char::from_u32(255 + extra).unwrap_or('\0') // ok: 256..=323 are valid scalars
-        };
-    }
-    table
 }
 
 fn tok_err(f: &GgufFile, msg: impl std::fmt::Display) -> Error {
@@ -579,16 +563,6 @@ impl GgufTokenizer {
         }
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
-
-    /// A decoder for generated tokens, one at a time, that only ever returns whole
-    /// characters.
-    pub fn stream(&self, skip_special: bool) -> StreamDecoder<'_> {
-        StreamDecoder {
-            tok: self,
-            pending: Vec::new(),
-            skip_special,
-        }
-    }
 }
 
 /// A piece of text to tokenise: a byte range, or a special token already found.
@@ -689,54 +663,31 @@ fn build_bpe(f: &GgufFile, tokens: &[String]) -> Result<tokenizers::Tokenizer> {
     Ok(tk)
 }
 
-/// Turns generated tokens into text as they arrive, holding back the bytes of a
-/// character that is not complete yet ([`GgufTokenizer::stream`]).
-pub struct StreamDecoder<'a> {
-    tok: &'a GgufTokenizer,
-    pending: Vec<u8>,
-    skip_special: bool,
-}
-
-impl StreamDecoder<'_> {
-    /// Add token `id`; returns the text that is now complete (possibly empty).
-    pub fn push(&mut self, id: u32) -> Result<String> {
-        let b = self.tok.token_bytes(id, self.skip_special)?;
-        Ok(self.push_bytes(&b))
+impl Tokenizer for GgufTokenizer {
+    fn vocab_size(&self) -> usize {
+        self.tokens.len()
     }
 
-    /// Add raw bytes; returns the whole characters now available. Invalid bytes become
-    /// U+FFFD; an incomplete sequence at the end waits for the next call.
-    pub fn push_bytes(&mut self, bytes: &[u8]) -> String {
-        self.pending.extend_from_slice(bytes);
-        let mut out = String::new();
-        loop {
-            match std::str::from_utf8(&self.pending) {
-                Ok(s) => {
-                    out.push_str(s);
-                    self.pending.clear();
-                    return out;
-                }
-                Err(e) => {
-                    let good = e.valid_up_to();
-                    // ok: the prefix up to valid_up_to is valid UTF-8 by definition
-                    out.push_str(std::str::from_utf8(&self.pending[..good]).unwrap_or_default());
-                    match e.error_len() {
-                        None => {
-                            self.pending.drain(..good);
-                            return out;
-                        }
-                        Some(bad) => {
-                            out.push('\u{FFFD}');
-                            self.pending.drain(..good + bad);
-                        }
-                    }
-                }
-            }
-        }
+    fn encode_ids(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>> {
+        self.encode_with(text, add_special, parse_special)
     }
 
-    /// The bytes still held back (an incomplete character), as text with U+FFFD.
-    pub fn finish(self) -> String {
-        String::from_utf8_lossy(&self.pending).into_owned()
+    fn token_bytes(&self, id: u32, skip_special: bool) -> Result<Vec<u8>> {
+        GgufTokenizer::token_bytes(self, id, skip_special)
+    }
+
+    fn token_piece(&self, id: u32) -> Option<String> {
+        self.token_text(id).map(str::to_string)
+    }
+
+    fn is_special(&self, id: u32) -> bool {
+        matches!(
+            self.token_type(id),
+            Some(TokenType::Control | TokenType::Unused)
+        )
+    }
+
+    fn is_end_of_generation(&self, id: u32) -> bool {
+        self.is_eog(id)
     }
 }

@@ -1,8 +1,15 @@
-//! Text → token ids and back, from a Hugging Face `tokenizer.json`.
+//! Text → token ids and back: the one [`Tokenizer`] trait every model's tokenizer
+//! implements, and [`HfTokenizer`], the Hugging Face `tokenizer.json` one.
 //!
-//! A small wrapper over the `tokenizers` crate: the file's normaliser, pre-tokeniser,
-//! model (WordPiece, BPE, Unigram) and post-processor (e.g. BERT's `[CLS] … [SEP]`) run
-//! exactly as in Python. lucent adds what the models need around it:
+//! [`Tokenizer`] is what the pipelines ask of a tokenizer, whatever file it came from
+//! (a `tokenizer.json`, a GGUF vocabulary, a model lucent trained): the ids of a text,
+//! with or without special-token text parsed as special tokens, and the bytes each id
+//! stands for, from which [`TokenStream`] builds text as generated ids arrive (holding
+//! back the bytes of a character that is not complete yet).
+//!
+//! [`HfTokenizer`] is a small wrapper over the `tokenizers` crate: the file's normaliser,
+//! pre-tokeniser, model (WordPiece, BPE, Unigram) and post-processor (e.g. BERT's
+//! `[CLS] … [SEP]`) run exactly as in Python. lucent adds what the models need around it:
 //!
 //! - truncation to the model's longest input (`max_length`, counted with the special
 //!   tokens, cutting from the end as sentence-transformers does);
@@ -10,11 +17,135 @@
 //!   (1 = real token, 0 = padding) that keeps padding out of attention and pooling.
 //!
 //! The padding and truncation settings stored inside `tokenizer.json` are switched off:
-//! the caller's `max_length` and [`Tokenizer::pad`] decide instead.
+//! the caller's `max_length` and [`HfTokenizer::pad`] decide instead.
 
 use std::path::Path;
 
 use crate::{Error, Result};
+
+/// What lucent asks of every tokenizer (a `tokenizer.json`, a GGUF vocabulary, a trained
+/// model's characters or BPE): one trait, so one generation loop and one server serve them
+/// all.
+pub trait Tokenizer: Send + Sync + std::fmt::Debug {
+    /// Number of ids (the rows of the model's embedding table it was made for).
+    fn vocab_size(&self) -> usize;
+
+    /// The ids of `text`. `add_special`: add what the model puts around a text (BOS,
+    /// `[CLS] … [SEP]`). `parse_special`: special-token text inside `text`
+    /// (`<|im_start|>`) becomes that token's id, as in a raw prompt; false keeps it plain
+    /// text, as user content in a chat must be.
+    fn encode_ids(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>>;
+
+    /// The bytes token `id` stands for (a byte-level token may be part of a character);
+    /// special tokens give their text, or nothing with `skip_special`. Errors if `id` is
+    /// outside the vocabulary.
+    fn token_bytes(&self, id: u32, skip_special: bool) -> Result<Vec<u8>>;
+
+    /// The token's piece as the vocabulary stores it (`"Ġcat"`, `"##ing"`, `"<|im_end|>"`).
+    fn token_piece(&self, id: u32) -> Option<String>;
+
+    /// Whether `id` is a special (control) token.
+    fn is_special(&self, id: u32) -> bool;
+
+    /// Whether generating `id` ends the text (EOS, `<|im_end|>`, `<end_of_turn>`).
+    fn is_end_of_generation(&self, id: u32) -> bool;
+
+    /// The text of `ids` (invalid UTF-8 becomes U+FFFD).
+    fn decode_ids(&self, ids: &[u32], skip_special: bool) -> Result<String> {
+        let mut bytes = Vec::new();
+        for &id in ids {
+            bytes.extend(self.token_bytes(id, skip_special)?);
+        }
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+}
+
+/// Turns generated ids into text as they arrive, returning only whole characters: the
+/// bytes of a character split across tokens wait for the rest.
+#[derive(Clone, Debug, Default)]
+pub struct TokenStream {
+    pending: Vec<u8>,
+    skip_special: bool,
+}
+
+impl TokenStream {
+    /// An empty stream; `skip_special` leaves special tokens out of the text.
+    pub fn new(skip_special: bool) -> Self {
+        TokenStream {
+            pending: Vec::new(),
+            skip_special,
+        }
+    }
+
+    /// Add token `id` of `tok`; returns the text that is now complete (possibly empty).
+    pub fn push(&mut self, tok: &dyn Tokenizer, id: u32) -> Result<String> {
+        let b = tok.token_bytes(id, self.skip_special)?;
+        Ok(self.push_bytes(&b))
+    }
+
+    /// Add raw bytes; returns the whole characters now available. Invalid bytes become
+    /// U+FFFD; an incomplete sequence at the end waits for the next call.
+    pub fn push_bytes(&mut self, bytes: &[u8]) -> String {
+        self.pending.extend_from_slice(bytes);
+        let mut out = String::new();
+        loop {
+            match std::str::from_utf8(&self.pending) {
+                Ok(s) => {
+                    out.push_str(s);
+                    self.pending.clear();
+                    return out;
+                }
+                Err(e) => {
+                    let good = e.valid_up_to();
+                    // The prefix up to valid_up_to is valid UTF-8 by definition.
+                    out.push_str(std::str::from_utf8(&self.pending[..good]).unwrap_or_default());
+                    match e.error_len() {
+                        None => {
+                            self.pending.drain(..good);
+                            return out;
+                        }
+                        Some(bad) => {
+                            out.push('\u{FFFD}');
+                            self.pending.drain(..good + bad);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The bytes still held back (an incomplete character), as text with U+FFFD.
+    pub fn finish(self) -> String {
+        String::from_utf8_lossy(&self.pending).into_owned()
+    }
+}
+
+/// GPT-2's table from bytes to printable characters (byte-level BPE vocabularies store
+/// tokens in it): printable Latin-1 bytes stand for themselves, the other 68 bytes map to
+/// U+0100 onwards in byte order.
+pub fn byte_to_unicode() -> [char; 256] {
+    let mut table = ['\0'; 256];
+    let mut extra = 0u32;
+    for b in 0..=255u8 {
+        let printable = matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
+        table[b as usize] = if printable {
+            b as char
+        } else {
+            extra += 1;
+            char::from_u32(255 + extra).unwrap_or('\0') // 256..=323 are valid scalars
+        };
+    }
+    table
+}
+
+/// The inverse of [`byte_to_unicode`].
+pub fn unicode_to_byte() -> std::collections::HashMap<char, u8> {
+    byte_to_unicode()
+        .iter()
+        .enumerate()
+        .map(|(b, &c)| (c, b as u8))
+        .collect()
+}
 
 /// One encoded text.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -61,15 +192,22 @@ pub struct PaddedBatch {
 }
 
 /// A tokenizer loaded from `tokenizer.json`.
-pub struct Tokenizer {
+#[derive(Clone)]
+pub struct HfTokenizer {
     inner: tokenizers::Tokenizer,
+    /// The same tokenizer with special-token text encoded as plain text (user content).
+    plain: tokenizers::Tokenizer,
     max_length: Option<usize>,
     pad_id: u32,
+    /// Byte-level BPE: each token's characters stand for bytes (GPT-2's table).
+    byte_level: Option<std::collections::HashMap<char, u8>>,
+    /// Ids that end generation (EOS-like special tokens present in the vocabulary).
+    end_ids: Vec<u32>,
 }
 
-impl std::fmt::Debug for Tokenizer {
+impl std::fmt::Debug for HfTokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tokenizer")
+        f.debug_struct("HfTokenizer")
             .field("vocab_size", &self.vocab_size())
             .field("max_length", &self.max_length)
             .field("pad_id", &self.pad_id)
@@ -81,8 +219,8 @@ fn tok_err(path: &Path, what: &str, e: impl std::fmt::Display) -> Error {
     Error::Tokenizer(format!("{}: {what}: {e}", path.display()))
 }
 
-impl Tokenizer {
-    /// Load `tokenizer.json`. No truncation until [`Tokenizer::set_max_length`].
+impl HfTokenizer {
+    /// Load `tokenizer.json`. No truncation until [`HfTokenizer::set_max_length`].
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         if !path.is_file() {
@@ -103,6 +241,18 @@ impl Tokenizer {
         Self::wrap(inner, Path::new("<bytes>"))
     }
 
+    /// Wrap a tokenizer built in memory (e.g. a BPE trained on a corpus).
+    pub fn from_tokenizers(inner: tokenizers::Tokenizer) -> Result<Self> {
+        Self::wrap(inner, Path::new("<trained>"))
+    }
+
+    /// Write as `tokenizer.json` to `path`.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        self.inner
+            .save(path, false)
+            .map_err(|e| Error::format(path, e.to_string()))
+    }
+
     fn wrap(mut inner: tokenizers::Tokenizer, path: &Path) -> Result<Self> {
         inner.with_padding(None);
         inner
@@ -112,10 +262,27 @@ impl Tokenizer {
             .iter()
             .find_map(|t| inner.token_to_id(t))
             .unwrap_or(0);
-        Ok(Tokenizer {
+        let byte_level = is_byte_level(&inner).then(unicode_to_byte);
+        let end_ids = [
+            "<|endoftext|>",
+            "</s>",
+            "<|im_end|>",
+            "<end_of_turn>",
+            "<eos>",
+            "[SEP]",
+        ]
+        .iter()
+        .filter_map(|t| inner.token_to_id(t))
+        .collect();
+        let mut plain = inner.clone();
+        plain.set_encode_special_tokens(true);
+        Ok(HfTokenizer {
             inner,
+            plain,
             max_length: None,
             pad_id,
+            byte_level,
+            end_ids,
         })
     }
 
@@ -135,6 +302,9 @@ impl Tokenizer {
             direction: tokenizers::TruncationDirection::Right,
         });
         self.inner
+            .with_truncation(params.clone())
+            .map_err(|e| Error::Tokenizer(format!("max_length {max_length:?}: {e}")))?;
+        self.plain
             .with_truncation(params)
             .map_err(|e| Error::Tokenizer(format!("max_length {max_length:?}: {e}")))?;
         self.max_length = max_length;
@@ -203,9 +373,91 @@ impl Tokenizer {
         self.inner.id_to_token(id)
     }
 
-    /// Pad `encodings` to the longest one with [`Tokenizer::pad_id`] on the right.
+    /// Pad `encodings` to the longest one with [`HfTokenizer::pad_id`] on the right.
     pub fn pad(&self, encodings: &[&Encoding]) -> PaddedBatch {
         pad_right(encodings, self.pad_id)
+    }
+}
+
+/// Whether `tok` is a byte-level BPE (GPT-2, RoBERTa, Whisper): its pre-tokeniser or
+/// decoder is `ByteLevel`, so token strings spell bytes through GPT-2's table.
+fn is_byte_level(tok: &tokenizers::Tokenizer) -> bool {
+    use tokenizers::{DecoderWrapper, PreTokenizerWrapper};
+    let dec = match tok.get_decoder() {
+        Some(DecoderWrapper::ByteLevel(_)) => true,
+        Some(DecoderWrapper::Sequence(seq)) => seq
+            .get_decoders()
+            .iter()
+            .any(|d| matches!(d, DecoderWrapper::ByteLevel(_))),
+        _ => false,
+    };
+    let pre = match tok.get_pre_tokenizer() {
+        Some(PreTokenizerWrapper::ByteLevel(_)) => true,
+        Some(PreTokenizerWrapper::Sequence(seq)) => seq
+            .as_ref()
+            .iter()
+            .any(|p| matches!(p, PreTokenizerWrapper::ByteLevel(_))),
+        _ => false,
+    };
+    dec || pre
+}
+
+impl Tokenizer for HfTokenizer {
+    fn vocab_size(&self) -> usize {
+        HfTokenizer::vocab_size(self)
+    }
+
+    fn encode_ids(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>> {
+        let tok = if parse_special {
+            &self.inner
+        } else {
+            &self.plain
+        };
+        let e = tok
+            .encode(text, add_special)
+            .map_err(|e| Error::Tokenizer(format!("cannot encode {:?}: {e}", short(text))))?;
+        Ok(e.get_ids().to_vec())
+    }
+
+    fn token_bytes(&self, id: u32, skip_special: bool) -> Result<Vec<u8>> {
+        let piece = self.inner.id_to_token(id).ok_or_else(|| {
+            Error::Tokenizer(format!(
+                "token id {id} is outside the vocabulary of {} tokens",
+                self.vocab_size()
+            ))
+        })?;
+        if self.is_special(id) {
+            return Ok(if skip_special {
+                Vec::new()
+            } else {
+                piece.into_bytes()
+            });
+        }
+        Ok(match &self.byte_level {
+            Some(table) => piece
+                .chars()
+                .flat_map(|c| match table.get(&c) {
+                    Some(&b) => vec![b],
+                    None => c.to_string().into_bytes(),
+                })
+                .collect(),
+            None => self.decode(&[id], false)?.into_bytes(),
+        })
+    }
+
+    fn token_piece(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+
+    fn is_special(&self, id: u32) -> bool {
+        self.inner
+            .get_added_vocabulary()
+            .simple_id_to_token(id)
+            .is_some_and(|t| self.inner.get_added_vocabulary().is_special_token(&t))
+    }
+
+    fn is_end_of_generation(&self, id: u32) -> bool {
+        self.end_ids.contains(&id)
     }
 }
 

@@ -7,6 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::nn::{FfnKind, NormKind, NormPlacement};
 use crate::ops::{Activation, RopeConvention};
 use crate::{Error, Result};
 
@@ -20,38 +21,6 @@ pub enum ModelKind {
     Decoder,
     /// The original Transformer: encoder, and a decoder with cross-attention.
     EncoderDecoder,
-}
-
-/// Which normalisation the blocks use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum NormKind {
-    /// LayerNorm: mean and variance, scale and (optionally) shift.
-    LayerNorm,
-    /// RMSNorm: root mean square, scale only.
-    RmsNorm,
-}
-
-/// Where the norm sits relative to each residual sub-layer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum NormPlacement {
-    /// x + f(norm(x)) (GPT-2, LLaMA); a final norm follows the stack.
-    Pre,
-    /// norm(x + f(x)) (the original paper, BERT).
-    Post,
-    /// x + norm₂(f(norm₁(x))): pre-norm plus a norm on the sub-layer's output (Gemma 2/3).
-    Sandwich,
-}
-
-/// The feed-forward network's form.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FfnKind {
-    /// W₂ · act(W₁ x + b₁) + b₂ (the paper, BERT, GPT-2).
-    Mlp,
-    /// W_down · (act(W_gate x) ⊙ W_up x): SwiGLU with SiLU, GeGLU with GELU.
-    Gated,
 }
 
 /// How the model knows token order.

@@ -1,50 +1,96 @@
-//! `DecoderModel`: the generic decoder-only Transformer (GPT-style; LLaMA, SmolLM2,
-//! Gemma 3) as a [`ModelConfig`] describes it:
+//! `DecoderModel`: the generic decoder-only Transformer (GPT-style: GPT-2, the GPT that
+//! `lucent train lm` builds, LLaMA / SmolLM2, Gemma 3) as a [`ModelConfig`] describes it:
 //!
-//! x = E[ids] · scale  →  x ← layerₙ(… layer₁(x))  →  final norm  →  logits = x · E_outᵀ
+//! x = E[ids] · scale (+ P[positions])  →  x ← layerₙ(… layer₁(x))  →  final norm  →
+//! logits = x · E_outᵀ
 //!
-//! with every layer's self-attention causal, and E_out the token table itself when the
-//! head is tied. Generation feeds the prompt once (prefill) and then one token at a time
-//! through a [`KvCache`], so each step computes only the new position.
+//! with every layer's self-attention causal, absolute positions added to the embeddings
+//! when the config has them (learned or sinusoidal; RoPE and ALiBi act inside
+//! attention), and E_out the token table itself when the head is tied. Generation feeds
+//! the prompt once (prefill) and then one token at a time through a [`KvCache`], so
+//! each step computes only the new position.
 //!
-//! [`DecoderModel::from_gguf`] builds it from a GGUF file: the family named by
-//! `general.architecture` translates the metadata into the config and names the tensors
-//! ([`crate::model::family`]); quantised matrices stay quantised (memory-mapped).
+//! Built from a config and a [`WeightSource`] ([`DecoderModel::load`]: a GGUF file, a
+//! safetensors checkpoint, a training run) or with fresh weights for training
+//! ([`DecoderModel::new_random`]); every config field is honoured or refused by name.
 
 use std::path::Path;
 
+use rand::Rng;
+
+use crate::autograd::params::join;
+use crate::autograd::{Parameters, ParamsMut};
 use crate::io::gguf::GgufFile;
-use crate::model::config::NormPlacement;
-use crate::model::family::{gemma3, llama, GgufWeights, Param};
+use crate::model::build;
+use crate::model::config::{ModelKind, PositionKind};
+use crate::model::family::{self, Param, WeightSource};
 use crate::model::ModelConfig;
-use crate::nn::{
-    AttentionConfig, AttentionOptions, Decoder, DecoderLayer, Embedding, FeedForward, Head,
-    KvCache, Linear, MultiHeadAttention, Norm, RmsNorm, Trace,
-};
+use crate::nn::position::{AbsolutePositions, LearnedPositions, SinusoidalEncoding};
+use crate::nn::{AttentionOptions, Decoder, Dropout, Embedding, Head, KvCache, Linear, Trace};
 use crate::runtime::Numerics;
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
-/// The GGUF architectures lucent reads, with their config translation and name table.
-pub const ARCHITECTURES: &[&str] = &["llama", "gemma3"];
-
-/// A decoder-only Transformer: token embedding, a causal [`Decoder`] stack (with its
-/// final norm), and an output head.
+/// A decoder-only Transformer: token embedding (and absolute positions, if any), a
+/// causal [`Decoder`] stack (with its final norm), and an output head.
 #[derive(Clone, Debug)]
 pub struct DecoderModel {
     /// The checked configuration it was built from.
     pub config: ModelConfig,
     /// E: (V, d), with the config's embedding scale.
     pub embedding: Embedding,
+    /// Absolute positions added to the embeddings (GPT-2's learned table, the paper's
+    /// sinusoids); None for RoPE, ALiBi or no positions.
+    pub positions: Option<AbsolutePositions>,
     /// The layers and the final norm.
     pub decoder: Decoder,
-    /// W_vocab: (V, d) — the token table itself when tied.
-    pub head: Head,
+    /// W_vocab: (V, d); None when the head is tied to the token table E.
+    pub head: Option<Head>,
     /// How its arithmetic rounds, passed to every layer and op of a forward pass. A GGUF
     /// model runs llama.cpp's ([`Numerics::LlamaCpp`]: its logits equal llama.cpp's);
     /// [`Numerics::RowInvariant`] computes every row as a lone row, so a KV-cached decode
-    /// equals the full forward bit for bit ([`DecoderModel::with_numerics`]).
+    /// equals the full forward bit for bit ([`DecoderModel::with_numerics`]); a model
+    /// lucent trained runs lucent's own ([`Numerics::Lucent`]).
     pub numerics: Numerics,
+}
+
+/// Refuse, by name, the config fields a decoder-only model cannot honour.
+fn check_decoder_config(cfg: &ModelConfig) -> Result<()> {
+    cfg.validate()?;
+    let refuse = |field: &str, why: &str| {
+        Err(Error::Config(format!(
+            "{field}: {why} (DecoderModel, family {})",
+            cfg.family
+        )))
+    };
+    if cfg.kind != ModelKind::Decoder {
+        return refuse(
+            "kind",
+            &format!("is {:?}, a DecoderModel needs decoder", cfg.kind),
+        );
+    }
+    if cfg.type_vocab_size > 0 {
+        return refuse(
+            "type_vocab_size",
+            "token types (segments) belong to encoders",
+        );
+    }
+    if cfg.embedding_norm {
+        return refuse(
+            "embedding_norm",
+            "no decoder family has a norm after the embeddings",
+        );
+    }
+    if cfg.pooler {
+        return refuse("pooler", "a pooler belongs to BERT encoders");
+    }
+    if cfg.position == PositionKind::Alibi {
+        return refuse(
+            "position",
+            "ALiBi is not wired into the decoder's attention yet",
+        );
+    }
+    Ok(())
 }
 
 impl DecoderModel {
@@ -55,96 +101,54 @@ impl DecoderModel {
 
     /// The config of a GGUF file, translated by the family its architecture names.
     pub fn config_of(f: &GgufFile) -> Result<ModelConfig> {
-        match f.architecture()? {
-            "llama" => llama::config(f),
-            "gemma3" => gemma3::config(f),
-            other => Err(Error::Config(format!(
-                "{}: architecture '{other}' is not supported; lucent reads {ARCHITECTURES:?}",
-                f.path().display()
-            ))),
-        }
+        family::gguf_family(f)?.config(f)
     }
 
-    /// Build the model from an open GGUF file (weights stay memory-mapped).
+    /// Build the model from an open GGUF file (weights stay memory-mapped); every
+    /// tensor of the file must be used.
     pub fn from_gguf(f: &GgufFile) -> Result<DecoderModel> {
-        let cfg = DecoderModel::config_of(f)?;
-        let w = match cfg.family.as_str() {
-            "gemma3" => gemma3::weights(f, &cfg),
-            _ => llama::weights(f, &cfg),
-        };
-        DecoderModel::load(cfg.clone(), &w)
+        let fam = family::gguf_family(f)?;
+        let cfg = fam.config(f)?;
+        let w = fam.weights(f, &cfg);
+        // The GGUF families run the arithmetic of the engine their files come from.
+        let model = DecoderModel::load(cfg.clone(), &w)?.with_numerics(Numerics::LlamaCpp);
+        w.check_all_used()?;
+        Ok(model)
     }
 
-    /// Build the model for `cfg` from `w`; errors name the missing or mis-shaped tensor.
-    pub fn load(cfg: ModelConfig, w: &GgufWeights) -> Result<DecoderModel> {
-        cfg.validate()?;
-        let eps = cfg.norm_eps;
-        let rms = |p: Param, i: usize| -> Result<Norm> {
-            Ok(Norm::Rms(RmsNorm::new(w.tensor(p, i)?, eps)?))
+    /// Build the model for `cfg` from `w`; errors name the missing or mis-shaped tensor,
+    /// or the config field the decoder cannot honour.
+    pub fn load(cfg: ModelConfig, w: &dyn WeightSource) -> Result<DecoderModel> {
+        check_decoder_config(&cfg)?;
+        let positions = match cfg.position {
+            PositionKind::Learned => Some(AbsolutePositions::Learned(LearnedPositions::new(
+                w.tensor(Param::PositionEmbedding, 0)?,
+            )?)),
+            PositionKind::Sinusoidal => Some(AbsolutePositions::Sinusoidal(
+                SinusoidalEncoding::new(cfg.max_positions, cfg.d_model)?,
+            )),
+            _ => None,
         };
-        let lin = |p: Param, i: usize| -> Result<Linear> { Linear::new(w.matrix(p, i)?, None) };
-        let mut layers = Vec::with_capacity(cfg.decoder_layers);
-        for i in 0..cfg.decoder_layers {
-            let (qn, kn) = if cfg.qk_norm {
-                (
-                    Some(RmsNorm::new(w.tensor(Param::QueryNormWeight, i)?, eps)?),
-                    Some(RmsNorm::new(w.tensor(Param::KeyNormWeight, i)?, eps)?),
-                )
-            } else {
-                (None, None)
-            };
-            let attn = MultiHeadAttention::new(
-                AttentionConfig::from_model(&cfg, i, false),
-                lin(Param::QueryWeight, i)?,
-                lin(Param::KeyWeight, i)?,
-                lin(Param::ValueWeight, i)?,
-                lin(Param::AttnOutWeight, i)?,
-                qn,
-                kn,
-            )?;
-            let ffn = FeedForward::gated(
-                lin(Param::FfnGateWeight, i)?,
-                lin(Param::FfnUpWeight, i)?,
-                lin(Param::FfnDownWeight, i)?,
-                cfg.activation,
-            )?;
-            let layer = DecoderLayer::new(
-                cfg.norm_placement,
-                attn,
-                rms(Param::AttnNormWeight, i)?,
-                None,
-                ffn,
-                rms(Param::FfnNormWeight, i)?,
-            )?;
-            let layer = if cfg.norm_placement == NormPlacement::Sandwich {
-                layer.with_post_norms(
-                    rms(Param::AttnPostNormWeight, i)?,
-                    None,
-                    rms(Param::FfnPostNormWeight, i)?,
-                )?
-            } else {
-                layer
-            };
-            layers.push(layer);
-        }
-        let final_norm = if cfg.final_norm {
-            Some(rms(Param::FinalNormWeight, 0)?)
-        } else {
-            None
-        };
+        let layers = (0..cfg.decoder_layers)
+            .map(|i| build::decoder_layer(&cfg, w, i))
+            .collect::<Result<Vec<_>>>()?;
+        let final_norm = build::final_norm(&cfg, w)?;
         let table = w.matrix(Param::TokenEmbedding, 0)?;
         let head = if cfg.tie_embeddings || !w.has(Param::OutputWeight, 0) {
-            Head::tied_to(&table)?
+            None
         } else {
-            Head::new(Linear::new(w.matrix(Param::OutputWeight, 0)?, None)?)
+            Some(Head::new(Linear::new(
+                w.matrix(Param::OutputWeight, 0)?,
+                None,
+            )?))
         };
         Ok(DecoderModel {
             embedding: Embedding::new(table, cfg.embedding_scale)?,
+            positions,
             decoder: Decoder::new(layers, final_norm)?,
             head,
             config: cfg,
-            // The GGUF families run the arithmetic of the engine their files come from.
-            numerics: Numerics::LlamaCpp,
+            numerics: Numerics::Lucent,
         })
     }
 
@@ -154,11 +158,94 @@ impl DecoderModel {
         self
     }
 
+    /// A freshly initialised model for training (GPT-2's scheme: N(0, 0.02²) weights and
+    /// learned positions, residual projections N(0, (0.02/√(2N))²), zero biases, unit
+    /// norms; an untied head N(0, 0.02²)).
+    pub fn new_random(cfg: ModelConfig, rng: &mut impl Rng) -> Result<DecoderModel> {
+        check_decoder_config(&cfg)?;
+        let embedding = build::random_embedding(&cfg, rng);
+        let positions = match cfg.position {
+            PositionKind::Learned => Some(AbsolutePositions::Learned(LearnedPositions::randn(
+                cfg.max_positions,
+                cfg.d_model,
+                0.02,
+                rng,
+            )?)),
+            PositionKind::Sinusoidal => Some(AbsolutePositions::Sinusoidal(
+                SinusoidalEncoding::new(cfg.max_positions, cfg.d_model)?,
+            )),
+            _ => None,
+        };
+        let decoder = build::random_decoder(&cfg, rng)?;
+        let head =
+            (!cfg.tie_embeddings).then(|| Head::new_random(cfg.d_model, cfg.vocab_size, rng));
+        Ok(DecoderModel {
+            embedding,
+            positions,
+            decoder,
+            head,
+            config: cfg,
+            numerics: Numerics::Lucent,
+        })
+    }
+
     /// A KV cache for one sequence of up to `max_t` positions (capped at the model's
     /// context length).
     pub fn new_cache(&self, max_t: usize) -> KvCache {
         self.decoder
             .new_cache(1, max_t.min(self.config.max_positions).max(1))
+    }
+
+    /// The longest sequence the model reads (its context).
+    pub fn context_len(&self) -> usize {
+        self.config.max_positions
+    }
+
+    /// Vocabulary logits of hidden states: the head, or the token table when tied.
+    ///
+    /// # Shapes
+    /// h: (..., d) → (..., V)
+    pub fn logits(&self, h: &Tensor) -> Result<Tensor> {
+        match &self.head {
+            Some(head) => head.logits_with(h, self.numerics),
+            None => self.embedding.table.matmul_t(h, self.numerics),
+        }
+    }
+
+    /// Embeddings (and absolute positions from `offset`) of a batch.
+    ///
+    /// # Shapes
+    /// ids: b sequences of t → (b, t, d)
+    fn embed(&self, ids: &[Vec<usize>], offset: usize) -> Result<Tensor> {
+        let x = self.embedding.forward(ids)?; // (b, t, d)
+        match &self.positions {
+            Some(p) => p.forward(&x, offset), // (b, t, d)
+            None => Ok(x),
+        }
+    }
+
+    /// Logits for every position of a batch of equally long sequences, from scratch (no
+    /// cache): what training and evaluation use. `dropout` (in training mode) is applied
+    /// to the embeddings before the first layer, as GPT-2 does.
+    ///
+    /// # Shapes
+    /// ids: b sequences of t → (b, t, V)
+    pub fn forward_batch(
+        &self,
+        ids: &[Vec<usize>],
+        dropout: Option<&mut Dropout>,
+        trace: Option<&mut Trace>,
+    ) -> Result<Tensor> {
+        let mut x = self.embed(ids, 0)?; // (b, t, d)
+        if let Some(d) = dropout {
+            x = d.forward(&x)?;
+        }
+        let opts = AttentionOptions {
+            numerics: self.numerics,
+            ..AttentionOptions::causal()
+        };
+        let h = self.decoder.forward(&x, None, &opts, None, None, trace)?; // (b, t, d)
+        self.logits(&h) // (b, t, V)
     }
 
     /// Logits for the positions of `ids`, which follow what `cache` holds (None: `ids`
@@ -219,7 +306,7 @@ impl DecoderModel {
             )));
         }
         let ids: Vec<usize> = ids.iter().map(|&i| i as usize).collect();
-        let x = self.embedding.forward(&[ids])?; // (1, t, d)
+        let x = self.embed(&[ids], past)?; // (1, t, d)
         let opts = AttentionOptions {
             numerics: self.numerics,
             ..AttentionOptions::causal()
@@ -236,6 +323,19 @@ impl DecoderModel {
         } else {
             h.reshape(&[t, d])? // (t, d)
         };
-        self.head.logits_with(&h, self.numerics) // (t | 1, V)
+        self.logits(&h) // (t | 1, V)
+    }
+}
+
+impl Parameters for DecoderModel {
+    fn visit_params(&mut self, prefix: &str, f: &mut ParamsMut) {
+        self.embedding.visit_params(&join(prefix, "embed"), f);
+        if let Some(p) = &mut self.positions {
+            p.visit_params(&join(prefix, "positions"), f);
+        }
+        self.decoder.visit_params(&join(prefix, "decoder"), f);
+        if let Some(h) = &mut self.head {
+            h.visit_params(&join(prefix, "head"), f);
+        }
     }
 }

@@ -12,12 +12,11 @@
 //!
 //! Weights come from a checkpoint through a family's name table ([`Weights`]).
 
-use crate::model::family::{Param, Weights};
+use crate::model::build;
+use crate::model::family::{Param, WeightSource};
 use crate::model::{ModelConfig, ModelKind, PositionKind};
-use crate::nn::{
-    self, AttentionConfig, AttentionOptions, Embedding, EncoderLayer, FeedForward, LayerNorm,
-    Linear, MultiHeadAttention, Norm, RmsNorm, Trace,
-};
+use crate::nn::mask::key_padding_bias;
+use crate::nn::{self, AttentionOptions, Embedding, Norm, Trace};
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
@@ -121,40 +120,16 @@ pub struct EncoderModel {
     pub embeddings: Embeddings,
     /// The layer stack (and final norm, if the config has one).
     pub encoder: nn::Encoder,
-}
-
-fn norm_from(
-    cfg: &ModelConfig,
-    w: &Weights,
-    weight: Param,
-    bias: Param,
-    layer: usize,
-) -> Result<Norm> {
-    let gamma = w.get(weight, layer)?;
-    Ok(match cfg.norm {
-        crate::model::NormKind::LayerNorm => {
-            let beta = if cfg.norm_bias {
-                Some(w.get(bias, layer)?)
-            } else {
-                None
-            };
-            Norm::Layer(LayerNorm::new(gamma, beta, cfg.norm_eps)?)
-        }
-        crate::model::NormKind::RmsNorm => Norm::Rms(RmsNorm::new(gamma, cfg.norm_eps)?),
-    })
-}
-
-fn linear_from(w: &Weights, weight: Param, bias: Option<Param>, layer: usize) -> Result<Linear> {
-    let weight = w.get(weight, layer)?;
-    let b = bias.map(|b| w.get(b, layer)).transpose()?;
-    Linear::new(weight, b)
+    /// BERT's pooler, tanh(W_p · h_[CLS] + b_p), when the checkpoint has one (sentence
+    /// embeddings pool the hidden states themselves and do not use it).
+    pub pooler: Option<nn::Linear>,
 }
 
 impl EncoderModel {
     /// Build from a checkpoint. Supports what encoder families need: learned or no
     /// absolute positions, token types, an embedding norm, pre- or post-norm MLP layers.
     /// Every tensor is checked against the config's shape (errors name key and shapes).
-    pub fn load(config: ModelConfig, w: &Weights) -> Result<Self> {
+    pub fn load(config: ModelConfig, w: &dyn WeightSource) -> Result<Self> {
         config.validate()?;
         let cfg = &config;
         if cfg.kind != ModelKind::Encoder {
@@ -165,7 +140,7 @@ impl EncoderModel {
         }
         let position = match cfg.position {
             PositionKind::Learned => {
-                Some(Embedding::new(w.get(Param::PositionEmbedding, 0)?, 1.0)?)
+                Some(Embedding::new(w.tensor(Param::PositionEmbedding, 0)?, 1.0)?)
             }
             PositionKind::None => None,
             other => {
@@ -175,12 +150,15 @@ impl EncoderModel {
             }
         };
         let token_type = if cfg.type_vocab_size > 0 {
-            Some(Embedding::new(w.get(Param::TokenTypeEmbedding, 0)?, 1.0)?)
+            Some(Embedding::new(
+                w.tensor(Param::TokenTypeEmbedding, 0)?,
+                1.0,
+            )?)
         } else {
             None
         };
         let norm = if cfg.embedding_norm {
-            Some(norm_from(
+            Some(build::norm(
                 cfg,
                 w,
                 Param::EmbeddingNormWeight,
@@ -191,59 +169,35 @@ impl EncoderModel {
             None
         };
         let embeddings = Embeddings {
-            token: Embedding::new(w.get(Param::TokenEmbedding, 0)?, cfg.embedding_scale)?,
+            token: Embedding::new(w.tensor(Param::TokenEmbedding, 0)?, cfg.embedding_scale)?,
             position,
             token_type,
             norm,
         };
-        if cfg.ffn != crate::model::FfnKind::Mlp {
-            return Err(Error::Config(
-                "EncoderModel loads plain MLP feed-forward layers only (no encoder family uses a gated one yet)".into(),
-            ));
-        }
-        let mut layers = Vec::with_capacity(cfg.encoder_layers);
-        for i in 0..cfg.encoder_layers {
-            let qb = cfg.qkv_bias;
-            let attn = MultiHeadAttention::new(
-                AttentionConfig::from_model(cfg, i, false),
-                linear_from(w, Param::QueryWeight, qb.then_some(Param::QueryBias), i)?,
-                linear_from(w, Param::KeyWeight, qb.then_some(Param::KeyBias), i)?,
-                linear_from(w, Param::ValueWeight, qb.then_some(Param::ValueBias), i)?,
-                linear_from(
-                    w,
-                    Param::AttnOutWeight,
-                    cfg.attn_out_bias.then_some(Param::AttnOutBias),
-                    i,
-                )?,
-                None,
-                None,
-            )?;
-            let fb = cfg.ffn_bias;
-            let ffn = FeedForward::mlp(
-                linear_from(w, Param::FfnUpWeight, fb.then_some(Param::FfnUpBias), i)?,
-                linear_from(w, Param::FfnDownWeight, fb.then_some(Param::FfnDownBias), i)?,
-                cfg.activation,
-            )?;
-            let attn_norm = norm_from(cfg, w, Param::AttnNormWeight, Param::AttnNormBias, i)?;
-            let ffn_norm = norm_from(cfg, w, Param::FfnNormWeight, Param::FfnNormBias, i)?;
-            layers.push(EncoderLayer::new(
-                cfg.norm_placement,
-                attn,
-                attn_norm,
-                ffn,
-                ffn_norm,
-            )?);
-        }
         if cfg.final_norm {
             return Err(Error::Config(
-                "EncoderModel: a final norm is not in the encoder name tables yet".into(),
+                "final_norm: the encoder name tables have no final norm yet (BERT-family encoders are post-norm)".into(),
             ));
         }
+        let layers = (0..cfg.encoder_layers)
+            .map(|i| build::encoder_layer(cfg, w, i))
+            .collect::<Result<Vec<_>>>()?;
         let encoder = nn::Encoder::new(layers, None)?;
+        let pooler = if cfg.pooler && w.has(Param::PoolerWeight, 0) {
+            Some(build::linear(
+                w,
+                Param::PoolerWeight,
+                Some(Param::PoolerBias),
+                0,
+            )?)
+        } else {
+            None
+        };
         Ok(EncoderModel {
             config,
             embeddings,
             encoder,
+            pooler,
         })
     }
 
@@ -279,10 +233,8 @@ impl EncoderModel {
             tr.record("embeddings", &x);
         }
         let bias = match mask {
-            Some(m) if m.iter().any(|row| row.iter().any(|keep| !keep)) => {
-                Some(padding_bias(m, b, t)?)
-            }
-            _ => None,
+            Some(m) => key_padding_bias(&lengths_of(m, b, t)?, t, t)?,
+            None => None,
         };
         let opts = match &bias {
             Some(bias) => AttentionOptions::none().with_bias(bias),
@@ -332,26 +284,25 @@ impl EncoderModel {
     }
 }
 
-/// The additive attention bias of a padding mask: 0 where the key is a real token, −∞
-/// where it is padding.
-///
-/// # Shapes
-/// mask: b rows of t → (b, 1, t, t)
-pub fn padding_bias(mask: &[Vec<bool>], b: usize, t: usize) -> Result<Tensor> {
+/// The real length of each row of a right-padded mask (`true` for real tokens); an
+/// error if the mask has another shape or a real token after padding.
+fn lengths_of(mask: &[Vec<bool>], b: usize, t: usize) -> Result<Vec<usize>> {
     if mask.len() != b || mask.iter().any(|r| r.len() != t) {
         return Err(Error::Shape(format!(
             "padding mask must be {b} rows of {t}, got {} rows",
             mask.len()
         )));
     }
-    let mut data = Vec::with_capacity(b * t * t);
-    for row in mask {
-        for _ in 0..t {
-            data.extend(
-                row.iter()
-                    .map(|&keep| if keep { 0.0 } else { f32::NEG_INFINITY }),
-            );
-        }
-    }
-    Tensor::new(data, &[b, 1, t, t]) // (b, 1, t_q, t_k)
+    mask.iter()
+        .enumerate()
+        .map(|(i, row)| {
+            let len = row.iter().take_while(|&&keep| keep).count();
+            if row[len..].iter().any(|&keep| keep) {
+                return Err(Error::Argument(format!(
+                    "padding mask row {i} has a real token after padding; pad on the right"
+                )));
+            }
+            Ok(len)
+        })
+        .collect()
 }

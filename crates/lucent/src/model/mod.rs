@@ -2,14 +2,17 @@
 //! generic `Transformer` built from it, families (config translation + weight-name
 //! tables), loading and parameter counts.
 
+pub mod build;
 pub mod config;
 pub mod decoder;
 pub mod encoder;
+pub mod encoder_decoder;
 pub mod family;
 
 pub use config::{FfnKind, ModelConfig, ModelKind, NormKind, NormPlacement, PositionKind};
 pub use decoder::DecoderModel;
 pub use encoder::EncoderModel;
+pub use encoder_decoder::EncoderDecoderModel;
 pub mod memory;
 pub mod params;
 pub mod presets;

@@ -22,7 +22,6 @@
 
 use rand::Rng;
 
-use crate::model::ModelConfig;
 use crate::nn::kv_cache::LayerKvCache;
 use crate::nn::linear::Linear;
 use crate::nn::norm::RmsNorm;
@@ -193,7 +192,12 @@ impl AttentionConfig {
     /// Plain multi-head attention as the paper and `torch.nn.MultiheadAttention` have it:
     /// d_k = d / h, biases everywhere, no RoPE. Errors if h does not divide d.
     pub fn new(d_model: usize, n_heads: usize) -> Result<Self> {
-        let head_dim = ModelConfig::head_dim_for(d_model, n_heads)?;
+        if n_heads == 0 || !d_model.is_multiple_of(n_heads) {
+            return Err(Error::Config(format!(
+                "d_model ({d_model}) must be divisible by heads ({n_heads}): each head gets d_model / heads features"
+            )));
+        }
+        let head_dim = d_model / n_heads;
         Ok(AttentionConfig {
             d_model,
             n_heads,
@@ -215,45 +219,6 @@ impl AttentionConfig {
         self.n_kv_heads = n_kv_heads;
         self.validate()?;
         Ok(self)
-    }
-
-    /// The attention of layer `layer` of a model (`cross`: the decoder's cross-attention,
-    /// which has no RoPE and no window). Local (windowed) layers use the local RoPE base.
-    pub fn from_model(cfg: &ModelConfig, layer: usize, cross: bool) -> Self {
-        let window = if cross {
-            None
-        } else {
-            cfg.window_of_layer(layer)
-        };
-        let rope = match cfg.position {
-            crate::model::config::PositionKind::Rope {
-                base,
-                local_base,
-                convention,
-            } if !cross => Some(RopeSpec {
-                base: if window.is_some() {
-                    local_base.unwrap_or(base)
-                } else {
-                    base
-                },
-                convention,
-            }),
-            _ => None,
-        };
-        AttentionConfig {
-            d_model: cfg.d_model,
-            n_heads: cfg.n_heads,
-            n_kv_heads: cfg.n_kv_heads,
-            head_dim: cfg.head_dim,
-            qkv_bias: cfg.qkv_bias,
-            out_bias: cfg.attn_out_bias,
-            qk_norm: cfg.qk_norm,
-            norm_eps: cfg.norm_eps,
-            rope,
-            window,
-            scale: cfg.score_scale(),
-            scale_queries: cfg.attention_scale.is_some(),
-        }
     }
 
     /// Check the constraints the forward relies on; errors name the field.

@@ -5,7 +5,6 @@
 
 use rand::Rng;
 
-use crate::model::ModelConfig;
 use crate::nn::linear::Weight;
 use crate::tensor::Tensor;
 use crate::{Error, Result};
@@ -38,11 +37,6 @@ impl Embedding {
             table: Weight::F32(Tensor::randn(&[vocab, d], std, rng)),
             scale,
         }
-    }
-
-    /// A table for `cfg` (vocab_size × d_model, N(0, 0.02²), scaled by `embedding_scale`).
-    pub fn new_random_for(cfg: &ModelConfig, rng: &mut impl Rng) -> Self {
-        Embedding::new_random(cfg.vocab_size, cfg.d_model, 0.02, cfg.embedding_scale, rng)
     }
 
     /// Vocabulary size V.

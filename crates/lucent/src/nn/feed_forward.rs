@@ -8,14 +8,23 @@
 
 use rand::Rng;
 
-use crate::model::config::FfnKind;
-use crate::model::ModelConfig;
 use crate::nn::linear::Linear;
 use crate::nn::trace::{record, Trace};
 use crate::ops::{self, Activation};
 use crate::runtime::Numerics;
 use crate::tensor::Tensor;
 use crate::{Error, Result};
+use serde::{Deserialize, Serialize};
+
+/// The feed-forward network's form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FfnKind {
+    /// W₂ · act(W₁ x + b₁) + b₂ (the paper, BERT, GPT-2).
+    Mlp,
+    /// W_down · (act(W_gate x) ⊙ W_up x): SwiGLU with SiLU, GeGLU with GELU.
+    Gated,
+}
 
 /// A feed-forward network, plain or gated.
 #[derive(Clone, Debug)]
@@ -104,20 +113,6 @@ impl FeedForward {
                 activation,
             },
         }
-    }
-
-    /// Random weights for a layer of `cfg` in a stack of `n_layers` (out_std = 0.02/√(2N)).
-    pub fn new_random_for(cfg: &ModelConfig, n_layers: usize, rng: &mut impl Rng) -> Self {
-        let out_std = residual_std(n_layers);
-        FeedForward::new_random(
-            cfg.ffn,
-            cfg.activation,
-            cfg.d_model,
-            cfg.d_ff,
-            cfg.ffn_bias,
-            out_std,
-            rng,
-        )
     }
 
     /// Plain or gated.

@@ -7,7 +7,6 @@
 //! `len` positions are filled. Cached decoding step by step equals the full causal
 //! forward (tests hold it to 1e-5).
 
-use crate::model::ModelConfig;
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
@@ -86,6 +85,24 @@ impl LayerKvCache {
         Ok(())
     }
 
+    /// Room for `max_t` positions, keeping the filled ones (a longer store is allocated
+    /// and they are copied over; a shorter `max_t` than filled is refused).
+    pub fn grow(&mut self, max_t: usize) -> Result<()> {
+        let [b, h, cap, d_k] = self.k.dims()?;
+        if max_t <= cap {
+            return Ok(());
+        }
+        let d_v = self.v.shape()[3];
+        let (k, v) = (self.keys()?, self.values()?);
+        self.k = Tensor::zeros(&[b, h, max_t, d_k]);
+        self.v = Tensor::zeros(&[b, h, max_t, d_v]);
+        let len = self.len;
+        write_positions(&mut self.k, &k, 0)?;
+        write_positions(&mut self.v, &v, 0)?;
+        self.len = len;
+        Ok(())
+    }
+
     /// The whole preallocated store, K (b, h_kv, max_t, d_k) and V (b, h_kv, max_t,
     /// d_v), of which the first [`LayerKvCache::len`] positions are filled: for kernels
     /// that read the cache in place (`AttentionParams::kv_len`). The tensors share the
@@ -146,11 +163,6 @@ impl KvCache {
         }
     }
 
-    /// Caches sized for `cfg`'s decoder stack.
-    pub fn for_config(cfg: &ModelConfig, b: usize, max_t: usize) -> Self {
-        KvCache::new(cfg.decoder_layers, b, cfg.n_kv_heads, max_t, cfg.head_dim)
-    }
-
     /// The number of layers.
     pub fn n_layers(&self) -> usize {
         self.layers.len()
@@ -177,6 +189,16 @@ impl KvCache {
         self.layers.get_mut(i).ok_or_else(|| {
             Error::Argument(format!("KvCache has {n} layers, layer {i} asked for; build it for the model's decoder_layers"))
         })
+    }
+
+    /// The most positions every layer can hold.
+    pub fn capacity(&self) -> usize {
+        self.layers.first().map_or(0, LayerKvCache::capacity)
+    }
+
+    /// Room for `max_t` positions in every layer, keeping what is cached.
+    pub fn grow(&mut self, max_t: usize) -> Result<()> {
+        self.layers.iter_mut().try_for_each(|l| l.grow(max_t))
     }
 
     /// Forget positions from `len` on, in every layer.
@@ -211,6 +233,12 @@ mod tests {
         assert!(e.contains("capacity 5"), "{e}");
         let wrong = Tensor::zeros(&[2, 2, 1, 4]);
         assert!(c.append(&wrong, &wrong).is_err());
+        c.grow(8)?;
+        assert_eq!((c.len(), c.capacity()), (3, 8));
+        assert_eq!(c.keys()?.data(), want.data());
+        assert_eq!(c.values()?.data(), want.scale(2.0).data());
+        c.append(&big, &big)?;
+        assert_eq!(c.len(), 6);
         Ok(())
     }
 }

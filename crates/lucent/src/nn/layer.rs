@@ -10,17 +10,26 @@
 //! self-attention, then cross-attention to the encoder output (the "memory"; absent in
 //! decoder-only models), then FFN.
 
-use rand::Rng;
-
-use crate::model::config::NormPlacement;
-use crate::model::ModelConfig;
-use crate::nn::attention::{AttentionConfig, AttentionOptions, MultiHeadAttention};
-use crate::nn::feed_forward::{residual_std, FeedForward};
+use crate::nn::attention::{AttentionOptions, MultiHeadAttention};
+use crate::nn::feed_forward::FeedForward;
 use crate::nn::kv_cache::LayerKvCache;
 use crate::nn::norm::Norm;
 use crate::nn::trace::{record, scoped, Trace};
 use crate::tensor::Tensor;
 use crate::{Error, Result};
+use serde::{Deserialize, Serialize};
+
+/// Where the norm sits relative to each residual sub-layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NormPlacement {
+    /// x + f(norm(x)) (GPT-2, LLaMA); a final norm follows the stack.
+    Pre,
+    /// norm(x + f(x)) (the original paper, BERT).
+    Post,
+    /// x + norm₂(f(norm₁(x))): pre-norm plus a norm on the sub-layer's output (Gemma 2/3).
+    Sandwich,
+}
 
 /// One residual sub-layer, with its norm placed per `placement`, inside trace `scope`.
 fn residual(
@@ -83,14 +92,6 @@ fn check_norm(what: &str, norm: Option<&Norm>, d: usize) -> Result<()> {
     }
 }
 
-fn fresh_norm(cfg: &ModelConfig) -> Norm {
-    Norm::identity(cfg.norm, cfg.d_model, cfg.norm_bias, cfg.norm_eps)
-}
-
-fn sandwich(cfg: &ModelConfig) -> Option<Norm> {
-    (cfg.norm_placement == NormPlacement::Sandwich).then(|| fresh_norm(cfg))
-}
-
 /// An encoder layer: self-attention and FFN, each with a residual connection and norm.
 #[derive(Clone, Debug)]
 pub struct EncoderLayer {
@@ -147,28 +148,6 @@ impl EncoderLayer {
         self.ffn_post_norm = Some(ffn_post_norm);
         self.validate()?;
         Ok(self)
-    }
-
-    /// Random weights for layer `layer` of `cfg`'s encoder stack.
-    pub fn new_random(cfg: &ModelConfig, layer: usize, rng: &mut impl Rng) -> Result<Self> {
-        let n = cfg.encoder_layers;
-        let attn = MultiHeadAttention::new_random(
-            &AttentionConfig::from_model(cfg, layer, false),
-            residual_std(n),
-            rng,
-        )?;
-        let ffn = FeedForward::new_random_for(cfg, n, rng);
-        let layer = EncoderLayer {
-            placement: cfg.norm_placement,
-            self_attn: attn,
-            self_attn_norm: fresh_norm(cfg),
-            self_attn_post_norm: sandwich(cfg),
-            ffn,
-            ffn_norm: fresh_norm(cfg),
-            ffn_post_norm: sandwich(cfg),
-        };
-        layer.validate()?;
-        Ok(layer)
     }
 
     /// Check widths and that sandwich placement has its post-norms.
@@ -302,47 +281,6 @@ impl DecoderLayer {
         self.ffn_post_norm = Some(ffn_post_norm);
         self.validate()?;
         Ok(self)
-    }
-
-    /// Random weights for layer `layer` of `cfg`'s decoder stack, with cross-attention
-    /// when `cross`.
-    pub fn new_random(
-        cfg: &ModelConfig,
-        layer: usize,
-        cross: bool,
-        rng: &mut impl Rng,
-    ) -> Result<Self> {
-        let n = cfg.decoder_layers;
-        let out_std = residual_std(n);
-        let self_attn = MultiHeadAttention::new_random(
-            &AttentionConfig::from_model(cfg, layer, false),
-            out_std,
-            rng,
-        )?;
-        let cross_attn = if cross {
-            Some(MultiHeadAttention::new_random(
-                &AttentionConfig::from_model(cfg, layer, true),
-                out_std,
-                rng,
-            )?)
-        } else {
-            None
-        };
-        let ffn = FeedForward::new_random_for(cfg, n, rng);
-        let layer = DecoderLayer {
-            placement: cfg.norm_placement,
-            self_attn,
-            self_attn_norm: fresh_norm(cfg),
-            self_attn_post_norm: sandwich(cfg),
-            cross_attn_norm: cross.then(|| fresh_norm(cfg)),
-            cross_attn_post_norm: if cross { sandwich(cfg) } else { None },
-            cross_attn,
-            ffn,
-            ffn_norm: fresh_norm(cfg),
-            ffn_post_norm: sandwich(cfg),
-        };
-        layer.validate()?;
-        Ok(layer)
     }
 
     /// Check widths, that cross-attention comes with its norm, and that sandwich

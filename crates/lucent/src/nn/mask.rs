@@ -112,6 +112,28 @@ pub fn padding_mask(lengths: &[usize], t: usize) -> Result<Mask> {
     Ok(Mask::from_fn(lengths.len(), t, t, |b, _, j| j < lengths[b]))
 }
 
+/// The additive bias that hides padding keys: sequence b of a batch padded to `t_k` keys
+/// has `lengths[b]` real ones, and each of the `t_q` queries sees those and none of the
+/// padding after them. `None` when nothing is padded (every length is `t_k`): attention
+/// then needs no bias at all. This is the one padding mask every model uses (encoder
+/// self-attention, cross-attention to a padded source).
+///
+/// # Shapes
+/// → (b, 1, t_q, t_k)
+pub fn key_padding_bias(lengths: &[usize], t_q: usize, t_k: usize) -> Result<Option<Tensor>> {
+    if let Some((b, &len)) = lengths.iter().enumerate().find(|(_, &l)| l > t_k) {
+        return Err(Error::Argument(format!(
+            "padding mask: sequence {b} has length {len}, more than the padded length {t_k}"
+        )));
+    }
+    if lengths.iter().all(|&l| l == t_k) {
+        return Ok(None);
+    }
+    Mask::from_fn(lengths.len(), t_q, t_k, |b, _, j| j < lengths[b])
+        .to_bias_4d()
+        .map(Some)
+}
+
 /// Check that a float (additive) mask fits scores of t_q × t_k: shape (t_q, t_k) or
 /// (b|1, h|1, t_q, t_k), the shapes attention's `bias` takes. Returns it unchanged.
 pub fn check_additive(bias: &Tensor, t_q: usize, t_k: usize) -> Result<&Tensor> {

@@ -39,10 +39,10 @@ pub use attention::{
 };
 pub use dropout::Dropout;
 pub use embedding::Embedding;
-pub use feed_forward::FeedForward;
+pub use feed_forward::{FeedForward, FfnKind};
 pub use kv_cache::{KvCache, LayerKvCache};
-pub use layer::{DecoderLayer, EncoderLayer};
+pub use layer::{DecoderLayer, EncoderLayer, NormPlacement};
 pub use linear::{Linear, Weight};
-pub use norm::{LayerNorm, Norm, RmsNorm};
+pub use norm::{LayerNorm, Norm, NormKind, RmsNorm};
 pub use trace::{Trace, TraceFilter};
 pub use transformer::{Decoder, Encoder, Head, Transformer};

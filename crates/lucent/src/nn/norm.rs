@@ -6,10 +6,20 @@
 //! Gemma stores its RMSNorm weight as w with γ = 1 + w; loaders add the 1 when they read
 //! the checkpoint, so γ here is always the factor applied.
 
-use crate::model::config::NormKind;
 use crate::ops;
 use crate::tensor::Tensor;
 use crate::{Error, Result};
+use serde::{Deserialize, Serialize};
+
+/// Which normalisation the blocks use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NormKind {
+    /// LayerNorm: mean and variance, scale and (optionally) shift.
+    LayerNorm,
+    /// RMSNorm: root mean square, scale only.
+    RmsNorm,
+}
 
 /// LayerNorm with scale γ and optional shift β.
 #[derive(Clone, Debug)]

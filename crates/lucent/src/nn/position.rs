@@ -172,6 +172,38 @@ impl LearnedPositions {
     }
 }
 
+/// Absolute positions added to the token embeddings before the first layer: the
+/// paper's fixed sinusoids or a learned table (RoPE and ALiBi act inside attention
+/// instead).
+#[derive(Clone, Debug)]
+pub enum AbsolutePositions {
+    /// sin/cos of position × frequency (no parameters).
+    Sinusoidal(SinusoidalEncoding),
+    /// A trained table.
+    Learned(LearnedPositions),
+}
+
+impl AbsolutePositions {
+    /// How many positions it covers.
+    pub fn max_len(&self) -> usize {
+        match self {
+            AbsolutePositions::Sinusoidal(s) => s.max_len(),
+            AbsolutePositions::Learned(l) => l.max_len(),
+        }
+    }
+
+    /// x + P[offset .. offset + t]; an error past max_len.
+    ///
+    /// # Shapes
+    /// x: (b, t, d) → (b, t, d)
+    pub fn forward(&self, x: &Tensor, offset: usize) -> Result<Tensor> {
+        match self {
+            AbsolutePositions::Sinusoidal(s) => s.forward(x, offset),
+            AbsolutePositions::Learned(l) => l.forward(x, offset),
+        }
+    }
+}
+
 fn check_range(what: &str, offset: usize, t: usize, max_len: usize) -> Result<()> {
     if offset + t > max_len {
         return Err(Error::Argument(format!(

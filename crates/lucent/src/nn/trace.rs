@@ -82,6 +82,10 @@ pub struct Trace {
     filter: TraceFilter,
     scope: Vec<String>,
     entries: Vec<(String, Tensor)>,
+    /// The input's tokens, as labels for the positions (set by whoever ran the pass).
+    tokens: Vec<String>,
+    /// An encoder-decoder's target tokens (the decoder's positions).
+    target_tokens: Vec<String>,
 }
 
 impl Trace {
@@ -178,6 +182,26 @@ impl Trace {
     /// Whether nothing has been recorded.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// Label the input's positions with its tokens.
+    pub fn set_tokens(&mut self, tokens: Vec<String>) {
+        self.tokens = tokens;
+    }
+
+    /// The input's tokens (empty if the caller set none).
+    pub fn tokens(&self) -> &[String] {
+        &self.tokens
+    }
+
+    /// Label an encoder-decoder's target positions with its tokens.
+    pub fn set_target_tokens(&mut self, tokens: Vec<String>) {
+        self.target_tokens = tokens;
+    }
+
+    /// An encoder-decoder's target tokens (empty otherwise).
+    pub fn target_tokens(&self) -> &[String] {
+        &self.target_tokens
     }
 
     /// Forget every recorded tensor (keeps the filter).

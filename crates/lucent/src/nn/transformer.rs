@@ -12,8 +12,6 @@
 
 use rand::Rng;
 
-use crate::model::config::ModelKind;
-use crate::model::ModelConfig;
 use crate::nn::attention::AttentionOptions;
 use crate::nn::kv_cache::KvCache;
 use crate::nn::layer::{DecoderLayer, EncoderLayer};
@@ -24,11 +22,6 @@ use crate::ops;
 use crate::runtime::Numerics;
 use crate::tensor::Tensor;
 use crate::{Error, Result};
-
-fn final_norm_of(cfg: &ModelConfig) -> Option<Norm> {
-    cfg.final_norm
-        .then(|| Norm::identity(cfg.norm, cfg.d_model, cfg.norm_bias, cfg.norm_eps))
-}
 
 /// Check a stack: every layer has layer 0's width, and the final norm (if any) matches.
 /// `widths` are the layers' d_model in order; `what` names the stack in errors.
@@ -69,15 +62,6 @@ impl Encoder {
         let widths = layers.iter().map(|l| l.self_attn.config.d_model);
         check_stack(widths, final_norm.as_ref(), "encoder")?;
         Ok(Encoder { layers, final_norm })
-    }
-
-    /// Random weights for `cfg`'s encoder stack (`cfg.encoder_layers` layers).
-    pub fn new_random(cfg: &ModelConfig, rng: &mut impl Rng) -> Result<Self> {
-        cfg.validate()?;
-        let layers = (0..cfg.encoder_layers)
-            .map(|i| EncoderLayer::new_random(cfg, i, rng))
-            .collect::<Result<Vec<_>>>()?;
-        Encoder::new(layers, final_norm_of(cfg))
     }
 
     /// Run the stack; `opts` masks every layer's self-attention (e.g. padding). The
@@ -122,17 +106,6 @@ impl Decoder {
         let widths = layers.iter().map(|l| l.self_attn.config.d_model);
         check_stack(widths, final_norm.as_ref(), "decoder")?;
         Ok(Decoder { layers, final_norm })
-    }
-
-    /// Random weights for `cfg`'s decoder stack, with cross-attention when `cfg` is an
-    /// encoder-decoder.
-    pub fn new_random(cfg: &ModelConfig, rng: &mut impl Rng) -> Result<Self> {
-        cfg.validate()?;
-        let cross = cfg.kind == ModelKind::EncoderDecoder;
-        let layers = (0..cfg.decoder_layers)
-            .map(|i| DecoderLayer::new_random(cfg, i, cross, rng))
-            .collect::<Result<Vec<_>>>()?;
-        Decoder::new(layers, final_norm_of(cfg))
     }
 
     /// A KV cache fitting this stack, for `b` sequences of up to `max_t` positions.
@@ -241,20 +214,6 @@ impl Transformer {
             )));
         }
         Ok(Transformer { encoder, decoder })
-    }
-
-    /// Random weights for an encoder-decoder `cfg`.
-    pub fn new_random(cfg: &ModelConfig, rng: &mut impl Rng) -> Result<Self> {
-        if cfg.kind != ModelKind::EncoderDecoder {
-            return Err(Error::Config(format!(
-                "Transformer needs kind encoder_decoder, got {:?}",
-                cfg.kind
-            )));
-        }
-        Transformer::new(
-            Encoder::new_random(cfg, rng)?,
-            Decoder::new_random(cfg, rng)?,
-        )
     }
 
     /// memory = encoder(src); out = decoder(tgt, memory). `src_opts` masks the encoder's

@@ -8,11 +8,11 @@
 //! family's known format (Gemma: `<start_of_turn>user\n…<end_of_turn>\n`, reply after
 //! `<start_of_turn>model\n`), else ChatML.
 
-use minijinja::{context, Environment};
 use serde::Serialize;
 
 use crate::io::gguf::GgufFile;
 use crate::io::gguf_tokenizer::GgufTokenizer;
+use crate::io::tokenizer::Tokenizer;
 use crate::{Error, Result};
 
 /// One message of a conversation.
@@ -46,6 +46,7 @@ pub const GEMMA: &str = "{{ bos_token }}{% set sys = namespace(text='') %}{% for
 pub struct ChatTemplate {
     source: String,
     bos: String,
+    #[cfg_attr(not(feature = "chat-templates"), allow(dead_code))]
     eos: String,
 }
 
@@ -89,7 +90,9 @@ impl ChatTemplate {
     }
 
     /// Render `messages`; with `add_generation_prompt`, end with the assistant's cue.
+    #[cfg(feature = "chat-templates")]
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        use minijinja::{context, Environment};
         let mut env = Environment::new();
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         minijinja_contrib::add_to_environment(&mut env);
@@ -105,11 +108,21 @@ impl ChatTemplate {
         .map_err(|e| Error::Tokenizer(format!("chat template failed to render: {e}")))
     }
 
+    /// Render `messages` (this build has no `chat-templates` feature: an error).
+    #[cfg(not(feature = "chat-templates"))]
+    pub fn render(&self, _messages: &[Message], _add_generation_prompt: bool) -> Result<String> {
+        Err(Error::Tokenizer(
+            "this build of lucent has no `chat-templates` feature (Jinja chat templates); \
+             give a raw prompt, or build with the feature"
+                .into(),
+        ))
+    }
+
     /// Token ids of rendered text: BOS is added as the tokenizer's flags say unless the
     /// template already wrote it.
-    pub fn encode(&self, tok: &GgufTokenizer, rendered: &str) -> Result<Vec<u32>> {
+    pub fn encode(&self, tok: &dyn Tokenizer, rendered: &str) -> Result<Vec<u32>> {
         let has_bos = !self.bos.is_empty() && rendered.starts_with(&self.bos);
-        tok.encode(rendered, !has_bos)
+        tok.encode_ids(rendered, !has_bos, true)
     }
 }
 

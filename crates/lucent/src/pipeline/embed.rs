@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::io::tokenizer::{pad_right, Encoding, Tokenizer};
+use crate::io::tokenizer::{pad_right, Encoding, HfTokenizer};
 use crate::model::family::bert;
 use crate::model::EncoderModel;
 use crate::nn::Trace;
@@ -251,9 +251,10 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// A sentence-embedding model, loaded once, called many times.
+#[derive(Clone)]
 pub struct Embedder {
     model: EncoderModel,
-    tokenizer: Tokenizer,
+    tokenizer: HfTokenizer,
     config: EmbedConfig,
     name: String,
 }
@@ -271,13 +272,19 @@ impl std::fmt::Debug for Embedder {
 pub const DEFAULT_BATCH: usize = 32;
 
 impl Embedder {
+    /// Open an encoder by name (`minilm`, fetched on first use) or folder.
+    pub fn open(spec: &str) -> Result<Embedder> {
+        let model = crate::api::open(spec)?;
+        Ok(model.embedder()?.as_ref().clone())
+    }
+
     /// Load a model folder in Hugging Face layout (config.json, model.safetensors,
     /// tokenizer.json, and optionally sentence-transformers' modules.json,
     /// 1_Pooling/config.json, sentence_bert_config.json).
     pub fn load(dir: &Path) -> Result<Self> {
         let model = bert::load_model(dir)?;
         let config = EmbedConfig::read(dir, model.config.max_positions)?;
-        let mut tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))?;
+        let mut tokenizer = HfTokenizer::from_file(dir.join("tokenizer.json"))?;
         tokenizer.set_max_length(Some(config.max_seq_length))?;
         let name = dir.file_name().map_or_else(
             || dir.display().to_string(),
@@ -312,7 +319,7 @@ impl Embedder {
     }
 
     /// The tokenizer (truncating to `max_seq_length`).
-    pub fn tokenizer(&self) -> &Tokenizer {
+    pub fn tokenizer(&self) -> &HfTokenizer {
         &self.tokenizer
     }
 

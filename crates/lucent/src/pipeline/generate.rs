@@ -6,9 +6,11 @@
 //!    give the first new token.
 //! 2. **Decode**: each new token alone goes through the model (t = 1), attending over
 //!    the cache; its logits give the next token. One step reads every weight once.
-//! 3. **Sampling** ([`Sampler`]), applied to the logits z in this order (llama.cpp's):
+//! 3. **Sampling** ([`Sampler`], configured by [`Sampling`]), applied to the logits z in
+//!    this order (llama.cpp's):
 //!    - repetition penalty r over the last `repeat_last_n` tokens (CTRL, Keskar et al.
-//!      2019): z ← z / r if z > 0, else z · r;
+//!      2019): z ← z / r if z > 0, else z · r; then OpenAI's presence and frequency
+//!      penalties: z ← z − count · α_f − α_p;
 //!    - temperature T = 0: greedy, argmax z. Otherwise:
 //!    - top-k: keep the k largest; top-p (nucleus): keep the smallest set of the most
 //!      likely tokens whose probabilities sum to ≥ p; min-p: keep tokens with
@@ -22,35 +24,55 @@
 //! Text streams out as tokens arrive: bytes of a character split across tokens are held
 //! back until complete, and text that could still become a stop string is held back
 //! until it cannot.
+//!
+//! The loop is split in two so that one sequence's bookkeeping does not care where its
+//! forward passes run: [`Decoding`] turns each step's logits into a token, text and a
+//! stop decision; [`continue_generation`] (and the public `Generator`) runs the model
+//! for one sequence, and a server can run many sequences' steps as one batch.
 
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use std::path::{Path, PathBuf};
-
 use crate::io::gguf::GgufFile;
 use crate::io::gguf_tokenizer::GgufTokenizer;
+use crate::io::tokenizer::{TokenStream, Tokenizer};
 use crate::model::DecoderModel;
 use crate::nn::KvCache;
 use crate::pipeline::chat::{ChatTemplate, Message};
 use crate::{Error, Result};
 
-/// A decoder model with its tokenizer and chat template, all from one GGUF file.
+/// A decoder model ready to write text: the network, its tokenizer, and the chat
+/// template of its conversations (none for a model trained on plain text).
 pub struct TextModel {
-    /// The file it came from.
+    /// Where it came from (a .gguf file, a training run's folder).
     pub path: PathBuf,
     /// The network.
     pub model: DecoderModel,
     /// Text ↔ ids.
-    pub tokenizer: GgufTokenizer,
-    /// Conversation → prompt.
-    pub template: ChatTemplate,
+    pub tokenizer: Arc<dyn Tokenizer>,
+    /// Conversation → prompt, for instruct models.
+    pub template: Option<ChatTemplate>,
+    /// Whether a raw prompt starts with the BOS token (as the file says).
+    pub add_bos: bool,
+}
+
+impl std::fmt::Debug for TextModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TextModel")
+            .field("path", &self.path)
+            .field("family", &self.model.config.family)
+            .field("tokenizer", &self.tokenizer)
+            .field("chat_template", &self.template.is_some())
+            .finish()
+    }
 }
 
 impl TextModel {
-    /// Load a GGUF file (weights memory-mapped).
+    /// Load a GGUF file (weights memory-mapped), with its tokenizer and chat template.
     pub fn load(path: &Path) -> Result<TextModel> {
         let f = GgufFile::open(path)?;
         let tokenizer = GgufTokenizer::from_gguf(&f)?;
@@ -58,21 +80,34 @@ impl TextModel {
         Ok(TextModel {
             path: path.to_path_buf(),
             model: DecoderModel::from_gguf(&f)?,
-            tokenizer,
-            template,
+            add_bos: tokenizer.add_bos(),
+            tokenizer: Arc::new(tokenizer),
+            template: Some(template),
         })
     }
 
-    /// Prompt ids of plain text (BOS as the file says).
+    /// Prompt ids of raw text: special-token text (`<|im_start|>`) is parsed into its
+    /// token, as llama.cpp does, and BOS comes first if the model wants it.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        self.tokenizer.encode(text, true)
+        self.tokenizer.encode_ids(text, self.add_bos, true)
     }
 
     /// Prompt ids of a conversation through the chat template, ending with the
-    /// assistant's cue.
+    /// assistant's cue. Errors for a model without a template.
     pub fn encode_chat(&self, messages: &[Message]) -> Result<Vec<u32>> {
-        let text = self.template.render(messages, true)?;
-        self.template.encode(&self.tokenizer, &text)
+        let template = self.template.as_ref().ok_or_else(|| {
+            Error::Argument(format!(
+                "{} has no chat template (it was trained on plain text); give a raw prompt instead",
+                self.path.display()
+            ))
+        })?;
+        let text = template.render(messages, true)?;
+        template.encode(self.tokenizer.as_ref(), &text)
+    }
+
+    /// A KV cache for up to `max_t` positions (capped at the model's context).
+    pub fn new_cache(&self, max_t: usize) -> KvCache {
+        self.model.new_cache(max_t)
     }
 
     /// [`generate`] with this model and tokenizer: `prompt_ids` into an emptied `cache`,
@@ -80,24 +115,27 @@ impl TextModel {
     pub fn generate(
         &self,
         prompt_ids: &[u32],
-        opts: &GenerateOptions,
+        opts: &Sampling,
         cache: &mut KvCache,
         on_text: &mut dyn FnMut(&str),
     ) -> Result<Generation> {
-        generate(
-            &self.model,
-            &self.tokenizer,
-            prompt_ids,
-            opts,
-            cache,
-            on_text,
-        )
+        cache.clear();
+        continue_generation(self, prompt_ids, opts, cache, on_text)
     }
 }
 
-/// How the next token is chosen.
+/// How to generate: the sampler chain (applied to the logits in llama.cpp's order:
+/// penalties, then temperature 0 = greedy, else top-k, top-p, min-p and a seeded draw
+/// at temperature T) and when to stop.
+///
+/// ```
+/// let s = lucent::Sampling::greedy().max_tokens(16);
+/// assert_eq!((s.temperature, s.max_tokens), (0.0, 16));
+/// let t = lucent::Sampling::default().temperature(0.7).seed(42);
+/// assert!(t.top_p < 1.0 && t.seed == 42);
+/// ```
 #[derive(Clone, Debug, PartialEq)]
-pub struct SamplingParams {
+pub struct Sampling {
     /// T: 0 = greedy (argmax); otherwise logits are divided by T before softmax.
     pub temperature: f32,
     /// Keep the k most likely tokens (0 = off).
@@ -106,32 +144,92 @@ pub struct SamplingParams {
     pub top_p: f32,
     /// Keep tokens with p ≥ min_p · p_max (0 = off).
     pub min_p: f32,
-    /// Repetition penalty r (1 = off).
+    /// Repetition penalty r (1 = off): z ← z / r if z > 0, else z · r.
     pub repeat_penalty: f32,
-    /// How many recent tokens the penalty looks at.
+    /// How many recent tokens the penalties look at.
     pub repeat_last_n: usize,
-    /// RNG seed.
+    /// OpenAI's presence penalty: z ← z − α_p for every token already seen (0 = off).
+    pub presence_penalty: f32,
+    /// OpenAI's frequency penalty: z ← z − α_f · count (0 = off).
+    pub frequency_penalty: f32,
+    /// RNG seed (the same seed gives the same text).
     pub seed: u64,
+    /// Most new tokens.
+    pub max_tokens: usize,
+    /// Stop when the text contains any of these (the text is cut before it).
+    pub stop: Vec<String>,
+    /// Keep going past end-of-generation tokens (benchmarks).
+    pub ignore_eos: bool,
+    /// Report the chosen token's log-probability and this many alternatives per step
+    /// (`None`: none; log-softmax of the model's raw logits, before penalties).
+    pub logprobs: Option<usize>,
+    /// Also return the k largest logits of the first step.
+    pub top_logits: usize,
+    /// When the context is full, keep writing: the cache is refilled with the last half
+    /// of the context's tokens (the oldest are forgotten), as `llama-cli` shifts its
+    /// context. Off: generation ends at a full context (`ContextFull`).
+    pub context_shift: bool,
 }
 
-impl Default for SamplingParams {
+impl Default for Sampling {
+    /// llama.cpp's defaults (`llama-cli`): T = 0.8, top-k 40, top-p 0.95, min-p 0.05,
+    /// no penalties, 128 new tokens.
     fn default() -> Self {
-        SamplingParams::greedy()
+        Sampling {
+            temperature: 0.8,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.05,
+            ..Sampling::greedy()
+        }
     }
 }
 
-impl SamplingParams {
-    /// Argmax every step.
+impl Sampling {
+    /// Argmax every step (deterministic; equal to llama.cpp's greedy tokens), 128 new
+    /// tokens at most.
     pub fn greedy() -> Self {
-        SamplingParams {
+        Sampling {
             temperature: 0.0,
             top_k: 0,
             top_p: 1.0,
             min_p: 0.0,
             repeat_penalty: 1.0,
             repeat_last_n: 64,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
             seed: 0,
+            max_tokens: 128,
+            stop: Vec::new(),
+            ignore_eos: false,
+            logprobs: None,
+            top_logits: 0,
+            context_shift: false,
         }
+    }
+
+    /// With at most `n` new tokens.
+    pub fn max_tokens(mut self, n: usize) -> Self {
+        self.max_tokens = n;
+        self
+    }
+
+    /// With temperature `t` (0 = greedy).
+    pub fn temperature(mut self, t: f32) -> Self {
+        self.temperature = t;
+        self
+    }
+
+    /// With RNG seed `seed`.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// Stopping also at the text `s`.
+    pub fn stop(mut self, s: impl Into<String>) -> Self {
+        self.stop.push(s.into());
+        self
     }
 
     /// Check the ranges; errors name the flag.
@@ -155,13 +253,21 @@ impl SamplingParams {
                 self.repeat_penalty
             ));
         }
+        for (name, v) in [
+            ("presence_penalty", self.presence_penalty),
+            ("frequency_penalty", self.frequency_penalty),
+        ] {
+            if !(-2.0..=2.0).contains(&v) {
+                return bad(format!("{name} must be in [-2, 2], got {v}"));
+            }
+        }
         Ok(())
     }
 }
 
 /// The sampler chain with its RNG and scratch space (allocated once, reused each step).
 pub struct Sampler {
-    params: SamplingParams,
+    params: Sampling,
     rng: StdRng,
     /// (logit, id) of the candidates still in play.
     cand: Vec<(f32, u32)>,
@@ -169,34 +275,43 @@ pub struct Sampler {
 
 impl Sampler {
     /// A sampler seeded with `params.seed`; errors if a parameter is out of range.
-    pub fn new(params: SamplingParams) -> Result<Self> {
+    pub fn new(params: &Sampling) -> Result<Self> {
         params.validate()?;
         Ok(Sampler {
             rng: StdRng::seed_from_u64(params.seed),
-            params,
+            params: params.clone(),
             cand: Vec::new(),
         })
     }
 
     /// The parameters.
-    pub fn params(&self) -> &SamplingParams {
+    pub fn params(&self) -> &Sampling {
         &self.params
     }
 
-    /// Apply the repetition penalty to `logits` for the tokens in the window of `history`.
+    /// Apply the penalties to `logits` for the tokens in the window of `history`: the
+    /// repetition penalty r (z ← z / r if z > 0, else z · r), then the presence and
+    /// frequency penalties (z ← z − count · α_f − α_p), each distinct token once.
     pub fn penalize(&self, logits: &mut [f32], history: &[u32]) {
-        let r = self.params.repeat_penalty;
-        if r == 1.0 {
+        let p = &self.params;
+        let (r, a_p, a_f) = (p.repeat_penalty, p.presence_penalty, p.frequency_penalty);
+        if r == 1.0 && a_p == 0.0 && a_f == 0.0 {
             return;
         }
-        let start = history.len().saturating_sub(self.params.repeat_last_n);
+        let start = history.len().saturating_sub(p.repeat_last_n);
         let recent = &history[start..];
         for (i, &id) in recent.iter().enumerate() {
             if recent[..i].contains(&id) {
                 continue; // each distinct token is penalised once
             }
             if let Some(z) = logits.get_mut(id as usize) {
-                *z = if *z > 0.0 { *z / r } else { *z * r };
+                if r != 1.0 {
+                    *z = if *z > 0.0 { *z / r } else { *z * r };
+                }
+                if a_p != 0.0 || a_f != 0.0 {
+                    let count = recent[i..].iter().filter(|&&x| x == id).count();
+                    *z -= count as f32 * a_f + a_p;
+                }
             }
         }
     }
@@ -288,33 +403,6 @@ pub fn top_logits(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
     all
 }
 
-/// What to generate and when to stop.
-#[derive(Clone, Debug)]
-pub struct GenerateOptions {
-    /// Most new tokens.
-    pub max_tokens: usize,
-    /// The sampler chain.
-    pub sampling: SamplingParams,
-    /// Stop when the text contains any of these (the text is cut before it).
-    pub stop: Vec<String>,
-    /// Keep going past end-of-generation tokens (benchmarks).
-    pub ignore_eos: bool,
-    /// Also return the k largest logits of the first step.
-    pub top_logits: usize,
-}
-
-impl Default for GenerateOptions {
-    fn default() -> Self {
-        GenerateOptions {
-            max_tokens: 128,
-            sampling: SamplingParams::greedy(),
-            stop: Vec::new(),
-            ignore_eos: false,
-            top_logits: 0,
-        }
-    }
-}
-
 /// Why generation ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StopReason {
@@ -326,6 +414,16 @@ pub enum StopReason {
     MaxTokens,
     /// The context (KV cache) is full.
     ContextFull(usize),
+}
+
+impl StopReason {
+    /// OpenAI's `finish_reason`: `stop` (an end token or a stop string) or `length`.
+    pub fn finish_reason(&self) -> &'static str {
+        match self {
+            StopReason::EndOfGeneration(_) | StopReason::StopString(_) => "stop",
+            StopReason::MaxTokens | StopReason::ContextFull(_) => "length",
+        }
+    }
 }
 
 impl std::fmt::Display for StopReason {
@@ -341,7 +439,18 @@ impl std::fmt::Display for StopReason {
     }
 }
 
-/// The result of [`generate`].
+/// A token's log-probability, with the most likely alternatives at that step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprob {
+    /// The token chosen.
+    pub id: u32,
+    /// log p(id) under softmax of the model's raw logits.
+    pub logprob: f32,
+    /// The most likely tokens at this step, (id, log p), most likely first.
+    pub top: Vec<(u32, f32)>,
+}
+
+/// The result of a generation.
 #[derive(Clone, Debug)]
 pub struct Generation {
     /// The prompt's ids.
@@ -352,6 +461,8 @@ pub struct Generation {
     pub text: String,
     /// The first step's largest logits (id, logit), if asked for.
     pub top_logits: Vec<(u32, f32)>,
+    /// Per new token, its log-probability, if asked for ([`Sampling::logprobs`]).
+    pub logprobs: Vec<TokenLogprob>,
     /// Why it ended.
     pub stop: StopReason,
     /// Seconds of the prefill (prompt through the model, first logits).
@@ -378,18 +489,18 @@ impl Generation {
 }
 
 /// Streams text out while holding back what could still turn into a stop string.
-struct StopWatch<'a> {
-    stops: &'a [String],
+struct StopWatch {
+    stops: Vec<String>,
     text: String,
     sent: usize,
 }
 
-impl StopWatch<'_> {
+impl StopWatch {
     /// Add text; returns Some(stop) if a stop string now appears (text cut before it).
     fn push(&mut self, s: &str) -> Option<String> {
         let from = self.sent;
         self.text.push_str(s);
-        for stop in self.stops {
+        for stop in &self.stops {
             if stop.is_empty() {
                 continue;
             }
@@ -428,31 +539,210 @@ impl StopWatch<'_> {
     }
 }
 
+/// What one step of [`Decoding::next`] gives.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Step {
+    /// The token chosen, to be fed to the model next (None when the step ended the
+    /// generation without a new token: an end-of-generation token, or `max_tokens` 0).
+    pub token: Option<u32>,
+    /// Text that became final at this step (possibly empty).
+    pub text: String,
+    /// The chosen token's log-probability, if asked for.
+    pub logprob: Option<TokenLogprob>,
+    /// Set when the generation has ended.
+    pub stop: Option<StopReason>,
+}
+
+/// One sequence's generation, apart from the forward passes: given the logits of the
+/// next position it samples a token, turns it into text, watches for stop strings and
+/// end tokens, and says when to stop. The caller runs the model (alone, or batched with
+/// other sequences) and feeds each step's logits in.
+pub struct Decoding {
+    sampler: Sampler,
+    max_tokens: usize,
+    ignore_eos: bool,
+    logprobs: Option<usize>,
+    history: Vec<u32>,
+    ids: Vec<u32>,
+    stream: TokenStream,
+    watch: StopWatch,
+    stop: Option<StopReason>,
+    logprob_log: Vec<TokenLogprob>,
+}
+
+impl Decoding {
+    /// A generation after `prompt_ids` (which the repetition penalty sees) with `opts`.
+    pub fn new(prompt_ids: &[u32], opts: &Sampling) -> Result<Self> {
+        let mut history = prompt_ids.to_vec();
+        history.reserve(opts.max_tokens + 1);
+        Ok(Decoding {
+            sampler: Sampler::new(opts)?,
+            max_tokens: opts.max_tokens,
+            ignore_eos: opts.ignore_eos,
+            logprobs: opts.logprobs,
+            history,
+            ids: Vec::with_capacity(opts.max_tokens),
+            stream: TokenStream::new(true),
+            watch: StopWatch {
+                stops: opts.stop.clone(),
+                text: String::new(),
+                sent: 0,
+            },
+            stop: None,
+            logprob_log: Vec::new(),
+        })
+    }
+
+    /// The new ids so far.
+    pub fn ids(&self) -> &[u32] {
+        &self.ids
+    }
+
+    /// The text so far (cut before a stop string).
+    pub fn text(&self) -> &str {
+        &self.watch.text
+    }
+
+    /// Why it ended, once it has.
+    pub fn stop_reason(&self) -> Option<&StopReason> {
+        self.stop.as_ref()
+    }
+
+    /// Each new token's log-probability, if asked for.
+    pub fn logprobs(&self) -> &[TokenLogprob] {
+        &self.logprob_log
+    }
+
+    /// The prompt's ids followed by the new ones.
+    pub fn history(&self) -> &[u32] {
+        &self.history
+    }
+
+    /// Choose the next token from the logits of the next position (modified in place by
+    /// the penalties). When the returned step has no `stop`, run the model on its
+    /// token and call again with the new logits.
+    pub fn next(&mut self, tok: &dyn Tokenizer, logits: &mut [f32]) -> Result<Step> {
+        if let Some(stop) = &self.stop {
+            return Err(Error::Argument(format!(
+                "this generation has already ended ({stop})"
+            )));
+        }
+        if self.ids.len() >= self.max_tokens {
+            let text = self.end(tok, StopReason::MaxTokens)?;
+            return Ok(self.step(None, text, None));
+        }
+        // The raw logits are kept for the log-probabilities: the sampler changes them.
+        let raw = self
+            .logprobs
+            .map(|k| (logprobs_of(logits, k), logits.to_vec()));
+        let next = self.sampler.sample(logits, &self.history)?;
+        let lp = raw.map(|((lse, top), raw)| TokenLogprob {
+            id: next,
+            logprob: raw
+                .get(next as usize)
+                .map_or(f32::NEG_INFINITY, |&z| z - lse),
+            top,
+        });
+        if tok.is_end_of_generation(next) && !self.ignore_eos {
+            let text = self.end(tok, StopReason::EndOfGeneration(next))?;
+            return Ok(self.step(None, text, None));
+        }
+        self.ids.push(next);
+        self.history.push(next);
+        if let Some(lp) = &lp {
+            self.logprob_log.push(lp.clone());
+        }
+        let piece = self.stream.push(tok, next)?;
+        if let Some(s) = self.watch.push(&piece) {
+            let text = self.watch.ready(true).to_string();
+            self.stop = Some(StopReason::StopString(s));
+            return Ok(self.step(Some(next), text, lp));
+        }
+        let mut text = self.watch.ready(false).to_string();
+        if self.ids.len() >= self.max_tokens {
+            text.push_str(&self.end(tok, StopReason::MaxTokens)?);
+        }
+        Ok(self.step(Some(next), text, lp))
+    }
+
+    /// End the generation for `reason` (e.g. the context is full); returns the text
+    /// held back until now.
+    pub fn end(&mut self, _tok: &dyn Tokenizer, reason: StopReason) -> Result<String> {
+        if self.stop.is_some() {
+            return Ok(String::new());
+        }
+        let rest = std::mem::replace(&mut self.stream, TokenStream::new(true)).finish();
+        let reason = match self.watch.push(&rest) {
+            Some(s) => StopReason::StopString(s),
+            None => reason,
+        };
+        self.stop = Some(reason);
+        Ok(self.watch.ready(true).to_string())
+    }
+
+    fn step(&self, token: Option<u32>, text: String, logprob: Option<TokenLogprob>) -> Step {
+        Step {
+            token,
+            text,
+            logprob,
+            stop: self.stop.clone(),
+        }
+    }
+}
+
+/// log Σ exp(z) of `logits` and the `k` most likely tokens as (id, log p).
+fn logprobs_of(logits: &[f32], k: usize) -> (f32, Vec<(u32, f32)>) {
+    let zmax = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&z| ((z - zmax) as f64).exp()).sum();
+    let lse = zmax + sum.ln() as f32;
+    let top = top_logits(logits, k)
+        .into_iter()
+        .map(|(id, z)| (id, z - lse))
+        .collect();
+    (lse, top)
+}
+
+/// The logits after `history` (whose last token is not in the cache yet) when the cache
+/// is full: the cache is refilled with the last half of the context's tokens, ending
+/// with that last token.
+pub(crate) fn shift_context(
+    model: &DecoderModel,
+    cache: &mut KvCache,
+    history: &[u32],
+    capacity: usize,
+) -> Result<Vec<f32>> {
+    let keep = (capacity / 2).max(1).min(history.len());
+    cache.clear();
+    Ok(model
+        .forward(&history[history.len() - keep..], Some(cache), true, None)?
+        .into_vec()) // (V)
+}
+
 /// Generate from `prompt_ids` (the cache is cleared first and holds the whole
 /// conversation afterwards). `on_text` receives the text as it becomes final.
 pub fn generate(
-    model: &DecoderModel,
-    tokenizer: &GgufTokenizer,
+    model: &TextModel,
     prompt_ids: &[u32],
-    opts: &GenerateOptions,
+    opts: &Sampling,
     cache: &mut KvCache,
     on_text: &mut dyn FnMut(&str),
 ) -> Result<Generation> {
     cache.clear();
-    continue_generation(model, tokenizer, prompt_ids, opts, cache, on_text)
+    continue_generation(model, prompt_ids, opts, cache, on_text)
 }
 
 /// Like [`generate`], but `new_ids` follow what `cache` already holds (a chat turn):
-/// only they are prefilled. The repetition penalty sees only this turn.
+/// only they are prefilled. The penalties see only this turn.
 pub fn continue_generation(
-    model: &DecoderModel,
-    tokenizer: &GgufTokenizer,
+    tm: &TextModel,
     new_ids: &[u32],
-    opts: &GenerateOptions,
+    opts: &Sampling,
     cache: &mut KvCache,
     on_text: &mut dyn FnMut(&str),
 ) -> Result<Generation> {
-    let mut sampler = Sampler::new(opts.sampling.clone())?;
+    let model = &tm.model;
+    let tok = tm.tokenizer.as_ref();
+    let mut decoding = Decoding::new(new_ids, opts)?;
     let capacity = cache
         .layer(0)
         .map_or(0, |l| l.capacity())
@@ -471,55 +761,34 @@ pub fn continue_generation(
     let prefill_secs = t0.elapsed().as_secs_f64();
     let top = top_logits(&row, opts.top_logits);
 
-    let mut history: Vec<u32> = new_ids.to_vec();
-    history.reserve(opts.max_tokens + 1);
-    let mut ids = Vec::with_capacity(opts.max_tokens);
-    let mut stream = tokenizer.stream(true);
-    let mut watch = StopWatch {
-        stops: &opts.stop,
-        text: String::new(),
-        sent: 0,
-    };
     let t1 = Instant::now();
     let mut steps = 0;
-    let stop = loop {
-        if ids.len() >= opts.max_tokens {
-            break StopReason::MaxTokens;
-        }
-        let next = sampler.sample(&mut row, &history)?;
-        if tokenizer.is_eog(next) && !opts.ignore_eos {
-            break StopReason::EndOfGeneration(next);
-        }
-        ids.push(next);
-        history.push(next);
-        let piece = stream.push(next)?;
-        if let Some(s) = watch.push(&piece) {
-            on_text(watch.ready(true));
-            break StopReason::StopString(s);
-        }
-        on_text(watch.ready(false));
-        if ids.len() >= opts.max_tokens {
-            break StopReason::MaxTokens;
+    loop {
+        let step = decoding.next(tok, &mut row)?;
+        on_text(&step.text);
+        let Some(next) = step.token else { break };
+        if step.stop.is_some() {
+            break;
         }
         if cache.len() >= capacity {
-            break StopReason::ContextFull(capacity);
+            if !opts.context_shift || capacity < 2 {
+                on_text(&decoding.end(tok, StopReason::ContextFull(capacity))?);
+                break;
+            }
+            row = shift_context(model, cache, decoding.history(), capacity)?;
+        } else {
+            row = model.forward(&[next], Some(cache), true, None)?.into_vec();
         }
-        row = model.forward(&[next], Some(cache), true, None)?.into_vec();
         steps += 1;
-    };
-    let decode_secs = t1.elapsed().as_secs_f64();
-    let mut stop = stop;
-    if !matches!(stop, StopReason::StopString(_)) {
-        if let Some(s) = watch.push(&stream.finish()) {
-            stop = StopReason::StopString(s);
-        }
-        on_text(watch.ready(true));
     }
+    let decode_secs = t1.elapsed().as_secs_f64();
+    let stop = decoding.stop.take().unwrap_or(StopReason::MaxTokens);
     Ok(Generation {
         prompt_ids: new_ids.to_vec(),
-        ids,
-        text: watch.text,
+        ids: decoding.ids,
+        text: decoding.watch.text,
         top_logits: top,
+        logprobs: decoding.logprob_log,
         stop,
         prefill_secs,
         decode_secs,
@@ -532,20 +801,20 @@ mod tests {
     use super::*;
     type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
 
-    fn sampler(p: SamplingParams) -> Result<Sampler> {
-        Sampler::new(p)
+    fn sampler(p: Sampling) -> Result<Sampler> {
+        Sampler::new(&p)
     }
 
     #[test]
     fn greedy_and_top_k_one_pick_the_argmax() -> TestResult {
         let logits = [0.1, 3.0, -1.0, 2.9];
-        let mut g = sampler(SamplingParams::greedy())?;
+        let mut g = sampler(Sampling::greedy())?;
         assert_eq!(g.sample(&mut logits.clone(), &[])?, 1);
-        let mut k1 = sampler(SamplingParams {
+        let mut k1 = sampler(Sampling {
             temperature: 1.5,
             top_k: 1,
             seed: 3,
-            ..SamplingParams::greedy()
+            ..Sampling::greedy()
         })?;
         for _ in 0..20 {
             assert_eq!(k1.sample(&mut logits.clone(), &[])?, 1);
@@ -555,16 +824,16 @@ mod tests {
 
     #[test]
     fn repetition_penalty_divides_positive_and_multiplies_negative() -> TestResult {
-        let s = sampler(SamplingParams {
+        let s = sampler(Sampling {
             repeat_penalty: 2.0,
-            ..SamplingParams::greedy()
+            ..Sampling::greedy()
         })?;
         let mut z = [4.0, -1.0, 3.0];
         s.penalize(&mut z, &[0, 1, 0]);
         assert_eq!(z, [2.0, -2.0, 3.0]); // token 0 penalised once though it appears twice
-        let mut g = sampler(SamplingParams {
+        let mut g = sampler(Sampling {
             repeat_penalty: 2.0,
-            ..SamplingParams::greedy()
+            ..Sampling::greedy()
         })?;
         assert_eq!(g.sample(&mut [4.0, -1.0, 3.0], &[0])?, 2);
         Ok(())
@@ -575,15 +844,15 @@ mod tests {
         // p ≈ [0.665, 0.245, 0.090]: min_p 0.5 keeps only token 0; top_p 0.6 too.
         let logits = [2.0, 1.0, 0.0];
         for p in [
-            SamplingParams {
+            Sampling {
                 temperature: 1.0,
                 min_p: 0.5,
-                ..SamplingParams::greedy()
+                ..Sampling::greedy()
             },
-            SamplingParams {
+            Sampling {
                 temperature: 1.0,
                 top_p: 0.6,
-                ..SamplingParams::greedy()
+                ..Sampling::greedy()
             },
         ] {
             let mut s = sampler(p)?;
@@ -592,11 +861,11 @@ mod tests {
             }
         }
         // top_p 0.95 keeps all three: every token appears in 400 draws.
-        let mut s = sampler(SamplingParams {
+        let mut s = sampler(Sampling {
             temperature: 1.0,
             top_p: 0.95,
             seed: 1,
-            ..SamplingParams::greedy()
+            ..Sampling::greedy()
         })?;
         let mut seen = [0; 3];
         for _ in 0..400 {
@@ -609,17 +878,17 @@ mod tests {
 
     #[test]
     fn bad_parameters_name_the_flag() -> TestResult {
-        let e = Sampler::new(SamplingParams {
+        let e = Sampler::new(&Sampling {
             top_p: 0.0,
-            ..SamplingParams::greedy()
+            ..Sampling::greedy()
         })
         .err()
         .ok_or("expected an error")?
         .to_string();
         assert!(e.contains("--top-p"), "{e}");
-        let e = Sampler::new(SamplingParams {
+        let e = Sampler::new(&Sampling {
             temperature: -1.0,
-            ..SamplingParams::greedy()
+            ..Sampling::greedy()
         })
         .err()
         .ok_or("expected an error")?
@@ -630,9 +899,8 @@ mod tests {
 
     #[test]
     fn stop_strings_are_held_back_then_cut() {
-        let stops = vec!["END".to_string()];
         let mut w = StopWatch {
-            stops: &stops,
+            stops: vec!["END".to_string()],
             text: String::new(),
             sent: 0,
         };

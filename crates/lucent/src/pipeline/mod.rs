@@ -4,8 +4,13 @@
 pub mod chat;
 pub mod embed;
 pub mod generate;
+pub mod generator;
+#[cfg(feature = "train")]
 pub mod train;
 
 pub use chat::{ChatTemplate, Message};
 pub use embed::{Embedder, Pooling};
-pub use generate::{generate, GenerateOptions, Generation, Sampler, SamplingParams, StopReason};
+pub use generate::{
+    generate, Decoding, Generation, Sampler, Sampling, Step, StopReason, TextModel, TokenLogprob,
+};
+pub use generator::{Generator, Stream};

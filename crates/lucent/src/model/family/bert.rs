@@ -13,7 +13,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::{NameTable, Param, Weights};
+use super::{NameTable, Param, WeightSource, Weights};
 use crate::io::SafetensorsFile;
 use crate::model::encoder::EncoderModel;
 use crate::model::{FfnKind, ModelConfig, ModelKind, NormKind, NormPlacement, PositionKind};
@@ -166,7 +166,9 @@ pub fn load_model(dir: &Path) -> Result<EncoderModel> {
     let cfg = load_config(&dir.join("config.json"))?;
     let file = SafetensorsFile::open(dir.join("model.safetensors"))?;
     let weights = Weights::new(&file, &NAMES, &cfg)?;
-    EncoderModel::load(cfg.clone(), &weights)
+    let model = EncoderModel::load(cfg.clone(), &weights)?;
+    weights.check_all_used()?;
+    Ok(model)
 }
 
 /// Every BERT parameter's checkpoint key (`{i}` = layer). MiniLM's sentence-transformers
@@ -186,6 +188,8 @@ pub const NAMES: NameTable = NameTable {
         ),
         (Param::EmbeddingNormWeight, "embeddings.LayerNorm.weight"),
         (Param::EmbeddingNormBias, "embeddings.LayerNorm.bias"),
+        (Param::PoolerWeight, "pooler.dense.weight"),
+        (Param::PoolerBias, "pooler.dense.bias"),
         (
             Param::QueryWeight,
             "encoder.layer.{i}.attention.self.query.weight",
@@ -298,7 +302,7 @@ mod tests {
                 "{p:?}"
             );
         }
-        assert_eq!(NAMES.keys.len(), 21);
+        assert_eq!(NAMES.keys.len(), 23);
         Ok(())
     }
 }

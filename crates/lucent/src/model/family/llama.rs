@@ -43,6 +43,7 @@ impl GgufHparams {
     /// `attention.layer_norm_rms_epsilon`, `context_length`; the vocabulary size from
     /// `{arch}.vocab_size` or the token list.
     pub fn read(f: &GgufFile, arch: &str) -> Result<GgufHparams> {
+        refuse_unsupported_keys(f, arch)?;
         let k = |s: &str| format!("{arch}.{s}");
         let d_model = f.get_usize(&k("embedding_length"))?;
         let n_heads = f.get_usize(&k("attention.head_count"))?;
@@ -123,6 +124,79 @@ impl GgufHparams {
             pooler: false,
         }
     }
+}
+
+/// Metadata keys (under `{arch}.`) that change the arithmetic in ways lucent does not
+/// implement, with the value that means "off" where there is one. A file that sets one
+/// is refused naming the key, rather than loaded into a model that silently computes
+/// something else (ARCHITECTURE.md, principle 7).
+const UNSUPPORTED_KEYS: &[(&str, &str)] = &[
+    (
+        "rope.scaling.type",
+        "RoPE scaling (linear, YaRN, LongRoPE …)",
+    ),
+    ("rope.scaling.factor", "RoPE scaling"),
+    (
+        "rope.scaling.attn_factor",
+        "RoPE scaling's attention factor",
+    ),
+    ("rope.scaling.original_context_length", "RoPE scaling"),
+    ("rope.scaling.yarn_log_multiplier", "YaRN RoPE scaling"),
+    ("rope.scaling.yarn_beta_fast", "YaRN RoPE scaling"),
+    ("rope.scaling.yarn_beta_slow", "YaRN RoPE scaling"),
+    ("rope.dimension_sections", "multi-section RoPE"),
+    (
+        "attn_logit_softcapping",
+        "soft-capping of the attention logits",
+    ),
+    (
+        "attention.logit_softcapping",
+        "soft-capping of the attention logits",
+    ),
+    (
+        "final_logit_softcapping",
+        "soft-capping of the output logits",
+    ),
+    ("attention.clamp_kqv", "clamping of Q, K and V"),
+    ("expert_count", "a mixture of experts"),
+    ("attention.causal", "non-causal attention in a decoder"),
+];
+
+/// Refuse a file whose metadata asks for arithmetic lucent does not do (see
+/// [`UNSUPPORTED_KEYS`]); "off" values (no scaling, a factor of 1, zero experts,
+/// causal = true) pass.
+pub(crate) fn refuse_unsupported_keys(f: &GgufFile, arch: &str) -> Result<()> {
+    use crate::io::gguf::GgufValue;
+    for (key, what) in UNSUPPORTED_KEYS {
+        let full = format!("{arch}.{key}");
+        let Some((_, value)) = f.metadata().iter().find(|(k, _)| *k == full) else {
+            continue;
+        };
+        let off = match value {
+            GgufValue::String(s) => s == "none" || s.is_empty(),
+            GgufValue::F32(x) => *x == 0.0 || (key.ends_with("factor") && *x == 1.0),
+            GgufValue::F64(x) => *x == 0.0 || (key.ends_with("factor") && *x == 1.0),
+            GgufValue::U32(0) | GgufValue::I32(0) | GgufValue::U64(0) | GgufValue::I64(0) => true,
+            GgufValue::Bool(b) => *key == "attention.causal" && *b,
+            _ => false,
+        };
+        if !off {
+            return Err(Error::Config(format!(
+                "{}: {full} = {} asks for {what}, which lucent does not implement; \
+                 it refuses the file rather than compute something else than the model's authors did",
+                f.path().display(),
+                value.describe()
+            )));
+        }
+    }
+    if f.tensor_info("rope_freqs.weight").is_some() {
+        return Err(Error::Config(format!(
+            "{}: tensor rope_freqs.weight sets per-frequency RoPE factors (Llama 3.1-style RoPE scaling), \
+             which lucent does not implement",
+            f.path().display()
+        )));
+    }
+    Ok(())
 }
 
 /// Translate a `llama` GGUF's metadata into the generic [`ModelConfig`] (validated).

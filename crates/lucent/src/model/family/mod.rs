@@ -10,6 +10,7 @@
 pub mod bert;
 pub mod gemma3;
 pub mod llama;
+pub mod registry;
 
 use crate::io::gguf::GgufFile;
 use crate::io::SafetensorsFile;
@@ -18,6 +19,56 @@ use crate::nn::Weight;
 use crate::tensor::quant::GgmlType;
 use crate::tensor::Tensor;
 use crate::{Error, Result};
+
+/// A family of GGUF decoders: the `general.architecture` it reads, its config
+/// translation and its name table.
+pub struct GgufFamily {
+    /// `general.architecture`.
+    pub arch: &'static str,
+    /// Metadata → config.
+    pub config_fn: fn(&GgufFile) -> Result<ModelConfig>,
+    /// Tensor names.
+    pub names: &'static NameTable,
+}
+
+impl GgufFamily {
+    /// The file's config, translated and validated.
+    pub fn config(&self, f: &GgufFile) -> Result<ModelConfig> {
+        (self.config_fn)(f)
+    }
+
+    /// The file's tensors through this family's name table, with `cfg`'s shapes.
+    pub fn weights<'a>(&'a self, f: &'a GgufFile, cfg: &'a ModelConfig) -> GgufWeights<'a> {
+        GgufWeights::new(f, self.names, cfg)
+    }
+}
+
+/// Every GGUF architecture lucent reads.
+pub const GGUF_FAMILIES: &[GgufFamily] = &[
+    GgufFamily {
+        arch: "llama",
+        config_fn: llama::config,
+        names: &llama::NAMES,
+    },
+    GgufFamily {
+        arch: "gemma3",
+        config_fn: gemma3::config,
+        names: &gemma3::NAMES,
+    },
+];
+
+/// The family of a GGUF file, by its `general.architecture`; an error lists the
+/// architectures lucent reads.
+pub fn gguf_family(f: &GgufFile) -> Result<&'static GgufFamily> {
+    let arch = f.architecture()?;
+    GGUF_FAMILIES.iter().find(|fam| fam.arch == arch).ok_or_else(|| {
+        let known: Vec<&str> = GGUF_FAMILIES.iter().map(|f| f.arch).collect();
+        Error::Config(format!(
+            "{}: architecture '{arch}' (general.architecture) is not supported; lucent reads {known:?}",
+            f.path().display()
+        ))
+    })
+}
 
 /// A parameter of the generic encoder/decoder, by its role. Per-layer roles take the
 /// layer index from the caller.
@@ -77,8 +128,14 @@ pub enum Param {
     FfnPostNormWeight,
     /// γ of the norm after the last layer (d).
     FinalNormWeight,
+    /// β of the norm after the last layer (d), for a LayerNorm.
+    FinalNormBias,
     /// The output head W_vocab (V, d), when not tied to the token embedding.
     OutputWeight,
+    /// BERT's pooler W_p (d, d).
+    PoolerWeight,
+    /// BERT's pooler b_p (d).
+    PoolerBias,
 }
 
 impl Param {
@@ -88,9 +145,11 @@ impl Param {
         use Param::*;
         match self {
             TokenEmbedding | OutputWeight => vec![cfg.vocab_size, d],
+            PoolerWeight => vec![d, d],
+            PoolerBias => vec![d],
             FfnGateWeight => vec![cfg.d_ff, d],
             QueryNormWeight | KeyNormWeight => vec![cfg.head_dim],
-            AttnPostNormWeight | FfnPostNormWeight | FinalNormWeight => vec![d],
+            AttnPostNormWeight | FfnPostNormWeight | FinalNormWeight | FinalNormBias => vec![d],
             PositionEmbedding => vec![cfg.max_positions, d],
             TokenTypeEmbedding => vec![cfg.type_vocab_size, d],
             QueryWeight => vec![cfg.q_dim(), d],
@@ -117,7 +176,10 @@ impl Param {
                 | EmbeddingNormWeight
                 | EmbeddingNormBias
                 | FinalNormWeight
+                | FinalNormBias
                 | OutputWeight
+                | PoolerWeight
+                | PoolerBias
         )
     }
 }
@@ -153,12 +215,75 @@ impl NameTable {
     }
 }
 
+/// Where a generic model's builder reads its parameters: a checkpoint seen through a
+/// family's name table, with the shapes a [`ModelConfig`] expects. Every read is noted,
+/// so that after building, [`WeightSource::unused`] names the checkpoint's tensors the
+/// model did not take (ARCHITECTURE.md, principle 7: a checkpoint whose tensors are not
+/// all used is an error, not a model that silently computes something else).
+pub trait WeightSource {
+    /// The checkpoint key of `param` in layer `layer` (ignored for global parameters).
+    fn key(&self, param: Param, layer: usize) -> Result<String>;
+    /// Whether the checkpoint holds `param` (for optional parameters).
+    fn has(&self, param: Param, layer: usize) -> bool;
+    /// A matrix parameter, checked against the config's shape: quantised blocks stay
+    /// quantised where the file has them.
+    fn matrix(&self, param: Param, layer: usize) -> Result<Weight>;
+    /// A parameter as f32 (dequantised if stored quantised), checked against the shape.
+    fn tensor(&self, param: Param, layer: usize) -> Result<Tensor>;
+    /// The checkpoint's tensors never read, sorted.
+    fn unused(&self) -> Vec<String>;
+    /// The checkpoint's path, for messages.
+    fn path(&self) -> &std::path::Path;
+
+    /// Fail naming the unused tensors, if any (called after a model is built).
+    fn check_all_used(&self) -> Result<()> {
+        let unused = self.unused();
+        if unused.is_empty() {
+            return Ok(());
+        }
+        let shown: Vec<&str> = unused.iter().take(8).map(String::as_str).collect();
+        Err(Error::Weights(format!(
+            "{}: {} tensor(s) of the checkpoint are not used by the model its config describes: {shown:?}{}; \
+             lucent would compute something else than the checkpoint's authors did, so it refuses to load it",
+            self.path().display(),
+            unused.len(),
+            if unused.len() > shown.len() { " …" } else { "" }
+        )))
+    }
+}
+
+/// Which keys of a checkpoint have been read.
+#[derive(Default)]
+struct UsedKeys(std::sync::Mutex<std::collections::HashSet<String>>);
+
+impl UsedKeys {
+    fn note(&self, key: &str) {
+        if let Ok(mut s) = self.0.lock() {
+            s.insert(key.to_string());
+        }
+    }
+
+    fn unused<'k>(&self, all: impl Iterator<Item = &'k str>) -> Vec<String> {
+        let used = match self.0.lock() {
+            Ok(s) => s.clone(),
+            Err(_) => Default::default(),
+        };
+        let mut out: Vec<String> = all
+            .filter(|k| !used.contains(*k))
+            .map(str::to_string)
+            .collect();
+        out.sort();
+        out
+    }
+}
+
 /// A safetensors file read through a family's name table, with the shapes of a config.
 pub struct Weights<'a> {
     file: &'a SafetensorsFile,
     table: &'a NameTable,
     cfg: &'a ModelConfig,
     prefix: &'static str,
+    used: UsedKeys,
 }
 
 impl<'a> Weights<'a> {
@@ -193,6 +318,7 @@ impl<'a> Weights<'a> {
             table,
             cfg,
             prefix,
+            used: UsedKeys::default(),
         })
     }
 
@@ -222,8 +348,37 @@ impl<'a> Weights<'a> {
                 self.file.path().display(),
                 e.shape
             ))),
-            Some(_) => self.file.tensor(&key),
+            Some(_) => {
+                self.used.note(&key);
+                self.file.tensor(&key)
+            }
         }
+    }
+}
+
+impl WeightSource for Weights<'_> {
+    fn key(&self, param: Param, layer: usize) -> Result<String> {
+        Weights::key(self, param, layer)
+    }
+
+    fn has(&self, param: Param, layer: usize) -> bool {
+        Weights::has(self, param, layer)
+    }
+
+    fn matrix(&self, param: Param, layer: usize) -> Result<Weight> {
+        Ok(Weight::F32(self.get(param, layer)?))
+    }
+
+    fn tensor(&self, param: Param, layer: usize) -> Result<Tensor> {
+        self.get(param, layer)
+    }
+
+    fn unused(&self) -> Vec<String> {
+        self.used.unused(self.file.names())
+    }
+
+    fn path(&self) -> &std::path::Path {
+        self.file.path()
     }
 }
 
@@ -234,12 +389,18 @@ pub struct GgufWeights<'a> {
     file: &'a GgufFile,
     table: &'a NameTable,
     cfg: &'a ModelConfig,
+    used: UsedKeys,
 }
 
 impl<'a> GgufWeights<'a> {
     /// Read `file` through `table` with the shapes of `cfg`.
     pub fn new(file: &'a GgufFile, table: &'a NameTable, cfg: &'a ModelConfig) -> Self {
-        GgufWeights { file, table, cfg }
+        GgufWeights {
+            file,
+            table,
+            cfg,
+            used: UsedKeys::default(),
+        }
     }
 
     /// The file.
@@ -265,6 +426,7 @@ impl<'a> GgufWeights<'a> {
         let want = param.shape(self.cfg);
         let [rows, cols] = [want[0], want[1]];
         let info = self.file.tensor(&key)?.info;
+        self.used.note(&key);
         match info.dtype {
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
                 Ok(Weight::F32(self.file.tensor_f32_shaped(&key, &want)?))
@@ -276,6 +438,35 @@ impl<'a> GgufWeights<'a> {
     /// A vector or matrix parameter as f32 (dequantised if stored quantised).
     pub fn tensor(&self, param: Param, layer: usize) -> Result<Tensor> {
         let key = self.key(param, layer)?;
-        self.file.tensor_f32_shaped(&key, &param.shape(self.cfg))
+        let t = self.file.tensor_f32_shaped(&key, &param.shape(self.cfg))?;
+        self.used.note(&key);
+        Ok(t)
+    }
+}
+
+impl WeightSource for GgufWeights<'_> {
+    fn key(&self, param: Param, layer: usize) -> Result<String> {
+        GgufWeights::key(self, param, layer)
+    }
+
+    fn has(&self, param: Param, layer: usize) -> bool {
+        GgufWeights::has(self, param, layer)
+    }
+
+    fn matrix(&self, param: Param, layer: usize) -> Result<Weight> {
+        GgufWeights::matrix(self, param, layer)
+    }
+
+    fn tensor(&self, param: Param, layer: usize) -> Result<Tensor> {
+        GgufWeights::tensor(self, param, layer)
+    }
+
+    fn unused(&self) -> Vec<String> {
+        self.used
+            .unused(self.file.tensor_infos().iter().map(|t| t.name.as_str()))
+    }
+
+    fn path(&self) -> &std::path::Path {
+        self.file.path()
     }
 }

@@ -18,6 +18,7 @@ use std::path::Path;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
+use crate::io::tokenizer::{HfTokenizer, Tokenizer};
 use crate::{Error, Result};
 
 /// One id per distinct character, in sorted order.
@@ -63,14 +64,14 @@ pub enum TextTokenizer {
     /// Characters.
     Char(CharTokenizer),
     /// Byte-level BPE (saved as `tokenizer.json`).
-    Bpe(Box<tokenizers::Tokenizer>),
+    Bpe(Box<HfTokenizer>),
 }
 
 impl std::fmt::Debug for TextTokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             TextTokenizer::Char(c) => write!(f, "Char({} symbols)", c.chars.len()),
-            TextTokenizer::Bpe(t) => write!(f, "Bpe({} tokens)", t.get_vocab_size(true)),
+            TextTokenizer::Bpe(t) => write!(f, "Bpe({} tokens)", t.vocab_size()),
         }
     }
 }
@@ -104,14 +105,16 @@ impl TextTokenizer {
         tok.with_decoder(Some(ByteLevelDecoder::default()));
         // Train on lines (the trainer counts words within each sequence).
         tok.train(&mut trainer, text.lines()).map_err(tok_err)?;
-        Ok(TextTokenizer::Bpe(Box::new(tok)))
+        Ok(TextTokenizer::Bpe(Box::new(HfTokenizer::from_tokenizers(
+            tok,
+        )?)))
     }
 
     /// The number of ids.
     pub fn vocab_size(&self) -> usize {
         match self {
             TextTokenizer::Char(c) => c.chars.len(),
-            TextTokenizer::Bpe(t) => t.get_vocab_size(true),
+            TextTokenizer::Bpe(t) => t.vocab_size(),
         }
     }
 
@@ -127,10 +130,11 @@ impl TextTokenizer {
     pub fn encode(&self, text: &str) -> Result<Vec<usize>> {
         match self {
             TextTokenizer::Char(c) => c.encode(text),
-            TextTokenizer::Bpe(t) => {
-                let enc = t.encode(text, false).map_err(tok_err)?;
-                Ok(enc.get_ids().iter().map(|&i| i as usize).collect())
-            }
+            TextTokenizer::Bpe(t) => Ok(t
+                .encode_ids(text, false, false)?
+                .into_iter()
+                .map(|i| i as usize)
+                .collect()),
         }
     }
 
@@ -140,7 +144,7 @@ impl TextTokenizer {
             TextTokenizer::Char(c) => Ok(c.decode(ids)),
             TextTokenizer::Bpe(t) => {
                 let ids: Vec<u32> = ids.iter().map(|&i| i as u32).collect();
-                t.decode(&ids, false).map_err(tok_err)
+                t.decode(&ids, false)
             }
         }
     }
@@ -154,11 +158,7 @@ impl TextTokenizer {
                     serde_json::to_string(c).map_err(|e| Error::format(&path, e.to_string()))?;
                 std::fs::write(&path, json).map_err(|e| Error::io(&path, e))
             }
-            TextTokenizer::Bpe(t) => {
-                let path = dir.join("tokenizer.json");
-                t.save(&path, false)
-                    .map_err(|e| Error::format(&path, e.to_string()))
-            }
+            TextTokenizer::Bpe(t) => t.save(&dir.join("tokenizer.json")),
         }
     }
 
@@ -173,9 +173,7 @@ impl TextTokenizer {
                 Ok(TextTokenizer::Char(c))
             }
             "bpe" => {
-                let path = dir.join("tokenizer.json");
-                let t = tokenizers::Tokenizer::from_file(&path)
-                    .map_err(|e| Error::format(&path, e.to_string()))?;
+                let t = HfTokenizer::from_file(dir.join("tokenizer.json"))?;
                 Ok(TextTokenizer::Bpe(Box::new(t)))
             }
             other => Err(Error::Format {
@@ -183,6 +181,51 @@ impl TextTokenizer {
                 msg: format!("unknown tokenizer kind '{other}' (expected char or bpe)"),
             }),
         }
+    }
+}
+
+impl Tokenizer for TextTokenizer {
+    fn vocab_size(&self) -> usize {
+        TextTokenizer::vocab_size(self)
+    }
+
+    fn encode_ids(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>> {
+        match self {
+            TextTokenizer::Char(c) => Ok(c.encode(text)?.into_iter().map(|i| i as u32).collect()),
+            TextTokenizer::Bpe(t) => t.encode_ids(text, add_special, parse_special),
+        }
+    }
+
+    fn token_bytes(&self, id: u32, skip_special: bool) -> Result<Vec<u8>> {
+        match self {
+            TextTokenizer::Char(c) => match c.chars.get(id as usize) {
+                Some(ch) => Ok(ch.to_string().into_bytes()),
+                None => Err(Error::Tokenizer(format!(
+                    "token id {id} is outside the vocabulary of {} characters",
+                    c.chars.len()
+                ))),
+            },
+            TextTokenizer::Bpe(t) => t.token_bytes(id, skip_special),
+        }
+    }
+
+    fn token_piece(&self, id: u32) -> Option<String> {
+        match self {
+            TextTokenizer::Char(c) => c.chars.get(id as usize).map(|ch| ch.to_string()),
+            TextTokenizer::Bpe(t) => t.token_piece(id),
+        }
+    }
+
+    fn is_special(&self, id: u32) -> bool {
+        match self {
+            TextTokenizer::Char(_) => false,
+            TextTokenizer::Bpe(t) => t.is_special(id),
+        }
+    }
+
+    fn is_end_of_generation(&self, _id: u32) -> bool {
+        // A model trained on a plain corpus has no end-of-text token: it writes on.
+        false
     }
 }
 

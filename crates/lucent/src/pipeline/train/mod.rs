@@ -22,6 +22,7 @@
 pub mod checkpoint;
 pub mod data;
 pub mod models;
+#[cfg(feature = "viz")]
 pub mod plot;
 
 use std::collections::{HashMap, HashSet};
@@ -39,10 +40,12 @@ use crate::nn::{Dropout, Trace};
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
+use crate::model::{DecoderModel, EncoderDecoderModel};
+use crate::pipeline::generate::TextModel;
 use data::{
     eval_windows, pad_batch, random_batch, CharTokenizer, Task, TextTokenizer, TokenStream,
 };
-use models::{Dims, Gpt, Seq2Seq};
+use models::{lm_loss, new_gpt, new_seq2seq, seq2seq_loss, src_lengths, Dims};
 
 /// What to train.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -126,10 +129,10 @@ impl TrainConfig {
             heads: 4,
             block: 64,
             batch: 12,
-            steps: 2000,
-            lr: 1e-3,
-            min_lr: 1e-4,
-            warmup: 100,
+            steps: 14_000,
+            lr: 2e-3,
+            min_lr: 2e-4,
+            warmup: 200,
             weight_decay: 0.1,
             beta2: 0.99,
             grad_clip: 1.0,
@@ -256,6 +259,12 @@ pub struct Limits {
     pub minutes: Option<f64>,
     /// Stop after this step (as if interrupted; the run can be resumed).
     pub stop_after: Option<u64>,
+    /// With `minutes`: fit the run's length (`steps`, and so the learning-rate schedule)
+    /// to the time budget instead of the configured step count, so the budget is used
+    /// whole and the schedule ends when it does. The steps are estimated from the
+    /// measured time per step (evaluations included) after a short calibration and
+    /// re-estimated at each evaluation in the first half of the budget.
+    pub fit_to_time: bool,
 }
 
 /// What a session did.
@@ -289,9 +298,9 @@ impl Summary {
 #[allow(clippy::large_enum_variant)] // one per run, never in a collection
 pub enum Net {
     /// Language model.
-    Lm(Gpt),
+    Lm(DecoderModel),
     /// Encoder-decoder.
-    Seq2Seq(Seq2Seq),
+    Seq2Seq(EncoderDecoderModel),
 }
 
 impl Net {
@@ -317,6 +326,9 @@ enum Data {
 /// The checkpoint file inside a run folder written by `lucent train`.
 pub const CHECKPOINT: &str = "model.safetensors";
 
+/// Steps run before a time budget's first estimate of the run's length.
+const CALIBRATION_STEPS: u64 = 20;
+
 /// The batch RNG of step `t`: a pure function of (seed, t).
 fn step_rng(seed: u64, t: u64) -> StdRng {
     StdRng::seed_from_u64(
@@ -338,7 +350,19 @@ fn dims_of(cfg: &TrainConfig, vocab: usize) -> Dims {
 
 /// Read a corpus (known name or file) as text; errors for a missing or empty one.
 pub fn read_corpus(spec: &str, progress: &mut dyn Progress) -> Result<(PathBuf, String)> {
+    #[cfg(feature = "fetch")]
     let path = crate::io::corpus::resolve_corpus(spec, progress)?;
+    #[cfg(not(feature = "fetch"))]
+    let path = {
+        let _ = progress;
+        let p = PathBuf::from(spec);
+        if !p.is_file() {
+            return Err(Error::Argument(format!(
+                "corpus '{spec}' is not a file, and this build of lucent has no `fetch` feature to fetch a known corpus"
+            )));
+        }
+        p
+    };
     let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
     if text.trim().is_empty() {
         return Err(Error::Argument(format!(
@@ -395,7 +419,7 @@ pub fn train(
             let ids = tok.encode(&text)?;
             let stream = TokenStream::split(ids, config.block)?;
             tok.save(out)?;
-            let gpt = Gpt::new_random(&dims_of(&config, tok.vocab_size()), &mut init_rng)?;
+            let gpt = new_gpt(&dims_of(&config, tok.vocab_size()), &mut init_rng)?;
             (
                 Net::Lm(gpt),
                 Data::Lm {
@@ -413,7 +437,7 @@ pub fn train(
         } => {
             config.block = 2 * max_len + 8;
             let vocab = task.vocab_size(symbols);
-            let s2s = Seq2Seq::new_random(&dims_of(&config, vocab), &mut init_rng)?;
+            let s2s = new_seq2seq(&dims_of(&config, vocab), &mut init_rng)?;
             (
                 Net::Seq2Seq(s2s),
                 seq2seq_data(task, symbols, min_len, max_len, test_size, config.seed),
@@ -557,7 +581,35 @@ impl Run {
         let mut train_time = 0.0f64;
         let mut tokens = 0usize;
         let mut last_saved = None;
+        let first_step = self.step;
+        let budget = limits
+            .minutes
+            .filter(|_| limits.fit_to_time)
+            .map(|m| m * 60.0);
+        let mut schedule = schedule;
         while self.step < self.config.steps {
+            if let Some(budget) = budget {
+                let done = self.step - first_step;
+                let elapsed = started.elapsed().as_secs_f64();
+                let calibrated = done == CALIBRATION_STEPS
+                    || (done > CALIBRATION_STEPS
+                        && self.step.is_multiple_of(self.config.eval_every)
+                        && elapsed < budget / 2.0);
+                if calibrated {
+                    // Seconds per step so far (evaluations included), and the steps that
+                    // fit what is left of the budget (3% kept for the last evaluation).
+                    let per_step = elapsed / done as f64;
+                    let fit = self.step + ((budget * 0.97 - elapsed) / per_step).max(1.0) as u64;
+                    if fit != self.config.steps {
+                        self.config.steps = fit;
+                        schedule = self.config.schedule();
+                        observer.message(&format!(
+                            "time budget: {:.1} s per step so far, schedule fitted to {fit} steps",
+                            per_step
+                        ));
+                    }
+                }
+            }
             if limits.stop_after.is_some_and(|s| self.step >= s) {
                 break;
             }
@@ -613,7 +665,10 @@ impl Run {
             }
             self.save()?;
         }
+        #[cfg(feature = "viz")]
         let plot = plot::loss_curve(&self.history, &self.out.join("loss.png")).ok();
+        #[cfg(not(feature = "viz"))]
+        let plot: Option<()> = None;
         Ok(Summary {
             step: self.step,
             history: self.history.clone(),
@@ -668,7 +723,7 @@ impl Run {
                 let n = b.src.iter().map(Vec::len).sum::<usize>()
                     + b.tgt_in.iter().map(Vec::len).sum::<usize>();
                 (
-                    Loss::Pending(m.loss(&b.src, &b.tgt_in, &b.tgt_out, data::PAD)?),
+                    Loss::Pending(seq2seq_loss(m, &b.src, &b.tgt_in, &b.tgt_out, data::PAD)?),
                     n,
                 )
             }
@@ -778,7 +833,7 @@ enum Loss {
 /// `dropout` is (probability, seed); shard i draws its masks from `seed ^ i·K`. Returns the
 /// batch's mean loss. With one thread this is exactly `loss(...)` then `backward()`.
 pub fn lm_backward(
-    model: &Gpt,
+    model: &DecoderModel,
     x: &[Vec<usize>],
     y: &[Vec<usize>],
     dropout: Option<(f32, u64)>,
@@ -788,7 +843,7 @@ pub fn lm_backward(
 
 /// [`lm_backward`] with a given number of shards (at most one per row).
 pub fn lm_backward_shards(
-    model: &Gpt,
+    model: &DecoderModel,
     x: &[Vec<usize>],
     y: &[Vec<usize>],
     dropout: Option<(f32, u64)>,
@@ -803,9 +858,9 @@ pub fn lm_backward_shards(
         let loss = match dropout {
             Some((p, seed)) => {
                 let mut d = Dropout::new(p, seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))?;
-                model.loss_with_dropout(&x[r.clone()], &y[r], Some(&mut d))?
+                lm_loss(model, &x[r.clone()], &y[r], Some(&mut d))?
             }
-            None => model.loss(&x[r.clone()], &y[r])?,
+            None => lm_loss(model, &x[r.clone()], &y[r], None)?,
         };
         Ok((loss, weight))
     })?;
@@ -816,7 +871,7 @@ pub fn lm_backward_shards(
 
 /// Mean next-token loss over evenly spaced validation windows.
 pub fn lm_val_loss(
-    model: &Gpt,
+    model: &DecoderModel,
     val: &[usize],
     block: usize,
     batch: usize,
@@ -825,7 +880,7 @@ pub fn lm_val_loss(
     let (x, y) = eval_windows(val, block, windows.max(1));
     let (mut total, mut n) = (0.0f64, 0usize);
     for (xc, yc) in x.chunks(batch.max(1)).zip(y.chunks(batch.max(1))) {
-        let l = no_grad(|| model.loss(xc, yc))?.item()?;
+        let l = no_grad(|| lm_loss(model, xc, yc, None))?.item()?;
         total += l as f64 * xc.len() as f64;
         n += xc.len();
     }
@@ -833,16 +888,21 @@ pub fn lm_val_loss(
 }
 
 /// (teacher-forced loss, greedy exact-match accuracy) on held-out examples.
-pub fn seq2seq_eval(model: &Seq2Seq, test: &[(Vec<usize>, Vec<usize>)]) -> Result<(f32, f32)> {
+pub fn seq2seq_eval(
+    model: &EncoderDecoderModel,
+    test: &[(Vec<usize>, Vec<usize>)],
+) -> Result<(f32, f32)> {
     let (mut total, mut n, mut exact) = (0.0f64, 0usize, 0usize);
     for chunk in test.chunks(100) {
         let b = pad_batch(chunk);
-        let l = no_grad(|| model.loss(&b.src, &b.tgt_in, &b.tgt_out, data::PAD))?.item()?;
+        let l =
+            no_grad(|| seq2seq_loss(model, &b.src, &b.tgt_in, &b.tgt_out, data::PAD))?.item()?;
         total += l as f64 * chunk.len() as f64;
         n += chunk.len();
         // Greedy decoding of the padded batch (padding is masked out).
         let max_len = chunk.iter().map(|e| e.1.len()).max().unwrap_or(0) + 2;
-        let out = model.greedy(&b.src, data::BOS, data::EOS, max_len)?;
+        let lens = src_lengths(&b.src);
+        let out = model.greedy(&b.src, Some(&lens), data::BOS, data::EOS, max_len)?;
         exact += out.iter().zip(chunk).filter(|(o, ex)| **o == ex.1).count();
     }
     Ok((
@@ -854,7 +914,7 @@ pub fn seq2seq_eval(model: &Seq2Seq, test: &[(Vec<usize>, Vec<usize>)]) -> Resul
 /// Parse `input` for `task` and decode it greedily with the KV cache (room for twice
 /// the input and a few more tokens). Returns the input's ids and the output's.
 fn greedy_one(
-    model: &Seq2Seq,
+    model: &EncoderDecoderModel,
     task: Task,
     symbols: usize,
     input: &str,
@@ -862,6 +922,7 @@ fn greedy_one(
     let src = task.parse_input(symbols, input)?;
     let mut out = model.greedy(
         std::slice::from_ref(&src),
+        None,
         data::BOS,
         data::EOS,
         src.len() * 2 + 4,
@@ -879,14 +940,14 @@ pub enum TrainedModel {
     /// A language model with its tokenizer.
     Lm {
         /// The network.
-        model: Gpt,
+        model: DecoderModel,
         /// Its tokenizer.
         tokenizer: TextTokenizer,
     },
     /// An encoder-decoder with its task.
     Seq2Seq {
         /// The network.
-        model: Seq2Seq,
+        model: EncoderDecoderModel,
         /// The task it learned.
         task: Task,
         /// Its number of symbols.
@@ -933,14 +994,13 @@ impl TrainedModel {
             Job::Lm { .. } => {
                 let kind = ck.meta("tokenizer", path)?;
                 let tokenizer = TextTokenizer::load(dir, kind)?;
-                let mut model =
-                    Gpt::new_random(&dims_of(&config, tokenizer.vocab_size()), &mut rng)?;
+                let mut model = new_gpt(&dims_of(&config, tokenizer.vocab_size()), &mut rng)?;
                 fill(&mut model)?;
                 Ok(TrainedModel::Lm { model, tokenizer })
             }
             Job::Seq2Seq { task, symbols, .. } => {
                 let mut model =
-                    Seq2Seq::new_random(&dims_of(&config, task.vocab_size(*symbols)), &mut rng)?;
+                    new_seq2seq(&dims_of(&config, task.vocab_size(*symbols)), &mut rng)?;
                 fill(&mut model)?;
                 Ok(TrainedModel::Seq2Seq {
                     model,
@@ -951,16 +1011,42 @@ impl TrainedModel {
         }
     }
 
+    /// The language model as a [`TextModel`] for the generation loop (no chat
+    /// template: it was trained on plain text). Errors for an encoder-decoder.
+    pub fn text_model(&self, path: &Path) -> Result<TextModel> {
+        match self {
+            TrainedModel::Lm { model, tokenizer } => Ok(TextModel {
+                path: path.to_path_buf(),
+                model: model.clone(),
+                tokenizer: std::sync::Arc::new(tokenizer.clone()),
+                template: None,
+                add_bos: false,
+            }),
+            TrainedModel::Seq2Seq { .. } => Err(Error::Argument(format!(
+                "{} is an encoder-decoder trained on a task; it transforms an input (lucent train sample) \
+                 rather than continue a text",
+                path.display()
+            ))),
+        }
+    }
+
     /// Continue `prompt` by `n` tokens sampled at `temperature` (0: greedy) with `seed`
     /// (language model), or decode `prompt` greedily (encoder-decoder). Returns the
     /// prompt followed by the generated text (LM) or the output (seq2seq).
     pub fn sample(&self, prompt: &str, n: usize, temperature: f32, seed: u64) -> Result<String> {
         match self {
-            TrainedModel::Lm { model, tokenizer } => {
-                let ids = tokenizer.encode(prompt)?;
-                let mut rng = StdRng::seed_from_u64(seed);
-                let out = model.sample(&ids, n, temperature, &mut rng)?;
-                tokenizer.decode(&out)
+            TrainedModel::Lm { .. } => {
+                let tm = self.text_model(Path::new("<trained>"))?;
+                let mut gen = crate::pipeline::Generator::new(std::sync::Arc::new(tm));
+                let sampling = crate::pipeline::Sampling {
+                    context_shift: true,
+                    ..crate::pipeline::Sampling::greedy()
+                        .temperature(temperature)
+                        .seed(seed)
+                        .max_tokens(n)
+                };
+                let text = gen.complete(prompt, &sampling)?;
+                Ok(format!("{prompt}{text}"))
             }
             TrainedModel::Seq2Seq {
                 model,
@@ -978,30 +1064,14 @@ impl TrainedModel {
     /// each decoder layer, the weights averaged over heads, (output tokens, input
     /// tokens), with the input and output symbols as labels.
     pub fn cross_attention(&self, input: &str) -> Result<(Vec<Tensor>, Vec<String>, Vec<String>)> {
-        let TrainedModel::Seq2Seq {
-            model,
-            task,
-            symbols,
-            ..
-        } = self
-        else {
-            return Err(Error::Argument(
-                "cross-attention belongs to encoder-decoder models; this one is a language model"
-                    .into(),
-            ));
-        };
-        let (src, out) = greedy_one(model, *task, *symbols, input)?;
-        let tgt_in: Vec<usize> = [&[data::BOS], out.as_slice()].concat();
         let mut trace = Trace::only(&["weights"]);
-        no_grad(|| {
-            model.forward(
-                std::slice::from_ref(&src),
-                std::slice::from_ref(&tgt_in),
-                Some(&mut trace),
-            )
-        })?;
+        let (src, out) = self.trace_seq2seq(input, &mut trace)?;
+        let layers = match self {
+            TrainedModel::Seq2Seq { model, .. } => model.transformer.decoder.layers.len(),
+            TrainedModel::Lm { .. } => 0,
+        };
         let mut maps = Vec::new();
-        for i in 0..model.transformer.decoder.layers.len() {
+        for i in 0..layers {
             let name = format!("decoder.layer.{i}.cross_attn.weights");
             let w = trace
                 .get(&name)
@@ -1018,11 +1088,45 @@ impl TrainedModel {
             }
             maps.push(Tensor::new(mean, &[tq, tk])?);
         }
+        Ok((maps, out, src))
+    }
+
+    /// Decode `input` greedily with the encoder-decoder, then run the teacher-forced
+    /// pass over its own answer into `trace` (encoder and decoder, cross-attention
+    /// included). Returns the input's symbols and the output's (ending with `<eos>`),
+    /// as labels for the encoder's and the decoder's positions.
+    pub fn trace_seq2seq(
+        &self,
+        input: &str,
+        trace: &mut Trace,
+    ) -> Result<(Vec<String>, Vec<String>)> {
+        let TrainedModel::Seq2Seq {
+            model,
+            task,
+            symbols,
+            ..
+        } = self
+        else {
+            return Err(Error::Argument(
+                "cross-attention belongs to encoder-decoder models; this one is a language model"
+                    .into(),
+            ));
+        };
+        let (src, out) = greedy_one(model, *task, *symbols, input)?;
+        let tgt_in: Vec<usize> = [&[data::BOS], out.as_slice()].concat();
+        no_grad(|| {
+            model.forward(
+                std::slice::from_ref(&src),
+                std::slice::from_ref(&tgt_in),
+                None,
+                Some(trace),
+            )
+        })?;
         let render = |ids: &[usize]| -> Vec<String> {
             ids.iter().map(|&i| task.render(*symbols, &[i])).collect()
         };
         let mut rows: Vec<String> = render(&out);
         rows.push("<eos>".into());
-        Ok((maps, rows, render(&src)))
+        Ok((render(&src), rows))
     }
 }

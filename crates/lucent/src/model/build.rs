@@ -1,0 +1,357 @@
+//! From a [`ModelConfig`] to the `nn` blocks: the one place where the config's fields
+//! become each block's own small config, for fresh weights (training) and for weights
+//! read from a checkpoint ([`WeightSource`]).
+//!
+//! The `nn` blocks know nothing of `ModelConfig` (they take an [`AttentionConfig`], a
+//! [`Norm`], a [`FeedForward`] …); the generic models ([`crate::model::EncoderModel`],
+//! [`crate::model::DecoderModel`], [`crate::model::EncoderDecoderModel`]) are assembled
+//! here, so that every family goes through the same code and a config field is honoured
+//! (or refused) in one place.
+//!
+//! Fresh weights follow GPT-2's scheme: N(0, 0.02²), residual output projections
+//! N(0, (0.02/√(2N))²), zero biases, unit norms.
+
+use rand::Rng;
+
+use crate::model::config::{ModelConfig, ModelKind, NormKind, NormPlacement, PositionKind};
+use crate::model::family::{Param, WeightSource};
+use crate::nn::attention::RopeSpec;
+use crate::nn::feed_forward::residual_std;
+use crate::nn::{
+    AttentionConfig, Decoder, DecoderLayer, Embedding, Encoder, EncoderLayer, FeedForward, KvCache,
+    LayerNorm, Linear, MultiHeadAttention, Norm, RmsNorm, Transformer,
+};
+use crate::{Error, Result};
+
+/// The attention of layer `layer` (`cross`: the decoder's cross-attention, which has no
+/// RoPE and no window). Local (windowed) layers use the local RoPE base.
+pub fn attention_config(cfg: &ModelConfig, layer: usize, cross: bool) -> AttentionConfig {
+    let window = if cross {
+        None
+    } else {
+        cfg.window_of_layer(layer)
+    };
+    let rope = match cfg.position {
+        PositionKind::Rope {
+            base,
+            local_base,
+            convention,
+        } if !cross => Some(RopeSpec {
+            base: if window.is_some() {
+                local_base.unwrap_or(base)
+            } else {
+                base
+            },
+            convention,
+        }),
+        _ => None,
+    };
+    AttentionConfig {
+        d_model: cfg.d_model,
+        n_heads: cfg.n_heads,
+        n_kv_heads: cfg.n_kv_heads,
+        head_dim: cfg.head_dim,
+        qkv_bias: cfg.qkv_bias,
+        out_bias: cfg.attn_out_bias,
+        qk_norm: cfg.qk_norm,
+        norm_eps: cfg.norm_eps,
+        rope,
+        window,
+        scale: cfg.score_scale(),
+        scale_queries: cfg.attention_scale.is_some(),
+    }
+}
+
+/// A KV cache for `cfg`'s decoder stack: `b` sequences of up to `max_t` positions.
+pub fn kv_cache(cfg: &ModelConfig, b: usize, max_t: usize) -> KvCache {
+    KvCache::new(cfg.decoder_layers, b, cfg.n_kv_heads, max_t, cfg.head_dim)
+}
+
+// ------------------------------------------------------------------ fresh weights
+
+/// A unit norm of `cfg`'s kind (γ = 1, β = 0).
+pub fn fresh_norm(cfg: &ModelConfig) -> Norm {
+    Norm::identity(cfg.norm, cfg.d_model, cfg.norm_bias, cfg.norm_eps)
+}
+
+fn fresh_sandwich(cfg: &ModelConfig) -> Option<Norm> {
+    (cfg.norm_placement == NormPlacement::Sandwich).then(|| fresh_norm(cfg))
+}
+
+/// The final norm of a stack, if `cfg` has one.
+pub fn fresh_final_norm(cfg: &ModelConfig) -> Option<Norm> {
+    cfg.final_norm.then(|| fresh_norm(cfg))
+}
+
+/// A token table for `cfg` (vocab_size × d_model, N(0, 0.02²), scaled by
+/// `embedding_scale`).
+pub fn random_embedding(cfg: &ModelConfig, rng: &mut impl Rng) -> Embedding {
+    Embedding::new_random(cfg.vocab_size, cfg.d_model, 0.02, cfg.embedding_scale, rng)
+}
+
+/// A feed-forward network of `cfg` in a stack of `n_layers` (out_std = 0.02/√(2N)).
+pub fn random_feed_forward(cfg: &ModelConfig, n_layers: usize, rng: &mut impl Rng) -> FeedForward {
+    FeedForward::new_random(
+        cfg.ffn,
+        cfg.activation,
+        cfg.d_model,
+        cfg.d_ff,
+        cfg.ffn_bias,
+        residual_std(n_layers),
+        rng,
+    )
+}
+
+/// Random weights for layer `layer` of `cfg`'s encoder stack.
+pub fn random_encoder_layer(
+    cfg: &ModelConfig,
+    layer: usize,
+    rng: &mut impl Rng,
+) -> Result<EncoderLayer> {
+    let n = cfg.encoder_layers;
+    let attn =
+        MultiHeadAttention::new_random(&attention_config(cfg, layer, false), residual_std(n), rng)?;
+    let ffn = random_feed_forward(cfg, n, rng);
+    let l = EncoderLayer {
+        placement: cfg.norm_placement,
+        self_attn: attn,
+        self_attn_norm: fresh_norm(cfg),
+        self_attn_post_norm: fresh_sandwich(cfg),
+        ffn,
+        ffn_norm: fresh_norm(cfg),
+        ffn_post_norm: fresh_sandwich(cfg),
+    };
+    l.validate()?;
+    Ok(l)
+}
+
+/// Random weights for layer `layer` of `cfg`'s decoder stack, with cross-attention
+/// when `cross`.
+pub fn random_decoder_layer(
+    cfg: &ModelConfig,
+    layer: usize,
+    cross: bool,
+    rng: &mut impl Rng,
+) -> Result<DecoderLayer> {
+    let n = cfg.decoder_layers;
+    let out_std = residual_std(n);
+    let self_attn =
+        MultiHeadAttention::new_random(&attention_config(cfg, layer, false), out_std, rng)?;
+    let cross_attn = if cross {
+        Some(MultiHeadAttention::new_random(
+            &attention_config(cfg, layer, true),
+            out_std,
+            rng,
+        )?)
+    } else {
+        None
+    };
+    let ffn = random_feed_forward(cfg, n, rng);
+    let l = DecoderLayer {
+        placement: cfg.norm_placement,
+        self_attn,
+        self_attn_norm: fresh_norm(cfg),
+        self_attn_post_norm: fresh_sandwich(cfg),
+        cross_attn_norm: cross.then(|| fresh_norm(cfg)),
+        cross_attn_post_norm: if cross { fresh_sandwich(cfg) } else { None },
+        cross_attn,
+        ffn,
+        ffn_norm: fresh_norm(cfg),
+        ffn_post_norm: fresh_sandwich(cfg),
+    };
+    l.validate()?;
+    Ok(l)
+}
+
+/// Random weights for `cfg`'s encoder stack (`cfg.encoder_layers` layers).
+pub fn random_encoder(cfg: &ModelConfig, rng: &mut impl Rng) -> Result<Encoder> {
+    cfg.validate()?;
+    let layers = (0..cfg.encoder_layers)
+        .map(|i| random_encoder_layer(cfg, i, rng))
+        .collect::<Result<Vec<_>>>()?;
+    Encoder::new(layers, fresh_final_norm(cfg))
+}
+
+/// Random weights for `cfg`'s decoder stack, with cross-attention when `cfg` is an
+/// encoder-decoder.
+pub fn random_decoder(cfg: &ModelConfig, rng: &mut impl Rng) -> Result<Decoder> {
+    cfg.validate()?;
+    let cross = cfg.kind == ModelKind::EncoderDecoder;
+    let layers = (0..cfg.decoder_layers)
+        .map(|i| random_decoder_layer(cfg, i, cross, rng))
+        .collect::<Result<Vec<_>>>()?;
+    Decoder::new(layers, fresh_final_norm(cfg))
+}
+
+/// Random weights for an encoder-decoder `cfg`'s two stacks.
+pub fn random_transformer(cfg: &ModelConfig, rng: &mut impl Rng) -> Result<Transformer> {
+    if cfg.kind != ModelKind::EncoderDecoder {
+        return Err(Error::Config(format!(
+            "Transformer needs kind encoder_decoder, got {:?}",
+            cfg.kind
+        )));
+    }
+    Transformer::new(random_encoder(cfg, rng)?, random_decoder(cfg, rng)?)
+}
+
+// ------------------------------------------------------------------ checkpoint weights
+
+/// A norm of `cfg`'s kind read from `w` (β only for a LayerNorm with `norm_bias`).
+pub fn norm(
+    cfg: &ModelConfig,
+    w: &dyn WeightSource,
+    weight: Param,
+    bias: Param,
+    layer: usize,
+) -> Result<Norm> {
+    let gamma = w.tensor(weight, layer)?;
+    Ok(match cfg.norm {
+        NormKind::LayerNorm => {
+            let beta = if cfg.norm_bias {
+                Some(w.tensor(bias, layer)?)
+            } else {
+                None
+            };
+            Norm::Layer(LayerNorm::new(gamma, beta, cfg.norm_eps)?)
+        }
+        NormKind::RmsNorm => Norm::Rms(RmsNorm::new(gamma, cfg.norm_eps)?),
+    })
+}
+
+/// A linear layer read from `w`: the weight (quantised where stored so) and its bias if
+/// `bias` names one.
+pub fn linear(
+    w: &dyn WeightSource,
+    weight: Param,
+    bias: Option<Param>,
+    layer: usize,
+) -> Result<Linear> {
+    let weight = w.matrix(weight, layer)?;
+    let b = bias.map(|b| w.tensor(b, layer)).transpose()?;
+    Linear::new(weight, b)
+}
+
+/// Layer `i`'s self-attention read from `w`.
+pub fn self_attention(
+    cfg: &ModelConfig,
+    w: &dyn WeightSource,
+    i: usize,
+) -> Result<MultiHeadAttention> {
+    let qb = cfg.qkv_bias;
+    let (qn, kn) = if cfg.qk_norm {
+        (
+            Some(RmsNorm::new(
+                w.tensor(Param::QueryNormWeight, i)?,
+                cfg.norm_eps,
+            )?),
+            Some(RmsNorm::new(
+                w.tensor(Param::KeyNormWeight, i)?,
+                cfg.norm_eps,
+            )?),
+        )
+    } else {
+        (None, None)
+    };
+    MultiHeadAttention::new(
+        attention_config(cfg, i, false),
+        linear(w, Param::QueryWeight, qb.then_some(Param::QueryBias), i)?,
+        linear(w, Param::KeyWeight, qb.then_some(Param::KeyBias), i)?,
+        linear(w, Param::ValueWeight, qb.then_some(Param::ValueBias), i)?,
+        linear(
+            w,
+            Param::AttnOutWeight,
+            cfg.attn_out_bias.then_some(Param::AttnOutBias),
+            i,
+        )?,
+        qn,
+        kn,
+    )
+}
+
+/// Layer `i`'s feed-forward network read from `w`.
+pub fn feed_forward(cfg: &ModelConfig, w: &dyn WeightSource, i: usize) -> Result<FeedForward> {
+    let fb = cfg.ffn_bias;
+    let ffn = match cfg.ffn {
+        crate::model::FfnKind::Mlp => FeedForward::mlp(
+            linear(w, Param::FfnUpWeight, fb.then_some(Param::FfnUpBias), i)?,
+            linear(w, Param::FfnDownWeight, fb.then_some(Param::FfnDownBias), i)?,
+            cfg.activation,
+        )?,
+        crate::model::FfnKind::Gated => {
+            if fb {
+                return Err(Error::Config(
+                    "ffn_bias: the gated feed-forward networks lucent reads have no biases (no family's name table has them)".into(),
+                ));
+            }
+            FeedForward::gated(
+                linear(w, Param::FfnGateWeight, None, i)?,
+                linear(w, Param::FfnUpWeight, None, i)?,
+                linear(w, Param::FfnDownWeight, None, i)?,
+                cfg.activation,
+            )?
+        }
+    };
+    Ok(ffn)
+}
+
+/// The post-norms of a sandwich layer (on the attention's and the FFN's outputs).
+fn post_norms(cfg: &ModelConfig, w: &dyn WeightSource, i: usize) -> Result<(Norm, Norm)> {
+    if cfg.norm == NormKind::LayerNorm {
+        return Err(Error::Config(
+            "norm_placement sandwich with LayerNorm: no family's name table has the post-norms' biases; \
+             sandwich layers are read with RMSNorm (Gemma)"
+                .into(),
+        ));
+    }
+    Ok((
+        norm(cfg, w, Param::AttnPostNormWeight, Param::AttnNormBias, i)?,
+        norm(cfg, w, Param::FfnPostNormWeight, Param::FfnNormBias, i)?,
+    ))
+}
+
+/// Encoder layer `i` read from `w`.
+pub fn encoder_layer(cfg: &ModelConfig, w: &dyn WeightSource, i: usize) -> Result<EncoderLayer> {
+    let layer = EncoderLayer::new(
+        cfg.norm_placement,
+        self_attention(cfg, w, i)?,
+        norm(cfg, w, Param::AttnNormWeight, Param::AttnNormBias, i)?,
+        feed_forward(cfg, w, i)?,
+        norm(cfg, w, Param::FfnNormWeight, Param::FfnNormBias, i)?,
+    )?;
+    if cfg.norm_placement == NormPlacement::Sandwich {
+        let (a, f) = post_norms(cfg, w, i)?;
+        return layer.with_post_norms(a, f);
+    }
+    Ok(layer)
+}
+
+/// Decoder-only layer `i` read from `w` (no cross-attention).
+pub fn decoder_layer(cfg: &ModelConfig, w: &dyn WeightSource, i: usize) -> Result<DecoderLayer> {
+    let layer = DecoderLayer::new(
+        cfg.norm_placement,
+        self_attention(cfg, w, i)?,
+        norm(cfg, w, Param::AttnNormWeight, Param::AttnNormBias, i)?,
+        None,
+        feed_forward(cfg, w, i)?,
+        norm(cfg, w, Param::FfnNormWeight, Param::FfnNormBias, i)?,
+    )?;
+    if cfg.norm_placement == NormPlacement::Sandwich {
+        let (a, f) = post_norms(cfg, w, i)?;
+        return layer.with_post_norms(a, None, f);
+    }
+    Ok(layer)
+}
+
+/// The final norm of a stack read from `w`, if `cfg` has one.
+pub fn final_norm(cfg: &ModelConfig, w: &dyn WeightSource) -> Result<Option<Norm>> {
+    if !cfg.final_norm {
+        return Ok(None);
+    }
+    Ok(Some(norm(
+        cfg,
+        w,
+        Param::FinalNormWeight,
+        Param::FinalNormBias,
+        0,
+    )?))
+}

@@ -1,0 +1,304 @@
+//! `EncoderDecoderModel`: the Transformer of the paper (Vaswani et al. 2017, figure 1)
+//! as a [`ModelConfig`] describes it — the guides' central picture:
+//!
+//! memory = Encoder(E_src[src] · scale + P[0..s])
+//! logits = Decoder(E[tgt] · scale + P[0..t], memory) · E_outᵀ
+//!
+//! The encoder reads the whole source with bidirectional self-attention (padding keys
+//! hidden); each decoder layer has causal self-attention, then cross-attention whose
+//! queries come from the decoder and whose keys and values are the encoder's output,
+//! then the feed-forward network. Generation encodes the source once and decodes one
+//! token at a time through a [`KvCache`] (self-attention only: the memory does not
+//! change).
+//!
+//! `lucent train seq2seq` builds one ([`EncoderDecoderModel::new_random`]: shared source
+//! and target embeddings scaled by √d, sinusoidal positions, post-norm layers, an untied
+//! head); a training run loads back through the same type.
+
+use rand::Rng;
+
+use crate::autograd::params::join;
+use crate::autograd::{no_grad, Parameters, ParamsMut};
+use crate::model::build;
+use crate::model::config::{ModelKind, PositionKind};
+use crate::model::ModelConfig;
+use crate::nn::mask::key_padding_bias;
+use crate::nn::position::{AbsolutePositions, LearnedPositions, SinusoidalEncoding};
+use crate::nn::{AttentionOptions, Embedding, Head, KvCache, Trace, Transformer};
+use crate::runtime::Numerics;
+use crate::tensor::Tensor;
+use crate::{Error, Result};
+
+/// An encoder-decoder Transformer: embeddings and positions, the two stacks, a head.
+#[derive(Clone, Debug)]
+pub struct EncoderDecoderModel {
+    /// The checked configuration it was built from.
+    pub config: ModelConfig,
+    /// E: (V, d), the target (decoder) token table, with the config's embedding scale;
+    /// the source's too unless `src_embedding` is set.
+    pub embedding: Embedding,
+    /// A separate source token table, if the model has one.
+    pub src_embedding: Option<Embedding>,
+    /// Absolute positions added to both stacks' inputs.
+    pub positions: Option<AbsolutePositions>,
+    /// The encoder and decoder stacks.
+    pub transformer: Transformer,
+    /// W_vocab: (V, d); None when the head is tied to the target token table.
+    pub head: Option<Head>,
+    /// How its arithmetic rounds ([`Numerics`]; lucent's own for every family so far).
+    pub numerics: Numerics,
+}
+
+/// Refuse, by name, the config fields an encoder-decoder cannot honour.
+fn check_config(cfg: &ModelConfig) -> Result<()> {
+    cfg.validate()?;
+    let refuse = |field: &str, why: &str| {
+        Err(Error::Config(format!(
+            "{field}: {why} (EncoderDecoderModel, family {})",
+            cfg.family
+        )))
+    };
+    if cfg.kind != ModelKind::EncoderDecoder {
+        return refuse(
+            "kind",
+            &format!(
+                "is {:?}, an EncoderDecoderModel needs encoder_decoder",
+                cfg.kind
+            ),
+        );
+    }
+    if cfg.type_vocab_size > 0 {
+        return refuse(
+            "type_vocab_size",
+            "token types (segments) belong to BERT encoders",
+        );
+    }
+    if cfg.embedding_norm {
+        return refuse(
+            "embedding_norm",
+            "no encoder-decoder family has a norm after the embeddings",
+        );
+    }
+    if cfg.pooler {
+        return refuse("pooler", "a pooler belongs to BERT encoders");
+    }
+    if matches!(
+        cfg.position,
+        PositionKind::Rope { .. } | PositionKind::Alibi
+    ) {
+        return refuse(
+            "position",
+            "RoPE and ALiBi are not wired into the encoder-decoder's two stacks; use sinusoidal or learned positions",
+        );
+    }
+    if cfg.sliding_window.is_some() {
+        return refuse(
+            "sliding_window",
+            "no encoder-decoder family has windowed attention",
+        );
+    }
+    Ok(())
+}
+
+impl EncoderDecoderModel {
+    /// A freshly initialised model for training: the token table drawn from
+    /// N(0, 1/d) when the embeddings are scaled by √d (so that after the scale they are
+    /// unit-sized, as in the paper's setup), else N(0, 0.02²); GPT-2's scheme for the
+    /// rest; an untied head N(0, 0.02²).
+    pub fn new_random(cfg: ModelConfig, rng: &mut impl Rng) -> Result<Self> {
+        check_config(&cfg)?;
+        let std = if cfg.embedding_scale != 1.0 {
+            1.0 / (cfg.d_model as f32).sqrt()
+        } else {
+            0.02
+        };
+        let embedding =
+            Embedding::new_random(cfg.vocab_size, cfg.d_model, std, cfg.embedding_scale, rng);
+        let positions = match cfg.position {
+            PositionKind::Sinusoidal => Some(AbsolutePositions::Sinusoidal(
+                SinusoidalEncoding::new(cfg.max_positions, cfg.d_model)?,
+            )),
+            PositionKind::Learned => Some(AbsolutePositions::Learned(LearnedPositions::randn(
+                cfg.max_positions,
+                cfg.d_model,
+                0.02,
+                rng,
+            )?)),
+            _ => None,
+        };
+        let transformer = build::random_transformer(&cfg, rng)?;
+        let head =
+            (!cfg.tie_embeddings).then(|| Head::new_random(cfg.d_model, cfg.vocab_size, rng));
+        Ok(EncoderDecoderModel {
+            config: cfg,
+            embedding,
+            src_embedding: None,
+            positions,
+            transformer,
+            head,
+            numerics: Numerics::Lucent,
+        })
+    }
+
+    /// Embeddings and positions from `offset` of a batch of equally long id sequences.
+    ///
+    /// # Shapes
+    /// ids: b sequences of t → (b, t, d)
+    fn embed(&self, table: &Embedding, ids: &[Vec<usize>], offset: usize) -> Result<Tensor> {
+        let x = table.forward(ids)?; // (b, t, d)
+        match &self.positions {
+            Some(p) => p.forward(&x, offset), // (b, t, d)
+            None => Ok(x),
+        }
+    }
+
+    /// Vocabulary logits of decoder states: the head, or the target table when tied.
+    ///
+    /// # Shapes
+    /// h: (..., d) → (..., V)
+    pub fn logits(&self, h: &Tensor) -> Result<Tensor> {
+        match &self.head {
+            Some(head) => head.logits_with(h, self.numerics),
+            None => self.embedding.table.matmul_t(h, self.numerics),
+        }
+    }
+
+    /// The encoder's output (the "memory") for a padded batch of sources; sequence b
+    /// has `src_lens[b]` real tokens (None: all of them), its padding hidden from
+    /// attention. The trace gets `encoder.*`.
+    ///
+    /// # Shapes
+    /// src: b sequences of s ids → (b, s, d)
+    pub fn encode(
+        &self,
+        src: &[Vec<usize>],
+        src_lens: Option<&[usize]>,
+        trace: Option<&mut Trace>,
+    ) -> Result<Tensor> {
+        let s = src.first().map_or(0, Vec::len);
+        let bias = match src_lens {
+            Some(l) => key_padding_bias(l, s, s)?,
+            None => None,
+        };
+        let opts = AttentionOptions {
+            bias: bias.as_ref(),
+            numerics: self.numerics,
+            ..AttentionOptions::none()
+        };
+        let table = self.src_embedding.as_ref().unwrap_or(&self.embedding);
+        let x = self.embed(table, src, 0)?; // (b, s, d)
+        self.transformer.encoder.forward(&x, &opts, trace)
+    }
+
+    /// Decoder logits for target tokens placed at positions `offset ..` (after what
+    /// `cache` holds), reading `memory` whose sequence b has `src_lens[b]` real
+    /// positions. The trace gets `decoder.*` (with `cross_attn.*` per layer).
+    ///
+    /// # Shapes
+    /// tgt: b × t ids, memory: (b, s, d) → (b, t, V)
+    pub fn decode(
+        &self,
+        tgt: &[Vec<usize>],
+        memory: &Tensor,
+        src_lens: Option<&[usize]>,
+        cache: Option<&mut KvCache>,
+        trace: Option<&mut Trace>,
+    ) -> Result<Tensor> {
+        let offset = cache.as_ref().map_or(0, |c| c.len());
+        let t = tgt.first().map_or(0, Vec::len);
+        let [_, s, _] = memory.dims()?;
+        let memory_bias = match src_lens {
+            Some(l) => key_padding_bias(l, t, s)?,
+            None => None,
+        };
+        let x = self.embed(&self.embedding, tgt, offset)?; // (b, t, d)
+        let h = self.transformer.decoder.forward(
+            &x,
+            Some(memory),
+            &AttentionOptions {
+                numerics: self.numerics,
+                ..AttentionOptions::causal()
+            },
+            memory_bias.as_ref(),
+            cache,
+            trace,
+        )?; // (b, t, d)
+        self.logits(&h) // (b, t, V)
+    }
+
+    /// Teacher-forced logits: the decoder reads `tgt_in` (the target shifted right, BOS
+    /// first) and cross-attends to the encoded `src`.
+    ///
+    /// # Shapes
+    /// src: b × s ids, tgt_in: b × t ids → (b, t, V)
+    pub fn forward(
+        &self,
+        src: &[Vec<usize>],
+        tgt_in: &[Vec<usize>],
+        src_lens: Option<&[usize]>,
+        trace: Option<&mut Trace>,
+    ) -> Result<Tensor> {
+        let mut trace = trace;
+        let memory = self.encode(src, src_lens, trace.as_deref_mut())?;
+        self.decode(tgt_in, &memory, src_lens, None, trace)
+    }
+
+    /// A KV cache for the decoder's self-attention: `b` sequences of up to `max_t`.
+    pub fn new_cache(&self, b: usize, max_t: usize) -> KvCache {
+        self.transformer.decoder.new_cache(b, max_t)
+    }
+
+    /// Greedy decoding with the decoder's KV cache: start from `bos`, stop at `eos` or
+    /// after `max_len` tokens. Returns each sequence's tokens (without BOS/EOS).
+    pub fn greedy(
+        &self,
+        src: &[Vec<usize>],
+        src_lens: Option<&[usize]>,
+        bos: usize,
+        eos: usize,
+        max_len: usize,
+    ) -> Result<Vec<Vec<usize>>> {
+        no_grad(|| {
+            let b = src.len();
+            let memory = self.encode(src, src_lens, None)?;
+            let mut cache = self.new_cache(b, max_len + 1);
+            let mut current: Vec<Vec<usize>> = vec![vec![bos]; b];
+            let mut out: Vec<Vec<usize>> = vec![Vec::new(); b];
+            let mut done = vec![false; b];
+            for _ in 0..max_len {
+                let logits = self.decode(&current, &memory, src_lens, Some(&mut cache), None)?; // (b, 1, V)
+                let next = logits.argmax_rows();
+                for i in 0..b {
+                    if !done[i] {
+                        if next[i] == eos {
+                            done[i] = true;
+                        } else {
+                            out[i].push(next[i]);
+                        }
+                    }
+                    current[i] = vec![next[i]];
+                }
+                if done.iter().all(|&d| d) {
+                    break;
+                }
+            }
+            Ok(out)
+        })
+    }
+}
+
+impl Parameters for EncoderDecoderModel {
+    fn visit_params(&mut self, prefix: &str, f: &mut ParamsMut) {
+        self.embedding.visit_params(&join(prefix, "embed"), f);
+        if let Some(e) = &mut self.src_embedding {
+            e.visit_params(&join(prefix, "src_embed"), f);
+        }
+        if let Some(p) = &mut self.positions {
+            p.visit_params(&join(prefix, "positions"), f);
+        }
+        self.transformer.visit_params(prefix, f);
+        if let Some(h) = &mut self.head {
+            h.visit_params(&join(prefix, "head"), f);
+        }
+    }
+}
