@@ -1,4 +1,5 @@
-//! Speed of one decode step's attention in llama.cpp's arithmetic (`ops::ggml::attention`)
+//! Speed of one decode step's attention in llama.cpp's arithmetic (`ops::attention` with
+//! `AttentionParams::ggml`, which runs `ops::ggml::attention`)
 //! at SmolLM2's shapes (9 query heads sharing 3 KV heads of 64 numbers), K and V in
 //! cache, at 1 thread and, from a pool thread as the decoder runs it, at 2.
 //!
@@ -9,17 +10,16 @@
 
 use std::time::Instant;
 
-use lucent::ops::attention::round_f16;
-use lucent::ops::ggml::F16Order;
+use lucent::ops::attention::F16Order;
 use lucent::ops::AttentionParams;
 use lucent::tensor::Tensor;
 
 fn main() -> lucent::Result<()> {
-    lucent::set_threads(2)?;
+    let rt = lucent::Runtime::builder().threads(2).build()?;
     let (h, h_kv, d) = (9, 3, 64);
     let vals = |n: usize, s: f32| -> Vec<f32> {
         (0..n)
-            .map(|i| round_f16(((i as f32) * s).sin() * 0.5))
+            .map(|i| half::f16::from_f32(((i as f32) * s).sin() * 0.5).to_f32())
             .collect()
     };
     for t in [64usize, 256, 1024] {
@@ -43,9 +43,9 @@ fn main() -> lucent::Result<()> {
             }
             Ok(best)
         };
-        let call = || lucent::ops::ggml::attention(&q, &k, &v, &p).map(std::hint::black_box);
-        let one = best(&|| lucent::threads::serial(|| call().map(|_| ())))?;
-        let two = best(&|| rayon::scope(|_| call().map(|_| ())))?;
+        let call = || lucent::ops::attention(&q, &k, &v, &p).map(std::hint::black_box);
+        let one = best(&|| rt.install(|| lucent::threads::serial(|| call().map(|_| ()))))?;
+        let two = best(&|| rt.install(|| call().map(|_| ())))?;
         for (threads, s) in [(1, one), (2, two)] {
             println!(
                 "t_k {t:>5}, {threads} thread(s): {:>7.1} us per call, {:>5.1} ns per key and head",

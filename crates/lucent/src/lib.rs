@@ -11,11 +11,12 @@
 //! | [`pipeline`] | user tasks: embeddings, similarity, analogies, generation, training |
 //! | [`model`] | `ModelConfig`, the generic Transformer, families, loading, parameter counts |
 //! | [`nn`] | the guides' building blocks and the KV cache |
-//! | [`autograd`] | reverse-mode gradients over tensor ops, optimisers |
-//! | [`ops`] | kernels: matmul, softmax, norms, activations, rope, attention |
-//! | [`tensor`] | `Tensor`: shape + f32 storage, owned or memory-mapped |
+//! | [`autograd`] | gradient recording on/off, data-parallel backward, optimisers, the parameter visitor |
+//! | [`ops`] | kernels with their backward rules beside them: matmul, softmax, norms, activations, rope, attention, quantised products |
+//! | [`tensor`] | `Tensor`: shape + f32 storage, owned or memory-mapped; its gradient tape; quantised block types |
 //! | [`io`] | safetensors, GGUF, configs, tokenizers, model cache and fetch |
 //! | [`runtime`] | the thread pool lucent owns ([`Runtime`]), CPU features and the instruction-set cap ([`Isa`]) |
+//! | [`bench`] | timings of the (private) kernels beside their twins, for `lucent bench kernels` |
 //! | [`viz`] | heatmaps of attention, masks and positions (PNG/SVG) |
 //!
 //! Errors are values: every fallible function returns [`Result`].
@@ -23,6 +24,7 @@
 
 mod api;
 pub mod autograd;
+pub mod bench;
 pub mod error;
 pub mod io;
 pub mod model;
@@ -31,7 +33,6 @@ pub mod ops;
 pub mod pipeline;
 pub mod runtime;
 pub mod tensor;
-pub mod threads;
 #[cfg(feature = "viz")]
 pub mod viz;
 
@@ -43,6 +44,7 @@ pub use pipeline::chat::Message;
 pub use pipeline::embed::Embedder;
 pub use pipeline::generate::{Generation, Sampling, StopReason};
 pub use pipeline::generator::{Generator, Stream};
+pub use runtime::threads;
 pub use runtime::{Isa, Numerics, Runtime};
 pub use tensor::{Dtype, Tensor};
 pub use threads::{set_threads, threads};

@@ -9,7 +9,6 @@ use std::path::PathBuf;
 use lucent::io::gguf::{GgufArray, GgufFile, GgufValue, GgufWriter};
 use lucent::io::gguf_tokenizer::{GgufTokenizer, TokenType, TokenizerKind};
 use lucent::io::tokenizer::TokenStream;
-use lucent::ops::quant::quantize_activations;
 use lucent::tensor::quant::GgmlType;
 
 /// Where the real model files are. For now: env vars LUCENT_TEST_SMOLLM2 /
@@ -611,7 +610,7 @@ fn check_real_file(name: &str, arch: &str, dtypes: &[GgmlType]) -> GgufFile {
                 .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
                 .collect();
             let y = m.matvec(&x).unwrap();
-            let xq = quantize_activations(dt, &x).unwrap().dequantize();
+            let xq = m.prepare(&x).unwrap().dequantize();
             for r in (0..m.rows()).step_by(97) {
                 let w = &v[r * m.cols()..(r + 1) * m.cols()];
                 let exact: f64 = w.iter().zip(&xq).map(|(&a, &b)| a as f64 * b as f64).sum();
@@ -620,7 +619,7 @@ fn check_real_file(name: &str, arch: &str, dtypes: &[GgmlType]) -> GgufFile {
                     .zip(&xq)
                     .map(|(&a, &b)| (a as f64 * b as f64).abs())
                     .sum();
-                // f32 rounding of the block sums (see tests/quant.rs): 1e-5 of Σ|w·xq|.
+                // f32 rounding of the block sums (see ops/quant/tests): 1e-5 of Σ|w·xq|.
                 assert!(
                     (y[r] as f64 - exact).abs() <= 1e-5 * scale + 1e-6,
                     "{name} {} row {r}",

@@ -265,7 +265,7 @@ impl DecoderModel {
         // The whole pass on a thread of the runtime's pool: its many small parallel
         // products then split between that thread and the others, instead of waking the
         // pool from outside and waiting for it each time.
-        crate::autograd::in_pool(|| {
+        crate::tensor::tape::in_pool(|| {
             if crate::threads::threads() > 1 && trace.is_none() && !crate::threads::in_team() {
                 // Its many parallel loops (~150 small ones for a decoded token) shared by
                 // a team that stays awake for the pass instead of the pool's workers,

@@ -214,6 +214,18 @@ impl EncoderModel {
         mask: Option<&[Vec<bool>]>,
         trace: Option<&mut Trace>,
     ) -> Result<Tensor> {
+        // The whole pass on the runtime's pool (its parallel ops then wake no pool).
+        crate::tensor::tape::in_pool(|| self.forward_here(ids, type_ids, mask, trace))
+    }
+
+    /// [`EncoderModel::forward`] on the calling thread.
+    fn forward_here(
+        &self,
+        ids: &[Vec<usize>],
+        type_ids: Option<&[Vec<usize>]>,
+        mask: Option<&[Vec<bool>]>,
+        trace: Option<&mut Trace>,
+    ) -> Result<Tensor> {
         let mut trace = trace;
         let x = self.embeddings.forward(ids, type_ids)?; // (b, t, d)
         let [b, t, _] = x.dims()?;
@@ -267,7 +279,7 @@ impl EncoderModel {
             segments: Some(&segments),
             ..AttentionOptions::none()
         };
-        let h = self.encoder.forward(&x, &opts, None)?; // (1, T, d)
+        let h = crate::tensor::tape::in_pool(|| self.encoder.forward(&x, &opts, None))?; // (1, T, d)
         Ok((h, segments))
     }
 }

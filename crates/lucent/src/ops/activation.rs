@@ -12,7 +12,10 @@
 use serde::{Deserialize, Serialize};
 
 use crate::ops::simd::{self, Unary};
+use crate::runtime::pool::in_pool;
+use crate::tensor::tape::{needs_grad, record};
 use crate::tensor::Tensor;
+use rayon::prelude::*;
 
 /// Which nonlinearity a feed-forward network uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,29 +65,29 @@ impl Activation {
 
 /// ReLU, elementwise.
 pub fn relu(x: &Tensor) -> Tensor {
-    crate::autograd::rules::activation(unary(Unary::Relu, x), x, Activation::Relu)
+    record_activation(unary(Unary::Relu, x), x, Activation::Relu)
 }
 
 /// GELU with the exact erf, elementwise.
 pub fn gelu(x: &Tensor) -> Tensor {
-    crate::autograd::rules::activation(unary(Unary::Gelu, x), x, Activation::Gelu)
+    record_activation(unary(Unary::Gelu, x), x, Activation::Gelu)
 }
 
 /// GELU, tanh approximation, elementwise.
 pub fn gelu_tanh(x: &Tensor) -> Tensor {
-    crate::autograd::rules::activation(unary(Unary::GeluTanh, x), x, Activation::GeluTanh)
+    record_activation(unary(Unary::GeluTanh, x), x, Activation::GeluTanh)
 }
 
 /// SiLU (swish), elementwise.
 pub fn silu(x: &Tensor) -> Tensor {
-    crate::autograd::rules::activation(unary(Unary::Silu, x), x, Activation::Silu)
+    record_activation(unary(Unary::Silu, x), x, Activation::Silu)
 }
 
 /// tanh-GELU as llama.cpp's CPU backend computes it, from a table over f16 inputs: the
 /// input rounded to f16, ½x(1 + tanh(√(2/π)(x + 0.044715x³))) in f32, the result
 /// rounded to f16; exactly 0 at x ≤ −10 and x itself at x ≥ 10. Like llama.cpp, it
 /// reads a table of all 65,536 f16 inputs (built on first use).
-pub fn gelu_tanh_f16(x: f32) -> f32 {
+pub(crate) fn gelu_tanh_f16(x: f32) -> f32 {
     if x <= -10.0 {
         return 0.0;
     }
@@ -100,7 +103,7 @@ const GATED_PARALLEL_MIN: usize = 1 << 15;
 /// A gated activation in place: `g ← act(g) · u` number by number, with `act` applied to
 /// the whole of `g` in place (e.g. [`gelu_tanh_f16_in_place`]); in chunks over the threads
 /// when there are many numbers (a prompt's), with the same result.
-pub fn gated_in_place(
+pub(crate) fn gated_in_place(
     g: &mut [f32],
     u: &[f32],
     act: impl Fn(&mut [f32]) + Sync,
@@ -140,7 +143,7 @@ fn gelu_f16_table() -> &'static [f32] {
 
 /// [`gelu_tanh_f16`] of every number in place: the same numbers, with the f16 keys of
 /// eight inputs at a time from the CPU's F16C conversion when it has one.
-pub fn gelu_tanh_f16_in_place(x: &mut [f32]) {
+pub(crate) fn gelu_tanh_f16_in_place(x: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if crate::runtime::isa() >= crate::runtime::Isa::Avx2 {
         // SAFETY: the AVX2 level includes F16C and AVX; the runtime caps it to the CPU's.
@@ -189,19 +192,17 @@ fn gelu_tanh_f16_entry(x: f32) -> f32 {
     half::f16::from_f32(y).to_f32()
 }
 
-/// In place: `x[i] ← act(x[i])` on the SIMD path, on one thread (for callers that own a
-/// buffer, e.g. a decode step's hidden row).
-pub fn apply_in_place(act: Activation, x: &mut [f32]) {
-    simd::map_in_place(unary_of(act), x);
-}
-
-fn unary_of(act: Activation) -> Unary {
-    match act {
+/// In place: `x[i] ← act(x[i])` on the SIMD path, on one thread (the tests hold it to
+/// the PyTorch values beside [`Activation::apply`]).
+#[cfg(test)]
+pub(crate) fn apply_in_place(act: Activation, x: &mut [f32]) {
+    let op = match act {
         Activation::Relu => Unary::Relu,
         Activation::Gelu => Unary::Gelu,
         Activation::GeluTanh => Unary::GeluTanh,
         Activation::Silu => Unary::Silu,
-    }
+    };
+    simd::map_in_place(op, x);
 }
 
 fn unary(op: Unary, x: &Tensor) -> Tensor {
@@ -211,7 +212,7 @@ fn unary(op: Unary, x: &Tensor) -> Tensor {
 }
 
 /// The plain twins: each formula on one value, computed in f64.
-pub mod reference {
+pub(crate) mod reference {
     /// max(0, x)
     pub fn relu(x: f32) -> f32 {
         x.max(0.0)
@@ -235,6 +236,76 @@ pub mod reference {
         let x = x as f64;
         (x / (1.0 + (-x).exp())) as f32
     }
+}
+
+// ------------------------------------------------------------------ backward
+
+// The recording of the activations on the tape, and their derivatives.
+/// f′(x) of each activation (f64 arithmetic: the plain twin of [`activation_grad_row`]).
+pub(crate) fn activation_derivative(act: Activation, x: f32) -> f32 {
+    let x = x as f64;
+    let d = match act {
+        Activation::Relu => {
+            if x > 0.0 {
+                1.0
+            } else {
+                0.0
+            }
+        }
+        Activation::Gelu => {
+            // d/dx [x Φ(x)] = Φ(x) + x φ(x)
+            let cdf = 0.5 * (1.0 + libm::erf(x / std::f64::consts::SQRT_2));
+            let pdf = (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
+            cdf + x * pdf
+        }
+        Activation::GeluTanh => crate::ops::simd::reference::gelu_tanh_derivative(x as f32) as f64,
+        Activation::Silu => {
+            let s = 1.0 / (1.0 + (-x).exp());
+            s * (1.0 + x * (1.0 - s))
+        }
+    };
+    d as f32
+}
+
+/// gx = g ⊙ f′(x) over a row, in f32 (tanh through one `exp`), for speed; held to
+/// [`activation_derivative`] in the tests.
+pub(crate) fn activation_grad_row(act: Activation, x: &[f32], g: &[f32], gx: &mut [f32]) {
+    match act {
+        Activation::GeluTanh => crate::ops::simd::gelu_tanh_backward(x, g, gx),
+        Activation::Silu => {
+            for ((d, &xv), &gv) in gx.iter_mut().zip(x).zip(g) {
+                let s = 1.0 / (1.0 + (-xv).exp());
+                *d = gv * s * (1.0 + xv * (1.0 - s));
+            }
+        }
+        Activation::Relu => {
+            for ((d, &xv), &gv) in gx.iter_mut().zip(x).zip(g) {
+                *d = if xv > 0.0 { gv } else { 0.0 };
+            }
+        }
+        Activation::Gelu => {
+            for ((d, &xv), &gv) in gx.iter_mut().zip(x).zip(g) {
+                *d = gv * activation_derivative(act, xv);
+            }
+        }
+    }
+}
+
+/// Recording for the activations ([`crate::ops::relu`], `gelu`, `gelu_tanh`, `silu`).
+pub(crate) fn record_activation(out: Tensor, x: &Tensor, act: Activation) -> Tensor {
+    if !needs_grad(&[x]) {
+        return out.with_grad_node(None);
+    }
+    let xs = x.detach();
+    record(out, act.name(), &[x], move |g| {
+        let mut gx = vec![0.0f32; xs.numel()];
+        in_pool(|| {
+            gx.par_chunks_mut(4096)
+                .zip(xs.data().par_chunks(4096).zip(g.data().par_chunks(4096)))
+                .for_each(|(dst, (x, g))| activation_grad_row(act, x, g, dst))
+        });
+        Ok(vec![Some(Tensor::new(gx, xs.shape())?)])
+    })
 }
 
 #[cfg(test)]

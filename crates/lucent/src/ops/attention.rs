@@ -26,8 +26,10 @@ use rayon::prelude::*;
 
 use crate::runtime::pool::in_pool;
 
-use crate::ops::ggml::F16Order;
+pub use crate::ops::ggml::F16Order;
+use crate::ops::matmul::gemm_general;
 use crate::ops::{matmul, simd, softmax};
+use crate::tensor::tape::{needs_grad, record};
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
@@ -80,13 +82,13 @@ impl AttentionParams<'_> {
 }
 
 /// `x` rounded to the nearest f16 (ties to even), as f32: what an f16 store keeps.
-pub fn round_f16(x: f32) -> f32 {
+pub(crate) fn round_f16(x: f32) -> f32 {
     half::f16::from_f32(x).to_f32()
 }
 
 /// [`round_f16`] of every number in place, eight at a time with the CPU's f16
 /// conversions (F16C) when it has them: the same numbers as one by one.
-pub fn round_f16_in_place(x: &mut [f32]) {
+pub(crate) fn round_f16_in_place(x: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if crate::runtime::isa() >= crate::runtime::Isa::Avx2 {
         // SAFETY: the AVX2 level includes F16C and AVX; the runtime caps it to the CPU's.
@@ -127,7 +129,7 @@ pub struct AttentionOutput {
 
 /// Checked dimensions of one attention call.
 #[derive(Clone, Copy, Debug)]
-pub struct AttentionDims {
+pub(crate) struct AttentionDims {
     /// batch
     pub b: usize,
     /// query heads
@@ -148,7 +150,7 @@ pub struct AttentionDims {
 }
 
 /// Check the shapes of an attention call and name its dimensions.
-pub fn check_dims(
+pub(crate) fn check_dims(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
@@ -219,7 +221,7 @@ pub fn check_dims(
 }
 
 /// The bias row for (batch bi, head hi, query i), or None.
-pub fn bias_row<'a>(
+pub(crate) fn bias_row<'a>(
     bias: Option<&'a Tensor>,
     d: &AttentionDims,
     bi: usize,
@@ -241,7 +243,11 @@ pub fn bias_row<'a>(
 }
 
 /// The range of keys query i may see under the causal, window and segment rules.
-pub fn visible_keys(p: &AttentionParams, d: &AttentionDims, i: usize) -> std::ops::Range<usize> {
+pub(crate) fn visible_keys(
+    p: &AttentionParams,
+    d: &AttentionDims,
+    i: usize,
+) -> std::ops::Range<usize> {
     let (lo, hi) = match p.segments {
         Some(seg) => {
             let s = segment_of(seg, i);
@@ -311,7 +317,7 @@ pub fn attention(
     } else {
         fused
     };
-    crate::autograd::rules::attention(q, k, v, p, kernel)
+    record_attention(q, k, v, p, kernel)
 }
 
 /// The fused kernel behind [`attention`]: per (batch, head), blocks of queries as two
@@ -480,7 +486,7 @@ fn head(
 }
 
 /// The plain twin: scores, scale, mask, softmax, weighted sum, one query at a time.
-pub mod reference {
+pub(crate) mod reference {
     use super::*;
     use crate::ops::softmax::reference::softmax_row;
 
@@ -538,6 +544,154 @@ pub mod reference {
                 .transpose()?,
         })
     }
+}
+
+// ------------------------------------------------------------------ backward
+
+// The recording of attention on the tape.
+/// Recording for [`crate::ops::attention`]. Without a gradient to record it runs
+/// `kernel`. With one it computes the forward itself — S = s·QKᵀ + bias (masked keys
+/// −∞), P = softmax(S), O = P·V, with GEMMs, in parallel over (batch, key/value head) —
+/// keeping P for the backward of O = softmax(s·QKᵀ + bias)·V.
+pub(crate) fn record_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    p: &AttentionParams,
+    kernel: impl Fn(&Tensor, &Tensor, &Tensor, &AttentionParams) -> Result<AttentionOutput>,
+) -> Result<AttentionOutput> {
+    if !needs_grad(&[q, k, v]) {
+        let out = kernel(q, k, v, p)?;
+        return Ok(AttentionOutput {
+            output: out.output.with_grad_node(None),
+            weights: out.weights,
+        });
+    }
+    if let Some(n) = p.kv_len {
+        // Keys in a larger store (a KV cache): record over exactly the keys.
+        let plain = AttentionParams { kv_len: None, ..*p };
+        return record_attention(q, &k.narrow(2, 0, n)?, &v.narrow(2, 0, n)?, &plain, kernel);
+    }
+    let d = check_dims(q, k, v, p)?;
+    let group = d.h / d.h_kv;
+    let (qd, kd, vd) = (q.data(), k.data(), v.data());
+    let mut out = vec![0.0f32; d.b * d.h * d.t_q * d.d_v];
+    let mut probs = vec![0.0f32; d.b * d.h * d.t_q * d.t_k];
+    let (qt, pt, ot) = (d.t_q * d.d_k, d.t_q * d.t_k, d.t_q * d.d_v);
+    in_pool(|| {
+        out.par_chunks_mut(group * ot)
+            .zip(probs.par_chunks_mut(group * pt))
+            .enumerate()
+            .for_each(|(kv, (o_grp, p_grp))| {
+                let bi = kv / d.h_kv;
+                let k_kv = &kd[kv * d.t_k * d.d_k..][..d.t_k * d.d_k];
+                let v_kv = &vd[kv * d.t_k * d.d_v..][..d.t_k * d.d_v];
+                for g in 0..group {
+                    let bh = kv * group + g;
+                    let hi = bh - bi * d.h;
+                    let p_bh = &mut p_grp[g * pt..(g + 1) * pt];
+                    gemm_general(
+                        p_bh,
+                        &qd[bh * qt..(bh + 1) * qt],
+                        false,
+                        k_kv,
+                        true,
+                        d.t_q,
+                        d.d_k,
+                        d.t_k,
+                        false,
+                    );
+                    for (i, row) in p_bh.chunks_mut(d.t_k).enumerate() {
+                        // Only the visible keys take part; the others get probability 0.
+                        let vis = visible_keys(p, &d, i);
+                        let seen = &mut row[vis.clone()];
+                        crate::ops::simd::scale(seen, p.scale);
+                        if let Some(b) = bias_row(p.bias, &d, bi, hi, i) {
+                            for (x, &bj) in seen.iter_mut().zip(&b[vis.clone()]) {
+                                *x += bj;
+                            }
+                        }
+                        crate::ops::softmax::softmax_row(seen, 1.0);
+                        row[..vis.start].fill(0.0);
+                        row[vis.end..].fill(0.0);
+                    }
+                    gemm_general(
+                        &mut o_grp[g * ot..(g + 1) * ot],
+                        p_bh,
+                        false,
+                        v_kv,
+                        false,
+                        d.t_q,
+                        d.t_k,
+                        d.d_v,
+                        false,
+                    );
+                }
+            })
+    });
+    let output = Tensor::new(out, &[d.b, d.h, d.t_q, d.d_v])?;
+    let weights = Tensor::new(probs, &[d.b, d.h, d.t_q, d.t_k])?;
+    let probs = weights.clone();
+    let (qs, ks, vs) = (q.detach(), k.detach(), v.detach());
+    let scale = p.scale;
+    let output = record(output, "attention", &[q, k, v], move |g| {
+        let (qd, kd, vd, pd, gd) = (qs.data(), ks.data(), vs.data(), probs.data(), g.data());
+        let mut gq = vec![0.0f32; qs.numel()];
+        let mut gk = vec![0.0f32; ks.numel()];
+        let mut gv = vec![0.0f32; vs.numel()];
+        let (kt, vt) = (d.t_k * d.d_k, d.t_k * d.d_v);
+        in_pool(|| {
+            gq.par_chunks_mut(group * qt)
+                .zip(gk.par_chunks_mut(kt))
+                .zip(gv.par_chunks_mut(vt))
+                .enumerate()
+                .for_each(|(kv, ((gq_grp, gk_kv), gv_kv))| {
+                    let k_kv = &kd[kv * kt..(kv + 1) * kt];
+                    let v_kv = &vd[kv * vt..(kv + 1) * vt];
+                    let mut dp = vec![0.0f32; pt];
+                    for gi in 0..group {
+                        let bh = kv * group + gi;
+                        let p_bh = &pd[bh * pt..(bh + 1) * pt];
+                        let g_bh = &gd[bh * ot..(bh + 1) * ot];
+                        let q_bh = &qd[bh * qt..(bh + 1) * qt];
+                        // ∂V += Pᵀ ∂O: (t_k, t_q)·(t_q, d_v)
+                        gemm_general(gv_kv, p_bh, true, g_bh, false, d.t_k, d.t_q, d.d_v, true);
+                        // ∂P = ∂O Vᵀ: (t_q, d_v)·(d_v, t_k)
+                        gemm_general(&mut dp, g_bh, false, v_kv, true, d.t_q, d.d_v, d.t_k, false);
+                        // ∂S = P ⊙ (∂P − rowsum(∂P ⊙ P)), times the score scale s.
+                        for (dr, pr) in dp.chunks_mut(d.t_k).zip(p_bh.chunks(d.t_k)) {
+                            let dot = crate::ops::simd::dot(dr, pr);
+                            for (x, &pv) in dr.iter_mut().zip(pr) {
+                                *x = pv * (*x - dot) * scale;
+                            }
+                        }
+                        // ∂Q = ∂S K: (t_q, t_k)·(t_k, d_k)
+                        gemm_general(
+                            &mut gq_grp[gi * qt..(gi + 1) * qt],
+                            &dp,
+                            false,
+                            k_kv,
+                            false,
+                            d.t_q,
+                            d.t_k,
+                            d.d_k,
+                            false,
+                        );
+                        // ∂K += ∂Sᵀ Q: (t_k, t_q)·(t_q, d_k)
+                        gemm_general(gk_kv, &dp, true, q_bh, false, d.t_k, d.t_q, d.d_k, true);
+                    }
+                })
+        });
+        Ok(vec![
+            Some(Tensor::new(gq, qs.shape())?),
+            Some(Tensor::new(gk, ks.shape())?),
+            Some(Tensor::new(gv, vs.shape())?),
+        ])
+    });
+    Ok(AttentionOutput {
+        output,
+        weights: p.want_weights.then_some(weights),
+    })
 }
 
 #[cfg(test)]

@@ -24,11 +24,11 @@ pub fn log_softmax(x: &Tensor) -> Result<Tensor> {
 }
 
 fn log_softmax_record(out: Tensor, x: &Tensor) -> Tensor {
-    if !crate::autograd::needs_grad(&[x]) {
+    if !crate::tensor::tape::needs_grad(&[x]) {
         return out.detach();
     }
     let y = out.detach();
-    crate::autograd::record(out, "log_softmax", &[x], move |g| {
+    crate::tensor::tape::record(out, "log_softmax", &[x], move |g| {
         // ∂x = g − softmax(x) Σ g
         let n = y.last_dim().max(1);
         let mut gx = vec![0.0f32; y.numel()];
@@ -88,11 +88,11 @@ pub fn cross_entropy(
         ));
     }
     let out = Tensor::new(vec![loss], &[1])?;
-    if !crate::autograd::needs_grad(&[logits]) {
+    if !crate::tensor::tape::needs_grad(&[logits]) {
         return Ok(out);
     }
     let (xs, targets) = (logits.detach(), targets.to_vec());
-    Ok(crate::autograd::record(
+    Ok(crate::tensor::tape::record(
         out,
         "cross_entropy",
         &[logits],
@@ -116,7 +116,7 @@ pub fn cross_entropy(
 }
 
 /// The plain formulas.
-pub mod reference {
+pub(crate) mod reference {
     /// log-softmax of one row in place (f64 sums).
     pub fn log_softmax_row(row: &mut [f32]) {
         let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);

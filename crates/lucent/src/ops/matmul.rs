@@ -16,6 +16,7 @@ use rayon::prelude::*;
 
 use crate::ops::simd;
 use crate::runtime::pool::in_pool;
+use crate::tensor::tape::{needs_grad, record};
 use crate::tensor::Tensor;
 use crate::threads::gemm_parallelism;
 use crate::{Error, Result};
@@ -41,7 +42,7 @@ const FEW_ROWS_SPLIT_MIN: usize = 1 << 17;
 /// a: (..., m, k), b: (..., k, n) or (k, n) → (..., m, n)
 pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let out = batched(a, b, false, "matmul")?;
-    Ok(crate::autograd::rules::matmul(out, a, b, false))
+    Ok(record_matmul(out, a, b, false))
 }
 
 /// A · Bᵀ over the last two dimensions, batched over the leading ones.
@@ -50,7 +51,7 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
 /// a: (..., m, k), b: (..., n, k) or (n, k) → (..., m, n)
 pub fn matmul_t(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let out = batched(a, b, true, "matmul_t")?;
-    Ok(crate::autograd::rules::matmul(out, a, b, true))
+    Ok(record_matmul(out, a, b, true))
 }
 
 /// A linear layer as PyTorch defines it: y = x · Wᵀ + b.
@@ -73,7 +74,7 @@ pub fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     }
     // Training: build y from recorded ops (matmul_t, add) so gradients flow; the fused
     // forms below write into buffers the tape cannot see.
-    let training = crate::autograd::is_grad_enabled()
+    let training = crate::tensor::tape::is_grad_enabled()
         && (x.tracks_grad() || w.tracks_grad() || bias.is_some_and(|b| b.tracks_grad()));
     if let Some(b) = bias {
         if b.shape() != [out] {
@@ -154,7 +155,7 @@ fn batched(a: &Tensor, b: &Tensor, transpose_b: bool, op: &str) -> Result<Tensor
 /// C (m×n) = A (m×k) · B, where B is (k×n), or (n×k) read transposed when
 /// `transpose_b`. All row-major. C is overwritten. One row (m = 1) runs the
 /// matrix-vector kernel, everything else the `gemm` crate.
-pub fn gemm_into(
+pub(crate) fn gemm_into(
     c: &mut [f32],
     a: &[f32],
     b: &[f32],
@@ -200,7 +201,7 @@ fn gemv(y: &mut [f32], x: &[f32], b: &[f32], k: usize, n: usize, transpose_b: bo
 
 /// C (m×n) = A (m×k) · B on the `gemm` crate for every shape (no matrix-vector path):
 /// what [`gemm_into`] uses for m > 1, public so benchmarks can compare the two.
-pub fn gemm_crate_into(
+pub(crate) fn gemm_crate_into(
     c: &mut [f32],
     a: &[f32],
     b: &[f32],
@@ -340,7 +341,7 @@ fn gemm_accumulate(c: &mut [f32], a: &[f32], b: &[f32], m: usize, k: usize, n: u
 /// Panics if a slice's length does not match its dimensions (an internal invariant:
 /// callers derive the dimensions from checked tensor shapes).
 #[allow(clippy::too_many_arguments)]
-pub fn gemm_strided(
+pub(crate) fn gemm_strided(
     c: &mut [f32],
     a: &[f32],
     trans_a: bool,
@@ -414,8 +415,9 @@ pub fn gemm_strided(
 }
 
 /// The plain twin of [`gemm_into`]: three loops, as the formula C_ij = Σ_k A_ik B_kj.
-pub mod reference {
+pub(crate) mod reference {
     /// C = A · B (or A · Bᵀ), row-major, f64 accumulation.
+    #[cfg(test)]
     pub fn gemm(a: &[f32], b: &[f32], m: usize, k: usize, n: usize, transpose_b: bool) -> Vec<f32> {
         let mut c = vec![0.0f32; m * n];
         for i in 0..m {
@@ -434,6 +436,108 @@ pub mod reference {
         }
         c
     }
+}
+
+// ------------------------------------------------------------------ backward
+
+// The recording of matmul / matmul_t on the tape, and the GEMM its rules use.
+/// C = α·op(A)·op(B) (+ C if `accumulate`), with A (m, k) stored row-major as (m, k) or,
+/// when `trans_a`, as (k, m); B (k, n) stored as (k, n) or, when `trans_b`, as (n, k).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm_general(
+    c: &mut [f32],
+    a: &[f32],
+    trans_a: bool,
+    b: &[f32],
+    trans_b: bool,
+    m: usize,
+    k: usize,
+    n: usize,
+    accumulate: bool,
+) {
+    crate::ops::matmul::gemm_strided(
+        c,
+        a,
+        trans_a,
+        b,
+        trans_b,
+        m,
+        k,
+        n,
+        accumulate,
+        crate::threads::gemm_parallelism(m * n * k),
+    )
+}
+
+/// Recording for [`crate::ops::matmul`] (C = A·B) and [`crate::ops::matmul_t`]
+/// (C = A·Bᵀ); B may be shared by every batch.
+pub(crate) fn record_matmul(out: Tensor, a: &Tensor, b: &Tensor, transpose_b: bool) -> Tensor {
+    if !needs_grad(&[a, b]) {
+        return out.with_grad_node(None);
+    }
+    let (a_needs, b_needs) = (a.tracks_grad(), b.tracks_grad());
+    let (a_saved, b_saved) = (a.detach(), b.detach());
+    let op = if transpose_b { "matmul_t" } else { "matmul" };
+    record(out, op, &[a, b], move |g| {
+        let (ra, rb) = (a_saved.rank(), b_saved.rank());
+        let (m, k) = (a_saved.shape()[ra - 2], a_saved.shape()[ra - 1]);
+        let n = g.shape()[g.rank() - 1];
+        let shared = rb == 2;
+        let batches = a_saved.numel() / (m * k).max(1);
+        let (ad, bd, gd) = (a_saved.data(), b_saved.data(), g.data());
+        let ga = if a_needs {
+            // ∂A = G·Bᵀ (C = A·B) or G·B (C = A·Bᵀ): (m, n)·(n, k).
+            let mut ga = vec![0.0f32; a_saved.numel()];
+            for i in 0..batches {
+                let bi = if shared { 0 } else { i };
+                gemm_general(
+                    &mut ga[i * m * k..(i + 1) * m * k],
+                    &gd[i * m * n..(i + 1) * m * n],
+                    false,
+                    &bd[bi * k * n..(bi + 1) * k * n],
+                    !transpose_b,
+                    m,
+                    n,
+                    k,
+                    false,
+                );
+            }
+            Some(Tensor::new(ga, a_saved.shape())?)
+        } else {
+            None
+        };
+        let gb = if b_needs {
+            let mut gbv = vec![0.0f32; b_saved.numel()];
+            if shared {
+                // Every batch shares B: stack the batches as rows, one product.
+                let rows = batches * m;
+                if transpose_b {
+                    // ∂B (n, k) = Gᵀ·A
+                    gemm_general(&mut gbv, gd, true, ad, false, n, rows, k, false);
+                } else {
+                    // ∂B (k, n) = Aᵀ·G
+                    gemm_general(&mut gbv, ad, true, gd, false, k, rows, n, false);
+                }
+            } else {
+                for i in 0..batches {
+                    let (a_i, g_i) = (
+                        &ad[i * m * k..(i + 1) * m * k],
+                        &gd[i * m * n..(i + 1) * m * n],
+                    );
+                    let dst = &mut gbv[i * k * n..(i + 1) * k * n];
+                    if transpose_b {
+                        gemm_general(dst, g_i, true, a_i, false, n, m, k, false);
+                    } else {
+                        gemm_general(dst, a_i, true, g_i, false, k, m, n, false);
+                    }
+                }
+            }
+            Some(Tensor::new(gbv, b_saved.shape())?)
+        } else {
+            None
+        };
+        Ok(vec![ga, gb])
+    })
 }
 
 #[cfg(test)]

@@ -17,13 +17,15 @@
 
 pub mod activation;
 pub mod attention;
-pub mod ggml;
+pub(crate) mod ggml;
+#[cfg(test)]
+mod kernel_tests;
 pub mod loss;
 pub mod matmul;
 pub mod norm;
 pub mod quant;
 pub mod rope;
-pub mod simd;
+pub(crate) mod simd;
 pub mod softmax;
 
 /// Test helper: `in_place` over `x` gives `one` of each number, bit for bit (any NaN

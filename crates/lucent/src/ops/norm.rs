@@ -12,8 +12,11 @@
 //! threads; one row (a decode step) stays on the calling thread.
 
 use crate::ops::simd;
+use crate::runtime::pool::in_pool;
+use crate::tensor::tape::{needs_grad, record};
 use crate::tensor::Tensor;
 use crate::{Error, Result};
+use rayon::prelude::*;
 
 /// Elements below which a norm stays on one thread.
 const PARALLEL_MIN: usize = 1 << 17;
@@ -29,7 +32,7 @@ pub fn layer_norm(x: &Tensor, gamma: &Tensor, beta: Option<&Tensor>, eps: f32) -
     simd::for_each_row(out.data_mut(), d, PARALLEL_MIN, |row| {
         layer_norm_row(row, g, b, eps)
     });
-    Ok(crate::autograd::rules::layer_norm(out, x, gamma, beta, eps))
+    Ok(record_layer_norm(out, x, gamma, beta, eps))
 }
 
 /// RMSNorm over the last axis.
@@ -45,12 +48,12 @@ pub fn rms_norm(x: &Tensor, gamma: &Tensor, eps: f32) -> Result<Tensor> {
     simd::for_each_row(out.data_mut(), d, PARALLEL_MIN / 4, |row| {
         rms_norm_row(row, g, eps)
     });
-    Ok(crate::autograd::rules::rms_norm(out, x, gamma, eps))
+    Ok(record_rms_norm(out, x, gamma, eps))
 }
 
 /// In place: LayerNorm of one row (the fast path of [`reference::layer_norm_row`]);
 /// gamma and beta have the row's length.
-pub fn layer_norm_row(row: &mut [f32], gamma: &[f32], beta: Option<&[f32]>, eps: f32) {
+pub(crate) fn layer_norm_row(row: &mut [f32], gamma: &[f32], beta: Option<&[f32]>, eps: f32) {
     let n = row.len() as f32;
     let mean = simd::sum(row) / n;
     let var = simd::sum_sq_diff(row, mean) / n;
@@ -62,7 +65,7 @@ pub fn layer_norm_row(row: &mut [f32], gamma: &[f32], beta: Option<&[f32]>, eps:
 /// llama.cpp's arithmetic so GGUF models see the same numbers there: the squares
 /// (rounded to f32) summed in f64, the mean square and `s = 1/√(ms + ε)` in f32, then
 /// `(x · s) · γ` with two roundings.
-pub fn rms_norm_row(row: &mut [f32], gamma: &[f32], eps: f32) {
+pub(crate) fn rms_norm_row(row: &mut [f32], gamma: &[f32], eps: f32) {
     // One f64 sum, in order, as llama.cpp's: an f64 sum of f32 squares is exact only
     // while their exponents span less than ~29 bits, so its order can reach the last
     // bit of the f32 mean square (a 1-ulp change in every output, sometimes enough to
@@ -103,7 +106,7 @@ fn check(x: &Tensor, gamma: &Tensor, beta: Option<&Tensor>, op: &str) -> Result<
 }
 
 /// The plain twins, in f64 accumulation.
-pub mod reference {
+pub(crate) mod reference {
     /// In place: LayerNorm of one row.
     pub fn layer_norm_row(row: &mut [f32], gamma: &[f32], beta: Option<&[f32]>, eps: f32) {
         let n = row.len() as f64;
@@ -125,6 +128,113 @@ pub mod reference {
             *x = (*x as f64 * inv * gamma[i] as f64) as f32;
         }
     }
+}
+
+// ------------------------------------------------------------------ backward
+
+// The recordings of LayerNorm and RMSNorm on the tape.
+/// Recording for [`crate::ops::layer_norm`].
+pub(crate) fn record_layer_norm(
+    out: Tensor,
+    x: &Tensor,
+    gamma: &Tensor,
+    beta: Option<&Tensor>,
+    eps: f32,
+) -> Tensor {
+    let mut inputs = vec![x, gamma];
+    inputs.extend(beta);
+    if !needs_grad(&inputs) {
+        return out.with_grad_node(None);
+    }
+    let (xs, gs) = (x.detach(), gamma.detach());
+    let has_beta = beta.is_some();
+    record(out, "layer_norm", &inputs, move |g| {
+        let d = xs.last_dim();
+        let n = d as f32;
+        let gamma = gs.data();
+        let mut gx = vec![0.0f32; xs.numel()];
+        // Row statistics (mean, 1/σ) as the forward computes them, and ∂x, in parallel
+        // over rows; `xhat` is each worker's scratch row for x̂.
+        let mut stats = vec![(0.0f32, 0.0f32); xs.numel() / d.max(1)];
+        in_pool(|| {
+            gx.par_chunks_mut(d)
+                .zip(stats.par_iter_mut())
+                .zip(xs.data().par_chunks(d).zip(g.data().par_chunks(d)))
+                .for_each_init(
+                    || vec![0.0f32; d],
+                    |xhat, ((dst, st), (xr, gr))| {
+                        let mean = simd::sum(xr) / n;
+                        let var = simd::sum_sq_diff(xr, mean) / n;
+                        let inv = (1.0 / (var as f64 + eps as f64).sqrt()) as f32;
+                        *st = (mean, inv);
+                        // dst ← ĝ = g·γ, xhat ← x̂ = (x − μ)/σ
+                        for i in 0..d {
+                            dst[i] = gr[i] * gamma[i];
+                            xhat[i] = (xr[i] - mean) * inv;
+                        }
+                        // ∂x = (ĝ − mean(ĝ) − x̂·mean(ĝ·x̂)) / σ
+                        let mean_g = simd::sum(dst) / n;
+                        let mean_gx = simd::dot(dst, xhat) / n;
+                        for i in 0..d {
+                            dst[i] = inv * (dst[i] - mean_g - xhat[i] * mean_gx);
+                        }
+                    },
+                )
+        });
+        // ∂γ = Σ g x̂, ∂β = Σ g over rows (accumulated in f64: there are many rows).
+        let mut ggamma = vec![0.0f64; d];
+        let mut gbeta = vec![0.0f64; d];
+        for ((xr, gr), &(mean, inv)) in xs.data().chunks(d).zip(g.data().chunks(d)).zip(&stats) {
+            for i in 0..d {
+                ggamma[i] += (gr[i] * ((xr[i] - mean) * inv)) as f64;
+                gbeta[i] += gr[i] as f64;
+            }
+        }
+        let to_t = |v: Vec<f64>| Tensor::new(v.into_iter().map(|x| x as f32).collect(), &[d]);
+        let mut grads = vec![Some(Tensor::new(gx, xs.shape())?), Some(to_t(ggamma)?)];
+        if has_beta {
+            grads.push(Some(to_t(gbeta)?));
+        }
+        Ok(grads)
+    })
+}
+
+/// Recording for [`crate::ops::rms_norm`].
+pub(crate) fn record_rms_norm(out: Tensor, x: &Tensor, gamma: &Tensor, eps: f32) -> Tensor {
+    if !needs_grad(&[x, gamma]) {
+        return out.with_grad_node(None);
+    }
+    let (xs, gs) = (x.detach(), gamma.detach());
+    record(out, "rms_norm", &[x, gamma], move |g| {
+        let d = xs.last_dim();
+        let gamma = gs.data();
+        let mut gx = vec![0.0f32; xs.numel()];
+        let mut ggamma = vec![0.0f64; d];
+        for ((dst, xr), gr) in gx
+            .chunks_mut(d)
+            .zip(xs.data().chunks(d))
+            .zip(g.data().chunks(d))
+        {
+            let n = d as f64;
+            let ms = xr.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / n;
+            let inv = 1.0 / (ms + eps as f64).sqrt();
+            let mut dot = 0.0f64;
+            for i in 0..d {
+                let gh = gr[i] as f64 * gamma[i] as f64;
+                dot += gh * xr[i] as f64;
+                ggamma[i] += gr[i] as f64 * xr[i] as f64 * inv;
+            }
+            for i in 0..d {
+                let gh = gr[i] as f64 * gamma[i] as f64;
+                dst[i] = (inv * (gh - xr[i] as f64 * dot * inv * inv / n)) as f32;
+            }
+        }
+        let ggamma: Vec<f32> = ggamma.into_iter().map(|v| v as f32).collect();
+        Ok(vec![
+            Some(Tensor::new(gx, xs.shape())?),
+            Some(Tensor::new(ggamma, &[d])?),
+        ])
+    })
 }
 
 #[cfg(test)]

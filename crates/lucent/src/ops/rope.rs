@@ -17,6 +17,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::ops::simd;
+use crate::tensor::tape::{needs_grad, record};
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
@@ -49,9 +50,7 @@ pub fn rope(
     let hi = positions.iter().copied().max().map_or(0, |p| p + 1);
     let table = RopeTable::new(base, d, lo..hi)?;
     let out = table.apply(x, positions, convention)?;
-    Ok(crate::autograd::rules::rope(
-        out, x, positions, base, convention,
-    ))
+    Ok(record_rope(out, x, positions, base, convention))
 }
 
 /// Check x is (..., t, d) with d even and one position per row; return (t, d).
@@ -83,8 +82,7 @@ fn check(x: &Tensor, positions: &[usize]) -> Result<(usize, usize)> {
 /// features: RoPE's angles computed once (in f64, stored in f32) and reused by every
 /// layer, head and step.
 #[derive(Clone, Debug)]
-pub struct RopeTable {
-    base: f32,
+pub(crate) struct RopeTable {
     d: usize,
     positions: std::ops::Range<usize>,
     /// (positions, d/2)
@@ -118,27 +116,11 @@ impl RopeTable {
             }
         }
         Ok(RopeTable {
-            base,
             d,
             positions,
             cos,
             sin,
         })
-    }
-
-    /// The base θ is built from.
-    pub fn base(&self) -> f32 {
-        self.base
-    }
-
-    /// Features per head.
-    pub fn head_dim(&self) -> usize {
-        self.d
-    }
-
-    /// The positions this table covers.
-    pub fn positions(&self) -> std::ops::Range<usize> {
-        self.positions.clone()
     }
 
     /// (cos, sin) rows of d/2 values for `pos`, or an error naming the table's range.
@@ -189,6 +171,7 @@ impl RopeTable {
     }
 
     /// In place: rotate one row of d features at `pos`.
+    #[cfg(test)]
     pub fn apply_row(&self, row: &mut [f32], pos: usize, convention: RopeConvention) -> Result<()> {
         if row.len() != self.d {
             return Err(Error::Shape(format!(
@@ -229,7 +212,7 @@ fn rotate_row(row: &mut [f32], cos: &[f32], sin: &[f32], convention: RopeConvent
 }
 
 /// The plain twin: one row rotated with angles computed in f64.
-pub mod reference {
+pub(crate) mod reference {
     use super::RopeConvention;
 
     /// θᵢ = base^(−2i/d) for pair i of d features.
@@ -253,6 +236,45 @@ pub mod reference {
             row[b] = (x1 * sin + x2 * cos) as f32;
         }
     }
+}
+
+// ------------------------------------------------------------------ backward
+
+// The recording of RoPE on the tape.
+/// Swap the two members of every rotated pair of each row (halves for rotate-half,
+/// neighbours for interleaved): the P with R(θ)ᵀ = P R(θ) P.
+fn swap_pairs(t: &Tensor, convention: RopeConvention) -> Result<Tensor> {
+    let d = t.last_dim();
+    let half = d / 2;
+    let mut out = t.data().to_vec();
+    for row in out.chunks_mut(d.max(1)) {
+        for i in 0..half {
+            match convention {
+                RopeConvention::RotateHalf => row.swap(i, i + half),
+                RopeConvention::Interleaved => row.swap(2 * i, 2 * i + 1),
+            }
+        }
+    }
+    Tensor::new(out, t.shape())
+}
+
+/// Recording for [`crate::ops::rope`]: ∂x = R(θ)ᵀ g = P R(θ) P g.
+pub(crate) fn record_rope(
+    out: Tensor,
+    x: &Tensor,
+    positions: &[usize],
+    base: f32,
+    convention: RopeConvention,
+) -> Tensor {
+    if !needs_grad(&[x]) {
+        return out.with_grad_node(None);
+    }
+    let positions = positions.to_vec();
+    record(out, "rope", &[x], move |g| {
+        let swapped = swap_pairs(g, convention)?;
+        let rotated = crate::ops::rope(&swapped, &positions, base, convention)?;
+        Ok(vec![Some(swap_pairs(&rotated, convention)?)])
+    })
 }
 
 #[cfg(test)]

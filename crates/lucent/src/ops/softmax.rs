@@ -10,6 +10,7 @@
 //! (see [`crate::ops::simd`]); large tensors split their rows across threads.
 
 use crate::ops::simd;
+use crate::tensor::tape::{needs_grad, record};
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
@@ -24,7 +25,7 @@ pub fn softmax(x: &Tensor) -> Tensor {
     let mut out = x.clone();
     let n = x.last_dim();
     simd::for_each_row(out.data_mut(), n, PARALLEL_MIN, |row| softmax_row(row, 1.0));
-    crate::autograd::rules::softmax(out, x, 1.0)
+    record_softmax(out, x, 1.0)
 }
 
 /// Softmax of x / T over the last axis. Errors unless T is finite and > 0.
@@ -39,7 +40,7 @@ pub fn softmax_with_temperature(x: &Tensor, temperature: f32) -> Result<Tensor> 
     simd::for_each_row(out.data_mut(), n, PARALLEL_MIN, |row| {
         softmax_row(row, temperature)
     });
-    Ok(crate::autograd::rules::softmax(out, x, temperature))
+    Ok(record_softmax(out, x, temperature))
 }
 
 /// In place: one row ← softmax(row / T) (T > 0; the fast path of
@@ -74,6 +75,33 @@ pub mod reference {
             *x = (e / sum) as f32;
         }
     }
+}
+
+// ------------------------------------------------------------------ backward
+
+// The recording of softmax on the tape.
+/// Recording for [`crate::ops::softmax`] and [`crate::ops::softmax_with_temperature`]:
+/// ∂x = y ⊙ (g − Σ g ⊙ y) / T, row by row.
+pub(crate) fn record_softmax(out: Tensor, x: &Tensor, temperature: f32) -> Tensor {
+    if !needs_grad(&[x]) {
+        return out.with_grad_node(None);
+    }
+    let y = out.detach();
+    record(out, "softmax", &[x], move |g| {
+        let n = y.last_dim().max(1);
+        let mut gx = vec![0.0f32; y.numel()];
+        for ((dst, yr), gr) in gx
+            .chunks_mut(n)
+            .zip(y.data().chunks(n))
+            .zip(g.data().chunks(n))
+        {
+            let dot: f32 = yr.iter().zip(gr).map(|(a, b)| a * b).sum();
+            for ((d, &yv), &gv) in dst.iter_mut().zip(yr).zip(gr) {
+                *d = yv * (gv - dot) / temperature;
+            }
+        }
+        Ok(vec![Some(Tensor::new(gx, y.shape())?)])
+    })
 }
 
 #[cfg(test)]

@@ -6,11 +6,13 @@
 //! | --- | --- |
 //! | `cpu` | [`Isa`] levels (scalar < AVX2 < AVX-512), [`CpuFeatures`] detected once, `LUCENT_ISA` |
 //! | `pool` | [`Runtime`]: a rayon pool of lucent's own with its thread count and level; the default runtime |
+//! | `threads` | how kernels share their work over a runtime's threads: the thread count, `serial`, the parallel loops, the decode team |
 //! | `numerics` | [`Numerics`]: lucent's f32 order, llama.cpp's, or llama.cpp's with every row alike |
 
 pub mod cpu;
 pub mod numerics;
 pub mod pool;
+pub mod threads;
 
 pub use cpu::{CpuFeatures, Isa};
 pub use numerics::Numerics;

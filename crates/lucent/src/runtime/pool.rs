@@ -267,4 +267,30 @@ mod tests {
         assert!(!on_worker());
         Ok(())
     }
+
+    /// Kernels called from a host program's own rayon pool (or from any thread outside
+    /// lucent's) run on lucent's threads: the host's pool is never used.
+    #[test]
+    fn a_hosts_pool_is_never_used() -> Result<()> {
+        let host = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .thread_name(|i| format!("host-{i}"))
+            .build()
+            .map_err(|e| Error::Argument(e.to_string()))?;
+        let names = |n: usize| {
+            crate::threads::map_collect(n, |_| {
+                std::thread::current().name().unwrap_or("").to_string()
+            })
+        };
+        for got in [host.install(|| names(64)), names(64)] {
+            assert!(got.iter().all(|n| n.starts_with("lucent-")), "{got:?}");
+        }
+        // A product large enough for the gemm crate's threads.
+        let (m, k, n) = (64, 256, 256);
+        let (a, b) = (vec![1.0f32; m * k], vec![0.5f32; k * n]);
+        let mut c = vec![0.0f32; m * n];
+        host.install(|| crate::ops::matmul::gemm_into(&mut c, &a, &b, m, k, n, false));
+        assert!(c.iter().all(|&v| v == 128.0));
+        Ok(())
+    }
 }

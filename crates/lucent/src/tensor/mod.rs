@@ -11,7 +11,9 @@
 //! Files may store f16 or bf16 ([`Dtype`]); they widen to f32 when read
 //! ([`Tensor::from_bytes`]).
 
+mod backward;
 pub mod quant;
+pub mod tape;
 
 use std::fmt;
 use std::sync::Arc;
@@ -71,8 +73,8 @@ pub struct Tensor {
     shape: Vec<usize>,
     storage: Storage,
     /// The autograd node that made this tensor, or marks it as a parameter that wants a
-    /// gradient ([`crate::autograd`]). `None` for every tensor of an inference run.
-    grad_node: Option<Arc<crate::autograd::Node>>,
+    /// gradient ([`tape`]). `None` for every tensor of an inference run.
+    grad_node: Option<Arc<tape::Node>>,
 }
 
 impl fmt::Debug for Tensor {
@@ -273,7 +275,7 @@ impl Tensor {
             storage: self.storage.clone(),
             grad_node: None,
         };
-        Ok(crate::autograd::rules::reshape(out, self))
+        Ok(backward::record_reshape(out, self))
     }
 
     // ---------------------------------------------------------------- data
@@ -373,7 +375,7 @@ impl Tensor {
             return Ok(self.clone());
         }
         let out = self.permute_copy(perm)?;
-        Ok(crate::autograd::rules::permute(out, self, perm))
+        Ok(backward::record_permute(out, self, perm))
     }
 
     /// The copy behind [`Tensor::permute`] (a valid, non-identity `perm`).
@@ -427,7 +429,7 @@ impl Tensor {
         let mut shape = self.shape.clone();
         shape[dim] = len;
         let out = Tensor::new(out, &shape)?;
-        Ok(crate::autograd::rules::narrow(out, self, dim, start))
+        Ok(backward::record_narrow(out, self, dim, start))
     }
 
     /// Join tensors along dimension `dim`; all other dimensions must agree.
@@ -469,7 +471,7 @@ impl Tensor {
         let mut shape = first.shape.clone();
         shape[dim] = total;
         let out = Tensor::new(out, &shape)?;
-        Ok(crate::autograd::rules::cat(out, tensors, dim))
+        Ok(backward::record_cat(out, tensors, dim))
     }
 
     /// Rows of a matrix picked by index (an embedding lookup): `self` is (n, d), the
@@ -487,7 +489,7 @@ impl Tensor {
             out.extend_from_slice(&src[i * d..(i + 1) * d]);
         }
         let out = Tensor::new(out, &[ids.len(), d])?;
-        Ok(crate::autograd::rules::select_rows(out, self, ids))
+        Ok(backward::record_select_rows(out, self, ids))
     }
 
     // ---------------------------------------------------------------- elementwise
@@ -523,24 +525,24 @@ impl Tensor {
     /// Elementwise sum (rhs broadcast over leading dimensions).
     pub fn add(&self, rhs: &Tensor) -> Result<Tensor> {
         let out = self.zip_with(rhs, "add", |a, b| a + b)?;
-        Ok(crate::autograd::rules::add(out, self, rhs))
+        Ok(backward::record_add(out, self, rhs))
     }
 
     /// Elementwise difference (rhs broadcast over leading dimensions).
     pub fn sub(&self, rhs: &Tensor) -> Result<Tensor> {
         let out = self.zip_with(rhs, "sub", |a, b| a - b)?;
-        Ok(crate::autograd::rules::sub(out, self, rhs))
+        Ok(backward::record_sub(out, self, rhs))
     }
 
     /// Elementwise product (rhs broadcast over leading dimensions).
     pub fn mul(&self, rhs: &Tensor) -> Result<Tensor> {
         let out = self.zip_with(rhs, "mul", |a, b| a * b)?;
-        Ok(crate::autograd::rules::mul(out, self, rhs))
+        Ok(backward::record_mul(out, self, rhs))
     }
 
     /// Multiply every element by `s`.
     pub fn scale(&self, s: f32) -> Tensor {
-        crate::autograd::rules::scale(self.map(|x| x * s), self, s)
+        backward::record_scale(self.map(|x| x * s), self, s)
     }
 
     /// In place: `self += rhs` (same shape), e.g. a residual connection.
@@ -558,12 +560,12 @@ impl Tensor {
     // ---------------------------------------------------------------- autograd
 
     /// The autograd node of this tensor, if it was recorded or is a parameter.
-    pub(crate) fn grad_node(&self) -> Option<&Arc<crate::autograd::Node>> {
+    pub(crate) fn grad_node(&self) -> Option<&Arc<tape::Node>> {
         self.grad_node.as_ref()
     }
 
     /// The same tensor carrying `node` (or none).
-    pub(crate) fn with_grad_node(mut self, node: Option<Arc<crate::autograd::Node>>) -> Tensor {
+    pub(crate) fn with_grad_node(mut self, node: Option<Arc<tape::Node>>) -> Tensor {
         self.grad_node = node;
         self
     }

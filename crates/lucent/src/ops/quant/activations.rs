@@ -11,23 +11,24 @@ use crate::runtime::Isa;
 use crate::tensor::quant::{ActKind, GgmlType, QK, QK_K};
 use crate::{Error, Result};
 
-/// An activation row prepared for dot products ([`quantize_activations`]).
+/// An activation row prepared for dot products with one matrix type's rows
+/// ([`QMatrix::prepare`](super::QMatrix::prepare)): its 8-bit blocks and their scales.
 #[derive(Clone, Debug)]
 pub struct QuantizedActs {
     /// The preparation.
-    pub kind: ActKind,
+    pub(crate) kind: ActKind,
     /// Numbers in the row.
-    pub len: usize,
+    pub(crate) len: usize,
     /// Per block: the scale `dx` (`x ≈ dx · q`).
-    pub d: Vec<f32>,
+    pub(crate) d: Vec<f32>,
     /// Per block of 32 (Q8_0 only): `dx · Σ q`, rounded to f16 as llama.cpp stores it.
-    pub sum: Vec<f32>,
+    pub(crate) sum: Vec<f32>,
     /// Per group of 16 (Q8_K only): `Σ q`.
-    pub bsums: Vec<i32>,
+    pub(crate) bsums: Vec<i32>,
     /// The 8-bit values, in [−127, 127].
-    pub qs: Vec<i8>,
+    pub(crate) qs: Vec<i8>,
     /// The f32 row itself (ActKind::F32 only).
-    pub f32s: Vec<f32>,
+    pub(crate) f32s: Vec<f32>,
 }
 
 impl QuantizedActs {
@@ -58,7 +59,7 @@ impl QuantizedActs {
 ///
 /// An all-zero block has `dx = 0` and `q = 0`. Errors if `x.len()` is not a whole number
 /// of blocks.
-pub fn quantize_activations(dtype: GgmlType, x: &[f32]) -> Result<QuantizedActs> {
+pub(crate) fn quantize_activations(dtype: GgmlType, x: &[f32]) -> Result<QuantizedActs> {
     quantize_rows(dtype, x, crate::runtime::isa())
 }
 

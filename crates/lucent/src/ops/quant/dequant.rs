@@ -12,7 +12,7 @@ use crate::{Error, Result};
 
 /// Widen `bytes` (whole blocks of `dtype`) to `out.len()` f32 values, by the format's
 /// definition. Errors if the byte count does not match.
-pub fn dequantize(dtype: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<()> {
+pub(crate) fn dequantize(dtype: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<()> {
     let need = dtype.row_bytes(out.len())?;
     if bytes.len() != need {
         return Err(Error::Shape(format!(

@@ -10,8 +10,10 @@ use crate::ops::quant::reference;
 use crate::ops::quant::{avx2, avx512};
 use crate::runtime::Isa;
 use crate::tensor::quant::GgmlType;
+#[cfg(test)]
 use crate::{Error, Result};
 
+#[cfg(test)]
 /// Errors unless `a` was prepared for `dtype` weights and `row` is one row of `a.len`
 /// numbers of `dtype`.
 pub(crate) fn check_dot(dtype: GgmlType, row: &[u8], a: &QuantizedActs) -> Result<()> {
@@ -37,7 +39,8 @@ pub(crate) fn check_dot(dtype: GgmlType, row: &[u8], a: &QuantizedActs) -> Resul
 /// `w · x` for one weight row of `dtype` and prepared activations, on the instruction
 /// set of the runtime it runs in (AVX-512 VNNI for the K-quants, AVX2 + FMA, else the
 /// [`reference`](mod@super::reference) twin).
-pub fn vec_dot(dtype: GgmlType, row: &[u8], a: &QuantizedActs) -> Result<f32> {
+#[cfg(test)]
+pub(crate) fn vec_dot(dtype: GgmlType, row: &[u8], a: &QuantizedActs) -> Result<f32> {
     check_dot(dtype, row, a)?;
     Ok(dot_kernel(dtype, crate::runtime::isa())(row, a))
 }

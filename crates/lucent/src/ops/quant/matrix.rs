@@ -18,7 +18,6 @@ use crate::ops::quant::dispatch::Tile;
 use crate::ops::quant::dispatch::{
     dot_kernel, repacked_kernels, tiled_kernels, Dot4Fn, DotFn, TILED_MIN_ROWS,
 };
-use crate::ops::quant::reference;
 #[cfg(target_arch = "x86_64")]
 use crate::ops::quant::{avx2, avx512};
 use crate::runtime::{Isa, Numerics};
@@ -335,12 +334,13 @@ impl QMatrix {
     }
 
     /// The scalar twin of [`QMatrix::matvec`] (reference dots, one thread).
-    pub fn matvec_reference(&self, x: &[f32]) -> Result<Vec<f32>> {
+    #[cfg(test)]
+    pub(crate) fn matvec_reference(&self, x: &[f32]) -> Result<Vec<f32>> {
         let a = self.prepare(x)?;
         let k: DotFn = if self.repacked() {
-            |r, a| reference::dot_q4_k_repacked(r, a, false)
+            |r, a| super::reference::dot_q4_k_repacked(r, a, false)
         } else {
-            reference::kernel(self.dtype)
+            super::reference::kernel(self.dtype)
         };
         Ok((0..self.rows)
             .map(|i| k(self.row_bytes_of(i), &a))

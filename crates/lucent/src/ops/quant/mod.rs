@@ -47,11 +47,14 @@ mod avx512;
 mod dequant;
 mod dispatch;
 mod matrix;
-pub mod reference;
-#[cfg(all(test, target_arch = "x86_64"))]
+pub(crate) mod reference;
+#[cfg(test)]
 mod tests;
 
-pub use activations::{quantize_activations, QuantizedActs};
-pub use dequant::dequantize;
-pub use dispatch::vec_dot;
+#[cfg(test)]
+pub(crate) use activations::quantize_activations;
+pub use activations::QuantizedActs;
+pub(crate) use dequant::dequantize;
+#[cfg(test)]
+pub(crate) use dispatch::vec_dot;
 pub use matrix::QMatrix;

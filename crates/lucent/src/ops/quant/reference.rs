@@ -7,24 +7,24 @@
 use half::{bf16, f16};
 
 use crate::ops::ggml::hsum8;
-use crate::ops::quant::activations::{quantize_rows, QuantizedActs};
-use crate::ops::quant::dispatch::{check_dot, Dot4Fn, DotFn};
-use crate::runtime::Isa;
+use crate::ops::quant::activations::QuantizedActs;
+use crate::ops::quant::dispatch::{Dot4Fn, DotFn};
 use crate::tensor::quant::{
     blocks, f16_value, k_scale_min, Block, BlockQ4_0, BlockQ4_1, BlockQ4_K, BlockQ5_0, BlockQ5_1,
     BlockQ5_K, BlockQ6_K, BlockQ8_0, GgmlType,
 };
-use crate::Result;
 
 /// [`crate::ops::quant::quantize_activations`] one number at a time: the twin the
 /// AVX-512 quantisation is held to, bit for bit.
-pub fn quantize_activations(dtype: GgmlType, x: &[f32]) -> Result<QuantizedActs> {
-    quantize_rows(dtype, x, Isa::Scalar)
+#[cfg(test)]
+pub(crate) fn quantize_activations(dtype: GgmlType, x: &[f32]) -> crate::Result<QuantizedActs> {
+    crate::ops::quant::activations::quantize_rows(dtype, x, crate::runtime::Isa::Scalar)
 }
 
 /// `w · x` for one row, scalar. Same contract as [`crate::ops::quant::vec_dot`].
-pub fn vec_dot(dtype: GgmlType, row: &[u8], a: &QuantizedActs) -> Result<f32> {
-    check_dot(dtype, row, a)?;
+#[cfg(test)]
+pub(crate) fn vec_dot(dtype: GgmlType, row: &[u8], a: &QuantizedActs) -> crate::Result<f32> {
+    crate::ops::quant::dispatch::check_dot(dtype, row, a)?;
     Ok(kernel(dtype)(row, a))
 }
 
@@ -72,7 +72,7 @@ fn dot_bf16(row: &[u8], a: &QuantizedActs) -> f32 {
 /// 32 weight integers, its scale `d · dx` and `(m, s)` (zero for kinds without a
 /// minimum); each lane `acc_k = fma(d · dx, sum_k, acc_k)` block after block; the
 /// lanes summed as ((0 + 4) + (2 + 6)) + ((1 + 5) + (3 + 7)); plus `Σ fma(m, s)`.
-pub fn dot_blocks<B: Block>(
+pub(crate) fn dot_blocks<B: Block>(
     row: &[u8],
     a: &QuantizedActs,
     block: impl Fn(&B, usize) -> ([i32; 32], f32, f32, f32),
@@ -278,7 +278,7 @@ fn dot_q5_k(row: &[u8], a: &QuantizedActs) -> f32 {
 /// `fma(Σ sums, d·dx)` and `fma(Σ mins, dmin·dx)`; the prompt path for rows in
 /// groups of four (`grouped` true) does so once per step j of 64 numbers. The result
 /// is the first chain minus the second.
-pub fn dot_q4_k_repacked(row: &[u8], a: &QuantizedActs, grouped: bool) -> f32 {
+pub(crate) fn dot_q4_k_repacked(row: &[u8], a: &QuantizedActs, grouped: bool) -> f32 {
     let (mut acc, mut acc_m) = (0.0f32, 0.0f32);
     for i in 0..k45_count(row, false) {
         let (p, dw, dminw) = k45_block_parts(row, a, i, false);
@@ -305,7 +305,7 @@ pub fn dot_q4_k_repacked(row: &[u8], a: &QuantizedActs, grouped: bool) -> f32 {
 /// Q4_K (`five` false) and Q5_K in the order of llama.cpp's tiled product (its
 /// `ggml_compute_forward_mul_mat_tiled`, for 8 activation rows or more): per block
 /// `r = fma(−dmin, M, d·S)` with `S = Σ sums`, `M = Σ mins`, then `acc = fma(r, dx, acc)`.
-pub fn dot_k45_tiled(row: &[u8], a: &QuantizedActs, five: bool) -> f32 {
+pub(crate) fn dot_k45_tiled(row: &[u8], a: &QuantizedActs, five: bool) -> f32 {
     let mut acc = 0.0f32;
     for i in 0..k45_count(row, five) {
         let (p, d, dmin) = k45_block_parts(row, a, i, five);
@@ -338,7 +338,7 @@ pub(crate) fn tiled_kernels(dtype: GgmlType) -> Option<(DotFn, Dot4Fn)> {
 
 /// Q6_K in the order of llama.cpp's tiled product (see [`dot_k45_tiled`]): per block
 /// `acc = fma(d · S, dx, acc)` with `S` the block's exact `Σ sc · (q − 32) · qx`.
-pub fn dot_q6_k_tiled(row: &[u8], a: &QuantizedActs) -> f32 {
+pub(crate) fn dot_q6_k_tiled(row: &[u8], a: &QuantizedActs) -> f32 {
     let mut acc = 0.0f32;
     for (i, b) in blocks::<BlockQ6_K>(row).iter().enumerate() {
         let s = q6_k_total(b, &a.qs[256 * i..256 * i + 256]);

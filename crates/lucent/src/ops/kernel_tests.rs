@@ -16,10 +16,10 @@
 
 use std::path::PathBuf;
 
-use lucent::io::SafetensorsFile;
-use lucent::ops::attention::{self, AttentionParams};
-use lucent::ops::{self, activation, matmul, norm, rope, softmax, Activation, RopeConvention};
-use lucent::{Isa, Runtime, Tensor};
+use crate::io::SafetensorsFile;
+use crate::ops::attention::{self, AttentionParams};
+use crate::ops::{self, activation, matmul, norm, rope, softmax, Activation, RopeConvention};
+use crate::{Isa, Runtime, Tensor};
 use rand::{rngs::StdRng, SeedableRng};
 
 const AWKWARD: [usize; 12] = [1, 3, 7, 8, 9, 17, 33, 65, 129, 384, 576, 1000];

@@ -3,10 +3,10 @@
 //! instruction-set path this CPU has (scalar, AVX2, AVX-512) against its scalar twin, and
 //! `QMatrix` on awkward shapes.
 
+use crate::ops::quant::{dequantize, quantize_activations, reference, vec_dot, QMatrix};
+use crate::tensor::quant::{k_scale_min, k_scales_mins, GgmlType, QK_K};
+use crate::{Isa, Numerics, Runtime};
 use half::f16;
-use lucent::ops::quant::{dequantize, quantize_activations, reference, vec_dot, QMatrix};
-use lucent::tensor::quant::{k_scale_min, k_scales_mins, GgmlType, QK_K};
-use lucent::{Isa, Numerics, Runtime};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -277,9 +277,9 @@ fn quantised_dots_equal_dequantise_then_dot() {
                     //    for the 32-blocks (llama.cpp's), so |x_i − xq_i| ≤ dx/2 + |q_i|·|dx −
                     //    f16(dx)| and |error| ≤ Σ|w_i|·that (+ the rounding bound above).
                     let block = match t.activation_kind() {
-                        lucent::tensor::quant::ActKind::F32 => 0,
-                        lucent::tensor::quant::ActKind::Q8_0 => 32,
-                        lucent::tensor::quant::ActKind::Q8_K => QK_K,
+                        crate::tensor::quant::ActKind::F32 => 0,
+                        crate::tensor::quant::ActKind::Q8_0 => 32,
+                        crate::tensor::quant::ActKind::Q8_K => QK_K,
                     };
                     let bound: f64 = if block == 0 {
                         0.0
@@ -428,7 +428,7 @@ fn every_level(threads: usize, mut body: impl FnMut(Isa) + Send) {
             .unwrap();
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             rt.install(|| {
-                assert_eq!(lucent::runtime::isa(), isa);
+                assert_eq!(crate::runtime::isa(), isa);
                 body(isa)
             })
         }));
@@ -805,7 +805,7 @@ fn activation_quantisation_equals_its_twin() {
         ] {
             for x in &rows {
                 let fast = quantize_activations(t, x).unwrap();
-                let twin = lucent::ops::quant::reference::quantize_activations(t, x).unwrap();
+                let twin = crate::ops::quant::reference::quantize_activations(t, x).unwrap();
                 assert_eq!(fast.qs, twin.qs, "{t}: numbers");
                 let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&fast.d), bits(&twin.d), "{t}: scales");

@@ -1,11 +1,11 @@
 //! The private kernels of every instruction-set level against the scalar twin, bit for
-//! bit (tests/quant.rs reaches them only through the public entry points).
+//! bit (`formats` holds the entry points to the twins and to the formats' definitions).
 
 use half::f16;
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
-use super::dispatch::{dot_kernel, repacked_kernels, tiled_kernels};
-use super::{avx512, reference, QMatrix};
+use crate::ops::quant::dispatch::{dot_kernel, repacked_kernels, tiled_kernels};
+use crate::ops::quant::{avx512, reference, QMatrix};
 use crate::runtime::Isa;
 use crate::tensor::quant::{GgmlType, QK, QK_K};
 use crate::Result;
