@@ -274,15 +274,16 @@ fn bad_inputs_are_errors_that_say_why() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("decoder only"), "{e}");
-    // Too large to count: an error, not a wrapped number.
-    let huge = resolve(
-        None,
-        &ConfigOverrides {
-            vocab_size: Some(usize::MAX / 2),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    // Too large to count: an error naming the sizes when the config is made (before any
+    // count could wrap), and ParamCount refuses such a config too.
+    let overrides = ConfigOverrides {
+        vocab_size: Some(usize::MAX / 2),
+        ..Default::default()
+    };
+    let e = resolve(None, &overrides).unwrap_err().to_string();
+    assert!(e.contains("vocab_size") && e.contains("more than any memory holds"), "{e}");
+    let mut huge = preset("gpt2").unwrap();
+    huge.vocab_size = usize::MAX / 2;
     assert!(ParamCount::of(&huge).is_err());
 
     let cfg = preset("gpt2").unwrap();
