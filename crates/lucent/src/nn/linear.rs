@@ -125,7 +125,7 @@ impl Weight {
     /// x: rows × in (flat) → rows × out (flat)
     pub fn matmul_t(&self, x: &Tensor) -> Result<Tensor> {
         match self {
-            Weight::F32(w) => ops::linear(x, w, None),
+            Weight::F32(w) => linear_f32(x, w, None),
             Weight::Quant { matrix, shape } => {
                 let [out, inp] = *shape;
                 if x.last_dim() != inp || x.rank() == 0 {
@@ -147,6 +147,30 @@ impl Weight {
             }
         }
     }
+}
+
+/// `ops::linear` for an f32 weight; inside [`crate::tensor::quant::row_invariant`] each
+/// row of x takes the one-row kernel alone (a decoded token's arithmetic, not the
+/// GEMM's), so a batch of decoded tokens equals decoding each alone.
+///
+/// # Shapes
+/// x: (..., in), w: (out, in), b: (out) → (..., out)
+fn linear_f32(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
+    let inp = x.last_dim();
+    let rows = if inp == 0 { 0 } else { x.numel() / inp };
+    if rows <= 1 || x.rank() == 0 || !crate::tensor::quant::row_invariant_active() {
+        return ops::linear(x, w, b);
+    }
+    let flat = x.reshape(&[rows, inp])?; // (rows, in)
+    let parts = (0..rows)
+        .map(|r| ops::linear(&flat.narrow(0, r, 1)?, w, b)) // (1, out)
+        .collect::<Result<Vec<_>>>()?;
+    let refs: Vec<&Tensor> = parts.iter().collect();
+    let mut shape = x.shape().to_vec();
+    if let (Some(last), Some(&out)) = (shape.last_mut(), w.shape().first()) {
+        *last = out;
+    }
+    Tensor::cat(&refs, 0)?.reshape(&shape) // (..., out)
 }
 
 /// A linear layer y = x · Wᵀ + b.
@@ -221,7 +245,7 @@ impl Linear {
     /// x: (..., in) → (..., out)
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         match (&self.weight, &self.bias) {
-            (Weight::F32(w), bias) => ops::linear(x, w, bias.as_ref()),
+            (Weight::F32(w), bias) => linear_f32(x, w, bias.as_ref()),
             (w, None) => w.matmul_t(x),
             (w, Some(b)) => w.matmul_t(x)?.add(b),
         }

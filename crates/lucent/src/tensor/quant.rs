@@ -735,6 +735,12 @@ pub fn row_invariant<R>(f: impl FnOnce() -> R) -> R {
     crate::threads::with_flag(&ROW_INVARIANT, true, f)
 }
 
+/// Whether this thread runs inside [`row_invariant`] (for products outside this module
+/// that must then take each row alone, such as f32 weights' one-row kernel).
+pub(crate) fn row_invariant_active() -> bool {
+    ROW_INVARIANT.with(std::cell::Cell::get)
+}
+
 /// The plain twins: dot products that read like the formulas in the module doc, with
 /// integer inner sums per block (as the fast kernels have) and f32 outer sums in
 /// llama.cpp's order ([`reference::dot_blocks`] for the 32-blocks, the K-quant twins
