@@ -13,7 +13,7 @@ use crate::progress::Bars;
 /// Arguments of `lucent fetch`.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Examples:\n  lucent fetch minilm\n  lucent fetch smollm2 --force\n\nThe cache is $LUCENT_HOME (default ~/.cache/lucent). See `lucent models`."
+    after_help = "Examples:\n  lucent fetch minilm\n  lucent fetch smollm2 gemma3\n\n--force downloads a cached model again (e.g. after a damaged fetch). The cache is\n$LUCENT_HOME (default ~/.cache/lucent). See `lucent models`."
 )]
 pub struct FetchArgs {
     /// Model names (see `lucent models`).
