@@ -494,6 +494,7 @@ impl MultiHeadAttention {
     /// # Shapes
     /// q: (b, h, t_q, d_k), k, v: (b, h_kv, t_k, d_k) → output (b, h, t_q, d_v),
     /// weights (b, h, t_q, t_k)
+    #[allow(clippy::too_many_arguments)]
     fn attend(
         &self,
         q: Tensor,

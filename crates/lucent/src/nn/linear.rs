@@ -157,7 +157,7 @@ impl Weight {
 /// x: (..., in), w: (out, in), b: (out) → (..., out)
 fn linear_f32(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
     let inp = x.last_dim();
-    let rows = if inp == 0 { 0 } else { x.numel() / inp };
+    let rows = x.numel().checked_div(inp).unwrap_or(0);
     if rows <= 1 || x.rank() == 0 || !crate::tensor::quant::row_invariant_active() {
         return ops::linear(x, w, b);
     }
