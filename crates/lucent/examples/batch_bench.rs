@@ -2,11 +2,12 @@
 //! sequences against n lone decode steps, on one thread, in thread CPU time (so the
 //! figures hold on a busy machine), alternating the two forms round after round.
 //!
-//! `cargo run --release -p lucent --example batch_bench -- [MODEL] [CONTEXT]`
+//! `cargo run --release -p lucent --example batch_bench -- [MODEL] [CONTEXT] [N]`
 //!
 //! MODEL is a known name or a .gguf (default smollm2); every sequence has CONTEXT
 //! cached positions (default 128). Prints, per n, the median time of one batched step,
-//! of n lone steps, their ratio, and the tokens per CPU-second each gives.
+//! of n lone steps, their ratio, and the tokens per CPU-second each gives. With N, only
+//! runs 20 batched steps of N sequences (for a profiler).
 
 use std::time::Instant;
 
@@ -40,6 +41,16 @@ fn main() -> lucent::Result<()> {
     // One prefilled cache per sequence (16 at most), copied for each round.
     let mut base = tm.new_cache(context + 64);
     tm.model.forward(&ids, Some(&mut base), true, None)?;
+    if let Some(n) = args.get(2).and_then(|s| s.parse::<usize>().ok()) {
+        // Profiling aid: batched steps of n sequences only, 20 of them.
+        for _ in 0..20 {
+            let mut caches: Vec<KvCache> = (0..n).map(|_| base.clone()).collect();
+            let toks: Vec<u32> = (0..n as u32).map(|i| 200 + i).collect();
+            let mut refs: Vec<&mut KvCache> = caches.iter_mut().collect();
+            tm.model.decode_batch(&toks, &mut refs, &mut [])?;
+        }
+        return Ok(());
+    }
     println!("{spec}: {context} cached positions per sequence, 1 thread, CPU time per step (median of 7 rounds)");
     println!(
         "{:>3} {:>12} {:>14} {:>8} {:>12} {:>12}",
