@@ -35,7 +35,7 @@ fn main() -> lucent::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let spec = args.first().map_or("smollm2", String::as_str);
     let context: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(128);
-    lucent::set_threads(1);
+    lucent::set_threads(1)?;
     let tm: std::sync::Arc<TextModel> = lucent::open(spec)?.text_model()?;
     let ids: Vec<u32> = (0..context as u32).map(|i| 100 + i % 500).collect();
     // One prefilled cache per sequence (16 at most), copied for each round.

@@ -76,7 +76,7 @@ pub fn run_models(args: ModelsArgs) -> Result<()> {
     println!("cache: {}\n", fetch::cache_root().display());
     for (m, cached, _) in &rows {
         let mark = if *cached { "cached " } else { "       " };
-        println!("{mark} {:<8} {}", m.name, m.description);
+        println!("{mark} {:<15} {}", m.name, m.description);
     }
     println!("\nAny local folder in Hugging Face layout or any .gguf file also works as --model.");
     println!("\ncorpora for `lucent train lm --corpus NAME` (fetched with npm; any text file works too):");

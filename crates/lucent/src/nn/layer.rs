@@ -200,7 +200,7 @@ impl EncoderLayer {
             self.ffn_post_norm.as_ref(),
             trace.as_deref_mut(),
             "ffn",
-            |h, tr| self.ffn.forward(h, tr),
+            |h, tr| self.ffn.forward(h, opts.numerics, tr),
         )?;
         record(&mut trace, "output", &x);
         Ok(x)
@@ -426,7 +426,7 @@ impl DecoderLayer {
             self.ffn_post_norm.as_ref(),
             trace.as_deref_mut(),
             "ffn",
-            |h, tr| self.ffn.forward(h, tr),
+            |h, tr| self.ffn.forward(h, opts.numerics, tr),
         )?;
         record(&mut trace, "output", &x);
         Ok(x)
@@ -481,7 +481,7 @@ impl DecoderLayer {
             |h, _| {
                 scoped_each(traces, "ffn", |tr| {
                     record_rows(tr, "input", h)?;
-                    let out = self.ffn.forward(h, None)?;
+                    let out = self.ffn.forward(h, opts.numerics, None)?;
                     record_rows(tr, "output", &out)?;
                     Ok(out)
                 })

@@ -5,6 +5,7 @@ pub mod chat;
 pub mod embed;
 pub mod generate;
 pub mod generator;
+#[cfg(feature = "train")]
 pub mod train;
 
 pub use chat::{ChatTemplate, Message};

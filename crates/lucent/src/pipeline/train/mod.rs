@@ -22,6 +22,7 @@
 pub mod checkpoint;
 pub mod data;
 pub mod models;
+#[cfg(feature = "viz")]
 pub mod plot;
 
 use std::collections::{HashMap, HashSet};
@@ -349,7 +350,19 @@ fn dims_of(cfg: &TrainConfig, vocab: usize) -> Dims {
 
 /// Read a corpus (known name or file) as text; errors for a missing or empty one.
 pub fn read_corpus(spec: &str, progress: &mut dyn Progress) -> Result<(PathBuf, String)> {
+    #[cfg(feature = "fetch")]
     let path = crate::io::corpus::resolve_corpus(spec, progress)?;
+    #[cfg(not(feature = "fetch"))]
+    let path = {
+        let _ = progress;
+        let p = PathBuf::from(spec);
+        if !p.is_file() {
+            return Err(Error::Argument(format!(
+                "corpus '{spec}' is not a file, and this build of lucent has no `fetch` feature to fetch a known corpus"
+            )));
+        }
+        p
+    };
     let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
     if text.trim().is_empty() {
         return Err(Error::Argument(format!(
@@ -652,7 +665,10 @@ impl Run {
             }
             self.save()?;
         }
+        #[cfg(feature = "viz")]
         let plot = plot::loss_curve(&self.history, &self.out.join("loss.png")).ok();
+        #[cfg(not(feature = "viz"))]
+        let plot: Option<()> = None;
         Ok(Summary {
             step: self.step,
             history: self.history.clone(),
