@@ -62,6 +62,8 @@ enum Command {
     Fetch(commands::fetch::FetchArgs),
     /// List the models lucent knows and which are cached.
     Models(commands::fetch::ModelsArgs),
+    /// Serve models over HTTP with OpenAI's API (chat, completions, embeddings), batching requests.
+    Serve(commands::serve::Args),
     /// Measure lucent's speed: `lucent bench kernels|embed|train|generate` (medians of several runs).
     Bench(commands::bench::Args),
 }
@@ -92,6 +94,7 @@ fn main() -> ExitCode {
         Command::Train(a) => commands::train::run(a),
         Command::Generate(a) => commands::generate::run(a),
         Command::Chat(a) => commands::generate::run_chat(a),
+        Command::Serve(a) => commands::serve::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -15,6 +15,7 @@ pub mod mask;
 pub mod memory;
 pub mod params;
 pub mod pe;
+pub mod serve;
 pub mod shapes;
 pub mod softmax;
 pub mod train;

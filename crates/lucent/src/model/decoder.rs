@@ -278,6 +278,102 @@ impl DecoderModel {
         })
     }
 
+    /// The next-token logits of `n` sequences at once, each one new token (`ids[i]`)
+    /// after what its own cache (`caches[i]`) holds: the decode step of continuous
+    /// batching. Each weight matrix is read once for all n rows, and every row is
+    /// computed exactly as [`DecoderModel::forward`] computes that token alone (the
+    /// products row-invariant, attention per sequence over its own cache at its own
+    /// position), so row i equals sequence i's lone decode step bit for bit, whatever
+    /// else is in the batch. `traces` is empty or holds one optional trace per sequence,
+    /// which gets what a lone token's traced forward records in the decoder
+    /// (`decoder.layer.L.attn.weights`, `q`, `k`, … and each layer's `output`).
+    /// Errors (before any work) if a cache is full.
+    ///
+    /// # Shapes
+    /// ids: n → (n, V)
+    pub fn decode_batch(
+        &self,
+        ids: &[u32],
+        caches: &mut [&mut KvCache],
+        traces: &mut [Option<&mut Trace>],
+    ) -> Result<Tensor> {
+        let n = ids.len();
+        if n == 0 || caches.len() != n || !(traces.is_empty() || traces.len() == n) {
+            return Err(Error::Argument(format!(
+                "decode_batch needs one new token and one cache per sequence (and 0 or n traces): \
+                 got {n} tokens, {} caches, {} traces",
+                caches.len(),
+                traces.len()
+            )));
+        }
+        for (i, c) in caches.iter().enumerate() {
+            let capacity = c
+                .layer(0)
+                .map_or(0, |l| l.capacity())
+                .min(self.config.max_positions);
+            if c.len() >= capacity {
+                return Err(Error::Argument(format!(
+                    "sequence {i} of the batch: its cache is full ({} positions of {capacity}); \
+                     end that sequence or give it a longer cache",
+                    c.len()
+                )));
+            }
+        }
+        let traced = traces.iter().any(Option::is_some);
+        // As DecoderModel::forward: on the runtime's pool, one team for a whole untraced step.
+        crate::autograd::in_pool(|| {
+            if crate::threads::threads() > 1 && !traced && !crate::threads::in_team() {
+                return crate::threads::with_team(|| self.decode_batch_here(ids, caches, traces));
+            }
+            self.decode_batch_here(ids, caches, traces)
+        })
+    }
+
+    /// [`DecoderModel::decode_batch`] on the calling thread.
+    fn decode_batch_here(
+        &self,
+        ids: &[u32],
+        caches: &mut [&mut KvCache],
+        traces: &mut [Option<&mut Trace>],
+    ) -> Result<Tensor> {
+        let n = ids.len();
+        if !self.numerics.llama_cpp() {
+            // Lucent's own arithmetic has no row-invariant form of its products: each
+            // sequence's step runs alone (exact, without the shared weight reads).
+            let mut parts = Vec::with_capacity(n);
+            for (i, cache) in caches.iter_mut().enumerate() {
+                let trace = traces.get_mut(i).and_then(|t| t.as_deref_mut());
+                parts.push(self.forward_here(&ids[i..i + 1], Some(&mut **cache), true, trace)?); // (1, V)
+            }
+            return Tensor::cat(&parts.iter().collect::<Vec<_>>(), 0); // (n, V)
+        }
+        let rows: Vec<Vec<usize>> = ids.iter().map(|&i| vec![i as usize]).collect();
+        let mut x = self.embedding.forward(&rows)?; // (n, 1, d)
+        if let Some(p) = &self.positions {
+            // Each sequence at its own position.
+            let parts = caches
+                .iter()
+                .enumerate()
+                .map(|(i, c)| p.forward(&x.narrow(0, i, 1)?, c.len())) // (1, 1, d)
+                .collect::<Result<Vec<_>>>()?;
+            x = Tensor::cat(&parts.iter().collect::<Vec<_>>(), 0)?; // (n, 1, d)
+        }
+        // llama.cpp's f16 steps with every row's products summed as one row's are: a
+        // lone token's arithmetic (one row is the same under LlamaCpp and RowInvariant).
+        let numerics = Numerics::RowInvariant;
+        let opts = AttentionOptions {
+            numerics,
+            ..AttentionOptions::causal()
+        };
+        let d = self.config.d_model;
+        let h = self.decoder.decode_batch(&x, caches, &opts, traces)?; // (n, 1, d)
+        let h = h.reshape(&[n, d])?; // (n, d)
+        match &self.head {
+            Some(head) => head.logits_with(&h, numerics), // (n, V)
+            None => self.embedding.table.matmul_t(&h, numerics),
+        }
+    }
+
     /// [`DecoderModel::forward`] on the calling thread.
     fn forward_here(
         &self,

@@ -25,7 +25,7 @@ use rand::Rng;
 use crate::nn::kv_cache::LayerKvCache;
 use crate::nn::linear::Linear;
 use crate::nn::norm::RmsNorm;
-use crate::nn::trace::{record, wants, Trace};
+use crate::nn::trace::{record, record_rows, wants, Trace};
 use crate::ops::attention::{bias_row, check_dims, round_f16_in_place, visible_keys};
 use crate::ops::ggml::F16Order;
 use crate::ops::{self, AttentionParams, RopeConvention};
@@ -467,9 +467,51 @@ impl MultiHeadAttention {
                 self.v_proj.forward_with(kv_in, opts.numerics)?,
             )
         };
-        let mut q = split(q, h, t_q)?; // (b, h, t_q, d_k)
-        let mut k = split(k, h_kv, t_k)?; // (b, h_kv, t_k, d_k)
+        let q = split(q, h, t_q)?; // (b, h, t_q, d_k)
+        let k = split(k, h_kv, t_k)?; // (b, h_kv, t_k, d_k)
         let v = split(v, h_kv, t_k)?; // (b, h_kv, t_k, d_k)
+        let attended = self.attend(q, k, v, x_kv.is_some(), opts, cache, &mut trace)?;
+        let t_v = attended.output.shape()[2];
+        let concat = attended
+            .output
+            .transpose(1, 2)? // (b, t_q, h, d_k)
+            .reshape(&[b, t_v, h * d_k])?; // (b, t_q, h·d_k)
+        let output = self.o_proj.forward_with(&concat, opts.numerics)?; // (b, t_q, d)
+        record(&mut trace, "output", &output);
+        Ok(MhaOutput {
+            output,
+            weights: if opts.want_weights {
+                attended.weights
+            } else {
+                None
+            },
+        })
+    }
+
+    /// The heads' part of [`MultiHeadAttention::forward`], after the projections:
+    /// QK-norm, RoPE (queries from `opts.position_offset` plus the cached length; keys
+    /// from there too for self-attention, from 0 for cross-attention), llama.cpp's f16
+    /// rounding, the cache append, and the attention itself; records q, k, v, the steps
+    /// the trace wants, the weights and the context.
+    ///
+    /// # Shapes
+    /// q: (b, h, t_q, d_k), k, v: (b, h_kv, t_k, d_k) → output (b, h, t_q, d_v),
+    /// weights (b, h, t_q, t_k)
+    #[allow(clippy::too_many_arguments)]
+    fn attend(
+        &self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        cross: bool,
+        opts: &AttentionOptions,
+        cache: Option<&mut LayerKvCache>,
+        trace: &mut Option<&mut Trace>,
+    ) -> Result<ops::AttentionOutput> {
+        let c = &self.config;
+        let d_k = c.head_dim;
+        let (t_q, t_k) = (q.shape()[2], k.shape()[2]);
+        let (mut q, mut k, mut v) = (q, k, v);
         if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
             q = qn.forward(&q)?;
             k = kn.forward(&k)?;
@@ -484,7 +526,7 @@ impl MultiHeadAttention {
         }
         if let Some(r) = c.rope {
             let q_pos: Vec<usize> = (start..start + t_q).collect();
-            let k_start = if x_kv.is_some() { 0 } else { start };
+            let k_start = if cross { 0 } else { start };
             let k_pos: Vec<usize> = (k_start..k_start + t_k).collect();
             if f16 {
                 // llama.cpp's angles and rounding (the f16 path reproduces its numbers).
@@ -495,16 +537,12 @@ impl MultiHeadAttention {
                 k = ops::rope(&k, &k_pos, r.base, r.convention)?;
             }
         }
-
         if f16 {
             if c.scale_queries {
                 q = q.scale(c.scale);
             }
             round_f16_in_place(q.data_mut());
             round_f16_in_place(k.data_mut());
-        }
-        let mut v = v;
-        if f16 {
             round_f16_in_place(v.data_mut());
         }
         // With a cache, K and V are its whole store (b, h_kv, max_t, d_k), read in place
@@ -517,13 +555,12 @@ impl MultiHeadAttention {
             }
             None => (k, v, None),
         };
-
         let params = AttentionParams {
             scale: if f16 && c.scale_queries { 1.0 } else { c.scale },
             causal: opts.causal,
             window: opts.window.or(c.window),
             bias: opts.bias,
-            want_weights: opts.want_weights || wants(&trace, "weights"),
+            want_weights: opts.want_weights || wants(trace, "weights"),
             segments: opts.segments,
             kv_len,
             ggml: f16.then(|| {
@@ -545,27 +582,81 @@ impl MultiHeadAttention {
                 kv_len: None,
                 ..params
             };
-            self.record_steps(&mut trace, &q, &k, &v, &plain)?;
+            self.record_steps(trace, &q, &k, &v, &plain)?;
             if let Some(w) = &attended.weights {
-                record(&mut trace, "weights", w);
+                record(trace, "weights", w);
             }
-            record(&mut trace, "context", &attended.output);
+            record(trace, "context", &attended.output);
         }
-        let t_v = attended.output.shape()[2];
-        let concat = attended
-            .output
-            .transpose(1, 2)? // (b, t_q, h, d_k)
-            .reshape(&[b, t_v, h * d_k])?; // (b, t_q, h·d_k)
-        let output = self.o_proj.forward_with(&concat, opts.numerics)?; // (b, t_q, d)
-        record(&mut trace, "output", &output);
-        Ok(MhaOutput {
-            output,
-            weights: if opts.want_weights {
-                attended.weights
-            } else {
-                None
-            },
-        })
+        Ok(attended)
+    }
+
+    /// One decoding step of `n` sequences at once, each at its own position over its
+    /// own cache: row i of `x` is sequence i's new token, `caches[i]` its keys and
+    /// values. The Q, K, V and output projections take the n rows together (one read of
+    /// each weight for all of them; under row-invariant products each row is computed
+    /// exactly as a lone row is); RoPE, the cache append and the attention run per
+    /// sequence, each exactly as [`MultiHeadAttention::forward`] runs a lone token.
+    /// `traces` is empty or holds one optional trace per sequence, which gets what a
+    /// lone token's forward records (`input`, `q`, `k`, `v`, `weights`, `context`,
+    /// `output`, and the steps it asks for).
+    ///
+    /// # Shapes
+    /// x: (n, 1, d) → (n, 1, d)
+    pub fn decode_batch(
+        &self,
+        x: &Tensor,
+        caches: &mut [&mut LayerKvCache],
+        opts: &AttentionOptions,
+        traces: &mut [Option<&mut Trace>],
+    ) -> Result<Tensor> {
+        let c = &self.config;
+        let (h, h_kv, d_k) = (c.n_heads, c.n_kv_heads, c.head_dim);
+        let [n, t, _] = self.check_input("x", x)?;
+        if t != 1 || caches.len() != n || !(traces.is_empty() || traces.len() == n) {
+            return Err(Error::Argument(format!(
+                "MultiHeadAttention::decode_batch: x {:?} must be one new token per sequence (n, 1, d) with one \
+                 cache per sequence (got {} caches) and 0 or n traces (got {})",
+                x.shape(),
+                caches.len(),
+                traces.len()
+            )));
+        }
+        record_rows(traces, "input", x)?;
+        let mut qkv = Linear::forward_group(&[&self.q_proj, &self.k_proj, &self.v_proj], x, opts.numerics)?;
+        let (Some(v), Some(k), Some(q)) = (qkv.pop(), qkv.pop(), qkv.pop()) else {
+            return Err(Error::Config(
+                "attention: Q, K, V projections missing".into(),
+            ));
+        };
+        let (qd, kd) = (h * d_k, h_kv * d_k);
+        let head = |t: &Tensor, i: usize, width: usize, heads: usize| {
+            // (1, 1, heads, d_k) is (1, heads, 1, d_k): one position.
+            Tensor::new(
+                t.data()[i * width..(i + 1) * width].to_vec(),
+                &[1, heads, 1, d_k],
+            )
+        };
+        let self_opts = AttentionOptions {
+            causal: true,
+            ..*opts
+        };
+        let mut concat = Vec::with_capacity(n * qd); // (n, h·d_k)
+        for (i, cache) in caches.iter_mut().enumerate() {
+            let (qi, ki, vi) = (
+                head(&q, i, qd, h)?,
+                head(&k, i, kd, h_kv)?,
+                head(&v, i, kd, h_kv)?,
+            );
+            let mut tr = traces.get_mut(i).and_then(|t| t.as_deref_mut());
+            let attended =
+                self.attend(qi, ki, vi, false, &self_opts, Some(&mut **cache), &mut tr)?;
+            concat.extend_from_slice(attended.output.data()); // (1, h, 1, d_k) = h·d_k
+        }
+        let concat = Tensor::new(concat, &[n, 1, qd])?; // (n, 1, h·d_k)
+        let output = self.o_proj.forward_with(&concat, opts.numerics)?; // (n, 1, d)
+        record_rows(traces, "output", &output)?;
+        Ok(output)
     }
 
     /// Self-attention without cache: `forward(x, None, opts, None, trace)`.

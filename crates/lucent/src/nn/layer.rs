@@ -14,7 +14,7 @@ use crate::nn::attention::{AttentionOptions, MultiHeadAttention};
 use crate::nn::feed_forward::FeedForward;
 use crate::nn::kv_cache::LayerKvCache;
 use crate::nn::norm::Norm;
-use crate::nn::trace::{record, scoped, Trace};
+use crate::nn::trace::{record, record_rows, scoped, scoped_each, Trace};
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
@@ -429,6 +429,65 @@ impl DecoderLayer {
             |h, tr| self.ffn.forward(h, opts.numerics, tr),
         )?;
         record(&mut trace, "output", &x);
+        Ok(x)
+    }
+
+    /// One decoding step of `n` sequences at once (decoder-only layers): row i of `x`
+    /// is sequence i's new token, attending over `caches[i]` at its own position
+    /// ([`MultiHeadAttention::decode_batch`]); the norms and the feed-forward block
+    /// take the n rows together, each row computed as it would be alone. Each trace
+    /// gets `attn.*`, `ffn.input`, `ffn.output` and `output` as a lone token's forward
+    /// records them.
+    ///
+    /// # Shapes
+    /// x: (n, 1, d) → (n, 1, d)
+    pub fn decode_batch(
+        &self,
+        x: &Tensor,
+        caches: &mut [&mut LayerKvCache],
+        opts: &AttentionOptions,
+        traces: &mut [Option<&mut Trace>],
+    ) -> Result<Tensor> {
+        if self.cross_attn.is_some() {
+            return Err(Error::Argument(
+                "decode_batch serves decoder-only layers; this one has cross-attention".into(),
+            ));
+        }
+        let self_opts = AttentionOptions {
+            causal: true,
+            want_weights: false,
+            ..*opts
+        };
+        let x = residual(
+            self.placement,
+            x,
+            &self.self_attn_norm,
+            self.self_attn_post_norm.as_ref(),
+            None,
+            "attn",
+            |h, _| {
+                scoped_each(traces, "attn", |tr| {
+                    self.self_attn.decode_batch(h, caches, &self_opts, tr)
+                })
+            },
+        )?;
+        let x = residual(
+            self.placement,
+            &x,
+            &self.ffn_norm,
+            self.ffn_post_norm.as_ref(),
+            None,
+            "ffn",
+            |h, _| {
+                scoped_each(traces, "ffn", |tr| {
+                    record_rows(tr, "input", h)?;
+                    let out = self.ffn.forward(h, opts.numerics, None)?;
+                    record_rows(tr, "output", &out)?;
+                    Ok(out)
+                })
+            },
+        )?;
+        record_rows(traces, "output", &x)?;
         Ok(x)
     }
 }

@@ -127,7 +127,7 @@ impl Weight {
     /// x: rows × in (flat) → rows × out (flat)
     pub fn matmul_t(&self, x: &Tensor, numerics: Numerics) -> Result<Tensor> {
         match self {
-            Weight::F32(w) => ops::linear(x, w, None),
+            Weight::F32(w) => linear_f32(x, w, None, numerics),
             Weight::Quant { matrix, shape } => {
                 let [out, inp] = *shape;
                 if x.last_dim() != inp || x.rank() == 0 {
@@ -149,6 +149,30 @@ impl Weight {
             }
         }
     }
+}
+
+/// `ops::linear` for an f32 weight; with [`Numerics::RowInvariant`] each
+/// row of x takes the one-row kernel alone (a decoded token's arithmetic, not the
+/// GEMM's), so a batch of decoded tokens equals decoding each alone.
+///
+/// # Shapes
+/// x: (..., in), w: (out, in), b: (out) → (..., out)
+fn linear_f32(x: &Tensor, w: &Tensor, b: Option<&Tensor>, numerics: Numerics) -> Result<Tensor> {
+    let inp = x.last_dim();
+    let rows = x.numel().checked_div(inp).unwrap_or(0);
+    if rows <= 1 || x.rank() == 0 || !numerics.row_invariant() {
+        return ops::linear(x, w, b);
+    }
+    let flat = x.reshape(&[rows, inp])?; // (rows, in)
+    let parts = (0..rows)
+        .map(|r| ops::linear(&flat.narrow(0, r, 1)?, w, b)) // (1, out)
+        .collect::<Result<Vec<_>>>()?;
+    let refs: Vec<&Tensor> = parts.iter().collect();
+    let mut shape = x.shape().to_vec();
+    if let (Some(last), Some(&out)) = (shape.last_mut(), w.shape().first()) {
+        *last = out;
+    }
+    Tensor::cat(&refs, 0)?.reshape(&shape) // (..., out)
 }
 
 /// A linear layer y = x · Wᵀ + b.
@@ -232,7 +256,7 @@ impl Linear {
     /// x: (..., in) → (..., out)
     pub fn forward_with(&self, x: &Tensor, numerics: Numerics) -> Result<Tensor> {
         match (&self.weight, &self.bias) {
-            (Weight::F32(w), bias) => ops::linear(x, w, bias.as_ref()),
+            (Weight::F32(w), bias) => linear_f32(x, w, bias.as_ref(), numerics),
             (w, None) => w.matmul_t(x, numerics),
             (w, Some(b)) => w.matmul_t(x, numerics)?.add(b),
         }

@@ -240,6 +240,39 @@ pub fn wants(trace: &Option<&mut Trace>, leaf: &str) -> bool {
     trace.as_deref().is_some_and(|tr| tr.wants(leaf))
 }
 
+/// Run `f` inside `scope` of every trace of a batch (one optional trace per sequence):
+/// the scope is entered before and left after, whatever `f` returns.
+pub fn scoped_each<R>(
+    traces: &mut [Option<&mut Trace>],
+    scope: &str,
+    f: impl FnOnce(&mut [Option<&mut Trace>]) -> R,
+) -> R {
+    for tr in traces.iter_mut().flatten() {
+        tr.push_scope(scope);
+    }
+    let r = f(traces);
+    for tr in traces.iter_mut().flatten() {
+        tr.pop_scope();
+    }
+    r
+}
+
+/// Record row i of `t` (a batch of sequences along its first axis) as `leaf` into
+/// trace i, for the traces that want it.
+///
+/// # Shapes
+/// t: (n, ...) → each trace gets (1, ...)
+pub fn record_rows(traces: &mut [Option<&mut Trace>], leaf: &str, t: &Tensor) -> crate::Result<()> {
+    for (i, tr) in traces.iter_mut().enumerate() {
+        if let Some(tr) = tr.as_deref_mut() {
+            if tr.wants(leaf) {
+                tr.record(leaf, &t.narrow(0, i, 1)?);
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

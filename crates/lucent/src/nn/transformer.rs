@@ -13,11 +13,11 @@
 use rand::Rng;
 
 use crate::nn::attention::AttentionOptions;
-use crate::nn::kv_cache::KvCache;
+use crate::nn::kv_cache::{KvCache, LayerKvCache};
 use crate::nn::layer::{DecoderLayer, EncoderLayer};
 use crate::nn::linear::{Linear, Weight};
 use crate::nn::norm::Norm;
-use crate::nn::trace::{record, scoped, Trace};
+use crate::nn::trace::{record, record_rows, scoped, scoped_each, Trace};
 use crate::ops;
 use crate::runtime::Numerics;
 use crate::tensor::Tensor;
@@ -151,6 +151,46 @@ impl Decoder {
         trace: Option<&mut Trace>,
     ) -> Result<Tensor> {
         self.forward_rows(x, memory, opts, memory_bias, cache, trace, true)
+    }
+
+    /// One decoding step of `n` sequences at once (decoder-only stacks): row i of `x`
+    /// is sequence i's new token, attending over its own `caches[i]` at its own
+    /// position ([`DecoderLayer::decode_batch`]). Each trace gets `decoder.layer.i.*`
+    /// and `decoder.output` as a lone token's forward records them.
+    ///
+    /// # Shapes
+    /// x: (n, 1, d) → (n, 1, d)
+    pub fn decode_batch(
+        &self,
+        x: &Tensor,
+        caches: &mut [&mut KvCache],
+        opts: &AttentionOptions,
+        traces: &mut [Option<&mut Trace>],
+    ) -> Result<Tensor> {
+        if let Some(c) = caches.iter().find(|c| c.n_layers() != self.layers.len()) {
+            return Err(Error::Argument(format!(
+                "KvCache has {} layers but the decoder has {}; build it with Decoder::new_cache",
+                c.n_layers(),
+                self.layers.len()
+            )));
+        }
+        scoped_each(traces, "decoder", |traces| {
+            let mut x = x.clone();
+            for (i, layer) in self.layers.iter().enumerate() {
+                let mut layer_caches: Vec<&mut LayerKvCache> = caches
+                    .iter_mut()
+                    .map(|c| c.layer_mut(i))
+                    .collect::<Result<_>>()?;
+                x = scoped_each(traces, &format!("layer.{i}"), |tr| {
+                    layer.decode_batch(&x, &mut layer_caches, opts, tr)
+                })?;
+            }
+            if let Some(n) = &self.final_norm {
+                x = n.forward(&x)?;
+            }
+            record_rows(traces, "output", &x)?;
+            Ok(x)
+        })
     }
 
     #[allow(clippy::too_many_arguments)]

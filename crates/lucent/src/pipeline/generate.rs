@@ -703,6 +703,47 @@ fn logprobs_of(logits: &[f32], k: usize) -> (f32, Vec<(u32, f32)>) {
     (lse, top)
 }
 
+/// The fewest rows a prompt chunk of [`prompt_chunks`] has (llama.cpp's products change
+/// their summation order for the K-quant types below 8 rows).
+pub const MIN_PROMPT_CHUNK: usize = 8;
+
+/// Where to cut a prompt of `t` tokens for a prefill in pieces of about `chunk` tokens
+/// (each piece through the KV cache after the ones before), so that a long prompt does
+/// not hold up other sequences' decode steps for long, and the last position's logits
+/// equal the whole prompt's at once bit for bit. With llama.cpp's arithmetic a prompt
+/// row is summed in an order that depends on its product's row count only through
+/// these rules, which the cuts respect: K-quant products of 8 rows or more take a tiled
+/// order (every piece has at least [`MIN_PROMPT_CHUNK`] rows: a short tail joins the
+/// piece before it), a repacked Q4_K matrix sums whole fours of rows its own way (every
+/// piece but the last is a multiple of 4 rows, so the fours stay where they were), and
+/// attention takes its GEMM order from two query rows up. `chunk` is rounded down to a
+/// multiple of 4, at least 8; a prompt of at most `chunk` tokens is one piece.
+///
+/// ```
+/// use lucent::pipeline::generate::prompt_chunks;
+/// assert_eq!(prompt_chunks(10, 64), vec![0..10]);
+/// assert_eq!(prompt_chunks(134, 64), vec![0..64, 64..134]); // a tail of 6 joins
+/// assert_eq!(prompt_chunks(140, 66), vec![0..64, 64..128, 128..140]);
+/// ```
+pub fn prompt_chunks(t: usize, chunk: usize) -> Vec<std::ops::Range<usize>> {
+    let chunk = (chunk / 4 * 4).max(MIN_PROMPT_CHUNK);
+    let mut cuts = Vec::new();
+    let mut start = 0;
+    while t - start > chunk {
+        let end = if t - (start + chunk) < MIN_PROMPT_CHUNK {
+            t
+        } else {
+            start + chunk
+        };
+        cuts.push(start..end);
+        start = end;
+    }
+    if start < t || t == 0 {
+        cuts.push(start..t);
+    }
+    cuts
+}
+
 /// The logits after `history` (whose last token is not in the cache yet) when the cache
 /// is full: the cache is refilled with the last half of the context's tokens, ending
 /// with that last token.

@@ -1,0 +1,550 @@
+//! The request bodies of OpenAI's API (and the extra fields lucent and llama-server
+//! accept), parsed with the path of a wrong field in the error, and checked into
+//! lucent's [`Sampling`].
+//!
+//! Shapes follow the official `openai` Python client's types (`types/chat/
+//! completion_create_params.py`, `types/completion_create_params.py`,
+//! `types/embedding_create_params.py`). Defaults are OpenAI's: temperature 1, top-p 1,
+//! no top-k or min-p, `n` 1, as many tokens as the context leaves. Extra sampling
+//! fields: `top_k`, `min_p`, `repeat_penalty`, `repeat_last_n`, `ignore_eos`.
+
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::Value;
+
+use lucent::pipeline::generate::Sampling;
+use lucent::pipeline::Message;
+
+use crate::error::ApiError;
+use crate::inside::InsideRequest;
+
+/// Parse a JSON body; errors name the field at fault (`messages[0].content`).
+pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    let de = &mut serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path.is_empty() || path == "." || path == "?" {
+            ApiError::invalid(format!(
+                "the request body is not valid JSON for this route: {inner}"
+            ))
+        } else {
+            ApiError::invalid_param(&path, format!("{path}: {inner}"))
+        }
+    })
+}
+
+/// `stop`: one string or a list.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Stop {
+    /// One stop string.
+    One(String),
+    /// Several.
+    Many(Vec<String>),
+}
+
+/// `stream_options`.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct StreamOptions {
+    /// Send a last chunk with the usage.
+    pub include_usage: Option<bool>,
+}
+
+/// A chat message's content: text, or a list of parts of which lucent reads the text.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Content {
+    /// Plain text.
+    Text(String),
+    /// Content parts (`{"type": "text", "text": …}`).
+    Parts(Vec<ContentPart>),
+}
+
+/// One part of a message's content.
+#[derive(Clone, Debug, Deserialize)]
+pub struct ContentPart {
+    /// `text` (other kinds are refused).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The text of a `text` part.
+    pub text: Option<String>,
+}
+
+/// One chat message.
+#[derive(Clone, Debug, Deserialize)]
+pub struct ChatMessage {
+    /// `system`, `developer`, `user` or `assistant`.
+    pub role: String,
+    /// Its content.
+    pub content: Option<Content>,
+}
+
+/// The body of `/v1/chat/completions` and `/v1/completions` (one struct: most fields
+/// are shared; each route checks the ones that are its own).
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct GenerateRequest {
+    /// The model's name.
+    pub model: Option<String>,
+    /// Chat: the conversation.
+    pub messages: Option<Vec<ChatMessage>>,
+    /// Completions: a string, a list of strings, a list of token ids, or a list of those.
+    pub prompt: Option<Value>,
+    /// Most new tokens.
+    pub max_tokens: Option<i64>,
+    /// Chat: most new tokens (OpenAI's newer name).
+    pub max_completion_tokens: Option<i64>,
+    /// Temperature in [0, 2] (0: greedy).
+    pub temperature: Option<f32>,
+    /// Nucleus sampling in (0, 1].
+    pub top_p: Option<f32>,
+    /// lucent / llama-server: keep the k most likely tokens (0: off).
+    pub top_k: Option<i64>,
+    /// lucent / llama-server: min-p in [0, 1].
+    pub min_p: Option<f32>,
+    /// lucent / llama-server: repetition penalty (1: off).
+    pub repeat_penalty: Option<f32>,
+    /// lucent / llama-server: how many recent tokens the penalties see.
+    pub repeat_last_n: Option<i64>,
+    /// In [-2, 2].
+    pub presence_penalty: Option<f32>,
+    /// In [-2, 2].
+    pub frequency_penalty: Option<f32>,
+    /// The sampler's seed.
+    pub seed: Option<i64>,
+    /// Stop strings.
+    pub stop: Option<Stop>,
+    /// Choices per prompt.
+    pub n: Option<i64>,
+    /// Server-sent events.
+    pub stream: Option<bool>,
+    /// `include_usage`.
+    pub stream_options: Option<StreamOptions>,
+    /// Chat: `true` for log-probabilities; completions: how many alternatives.
+    pub logprobs: Option<Value>,
+    /// Chat: alternatives per token (0..=20).
+    pub top_logprobs: Option<i64>,
+    /// Completions: the prompt in front of the text.
+    pub echo: Option<bool>,
+    /// llama-server: keep going past end-of-generation tokens.
+    pub ignore_eos: Option<bool>,
+    /// Completions: text after the completion (refused).
+    pub suffix: Option<String>,
+    /// Completions: best of several (only 1).
+    pub best_of: Option<i64>,
+    /// Not supported (refused when set).
+    pub logit_bias: Option<Value>,
+    /// Not supported (refused when set).
+    pub tools: Option<Value>,
+    /// Not supported (refused when set).
+    pub functions: Option<Value>,
+    /// Only `text` (refused otherwise).
+    pub response_format: Option<Value>,
+    /// Seeing inside (lucent's extension).
+    pub lucent: Option<InsideRequest>,
+}
+
+/// The body of `/v1/embeddings`.
+#[derive(Clone, Debug, Deserialize)]
+pub struct EmbeddingRequest {
+    /// The model's name.
+    pub model: Option<String>,
+    /// A string or a list of strings.
+    pub input: Value,
+    /// `float` (default) or `base64` (little-endian f32).
+    pub encoding_format: Option<String>,
+    /// Only the model's own width.
+    pub dimensions: Option<i64>,
+}
+
+/// The body of `/tokenize` (llama-server's shape).
+#[derive(Clone, Debug, Deserialize)]
+pub struct TokenizeRequest {
+    /// The model (default: the first one served).
+    pub model: Option<String>,
+    /// The text.
+    pub content: String,
+    /// Add what the model puts around a text (BOS, `[CLS] … [SEP]`); default false.
+    pub add_special: Option<bool>,
+    /// Return `{"id", "piece"}` objects instead of ids.
+    pub with_pieces: Option<bool>,
+}
+
+/// The body of `/detokenize`.
+#[derive(Clone, Debug, Deserialize)]
+pub struct DetokenizeRequest {
+    /// The model (default: the first one served).
+    pub model: Option<String>,
+    /// Token ids.
+    pub tokens: Vec<u32>,
+}
+
+/// A number field in `range`, or the error naming it.
+fn in_range<T: PartialOrd + std::fmt::Display + Copy>(
+    name: &str,
+    v: T,
+    lo: T,
+    hi: T,
+) -> Result<T, ApiError> {
+    if v >= lo && v <= hi {
+        Ok(v)
+    } else {
+        Err(ApiError::invalid_param(
+            name,
+            format!("{name} must be in [{lo}, {hi}], got {v}"),
+        ))
+    }
+}
+
+/// A fresh seed for a request that did not give one.
+fn fresh_seed() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    t ^ COUNT.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed)
+}
+
+impl GenerateRequest {
+    /// Refuse the fields lucent does not honour, by name.
+    pub fn refuse_unsupported(&self) -> Result<(), ApiError> {
+        let set = |v: &Option<Value>| {
+            v.as_ref()
+                .is_some_and(|v| !v.is_null() && v != &Value::Object(Default::default()))
+        };
+        for (name, v) in [
+            ("logit_bias", &self.logit_bias),
+            ("tools", &self.tools),
+            ("functions", &self.functions),
+        ] {
+            if set(v) {
+                return Err(ApiError::invalid_param(
+                    name,
+                    format!("{name} is not supported by lucent serve"),
+                ));
+            }
+        }
+        if let Some(f) = &self.response_format {
+            if f.get("type")
+                .and_then(Value::as_str)
+                .is_some_and(|t| t != "text")
+            {
+                return Err(ApiError::invalid_param(
+                    "response_format",
+                    "only response_format {\"type\": \"text\"} is supported by lucent serve",
+                ));
+            }
+        }
+        if self.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
+            return Err(ApiError::invalid_param(
+                "suffix",
+                "suffix is not supported by lucent serve",
+            ));
+        }
+        if self.best_of.is_some_and(|b| b != 1) {
+            return Err(ApiError::invalid_param(
+                "best_of",
+                "only best_of = 1 is supported by lucent serve",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Choices per prompt (1..=16).
+    pub fn n(&self) -> Result<usize, ApiError> {
+        Ok(in_range("n", self.n.unwrap_or(1), 1, 16)? as usize)
+    }
+
+    /// Whether to stream.
+    pub fn streaming(&self) -> bool {
+        self.stream.unwrap_or(false)
+    }
+
+    /// Whether the stream ends with a usage chunk.
+    pub fn include_usage(&self) -> bool {
+        self.stream_options
+            .as_ref()
+            .and_then(|o| o.include_usage)
+            .unwrap_or(false)
+    }
+
+    /// Chat: how many alternatives per token (None: no log-probabilities).
+    pub fn chat_logprobs(&self) -> Result<Option<usize>, ApiError> {
+        let on = match &self.logprobs {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => {
+                return Err(ApiError::invalid_param(
+                    "logprobs",
+                    "logprobs must be true or false",
+                ))
+            }
+        };
+        let top = self
+            .top_logprobs
+            .map(|k| in_range("top_logprobs", k, 0, 20))
+            .transpose()?;
+        if top.is_some() && !on {
+            return Err(ApiError::invalid_param(
+                "top_logprobs",
+                "top_logprobs needs logprobs: true",
+            ));
+        }
+        Ok(on.then(|| top.unwrap_or(0) as usize))
+    }
+
+    /// Completions: how many alternatives per token (None: no log-probabilities).
+    pub fn completion_logprobs(&self) -> Result<Option<usize>, ApiError> {
+        match &self.logprobs {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Number(n)) => {
+                let k = n.as_i64().ok_or_else(|| {
+                    ApiError::invalid_param("logprobs", "logprobs must be an integer in [0, 20]")
+                })?;
+                Ok(Some(in_range("logprobs", k, 0, 20)? as usize))
+            }
+            Some(_) => Err(ApiError::invalid_param(
+                "logprobs",
+                "logprobs must be an integer in [0, 20]",
+            )),
+        }
+    }
+
+    /// The sampler settings, with at most `room` new tokens (what the slot's context
+    /// leaves after the prompt) and `logprobs` alternatives.
+    pub fn sampling(&self, room: usize, logprobs: Option<usize>) -> Result<Sampling, ApiError> {
+        let max = match (self.max_completion_tokens, self.max_tokens) {
+            (Some(m), _) => Some(("max_completion_tokens", m)),
+            (None, Some(m)) => Some(("max_tokens", m)),
+            _ => None,
+        };
+        let max_tokens = match max {
+            Some((name, m)) => (in_range(name, m, 0, i64::MAX)? as usize).min(room),
+            None => room,
+        };
+        let stop = match &self.stop {
+            None => Vec::new(),
+            Some(Stop::One(s)) => vec![s.clone()],
+            Some(Stop::Many(v)) => v.clone(),
+        };
+        if stop.len() > 16 {
+            return Err(ApiError::invalid_param(
+                "stop",
+                format!("at most 16 stop strings, got {}", stop.len()),
+            ));
+        }
+        let s = Sampling {
+            temperature: in_range("temperature", self.temperature.unwrap_or(1.0), 0.0, 2.0)?,
+            top_p: self.top_p.unwrap_or(1.0),
+            top_k: in_range("top_k", self.top_k.unwrap_or(0), 0, i64::from(u32::MAX))? as usize,
+            min_p: self.min_p.unwrap_or(0.0),
+            repeat_penalty: self.repeat_penalty.unwrap_or(1.0),
+            repeat_last_n: in_range(
+                "repeat_last_n",
+                self.repeat_last_n.unwrap_or(64),
+                0,
+                1 << 20,
+            )? as usize,
+            presence_penalty: self.presence_penalty.unwrap_or(0.0),
+            frequency_penalty: self.frequency_penalty.unwrap_or(0.0),
+            seed: self.seed.map_or_else(fresh_seed, |s| s as u64),
+            max_tokens,
+            stop,
+            ignore_eos: self.ignore_eos.unwrap_or(false),
+            logprobs,
+            top_logits: 0,
+            context_shift: false,
+        };
+        if !(s.top_p > 0.0 && s.top_p <= 1.0) {
+            return Err(ApiError::invalid_param(
+                "top_p",
+                format!("top_p must be in (0, 1], got {}", s.top_p),
+            ));
+        }
+        // The library's checks name the rest (min_p, repeat_penalty, the penalties).
+        s.validate()
+            .map_err(|e| ApiError::invalid(e.to_string().replace("--", "")))?;
+        Ok(s)
+    }
+
+    /// Chat: the conversation as lucent's messages (content parts joined; `developer`
+    /// is a system message).
+    pub fn conversation(&self) -> Result<Vec<Message>, ApiError> {
+        let msgs = self
+            .messages
+            .as_ref()
+            .ok_or_else(|| ApiError::invalid_param("messages", "messages is required"))?;
+        if msgs.is_empty() {
+            return Err(ApiError::invalid_param(
+                "messages",
+                "messages must not be empty",
+            ));
+        }
+        msgs.iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let role = match m.role.as_str() {
+                    "system" | "developer" => "system",
+                    "user" => "user",
+                    "assistant" => "assistant",
+                    other => {
+                        return Err(ApiError::invalid_param(
+                            &format!("messages[{i}].role"),
+                            format!("role '{other}' is not supported; use system, developer, user or assistant"),
+                        ))
+                    }
+                };
+                let content = match &m.content {
+                    None => String::new(),
+                    Some(Content::Text(t)) => t.clone(),
+                    Some(Content::Parts(parts)) => {
+                        let mut text = String::new();
+                        for (j, p) in parts.iter().enumerate() {
+                            match (p.kind.as_str(), &p.text) {
+                                ("text", Some(t)) => text.push_str(t),
+                                _ => {
+                                    return Err(ApiError::invalid_param(
+                                        &format!("messages[{i}].content[{j}]"),
+                                        format!("content parts of type '{}' are not supported; send text", p.kind),
+                                    ))
+                                }
+                            }
+                        }
+                        text
+                    }
+                };
+                Ok(Message::new(role, &content))
+            })
+            .collect()
+    }
+}
+
+/// A completions prompt: text to encode, or token ids.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Prompt {
+    /// Text (special-token text parsed, as llama-server does).
+    Text(String),
+    /// Token ids as given.
+    Ids(Vec<u32>),
+}
+
+/// The prompts of a completions request (`prompt` as a string, strings, ids or lists of
+/// ids).
+pub fn prompts(v: &Option<Value>) -> Result<Vec<Prompt>, ApiError> {
+    let bad = || {
+        ApiError::invalid_param(
+            "prompt",
+            "prompt must be a string, a list of strings, a list of token ids or a list of lists of token ids",
+        )
+    };
+    let ids = |a: &[Value]| -> Option<Vec<u32>> {
+        a.iter()
+            .map(|x| x.as_u64().and_then(|n| u32::try_from(n).ok()))
+            .collect()
+    };
+    let out = match v {
+        None | Some(Value::Null) => {
+            return Err(ApiError::invalid_param("prompt", "prompt is required"))
+        }
+        Some(Value::String(s)) => vec![Prompt::Text(s.clone())],
+        Some(Value::Array(a)) if a.is_empty() => return Err(bad()),
+        Some(Value::Array(a)) if a.iter().all(Value::is_string) => a
+            .iter()
+            .filter_map(|s| s.as_str().map(|s| Prompt::Text(s.to_string())))
+            .collect(),
+        Some(Value::Array(a)) if a.iter().all(Value::is_number) => {
+            vec![Prompt::Ids(ids(a).ok_or_else(bad)?)]
+        }
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|x| {
+                x.as_array()
+                    .and_then(|a| ids(a))
+                    .map(Prompt::Ids)
+                    .ok_or_else(bad)
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err(bad()),
+    };
+    if out.len() > 16 {
+        return Err(ApiError::invalid_param(
+            "prompt",
+            format!("at most 16 prompts per request, got {}", out.len()),
+        ));
+    }
+    Ok(out)
+}
+
+/// The texts of an embeddings request.
+pub fn embedding_inputs(v: &Value) -> Result<Vec<String>, ApiError> {
+    let out: Vec<String> = match v {
+        Value::String(s) => vec![s.clone()],
+        Value::Array(a) if !a.is_empty() && a.iter().all(Value::is_string) => {
+            a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect()
+        }
+        Value::Array(a) if !a.is_empty() && a.iter().all(|x| x.is_number() || x.is_array()) => {
+            return Err(ApiError::invalid_param(
+                "input",
+                "token ids as input are not supported (they would be another tokenizer's); send text",
+            ))
+        }
+        _ => return Err(ApiError::invalid_param("input", "input must be a non-empty string or list of strings")),
+    };
+    if out.len() > 2048 {
+        return Err(ApiError::invalid_param(
+            "input",
+            format!("at most 2048 inputs per request, got {}", out.len()),
+        ));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrong_fields_are_named() {
+        let e = parse::<GenerateRequest>(br#"{"model": "m", "temperature": "hot"}"#).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("temperature"));
+        let e = parse::<GenerateRequest>(b"{not json").unwrap_err();
+        assert_eq!(e.status, axum::http::StatusCode::BAD_REQUEST);
+        let r: GenerateRequest = parse(br#"{"temperature": 3}"#).unwrap();
+        assert_eq!(
+            r.sampling(10, None).unwrap_err().param.as_deref(),
+            Some("temperature")
+        );
+    }
+
+    #[test]
+    fn sampling_follows_openai_defaults_and_caps_max_tokens() {
+        let r: GenerateRequest =
+            parse(br#"{"max_tokens": 500, "seed": 7, "stop": "END"}"#).unwrap();
+        let s = r.sampling(100, Some(2)).unwrap();
+        assert_eq!(
+            (s.temperature, s.top_p, s.top_k, s.min_p),
+            (1.0, 1.0, 0, 0.0)
+        );
+        assert_eq!(
+            (s.max_tokens, s.seed, s.stop.clone(), s.logprobs),
+            (100, 7, vec!["END".to_string()], Some(2))
+        );
+    }
+
+    #[test]
+    fn prompts_in_every_shape() {
+        let p = |v: Value| prompts(&Some(v));
+        assert_eq!(
+            p(serde_json::json!("hi")).unwrap(),
+            vec![Prompt::Text("hi".into())]
+        );
+        assert_eq!(
+            p(serde_json::json!([1, 2])).unwrap(),
+            vec![Prompt::Ids(vec![1, 2])]
+        );
+        assert_eq!(p(serde_json::json!([[1], [2, 3]])).unwrap().len(), 2);
+        assert!(p(serde_json::json!([1, "a"])).is_err());
+        assert!(p(serde_json::json!({})).is_err());
+    }
+}

@@ -1,0 +1,427 @@
+//! `lucent serve`: an OpenAI-compatible HTTP server over lucent's models.
+//!
+//! ```no_run
+//! let opts = lucent_server::ServeOptions {
+//!     models: vec!["smollm2".into(), "minilm".into()],
+//!     ..lucent_server::ServeOptions::default()
+//! };
+//! lucent_server::serve(opts)?; // until SIGTERM / Ctrl-C
+//! # Ok::<(), lucent::Error>(())
+//! ```
+//!
+//! - **Routes** ([`routes`]): `POST /v1/chat/completions`, `/v1/completions`,
+//!   `/v1/embeddings`, `GET /v1/models`, `POST /tokenize`, `/detokenize`, `GET /health`
+//!   (200 only once every model is loaded, 503 while loading or draining), `GET
+//!   /metrics` ([`metrics`]), in OpenAI's request and response shapes ([`api`]), with
+//!   Server-Sent Events for streams and OpenAI's error objects ([`error`]).
+//! - **Engines** ([`engine`]): each decoder model has a scheduler thread with
+//!   `--parallel` slots that batches the decode steps of every running request into
+//!   one forward pass (continuous batching), bit for bit what each request would get
+//!   alone; each encoder a worker thread ([`encoder`]). tokio's threads only move
+//!   bytes.
+//! - **Seeing inside** ([`inside`]): a request's `"lucent"` field returns the attention
+//!   weights and intermediates of the passes that produced its answer.
+//! - **Limits**: a body cap (413), the context (400 with the numbers), a bounded queue
+//!   (429 with `Retry-After`), a per-request timeout (504), a client that goes away
+//!   frees its slot at the next step, SIGTERM drains the requests in flight up to a
+//!   deadline while refusing new ones, `--api-key` compared in constant time.
+//!
+//! Several models share one process (`-m smollm2 -m minilm`); a request picks one by
+//! its `model` field. The server binds to 127.0.0.1 unless told otherwise; replicas
+//! behind a load balancer scale it past one machine (`docs/serving.md`).
+
+pub mod api;
+pub mod encoder;
+pub mod engine;
+pub mod error;
+pub mod inside;
+pub mod metrics;
+pub mod routes;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::encoder::EncoderWorker;
+use crate::engine::{Engine, EngineConfig};
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+
+/// How the server runs (the flags of `lucent serve`).
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    /// Models to serve, by name or path (`smollm2`, `minilm`, a `.gguf` file, …).
+    pub models: Vec<String>,
+    /// Address to bind (loopback unless asked).
+    pub host: String,
+    /// Port (0: any free one; the address chosen is printed).
+    pub port: u16,
+    /// If set, every route but `/health` and `/metrics` wants `Authorization: Bearer KEY`.
+    pub api_key: Option<String>,
+    /// Slots per decoder model: sequences generated at once.
+    pub parallel: usize,
+    /// KV-cache positions per slot (prompt and answer); 0: the model's context, at
+    /// most 4096.
+    pub ctx_size: usize,
+    /// Requests that may wait for a slot, per model, before 429.
+    pub max_queue: usize,
+    /// Origins allowed by CORS (`*` for any); none: no CORS headers.
+    pub cors: Vec<String>,
+    /// Largest request body, in bytes (413 above).
+    pub max_body: usize,
+    /// Seconds a request may take, queue included (504 after).
+    pub timeout_secs: f64,
+    /// Seconds SIGTERM waits for the requests in flight before the server exits.
+    pub drain_secs: f64,
+    /// About this many prompt tokens per prefill piece and per step.
+    pub prefill_chunk: usize,
+    /// Most numbers one request's inside view may hold.
+    pub max_inside_floats: u64,
+    /// Stop by itself after this many seconds (draining as at SIGTERM); None: run until
+    /// told to stop.
+    pub exit_after_secs: Option<f64>,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            models: vec!["smollm2".into()],
+            host: "127.0.0.1".into(),
+            port: 8080,
+            api_key: None,
+            parallel: 4,
+            ctx_size: 0,
+            max_queue: 64,
+            cors: Vec::new(),
+            max_body: 2 << 20,
+            timeout_secs: 600.0,
+            drain_secs: 30.0,
+            prefill_chunk: 256,
+            max_inside_floats: 4_000_000,
+            exit_after_secs: None,
+        }
+    }
+}
+
+/// A model being served.
+pub enum Served {
+    /// A decoder: text generation through its engine.
+    Decoder(Arc<Engine>),
+    /// An encoder: sentence embeddings through its worker.
+    Encoder(EncoderWorker),
+}
+
+/// A served model and the name requests use for it.
+pub struct ServedModel {
+    /// The name in `model` fields (`smollm2`, or a file's stem).
+    pub name: String,
+    /// The model.
+    pub served: Served,
+}
+
+/// What every handler shares.
+pub struct AppState {
+    /// The options it runs with.
+    pub opts: ServeOptions,
+    /// The figures of `/metrics`.
+    pub metrics: Metrics,
+    /// The models, once loaded.
+    pub models: OnceLock<Vec<ServedModel>>,
+    /// Set by SIGTERM: new requests are refused.
+    pub draining: AtomicBool,
+    /// Why loading failed, if it did.
+    pub load_error: Mutex<Option<String>>,
+    /// SHA-256 of the API key (keys are compared as digests, in constant time).
+    key: Option<[u8; 32]>,
+    /// When the server started (`created` of the models).
+    pub started: u64,
+}
+
+impl AppState {
+    /// A state with no model loaded yet.
+    pub fn new(opts: ServeOptions) -> AppState {
+        let key = opts
+            .api_key
+            .as_ref()
+            .map(|k| Sha256::digest(k.as_bytes()).into());
+        AppState {
+            opts,
+            metrics: Metrics::new(),
+            models: OnceLock::new(),
+            draining: AtomicBool::new(false),
+            load_error: Mutex::new(None),
+            key,
+            started: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+        }
+    }
+
+    /// Whether `header` (the `Authorization` value) carries the key; true when no key
+    /// is set. The comparison takes the same time whatever the key sent.
+    pub fn authorized(&self, header: Option<&[u8]>) -> bool {
+        let Some(want) = &self.key else { return true };
+        let sent = header
+            .and_then(|h| h.strip_prefix(b"Bearer "))
+            .unwrap_or_default();
+        let got: [u8; 32] = Sha256::digest(sent).into();
+        bool::from(got.ct_eq(want))
+    }
+
+    /// The loaded models, or 503 while loading, or 503 while draining.
+    pub fn accepting(&self) -> Result<&[ServedModel], ApiError> {
+        if self.draining.load(Ordering::Relaxed) {
+            return Err(ApiError::unavailable(
+                "the server is shutting down and takes no new requests; retry on another replica",
+            ));
+        }
+        self.models
+            .get()
+            .map(Vec::as_slice)
+            .ok_or_else(|| ApiError::unavailable("the server is still loading its models; retry shortly (GET /health says when it is ready)"))
+    }
+
+    /// The names of the models served.
+    pub fn names(&self) -> Vec<String> {
+        self.models
+            .get()
+            .map(|m| m.iter().map(|s| s.name.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// The model a request names (None: the only one of its kind, or the first).
+    pub fn find(&self, name: Option<&str>) -> Result<&ServedModel, ApiError> {
+        let models = self.accepting()?;
+        match name {
+            Some(n) => models
+                .iter()
+                .find(|m| m.name == n)
+                .ok_or_else(|| ApiError::model_not_found(n, &self.names())),
+            None => models
+                .first()
+                .ok_or_else(|| ApiError::invalid_param("model", "model is required")),
+        }
+    }
+
+    /// The decoder a generation request names.
+    pub fn decoder(&self, name: Option<&str>) -> Result<(&str, &Arc<Engine>), ApiError> {
+        let name = name.ok_or_else(|| {
+            ApiError::invalid_param(
+                "model",
+                format!(
+                    "model is required; this server has: {}",
+                    self.names().join(", ")
+                ),
+            )
+        })?;
+        let m = self.find(Some(name))?;
+        match &m.served {
+            Served::Decoder(e) => Ok((&m.name, e)),
+            Served::Encoder(_) => Err(ApiError::invalid_param(
+                "model",
+                format!("'{name}' is an encoder (embeddings only); generate with a decoder model"),
+            )),
+        }
+    }
+
+    /// The encoder an embeddings request names.
+    pub fn encoder(&self, name: Option<&str>) -> Result<(&str, &EncoderWorker), ApiError> {
+        let name = name.ok_or_else(|| ApiError::invalid_param("model", "model is required"))?;
+        let m = self.find(Some(name))?;
+        match &m.served {
+            Served::Encoder(w) => Ok((&m.name, w)),
+            Served::Decoder(_) => Err(ApiError::invalid_param(
+                "model",
+                format!(
+                    "'{name}' is a decoder; /v1/embeddings needs an encoder model such as minilm"
+                ),
+            )),
+        }
+    }
+}
+
+/// Open every model of `opts` and start its engine or worker.
+pub fn load_models(opts: &ServeOptions, metrics: &Metrics) -> lucent::Result<Vec<ServedModel>> {
+    let mut out: Vec<ServedModel> = Vec::new();
+    for spec in &opts.models {
+        let model = lucent::open(spec)?;
+        let name = model.name().to_string();
+        if out.iter().any(|m| m.name == name) {
+            return Err(lucent::Error::Argument(format!(
+                "the model '{name}' is given twice (-m {spec}); serve each model once"
+            )));
+        }
+        let served = match model.kind() {
+            lucent::ModelKind::Encoder => Served::Encoder(EncoderWorker::start(
+                &name,
+                model.embedder()?,
+                opts.max_queue,
+            )?),
+            _ => {
+                let tm = model.text_model()?;
+                let ctx = match opts.ctx_size {
+                    0 => tm.model.context_len().min(4096),
+                    n => n.min(tm.model.context_len()),
+                };
+                let config = EngineConfig {
+                    slots: opts.parallel,
+                    ctx,
+                    max_queue: opts.max_queue,
+                    prefill_chunk: opts.prefill_chunk,
+                };
+                Served::Decoder(Engine::start(&name, tm, config, metrics.model(&name))?)
+            }
+        };
+        eprintln!("lucent serve: {name} ready ({})", model.path().display());
+        out.push(ServedModel { name, served });
+    }
+    Ok(out)
+}
+
+/// Run the server until SIGTERM or Ctrl-C (then drain): bind, print the address, load
+/// the models (answering 503 meanwhile), serve.
+pub fn serve(opts: ServeOptions) -> lucent::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("lucent-http")
+        .enable_all()
+        .build()
+        .map_err(|e| lucent::Error::Argument(format!("cannot start the HTTP runtime: {e}")))?;
+    rt.block_on(run(opts))
+}
+
+/// [`serve`] inside a tokio runtime.
+pub async fn run(opts: ServeOptions) -> lucent::Result<()> {
+    let bind = format!("{}:{}", opts.host, opts.port);
+    let listener = tokio::net::TcpListener::bind(&bind).await.map_err(|e| {
+        lucent::Error::Argument(format!(
+            "cannot listen on {bind}: {e} (pick another --port or --host)"
+        ))
+    })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| lucent::Error::Argument(format!("cannot read the address bound: {e}")))?;
+    eprintln!(
+        "lucent serve: listening on http://{addr} (pid {}); loading {} …",
+        std::process::id(),
+        opts.models.join(", ")
+    );
+    let state = Arc::new(AppState::new(opts));
+    let stop = Arc::new(tokio::sync::Notify::new());
+
+    // Load on a plain thread (compute stays off tokio's threads).
+    {
+        let (state, stop) = (state.clone(), stop.clone());
+        std::thread::spawn(move || match load_models(&state.opts, &state.metrics) {
+            Ok(models) => {
+                let _ = state.models.set(models);
+                state.metrics.ready.set(1);
+                eprintln!("lucent serve: ready on http://{addr}");
+            }
+            Err(e) => {
+                *state.load_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+                stop.notify_one();
+            }
+        });
+    }
+
+    let app = routes::router(state.clone());
+    let drain = Duration::from_secs_f64(state.opts.drain_secs.max(0.0));
+    let signalled = Arc::new(tokio::sync::Notify::new());
+    let shutdown = {
+        let (state, stop, signalled) = (state.clone(), stop.clone(), signalled.clone());
+        async move {
+            let exit_after = async {
+                match state.opts.exit_after_secs {
+                    Some(s) => tokio::time::sleep(Duration::from_secs_f64(s.max(0.0))).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = termination() => {}
+                _ = exit_after => {}
+                _ = stop.notified() => {}
+            }
+            eprintln!(
+                "lucent serve: draining (up to {} s for the requests in flight) …",
+                state.opts.drain_secs
+            );
+            state.draining.store(true, Ordering::Relaxed);
+            state.metrics.draining.set(1);
+            state.metrics.ready.set(0);
+            signalled.notify_one();
+        }
+    };
+    let server = axum::serve(listener, app).with_graceful_shutdown(shutdown);
+    let deadline = async {
+        signalled.notified().await;
+        tokio::time::sleep(drain).await;
+    };
+    tokio::select! {
+        r = server => r.map_err(|e| lucent::Error::Argument(format!("the server failed: {e}")))?,
+        _ = deadline => eprintln!("lucent serve: the drain deadline passed; ending the requests still running"),
+    }
+    if let Some(models) = state.models.get() {
+        for m in models {
+            if let Served::Decoder(e) = &m.served {
+                e.close();
+            }
+        }
+    }
+    if let Some(e) = state
+        .load_error
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take()
+    {
+        return Err(lucent::Error::Argument(format!(
+            "lucent serve could not load its models: {e}"
+        )));
+    }
+    eprintln!("lucent serve: stopped");
+    Ok(())
+}
+
+/// SIGTERM or Ctrl-C.
+async fn termination() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = ctrl_c => {}
+                }
+            }
+            Err(_) => ctrl_c.await,
+        }
+    }
+    #[cfg(not(unix))]
+    ctrl_c.await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_key_is_checked() {
+        let s = AppState::new(ServeOptions {
+            api_key: Some("sekrit".into()),
+            ..ServeOptions::default()
+        });
+        assert!(s.authorized(Some(b"Bearer sekrit")));
+        assert!(!s.authorized(Some(b"Bearer sekriT")));
+        assert!(!s.authorized(Some(b"sekrit")));
+        assert!(!s.authorized(None));
+        let open = AppState::new(ServeOptions::default());
+        assert!(open.authorized(None));
+    }
+}
