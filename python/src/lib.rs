@@ -50,11 +50,12 @@ impl<T> OrPy<T> for lucent::Result<T> {
     }
 }
 
-/// Set how many threads lucent's kernels use, for the whole process (0: the machine's
-/// physical cores). The one place the Python package changes lucent's threads.
+/// Set how many threads lucent's kernels use by default, for the whole process (0: the
+/// machine's physical cores). Only before the first model runs: later it raises
+/// `LucentError` (unless the count is unchanged).
 #[pyfunction]
-fn set_threads(n: usize) {
-    lucent::set_threads(n);
+fn set_threads(n: usize) -> PyResult<()> {
+    lucent::set_threads(n).or_py()
 }
 
 /// The number of threads lucent's kernels use.

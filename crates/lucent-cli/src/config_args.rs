@@ -10,37 +10,37 @@ use lucent::Result;
 #[derive(clap::Args, Debug, Clone)]
 pub struct ConfigArgs {
     /// Start from a named model: bert-base, gpt2, llama-7b, minilm, smollm2, gemma3,
-    /// transformer-base (`lucent params --list`). Without it: a GPT-2-style decoder.
+    /// transformer-base (`lucent params --list`) [default: none: a GPT-2-style decoder].
     #[arg(long, short = 'p', value_name = "NAME")]
     pub preset: Option<String>,
-    /// Model width d.
+    /// Model width d [default: the preset's, else GPT-2's].
     #[arg(long, value_name = "D")]
     pub d_model: Option<usize>,
-    /// Query heads h (d_k becomes d_model / heads).
+    /// Query heads h (d_k becomes d_model / heads) [default: the preset's, else GPT-2's].
     #[arg(long, value_name = "H")]
     pub heads: Option<usize>,
-    /// Key/value heads (1: multi-query; between 1 and heads: grouped-query).
+    /// Key/value heads (1: multi-query; between 1 and heads: grouped-query) [default: the preset's, else GPT-2's].
     #[arg(long, value_name = "H_KV")]
     pub kv_heads: Option<usize>,
-    /// Features per head d_k, when it is not d_model / heads (Gemma 3: 256).
+    /// Features per head d_k, when it is not d_model / heads (Gemma 3: 256) [default: the preset's, else GPT-2's].
     #[arg(long, value_name = "D_K")]
     pub head_dim: Option<usize>,
-    /// Feed-forward hidden width.
+    /// Feed-forward hidden width [default: the preset's, else GPT-2's].
     #[arg(long, value_name = "D_FF")]
     pub d_ff: Option<usize>,
-    /// Layers of every stack.
+    /// Layers of every stack [default: the preset's, else GPT-2's].
     #[arg(long, short = 'n', value_name = "N")]
     pub layers: Option<usize>,
-    /// Encoder layers (encoder or encoder-decoder configs).
+    /// Encoder layers (encoder or encoder-decoder configs) [default: the preset's, else GPT-2's].
     #[arg(long, value_name = "N")]
     pub encoder_layers: Option<usize>,
-    /// Decoder layers (decoder or encoder-decoder configs).
+    /// Decoder layers (decoder or encoder-decoder configs) [default: the preset's, else GPT-2's].
     #[arg(long, value_name = "N")]
     pub decoder_layers: Option<usize>,
-    /// Vocabulary size V.
+    /// Vocabulary size V [default: the preset's, else GPT-2's].
     #[arg(long, value_name = "V")]
     pub vocab: Option<usize>,
-    /// Longest sequence (size of a learned position table).
+    /// Longest sequence (size of a learned position table) [default: the preset's, else GPT-2's].
     #[arg(long, value_name = "T")]
     pub max_len: Option<usize>,
 }

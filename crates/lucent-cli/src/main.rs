@@ -72,7 +72,11 @@ fn main() -> ExitCode {
     restore_sigpipe();
     tune_malloc();
     let cli = Cli::parse();
-    lucent::set_threads(cli.threads.unwrap_or(0));
+    // The default runtime's threads (and the cap LUCENT_ISA sets), before any work.
+    if let Err(e) = lucent::set_threads(cli.threads.unwrap_or(0)) {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
     let result = match cli.command {
         Command::Attention(a) => commands::attention::run(a),
         Command::Mask(a) => commands::mask::run(a),

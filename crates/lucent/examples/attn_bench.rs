@@ -15,7 +15,7 @@ use lucent::ops::AttentionParams;
 use lucent::tensor::Tensor;
 
 fn main() -> lucent::Result<()> {
-    lucent::threads::set_threads(2);
+    lucent::set_threads(2)?;
     let (h, h_kv, d) = (9, 3, 64);
     let vals = |n: usize, s: f32| -> Vec<f32> {
         (0..n)

@@ -9,7 +9,8 @@
 //! of 40 short runs in wall time (so a moment when another process had the CPU
 //! does not count). `SHAPES=1536x576,768x1536` measures those shapes instead.
 
-use lucent::tensor::quant::{GgmlType, QMatrix};
+use lucent::ops::quant::QMatrix;
+use lucent::tensor::quant::GgmlType;
 
 /// Seconds since an arbitrary start (wall time: a short run's best of many skips the
 /// moments another process had the CPU; the thread CPU clock ticks too coarsely).
@@ -56,7 +57,7 @@ fn synthetic(dtype: GgmlType, rows: usize, cols: usize) -> lucent::Result<QMatri
 }
 
 fn main() -> lucent::Result<()> {
-    lucent::threads::set_threads(1);
+    lucent::set_threads(1)?;
     let args: Vec<String> = std::env::args().skip(1).collect();
     let kinds: Vec<GgmlType> = if args.is_empty() {
         vec![GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q5_0]

@@ -32,9 +32,9 @@ fn time(threads: usize, mut f: impl FnMut() -> lucent::Result<()>) -> lucent::Re
 
 /// Every byte of the matrices read once (summed as u64 words, eight at a time), split
 /// over the threads by matrix, as the decode products are.
-fn read_all(mats: &[&lucent::tensor::quant::QMatrix], threads: usize) -> u64 {
+fn read_all(mats: &[&lucent::ops::quant::QMatrix], threads: usize) -> u64 {
     use rayon::prelude::*;
-    let sum = |m: &&lucent::tensor::quant::QMatrix| {
+    let sum = |m: &&lucent::ops::quant::QMatrix| {
         let mut acc = [0u64; 8];
         for c in m.bytes().chunks_exact(64) {
             for (a, w) in acc.iter_mut().zip(c.chunks_exact(8)) {
@@ -58,10 +58,10 @@ fn main() -> lucent::Result<()> {
         .get(1)
         .ok_or_else(|| lucent::Error::Argument("usage: quant_bench FILE.gguf [THREADS]".into()))?;
     let threads: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1);
-    lucent::threads::set_threads(threads);
+    lucent::set_threads(threads)?;
     let f = GgufFile::open(path)?;
     println!(
-        "{} ({} threads: {} time; SIMD {}, VNNI {})",
+        "{} ({} threads: {} time; instruction set {})",
         path,
         threads,
         if threads == 1 && cpu_now().is_some() {
@@ -69,8 +69,7 @@ fn main() -> lucent::Result<()> {
         } else {
             "wall"
         },
-        lucent::tensor::quant::simd_available(),
-        lucent::tensor::quant::vnni_available()
+        lucent::runtime::isa()
     );
     let mats: Vec<_> = f
         .tensor_infos()
@@ -209,7 +208,7 @@ fn main() -> lucent::Result<()> {
             // runs is what the kernel costs when nothing else runs.
             let w0 = Instant::now();
             for _ in 0..reps {
-                std::hint::black_box(m.matmul_t_quantized(x, t_len)?);
+                std::hint::black_box(m.matmul_t_quantized(x, t_len, lucent::Numerics::LlamaCpp)?);
             }
             best = best.min(w0.elapsed().as_secs_f64() / reps as f64);
         }

@@ -23,16 +23,17 @@ fn main() -> Res<()> {
         return Err("usage: trace_dump MODEL.gguf OUTDIR ID [ID ...]".into());
     }
     let f = GgufFile::open(&args[1])?;
-    let mut cfg = DecoderModel::config_of(&f)?;
-    if std::env::var("NOF16").is_ok() {
-        cfg.ggml_f16 = false;
-    }
+    let cfg = DecoderModel::config_of(&f)?;
     let w = if cfg.family == "gemma3" {
         gemma3::weights(&f, &cfg)
     } else {
         llama::weights(&f, &cfg)
     };
-    let m = DecoderModel::load(cfg.clone(), &w)?;
+    let mut m = DecoderModel::load(cfg.clone(), &w)?;
+    if std::env::var("NOF16").is_ok() {
+        // lucent's own f32 arithmetic instead of llama.cpp's f16 steps.
+        m.numerics = lucent::Numerics::Lucent;
+    }
     let ids = args[3..]
         .iter()
         .map(|s| s.parse::<u32>())

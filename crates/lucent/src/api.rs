@@ -28,7 +28,8 @@ use crate::nn::Trace;
 use crate::pipeline::embed::Embedder;
 use crate::pipeline::generate::TextModel;
 use crate::pipeline::generator::Generator;
-use crate::pipeline::train::{TrainedModel, CHECKPOINT};
+#[cfg(feature = "train")]
+use crate::pipeline::train::TrainedModel;
 use crate::{Error, Result};
 
 /// A model lucent can run, of a known kind.
@@ -41,6 +42,7 @@ pub struct Model {
 enum Inner {
     Encoder(Arc<Embedder>),
     Decoder(Arc<TextModel>),
+    #[cfg(feature = "train")]
     Trained(Arc<TrainedModel>),
 }
 
@@ -107,7 +109,13 @@ fn load(path: &Path) -> Result<Inner> {
         )));
     }
     if path.join(CHECKPOINT).is_file() && !path.join("config.json").exists() {
+        #[cfg(feature = "train")]
         return Ok(Inner::Trained(Arc::new(TrainedModel::load(path)?)));
+        #[cfg(not(feature = "train"))]
+        return Err(Error::Argument(format!(
+            "{} is a training run; this build of lucent has no `train` feature to read it",
+            path.display()
+        )));
     }
     let config = path.join("config.json");
     if !config.is_file() {
@@ -133,6 +141,9 @@ fn load(path: &Path) -> Result<Inner> {
         ))),
     }
 }
+
+/// The checkpoint file of a folder written by `lucent train`.
+const CHECKPOINT: &str = "model.safetensors";
 
 /// Whether `path` starts with GGUF's magic bytes.
 fn is_gguf(path: &Path) -> Result<bool> {
@@ -176,6 +187,7 @@ impl Model {
         match &self.inner {
             Inner::Encoder(e) => &e.model().config,
             Inner::Decoder(d) => &d.model.config,
+            #[cfg(feature = "train")]
             Inner::Trained(t) => match t.as_ref() {
                 TrainedModel::Lm { model, .. } => &model.config,
                 TrainedModel::Seq2Seq { model, .. } => &model.config,
@@ -192,6 +204,7 @@ impl Model {
     pub fn text_model(&self) -> Result<Arc<TextModel>> {
         match &self.inner {
             Inner::Decoder(d) => Ok(d.clone()),
+            #[cfg(feature = "train")]
             Inner::Trained(t) => Ok(Arc::new(t.text_model(&self.path)?)),
             Inner::Encoder(_) => Err(Error::Argument(format!(
                 "{} is an encoder (sentence embeddings); it does not generate text — use embed, or a decoder such as smollm2",
@@ -213,6 +226,7 @@ impl Model {
     }
 
     /// The model trained by `lucent train`, if it is one.
+    #[cfg(feature = "train")]
     pub fn trained(&self) -> Option<&TrainedModel> {
         match &self.inner {
             Inner::Trained(t) => Some(t),
@@ -232,6 +246,7 @@ impl Model {
                 let ids = d.encode(text)?;
                 Ok(describe(d.tokenizer.as_ref(), &ids))
             }
+            #[cfg(feature = "train")]
             Inner::Trained(t) => match t.as_ref() {
                 TrainedModel::Lm { tokenizer, .. } => {
                     let ids = tokenizer.encode_ids(text, false, true)?;
@@ -275,12 +290,13 @@ impl Model {
                 trace.set_tokens(labels(describe(e.tokenizer(), &enc.ids)));
                 e.hidden_states(&[&enc], Some(&mut trace))?;
             }
+            #[cfg(feature = "train")]
             Inner::Trained(t) if self.kind() == ModelKind::EncoderDecoder => {
                 let (src, tgt) = t.trace_seq2seq(text, &mut trace)?;
                 trace.set_tokens(src);
                 trace.set_target_tokens(tgt);
             }
-            Inner::Decoder(_) | Inner::Trained(_) => {
+            _ => {
                 let tm = self.text_model()?;
                 let ids = tm.encode(text)?;
                 trace.set_tokens(labels(describe(tm.tokenizer.as_ref(), &ids)));

@@ -15,6 +15,7 @@
 //! | [`ops`] | kernels: matmul, softmax, norms, activations, rope, attention |
 //! | [`tensor`] | `Tensor`: shape + f32 storage, owned or memory-mapped |
 //! | [`io`] | safetensors, GGUF, configs, tokenizers, model cache and fetch |
+//! | [`runtime`] | the thread pool lucent owns ([`Runtime`]), CPU features and the instruction-set cap ([`Isa`]) |
 //! | [`viz`] | heatmaps of attention, masks and positions (PNG/SVG) |
 //!
 //! Errors are values: every fallible function returns [`Result`].
@@ -28,8 +29,10 @@ pub mod model;
 pub mod nn;
 pub mod ops;
 pub mod pipeline;
+pub mod runtime;
 pub mod tensor;
 pub mod threads;
+#[cfg(feature = "viz")]
 pub mod viz;
 
 pub use api::{open, open_with, Model, Token};
@@ -40,5 +43,6 @@ pub use pipeline::chat::Message;
 pub use pipeline::embed::Embedder;
 pub use pipeline::generate::{Generation, Sampling, StopReason};
 pub use pipeline::generator::{Generator, Stream};
+pub use runtime::{Isa, Numerics, Runtime};
 pub use tensor::{Dtype, Tensor};
 pub use threads::{set_threads, threads};

@@ -1,35 +1,27 @@
-//! How many threads lucent's kernels use. One process-wide setting, chosen once by the
-//! caller (the CLI's `--threads`), read by the kernels; never an environment variable
-//! read inside a forward pass.
+//! How lucent's kernels share out their work over the threads of the runtime they run in
+//! ([`crate::Runtime`]): the thread count a kernel sees ([`threads`]), a scope that keeps
+//! one call's kernels on one thread ([`serial`]), the `gemm` crate's parallelism, and the
+//! parallel loops every kernel uses.
 //!
-//! lucent uses rayon's global pool. [`set_threads`] sizes it; kernels split work into
-//! [`threads`] parts and hand `gemm` the same count. A decoder's forward pass runs on a
-//! team (`with_team`): the pool's threads stay awake for the pass and share its
-//! parallel loops (`for_each_index`, `for_each_mut`, `for_each_chunk_mut`,
-//! `map_collect`) through one atomic
-//! counter, instead of being woken for each.
+//! Every loop here runs on a lucent pool ([`crate::runtime::pool`]), never on rayon's
+//! global one. A decoder's forward pass runs on a team (`with_team`): the pool's threads
+//! stay awake for the pass and share its parallel loops (`for_each_index`,
+//! `for_each_mut`, `for_each_chunk_mut`, `map_collect`) through one atomic counter,
+//! instead of being woken for each.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-static THREADS: AtomicUsize = AtomicUsize::new(0);
+pub use crate::runtime::pool::physical_cores;
+use crate::runtime::pool::{current, on_worker};
+use crate::runtime::Runtime;
+use crate::Result;
 
-/// The machine's physical core count (the default thread count).
-pub fn physical_cores() -> usize {
-    num_cpus::get_physical().max(1)
-}
-
-/// Set the number of threads kernels may use (0 means: physical cores).
-///
-/// The first call also sizes rayon's global pool; call it before any forward pass.
-/// Later calls change how kernels split work, up to the pool's size.
-pub fn set_threads(n: usize) {
-    let n = if n == 0 { physical_cores() } else { n };
-    THREADS.store(n, Ordering::Relaxed);
-    // Fails only if the global pool already exists; then we keep it.
-    let _ = rayon::ThreadPoolBuilder::new()
-        .num_threads(n)
-        .thread_name(|i| format!("lucent-{i}"))
-        .build_global();
+/// Set the number of threads of the default runtime (0 means: physical cores), before
+/// its first use: the same as [`Runtime::set_global`] with a runtime of `n` threads.
+/// Errors once the default runtime is in use with another count; to run work on
+/// another count then, build a [`Runtime`] and run the work in it.
+pub fn set_threads(n: usize) -> Result<()> {
+    Runtime::set_global(Runtime::builder().threads(n).build()?)
 }
 
 thread_local! {
@@ -42,6 +34,16 @@ thread_local! {
 /// such as one shard of a data-parallel training step.
 pub fn serial<R>(f: impl FnOnce() -> R) -> R {
     with_flag(&SERIAL, true, f)
+}
+
+/// Run `f` inside a lucent pool ([`crate::runtime::pool::in_pool`]) with this thread's
+/// [`serial`] scope carried along.
+pub(crate) fn in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    if on_worker() {
+        return f();
+    }
+    let serial = SERIAL.with(std::cell::Cell::get);
+    crate::runtime::pool::in_pool(move || with_flag(&SERIAL, serial, f))
 }
 
 /// Run `f` with the thread-local `flag` set to `value`, then restore its previous value,
@@ -61,15 +63,13 @@ pub(crate) fn with_flag<R>(
     f()
 }
 
-/// The number of threads kernels use now (1 inside [`serial`]).
+/// The number of threads kernels use now: the thread count of the runtime this thread
+/// works for (the default runtime's outside every pool), 1 inside [`serial`].
 pub fn threads() -> usize {
     if SERIAL.with(std::cell::Cell::get) {
         return 1;
     }
-    match THREADS.load(Ordering::Relaxed) {
-        0 => physical_cores().min(rayon::current_num_threads()),
-        n => n.min(rayon::current_num_threads()),
-    }
+    current().threads
 }
 
 /// The `gemm` crate's parallelism for a product of `flops` multiply-adds: a single
@@ -232,6 +232,9 @@ impl Team {
 /// loops (a decoded token); a loop in `body` that goes to rayon directly runs on the
 /// calling thread only, as the others are busy serving.
 pub(crate) fn with_team<R: Send>(body: impl FnOnce() -> R + Send) -> R {
+    if !on_worker() {
+        return in_pool(|| with_team(body));
+    }
     let n = threads();
     if n <= 1 {
         return body();
@@ -257,8 +260,13 @@ pub(crate) fn with_team<R: Send>(body: impl FnOnce() -> R + Send) -> R {
     })
 }
 
+/// Whether this thread runs a pass on a [`Team`] now.
+pub(crate) fn in_team() -> bool {
+    TEAM.with(|t| t.get().is_some())
+}
+
 /// `f(i)` for every `i < n`, in parallel: on the pass's [`Team`] when one runs on this
-/// thread, else over rayon's pool.
+/// thread, else over the pool of the runtime this thread works for.
 pub(crate) fn for_each_index(n: usize, f: impl Fn(usize) + Sync) {
     if let Some(team) = TEAM.with(std::cell::Cell::get) {
         // A loop inside this loop's calls (on this thread) goes to rayon, not to the
@@ -275,7 +283,7 @@ pub(crate) fn for_each_index(n: usize, f: impl Fn(usize) + Sync) {
         return;
     }
     use rayon::prelude::*;
-    (0..n).into_par_iter().for_each(&f);
+    in_pool(|| (0..n).into_par_iter().for_each(&f));
 }
 
 /// `f(i, &mut items[i])` for every item, in parallel as [`for_each_index`] (each item
@@ -345,13 +353,7 @@ mod tests {
     /// too), and the items of `for_each_mut` each to one call.
     #[test]
     fn team_loops_take_every_index_once() {
-        set_threads(2);
-        // On a pool of its own, so that a test that set one thread meanwhile does not
-        // leave the team without helpers (threads() reads the pool it runs on).
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .expect("pool");
+        let pool = Runtime::builder().threads(2).build().expect("runtime");
         let total = pool.install(|| {
             with_team(|| {
                 let mut total = 0usize;
@@ -382,11 +384,7 @@ mod tests {
     /// loop, after every other index ran; the team then still serves the next loop.
     #[test]
     fn team_loops_nest_and_pass_panics_on() {
-        set_threads(2);
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .expect("pool");
+        let pool = Runtime::builder().threads(2).build().expect("runtime");
         pool.install(|| {
             with_team(|| {
                 let sums: Vec<usize> = map_collect(8, |i| map_collect(i, |j| j).iter().sum());

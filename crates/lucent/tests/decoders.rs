@@ -6,7 +6,7 @@
 //! every matrix product these models are chaotic at the level of rounding (one ulp
 //! moved early can cross a quantisation boundary and grow to ~0.1–0.5 of a logit), so
 //! lucent reproduces llama.cpp's arithmetic operation for operation (`ops::ggml`,
-//! `ModelConfig::ggml_f16`, the kernels' summation orders, including llama.cpp's
+//! `Numerics::LlamaCpp`, the kernels' summation orders, including llama.cpp's
 //! repacked Q4_K kernels and its tiled K-quant product for prompts of 8 rows or more).
 //! The golden runs came from an AVX2 build of llama.cpp (llama-cpp-python 0.3.36 built
 //! with AVX2 and without AVX-512 reproduces them exactly); an AVX-512 build of the same
@@ -18,8 +18,10 @@
 //!   0, all 120 equal to the bit; the issue asks for 0.05), the top-10 id sets equal, and
 //!   every greedy step equal (SmolLM2 166/166, Gemma 3 192/192);
 //! - cached decoding equals the full forward (1e-3; in fact bit-identical) with
-//!   `DecoderModel::row_invariant`, which gives every query row the same arithmetic
-//!   (llama.cpp's own prompt and token paths differ in the last bits).
+//!   `Numerics::RowInvariant`, which gives every query row the same arithmetic
+//!   (llama.cpp's own prompt and token paths differ in the last bits);
+//! - every instruction-set level this CPU has (scalar, AVX2, AVX-512) gives the same
+//!   logits, bit for bit, on a golden prompt and its first greedy steps.
 //!
 //! The models come from the cache (`lucent::io::fetch::ensure`, fetching if needed).
 
@@ -32,6 +34,7 @@ use lucent::io::gguf_tokenizer::GgufTokenizer;
 use lucent::model::DecoderModel;
 use lucent::pipeline::generate::{argmax, top_logits, TextModel};
 use lucent::pipeline::{Message, Sampling, StopReason};
+use lucent::{Isa, Numerics, Runtime};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -211,11 +214,45 @@ fn gemma3_greedy_and_logits_follow_llama_cpp() {
     check_against_llama_cpp(gemma3(), "gemma3", &EXACT);
 }
 
+/// llama.cpp's arithmetic is the same at every instruction-set level this CPU has
+/// (scalar, AVX2, AVX-512): a golden prompt and its first greedy steps give the very
+/// logits, bit for bit, that the full test above holds to llama.cpp.
+fn check_every_level_gives_the_same_bits(m: &Loaded, name: &str) {
+    let mut case = reference(name).cases.remove(0);
+    case.greedy_ids.truncate(6);
+    let bits = |rows: &[Vec<f32>]| -> Vec<Vec<u32>> {
+        rows.iter()
+            .map(|r| r.iter().map(|x| x.to_bits()).collect())
+            .collect()
+    };
+    let mut want: Option<Vec<Vec<u32>>> = None;
+    for isa in Isa::available().into_iter().rev() {
+        let rt = Runtime::builder().threads(2).isa(isa).build().unwrap();
+        let got = bits(&rt.install(|| teacher_forced(m, &case)));
+        match &want {
+            None => want = Some(got),
+            Some(w) => assert!(
+                &got == w,
+                "{name}: logits at {isa} differ from the top level's"
+            ),
+        }
+    }
+}
+
+#[test]
+fn smollm2_every_instruction_set_gives_the_same_bits() {
+    check_every_level_gives_the_same_bits(smollm2(), "smollm2");
+}
+
+#[test]
+fn gemma3_every_instruction_set_gives_the_same_bits() {
+    check_every_level_gives_the_same_bits(gemma3(), "gemma3");
+}
+
 /// Prefill k tokens, then one token at a time through the cache, vs one full forward,
-/// with every query row computed alike (`row_invariant`).
+/// with every query row computed alike (`Numerics::RowInvariant`).
 fn check_cached_equals_full(loaded: &Loaded) {
-    let mut model = loaded.model.clone();
-    model.row_invariant = true;
+    let model = loaded.model.clone().with_numerics(Numerics::RowInvariant);
     let tokenizer = &loaded.tokenizer;
     let ids = tokenizer
         .encode(

@@ -9,7 +9,8 @@ use std::path::PathBuf;
 use lucent::io::gguf::{GgufArray, GgufFile, GgufValue, GgufWriter};
 use lucent::io::gguf_tokenizer::{GgufTokenizer, TokenType, TokenizerKind};
 use lucent::io::tokenizer::TokenStream;
-use lucent::tensor::quant::{quantize_activations, GgmlType};
+use lucent::ops::quant::quantize_activations;
+use lucent::tensor::quant::GgmlType;
 
 /// Where the real model files are. For now: env vars LUCENT_TEST_SMOLLM2 /
 /// LUCENT_TEST_GEMMA3 (paths to the .gguf files); fails with a clear message when unset.

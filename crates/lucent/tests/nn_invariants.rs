@@ -60,7 +60,6 @@ fn config(kind: ModelKind) -> ModelConfig {
         global_every: None,
         attention_scale: None,
         pooler: false,
-        ggml_f16: false,
     }
 }
 
@@ -501,7 +500,11 @@ fn sandwich_layer_is_its_formula() {
     let h = x.add(&post1.forward(&a).unwrap()).unwrap();
     let f = layer
         .ffn
-        .forward(&layer.ffn_norm.forward(&h).unwrap(), None)
+        .forward(
+            &layer.ffn_norm.forward(&h).unwrap(),
+            lucent::Numerics::Lucent,
+            None,
+        )
         .unwrap();
     let want = h
         .add(&layer.ffn_post_norm.as_ref().unwrap().forward(&f).unwrap())
@@ -532,10 +535,9 @@ fn gated_ffn_is_its_formula() {
             up: up.clone(),
             down: down.clone(),
             activation: act,
-            f16: false,
         };
         let x = randn(&[3, 5], 3);
-        let got = gate.forward(&x, None).unwrap();
+        let got = gate.forward(&x, lucent::Numerics::Lucent, None).unwrap();
         let FeedForward::Gated {
             gate: g,
             up: u,

@@ -1,12 +1,12 @@
 //! Quantised block types: dequantisation against hand-computed values of each format's
-//! definition (bit for bit), quantised dots against dequantise-then-dot, the AVX2 path
-//! against its scalar twin, and `QMatrix` on awkward shapes.
+//! definition (bit for bit), quantised dots against dequantise-then-dot, every
+//! instruction-set path this CPU has (scalar, AVX2, AVX-512) against its scalar twin, and
+//! `QMatrix` on awkward shapes.
 
 use half::f16;
-use lucent::tensor::quant::{
-    dequantize, k_scale_min, k_scales_mins, quantize_activations, reference, row_invariant,
-    vec_dot, GgmlType, QMatrix, QK_K,
-};
+use lucent::ops::quant::{dequantize, quantize_activations, reference, vec_dot, QMatrix};
+use lucent::tensor::quant::{k_scale_min, k_scales_mins, GgmlType, QK_K};
+use lucent::{Isa, Numerics, Runtime};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -242,68 +242,71 @@ fn abs_dot64(a: &[f32], b: &[f32]) -> f64 {
 
 #[test]
 fn quantised_dots_equal_dequantise_then_dot() {
-    let mut rng = StdRng::seed_from_u64(7);
-    for t in GgmlType::ALL {
-        for &n in &[256usize, 512, 2048, 4096] {
-            for _ in 0..8 {
-                let row = random_row(t, n, &mut rng);
-                let x: Vec<f32> = (0..n).map(|_| rng.random_range(-2.0f32..2.0)).collect();
-                let mut w = vec![0.0; n];
-                dequantize(t, &row, &mut w).unwrap();
-                let a = quantize_activations(t, &x).unwrap();
-                let xq = a.dequantize();
-                let fast = vec_dot(t, &row, &a).unwrap() as f64;
-                let slow = reference::vec_dot(t, &row, &a).unwrap() as f64;
-                // 1. Against the dequantised activations the kernels are exact but for f32
-                //    rounding of block sums: within 1e-5 of Σ|w·xq|.
-                let exact = dot64(&w, &xq);
-                let scale = abs_dot64(&w, &xq) + 1e-6;
-                assert!(
-                    (fast - exact).abs() <= 1e-5 * scale,
-                    "{t} n={n}: fast {fast} vs {exact}"
-                );
-                assert!(
-                    (slow - exact).abs() <= 1e-5 * scale,
-                    "{t} n={n}: twin {slow} vs {exact}"
-                );
-                // 2. SIMD equals the scalar twin to the same rounding bound.
-                assert!(
-                    (fast - slow).abs() <= 1e-5 * scale,
-                    "{t} n={n}: simd {fast} vs twin {slow}"
-                );
-                // 3. Against the f32 activations: each x is rounded to the nearest multiple of
-                //    its block's dx = max|x|/127, and the stored scale is dx rounded to f16
-                //    for the 32-blocks (llama.cpp's), so |x_i − xq_i| ≤ dx/2 + |q_i|·|dx −
-                //    f16(dx)| and |error| ≤ Σ|w_i|·that (+ the rounding bound above).
-                let block = match t.activation_kind() {
-                    lucent::tensor::quant::ActKind::F32 => 0,
-                    lucent::tensor::quant::ActKind::Q8_0 => 32,
-                    lucent::tensor::quant::ActKind::Q8_K => QK_K,
-                };
-                let bound: f64 = if block == 0 {
-                    0.0
-                } else {
-                    let dx: Vec<f64> = x
-                        .chunks_exact(block)
-                        .map(|b| b.iter().fold(0.0f64, |m, v| m.max(v.abs() as f64)) / 127.0)
-                        .collect();
-                    w.iter()
-                        .enumerate()
-                        .map(|(i, wi)| {
-                            let (d, ds) = (dx[i / block], (a.d[i / block] as f64).abs());
-                            wi.abs() as f64 * (d / 2.0 + (a.qs[i] as f64).abs() * (d - ds).abs())
-                        })
-                        .sum()
-                };
-                let truth = dot64(&w, &x);
-                let tol = bound * (1.0 + 1e-6) + 1e-5 * (abs_dot64(&w, &x) + 1e-6);
-                assert!(
-                    (fast - truth).abs() <= tol,
-                    "{t} n={n}: {fast} vs f32 dot {truth}, bound {tol}"
-                );
+    every_level(1, |_| {
+        let mut rng = StdRng::seed_from_u64(7);
+        for t in GgmlType::ALL {
+            for &n in &[256usize, 512, 2048, 4096] {
+                for _ in 0..8 {
+                    let row = random_row(t, n, &mut rng);
+                    let x: Vec<f32> = (0..n).map(|_| rng.random_range(-2.0f32..2.0)).collect();
+                    let mut w = vec![0.0; n];
+                    dequantize(t, &row, &mut w).unwrap();
+                    let a = quantize_activations(t, &x).unwrap();
+                    let xq = a.dequantize();
+                    let fast = vec_dot(t, &row, &a).unwrap() as f64;
+                    let slow = reference::vec_dot(t, &row, &a).unwrap() as f64;
+                    // 1. Against the dequantised activations the kernels are exact but for f32
+                    //    rounding of block sums: within 1e-5 of Σ|w·xq|.
+                    let exact = dot64(&w, &xq);
+                    let scale = abs_dot64(&w, &xq) + 1e-6;
+                    assert!(
+                        (fast - exact).abs() <= 1e-5 * scale,
+                        "{t} n={n}: fast {fast} vs {exact}"
+                    );
+                    assert!(
+                        (slow - exact).abs() <= 1e-5 * scale,
+                        "{t} n={n}: twin {slow} vs {exact}"
+                    );
+                    // 2. SIMD equals the scalar twin to the same rounding bound.
+                    assert!(
+                        (fast - slow).abs() <= 1e-5 * scale,
+                        "{t} n={n}: simd {fast} vs twin {slow}"
+                    );
+                    // 3. Against the f32 activations: each x is rounded to the nearest multiple of
+                    //    its block's dx = max|x|/127, and the stored scale is dx rounded to f16
+                    //    for the 32-blocks (llama.cpp's), so |x_i − xq_i| ≤ dx/2 + |q_i|·|dx −
+                    //    f16(dx)| and |error| ≤ Σ|w_i|·that (+ the rounding bound above).
+                    let block = match t.activation_kind() {
+                        lucent::tensor::quant::ActKind::F32 => 0,
+                        lucent::tensor::quant::ActKind::Q8_0 => 32,
+                        lucent::tensor::quant::ActKind::Q8_K => QK_K,
+                    };
+                    let bound: f64 = if block == 0 {
+                        0.0
+                    } else {
+                        let dx: Vec<f64> = x
+                            .chunks_exact(block)
+                            .map(|b| b.iter().fold(0.0f64, |m, v| m.max(v.abs() as f64)) / 127.0)
+                            .collect();
+                        w.iter()
+                            .enumerate()
+                            .map(|(i, wi)| {
+                                let (d, ds) = (dx[i / block], (a.d[i / block] as f64).abs());
+                                wi.abs() as f64
+                                    * (d / 2.0 + (a.qs[i] as f64).abs() * (d - ds).abs())
+                            })
+                            .sum()
+                    };
+                    let truth = dot64(&w, &x);
+                    let tol = bound * (1.0 + 1e-6) + 1e-5 * (abs_dot64(&w, &x) + 1e-6);
+                    assert!(
+                        (fast - truth).abs() <= tol,
+                        "{t} n={n}: {fast} vs f32 dot {truth}, bound {tol}"
+                    );
+                }
             }
         }
-    }
+    });
 }
 
 #[test]
@@ -319,121 +322,121 @@ fn dots_reject_mismatched_inputs() {
 
 #[test]
 fn qmatrix_matvec_and_prefill_on_awkward_shapes() {
-    let mut rng = StdRng::seed_from_u64(11);
-    // Two threads, so that the large matrix takes the threaded row split.
-    lucent::threads::set_threads(2);
-    // (rows, cols): single row, odd counts, and one large enough to take the threaded path.
-    for t in GgmlType::ALL {
-        for &(rows, cols) in &[(1usize, 256usize), (3, 512), (17, 256), (1000, 512)] {
-            let bytes: Vec<u8> = (0..rows)
-                .flat_map(|_| random_row(t, cols, &mut rng))
-                .collect();
-            let m = QMatrix::from_vec(t, rows, cols, bytes).unwrap();
-            let x: Vec<f32> = (0..cols).map(|_| rng.random_range(-1.0f32..1.0)).collect();
-            let y = m.matvec(&x).unwrap();
-            let yr = m.matvec_reference(&x).unwrap();
-            let w = m.dequantize_all().unwrap();
-            let a = m.prepare(&x).unwrap().dequantize();
-            for i in 0..rows {
-                let wi = &w[i * cols..(i + 1) * cols];
-                let scale = abs_dot64(wi, &a) + 1e-6;
-                assert!(
-                    ((y[i] - yr[i]) as f64).abs() <= 1e-5 * scale,
-                    "{t} {rows}×{cols} row {i}"
-                );
-            }
-            // Prefill: X (t, cols) · Wᵀ through dequantised tiles and the GEMM, against
-            // the f64 three-loop product of the dequantised weights (f32 GEMM rounding: 1e-5 relative).
-            for &tk in &[1usize, 5] {
-                let xs: Vec<f32> = (0..tk * cols)
-                    .map(|_| rng.random_range(-1.0f32..1.0))
+    every_level(2, |_| {
+        let mut rng = StdRng::seed_from_u64(11);
+        // (rows, cols): single row, odd counts, and one large enough to take the threaded path.
+        for t in GgmlType::ALL {
+            for &(rows, cols) in &[(1usize, 256usize), (3, 512), (17, 256), (1000, 512)] {
+                let bytes: Vec<u8> = (0..rows)
+                    .flat_map(|_| random_row(t, cols, &mut rng))
                     .collect();
-                let ys = m.matmul_t(&xs, tk).unwrap();
-                for r in 0..tk {
-                    for i in 0..rows {
-                        let xr = &xs[r * cols..(r + 1) * cols];
-                        let wi = &w[i * cols..(i + 1) * cols];
-                        let e = dot64(xr, wi);
-                        let scale = abs_dot64(xr, wi) + 1e-6;
-                        assert!(
-                            (ys[r * rows + i] as f64 - e).abs() <= 1e-5 * scale,
-                            "{t} prefill {r},{i}"
-                        );
+                let m = QMatrix::from_vec(t, rows, cols, bytes).unwrap();
+                let x: Vec<f32> = (0..cols).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+                let y = m.matvec(&x).unwrap();
+                let yr = m.matvec_reference(&x).unwrap();
+                let w = m.dequantize_all().unwrap();
+                let a = m.prepare(&x).unwrap().dequantize();
+                for i in 0..rows {
+                    let wi = &w[i * cols..(i + 1) * cols];
+                    let scale = abs_dot64(wi, &a) + 1e-6;
+                    assert!(
+                        ((y[i] - yr[i]) as f64).abs() <= 1e-5 * scale,
+                        "{t} {rows}×{cols} row {i}"
+                    );
+                }
+                // Prefill: X (t, cols) · Wᵀ through dequantised tiles and the GEMM, against
+                // the f64 three-loop product of the dequantised weights (f32 GEMM rounding: 1e-5 relative).
+                for &tk in &[1usize, 5] {
+                    let xs: Vec<f32> = (0..tk * cols)
+                        .map(|_| rng.random_range(-1.0f32..1.0))
+                        .collect();
+                    let ys = m.matmul_t(&xs, tk).unwrap();
+                    for r in 0..tk {
+                        for i in 0..rows {
+                            let xr = &xs[r * cols..(r + 1) * cols];
+                            let wi = &w[i * cols..(i + 1) * cols];
+                            let e = dot64(xr, wi);
+                            let scale = abs_dot64(xr, wi) + 1e-6;
+                            assert!(
+                                (ys[r * rows + i] as f64 - e).abs() <= 1e-5 * scale,
+                                "{t} prefill {r},{i}"
+                            );
+                        }
                     }
                 }
+                let part = m.dequantize_rows(rows / 2..rows).unwrap();
+                assert_eq!(&part[..], &w[(rows / 2) * cols..]);
             }
-            let part = m.dequantize_rows(rows / 2..rows).unwrap();
-            assert_eq!(&part[..], &w[(rows / 2) * cols..]);
         }
-    }
-    let m = QMatrix::from_vec(GgmlType::Q8_0, 2, 32, vec![0; 68]).unwrap();
-    assert!(m.matvec(&[0.0; 31]).is_err());
-    assert!(m.dequantize_rows(1..3).is_err());
-    assert!(QMatrix::from_vec(GgmlType::Q8_0, 2, 32, vec![0; 67]).is_err());
+        let m = QMatrix::from_vec(GgmlType::Q8_0, 2, 32, vec![0; 68]).unwrap();
+        assert!(m.matvec(&[0.0; 31]).is_err());
+        assert!(m.dequantize_rows(1..3).is_err());
+        assert!(QMatrix::from_vec(GgmlType::Q8_0, 2, 32, vec![0; 67]).is_err());
+    });
 }
 
 #[test]
 fn extreme_blocks_do_not_saturate() {
-    // Every quant byte 0xFF or 0x80 (largest magnitudes: Q8_0's −128, nibbles of 15, Q6_K's
-    // q = 63) against activations at ±127: the 16-bit pair sums of the SIMD kernels must
-    // not saturate, so the fast path still equals the twin and dequantise-then-dot.
-    for t in GgmlType::ALL.into_iter().filter(|t| t.block_len() > 1) {
-        for fill in [0xFFu8, 0x80] {
-            let mut row = vec![fill; t.row_bytes(512).unwrap()];
-            for blk in row.chunks_exact_mut(t.block_bytes()) {
-                let at = if t == GgmlType::Q6_K { 208 } else { 0 };
-                blk[at..at + 2].copy_from_slice(&h(1.0));
-                if matches!(
-                    t,
-                    GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K
-                ) {
-                    blk[2..4].copy_from_slice(&h(0.5));
+    every_level(1, |_| {
+        // Every quant byte 0xFF or 0x80 (largest magnitudes: Q8_0's −128, nibbles of 15, Q6_K's
+        // q = 63) against activations at ±127: the 16-bit pair sums of the SIMD kernels must
+        // not saturate, so the fast path still equals the twin and dequantise-then-dot.
+        for t in GgmlType::ALL.into_iter().filter(|t| t.block_len() > 1) {
+            for fill in [0xFFu8, 0x80] {
+                let mut row = vec![fill; t.row_bytes(512).unwrap()];
+                for blk in row.chunks_exact_mut(t.block_bytes()) {
+                    let at = if t == GgmlType::Q6_K { 208 } else { 0 };
+                    blk[at..at + 2].copy_from_slice(&h(1.0));
+                    if matches!(
+                        t,
+                        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K
+                    ) {
+                        blk[2..4].copy_from_slice(&h(0.5));
+                    }
+                }
+                for sign in [1.0f32, -1.0] {
+                    let x = vec![sign; 512];
+                    let a = quantize_activations(t, &x).unwrap();
+                    let mut w = vec![0.0; 512];
+                    dequantize(t, &row, &mut w).unwrap();
+                    let exact = dot64(&w, &a.dequantize());
+                    let scale = abs_dot64(&w, &a.dequantize()) + 1e-6;
+                    let fast = vec_dot(t, &row, &a).unwrap() as f64;
+                    let slow = reference::vec_dot(t, &row, &a).unwrap() as f64;
+                    assert!(
+                        (fast - exact).abs() <= 1e-5 * scale,
+                        "{t} fill {fill:#x} sign {sign}: {fast} vs {exact}"
+                    );
+                    assert!(
+                        (slow - exact).abs() <= 1e-5 * scale,
+                        "{t} twin: {slow} vs {exact}"
+                    );
                 }
             }
-            for sign in [1.0f32, -1.0] {
-                let x = vec![sign; 512];
-                let a = quantize_activations(t, &x).unwrap();
-                let mut w = vec![0.0; 512];
-                dequantize(t, &row, &mut w).unwrap();
-                let exact = dot64(&w, &a.dequantize());
-                let scale = abs_dot64(&w, &a.dequantize()) + 1e-6;
-                let fast = vec_dot(t, &row, &a).unwrap() as f64;
-                let slow = reference::vec_dot(t, &row, &a).unwrap() as f64;
-                assert!(
-                    (fast - exact).abs() <= 1e-5 * scale,
-                    "{t} fill {fill:#x} sign {sign}: {fast} vs {exact}"
-                );
-                assert!(
-                    (slow - exact).abs() <= 1e-5 * scale,
-                    "{t} twin: {slow} vs {exact}"
-                );
-            }
         }
-    }
+    });
 }
 
-/// Whether this machine runs the AVX-512 VNNI tile kernels; says so when it does not (the
-/// tests below then hold the AVX2 / per-row path to the twin instead).
-fn vnni_path() -> bool {
-    let on = lucent::tensor::quant::vnni_available();
-    #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx512f")
-        && std::is_x86_feature_detected!("avx512bw")
-        && std::is_x86_feature_detected!("avx512vl")
-        && std::is_x86_feature_detected!("avx512vnni")
-        && std::is_x86_feature_detected!("avx2")
-        && std::is_x86_feature_detected!("fma")
-        && std::is_x86_feature_detected!("f16c")
-    {
-        assert!(
-            on,
-            "the CPU has AVX-512 VNNI but the tile kernels do not use it"
-        );
+/// Run `body` in a runtime of `threads` threads at every instruction-set level this CPU
+/// has (scalar, AVX2, AVX-512): each kernel path meets its twin here, none is skipped.
+fn every_level(threads: usize, mut body: impl FnMut(Isa) + Send) {
+    for isa in Isa::available() {
+        let rt = Runtime::builder()
+            .threads(threads)
+            .isa(isa)
+            .build()
+            .unwrap();
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            rt.install(|| {
+                assert_eq!(lucent::runtime::isa(), isa);
+                body(isa)
+            })
+        }));
+        if let Err(e) = run {
+            eprintln!("failed at the {isa} level, {threads} threads");
+            std::panic::resume_unwind(e);
+        }
     }
-    if !on {
-        eprintln!("notice: no AVX-512 VNNI on this CPU; testing the fallback kernels");
-    }
-    on
 }
 
 /// The tile kernels (1 activation row: 4 weight rows at a time; several: 1 × 4 and 1 × 1)
@@ -442,45 +445,45 @@ fn vnni_path() -> bool {
 /// the same tiles equal to decode bit for bit (batch invariance).
 #[test]
 fn tile_kernels_equal_their_twins() {
-    vnni_path();
-    lucent::threads::set_threads(1);
-    let mut rng = StdRng::seed_from_u64(13);
-    for t in BLOCK32 {
-        for &rows in &[1usize, 2, 3, 4, 5, 7, 9, 13] {
-            for &blocks in &[1usize, 2, 3, 15, 16, 17, 18, 33] {
-                let cols = 32 * blocks;
-                let bytes: Vec<u8> = (0..rows)
-                    .flat_map(|_| random_row(t, cols, &mut rng))
-                    .collect();
-                let m = QMatrix::from_vec(t, rows, cols, bytes).unwrap();
-                let w = m.dequantize_all().unwrap();
-                let xs: Vec<f32> = (0..5 * cols)
-                    .map(|_| rng.random_range(-1.0f32..1.0))
-                    .collect();
-                let ys = m.matmul_t_quantized(&xs, 5).unwrap(); // (5, rows)
-                for (r, x) in xs.chunks_exact(cols).enumerate() {
-                    let y = m.matvec(x).unwrap();
-                    let yr = m.matvec_reference(x).unwrap();
-                    let a = m.prepare(x).unwrap().dequantize();
-                    for i in 0..rows {
-                        let wi = &w[i * cols..(i + 1) * cols];
-                        let scale = abs_dot64(wi, &a) + 1e-6;
-                        assert!(
-                            ((y[i] - yr[i]) as f64).abs() <= 1e-5 * scale,
-                            "{t} {rows}×{cols} row {i}: {} vs twin {}",
-                            y[i],
-                            yr[i]
-                        );
-                        assert_eq!(
-                            ys[r * rows + i].to_bits(),
-                            y[i].to_bits(),
-                            "{t} {rows}×{cols} row {i}: prefill of 5 vs decode"
-                        );
+    every_level(1, |_| {
+        let mut rng = StdRng::seed_from_u64(13);
+        for t in BLOCK32 {
+            for &rows in &[1usize, 2, 3, 4, 5, 7, 9, 13] {
+                for &blocks in &[1usize, 2, 3, 15, 16, 17, 18, 33] {
+                    let cols = 32 * blocks;
+                    let bytes: Vec<u8> = (0..rows)
+                        .flat_map(|_| random_row(t, cols, &mut rng))
+                        .collect();
+                    let m = QMatrix::from_vec(t, rows, cols, bytes).unwrap();
+                    let w = m.dequantize_all().unwrap();
+                    let xs: Vec<f32> = (0..5 * cols)
+                        .map(|_| rng.random_range(-1.0f32..1.0))
+                        .collect();
+                    let ys = m.matmul_t_quantized(&xs, 5, Numerics::LlamaCpp).unwrap(); // (5, rows)
+                    for (r, x) in xs.chunks_exact(cols).enumerate() {
+                        let y = m.matvec(x).unwrap();
+                        let yr = m.matvec_reference(x).unwrap();
+                        let a = m.prepare(x).unwrap().dequantize();
+                        for i in 0..rows {
+                            let wi = &w[i * cols..(i + 1) * cols];
+                            let scale = abs_dot64(wi, &a) + 1e-6;
+                            assert!(
+                                ((y[i] - yr[i]) as f64).abs() <= 1e-5 * scale,
+                                "{t} {rows}×{cols} row {i}: {} vs twin {}",
+                                y[i],
+                                yr[i]
+                            );
+                            assert_eq!(
+                                ys[r * rows + i].to_bits(),
+                                y[i].to_bits(),
+                                "{t} {rows}×{cols} row {i}: prefill of 5 vs decode"
+                            );
+                        }
                     }
                 }
             }
         }
-    }
+    });
 }
 
 /// The tile kernels on the largest magnitudes (every quant byte 0xFF or 0x80: Q8_0's −128,
@@ -488,80 +491,81 @@ fn tile_kernels_equal_their_twins() {
 /// signed products and their offsets must neither saturate nor overflow.
 #[test]
 fn tile_kernels_on_extreme_blocks() {
-    vnni_path();
-    lucent::threads::set_threads(1);
-    for t in BLOCK32 {
-        for fill in [0xFFu8, 0x80, 0x7F] {
-            let (rows, cols) = (5, 32 * 19);
-            let mut bytes = vec![fill; rows * t.row_bytes(cols).unwrap()];
-            for blk in bytes.chunks_exact_mut(t.block_bytes()) {
-                blk[0..2].copy_from_slice(&h(1.0));
-                if matches!(t, GgmlType::Q4_1 | GgmlType::Q5_1) {
-                    blk[2..4].copy_from_slice(&h(0.5));
+    every_level(1, |_| {
+        for t in BLOCK32 {
+            for fill in [0xFFu8, 0x80, 0x7F] {
+                let (rows, cols) = (5, 32 * 19);
+                let mut bytes = vec![fill; rows * t.row_bytes(cols).unwrap()];
+                for blk in bytes.chunks_exact_mut(t.block_bytes()) {
+                    blk[0..2].copy_from_slice(&h(1.0));
+                    if matches!(t, GgmlType::Q4_1 | GgmlType::Q5_1) {
+                        blk[2..4].copy_from_slice(&h(0.5));
+                    }
                 }
-            }
-            let m = QMatrix::from_vec(t, rows, cols, bytes).unwrap();
-            let w = m.dequantize_all().unwrap();
-            for sign in [1.0f32, -1.0] {
-                let x: Vec<f32> = (0..cols)
-                    .map(|i| if i % 3 == 0 { -sign } else { sign })
-                    .collect();
-                let y = m.matvec(&x).unwrap();
-                let yr = m.matvec_reference(&x).unwrap();
-                let a = m.prepare(&x).unwrap().dequantize();
-                for i in 0..rows {
-                    let wi = &w[i * cols..(i + 1) * cols];
-                    let exact = dot64(wi, &a);
-                    let scale = abs_dot64(wi, &a) + 1e-6;
-                    assert!(
-                        (y[i] as f64 - exact).abs() <= 1e-5 * scale,
-                        "{t} fill {fill:#x} sign {sign} row {i}: {} vs {exact}",
-                        y[i]
-                    );
-                    assert!(
-                        ((y[i] - yr[i]) as f64).abs() <= 1e-5 * scale,
-                        "{t} fill {fill:#x} sign {sign} row {i}: {} vs twin {}",
-                        y[i],
-                        yr[i]
-                    );
+                let m = QMatrix::from_vec(t, rows, cols, bytes).unwrap();
+                let w = m.dequantize_all().unwrap();
+                for sign in [1.0f32, -1.0] {
+                    let x: Vec<f32> = (0..cols)
+                        .map(|i| if i % 3 == 0 { -sign } else { sign })
+                        .collect();
+                    let y = m.matvec(&x).unwrap();
+                    let yr = m.matvec_reference(&x).unwrap();
+                    let a = m.prepare(&x).unwrap().dequantize();
+                    for i in 0..rows {
+                        let wi = &w[i * cols..(i + 1) * cols];
+                        let exact = dot64(wi, &a);
+                        let scale = abs_dot64(wi, &a) + 1e-6;
+                        assert!(
+                            (y[i] as f64 - exact).abs() <= 1e-5 * scale,
+                            "{t} fill {fill:#x} sign {sign} row {i}: {} vs {exact}",
+                            y[i]
+                        );
+                        assert!(
+                            ((y[i] - yr[i]) as f64).abs() <= 1e-5 * scale,
+                            "{t} fill {fill:#x} sign {sign} row {i}: {} vs twin {}",
+                            y[i],
+                            yr[i]
+                        );
+                    }
                 }
             }
         }
-    }
+    });
 }
 
 /// The K-quant dots (AVX-512 VNNI where the CPU has it) against the twin on 1 to 8
 /// blocks, odd counts included, to the rounding bound.
 #[test]
 fn k_quant_dots_equal_their_twins() {
-    vnni_path();
-    let mut rng = StdRng::seed_from_u64(17);
-    for t in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
-        for &blocks in &[1usize, 2, 3, 5, 8] {
-            let n = QK_K * blocks;
-            for _ in 0..16 {
-                let row = random_row(t, n, &mut rng);
-                let x: Vec<f32> = (0..n).map(|_| rng.random_range(-3.0f32..3.0)).collect();
-                let a = quantize_activations(t, &x).unwrap();
-                let fast = vec_dot(t, &row, &a).unwrap();
-                let slow = reference::vec_dot(t, &row, &a).unwrap();
-                // Both sum in llama.cpp's order: the same bits.
-                assert_eq!(
-                    fast.to_bits(),
-                    slow.to_bits(),
-                    "{t} n={n}: {fast} vs twin {slow}"
-                );
-                let mut w = vec![0.0; n];
-                dequantize(t, &row, &mut w).unwrap();
-                let scale = abs_dot64(&w, &a.dequantize()) + 1e-6;
-                let exact = dot64(&w, &a.dequantize());
-                assert!(
-                    (fast as f64 - exact).abs() <= 1e-5 * scale,
-                    "{t} n={n}: {fast} vs dequantise-then-dot {exact}"
-                );
+    every_level(1, |_| {
+        let mut rng = StdRng::seed_from_u64(17);
+        for t in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
+            for &blocks in &[1usize, 2, 3, 5, 8] {
+                let n = QK_K * blocks;
+                for _ in 0..16 {
+                    let row = random_row(t, n, &mut rng);
+                    let x: Vec<f32> = (0..n).map(|_| rng.random_range(-3.0f32..3.0)).collect();
+                    let a = quantize_activations(t, &x).unwrap();
+                    let fast = vec_dot(t, &row, &a).unwrap();
+                    let slow = reference::vec_dot(t, &row, &a).unwrap();
+                    // Both sum in llama.cpp's order: the same bits.
+                    assert_eq!(
+                        fast.to_bits(),
+                        slow.to_bits(),
+                        "{t} n={n}: {fast} vs twin {slow}"
+                    );
+                    let mut w = vec![0.0; n];
+                    dequantize(t, &row, &mut w).unwrap();
+                    let scale = abs_dot64(&w, &a.dequantize()) + 1e-6;
+                    let exact = dot64(&w, &a.dequantize());
+                    assert!(
+                        (fast as f64 - exact).abs() <= 1e-5 * scale,
+                        "{t} n={n}: {fast} vs dequantise-then-dot {exact}"
+                    );
+                }
             }
         }
-    }
+    });
 }
 
 /// The 32-block kinds sum in llama.cpp's order on every path (the scalar twin, the AVX2
@@ -569,51 +573,52 @@ fn k_quant_dots_equal_their_twins() {
 /// they agree bit for bit: a model's decode and its prompt see the same numbers.
 #[test]
 fn block32_kernels_equal_their_twin_bit_for_bit() {
-    let mut rng = StdRng::seed_from_u64(5);
-    lucent::threads::set_threads(2);
-    for t in BLOCK32 {
-        for &(rows, cols) in &[(1usize, 32usize), (7, 96), (13, 576), (600, 1536)] {
-            let bytes: Vec<u8> = (0..rows)
-                .flat_map(|_| random_row(t, cols, &mut rng))
-                .collect();
-            let m = QMatrix::from_vec(t, rows, cols, bytes).unwrap();
-            // Seven prompt rows: two pairs (a four-row tile), one pair, one row alone.
-            let xs: Vec<f32> = (0..7 * cols)
-                .map(|_| rng.random_range(-3.0f32..3.0))
-                .collect();
-            let prefill = m.matmul_t_quantized(&xs, 7).unwrap(); // (7, rows)
-            for r in 0..7 {
-                let x = &xs[r * cols..(r + 1) * cols];
-                let a = quantize_activations(t, x).unwrap();
-                let y = m.matvec(x).unwrap();
-                let yr = m.matvec_reference(x).unwrap();
-                for i in 0..rows {
-                    let twin = reference::vec_dot(t, m.row_bytes_of(i), &a).unwrap();
-                    let fast = vec_dot(t, m.row_bytes_of(i), &a).unwrap();
-                    assert_eq!(
-                        fast.to_bits(),
-                        twin.to_bits(),
-                        "{t} {rows}×{cols} dot row {i}"
-                    );
-                    assert_eq!(
-                        y[i].to_bits(),
-                        twin.to_bits(),
-                        "{t} {rows}×{cols} matvec row {i}"
-                    );
-                    assert_eq!(
-                        yr[i].to_bits(),
-                        twin.to_bits(),
-                        "{t} {rows}×{cols} twin row {i}"
-                    );
-                    assert_eq!(
-                        prefill[r * rows + i].to_bits(),
-                        twin.to_bits(),
-                        "{t} {rows}×{cols} prefill row {r}, {i}"
-                    );
+    every_level(2, |_| {
+        let mut rng = StdRng::seed_from_u64(5);
+        for t in BLOCK32 {
+            for &(rows, cols) in &[(1usize, 32usize), (7, 96), (13, 576), (600, 1536)] {
+                let bytes: Vec<u8> = (0..rows)
+                    .flat_map(|_| random_row(t, cols, &mut rng))
+                    .collect();
+                let m = QMatrix::from_vec(t, rows, cols, bytes).unwrap();
+                // Seven prompt rows: two pairs (a four-row tile), one pair, one row alone.
+                let xs: Vec<f32> = (0..7 * cols)
+                    .map(|_| rng.random_range(-3.0f32..3.0))
+                    .collect();
+                let prefill = m.matmul_t_quantized(&xs, 7, Numerics::LlamaCpp).unwrap(); // (7, rows)
+                for r in 0..7 {
+                    let x = &xs[r * cols..(r + 1) * cols];
+                    let a = quantize_activations(t, x).unwrap();
+                    let y = m.matvec(x).unwrap();
+                    let yr = m.matvec_reference(x).unwrap();
+                    for i in 0..rows {
+                        let twin = reference::vec_dot(t, m.row_bytes_of(i), &a).unwrap();
+                        let fast = vec_dot(t, m.row_bytes_of(i), &a).unwrap();
+                        assert_eq!(
+                            fast.to_bits(),
+                            twin.to_bits(),
+                            "{t} {rows}×{cols} dot row {i}"
+                        );
+                        assert_eq!(
+                            y[i].to_bits(),
+                            twin.to_bits(),
+                            "{t} {rows}×{cols} matvec row {i}"
+                        );
+                        assert_eq!(
+                            yr[i].to_bits(),
+                            twin.to_bits(),
+                            "{t} {rows}×{cols} twin row {i}"
+                        );
+                        assert_eq!(
+                            prefill[r * rows + i].to_bits(),
+                            twin.to_bits(),
+                            "{t} {rows}×{cols} prefill row {r}, {i}"
+                        );
+                    }
                 }
             }
         }
-    }
+    });
 }
 
 /// Activations are quantised with llama.cpp's rules to the bit: q = round(x·127/max|x|)
@@ -621,38 +626,40 @@ fn block32_kernels_equal_their_twin_bit_for_bit() {
 /// the K-quants q = round(x·(−127/m)) with m the signed value of largest magnitude.
 #[test]
 fn activations_quantise_as_llama_cpp_does() {
-    // A block whose largest magnitude is 127: the multiplier is exactly 1.
-    let mut x = vec![0.0f32; 32];
-    x[0] = 127.0;
-    x[1] = 2.5; // tie → 2
-    x[2] = 3.5; // tie → 4
-    x[3] = -2.5; // tie → −2
-    x[4] = 0.49;
-    let a = quantize_activations(GgmlType::Q4_1, &x).unwrap();
-    assert_eq!(&a.qs[..5], &[127, 2, 4, -2, 0]);
-    assert_eq!(a.d[0], 1.0);
-    assert_eq!(a.sum[0], f16::from_f32(127.0 + 2.0 + 4.0 - 2.0).to_f32());
-    // A scale that f16 cannot hold: it is kept rounded, as llama.cpp stores it.
-    let y: Vec<f32> = (0..32).map(|i| (i as f32 - 15.5) * 0.013).collect();
-    let a = quantize_activations(GgmlType::Q8_0, &y).unwrap();
-    let amax = 15.5 * 0.013f32;
-    assert_eq!(a.d[0], f16::from_f32(amax / 127.0).to_f32());
-    assert_ne!(a.d[0], amax / 127.0);
-    for (q, v) in a.qs.iter().zip(&y) {
-        assert_eq!(*q as f32, (v * (127.0 / amax)).round_ties_even());
-    }
-    // K-quant activations: the sign of the largest value is kept in the scale.
-    let mut z = vec![0.25f32; 256];
-    z[7] = -2.0;
-    let a = quantize_activations(GgmlType::Q4_K, &z).unwrap();
-    let iscale = -127.0f32 / -2.0;
-    assert_eq!(a.d[0], 1.0 / iscale);
-    assert_eq!(a.qs[7], -127);
-    assert_eq!(a.qs[0] as f32, (0.25 * iscale).round_ties_even());
-    assert_eq!(
-        a.bsums[0],
-        a.qs[..16].iter().map(|&q| q as i32).sum::<i32>()
-    );
+    every_level(1, |_| {
+        // A block whose largest magnitude is 127: the multiplier is exactly 1.
+        let mut x = vec![0.0f32; 32];
+        x[0] = 127.0;
+        x[1] = 2.5; // tie → 2
+        x[2] = 3.5; // tie → 4
+        x[3] = -2.5; // tie → −2
+        x[4] = 0.49;
+        let a = quantize_activations(GgmlType::Q4_1, &x).unwrap();
+        assert_eq!(&a.qs[..5], &[127, 2, 4, -2, 0]);
+        assert_eq!(a.d[0], 1.0);
+        assert_eq!(a.sum[0], f16::from_f32(127.0 + 2.0 + 4.0 - 2.0).to_f32());
+        // A scale that f16 cannot hold: it is kept rounded, as llama.cpp stores it.
+        let y: Vec<f32> = (0..32).map(|i| (i as f32 - 15.5) * 0.013).collect();
+        let a = quantize_activations(GgmlType::Q8_0, &y).unwrap();
+        let amax = 15.5 * 0.013f32;
+        assert_eq!(a.d[0], f16::from_f32(amax / 127.0).to_f32());
+        assert_ne!(a.d[0], amax / 127.0);
+        for (q, v) in a.qs.iter().zip(&y) {
+            assert_eq!(*q as f32, (v * (127.0 / amax)).round_ties_even());
+        }
+        // K-quant activations: the sign of the largest value is kept in the scale.
+        let mut z = vec![0.25f32; 256];
+        z[7] = -2.0;
+        let a = quantize_activations(GgmlType::Q4_K, &z).unwrap();
+        let iscale = -127.0f32 / -2.0;
+        assert_eq!(a.d[0], 1.0 / iscale);
+        assert_eq!(a.qs[7], -127);
+        assert_eq!(a.qs[0] as f32, (0.25 * iscale).round_ties_even());
+        assert_eq!(
+            a.bsums[0],
+            a.qs[..16].iter().map(|&q| q as i32).sum::<i32>()
+        );
+    });
 }
 
 /// Several matrices over one x (Q, K, V) in one pass give each matrix's own `matvec`,
@@ -667,27 +674,28 @@ fn matvec_group_equals_each_matvec() {
     };
     let x: Vec<f32> = (0..cols).map(|_| rng.random_range(-2.0f32..2.0)).collect();
     for threads in [1, 2] {
-        lucent::threads::set_threads(threads);
-        for t in [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K] {
-            let ms = [
-                mk(t, 768, &mut rng),
-                mk(t, 192, &mut rng),
-                mk(t, 200, &mut rng),
-            ];
-            let refs: Vec<&QMatrix> = ms.iter().collect();
-            let ys = QMatrix::matvec_group(&refs, &x).unwrap();
-            for (m, y) in ms.iter().zip(&ys) {
-                let want = m.matvec(&x).unwrap();
-                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(y), bits(&want), "{t} {threads} threads");
+        every_level(threads, |_| {
+            for t in [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K] {
+                let ms = [
+                    mk(t, 768, &mut rng),
+                    mk(t, 192, &mut rng),
+                    mk(t, 200, &mut rng),
+                ];
+                let refs: Vec<&QMatrix> = ms.iter().collect();
+                let ys = QMatrix::matvec_group(&refs, &x).unwrap();
+                for (m, y) in ms.iter().zip(&ys) {
+                    let want = m.matvec(&x).unwrap();
+                    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(y), bits(&want), "{t} {threads} threads");
+                }
             }
-        }
-        let mixed = [
-            mk(GgmlType::Q4_1, 64, &mut rng),
-            mk(GgmlType::Q8_0, 64, &mut rng),
-        ];
-        let ys = QMatrix::matvec_group(&[&mixed[0], &mixed[1]], &x).unwrap();
-        assert_eq!(ys[1], mixed[1].matvec(&x).unwrap());
+            let mixed = [
+                mk(GgmlType::Q4_1, 64, &mut rng),
+                mk(GgmlType::Q8_0, 64, &mut rng),
+            ];
+            let ys = QMatrix::matvec_group(&[&mixed[0], &mixed[1]], &x).unwrap();
+            assert_eq!(ys[1], mixed[1].matvec(&x).unwrap());
+        });
     }
     assert!(QMatrix::matvec_group(&[], &x).unwrap().is_empty());
 }
@@ -697,28 +705,28 @@ fn matvec_group_equals_each_matvec() {
 /// prompt and its decode steps see the same numbers.
 #[test]
 fn k_quant_prefill_equals_decode_bit_for_bit() {
-    vnni_path();
     let mut rng = StdRng::seed_from_u64(17);
     for threads in [1, 2] {
-        lucent::threads::set_threads(threads);
-        for t in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
-            // 8 and 64 rows: repacked Q4_K (llama.cpp's grouped order for whole fours).
-            for &(rows, blocks) in &[(1usize, 1usize), (5, 2), (8, 1), (9, 3), (64, 4)] {
-                let cols = 256 * blocks;
-                let bytes: Vec<u8> = (0..rows)
-                    .flat_map(|_| random_row(t, cols, &mut rng))
-                    .collect();
-                let m = QMatrix::from_vec(t, rows, cols, bytes).unwrap();
-                // 9 rows: llama.cpp's tiled order (8 rows or more) where it does not repack.
-                for n in [1usize, 4, 7, 9] {
-                    let xs: Vec<f32> = (0..n * cols)
-                        .map(|_| rng.random_range(-3.0f32..3.0))
+        every_level(threads, |_| {
+            for t in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
+                // 8 and 64 rows: repacked Q4_K (llama.cpp's grouped order for whole fours).
+                for &(rows, blocks) in &[(1usize, 1usize), (5, 2), (8, 1), (9, 3), (64, 4)] {
+                    let cols = 256 * blocks;
+                    let bytes: Vec<u8> = (0..rows)
+                        .flat_map(|_| random_row(t, cols, &mut rng))
                         .collect();
-                    let what = format!("{t} {rows}×{cols}, {threads} threads, {n} prompt rows");
-                    check_prompt_rows(&m, &xs, n, &what);
+                    let m = QMatrix::from_vec(t, rows, cols, bytes).unwrap();
+                    // 9 rows: llama.cpp's tiled order (8 rows or more) where it does not repack.
+                    for n in [1usize, 4, 7, 9] {
+                        let xs: Vec<f32> = (0..n * cols)
+                            .map(|_| rng.random_range(-3.0f32..3.0))
+                            .collect();
+                        let what = format!("{t} {rows}×{cols}, {threads} threads, {n} prompt rows");
+                        check_prompt_rows(&m, &xs, n, &what);
+                    }
                 }
             }
-        }
+        });
     }
 }
 
@@ -727,11 +735,11 @@ fn k_quant_prefill_equals_decode_bit_for_bit() {
 /// rows) sums the rows in whole fours in its grouped order (the twin
 /// `dot_q4_k_repacked(.., true)`), and the other K-quant matrices sum a product of 8
 /// rows or more in its tiled order (the twins `dot_k45_tiled`, `dot_q6_k_tiled`); under
-/// `row_invariant`, every row as a token.
+/// `Numerics::RowInvariant`, every row as a token.
 fn check_prompt_rows(m: &QMatrix, xs: &[f32], n: usize, what: &str) {
     let (rows, cols) = (m.rows(), m.cols());
-    let ys = m.matmul_t_quantized(xs, n).unwrap(); // (n, rows)
-    let yi = row_invariant(|| m.matmul_t_quantized(xs, n).unwrap());
+    let ys = m.matmul_t_quantized(xs, n, Numerics::LlamaCpp).unwrap(); // (n, rows)
+    let yi = m.matmul_t_quantized(xs, n, Numerics::RowInvariant).unwrap();
     let grouped = m.dtype() == GgmlType::Q4_K && rows % 8 == 0;
     for (r, x) in xs.chunks_exact(cols).enumerate() {
         let y = m.matvec(x).unwrap();
@@ -767,92 +775,98 @@ fn check_prompt_rows(m: &QMatrix, xs: &[f32], n: usize, what: &str) {
 /// infinities (which the twin handles for it).
 #[test]
 fn activation_quantisation_equals_its_twin() {
-    vnni_path();
-    let mut rng = StdRng::seed_from_u64(23);
-    let mut rows: Vec<Vec<f32>> = (0..20)
-        .map(|i| {
-            let scale = 10f32.powi(i % 7 - 3);
-            (0..512)
-                .map(|_| rng.random_range(-1.0f32..1.0) * scale)
-                .collect()
-        })
-        .collect();
-    let mut awkward = vec![0.0f32; 512]; // zeros, then ties in block two
-    for (k, v) in awkward[32..64].iter_mut().enumerate() {
-        *v = k as f32 - 15.5;
-    }
-    awkward[300] = 4.0; // the largest magnitude twice, positive first
-    awkward[301] = -4.0;
-    rows.push(awkward);
-    let mut odd = vec![1e-40f32; 512]; // subnormal blocks
-    odd[40] = f32::NAN;
-    odd[300] = f32::INFINITY;
-    odd[400] = -3.0;
-    rows.push(odd);
-    for t in [
-        GgmlType::Q4_1,
-        GgmlType::Q8_0,
-        GgmlType::Q4_K,
-        GgmlType::Q6_K,
-    ] {
-        for x in &rows {
-            let fast = quantize_activations(t, x).unwrap();
-            let twin = lucent::tensor::quant::reference::quantize_activations(t, x).unwrap();
-            assert_eq!(fast.qs, twin.qs, "{t}: numbers");
-            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&fast.d), bits(&twin.d), "{t}: scales");
-            assert_eq!(bits(&fast.sum), bits(&twin.sum), "{t}: block sums");
-            assert_eq!(fast.bsums, twin.bsums, "{t}: group sums");
+    every_level(1, |_| {
+        let mut rng = StdRng::seed_from_u64(23);
+        let mut rows: Vec<Vec<f32>> = (0..20)
+            .map(|i| {
+                let scale = 10f32.powi(i % 7 - 3);
+                (0..512)
+                    .map(|_| rng.random_range(-1.0f32..1.0) * scale)
+                    .collect()
+            })
+            .collect();
+        let mut awkward = vec![0.0f32; 512]; // zeros, then ties in block two
+        for (k, v) in awkward[32..64].iter_mut().enumerate() {
+            *v = k as f32 - 15.5;
         }
-    }
+        awkward[300] = 4.0; // the largest magnitude twice, positive first
+        awkward[301] = -4.0;
+        rows.push(awkward);
+        let mut odd = vec![1e-40f32; 512]; // subnormal blocks
+        odd[40] = f32::NAN;
+        odd[300] = f32::INFINITY;
+        odd[400] = -3.0;
+        rows.push(odd);
+        for t in [
+            GgmlType::Q4_1,
+            GgmlType::Q8_0,
+            GgmlType::Q4_K,
+            GgmlType::Q6_K,
+        ] {
+            for x in &rows {
+                let fast = quantize_activations(t, x).unwrap();
+                let twin = lucent::ops::quant::reference::quantize_activations(t, x).unwrap();
+                assert_eq!(fast.qs, twin.qs, "{t}: numbers");
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&fast.d), bits(&twin.d), "{t}: scales");
+                assert_eq!(bits(&fast.sum), bits(&twin.sum), "{t}: block sums");
+                assert_eq!(fast.bsums, twin.bsums, "{t}: group sums");
+            }
+        }
+    });
 }
 
 /// A prompt through several matrices at once (Q, K, V of mixed types, as Gemma 3's are)
 /// gives each matrix's own `matmul_t_quantized`, bit for bit.
 #[test]
 fn matmul_t_group_equals_each_product() {
-    let mut rng = StdRng::seed_from_u64(29);
-    let cols = 512;
-    let mk = |t: GgmlType, rows: usize, rng: &mut StdRng| {
-        let b: Vec<u8> = (0..rows).flat_map(|_| random_row(t, cols, rng)).collect();
-        QMatrix::from_vec(t, rows, cols, b).unwrap()
-    };
-    let mats = [
-        mk(GgmlType::Q5_0, 40, &mut rng),
-        mk(GgmlType::Q4_K, 12, &mut rng),
-        mk(GgmlType::Q8_0, 12, &mut rng),
-        mk(GgmlType::Q6_K, 8, &mut rng),
-    ];
-    let refs: Vec<&QMatrix> = mats.iter().collect();
-    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-    for t in [2usize, 5, 9] {
-        let x: Vec<f32> = (0..t * cols).map(|_| rng.random_range(-2.0..2.0)).collect();
-        let ys = QMatrix::matmul_t_quantized_group(&refs, &x, t).unwrap();
-        for (m, y) in mats.iter().zip(&ys) {
-            assert_eq!(
-                bits(y),
-                bits(&m.matmul_t_quantized(&x, t).unwrap()),
-                "{} t={t}",
-                m.dtype()
-            );
+    every_level(2, |_| {
+        let mut rng = StdRng::seed_from_u64(29);
+        let cols = 512;
+        let mk = |t: GgmlType, rows: usize, rng: &mut StdRng| {
+            let b: Vec<u8> = (0..rows).flat_map(|_| random_row(t, cols, rng)).collect();
+            QMatrix::from_vec(t, rows, cols, b).unwrap()
+        };
+        let mats = [
+            mk(GgmlType::Q5_0, 40, &mut rng),
+            mk(GgmlType::Q4_K, 12, &mut rng),
+            mk(GgmlType::Q8_0, 12, &mut rng),
+            mk(GgmlType::Q6_K, 8, &mut rng),
+        ];
+        let refs: Vec<&QMatrix> = mats.iter().collect();
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        for t in [2usize, 5, 9] {
+            let x: Vec<f32> = (0..t * cols).map(|_| rng.random_range(-2.0..2.0)).collect();
+            let ys = QMatrix::matmul_t_quantized_group(&refs, &x, t, Numerics::LlamaCpp).unwrap();
+            for (m, y) in mats.iter().zip(&ys) {
+                assert_eq!(
+                    bits(y),
+                    bits(&m.matmul_t_quantized(&x, t, Numerics::LlamaCpp).unwrap()),
+                    "{} t={t}",
+                    m.dtype()
+                );
+            }
         }
-    }
-    assert!(QMatrix::matmul_t_quantized_group(&refs, &[0.0; 7], 1).is_err());
+        assert!(
+            QMatrix::matmul_t_quantized_group(&refs, &[0.0; 7], 1, Numerics::LlamaCpp).is_err()
+        );
+    });
 }
 
 /// A prompt large enough that its preparation (quantisation, pairing, the transpose of
 /// the results) runs on the threads gives, row by row, what decode gives, bit for bit.
 #[test]
 fn large_prompt_on_threads_equals_decode() {
-    let mut rng = StdRng::seed_from_u64(31);
-    lucent::threads::set_threads(2);
-    let (rows, cols, t) = (512usize, 1024usize, 37usize);
-    for ty in [GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q4_K] {
-        let b: Vec<u8> = (0..rows)
-            .flat_map(|_| random_row(ty, cols, &mut rng))
-            .collect();
-        let m = QMatrix::from_vec(ty, rows, cols, b).unwrap();
-        let x: Vec<f32> = (0..t * cols).map(|_| rng.random_range(-2.0..2.0)).collect();
-        check_prompt_rows(&m, &x, t, &format!("{ty} {rows}×{cols}, 2 threads"));
-    }
+    every_level(2, |_| {
+        let mut rng = StdRng::seed_from_u64(31);
+        let (rows, cols, t) = (512usize, 1024usize, 37usize);
+        for ty in [GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q4_K] {
+            let b: Vec<u8> = (0..rows)
+                .flat_map(|_| random_row(ty, cols, &mut rng))
+                .collect();
+            let m = QMatrix::from_vec(ty, rows, cols, b).unwrap();
+            let x: Vec<f32> = (0..t * cols).map(|_| rng.random_range(-2.0..2.0)).collect();
+            check_prompt_rows(&m, &x, t, &format!("{ty} {rows}×{cols}, 2 threads"));
+        }
+    });
 }

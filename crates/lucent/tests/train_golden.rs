@@ -94,7 +94,7 @@ fn load(f: &SafetensorsFile, prefix: &str) -> DecoderModel {
         )),
         decoder: Decoder::new(layers, Some(ln("ln_f"))).unwrap(),
         head: None,
-        row_invariant: false,
+        numerics: lucent::Numerics::Lucent,
     }
 }
 

@@ -97,7 +97,8 @@ pub struct Args {
     demo: bool,
     /// With `-m`: the text whose attention to show.
     text: Option<String>,
-    /// A real model: a name (see `lucent models`), a Hugging Face folder or a .gguf file.
+    /// A real model: a name (see `lucent models`), a Hugging Face folder, a .gguf file or a
+    /// training run [default: minilm when a TEXT is given].
     #[arg(long, short = 'm')]
     model: Option<String>,
     /// With `-m`: the layer to show, from 0 (default: the last).
@@ -106,7 +107,8 @@ pub struct Args {
     /// With `-m`: the head to show, from 0 (default: all heads).
     #[arg(long)]
     head: Option<usize>,
-    /// With `-m`: the query token whose row to show, as a token (`it`) or a position.
+    /// With `-m`: the query token whose row to show, as a token (`it`) or a position
+    /// [default: every row].
     #[arg(long)]
     token: Option<String>,
     /// With `-m`: recompute one head step by step (scores, scale, mask, softmax, output).

@@ -50,7 +50,7 @@ struct KernelArgs {
     /// Least time of one run, in milliseconds (calls are repeated to fill it).
     #[arg(long, default_value_t = 10)]
     min_ms: u64,
-    /// Only kernels whose name contains this text (e.g. `matmul`).
+    /// Only kernels whose name contains this text (e.g. `matmul`) [default: all].
     #[arg(long)]
     only: Option<String>,
     /// Skip timing the plain twins.

@@ -4,7 +4,7 @@
 //!
 //! throughput = sentences / median wall time of a full pass (tokenize → encode → pool →
 //! normalise), after one warm-up pass; latency = median time of one sentence alone.
-//! Each thread count runs inside its own rayon pool of that size, so 1 thread means 1.
+//! Each thread count runs inside its own lucent runtime of that size, so 1 thread means 1.
 //! `scripts/bench-embed-peer.sh` runs sentence-transformers on the same input.
 
 use std::time::Instant;
@@ -64,12 +64,7 @@ pub fn run(args: EmbedBenchArgs) -> Result<()> {
     let embedder = load_embedder(&args.model)?;
     let mut rows = Vec::new();
     for &n in &args.threads_list {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(n)
-            .build()
-            .map_err(|e| Error::Argument(format!("cannot start {n} threads: {e}")))?;
-        let before = lucent::threads();
-        lucent::set_threads(n);
+        let pool = lucent::Runtime::builder().threads(n).build()?;
         let measured = pool.install(|| -> Result<(f64, f64)> {
             embedder.embed_batched(&sentences[..64.min(sentences.len())], args.batch)?; // warm-up
             let mut times = Vec::with_capacity(args.runs);
@@ -86,7 +81,6 @@ pub fn run(args: EmbedBenchArgs) -> Result<()> {
             }
             Ok((median(times), median(lat)))
         });
-        lucent::set_threads(before);
         let (pass, lat) = measured?;
         rows.push((n, pass, sentences.len() as f64 / pass, lat * 1e3));
         if !args.json {

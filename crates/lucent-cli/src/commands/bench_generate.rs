@@ -84,20 +84,24 @@ pub fn run(args: GenerateBenchArgs) -> Result<()> {
     let mut cache = tm.model.new_cache(max_t);
     let mut rows = Vec::new();
     for &n in &args.threads_list {
-        lucent::set_threads(n);
+        let rt = lucent::Runtime::builder().threads(n).build()?;
         let (mut pre, mut dec) = (Vec::new(), Vec::new());
         for _ in 0..args.repeats {
             cache.clear();
-            let t0 = Instant::now();
-            let logits = tm.model.forward(&ids, Some(&mut cache), true, None)?;
-            pre.push(ids.len() as f64 / t0.elapsed().as_secs_f64());
-            let mut next = argmax(logits.data());
-            let t1 = Instant::now();
-            for _ in 0..args.gen_tokens {
-                let l = tm.model.forward(&[next], Some(&mut cache), true, None)?;
-                next = argmax(l.data());
-            }
-            dec.push(args.gen_tokens as f64 / t1.elapsed().as_secs_f64());
+            let (p, d) = rt.install(|| -> Result<(f64, f64)> {
+                let t0 = Instant::now();
+                let logits = tm.model.forward(&ids, Some(&mut cache), true, None)?;
+                let p = ids.len() as f64 / t0.elapsed().as_secs_f64();
+                let mut next = argmax(logits.data());
+                let t1 = Instant::now();
+                for _ in 0..args.gen_tokens {
+                    let l = tm.model.forward(&[next], Some(&mut cache), true, None)?;
+                    next = argmax(l.data());
+                }
+                Ok((p, args.gen_tokens as f64 / t1.elapsed().as_secs_f64()))
+            })?;
+            pre.push(p);
+            dec.push(d);
         }
         let row = (n, median(pre), median(dec));
         if !args.json {

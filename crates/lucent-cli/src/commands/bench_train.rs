@@ -12,7 +12,7 @@ use lucent::autograd::optim::{clip_grad_norm, AdamW, DecayRule};
 use lucent::autograd::Parameters;
 use lucent::model::DecoderModel;
 use lucent::pipeline::train::models::{new_gpt, Dims};
-use lucent::{Error, Result};
+use lucent::Result;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -62,11 +62,7 @@ fn measure(a: &Args, threads: usize) -> Result<(f64, usize)> {
     model.requires_grad();
     let params = model.num_parameters();
     let mut opt = AdamW::new(1e-3, (0.9, 0.99), 1e-8, 0.1, DecayRule::MatricesOnly);
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .map_err(|e| Error::Argument(format!("cannot start {threads} threads: {e}")))?;
-    lucent::set_threads(threads);
+    let pool = lucent::Runtime::builder().threads(threads).build()?;
     let mut step = |model: &mut DecoderModel, rng: &mut StdRng| -> Result<()> {
         let window = |rng: &mut StdRng| {
             (0..=a.block)

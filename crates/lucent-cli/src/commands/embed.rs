@@ -198,7 +198,7 @@ const DEFAULT_CANDIDATES: &str =
 )]
 pub struct AnalogyArgs {
     /// The expression: terms joined by + and - (e.g. `king - man + woman`).
-    #[arg(required = true, num_args = 1.., allow_hyphen_values = true)]
+    #[arg(required = true, num_args = 1..)]
     expr: Vec<String>,
     /// Words to rank against the result, comma-separated (the terms themselves are left out).
     #[arg(long, value_delimiter = ',', default_value = DEFAULT_CANDIDATES)]

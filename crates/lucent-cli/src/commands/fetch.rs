@@ -13,7 +13,7 @@ use crate::progress::Bars;
 /// Arguments of `lucent fetch`.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Examples:\n  lucent fetch minilm\n  lucent fetch smollm2 --force\n\nThe cache is $LUCENT_HOME (default ~/.cache/lucent). See `lucent models`."
+    after_help = "Examples:\n  lucent fetch minilm\n  lucent fetch smollm2 gemma3\n\n--force downloads a cached model again (e.g. after a damaged fetch). The cache is\n$LUCENT_HOME (default ~/.cache/lucent). See `lucent models`."
 )]
 pub struct FetchArgs {
     /// Model names (see `lucent models`).
@@ -76,7 +76,7 @@ pub fn run_models(args: ModelsArgs) -> Result<()> {
     println!("cache: {}\n", fetch::cache_root().display());
     for (m, cached, _) in &rows {
         let mark = if *cached { "cached " } else { "       " };
-        println!("{mark} {:<8} {}", m.name, m.description);
+        println!("{mark} {:<15} {}", m.name, m.description);
     }
     println!("\nAny local folder in Hugging Face layout or any .gguf file also works as --model.");
     println!("\ncorpora for `lucent train lm --corpus NAME` (fetched with npm; any text file works too):");

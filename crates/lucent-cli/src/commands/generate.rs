@@ -77,7 +77,8 @@ pub struct Args {
     pub max_tokens: usize,
     #[command(flatten)]
     pub sampling: SamplingArgs,
-    /// Stop when the text contains this (repeatable).
+    /// Stop when the text contains this (repeatable) [default: none; the model's end
+    /// tokens always stop it].
     #[arg(long)]
     pub stop: Vec<String>,
     /// Do not stop at end-of-generation tokens (for benchmarks).
@@ -190,7 +191,7 @@ pub struct ChatArgs {
     /// Model: a known name (smollm2, gemma3) or a .gguf path.
     #[arg(long, short = 'm', default_value = "smollm2")]
     pub model: String,
-    /// A system message to begin with.
+    /// A system message to begin with [default: none: the template's own, if any].
     #[arg(long)]
     pub system: Option<String>,
     /// Most new tokens per reply.

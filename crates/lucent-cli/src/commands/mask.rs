@@ -43,7 +43,8 @@ pub struct Args {
     /// Length of the bidirectional prefix for --kind prefix (default: half the length, rounded up).
     #[arg(long, value_name = "P")]
     prefix: Option<usize>,
-    /// Words to label the positions with, e.g. "The cat sat" (split on spaces).
+    /// Words to label the positions with, e.g. "The cat sat" (split on spaces) [default:
+    /// none: positions are numbered].
     #[arg(long)]
     tokens: Option<String>,
     /// Show all three masks (bidirectional, causal, prefix) side by side.

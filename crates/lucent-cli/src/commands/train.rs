@@ -35,37 +35,41 @@ enum TrainJob {
 /// Settings shared by both jobs.
 #[derive(clap::Args)]
 struct Common {
-    /// Layers (of each stack).
+    /// Layers (of each stack) [default: lm 4, seq2seq 2].
     #[arg(long)]
     layers: Option<usize>,
-    /// Model width d.
+    /// Model width d [default: lm 128, seq2seq 64].
     #[arg(long = "d-model")]
     d_model: Option<usize>,
-    /// Attention heads.
+    /// Attention heads [default: 4].
     #[arg(long)]
     heads: Option<usize>,
-    /// Sequences per batch.
+    /// Sequences per batch [default: lm 12, seq2seq 32].
     #[arg(long)]
     batch: Option<usize>,
-    /// Optimisation steps (the schedule's length).
+    /// Optimisation steps, the schedule's length [default: lm 14000, seq2seq 1500; with
+    /// --minutes alone: as many as fit the time budget].
     #[arg(long)]
     steps: Option<u64>,
-    /// Peak learning rate (AdamW; warm-up then cosine decay to a tenth).
+    /// Peak learning rate (AdamW; warm-up then cosine decay to a tenth) [default: lm 2e-3,
+    /// seq2seq 1e-3].
     #[arg(long)]
     lr: Option<f32>,
-    /// Warm-up steps.
+    /// Warm-up steps [default: lm 200, seq2seq 100].
     #[arg(long)]
     warmup: Option<u64>,
-    /// Stop after this many minutes (the run can be resumed).
+    /// Time budget in minutes. Given alone, the run uses it whole: the step count and the
+    /// learning-rate schedule are fitted to it. With --steps, the run stops at whichever
+    /// comes first (and can be resumed) [default: none].
     #[arg(long)]
     minutes: Option<f64>,
-    /// Seed of the initialisation and the batches.
+    /// Seed of the initialisation and the batches [default: 1337].
     #[arg(long)]
     seed: Option<u64>,
-    /// Evaluate and checkpoint every N steps.
+    /// Evaluate and checkpoint every N steps [default: lm 200, seq2seq 250].
     #[arg(long = "eval-every")]
     eval_every: Option<u64>,
-    /// Output folder.
+    /// Output folder [default: runs/lm, runs/TASK].
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// Continue the run saved in DIR (its config; --steps extends it).
@@ -79,7 +83,7 @@ struct Common {
 /// `lucent train lm`.
 #[derive(clap::Args)]
 struct LmArgs {
-    /// moby-dick, sotu, or a path to a text file.
+    /// moby-dick, sotu, or a path to a text file (required unless --resume).
     #[arg(long, required_unless_present = "resume")]
     corpus: Option<String>,
     /// char or bpe.
@@ -88,7 +92,7 @@ struct LmArgs {
     /// BPE vocabulary size.
     #[arg(long = "bpe-vocab", default_value_t = 512)]
     bpe_vocab: usize,
-    /// Context length.
+    /// Context length in tokens [default: 64].
     #[arg(long)]
     block: Option<usize>,
     /// Dropout on the embeddings while training.
@@ -181,6 +185,7 @@ pub fn run(args: Args) -> Result<()> {
     let limits = Limits {
         minutes: common.minutes,
         stop_after: None,
+        fit_to_time: common.minutes.is_some() && common.steps.is_none(),
     };
     let mut observer = Cli::new(common.json);
     let summary = match &common.resume {

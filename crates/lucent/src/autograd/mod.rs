@@ -85,6 +85,14 @@ pub fn with_grad<R>(f: impl FnOnce() -> R) -> R {
     grad_mode(true, f)
 }
 
+/// Run `f` inside the current runtime's pool with this thread's gradient mode (and
+/// [`crate::threads::serial`] scope) carried along: how the public entry points that run
+/// kernels (model forwards, training steps) reach the runtime's threads.
+pub(crate) fn in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    let on = is_grad_enabled();
+    crate::threads::in_pool(move || grad_mode(on, f))
+}
+
 fn grad_mode<R>(on: bool, f: impl FnOnce() -> R) -> R {
     crate::threads::with_flag(&GRAD_ENABLED, on, f)
 }
@@ -261,7 +269,7 @@ fn propagate(
 }
 
 /// Data-parallel training step: the gradient of L = Σᵢ wᵢ·Lᵢ over `shards` parts of a
-/// batch, computed on rayon's pool one shard per task.
+/// batch, computed on the runtime's pool one shard per task.
 ///
 /// `shard_loss(i)` runs the forward pass of shard i and returns its loss Lᵢ (one
 /// element) and weight wᵢ (e.g. its share of the batch's tokens, so that Σ wᵢ·Lᵢ is the
@@ -278,30 +286,32 @@ pub fn backward_sharded(
 ) -> Result<Vec<f32>> {
     use rayon::prelude::*;
     type LeafGrads = Vec<(Arc<Node>, Tensor)>;
-    let results: Vec<Result<(f32, LeafGrads)>> = (0..shards)
-        .into_par_iter()
-        .map(|i| {
-            // A pool thread may pick this task up while it is itself inside a backward
-            // pass (no_grad): turn recording on explicitly for the shard.
-            with_grad(|| {
-                crate::threads::serial(|| {
-                    let (loss, weight) = shard_loss(i)?;
-                    let value = loss.item()?;
-                    let root = loss.grad_node().cloned().ok_or_else(|| {
-                        Error::Training(
-                            "backward_sharded: a shard's loss has no autograd history".into(),
-                        )
-                    })?;
-                    let mut leaves = Vec::new();
-                    propagate(&root, Tensor::full(loss.shape(), weight), &mut |node, g| {
-                        leaves.push((node.clone(), g));
-                        Ok(())
-                    })?;
-                    Ok((value, leaves))
+    let results: Vec<Result<(f32, LeafGrads)>> = crate::runtime::pool::in_pool(|| {
+        (0..shards)
+            .into_par_iter()
+            .map(|i| {
+                // A pool thread may pick this task up while it is itself inside a backward
+                // pass (no_grad): turn recording on explicitly for the shard.
+                with_grad(|| {
+                    crate::threads::serial(|| {
+                        let (loss, weight) = shard_loss(i)?;
+                        let value = loss.item()?;
+                        let root = loss.grad_node().cloned().ok_or_else(|| {
+                            Error::Training(
+                                "backward_sharded: a shard's loss has no autograd history".into(),
+                            )
+                        })?;
+                        let mut leaves = Vec::new();
+                        propagate(&root, Tensor::full(loss.shape(), weight), &mut |node, g| {
+                            leaves.push((node.clone(), g));
+                            Ok(())
+                        })?;
+                        Ok((value, leaves))
+                    })
                 })
             })
-        })
-        .collect();
+            .collect()
+    });
     let mut values = Vec::with_capacity(shards);
     for r in results {
         let (value, leaves) = r?;

@@ -23,6 +23,8 @@ use crate::autograd::{needs_grad, record};
 use crate::ops::simd;
 use rayon::prelude::*;
 
+use crate::runtime::pool::in_pool;
+
 use crate::ops::attention::{bias_row, check_dims, visible_keys, AttentionOutput, AttentionParams};
 use crate::ops::{Activation, RopeConvention};
 use crate::tensor::Tensor;
@@ -337,29 +339,31 @@ pub fn layer_norm(
         // Row statistics (mean, 1/σ) as the forward computes them, and ∂x, in parallel
         // over rows; `xhat` is each worker's scratch row for x̂.
         let mut stats = vec![(0.0f32, 0.0f32); xs.numel() / d.max(1)];
-        gx.par_chunks_mut(d)
-            .zip(stats.par_iter_mut())
-            .zip(xs.data().par_chunks(d).zip(g.data().par_chunks(d)))
-            .for_each_init(
-                || vec![0.0f32; d],
-                |xhat, ((dst, st), (xr, gr))| {
-                    let mean = simd::sum(xr) / n;
-                    let var = simd::sum_sq_diff(xr, mean) / n;
-                    let inv = (1.0 / (var as f64 + eps as f64).sqrt()) as f32;
-                    *st = (mean, inv);
-                    // dst ← ĝ = g·γ, xhat ← x̂ = (x − μ)/σ
-                    for i in 0..d {
-                        dst[i] = gr[i] * gamma[i];
-                        xhat[i] = (xr[i] - mean) * inv;
-                    }
-                    // ∂x = (ĝ − mean(ĝ) − x̂·mean(ĝ·x̂)) / σ
-                    let mean_g = simd::sum(dst) / n;
-                    let mean_gx = simd::dot(dst, xhat) / n;
-                    for i in 0..d {
-                        dst[i] = inv * (dst[i] - mean_g - xhat[i] * mean_gx);
-                    }
-                },
-            );
+        in_pool(|| {
+            gx.par_chunks_mut(d)
+                .zip(stats.par_iter_mut())
+                .zip(xs.data().par_chunks(d).zip(g.data().par_chunks(d)))
+                .for_each_init(
+                    || vec![0.0f32; d],
+                    |xhat, ((dst, st), (xr, gr))| {
+                        let mean = simd::sum(xr) / n;
+                        let var = simd::sum_sq_diff(xr, mean) / n;
+                        let inv = (1.0 / (var as f64 + eps as f64).sqrt()) as f32;
+                        *st = (mean, inv);
+                        // dst ← ĝ = g·γ, xhat ← x̂ = (x − μ)/σ
+                        for i in 0..d {
+                            dst[i] = gr[i] * gamma[i];
+                            xhat[i] = (xr[i] - mean) * inv;
+                        }
+                        // ∂x = (ĝ − mean(ĝ) − x̂·mean(ĝ·x̂)) / σ
+                        let mean_g = simd::sum(dst) / n;
+                        let mean_gx = simd::dot(dst, xhat) / n;
+                        for i in 0..d {
+                            dst[i] = inv * (dst[i] - mean_g - xhat[i] * mean_gx);
+                        }
+                    },
+                )
+        });
         // ∂γ = Σ g x̂, ∂β = Σ g over rows (accumulated in f64: there are many rows).
         let mut ggamma = vec![0.0f64; d];
         let mut gbeta = vec![0.0f64; d];
@@ -474,9 +478,11 @@ pub fn activation(out: Tensor, x: &Tensor, act: Activation) -> Tensor {
     let xs = x.detach();
     record(out, act.name(), &[x], move |g| {
         let mut gx = vec![0.0f32; xs.numel()];
-        gx.par_chunks_mut(4096)
-            .zip(xs.data().par_chunks(4096).zip(g.data().par_chunks(4096)))
-            .for_each(|(dst, (x, g))| activation_grad_row(act, x, g, dst));
+        in_pool(|| {
+            gx.par_chunks_mut(4096)
+                .zip(xs.data().par_chunks(4096).zip(g.data().par_chunks(4096)))
+                .for_each(|(dst, (x, g))| activation_grad_row(act, x, g, dst))
+        });
         Ok(vec![Some(Tensor::new(gx, xs.shape())?)])
     })
 }
@@ -546,55 +552,57 @@ pub fn attention(
     let mut out = vec![0.0f32; d.b * d.h * d.t_q * d.d_v];
     let mut probs = vec![0.0f32; d.b * d.h * d.t_q * d.t_k];
     let (qt, pt, ot) = (d.t_q * d.d_k, d.t_q * d.t_k, d.t_q * d.d_v);
-    out.par_chunks_mut(group * ot)
-        .zip(probs.par_chunks_mut(group * pt))
-        .enumerate()
-        .for_each(|(kv, (o_grp, p_grp))| {
-            let bi = kv / d.h_kv;
-            let k_kv = &kd[kv * d.t_k * d.d_k..][..d.t_k * d.d_k];
-            let v_kv = &vd[kv * d.t_k * d.d_v..][..d.t_k * d.d_v];
-            for g in 0..group {
-                let bh = kv * group + g;
-                let hi = bh - bi * d.h;
-                let p_bh = &mut p_grp[g * pt..(g + 1) * pt];
-                gemm_general(
-                    p_bh,
-                    &qd[bh * qt..(bh + 1) * qt],
-                    false,
-                    k_kv,
-                    true,
-                    d.t_q,
-                    d.d_k,
-                    d.t_k,
-                    false,
-                );
-                for (i, row) in p_bh.chunks_mut(d.t_k).enumerate() {
-                    // Only the visible keys take part; the others get probability 0.
-                    let vis = visible_keys(p, &d, i);
-                    let seen = &mut row[vis.clone()];
-                    crate::ops::simd::scale(seen, p.scale);
-                    if let Some(b) = bias_row(p.bias, &d, bi, hi, i) {
-                        for (x, &bj) in seen.iter_mut().zip(&b[vis.clone()]) {
-                            *x += bj;
+    in_pool(|| {
+        out.par_chunks_mut(group * ot)
+            .zip(probs.par_chunks_mut(group * pt))
+            .enumerate()
+            .for_each(|(kv, (o_grp, p_grp))| {
+                let bi = kv / d.h_kv;
+                let k_kv = &kd[kv * d.t_k * d.d_k..][..d.t_k * d.d_k];
+                let v_kv = &vd[kv * d.t_k * d.d_v..][..d.t_k * d.d_v];
+                for g in 0..group {
+                    let bh = kv * group + g;
+                    let hi = bh - bi * d.h;
+                    let p_bh = &mut p_grp[g * pt..(g + 1) * pt];
+                    gemm_general(
+                        p_bh,
+                        &qd[bh * qt..(bh + 1) * qt],
+                        false,
+                        k_kv,
+                        true,
+                        d.t_q,
+                        d.d_k,
+                        d.t_k,
+                        false,
+                    );
+                    for (i, row) in p_bh.chunks_mut(d.t_k).enumerate() {
+                        // Only the visible keys take part; the others get probability 0.
+                        let vis = visible_keys(p, &d, i);
+                        let seen = &mut row[vis.clone()];
+                        crate::ops::simd::scale(seen, p.scale);
+                        if let Some(b) = bias_row(p.bias, &d, bi, hi, i) {
+                            for (x, &bj) in seen.iter_mut().zip(&b[vis.clone()]) {
+                                *x += bj;
+                            }
                         }
+                        crate::ops::softmax::softmax_row(seen, 1.0);
+                        row[..vis.start].fill(0.0);
+                        row[vis.end..].fill(0.0);
                     }
-                    crate::ops::softmax::softmax_row(seen, 1.0);
-                    row[..vis.start].fill(0.0);
-                    row[vis.end..].fill(0.0);
+                    gemm_general(
+                        &mut o_grp[g * ot..(g + 1) * ot],
+                        p_bh,
+                        false,
+                        v_kv,
+                        false,
+                        d.t_q,
+                        d.t_k,
+                        d.d_v,
+                        false,
+                    );
                 }
-                gemm_general(
-                    &mut o_grp[g * ot..(g + 1) * ot],
-                    p_bh,
-                    false,
-                    v_kv,
-                    false,
-                    d.t_q,
-                    d.t_k,
-                    d.d_v,
-                    false,
-                );
-            }
-        });
+            })
+    });
     let output = Tensor::new(out, &[d.b, d.h, d.t_q, d.d_v])?;
     let weights = Tensor::new(probs, &[d.b, d.h, d.t_q, d.t_k])?;
     let probs = weights.clone();
@@ -606,46 +614,48 @@ pub fn attention(
         let mut gk = vec![0.0f32; ks.numel()];
         let mut gv = vec![0.0f32; vs.numel()];
         let (kt, vt) = (d.t_k * d.d_k, d.t_k * d.d_v);
-        gq.par_chunks_mut(group * qt)
-            .zip(gk.par_chunks_mut(kt))
-            .zip(gv.par_chunks_mut(vt))
-            .enumerate()
-            .for_each(|(kv, ((gq_grp, gk_kv), gv_kv))| {
-                let k_kv = &kd[kv * kt..(kv + 1) * kt];
-                let v_kv = &vd[kv * vt..(kv + 1) * vt];
-                let mut dp = vec![0.0f32; pt];
-                for gi in 0..group {
-                    let bh = kv * group + gi;
-                    let p_bh = &pd[bh * pt..(bh + 1) * pt];
-                    let g_bh = &gd[bh * ot..(bh + 1) * ot];
-                    let q_bh = &qd[bh * qt..(bh + 1) * qt];
-                    // ∂V += Pᵀ ∂O: (t_k, t_q)·(t_q, d_v)
-                    gemm_general(gv_kv, p_bh, true, g_bh, false, d.t_k, d.t_q, d.d_v, true);
-                    // ∂P = ∂O Vᵀ: (t_q, d_v)·(d_v, t_k)
-                    gemm_general(&mut dp, g_bh, false, v_kv, true, d.t_q, d.d_v, d.t_k, false);
-                    // ∂S = P ⊙ (∂P − rowsum(∂P ⊙ P)), times the score scale s.
-                    for (dr, pr) in dp.chunks_mut(d.t_k).zip(p_bh.chunks(d.t_k)) {
-                        let dot = crate::ops::simd::dot(dr, pr);
-                        for (x, &pv) in dr.iter_mut().zip(pr) {
-                            *x = pv * (*x - dot) * scale;
+        in_pool(|| {
+            gq.par_chunks_mut(group * qt)
+                .zip(gk.par_chunks_mut(kt))
+                .zip(gv.par_chunks_mut(vt))
+                .enumerate()
+                .for_each(|(kv, ((gq_grp, gk_kv), gv_kv))| {
+                    let k_kv = &kd[kv * kt..(kv + 1) * kt];
+                    let v_kv = &vd[kv * vt..(kv + 1) * vt];
+                    let mut dp = vec![0.0f32; pt];
+                    for gi in 0..group {
+                        let bh = kv * group + gi;
+                        let p_bh = &pd[bh * pt..(bh + 1) * pt];
+                        let g_bh = &gd[bh * ot..(bh + 1) * ot];
+                        let q_bh = &qd[bh * qt..(bh + 1) * qt];
+                        // ∂V += Pᵀ ∂O: (t_k, t_q)·(t_q, d_v)
+                        gemm_general(gv_kv, p_bh, true, g_bh, false, d.t_k, d.t_q, d.d_v, true);
+                        // ∂P = ∂O Vᵀ: (t_q, d_v)·(d_v, t_k)
+                        gemm_general(&mut dp, g_bh, false, v_kv, true, d.t_q, d.d_v, d.t_k, false);
+                        // ∂S = P ⊙ (∂P − rowsum(∂P ⊙ P)), times the score scale s.
+                        for (dr, pr) in dp.chunks_mut(d.t_k).zip(p_bh.chunks(d.t_k)) {
+                            let dot = crate::ops::simd::dot(dr, pr);
+                            for (x, &pv) in dr.iter_mut().zip(pr) {
+                                *x = pv * (*x - dot) * scale;
+                            }
                         }
+                        // ∂Q = ∂S K: (t_q, t_k)·(t_k, d_k)
+                        gemm_general(
+                            &mut gq_grp[gi * qt..(gi + 1) * qt],
+                            &dp,
+                            false,
+                            k_kv,
+                            false,
+                            d.t_q,
+                            d.t_k,
+                            d.d_k,
+                            false,
+                        );
+                        // ∂K += ∂Sᵀ Q: (t_k, t_q)·(t_q, d_k)
+                        gemm_general(gk_kv, &dp, true, q_bh, false, d.t_k, d.t_q, d.d_k, true);
                     }
-                    // ∂Q = ∂S K: (t_q, t_k)·(t_k, d_k)
-                    gemm_general(
-                        &mut gq_grp[gi * qt..(gi + 1) * qt],
-                        &dp,
-                        false,
-                        k_kv,
-                        false,
-                        d.t_q,
-                        d.t_k,
-                        d.d_k,
-                        false,
-                    );
-                    // ∂K += ∂Sᵀ Q: (t_k, t_q)·(t_q, d_k)
-                    gemm_general(gk_kv, &dp, true, q_bh, false, d.t_k, d.t_q, d.d_k, true);
-                }
-            });
+                })
+        });
         Ok(vec![
             Some(Tensor::new(gq, qs.shape())?),
             Some(Tensor::new(gk, ks.shape())?),

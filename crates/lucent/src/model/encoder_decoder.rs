@@ -25,6 +25,7 @@ use crate::model::ModelConfig;
 use crate::nn::mask::key_padding_bias;
 use crate::nn::position::{AbsolutePositions, LearnedPositions, SinusoidalEncoding};
 use crate::nn::{AttentionOptions, Embedding, Head, KvCache, Trace, Transformer};
+use crate::runtime::Numerics;
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
@@ -44,6 +45,8 @@ pub struct EncoderDecoderModel {
     pub transformer: Transformer,
     /// W_vocab: (V, d); None when the head is tied to the target token table.
     pub head: Option<Head>,
+    /// How its arithmetic rounds ([`Numerics`]; lucent's own for every family so far).
+    pub numerics: Numerics,
 }
 
 /// Refuse, by name, the config fields an encoder-decoder cannot honour.
@@ -133,6 +136,7 @@ impl EncoderDecoderModel {
             positions,
             transformer,
             head,
+            numerics: Numerics::Lucent,
         })
     }
 
@@ -154,8 +158,8 @@ impl EncoderDecoderModel {
     /// h: (..., d) → (..., V)
     pub fn logits(&self, h: &Tensor) -> Result<Tensor> {
         match &self.head {
-            Some(head) => head.logits(h),
-            None => self.embedding.table.matmul_t(h),
+            Some(head) => head.logits_with(h, self.numerics),
+            None => self.embedding.table.matmul_t(h, self.numerics),
         }
     }
 
@@ -178,6 +182,7 @@ impl EncoderDecoderModel {
         };
         let opts = AttentionOptions {
             bias: bias.as_ref(),
+            numerics: self.numerics,
             ..AttentionOptions::none()
         };
         let table = self.src_embedding.as_ref().unwrap_or(&self.embedding);
@@ -210,7 +215,10 @@ impl EncoderDecoderModel {
         let h = self.transformer.decoder.forward(
             &x,
             Some(memory),
-            &AttentionOptions::causal(),
+            &AttentionOptions {
+                numerics: self.numerics,
+                ..AttentionOptions::causal()
+            },
             memory_bias.as_ref(),
             cache,
             trace,

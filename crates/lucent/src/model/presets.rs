@@ -265,7 +265,6 @@ fn bert(layers: usize, d: usize, heads: usize, d_ff: usize) -> ModelConfig {
         global_every: None,
         attention_scale: None,
         pooler: true,
-        ggml_f16: false,
     }
 }
 
@@ -302,7 +301,6 @@ fn gpt2() -> ModelConfig {
         global_every: None,
         attention_scale: None,
         pooler: false,
-        ggml_f16: false,
     }
 }
 
@@ -356,7 +354,6 @@ fn llama(
         global_every: None,
         attention_scale: None,
         pooler: false,
-        ggml_f16: false,
     }
 }
 
@@ -409,7 +406,6 @@ fn gemma3() -> ModelConfig {
         // query_pre_attn_scalar = 256 = head_dim: the usual 1/√d_k.
         attention_scale: None,
         pooler: false,
-        ggml_f16: false,
     }
 }
 
@@ -447,7 +443,6 @@ fn transformer_base() -> ModelConfig {
         global_every: None,
         attention_scale: None,
         pooler: false,
-        ggml_f16: false,
     }
 }
 

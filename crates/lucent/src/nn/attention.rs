@@ -29,6 +29,7 @@ use crate::nn::trace::{record, wants, Trace};
 use crate::ops::attention::{bias_row, check_dims, round_f16_in_place, visible_keys};
 use crate::ops::ggml::F16Order;
 use crate::ops::{self, AttentionParams, RopeConvention};
+use crate::runtime::Numerics;
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
@@ -53,12 +54,13 @@ pub struct AttentionOptions<'a> {
     /// [`AttentionParams::segments`]). Positions (learned or sinusoidal) are the caller's
     /// to restart per segment; RoPE layers refuse segments.
     pub segments: Option<&'a [usize]>,
-    /// Compute every query row with the same arithmetic however many rows there are,
-    /// so a KV-cached decode equals the full forward bit for bit. Matters only where
-    /// attention follows llama.cpp ([`AttentionConfig::f16`]), which sums a prompt's
-    /// products in another order than a single token's; then every row takes the
-    /// single token's order.
-    pub row_invariant: bool,
+    /// How the arithmetic rounds ([`Numerics`]): lucent's own f32 (the default), or
+    /// llama.cpp's with its f16 steps (Q, K, V rounded to f16 after RoPE, its RoPE
+    /// angles, its f16 products, exp and summation orders: [`crate::ops::ggml`]), where a
+    /// prompt's products are summed in another order than a single token's unless every
+    /// row is computed alike ([`Numerics::RowInvariant`]: a KV-cached decode then equals
+    /// the full forward bit for bit). Passed on to the projections' products.
+    pub numerics: Numerics,
 }
 
 impl<'a> AttentionOptions<'a> {
@@ -179,12 +181,10 @@ pub struct AttentionConfig {
     pub window: Option<usize>,
     /// Multiplies Q·Kᵀ (usually 1/√d_k).
     pub scale: f32,
-    /// Round Q, K and V to f16 after RoPE and compute the attention as llama.cpp does
-    /// with its f16 KV cache ([`crate::ops::ggml`]; `ModelConfig::ggml_f16`).
-    pub f16: bool,
-    /// With `f16`: multiply Q by `scale` before the product and leave the scores
-    /// unscaled, as llama.cpp runs a model with an explicit attention scale (Gemma's
-    /// `query_pre_attn_scalar`). Equal to scaling the scores but for rounding.
+    /// With llama.cpp's numerics ([`AttentionOptions::numerics`]): multiply Q by `scale`
+    /// before the product and leave the scores unscaled, as llama.cpp runs a model with
+    /// an explicit attention scale (Gemma's `query_pre_attn_scalar`). Equal to scaling
+    /// the scores but for rounding.
     pub scale_queries: bool,
 }
 
@@ -210,7 +210,6 @@ impl AttentionConfig {
             rope: None,
             window: None,
             scale: 1.0 / (head_dim as f32).sqrt(),
-            f16: false,
             scale_queries: false,
         })
     }
@@ -446,7 +445,11 @@ impl MultiHeadAttention {
         let (q, k, v) = if x_kv.is_none() {
             // Self-attention: Q, K and V read the same x (one pass for a decoded token,
             // one quantisation of a prompt).
-            let mut qkv = Linear::forward_group(&[&self.q_proj, &self.k_proj, &self.v_proj], x_q)?;
+            let mut qkv = Linear::forward_group(
+                &[&self.q_proj, &self.k_proj, &self.v_proj],
+                x_q,
+                opts.numerics,
+            )?;
             let v = qkv.pop();
             let k = qkv.pop();
             match (qkv.pop(), k, v) {
@@ -459,9 +462,9 @@ impl MultiHeadAttention {
             }
         } else {
             (
-                self.q_proj.forward(x_q)?,
-                self.k_proj.forward(kv_in)?,
-                self.v_proj.forward(kv_in)?,
+                self.q_proj.forward_with(x_q, opts.numerics)?,
+                self.k_proj.forward_with(kv_in, opts.numerics)?,
+                self.v_proj.forward_with(kv_in, opts.numerics)?,
             )
         };
         let mut q = split(q, h, t_q)?; // (b, h, t_q, d_k)
@@ -472,6 +475,8 @@ impl MultiHeadAttention {
             k = kn.forward(&k)?;
         }
         let start = opts.position_offset + cache.as_ref().map_or(0, |c| c.len());
+        // llama.cpp's f16 steps (its RoPE, Q, K and V rounded to f16, its attention).
+        let f16 = opts.numerics.llama_cpp();
         if c.rope.is_some() && opts.segments.is_some() {
             return Err(Error::Config(
                 "packed segments with RoPE would rotate by positions across segments; run the sequences as a padded batch".into(),
@@ -481,7 +486,7 @@ impl MultiHeadAttention {
             let q_pos: Vec<usize> = (start..start + t_q).collect();
             let k_start = if x_kv.is_some() { 0 } else { start };
             let k_pos: Vec<usize> = (k_start..k_start + t_k).collect();
-            if c.f16 {
+            if f16 {
                 // llama.cpp's angles and rounding (the f16 path reproduces its numbers).
                 ops::ggml::rope_rows(q.data_mut(), d_k, &q_pos, r.base, r.convention);
                 ops::ggml::rope_rows(k.data_mut(), d_k, &k_pos, r.base, r.convention);
@@ -491,7 +496,7 @@ impl MultiHeadAttention {
             }
         }
 
-        if c.f16 {
+        if f16 {
             if c.scale_queries {
                 q = q.scale(c.scale);
             }
@@ -499,7 +504,7 @@ impl MultiHeadAttention {
             round_f16_in_place(k.data_mut());
         }
         let mut v = v;
-        if c.f16 {
+        if f16 {
             round_f16_in_place(v.data_mut());
         }
         // With a cache, K and V are its whole store (b, h_kv, max_t, d_k), read in place
@@ -514,19 +519,15 @@ impl MultiHeadAttention {
         };
 
         let params = AttentionParams {
-            scale: if c.f16 && c.scale_queries {
-                1.0
-            } else {
-                c.scale
-            },
+            scale: if f16 && c.scale_queries { 1.0 } else { c.scale },
             causal: opts.causal,
             window: opts.window.or(c.window),
             bias: opts.bias,
             want_weights: opts.want_weights || wants(&trace, "weights"),
             segments: opts.segments,
             kv_len,
-            ggml: c.f16.then(|| {
-                if opts.row_invariant {
+            ggml: f16.then(|| {
+                if opts.numerics.row_invariant() {
                     F16Order::Dot
                 } else {
                     F16Order::for_rows(t_q)
@@ -555,7 +556,7 @@ impl MultiHeadAttention {
             .output
             .transpose(1, 2)? // (b, t_q, h, d_k)
             .reshape(&[b, t_v, h * d_k])?; // (b, t_q, h·d_k)
-        let output = self.o_proj.forward(&concat)?; // (b, t_q, d)
+        let output = self.o_proj.forward_with(&concat, opts.numerics)?; // (b, t_q, d)
         record(&mut trace, "output", &output);
         Ok(MhaOutput {
             output,

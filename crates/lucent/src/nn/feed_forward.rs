@@ -11,6 +11,7 @@ use rand::Rng;
 use crate::nn::linear::Linear;
 use crate::nn::trace::{record, Trace};
 use crate::ops::{self, Activation};
+use crate::runtime::Numerics;
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
@@ -47,10 +48,6 @@ pub enum FeedForward {
         down: Linear,
         /// act (SiLU: SwiGLU, GELU: GeGLU)
         activation: Activation,
-        /// The activation as llama.cpp computes it (`ModelConfig::ggml_f16`): tanh-GELU
-        /// from its f16 table ([`ops::activation::gelu_tanh_f16`]), SiLU with its vector
-        /// exp ([`ops::ggml::silu`]); other activations are unaffected.
-        f16: bool,
     },
 }
 
@@ -88,17 +85,7 @@ impl FeedForward {
             up,
             down,
             activation,
-            f16: false,
         })
-    }
-
-    /// The same network with its tanh-GELU computed at f16 as llama.cpp does (gated
-    /// networks only; `ModelConfig::ggml_f16`).
-    pub fn with_ggml_f16(mut self, on: bool) -> Self {
-        if let FeedForward::Gated { f16, .. } = &mut self {
-            *f16 = on;
-        }
-        self
     }
 
     /// Random weights N(0, 0.02²) in, N(0, out_std²) for the output projection
@@ -124,7 +111,6 @@ impl FeedForward {
                 up: Linear::new_random(d_model, d_ff, bias, 0.02, rng),
                 down: Linear::new_random(d_ff, d_model, bias, out_std, rng),
                 activation,
-                f16: false,
             },
         }
     }
@@ -154,17 +140,25 @@ impl FeedForward {
     }
 
     /// Apply the network to every position; records `hidden` (after the activation /
-    /// gating) and `output`.
+    /// gating) and `output`. With llama.cpp's [`Numerics`], a gated network's activation
+    /// is llama.cpp's own (tanh-GELU from its f16 table, [`ops::activation::gelu_tanh_f16`];
+    /// SiLU with its vector exp, [`ops::ggml::silu`]; other activations are unaffected),
+    /// and the products follow the numerics' orders.
     ///
     /// # Shapes
     /// x: (..., d) → (..., d); hidden (..., d_ff)
-    pub fn forward(&self, x: &Tensor, trace: Option<&mut Trace>) -> Result<Tensor> {
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        numerics: Numerics,
+        trace: Option<&mut Trace>,
+    ) -> Result<Tensor> {
         let mut trace = trace;
         record(&mut trace, "input", x);
         let (hidden, out) = match self {
             FeedForward::Mlp { w1, w2, activation } => {
-                let hidden = activation.apply(&w1.forward(x)?); // (..., d_ff)
-                let out = w2.forward(&hidden)?;
+                let hidden = activation.apply(&w1.forward_with(x, numerics)?); // (..., d_ff)
+                let out = w2.forward_with(&hidden, numerics)?;
                 (hidden, out)
             }
             FeedForward::Gated {
@@ -172,18 +166,17 @@ impl FeedForward {
                 up,
                 down,
                 activation,
-                f16,
             } => {
                 // Gate and up read the same x (one pass for a decoded token, one
                 // quantisation of a prompt).
-                let mut gu = Linear::forward_group(&[gate, up], x)?;
+                let mut gu = Linear::forward_group(&[gate, up], x, numerics)?;
                 let (Some(u), Some(g)) = (gu.pop(), gu.pop()) else {
                     return Err(Error::Config("gated FFN: gate and up missing".into()));
                 }; // (..., d_ff) each
 
                 // llama.cpp's gated activations (f16 GELU table, its SiLU): in place and
                 // over the threads for a prompt, act(g) · u number by number.
-                let ggml_act: Option<fn(&mut [f32])> = match (*f16, *activation) {
+                let ggml_act: Option<fn(&mut [f32])> = match (numerics.llama_cpp(), *activation) {
                     (true, Activation::GeluTanh) => Some(ops::activation::gelu_tanh_f16_in_place),
                     (true, Activation::Silu) => Some(ops::ggml::silu_in_place),
                     _ => None,
@@ -196,7 +189,7 @@ impl FeedForward {
                     }
                     None => activation.apply(&g).mul(&u)?,
                 }; // (..., d_ff)
-                let out = down.forward(&hidden)?;
+                let out = down.forward_with(&hidden, numerics)?;
                 (hidden, out)
             }
         };

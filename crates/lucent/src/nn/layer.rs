@@ -200,7 +200,7 @@ impl EncoderLayer {
             self.ffn_post_norm.as_ref(),
             trace.as_deref_mut(),
             "ffn",
-            |h, tr| self.ffn.forward(h, tr),
+            |h, tr| self.ffn.forward(h, opts.numerics, tr),
         )?;
         record(&mut trace, "output", &x);
         Ok(x)
@@ -426,7 +426,7 @@ impl DecoderLayer {
             self.ffn_post_norm.as_ref(),
             trace.as_deref_mut(),
             "ffn",
-            |h, tr| self.ffn.forward(h, tr),
+            |h, tr| self.ffn.forward(h, opts.numerics, tr),
         )?;
         record(&mut trace, "output", &x);
         Ok(x)

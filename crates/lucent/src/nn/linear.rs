@@ -18,7 +18,8 @@
 use rand::Rng;
 
 use crate::ops;
-use crate::tensor::quant::QMatrix;
+use crate::ops::quant::QMatrix;
+use crate::runtime::Numerics;
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
@@ -119,11 +120,12 @@ impl Weight {
     }
 
     /// y = x · Wᵀ for `rows` rows of x (no bias): the f32 GEMM, or for a quantised W the
-    /// one-row streaming path / the many-row dequantised-tile path (module docs).
+    /// one-row streaming path / the many-row path, whose rows follow `numerics` (module
+    /// docs).
     ///
     /// # Shapes
     /// x: rows × in (flat) → rows × out (flat)
-    pub fn matmul_t(&self, x: &Tensor) -> Result<Tensor> {
+    pub fn matmul_t(&self, x: &Tensor, numerics: Numerics) -> Result<Tensor> {
         match self {
             Weight::F32(w) => ops::linear(x, w, None),
             Weight::Quant { matrix, shape } => {
@@ -139,7 +141,7 @@ impl Weight {
                 let y = if rows == 1 {
                     matrix.matvec(x.data())?
                 } else {
-                    matrix.matmul_t_quantized(x.data(), rows)?
+                    matrix.matmul_t_quantized(x.data(), rows, numerics)?
                 };
                 let mut s = x.shape().to_vec();
                 *s.last_mut().unwrap_or(&mut 0) = out;
@@ -215,15 +217,24 @@ impl Linear {
         self.weight.shape().first().copied().unwrap_or(0)
     }
 
-    /// Apply the layer.
+    /// Apply the layer, with lucent's own [`Numerics`].
     ///
     /// # Shapes
     /// x: (..., in) → (..., out)
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.forward_with(x, Numerics::Lucent)
+    }
+
+    /// Apply the layer with `numerics` (which only quantised weights have a choice in:
+    /// the orders of a product of several rows).
+    ///
+    /// # Shapes
+    /// x: (..., in) → (..., out)
+    pub fn forward_with(&self, x: &Tensor, numerics: Numerics) -> Result<Tensor> {
         match (&self.weight, &self.bias) {
             (Weight::F32(w), bias) => ops::linear(x, w, bias.as_ref()),
-            (w, None) => w.matmul_t(x),
-            (w, Some(b)) => w.matmul_t(x)?.add(b),
+            (w, None) => w.matmul_t(x, numerics),
+            (w, Some(b)) => w.matmul_t(x, numerics)?.add(b),
         }
     }
 
@@ -231,11 +242,15 @@ impl Linear {
     /// One decoded token through quantised weights without biases takes one shared pass
     /// ([`QMatrix::matvec_group`]), a prompt quantises its rows once for all of them
     /// ([`QMatrix::matmul_t_quantized_group`]); anything else runs layer by layer. Same
-    /// results as [`Linear::forward`] on each.
+    /// results as [`Linear::forward_with`] on each.
     ///
     /// # Shapes
     /// x: (..., in) → [(..., out_m)]
-    pub fn forward_group(layers: &[&Linear], x: &Tensor) -> Result<Vec<Tensor>> {
+    pub fn forward_group(
+        layers: &[&Linear],
+        x: &Tensor,
+        numerics: Numerics,
+    ) -> Result<Vec<Tensor>> {
         let mats: Option<Vec<&QMatrix>> = layers
             .iter()
             .map(|l| match (&l.weight, &l.bias) {
@@ -255,7 +270,7 @@ impl Linear {
                     QMatrix::matvec_group(&mats, x.data())?
                 } else {
                     // A prompt: its rows quantised once for all the matrices.
-                    QMatrix::matmul_t_quantized_group(&mats, x.data(), t)?
+                    QMatrix::matmul_t_quantized_group(&mats, x.data(), t, numerics)?
                 };
                 ys.into_iter()
                     .zip(&mats)
@@ -266,7 +281,7 @@ impl Linear {
                     })
                     .collect()
             }
-            _ => layers.iter().map(|l| l.forward(x)).collect(),
+            _ => layers.iter().map(|l| l.forward_with(x, numerics)).collect(),
         }
     }
 

@@ -19,6 +19,7 @@ use crate::nn::linear::{Linear, Weight};
 use crate::nn::norm::Norm;
 use crate::nn::trace::{record, scoped, Trace};
 use crate::ops;
+use crate::runtime::Numerics;
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
@@ -283,6 +284,14 @@ impl Head {
     /// x: (..., d) → (..., V)
     pub fn logits(&self, x: &Tensor) -> Result<Tensor> {
         self.proj.forward(x)
+    }
+
+    /// Vocabulary logits with `numerics` (a quantised head's rows follow its orders).
+    ///
+    /// # Shapes
+    /// x: (..., d) → (..., V)
+    pub fn logits_with(&self, x: &Tensor, numerics: Numerics) -> Result<Tensor> {
+        self.proj.forward_with(x, numerics)
     }
 
     /// softmax(logits / T): T < 1 sharpens, T > 1 flattens; T must be > 0.

@@ -142,8 +142,8 @@ fn gelu_f16_table() -> &'static [f32] {
 /// eight inputs at a time from the CPU's F16C conversion when it has one.
 pub fn gelu_tanh_f16_in_place(x: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("f16c") && is_x86_feature_detected!("avx") {
-        // SAFETY: the CPU has F16C and AVX (checked just above).
+    if crate::runtime::isa() >= crate::runtime::Isa::Avx2 {
+        // SAFETY: the AVX2 level includes F16C and AVX; the runtime caps it to the CPU's.
         unsafe { gelu_tanh_f16_f16c(x, gelu_f16_table()) };
         return;
     }
@@ -243,16 +243,19 @@ mod tests {
 
     #[test]
     fn gated_in_place_equals_one_by_one_on_threads() -> crate::Result<()> {
-        crate::threads::set_threads(2);
-        // Above the threshold (split over the threads) and below it, odd lengths.
-        for n in [GATED_PARALLEL_MIN * 3 + 7, 1001] {
-            let g: Vec<f32> = (0..n).map(|i| ((i as f32) * 0.37).sin() * 6.0).collect();
-            let u: Vec<f32> = (0..n).map(|i| ((i as f32) * 0.11).cos()).collect();
-            let mut got = g.clone();
-            gated_in_place(&mut got, &u, gelu_tanh_f16_in_place)?;
-            for i in 0..n {
-                let want = gelu_tanh_f16(g[i]) * u[i];
-                assert_eq!(got[i].to_bits(), want.to_bits(), "n {n}, number {i}");
+        // Above the threshold (split over the threads) and below it, odd lengths; at
+        // every instruction-set level this CPU has.
+        for isa in crate::Isa::available() {
+            let rt = crate::Runtime::builder().threads(2).isa(isa).build()?;
+            for n in [GATED_PARALLEL_MIN * 3 + 7, 1001] {
+                let g: Vec<f32> = (0..n).map(|i| ((i as f32) * 0.37).sin() * 6.0).collect();
+                let u: Vec<f32> = (0..n).map(|i| ((i as f32) * 0.11).cos()).collect();
+                let mut got = g.clone();
+                rt.install(|| gated_in_place(&mut got, &u, gelu_tanh_f16_in_place))?;
+                for i in 0..n {
+                    let want = gelu_tanh_f16(g[i]) * u[i];
+                    assert_eq!(got[i].to_bits(), want.to_bits(), "{isa}: n {n}, number {i}");
+                }
             }
         }
         let mut g = vec![0.0; 3];

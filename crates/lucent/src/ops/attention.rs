@@ -24,6 +24,8 @@
 
 use rayon::prelude::*;
 
+use crate::runtime::pool::in_pool;
+
 use crate::ops::ggml::F16Order;
 use crate::ops::{matmul, simd, softmax};
 use crate::tensor::Tensor;
@@ -86,8 +88,8 @@ pub fn round_f16(x: f32) -> f32 {
 /// conversions (F16C) when it has them: the same numbers as one by one.
 pub fn round_f16_in_place(x: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("f16c") && is_x86_feature_detected!("avx") {
-        // SAFETY: the CPU has F16C and AVX (checked just above).
+    if crate::runtime::isa() >= crate::runtime::Isa::Avx2 {
+        // SAFETY: the AVX2 level includes F16C and AVX; the runtime caps it to the CPU's.
         unsafe { round_f16_f16c(x) };
         return;
     }
@@ -330,15 +332,17 @@ fn fused(q: &Tensor, k: &Tensor, v: &Tensor, p: &AttentionParams) -> Result<Atte
         head(qd, kd, vd, p, &d, idx, o, w, buf);
     };
     if parts > 1 && out_len > 0 && (!p.want_weights || w_len > 0) {
-        let outs = out.par_chunks_mut(out_len).enumerate();
-        if p.want_weights {
-            outs.zip(weights.par_chunks_mut(w_len))
-                .for_each_init(Vec::new, |buf, ((idx, o), w)| {
-                    one_head(idx, o, Some(w), buf)
-                });
-        } else {
-            outs.for_each_init(Vec::new, |buf, (idx, o)| one_head(idx, o, None, buf));
-        }
+        in_pool(|| {
+            let outs = out.par_chunks_mut(out_len).enumerate();
+            if p.want_weights {
+                outs.zip(weights.par_chunks_mut(w_len))
+                    .for_each_init(Vec::new, |buf, ((idx, o), w)| {
+                        one_head(idx, o, Some(w), buf)
+                    });
+            } else {
+                outs.for_each_init(Vec::new, |buf, (idx, o)| one_head(idx, o, None, buf));
+            }
+        });
     } else {
         let mut buf = Vec::new();
         for idx in 0..bh {

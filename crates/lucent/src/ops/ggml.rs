@@ -37,6 +37,7 @@ use crate::ops::attention::{
 };
 
 use crate::ops::RopeConvention;
+use crate::runtime::Isa;
 use crate::tensor::Tensor;
 use crate::Result;
 
@@ -202,9 +203,22 @@ pub fn rope_rows(
     base: f32,
     convention: RopeConvention,
 ) {
+    rope_rows_at(crate::runtime::isa(), data, d, positions, base, convention)
+}
+
+/// [`rope_rows`] at the instruction-set level `isa` (one the CPU runs): FMA instructions
+/// from [`Isa::Avx2`], the C library's `fmaf` below; the same numbers.
+pub(crate) fn rope_rows_at(
+    isa: Isa,
+    data: &mut [f32],
+    d: usize,
+    positions: &[usize],
+    base: f32,
+    convention: RopeConvention,
+) {
     #[cfg(target_arch = "x86_64")]
-    if fma_available() {
-        // SAFETY: the CPU has AVX2 and FMA (checked just above).
+    if fma_at(isa) {
+        // SAFETY: the level has AVX2 and FMA, and the runtime caps it to the CPU's.
         unsafe { rope_rows_fma(data, d, positions, base, convention) };
         return;
     }
@@ -281,6 +295,7 @@ pub fn attention(
     p: &AttentionParams,
 ) -> Result<AttentionOutput> {
     let d = check_dims(q, k, v, p)?;
+    let isa = crate::runtime::isa();
     let job = Job {
         d,
         p,
@@ -288,8 +303,8 @@ pub fn attention(
         k: k.data(),
         v: v.data(),
         order: p.ggml.unwrap_or(F16Order::for_rows(d.t_q)),
-        fma: fma_available(),
-        avx512: avx512_available(),
+        fma: fma_at(isa),
+        avx512: avx512_at(isa),
     };
     let heads = d.b * d.h;
     let (o_len, w_len) = (
@@ -340,29 +355,15 @@ pub fn attention(
     })
 }
 
-/// Whether the FMA-compiled paths can run (AVX2 and FMA): the same operations, inlined
-/// and vectorised instead of calls to the C library's `fmaf`.
-fn fma_available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+/// Whether the FMA-compiled paths run at `isa` (AVX2 and FMA): the same operations,
+/// inlined and vectorised instead of calls to the C library's `fmaf`.
+fn fma_at(isa: Isa) -> bool {
+    cfg!(target_arch = "x86_64") && isa >= Isa::Avx2
 }
 
-/// Whether the AVX-512 softmax can run (AVX-512F besides AVX2 and FMA).
-fn avx512_available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        fma_available() && is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+/// Whether the AVX-512 softmax runs at `isa` (AVX-512F besides AVX2 and FMA).
+fn avx512_at(isa: Isa) -> bool {
+    cfg!(target_arch = "x86_64") && isa >= Isa::Avx512
 }
 
 /// One attention call's inputs, shared by its heads.
@@ -579,15 +580,20 @@ unsafe fn dot_f16_avx2(x: &[f32], y: &[f32], order: F16Order) -> f32 {
 /// SiLU ([`silu`]) of every number in place, with FMA instructions when the CPU has them
 /// (sixteen at a time with AVX-512): the same numbers as [`silu`] one by one.
 pub fn silu_in_place(x: &mut [f32]) {
+    silu_in_place_at(crate::runtime::isa(), x)
+}
+
+/// [`silu_in_place`] at the instruction-set level `isa` (one the CPU runs).
+pub(crate) fn silu_in_place_at(isa: Isa, x: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if avx512_available() {
-        // SAFETY: the CPU has AVX-512F, AVX2 and FMA (checked just above).
+    if avx512_at(isa) {
+        // SAFETY: the level has AVX-512F, AVX2 and FMA; the runtime caps it to the CPU's.
         unsafe { silu_avx512(x) };
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    if fma_available() {
-        // SAFETY: the CPU has AVX2 and FMA (checked just above).
+    if fma_at(isa) {
+        // SAFETY: the level has AVX2 and FMA; the runtime caps it to the CPU's.
         unsafe { silu_fma(x) };
         return;
     }
@@ -1191,10 +1197,10 @@ mod tests {
             let bits = |x: &[f32]| x.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&out), bits(&skipped), "{order:?}: zeros skipped");
             #[cfg(target_arch = "x86_64")]
-            if fma_available() {
+            for _ in Isa::available().into_iter().filter(|&l| fma_at(l)) {
                 for skip in [false, true] {
                     let mut fast = vec![0.0; dv];
-                    // SAFETY: fma_available() said AVX2 and FMA.
+                    // SAFETY: an available level with AVX2 and FMA.
                     unsafe { weigh_values_fma(&p, &v, order, skip, &mut acc, &mut fast) };
                     assert_eq!(
                         bits(&fast),
@@ -1217,28 +1223,58 @@ mod tests {
         }
     }
 
-    #[cfg(target_arch = "x86_64")]
-    #[test]
-    fn avx2_dot_equals_the_scalar_statement() {
-        if !fma_available() {
-            eprintln!("no AVX2 + FMA on this CPU: only the scalar dot runs here");
-            return;
+    /// `dot_f16` at `isa`: the AVX2 kernel from [`Isa::Avx2`], else the statement.
+    fn dot_at(isa: Isa, x: &[f32], y: &[f32], order: F16Order) -> f32 {
+        #[cfg(target_arch = "x86_64")]
+        if fma_at(isa) {
+            // SAFETY: an available level with AVX2 and FMA.
+            return unsafe { dot_f16_avx2(x, y, order) };
         }
+        dot_f16(x, y, order)
+    }
+
+    /// The scores of every key in `keys` against `q` at `isa` (eight at a time from
+    /// [`Isa::Avx2`]).
+    fn dots_at(isa: Isa, keys: &[f32], q: &[f32], order: F16Order, out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if fma_at(isa) {
+            // SAFETY: an available level with AVX2 and FMA.
+            return unsafe { dots_f16_avx2(keys, q, order, out) };
+        }
+        for (j, o) in out.iter_mut().enumerate() {
+            *o = dot_f16(&keys[j * q.len()..][..q.len()], q, order);
+        }
+    }
+
+    /// The unscaled softmax at `isa` (sixteen wide from [`Isa::Avx512`]).
+    fn softmax_at(isa: Isa, row: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if avx512_at(isa) {
+            // SAFETY: an available level with AVX-512F, AVX2 and FMA.
+            return unsafe { softmax_row_avx512(row) };
+        }
+        softmax_row(row, 1.0)
+    }
+
+    /// The dot at every level this CPU runs equals the scalar statement, bit for bit.
+    #[test]
+    fn dot_of_every_level_equals_the_scalar_statement() {
         let x: Vec<f32> = (0..300)
             .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0)
             .collect();
         let y: Vec<f32> = (0..300)
             .map(|i| ((i * 53 % 89) as f32 - 44.0) / 13.0)
             .collect();
-        for n in [8, 24, 32, 64, 100, 256, 300] {
-            for order in [F16Order::Gemm, F16Order::Dot] {
-                // SAFETY: AVX2 and FMA were detected above.
-                let fast = unsafe { dot_f16_avx2(&x[..n], &y[..n], order) };
-                assert_eq!(
-                    fast.to_bits(),
-                    dot_f16(&x[..n], &y[..n], order).to_bits(),
-                    "{order:?} n={n}"
-                );
+        for isa in Isa::available() {
+            for n in [8, 24, 32, 64, 100, 256, 300] {
+                for order in [F16Order::Gemm, F16Order::Dot] {
+                    let fast = dot_at(isa, &x[..n], &y[..n], order);
+                    assert_eq!(
+                        fast.to_bits(),
+                        dot_f16(&x[..n], &y[..n], order).to_bits(),
+                        "{isa}: {order:?} n={n}"
+                    );
+                }
             }
         }
     }
@@ -1246,29 +1282,26 @@ mod tests {
     /// The eight-keys-at-a-time scores equal one dot per key, bit for bit, in both
     /// orders: lengths the transposed sum covers and those it leaves to the plain dot,
     /// key counts below, at and past whole eights.
-    #[cfg(target_arch = "x86_64")]
     #[test]
     fn eight_key_dots_equal_one_dot_per_key() {
-        if !fma_available() {
-            eprintln!("no AVX2 + FMA on this CPU: only the scalar dot runs here");
-            return;
-        }
         let val = |n: usize, seed: usize| -> Vec<f32> {
             (0..n)
                 .map(|i| round_f16((((i * 31 + seed * 17) % 113) as f32 - 56.0) / 9.0))
                 .collect()
         };
-        for dk in [8, 24, 32, 40, 64, 256] {
-            let q = val(dk, 1);
-            for n in [0, 1, 7, 8, 9, 16, 19] {
-                let keys = val(n * dk, 2);
-                for order in [F16Order::Gemm, F16Order::Dot] {
-                    let mut fast = vec![0.0f32; n];
-                    // SAFETY: AVX2 and FMA were detected above.
-                    unsafe { dots_f16_avx2(&keys, &q, order, &mut fast) };
-                    for (j, f) in fast.iter().enumerate() {
-                        let want = dot_f16(&keys[j * dk..][..dk], &q, order);
-                        assert_eq!(f.to_bits(), want.to_bits(), "{order:?} dk={dk} n={n} j={j}");
+        for isa in Isa::available() {
+            for dk in [8, 24, 32, 40, 64, 256] {
+                let q = val(dk, 1);
+                for n in [0, 1, 7, 8, 9, 16, 19] {
+                    let keys = val(n * dk, 2);
+                    for order in [F16Order::Gemm, F16Order::Dot] {
+                        let mut fast = vec![0.0f32; n];
+                        dots_at(isa, &keys, &q, order, &mut fast);
+                        for (j, f) in fast.iter().enumerate() {
+                            let want = dot_f16(&keys[j * dk..][..dk], &q, order);
+                            let what = format!("{isa}: {order:?} dk={dk} n={n} j={j}");
+                            assert_eq!(f.to_bits(), want.to_bits(), "{what}");
+                        }
                     }
                 }
             }
@@ -1278,40 +1311,33 @@ mod tests {
     /// The sixteen-wide softmax equals the twin bit for bit: every length up to past two
     /// registers, masked (−∞) entries, a fully masked row, and spreads wide enough for
     /// expf's far branches (x − max below −87).
-    #[cfg(target_arch = "x86_64")]
     #[test]
-    fn softmax_avx512_equals_the_twin() {
-        if !(is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("avx2")
-            && is_x86_feature_detected!("fma"))
-        {
-            eprintln!("no AVX-512 on this CPU: only the scalar softmax runs here");
-            return;
-        }
-        for n in 1..=40usize {
-            for spread in [0.1f32, 3.0, 60.0] {
-                let mut row: Vec<f32> = (0..n)
-                    .map(|i| (((i * 37 + n) % 23) as f32 - 11.0) * spread)
-                    .collect();
-                if n > 3 {
-                    row[n / 2] = f32::NEG_INFINITY;
+    fn softmax_of_every_level_equals_the_twin() {
+        for isa in Isa::available() {
+            for n in 1..=40usize {
+                for spread in [0.1f32, 3.0, 60.0] {
+                    let mut row: Vec<f32> = (0..n)
+                        .map(|i| (((i * 37 + n) % 23) as f32 - 11.0) * spread)
+                        .collect();
+                    if n > 3 {
+                        row[n / 2] = f32::NEG_INFINITY;
+                    }
+                    let mut twin = row.clone();
+                    softmax_row(&mut twin, 1.0);
+                    softmax_at(isa, &mut row);
+                    let bits = |r: &[f32]| r.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&row), bits(&twin), "{isa}: n={n} spread={spread}");
                 }
-                let mut twin = row.clone();
-                softmax_row(&mut twin, 1.0);
-                // SAFETY: AVX-512F, AVX2 and FMA were detected above.
-                unsafe { softmax_row_avx512(&mut row) };
-                let bits = |r: &[f32]| r.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(&row), bits(&twin), "n={n} spread={spread}");
             }
+            let mut masked = vec![f32::NEG_INFINITY; 5];
+            softmax_at(isa, &mut masked);
+            assert_eq!(masked, vec![0.0; 5], "{isa}");
         }
-        let mut masked = vec![f32::NEG_INFINITY; 5];
-        // SAFETY: as above.
-        unsafe { softmax_row_avx512(&mut masked) };
-        assert_eq!(masked, vec![0.0; 5]);
     }
 
     /// Heads split over threads compute what one thread computes, bit for bit, in both
-    /// orders, with a GQA group and causal masking.
+    /// orders, with a GQA group and causal masking, and every instruction-set level
+    /// computes what the scalar one does.
     #[test]
     fn attention_on_threads_equals_one_thread() -> Result<(), Box<dyn std::error::Error>> {
         let (h, h_kv, t, dk) = (4, 2, 40, 64);
@@ -1323,6 +1349,7 @@ mod tests {
         let q = Tensor::new(val(h * t * dk, 1), &[1, h, t, dk])?;
         let k = Tensor::new(val(h_kv * t * dk, 2), &[1, h_kv, t, dk])?;
         let v = Tensor::new(val(h_kv * t * dk, 3), &[1, h_kv, t, dk])?;
+        let bits = |t: &Tensor| t.data().iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         for order in [F16Order::Gemm, F16Order::Dot] {
             let p = AttentionParams {
                 causal: true,
@@ -1330,13 +1357,26 @@ mod tests {
                 ggml: Some(order),
                 ..AttentionParams::new(dk)
             };
-            let one = crate::threads::serial(|| attention(&q, &k, &v, &p))?;
-            crate::threads::set_threads(2);
-            let two = attention(&q, &k, &v, &p)?;
-            let bits = |t: &Tensor| t.data().iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&one.output), bits(&two.output), "{order:?}");
-            let (w1, w2) = (one.weights.ok_or("weights")?, two.weights.ok_or("weights")?);
-            assert_eq!(bits(&w1), bits(&w2), "{order:?} weights");
+            let scalar = crate::Runtime::builder()
+                .threads(1)
+                .isa(Isa::Scalar)
+                .build()?;
+            let want = scalar.install(|| attention(&q, &k, &v, &p))?;
+            for isa in Isa::available() {
+                let rt = crate::Runtime::builder().threads(2).isa(isa).build()?;
+                let one = rt.install(|| crate::threads::serial(|| attention(&q, &k, &v, &p)))?;
+                let two = rt.install(|| attention(&q, &k, &v, &p))?;
+                for (run, what) in [(&one, "one thread"), (&two, "two threads")] {
+                    assert_eq!(
+                        bits(&run.output),
+                        bits(&want.output),
+                        "{isa} {what}: {order:?}"
+                    );
+                    let (w1, w2) = (run.weights.as_ref(), want.weights.as_ref());
+                    let (w1, w2) = (w1.ok_or("weights")?, w2.ok_or("weights")?);
+                    assert_eq!(bits(w1), bits(w2), "{isa} {what}: {order:?} weights");
+                }
+            }
         }
         Ok(())
     }

@@ -15,6 +15,7 @@
 use rayon::prelude::*;
 
 use crate::ops::simd;
+use crate::runtime::pool::in_pool;
 use crate::tensor::Tensor;
 use crate::threads::gemm_parallelism;
 use crate::{Error, Result};
@@ -189,9 +190,11 @@ fn gemv(y: &mut [f32], x: &[f32], b: &[f32], k: usize, n: usize, transpose_b: bo
     if parts <= 1 {
         run(0, y);
     } else {
-        y.par_chunks_mut(block)
-            .enumerate()
-            .for_each(|(i, yb)| run(i * block, yb));
+        in_pool(|| {
+            y.par_chunks_mut(block)
+                .enumerate()
+                .for_each(|(i, yb)| run(i * block, yb))
+        });
     }
 }
 
@@ -248,42 +251,44 @@ fn gemm_auto(
        // Column blocks of whole cache lines; each thread writes only its own columns of C.
     let block = n.div_ceil(threads).next_multiple_of(16);
     let c_ptr = SendPtr(c.as_mut_ptr());
-    (0..n.div_ceil(block)).into_par_iter().for_each(|p| {
-        let (j0, j1) = (p * block, ((p + 1) * block).min(n));
-        let c_ptr = &c_ptr;
-        // B's columns j0..j1: rows j0..j1 of a transposed (n×k) B, or an offset into a
-        // row-major (k×n) one.
-        let (b_off, b_cs, b_rs) = if transpose_b {
-            (j0 * k, k as isize, 1)
-        } else {
-            (j0, 1, n as isize)
-        };
-        // SAFETY: block p reads A (m×k) and B's columns j0..j1, all inside their slices
-        // (sizes asserted above), and writes C's columns j0..j1 of every row, which no
-        // other block touches; the slices outlive the parallel loop.
-        unsafe {
-            gemm::gemm(
-                m,
-                j1 - j0,
-                k,
-                c_ptr.0.add(j0),
-                1,
-                n as isize,
-                accumulate,
-                a.as_ptr(),
-                1,
-                k as isize,
-                b.as_ptr().add(b_off),
-                b_cs,
-                b_rs,
-                1.0,
-                1.0,
-                false,
-                false,
-                false,
-                gemm::Parallelism::None,
-            );
-        }
+    in_pool(|| {
+        (0..n.div_ceil(block)).into_par_iter().for_each(|p| {
+            let (j0, j1) = (p * block, ((p + 1) * block).min(n));
+            let c_ptr = &c_ptr;
+            // B's columns j0..j1: rows j0..j1 of a transposed (n×k) B, or an offset into a
+            // row-major (k×n) one.
+            let (b_off, b_cs, b_rs) = if transpose_b {
+                (j0 * k, k as isize, 1)
+            } else {
+                (j0, 1, n as isize)
+            };
+            // SAFETY: block p reads A (m×k) and B's columns j0..j1, all inside their slices
+            // (sizes asserted above), and writes C's columns j0..j1 of every row, which no
+            // other block touches; the slices outlive the parallel loop.
+            unsafe {
+                gemm::gemm(
+                    m,
+                    j1 - j0,
+                    k,
+                    c_ptr.0.add(j0),
+                    1,
+                    n as isize,
+                    accumulate,
+                    a.as_ptr(),
+                    1,
+                    k as isize,
+                    b.as_ptr().add(b_off),
+                    b_cs,
+                    b_rs,
+                    1.0,
+                    1.0,
+                    false,
+                    false,
+                    false,
+                    gemm::Parallelism::None,
+                );
+            }
+        })
     });
 }
 
@@ -373,30 +378,38 @@ pub fn gemm_strided(
     } else {
         (1, n as isize)
     };
-    // SAFETY: the slices hold exactly m·n, m·k and k·n elements (asserted above) and the
-    // strides address only elements inside them; dst = 1·dst (if read) + 1·op(A)·op(B).
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            c.as_mut_ptr(),
-            1,
-            n as isize,
-            accumulate,
-            a.as_ptr(),
-            a_cs,
-            a_rs,
-            b.as_ptr(),
-            b_cs,
-            b_rs,
-            1.0,
-            1.0,
-            false,
-            false,
-            false,
-            parallelism,
-        );
+    let mut run = move || {
+        // SAFETY: the slices hold exactly m·n, m·k and k·n elements (asserted above) and
+        // the strides address only elements inside them; dst = 1·dst (if read) +
+        // 1·op(A)·op(B).
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                c.as_mut_ptr(),
+                1,
+                n as isize,
+                accumulate,
+                a.as_ptr(),
+                a_cs,
+                a_rs,
+                b.as_ptr(),
+                b_cs,
+                b_rs,
+                1.0,
+                1.0,
+                false,
+                false,
+                false,
+                parallelism,
+            )
+        }
+    };
+    // The crate's threads are rayon's of the pool it is called in: a lucent pool's.
+    match parallelism {
+        gemm::Parallelism::None => run(),
+        _ => in_pool(run),
     }
 }
 

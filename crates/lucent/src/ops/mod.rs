@@ -13,6 +13,7 @@
 //! | `rope` | rotary position embedding, rotate-half and interleaved conventions |
 //! | `attention` | fused scaled dot-product attention that can also write its weights |
 //! | `simd` | AVX2 exp / erf / tanh / sigmoid, dot, axpy, matrix-vector, with scalar twins |
+//! | `quant/` | quantised blocks: dequantisation, activation quantisation, dot kernels per instruction set, `QMatrix` |
 
 pub mod activation;
 pub mod attention;
@@ -20,12 +21,13 @@ pub mod ggml;
 pub mod loss;
 pub mod matmul;
 pub mod norm;
+pub mod quant;
 pub mod rope;
 pub mod simd;
 pub mod softmax;
 
 /// Test helper: `in_place` over `x` gives `one` of each number, bit for bit (any NaN
-/// for a NaN).
+/// for a NaN), at every instruction-set level this CPU has.
 #[cfg(test)]
 pub(crate) fn assert_in_place_equals_one_by_one(
     x: &[f32],
@@ -33,14 +35,21 @@ pub(crate) fn assert_in_place_equals_one_by_one(
     one: fn(f32) -> f32,
     what: &str,
 ) {
-    let mut got = x.to_vec();
-    in_place(&mut got);
-    for (&xi, &g) in x.iter().zip(&got) {
-        let want = one(xi);
-        assert!(
-            g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
-            "{what}({xi:e}) = {want:e}, in place {g:e}"
-        );
+    for isa in crate::Isa::available() {
+        let rt = crate::Runtime::builder()
+            .threads(1)
+            .isa(isa)
+            .build()
+            .expect("a runtime");
+        let mut got = x.to_vec();
+        rt.install(|| in_place(&mut got));
+        for (&xi, &g) in x.iter().zip(&got) {
+            let want = one(xi);
+            assert!(
+                g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
+                "{isa}: {what}({xi:e}) = {want:e}, in place {g:e}"
+            );
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! SIMD building blocks for the fast kernels: vectorised exp, erf, tanh and sigmoid, and
-//! dot / axpy / sum / max over slices, on AVX2 + FMA with runtime feature detection.
-//! Every function falls back to its plain scalar twin (module [`reference`](mod@reference)) on machines
-//! without AVX2 and FMA.
+//! dot / axpy / sum / max over slices, on AVX2 + FMA when the runtime's instruction-set
+//! level ([`crate::runtime::isa`]) has them. Every function falls back to its plain scalar
+//! twin (module [`reference`](mod@reference)) below [`Isa::Avx2`].
 //!
 //! How each function is approximated (written for lucent; the methods are the textbook
 //! ones):
@@ -23,19 +23,13 @@
 //! Slice tails shorter than 8 lanes are copied into a padded vector and go through the
 //! same vector code, so every element of a slice is computed the same way.
 
+use crate::runtime::Isa;
 use crate::threads::threads;
 
-/// Whether this machine runs the AVX2 + FMA paths (checked once by the standard
-/// library's cached feature detection).
+/// Whether the AVX2 + FMA paths run here: the level of the runtime this thread works for
+/// is [`Isa::Avx2`] or above (the runtime caps it to what the CPU runs).
 pub fn has_avx2_fma() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    cfg!(target_arch = "x86_64") && crate::runtime::isa() >= Isa::Avx2
 }
 
 /// An elementwise function the SIMD code knows.
@@ -200,7 +194,9 @@ pub fn sum(x: &[f32]) -> f32 {
         // SAFETY: features detected; the pointer covers x.len() elements.
         return unsafe { avx2::sum(x.as_ptr(), x.len()) };
     }
-    x.iter().sum()
+    // In f64: a long f32 running sum drifts (by ~2e-6 over a few hundred numbers), where
+    // the AVX2 path's eight lanes keep each partial sum short.
+    x.iter().map(|&v| v as f64).sum::<f64>() as f32
 }
 
 /// The largest element, ignoring NaN; −∞ for an empty slice.
@@ -221,12 +217,13 @@ pub fn exp_shifted_sum(x: &mut [f32], shift: f32, mul: f32) -> f32 {
         // SAFETY: features detected; the pointer covers x.len() elements.
         return unsafe { avx2::exp_shifted_sum(x.as_mut_ptr(), x.len(), shift, mul) };
     }
-    let mut s = 0.0f32;
+    // The sum in f64, as in [`sum`].
+    let mut s = 0.0f64;
     for v in x.iter_mut() {
         *v = ((*v - shift) * mul).exp();
-        s += *v;
+        s += *v as f64;
     }
-    s
+    s as f32
 }
 
 /// The backward of GELU-tanh: `gx[i] = g[i] · GELU-tanh'(x[i])`, for i < the shortest length.
@@ -274,7 +271,8 @@ pub fn sum_sq_diff(x: &[f32], c: f32) -> f32 {
         // SAFETY: features detected; the pointer covers x.len() elements.
         return unsafe { avx2::sum_sq_diff(x.as_ptr(), x.len(), c) };
     }
-    x.iter().map(|&v| (v - c) * (v - c)).sum()
+    // The sum in f64, as in [`sum`].
+    x.iter().map(|&v| ((v - c) * (v - c)) as f64).sum::<f64>() as f32
 }
 
 /// `y[j] = Σ_p x[p] · w[j·k + p]` for j < y.len(), k = x.len(): a row-major (n, k) matrix
@@ -979,6 +977,22 @@ mod tests {
     use super::*;
     use rand::{rngs::StdRng, Rng, SeedableRng};
 
+    /// Run `f` in a one-thread runtime at every instruction-set level this CPU has, so the
+    /// AVX2 kernels and the scalar twins both meet the checks.
+    fn every_level(f: impl Fn() + Sync) {
+        for isa in crate::Isa::available() {
+            let rt = crate::Runtime::builder()
+                .threads(1)
+                .isa(isa)
+                .build()
+                .expect("a runtime");
+            rt.install(|| {
+                assert_eq!(has_avx2_fma(), isa >= Isa::Avx2);
+                f()
+            });
+        }
+    }
+
     fn grid(lo: f32, hi: f32, n: usize) -> Vec<f32> {
         (0..=n)
             .map(|i| lo + (hi - lo) * i as f32 / n as f32)
@@ -993,76 +1007,82 @@ mod tests {
 
     #[test]
     fn gelu_tanh_backward_equals_f64_twin() {
-        let mut xs = grid(-12.0, 12.0, 100_000);
-        xs.extend([0.0, -0.0, 1e-30, -30.0, 30.0, -200.0, 200.0]);
-        let g: Vec<f32> = (0..xs.len()).map(|i| 1.0 - (i % 7) as f32 * 0.3).collect();
-        let mut fast = vec![0.0; xs.len()];
-        gelu_tanh_backward(&xs, &g, &mut fast);
-        for ((&x, &gv), &f) in xs.iter().zip(&g).zip(&fast) {
-            let want = gv * reference::gelu_tanh_derivative(x);
-            let err = (f - want).abs();
-            assert!(
-                err <= 2e-6 * (1.0 + want.abs()),
-                "x={x} g={gv}: {f} vs {want}"
-            );
-        }
+        every_level(|| {
+            let mut xs = grid(-12.0, 12.0, 100_000);
+            xs.extend([0.0, -0.0, 1e-30, -30.0, 30.0, -200.0, 200.0]);
+            let g: Vec<f32> = (0..xs.len()).map(|i| 1.0 - (i % 7) as f32 * 0.3).collect();
+            let mut fast = vec![0.0; xs.len()];
+            gelu_tanh_backward(&xs, &g, &mut fast);
+            for ((&x, &gv), &f) in xs.iter().zip(&g).zip(&fast) {
+                let want = gv * reference::gelu_tanh_derivative(x);
+                let err = (f - want).abs();
+                assert!(
+                    err <= 2e-6 * (1.0 + want.abs()),
+                    "x={x} g={gv}: {f} vs {want}"
+                );
+            }
+        });
     }
 
     #[test]
     fn exp_relative_error_on_dense_grid_and_random() {
-        let mut xs = grid(-87.0, 88.0, 400_000);
-        let mut rng = StdRng::seed_from_u64(3);
-        xs.extend((0..100_000).map(|_| rng.random_range(-87.0f32..88.0)));
-        xs.extend([
-            0.0,
-            -0.0,
-            1e-30,
-            -1e-30,
-            88.0,
-            -87.0,
-            0.5 * std::f32::consts::LN_2,
-        ]);
-        let got = mapped(Unary::Exp, &xs);
-        let mut worst = 0.0f64;
-        for (&x, &y) in xs.iter().zip(&got) {
-            let want = (x as f64).exp();
-            worst = worst.max(((y as f64) - want).abs() / want);
-        }
-        // Tolerance: 2e-7 relative (about 1.7 ulp of f32).
-        assert!(worst <= 2e-7, "exp max relative error {worst:e}");
+        every_level(|| {
+            let mut xs = grid(-87.0, 88.0, 400_000);
+            let mut rng = StdRng::seed_from_u64(3);
+            xs.extend((0..100_000).map(|_| rng.random_range(-87.0f32..88.0)));
+            xs.extend([
+                0.0,
+                -0.0,
+                1e-30,
+                -1e-30,
+                88.0,
+                -87.0,
+                0.5 * std::f32::consts::LN_2,
+            ]);
+            let got = mapped(Unary::Exp, &xs);
+            let mut worst = 0.0f64;
+            for (&x, &y) in xs.iter().zip(&got) {
+                let want = (x as f64).exp();
+                worst = worst.max(((y as f64) - want).abs() / want);
+            }
+            // Tolerance: 2e-7 relative (about 1.7 ulp of f32).
+            assert!(worst <= 2e-7, "exp max relative error {worst:e}");
+        });
     }
 
     #[test]
     fn exp_edges_nan_and_infinities() {
-        let xs = [
-            f32::NAN,
-            f32::INFINITY,
-            f32::NEG_INFINITY,
-            89.0,
-            88.8,
-            -104.0,
-            -200.0,
-            -95.0,
-            -87.5,
-        ];
-        let got = mapped(Unary::Exp, &xs);
-        assert!(got[0].is_nan());
-        assert_eq!(got[1], f32::INFINITY);
-        assert_eq!(got[2], 0.0);
-        assert_eq!(got[3], f32::INFINITY);
-        assert_eq!(got[4], f32::INFINITY);
-        assert_eq!(got[5], 0.0);
-        assert_eq!(got[6], 0.0);
-        // subnormal results: within 1e-3 relative (subnormals have fewer bits)
-        for i in 7..9 {
-            let want = (xs[i] as f64).exp();
-            assert!(
-                ((got[i] as f64 - want) / want).abs() < 1e-3,
-                "exp({}) = {} vs {want}",
-                xs[i],
-                got[i]
-            );
-        }
+        every_level(|| {
+            let xs = [
+                f32::NAN,
+                f32::INFINITY,
+                f32::NEG_INFINITY,
+                89.0,
+                88.8,
+                -104.0,
+                -200.0,
+                -95.0,
+                -87.5,
+            ];
+            let got = mapped(Unary::Exp, &xs);
+            assert!(got[0].is_nan());
+            assert_eq!(got[1], f32::INFINITY);
+            assert_eq!(got[2], 0.0);
+            assert_eq!(got[3], f32::INFINITY);
+            assert_eq!(got[4], f32::INFINITY);
+            assert_eq!(got[5], 0.0);
+            assert_eq!(got[6], 0.0);
+            // subnormal results: within 1e-3 relative (subnormals have fewer bits)
+            for i in 7..9 {
+                let want = (xs[i] as f64).exp();
+                assert!(
+                    ((got[i] as f64 - want) / want).abs() < 1e-3,
+                    "exp({}) = {} vs {want}",
+                    xs[i],
+                    got[i]
+                );
+            }
+        });
     }
 
     fn max_abs_err(op: Unary, xs: &[f32], f: impl Fn(f64) -> f64) -> f64 {
@@ -1075,124 +1095,134 @@ mod tests {
 
     #[test]
     fn erf_and_tanh_absolute_error() {
-        let mut xs = grid(-10.0, 10.0, 400_000);
-        let mut rng = StdRng::seed_from_u64(5);
-        xs.extend((0..100_000).map(|_| rng.random_range(-12.0f32..12.0)));
-        xs.extend([0.0, -0.0, 1e-20, -1e-20, 1e6, -1e6, f32::MAX, f32::MIN]);
-        // Tolerance: 1e-6 absolute for both.
-        let e = max_abs_err(Unary::Erf, &xs, libm::erf);
-        assert!(e <= 1e-6, "erf max abs error {e:e}");
-        let t = max_abs_err(Unary::Tanh, &xs, f64::tanh);
-        assert!(t <= 1e-6, "tanh max abs error {t:e}");
-        let s = max_abs_err(Unary::Sigmoid, &xs, |x| 1.0 / (1.0 + (-x).exp()));
-        assert!(s <= 1e-6, "sigmoid max abs error {s:e}");
+        every_level(|| {
+            let mut xs = grid(-10.0, 10.0, 400_000);
+            let mut rng = StdRng::seed_from_u64(5);
+            xs.extend((0..100_000).map(|_| rng.random_range(-12.0f32..12.0)));
+            xs.extend([0.0, -0.0, 1e-20, -1e-20, 1e6, -1e6, f32::MAX, f32::MIN]);
+            // Tolerance: 1e-6 absolute for both.
+            let e = max_abs_err(Unary::Erf, &xs, libm::erf);
+            assert!(e <= 1e-6, "erf max abs error {e:e}");
+            let t = max_abs_err(Unary::Tanh, &xs, f64::tanh);
+            assert!(t <= 1e-6, "tanh max abs error {t:e}");
+            let s = max_abs_err(Unary::Sigmoid, &xs, |x| 1.0 / (1.0 + (-x).exp()));
+            assert!(s <= 1e-6, "sigmoid max abs error {s:e}");
+        });
     }
 
     #[test]
     fn erf_tanh_sigmoid_edges() {
-        let xs = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY];
-        for op in [Unary::Erf, Unary::Tanh] {
-            let got = mapped(op, &xs);
-            assert!(got[0].is_nan(), "{op:?}(NaN)");
-            assert_eq!(got[1], 1.0, "{op:?}(inf)");
-            assert_eq!(got[2], -1.0, "{op:?}(-inf)");
-        }
-        let got = mapped(Unary::Sigmoid, &xs);
-        assert!(got[0].is_nan());
-        assert_eq!((got[1], got[2]), (1.0, 0.0));
-        let got = mapped(
-            Unary::Relu,
-            &[f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.5, 2.0],
-        );
-        assert_eq!(got, [0.0, f32::INFINITY, 0.0, 0.0, 2.0]);
+        every_level(|| {
+            let xs = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY];
+            for op in [Unary::Erf, Unary::Tanh] {
+                let got = mapped(op, &xs);
+                assert!(got[0].is_nan(), "{op:?}(NaN)");
+                assert_eq!(got[1], 1.0, "{op:?}(inf)");
+                assert_eq!(got[2], -1.0, "{op:?}(-inf)");
+            }
+            let got = mapped(Unary::Sigmoid, &xs);
+            assert!(got[0].is_nan());
+            assert_eq!((got[1], got[2]), (1.0, 0.0));
+            let got = mapped(
+                Unary::Relu,
+                &[f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.5, 2.0],
+            );
+            assert_eq!(got, [0.0, f32::INFINITY, 0.0, 0.0, 2.0]);
+        });
     }
 
     #[test]
     fn activations_match_their_twins() {
-        let mut xs = grid(-12.0, 12.0, 200_003);
-        xs.extend([0.0, -0.0, 1e-30, 50.0, -50.0]);
-        // Tolerance: 1e-6 · (1 + |x|): the twins' 1e-6 function error scaled by the x factor.
-        for op in [
-            Unary::Relu,
-            Unary::Gelu,
-            Unary::GeluTanh,
-            Unary::Silu,
-            Unary::Sigmoid,
-        ] {
-            let got = mapped(op, &xs);
-            for (&x, &y) in xs.iter().zip(&got) {
-                let want = op.reference(x);
-                assert!(
-                    (y - want).abs() <= 1e-6 * (1.0 + x.abs()),
-                    "{op:?}({x}) = {y} vs {want}"
-                );
+        every_level(|| {
+            let mut xs = grid(-12.0, 12.0, 200_003);
+            xs.extend([0.0, -0.0, 1e-30, 50.0, -50.0]);
+            // Tolerance: 1e-6 · (1 + |x|): the twins' 1e-6 function error scaled by the x factor.
+            for op in [
+                Unary::Relu,
+                Unary::Gelu,
+                Unary::GeluTanh,
+                Unary::Silu,
+                Unary::Sigmoid,
+            ] {
+                let got = mapped(op, &xs);
+                for (&x, &y) in xs.iter().zip(&got) {
+                    let want = op.reference(x);
+                    assert!(
+                        (y - want).abs() <= 1e-6 * (1.0 + x.abs()),
+                        "{op:?}({x}) = {y} vs {want}"
+                    );
+                }
             }
-        }
+        });
     }
 
     #[test]
     fn in_place_and_parallel_equal_map() {
-        let mut rng = StdRng::seed_from_u64(9);
-        for n in [0, 1, 3, 7, 8, 9, 17, 33, 65, 129, 1000, 200_001] {
-            let xs: Vec<f32> = (0..n).map(|_| rng.random_range(-6.0f32..6.0)).collect();
-            for op in [Unary::Gelu, Unary::Exp, Unary::Relu] {
-                let want = mapped(op, &xs);
-                let mut a = xs.clone();
-                map_in_place(op, &mut a);
-                assert_eq!(a, want);
-                let mut b = vec![0.0; n];
-                map_parallel(op, &xs, &mut b);
-                assert_eq!(b, want);
+        every_level(|| {
+            let mut rng = StdRng::seed_from_u64(9);
+            for n in [0, 1, 3, 7, 8, 9, 17, 33, 65, 129, 1000, 200_001] {
+                let xs: Vec<f32> = (0..n).map(|_| rng.random_range(-6.0f32..6.0)).collect();
+                for op in [Unary::Gelu, Unary::Exp, Unary::Relu] {
+                    let want = mapped(op, &xs);
+                    let mut a = xs.clone();
+                    map_in_place(op, &mut a);
+                    assert_eq!(a, want);
+                    let mut b = vec![0.0; n];
+                    map_parallel(op, &xs, &mut b);
+                    assert_eq!(b, want);
+                }
             }
-        }
+        });
     }
 
     #[test]
     fn reductions_match_twins() {
-        let mut rng = StdRng::seed_from_u64(11);
-        for n in [0, 1, 3, 7, 8, 9, 17, 31, 33, 65, 129, 384, 576, 1000] {
-            let a: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
-            let b: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
-            let exact: f64 = a.iter().zip(&b).map(|(&x, &y)| x as f64 * y as f64).sum();
-            let mag: f64 = a
-                .iter()
-                .zip(&b)
-                .map(|(&x, &y)| (x as f64 * y as f64).abs())
-                .sum();
-            // Tolerance: 1e-6 · Σ|a·b| (f32 rounding of a blocked sum).
-            assert!(
-                (dot(&a, &b) as f64 - exact).abs() <= 1e-6 * (1.0 + mag),
-                "dot n={n}"
-            );
-            let s: f64 = a.iter().map(|&x| x as f64).sum();
-            assert!(
-                (sum(&a) as f64 - s).abs() <= 1e-6 * (1.0 + n as f64),
-                "sum n={n}"
-            );
-            assert_eq!(max(&a), reference::max(&a), "max n={n}");
-            let mut y = b.clone();
-            axpy(&mut y, 0.75, &a);
-            let mut y2 = b.clone();
-            reference::axpy(&mut y2, 0.75, &a);
-            for (u, v) in y.iter().zip(&y2) {
-                assert!((u - v).abs() <= 1e-6, "axpy n={n}");
+        every_level(|| {
+            let mut rng = StdRng::seed_from_u64(11);
+            for n in [0, 1, 3, 7, 8, 9, 17, 31, 33, 65, 129, 384, 576, 1000] {
+                let a: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+                let b: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+                let exact: f64 = a.iter().zip(&b).map(|(&x, &y)| x as f64 * y as f64).sum();
+                let mag: f64 = a
+                    .iter()
+                    .zip(&b)
+                    .map(|(&x, &y)| (x as f64 * y as f64).abs())
+                    .sum();
+                // Tolerance: 1e-6 · Σ|a·b| (f32 rounding of a blocked sum).
+                assert!(
+                    (dot(&a, &b) as f64 - exact).abs() <= 1e-6 * (1.0 + mag),
+                    "dot n={n}"
+                );
+                let s: f64 = a.iter().map(|&x| x as f64).sum();
+                assert!(
+                    (sum(&a) as f64 - s).abs() <= 1e-6 * (1.0 + n as f64),
+                    "sum n={n}"
+                );
+                assert_eq!(max(&a), reference::max(&a), "max n={n}");
+                let mut y = b.clone();
+                axpy(&mut y, 0.75, &a);
+                let mut y2 = b.clone();
+                reference::axpy(&mut y2, 0.75, &a);
+                for (u, v) in y.iter().zip(&y2) {
+                    assert!((u - v).abs() <= 1e-6, "axpy n={n}");
+                }
             }
-        }
-        assert_eq!(
-            max(&[
-                f32::NAN,
-                1.0,
-                f32::NAN,
-                -3.0,
-                2.0,
-                0.0,
-                0.0,
-                0.0,
-                0.0,
-                f32::NAN
-            ]),
-            2.0
-        );
-        assert_eq!(max(&[]), f32::NEG_INFINITY);
+            assert_eq!(
+                max(&[
+                    f32::NAN,
+                    1.0,
+                    f32::NAN,
+                    -3.0,
+                    2.0,
+                    0.0,
+                    0.0,
+                    0.0,
+                    0.0,
+                    f32::NAN
+                ]),
+                2.0
+            );
+            assert_eq!(max(&[]), f32::NEG_INFINITY);
+        });
     }
 }

@@ -8,7 +8,6 @@
 //! family's known format (Gemma: `<start_of_turn>user\n…<end_of_turn>\n`, reply after
 //! `<start_of_turn>model\n`), else ChatML.
 
-use minijinja::{context, Environment};
 use serde::Serialize;
 
 use crate::io::gguf::GgufFile;
@@ -47,6 +46,7 @@ pub const GEMMA: &str = "{{ bos_token }}{% set sys = namespace(text='') %}{% for
 pub struct ChatTemplate {
     source: String,
     bos: String,
+    #[cfg_attr(not(feature = "chat-templates"), allow(dead_code))]
     eos: String,
 }
 
@@ -90,7 +90,9 @@ impl ChatTemplate {
     }
 
     /// Render `messages`; with `add_generation_prompt`, end with the assistant's cue.
+    #[cfg(feature = "chat-templates")]
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        use minijinja::{context, Environment};
         let mut env = Environment::new();
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         minijinja_contrib::add_to_environment(&mut env);
@@ -104,6 +106,16 @@ impl ChatTemplate {
             eos_token => self.eos,
         })
         .map_err(|e| Error::Tokenizer(format!("chat template failed to render: {e}")))
+    }
+
+    /// Render `messages` (this build has no `chat-templates` feature: an error).
+    #[cfg(not(feature = "chat-templates"))]
+    pub fn render(&self, _messages: &[Message], _add_generation_prompt: bool) -> Result<String> {
+        Err(Error::Tokenizer(
+            "this build of lucent has no `chat-templates` feature (Jinja chat templates); \
+             give a raw prompt, or build with the feature"
+                .into(),
+        ))
     }
 
     /// Token ids of rendered text: BOS is added as the tokenizer's flags say unless the

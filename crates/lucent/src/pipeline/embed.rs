@@ -429,7 +429,7 @@ impl Embedder {
 }
 
 /// Run `n` batches on `workers` threads, each worker taking the next batch when free and
-/// running it with single-threaded kernels (its own one-thread rayon pool): data
+/// running it with single-threaded kernels (its own one-thread lucent runtime): data
 /// parallelism, so no kernel pays for waking threads, and every op runs in parallel, not
 /// only the matrix products. Results come back tagged with their batch index.
 fn parallel_batches<T: Send>(
@@ -438,11 +438,10 @@ fn parallel_batches<T: Send>(
     run: impl Fn(usize) -> Result<T> + Sync,
 ) -> Result<Vec<(usize, T)>> {
     let next = std::sync::atomic::AtomicUsize::new(0);
+    // The workers' runtimes keep the caller's instruction set.
+    let isa = crate::runtime::isa();
     let worker = || -> Result<Vec<(usize, T)>> {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(1)
-            .build()
-            .map_err(|e| Error::Argument(format!("cannot start a worker thread: {e}")))?;
+        let pool = crate::Runtime::builder().threads(1).isa(isa).build()?;
         pool.install(|| {
             let mut mine = Vec::new();
             loop {

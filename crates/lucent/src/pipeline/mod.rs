@@ -7,6 +7,7 @@ pub mod embed;
 pub mod export;
 pub mod generate;
 pub mod generator;
+#[cfg(feature = "train")]
 pub mod train;
 
 pub use chat::{ChatTemplate, Message};

@@ -141,7 +141,6 @@ pub fn config(hf: &HfBertConfig) -> Result<ModelConfig> {
         global_every: None,
         attention_scale: None,
         pooler: true,
-        ggml_f16: false,
     };
     cfg.validate()?;
     Ok(cfg)

@@ -155,7 +155,6 @@ pub fn config(hf: &HfGpt2Config) -> Result<ModelConfig> {
         global_every: None,
         attention_scale: None,
         pooler: false,
-        ggml_f16: false,
     };
     cfg.validate()?;
     Ok(cfg)

@@ -122,7 +122,6 @@ impl GgufHparams {
             global_every: None,
             attention_scale: None,
             pooler: false,
-            ggml_f16: true,
         }
     }
 }

@@ -22,6 +22,7 @@
 pub mod checkpoint;
 pub mod data;
 pub mod models;
+#[cfg(feature = "viz")]
 pub mod plot;
 
 use std::collections::{HashMap, HashSet};
@@ -128,10 +129,10 @@ impl TrainConfig {
             heads: 4,
             block: 64,
             batch: 12,
-            steps: 2000,
-            lr: 1e-3,
-            min_lr: 1e-4,
-            warmup: 100,
+            steps: 14_000,
+            lr: 2e-3,
+            min_lr: 2e-4,
+            warmup: 200,
             weight_decay: 0.1,
             beta2: 0.99,
             grad_clip: 1.0,
@@ -258,6 +259,12 @@ pub struct Limits {
     pub minutes: Option<f64>,
     /// Stop after this step (as if interrupted; the run can be resumed).
     pub stop_after: Option<u64>,
+    /// With `minutes`: fit the run's length (`steps`, and so the learning-rate schedule)
+    /// to the time budget instead of the configured step count, so the budget is used
+    /// whole and the schedule ends when it does. The steps are estimated from the
+    /// measured time per step (evaluations included) after a short calibration and
+    /// re-estimated at each evaluation in the first half of the budget.
+    pub fit_to_time: bool,
 }
 
 /// What a session did.
@@ -319,6 +326,9 @@ enum Data {
 /// The checkpoint file inside a run folder written by `lucent train`.
 pub const CHECKPOINT: &str = "model.safetensors";
 
+/// Steps run before a time budget's first estimate of the run's length.
+const CALIBRATION_STEPS: u64 = 20;
+
 /// The batch RNG of step `t`: a pure function of (seed, t).
 fn step_rng(seed: u64, t: u64) -> StdRng {
     StdRng::seed_from_u64(
@@ -340,7 +350,19 @@ fn dims_of(cfg: &TrainConfig, vocab: usize) -> Dims {
 
 /// Read a corpus (known name or file) as text; errors for a missing or empty one.
 pub fn read_corpus(spec: &str, progress: &mut dyn Progress) -> Result<(PathBuf, String)> {
+    #[cfg(feature = "fetch")]
     let path = crate::io::corpus::resolve_corpus(spec, progress)?;
+    #[cfg(not(feature = "fetch"))]
+    let path = {
+        let _ = progress;
+        let p = PathBuf::from(spec);
+        if !p.is_file() {
+            return Err(Error::Argument(format!(
+                "corpus '{spec}' is not a file, and this build of lucent has no `fetch` feature to fetch a known corpus"
+            )));
+        }
+        p
+    };
     let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
     if text.trim().is_empty() {
         return Err(Error::Argument(format!(
@@ -559,7 +581,35 @@ impl Run {
         let mut train_time = 0.0f64;
         let mut tokens = 0usize;
         let mut last_saved = None;
+        let first_step = self.step;
+        let budget = limits
+            .minutes
+            .filter(|_| limits.fit_to_time)
+            .map(|m| m * 60.0);
+        let mut schedule = schedule;
         while self.step < self.config.steps {
+            if let Some(budget) = budget {
+                let done = self.step - first_step;
+                let elapsed = started.elapsed().as_secs_f64();
+                let calibrated = done == CALIBRATION_STEPS
+                    || (done > CALIBRATION_STEPS
+                        && self.step.is_multiple_of(self.config.eval_every)
+                        && elapsed < budget / 2.0);
+                if calibrated {
+                    // Seconds per step so far (evaluations included), and the steps that
+                    // fit what is left of the budget (3% kept for the last evaluation).
+                    let per_step = elapsed / done as f64;
+                    let fit = self.step + ((budget * 0.97 - elapsed) / per_step).max(1.0) as u64;
+                    if fit != self.config.steps {
+                        self.config.steps = fit;
+                        schedule = self.config.schedule();
+                        observer.message(&format!(
+                            "time budget: {:.1} s per step so far, schedule fitted to {fit} steps",
+                            per_step
+                        ));
+                    }
+                }
+            }
             if limits.stop_after.is_some_and(|s| self.step >= s) {
                 break;
             }
@@ -615,7 +665,10 @@ impl Run {
             }
             self.save()?;
         }
+        #[cfg(feature = "viz")]
         let plot = plot::loss_curve(&self.history, &self.out.join("loss.png")).ok();
+        #[cfg(not(feature = "viz"))]
+        let plot: Option<()> = None;
         Ok(Summary {
             step: self.step,
             history: self.history.clone(),

@@ -1,0 +1,161 @@
+//! Activation rows quantised for dot products with quantised weights, with llama.cpp's
+//! rules to the bit ([`quantize_activations`]): 8-bit blocks of 32 (`Q8_0`) against the
+//! 32-block weight types, of 256 with 16-sums (`Q8_K`) against the K-quants, or kept as
+//! f32 against float weights ([`ActKind`]).
+
+use half::f16;
+
+#[cfg(target_arch = "x86_64")]
+use crate::ops::quant::avx512;
+use crate::runtime::Isa;
+use crate::tensor::quant::{ActKind, GgmlType, QK, QK_K};
+use crate::{Error, Result};
+
+/// An activation row prepared for dot products ([`quantize_activations`]).
+#[derive(Clone, Debug)]
+pub struct QuantizedActs {
+    /// The preparation.
+    pub kind: ActKind,
+    /// Numbers in the row.
+    pub len: usize,
+    /// Per block: the scale `dx` (`x ≈ dx · q`).
+    pub d: Vec<f32>,
+    /// Per block of 32 (Q8_0 only): `dx · Σ q`, rounded to f16 as llama.cpp stores it.
+    pub sum: Vec<f32>,
+    /// Per group of 16 (Q8_K only): `Σ q`.
+    pub bsums: Vec<i32>,
+    /// The 8-bit values, in [−127, 127].
+    pub qs: Vec<i8>,
+    /// The f32 row itself (ActKind::F32 only).
+    pub f32s: Vec<f32>,
+}
+
+impl QuantizedActs {
+    /// The values these activations stand for (`dx · q`), for tests and bounds.
+    pub fn dequantize(&self) -> Vec<f32> {
+        match self.kind {
+            ActKind::F32 => self.f32s.clone(),
+            ActKind::Q8_0 | ActKind::Q8_K => {
+                let b = if self.kind == ActKind::Q8_0 { QK } else { QK_K };
+                self.qs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &q)| self.d[i / b] * q as f32)
+                    .collect()
+            }
+        }
+    }
+}
+
+/// Quantise the activation row `x` for dot products with weights of `dtype`, with
+/// llama.cpp's rules to the bit (so the two engines see the same 8-bit activations):
+///
+/// - 32-blocks (`Q8_0` kind): `q = round(x · 127 / max|x|)` (ties to even), and the
+///   scale kept as llama.cpp stores it, `dx = f16(max|x| / 127)`; for the `_1` weight
+///   kinds also `s = f16(max|x| / 127 · Σ q)`.
+/// - 256-blocks (`Q8_K` kind): with `m` the value of largest magnitude (sign kept),
+///   `q = round(x · (−127 / m))` (ties to even) and `dx = 1 / (−127 / m)` in f32.
+///
+/// An all-zero block has `dx = 0` and `q = 0`. Errors if `x.len()` is not a whole number
+/// of blocks.
+pub fn quantize_activations(dtype: GgmlType, x: &[f32]) -> Result<QuantizedActs> {
+    quantize_rows(dtype, x, crate::runtime::isa())
+}
+
+/// [`quantize_activations`], block by block with the AVX-512 kernels at
+/// [`Isa::Avx512`], else with the scalar twin ([`reference::quantize_activations`](super::reference::quantize_activations)).
+pub(crate) fn quantize_rows(dtype: GgmlType, x: &[f32], isa: Isa) -> Result<QuantizedActs> {
+    let fast = isa >= Isa::Avx512;
+    let kind = dtype.activation_kind();
+    let block = match kind {
+        ActKind::F32 => 1,
+        ActKind::Q8_0 => QK,
+        ActKind::Q8_K => QK_K,
+    };
+    if !x.len().is_multiple_of(block) {
+        return Err(Error::Shape(format!(
+            "activations for {dtype} weights come in blocks of {block}; this row has {} numbers",
+            x.len()
+        )));
+    }
+    let mut a = QuantizedActs {
+        kind,
+        len: x.len(),
+        d: Vec::new(),
+        sum: Vec::new(),
+        bsums: Vec::new(),
+        qs: Vec::new(),
+        f32s: Vec::new(),
+    };
+    if kind == ActKind::F32 {
+        a.f32s = x.to_vec();
+        return Ok(a);
+    }
+    let nb = x.len() / block;
+    a.d.reserve(nb);
+    a.qs.resize(x.len(), 0);
+    for (bi, xb) in x.chunks_exact(block).enumerate() {
+        let qb = &mut a.qs[bi * block..(bi + 1) * block];
+        #[cfg(target_arch = "x86_64")]
+        if fast {
+            // SAFETY: `fast` only at Isa::Avx512, which the runtime caps to the CPU's
+            // level; xb and qb hold one block.
+            let done = unsafe {
+                match kind {
+                    ActKind::Q8_0 => avx512::quantize::quantize_q8_0(xb, qb, &mut a.d, &mut a.sum),
+                    _ => avx512::quantize::quantize_q8_k(xb, qb, &mut a.d, &mut a.bsums),
+                }
+            };
+            if done {
+                continue;
+            }
+        }
+        match kind {
+            ActKind::Q8_0 => {
+                let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                let d = amax / 127.0;
+                let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+                for (q, &v) in qb.iter_mut().zip(xb) {
+                    *q = round_even(v * id).clamp(-127.0, 127.0) as i8;
+                }
+                let sq: i32 = qb.iter().map(|&q| q as i32).sum();
+                a.d.push(f16::from_f32(d).to_f32());
+                a.sum.push(f16::from_f32(d * sq as f32).to_f32());
+            }
+            ActKind::Q8_K => {
+                // The first value of largest magnitude, with its sign.
+                let (mut amax, mut max) = (0.0f32, 0.0f32);
+                for &v in xb {
+                    if v.abs() > amax {
+                        amax = v.abs();
+                        max = v;
+                    }
+                }
+                if amax == 0.0 {
+                    a.d.push(0.0);
+                    a.bsums.extend([0; QK_K / 16]);
+                    continue;
+                }
+                let iscale = -127.0 / max;
+                for (q, &v) in qb.iter_mut().zip(xb) {
+                    *q = round_even(iscale * v).clamp(-127.0, 127.0) as i8;
+                }
+                a.d.push(1.0 / iscale);
+                for g in qb.chunks_exact(16) {
+                    a.bsums.push(g.iter().map(|&q| q as i32).sum());
+                }
+            }
+            ActKind::F32 => {}
+        }
+    }
+    Ok(a)
+}
+
+/// `x` rounded to the nearest integer, ties to even, for |x| < 2²²: adding and taking
+/// away 1.5·2²³ leaves no fraction bits (ggml's `nearest_int`; inline, where
+/// `round_ties_even` is a library call).
+#[inline(always)]
+pub(crate) fn round_even(x: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0;
+    (x + MAGIC) - MAGIC
+}

@@ -1,0 +1,673 @@
+//! AVX2 + FMA (+ F16C) kernels of the quantised dot products: the 32-block types' dots
+//! and their tile kernel (several weight rows × several activation rows), the K-quant
+//! dots in each of llama.cpp's orders ([`K45Acc`]), and the helpers the AVX-512 kernels
+//! share (`f16p`, `hsum_ps`, `hsum_epi32`). Each is selected by [`kernel`] only at
+//! [`Isa::Avx2`](crate::runtime::Isa::Avx2) or above (a level the runtime caps to the
+//! CPU's); the wrappers' `unsafe` blocks rely on that. Every result equals its twin in
+//! [`super::reference`] bit for bit.
+
+use std::arch::x86_64::*;
+
+use half::f16;
+
+use crate::ops::quant::activations::QuantizedActs;
+use crate::ops::quant::dispatch::{Dot4Fn, DotFn, KOrder};
+use crate::ops::quant::reference;
+use crate::tensor::quant::{
+    k_scales_mins, BlockQ4_0, BlockQ4_1, BlockQ4_K, BlockQ5_0, BlockQ5_1, BlockQ5_K, BlockQ6_K,
+    BlockQ8_0, GgmlType,
+};
+
+pub(crate) fn kernel(dtype: GgmlType) -> DotFn {
+    match dtype {
+        GgmlType::F32 => dot_f32,
+        GgmlType::Q4_0 => |r, a| unsafe { q4_0(r, a) }, // SAFETY: AVX2+FMA detected
+        GgmlType::Q4_1 => |r, a| unsafe { q4_1(r, a) }, // SAFETY: AVX2+FMA detected
+        GgmlType::Q5_0 => |r, a| unsafe { q5_0(r, a) }, // SAFETY: AVX2+FMA detected
+        GgmlType::Q5_1 => |r, a| unsafe { q5_1(r, a) }, // SAFETY: AVX2+FMA detected
+        GgmlType::Q8_0 => |r, a| unsafe { q8_0(r, a) }, // SAFETY: AVX2+FMA detected
+        // SAFETY (both): AVX2+FMA detected.
+        GgmlType::Q4_K => |r, a| unsafe { q45_k(r, a, false, KOrder::Dot) },
+        GgmlType::Q5_K => |r, a| unsafe { q45_k(r, a, true, KOrder::Dot) },
+        GgmlType::Q6_K => |r, a| unsafe { q6_k(r, a, false) }, // SAFETY: AVX2+FMA detected
+        _ => reference::kernel(dtype),
+    }
+}
+
+/// The K-quant kernels of `dtype` in llama.cpp's tiled order ([`KOrder::Tiled`]):
+/// one activation row, and four (one at a time).
+pub(crate) fn tiled_kernels(dtype: GgmlType) -> Option<(DotFn, Dot4Fn)> {
+    // SAFETY (all): AVX2+FMA detected; the callers check rows and acts.
+    match dtype {
+        GgmlType::Q4_K => Some((
+            |r, a| unsafe { q45_k(r, a, false, KOrder::Tiled) },
+            |r, a| std::array::from_fn(|k| unsafe { q45_k(r, a[k], false, KOrder::Tiled) }),
+        )),
+        GgmlType::Q5_K => Some((
+            |r, a| unsafe { q45_k(r, a, true, KOrder::Tiled) },
+            |r, a| std::array::from_fn(|k| unsafe { q45_k(r, a[k], true, KOrder::Tiled) }),
+        )),
+        GgmlType::Q6_K => Some((
+            |r, a| unsafe { q6_k(r, a, true) },
+            |r, a| std::array::from_fn(|k| unsafe { q6_k(r, a[k], true) }),
+        )),
+        _ => None,
+    }
+}
+
+/// Q4_K in the order of llama.cpp's repacked kernels ([`KOrder::Gemv`] for one row,
+/// [`KOrder::Gemm`] for each of four).
+pub(crate) fn repacked_kernels() -> (DotFn, Dot4Fn) {
+    (
+        // SAFETY (both): AVX2+FMA detected; the callers check rows and acts.
+        |r, a| unsafe { q45_k(r, a, false, KOrder::Gemv) },
+        |r, a| std::array::from_fn(|k| unsafe { q45_k(r, a[k], false, KOrder::Gemm) }),
+    )
+}
+
+fn dot_f32(row: &[u8], a: &QuantizedActs) -> f32 {
+    // SAFETY: selected only after AVX2+FMA were detected; lengths checked by the caller.
+    unsafe { f32_dot(row, &a.f32s) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f32_dot(row: &[u8], x: &[f32]) -> f32 {
+    let n = x.len();
+    let w = row.as_ptr() as *const f32;
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut i = 0;
+    while i + 32 <= n {
+        for (k, s) in acc.iter_mut().enumerate() {
+            let wv = _mm256_loadu_ps(w.add(i + 8 * k));
+            *s = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x.as_ptr().add(i + 8 * k)), *s);
+        }
+        i += 32;
+    }
+    let mut s = hsum_ps(_mm256_add_ps(
+        _mm256_add_ps(acc[0], acc[1]),
+        _mm256_add_ps(acc[2], acc[3]),
+    ));
+    while i < n {
+        s += std::ptr::read_unaligned(w.add(i)) * x[i];
+        i += 1;
+    }
+    s
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn hsum_ps(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+/// Eight i32 sums of four products each of signed 8-bit `w` and `x`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn mul_sum_i8(w: __m256i, x: __m256i) -> __m256i {
+    let aw = _mm256_sign_epi8(w, w);
+    let sx = _mm256_sign_epi8(x, w);
+    _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), _mm256_set1_epi16(1))
+}
+
+/// Eight i32 sums of four products each of unsigned 8-bit `w` (≤ 127) and signed `x`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn mul_sum_u8_i8(w: __m256i, x: __m256i) -> __m256i {
+    _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1))
+}
+
+/// 16 bytes of nibbles → 32 bytes: low nibbles (numbers 0..16) then high (16..32).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn nibbles32(p: *const u8) -> __m256i {
+    let b = _mm_loadu_si128(p as *const __m128i);
+    let m4 = _mm_set1_epi8(0x0F);
+    _mm256_set_m128i(
+        _mm_and_si128(_mm_srli_epi16(b, 4), m4),
+        _mm_and_si128(b, m4),
+    )
+}
+
+/// 32 bits → 32 bytes, byte i = 0x10 if bit i is set (the fifth bit of number i).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn fifth_bits(qh: u32) -> __m256i {
+    let v = _mm256_set1_epi32(qh as i32);
+    let shuf = _mm256_setr_epi8(
+        0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3,
+        3, 3,
+    );
+    let bytes = _mm256_shuffle_epi8(v, shuf);
+    let mask = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+    let set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, mask), mask);
+    _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+}
+
+/// The f16 at `p` (a block's field, any alignment) as f32 (F16C; `half`'s conversion
+/// checks the CPU on every call).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn f16p(p: *const f16) -> f32 {
+    let bits = u16::from_le(std::ptr::read_unaligned(p as *const u16));
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+}
+
+/// Σ over `nb` blocks of `scale_i · isum_i` (+ Σ `m_i · s_i`), where `block(i)` gives
+/// (scale, eight i32 partial sums, m, s), in llama.cpp's order: one eight-lane
+/// accumulator taking `fma(scale, isum, acc)` block after block, reduced by
+/// [`hsum_ps`], plus the `m · s` terms summed one FMA at a time.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn sum_blocks(nb: usize, block: impl Fn(usize) -> (f32, __m256i, f32, f32)) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    let mut extra = 0.0f32;
+    for i in 0..nb {
+        let (sc, v, m, s) = block(i);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(sc), _mm256_cvtepi32_ps(v), acc);
+        extra = m.mul_add(s, extra);
+    }
+    hsum_ps(acc) + extra
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_0(row: &[u8], a: &QuantizedActs) -> f32 {
+    let (w, x, d) = (
+        row.as_ptr() as *const BlockQ4_0,
+        a.qs.as_ptr(),
+        a.d.as_ptr(),
+    );
+    sum_blocks(a.d.len(), |i| {
+        let b = w.add(i);
+        let q = _mm256_sub_epi8(nibbles32((*b).qs.as_ptr()), _mm256_set1_epi8(8));
+        let xv = _mm256_loadu_si256(x.add(32 * i) as *const __m256i);
+        (
+            f16p(&raw const (*b).d) * *d.add(i),
+            mul_sum_i8(q, xv),
+            0.0,
+            0.0,
+        )
+    })
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_1(row: &[u8], a: &QuantizedActs) -> f32 {
+    let w = row.as_ptr() as *const BlockQ4_1;
+    let (x, d, s) = (a.qs.as_ptr(), a.d.as_ptr(), a.sum.as_ptr());
+    sum_blocks(a.d.len(), |i| {
+        let b = w.add(i);
+        let xv = _mm256_loadu_si256(x.add(32 * i) as *const __m256i);
+        (
+            f16p(&raw const (*b).d) * *d.add(i),
+            mul_sum_u8_i8(nibbles32((*b).qs.as_ptr()), xv),
+            f16p(&raw const (*b).m),
+            *s.add(i),
+        )
+    })
+}
+
+/// Dots of `RW` weight rows with `RA` activation rows at once, for Q4_1 (`Q8` false)
+/// or Q8_0 (`Q8` true), reading the weight blocks' scales (and Q4_1's minimums) from
+/// a per-row f32 table (`QMatrix::scale_table`) instead of converting f16 per block:
+/// eight blocks' scales are multiplied with eight activation scales in one step. Each
+/// weight block is unpacked once for all activation rows, each activation block
+/// loaded once for all weight rows, and every pair's arithmetic is the same whatever
+/// the tile (one accumulator per pair; Q4_1's `Σ m·sx` as a separate dot), so a result
+/// never depends on the tile it was computed in (batch invariance).
+///
+/// # Safety
+/// AVX2+FMA+F16C present; every row is `acts[0].len` numbers of the type, each
+/// `scales[w]` its row's table (nb scales, then nb minimums for Q4_1), and every
+/// `acts[j]` prepared as Q8_0 of the same length.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn tile<const Q8: bool, const RW: usize, const RA: usize>(
+    rows: [&[u8]; RW],
+    scales: [&[f32]; RW],
+    acts: [&QuantizedActs; RA],
+    out: &mut [[f32; RA]; RW],
+) {
+    let nb = acts[0].d.len();
+    let mut acc = [[_mm256_setzero_ps(); RA]; RW];
+    let mut s8 = [[_mm256_setzero_ps(); RA]; RW];
+    let groups = nb / 8;
+    for g in 0..groups {
+        // The group's eight scale products d_w · dx_a, one per lane.
+        for w in 0..RW {
+            let dw = _mm256_loadu_ps(scales[w].as_ptr().add(8 * g));
+            for a in 0..RA {
+                s8[w][a] = _mm256_mul_ps(dw, _mm256_loadu_ps(acts[a].d.as_ptr().add(8 * g)));
+            }
+        }
+        for j in 0..8 {
+            let lane = _mm256_set1_epi32(j as i32);
+            tile_block::<Q8, RW, RA>(&rows, &acts, 8 * g + j, &mut acc, |w, a| {
+                _mm256_permutevar8x32_ps(s8[w][a], lane)
+            });
+        }
+    }
+    for i in 8 * groups..nb {
+        tile_block::<Q8, RW, RA>(&rows, &acts, i, &mut acc, |w, a| {
+            _mm256_set1_ps(*scales[w].get_unchecked(i) * *acts[a].d.get_unchecked(i))
+        });
+    }
+    for w in 0..RW {
+        for a in 0..RA {
+            // llama.cpp's order: Σ m·s one FMA at a time, after the lanes.
+            let extra = if Q8 {
+                0.0
+            } else {
+                scales[w][nb..2 * nb]
+                    .iter()
+                    .zip(&acts[a].sum)
+                    .fold(0.0f32, |e, (m, s)| m.mul_add(*s, e))
+            };
+            out[w][a] = hsum_ps(acc[w][a]) + extra;
+        }
+    }
+}
+
+/// Block `i` of every (weight row, activation row) pair of a [`tile`] into `acc`:
+/// `acc = fma(scale(w, a), Σ4 q·qx, acc)`, with the pair's eight 4-number integer sums.
+///
+/// # Safety
+/// As [`tile`]'s; `i` is a block of the rows.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn tile_block<const Q8: bool, const RW: usize, const RA: usize>(
+    rows: &[&[u8]; RW],
+    acts: &[&QuantizedActs; RA],
+    i: usize,
+    acc: &mut [[__m256; RA]; RW],
+    scale: impl Fn(usize, usize) -> __m256,
+) {
+    let q: [__m256i; RW] = std::array::from_fn(|w| {
+        if Q8 {
+            let b = (rows[w].as_ptr() as *const BlockQ8_0).add(i);
+            _mm256_loadu_si256((*b).qs.as_ptr() as *const __m256i)
+        } else {
+            let b = (rows[w].as_ptr() as *const BlockQ4_1).add(i);
+            nibbles32((*b).qs.as_ptr())
+        }
+    });
+    let xv: [__m256i; RA] = std::array::from_fn(|a| {
+        _mm256_loadu_si256(acts[a].qs.as_ptr().add(32 * i) as *const __m256i)
+    });
+    for w in 0..RW {
+        for a in 0..RA {
+            let v = if Q8 {
+                mul_sum_i8(q[w], xv[a])
+            } else {
+                mul_sum_u8_i8(q[w], xv[a])
+            };
+            acc[w][a] = _mm256_fmadd_ps(scale(w, a), _mm256_cvtepi32_ps(v), acc[w][a]);
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q5_0(row: &[u8], a: &QuantizedActs) -> f32 {
+    let (w, x, d) = (
+        row.as_ptr() as *const BlockQ5_0,
+        a.qs.as_ptr(),
+        a.d.as_ptr(),
+    );
+    sum_blocks(a.d.len(), |i| {
+        let b = w.add(i);
+        let qh = (*b).high_bits();
+        let q = _mm256_sub_epi8(
+            _mm256_or_si256(nibbles32((*b).qs.as_ptr()), fifth_bits(qh)),
+            _mm256_set1_epi8(16),
+        );
+        let xv = _mm256_loadu_si256(x.add(32 * i) as *const __m256i);
+        (
+            f16p(&raw const (*b).d) * *d.add(i),
+            mul_sum_i8(q, xv),
+            0.0,
+            0.0,
+        )
+    })
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q5_1(row: &[u8], a: &QuantizedActs) -> f32 {
+    let w = row.as_ptr() as *const BlockQ5_1;
+    let (x, d, s) = (a.qs.as_ptr(), a.d.as_ptr(), a.sum.as_ptr());
+    sum_blocks(a.d.len(), |i| {
+        let b = w.add(i);
+        let qh = (*b).high_bits();
+        let q = _mm256_or_si256(nibbles32((*b).qs.as_ptr()), fifth_bits(qh));
+        let xv = _mm256_loadu_si256(x.add(32 * i) as *const __m256i);
+        (
+            f16p(&raw const (*b).d) * *d.add(i),
+            mul_sum_u8_i8(q, xv),
+            f16p(&raw const (*b).m),
+            *s.add(i),
+        )
+    })
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q8_0(row: &[u8], a: &QuantizedActs) -> f32 {
+    let (w, x, d) = (
+        row.as_ptr() as *const BlockQ8_0,
+        a.qs.as_ptr(),
+        a.d.as_ptr(),
+    );
+    sum_blocks(a.d.len(), |i| {
+        let b = w.add(i);
+        let q = _mm256_loadu_si256((*b).qs.as_ptr() as *const __m256i);
+        let xv = _mm256_loadu_si256(x.add(32 * i) as *const __m256i);
+        (
+            f16p(&raw const (*b).d) * *d.add(i),
+            mul_sum_i8(q, xv),
+            0.0,
+            0.0,
+        )
+    })
+}
+
+/// Q4_K (`five` false) and Q5_K (`five` true) in `order` (Q5_K: always
+/// [`KOrder::Dot`]): per block the four steps of 64 numbers as eight i32 lanes each
+/// (lane k: numbers 4k..4k+3 of both sub-blocks, times their scales) and the minimum
+/// sums, which [`K45Acc`] meets with the scales as llama.cpp's kernel of that order.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q45_k(row: &[u8], a: &QuantizedActs, five: bool, order: KOrder) -> f32 {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let one = _mm256_set1_epi8(1);
+    let mut acc = K45Acc::new();
+    for i in 0..a.d.len() {
+        let k = K45Ptr::new(row, i, five);
+        let scales = &*k.scales;
+        let qs = k.qs;
+        let qh = if five {
+            _mm256_loadu_si256(k.qh as *const __m256i)
+        } else {
+            _mm256_setzero_si256()
+        };
+        let xq = a.qs.as_ptr().add(256 * i);
+        let mut steps = [_mm256_setzero_si256(); 4];
+        let (sc8, _) = k_scales_mins(scales);
+        for (c, step) in steps.iter_mut().enumerate() {
+            let (sc0, sc1) = (sc8[2 * c], sc8[2 * c + 1]);
+            let qb = _mm256_loadu_si256(qs.add(32 * c) as *const __m256i);
+            let mut lo = _mm256_and_si256(qb, m4);
+            let mut hi = _mm256_and_si256(_mm256_srli_epi16(qb, 4), m4);
+            if five {
+                let h0 =
+                    _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * c as i32)), one);
+                let h1 = _mm256_and_si256(
+                    _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * c as i32 + 1)),
+                    one,
+                );
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(h0, 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(h1, 4));
+            }
+            let xl = _mm256_loadu_si256(xq.add(64 * c) as *const __m256i);
+            let xh = _mm256_loadu_si256(xq.add(64 * c + 32) as *const __m256i);
+            let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, xl), _mm256_set1_epi16(sc0 as i16));
+            let ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xh), _mm256_set1_epi16(sc1 as i16));
+            *step = _mm256_add_epi32(pl, ph);
+        }
+        let mins = k45_mins(scales, &a.bsums[16 * i..16 * i + 16]);
+        acc.block(steps, mins, k.d, a.d[i], five, order);
+    }
+    acc.finish(five, order)
+}
+
+/// Where block `i` of a Q4_K or Q5_K row keeps what the kernels read (the fields of
+/// [`BlockQ4_K`] / [`BlockQ5_K`]).
+pub(crate) struct K45Ptr {
+    /// `d`, followed by `dmin`.
+    pub(crate) d: *const f16,
+    /// The 12 scale bytes.
+    pub(crate) scales: *const [u8; 12],
+    /// The 128 bytes of nibbles.
+    pub(crate) qs: *const u8,
+    /// Q5_K: the 32 bytes of fifth bits (null for Q4_K).
+    pub(crate) qh: *const u8,
+}
+
+impl K45Ptr {
+    /// Block `i` of `row` (Q5_K when `five`).
+    ///
+    /// # Safety
+    /// `row` holds at least `i + 1` blocks of the type.
+    #[inline(always)]
+    pub(crate) unsafe fn new(row: &[u8], i: usize, five: bool) -> K45Ptr {
+        // SAFETY: block i lies within `row` (the caller's contract); the blocks are
+        // packed, so any address is aligned for them.
+        unsafe {
+            if five {
+                let b = (row.as_ptr() as *const BlockQ5_K).add(i);
+                K45Ptr {
+                    d: &raw const (*b).d,
+                    scales: &raw const (*b).scales,
+                    qs: (*b).qs.as_ptr(),
+                    qh: (*b).qh.as_ptr(),
+                }
+            } else {
+                let b = (row.as_ptr() as *const BlockQ4_K).add(i);
+                K45Ptr {
+                    d: &raw const (*b).d,
+                    scales: &raw const (*b).scales,
+                    qs: (*b).qs.as_ptr(),
+                    qh: std::ptr::null(),
+                }
+            }
+        }
+    }
+}
+
+// `dmin` right after `d`, as K45Acc::block reads them.
+const _: () = assert!(
+    std::mem::offset_of!(BlockQ4_K, dmin) == std::mem::offset_of!(BlockQ4_K, d) + 2
+        && std::mem::offset_of!(BlockQ5_K, dmin) == std::mem::offset_of!(BlockQ5_K, d) + 2
+);
+
+/// `mins[j] = mn_2j · s_2j + mn_2j+1 · s_2j+1` of a Q4_K / Q5_K block, with `s` the
+/// 32-sums of the activations (`bsums`: the block's 16-sums).
+#[inline]
+pub(crate) fn k45_mins(scales: &[u8], bsums: &[i32]) -> [i32; 4] {
+    let (_, mn) = k_scales_mins(scales);
+    std::array::from_fn(|j| {
+        mn[2 * j] as i32 * (bsums[4 * j] + bsums[4 * j + 1])
+            + mn[2 * j + 1] as i32 * (bsums[4 * j + 2] + bsums[4 * j + 3])
+    })
+}
+
+/// The f32 accumulators of a Q4_K / Q5_K dot in one of llama.cpp's orders
+/// (`reference::dot_k45`, [`reference::dot_q4_k_repacked`]), fed one block at a
+/// time with its exact integer parts.
+pub(crate) struct K45Acc {
+    /// [`KOrder::Dot`]: eight lanes of `fma(d·dx, Σ steps)`.
+    acc: __m256,
+    /// Q4_K [`KOrder::Dot`]: four lanes of `fma(−dx·dmin, mins)`.
+    acc_m: __m128,
+    /// Q5_K: `fma(−dx·dmin, Σ mins)`; [`KOrder::Gemv`]/[`KOrder::Gemm`]: the
+    /// minimums' chain.
+    summs: f32,
+    /// [`KOrder::Gemv`]/[`KOrder::Gemm`]: the products' chain.
+    chain: f32,
+}
+
+impl K45Acc {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) fn new() -> K45Acc {
+        K45Acc {
+            acc: _mm256_setzero_ps(),
+            acc_m: _mm_setzero_ps(),
+            summs: 0.0,
+            chain: 0.0,
+        }
+    }
+
+    /// One block: its four steps' lanes, its minimum sums, the block's `d` (`dmin`
+    /// follows it: [`K45Ptr::d`]) and the activations' scale `dx`.
+    ///
+    /// # Safety
+    /// `blk` points at a Q4_K / Q5_K block's `d`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) unsafe fn block(
+        &mut self,
+        steps: [__m256i; 4],
+        mins: [i32; 4],
+        blk: *const f16,
+        dx: f32,
+        five: bool,
+        order: KOrder,
+    ) {
+        let (dw, dminw) = (f16p(blk), f16p(blk.add(1)));
+        match order {
+            KOrder::Dot => {
+                let sumi = _mm256_add_epi32(
+                    _mm256_add_epi32(steps[0], steps[1]),
+                    _mm256_add_epi32(steps[2], steps[3]),
+                );
+                self.acc =
+                    _mm256_fmadd_ps(_mm256_set1_ps(dx * dw), _mm256_cvtepi32_ps(sumi), self.acc);
+                let dmin = -dx * dminw;
+                if five {
+                    self.summs = dmin.mul_add(mins.iter().sum::<i32>() as f32, self.summs);
+                } else {
+                    let m = _mm_loadu_si128(mins.as_ptr() as *const __m128i);
+                    self.acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(m), self.acc_m);
+                }
+            }
+            KOrder::Gemv => {
+                let s = hsum_epi32(_mm256_add_epi32(
+                    _mm256_add_epi32(steps[0], steps[1]),
+                    _mm256_add_epi32(steps[2], steps[3]),
+                ));
+                self.chain = (s as f32).mul_add(dw * dx, self.chain);
+                let m: i32 = mins.iter().sum();
+                self.summs = (m as f32).mul_add(dminw * dx, self.summs);
+            }
+            KOrder::Gemm => {
+                for (st, &m) in steps.iter().zip(&mins) {
+                    self.chain = (hsum_epi32(*st) as f32).mul_add(dw * dx, self.chain);
+                    self.summs = (m as f32).mul_add(dminw * dx, self.summs);
+                }
+            }
+            KOrder::Tiled => {
+                let s = hsum_epi32(_mm256_add_epi32(
+                    _mm256_add_epi32(steps[0], steps[1]),
+                    _mm256_add_epi32(steps[2], steps[3]),
+                ));
+                let m: i32 = mins.iter().sum();
+                let r = (-dminw).mul_add(m as f32, dw * s as f32);
+                self.chain = r.mul_add(dx, self.chain);
+            }
+        }
+    }
+
+    /// The dot product.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) fn finish(&self, five: bool, order: KOrder) -> f32 {
+        // SAFETY: hsum_ps needs AVX2, which this function's features include.
+        let hsum_ps = |v| unsafe { hsum_ps(v) };
+        match order {
+            KOrder::Dot if five => hsum_ps(self.acc) + self.summs,
+            KOrder::Dot => {
+                // llama.cpp's fold of the four minimum lanes: (0 + 2) + (1 + 3).
+                let m = _mm_add_ps(self.acc_m, _mm_movehl_ps(self.acc_m, self.acc_m));
+                let m = _mm_add_ss(m, _mm_movehdup_ps(m));
+                hsum_ps(self.acc) + _mm_cvtss_f32(m)
+            }
+            KOrder::Tiled => self.chain,
+            _ => self.chain - self.summs,
+        }
+    }
+}
+
+/// The eight i32 lanes summed (exact while the sum fits).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn hsum_epi32(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
+    _mm_cvtsi128_si32(s)
+}
+
+/// Q6_K in llama.cpp's dot order, or (`tiled`) in its tiled product's
+/// ([`KOrder::Tiled`]).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6_k(row: &[u8], a: &QuantizedActs, tiled: bool) -> f32 {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let m2 = _mm256_set1_epi8(3);
+    let mut acc = _mm256_setzero_ps();
+    let mut chain = 0.0f32;
+    let blocks = row.as_ptr() as *const BlockQ6_K;
+    for i in 0..a.d.len() {
+        let blk = blocks.add(i);
+        let sc = &(*blk).scales;
+        let dw = f16p(&raw const (*blk).d);
+        let (ql, qhp) = ((*blk).ql.as_ptr(), (*blk).qh.as_ptr());
+        let xq = a.qs.as_ptr().add(256 * i);
+        let mut sumi = _mm256_setzero_si256();
+        for n in 0..2 {
+            let ql0 = _mm256_loadu_si256(ql.add(64 * n) as *const __m256i);
+            let ql1 = _mm256_loadu_si256(ql.add(64 * n + 32) as *const __m256i);
+            let qh = _mm256_loadu_si256(qhp.add(32 * n) as *const __m256i);
+            let q = [
+                _mm256_or_si256(
+                    _mm256_and_si256(ql0, m4),
+                    _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(ql1, m4),
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4),
+                ),
+            ];
+            for (k, qk) in q.iter().enumerate() {
+                let g0 = 8 * n + 2 * k;
+                let x = _mm256_loadu_si256(xq.add(128 * n + 32 * k) as *const __m256i);
+                let p = _mm256_maddubs_epi16(*qk, x);
+                let s = _mm256_set_m128i(
+                    _mm_set1_epi16(sc[g0 + 1] as i16),
+                    _mm_set1_epi16(sc[g0] as i16),
+                );
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s));
+            }
+        }
+        let off = q6_k_offsets(sc, &a.bsums[16 * i..16 * i + 16]);
+        let sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(off, 5));
+        if tiled {
+            chain = (dw * hsum_epi32(sumi) as f32).mul_add(a.d[i], chain);
+        } else {
+            let d = dw * a.d[i];
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        }
+    }
+    if tiled {
+        chain
+    } else {
+        hsum_ps(acc)
+    }
+}
+
+/// Lane k: `sc_2k · s_2k + sc_2k+1 · s_2k+1` of a Q6_K block (its i8 scales `sc`, the
+/// activations' 16-sums `s`); 32 times it is the lane's share of the `− 32` offset
+/// (llama.cpp's `q8sclsub`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn q6_k_offsets(sc: &[i8; 16], bsums: &[i32]) -> __m256i {
+    let o: [i32; 8] = std::array::from_fn(|k| {
+        sc[2 * k] as i32 * bsums[2 * k] + sc[2 * k + 1] as i32 * bsums[2 * k + 1]
+    });
+    // SAFETY: `o` holds eight i32.
+    unsafe { _mm256_loadu_si256(o.as_ptr() as *const __m256i) }
+}

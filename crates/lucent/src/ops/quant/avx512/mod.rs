@@ -1,0 +1,327 @@
+//! AVX-512 VNNI kernels: the tile kernels of the 32-block types (Q4_0, Q4_1, Q5_0,
+//! Q5_1, Q8_0) — a decoded token's four weight rows as two interleaved pairs
+//! ([`decode::pair_tile`]; where GFNI and BMI2 are), one row two blocks per 512-bit
+//! register ([`decode::tile`]), a prompt's rows in pairs ([`prefill::paired_tile`]) — their products summed by
+//! `vpdpbusd` (unsigned 8-bit weights × signed 8-bit activations, four products into
+//! each i32 lane, no saturation); and the K-quant dots, 64 numbers a step. Selected
+//! only after [`available`] said yes; the callers' `unsafe` blocks rely on that.
+//!
+//! `vpdpbusd` wants one operand unsigned, so every weight enters as `u = q + o ≥ 0`
+//! (o = 8 for Q4_0, 16 for Q5_0, 128 for Q8_0 by flipping the sign bit, 0 for the
+//! `_1` kinds) and the integer sum starts at `−o · Σ qx` instead of 0: the block's sum
+//! `Σ (u − o)·qx` is then exactly the twin's `Σ q·qx`.
+//!
+//! | file | holds |
+//! | --- | --- |
+//! | `mod` | the level check, the blocks' layouts as the kernels walk them, the unsigned weights of a block, the kernel tables, the shared lane shuffles |
+//! | `kquant` | the K-quant dots (Q4_K, Q5_K, Q6_K), one activation row or four, and the repacked Q4_K rows decoded once per prompt |
+//! | `decode` | a decoded token's tiles of the 32-block types: four rows as interleaved pairs, one row two blocks a register |
+//! | `prefill` | a prompt's tiles of the 32-block types: activation rows in pairs against weight rows decoded once |
+//! | `quantize` | activation rows quantised to Q8_0 / Q8_K blocks, 16 numbers a step |
+
+pub(crate) mod decode;
+pub(crate) mod kquant;
+pub(crate) mod prefill;
+pub(crate) mod quantize;
+
+use std::arch::x86_64::*;
+use std::mem::{offset_of, size_of};
+
+use crate::ops::quant::avx2;
+use crate::ops::quant::dispatch::{Dot4Fn, DotFn, KOrder};
+use crate::runtime::{CpuFeatures, Isa};
+use crate::tensor::quant::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, GgmlType};
+
+/// Whether these kernels run at `isa`: [`Isa::Avx512`] (AVX-512 F/BW/VL/VNNI and the
+/// AVX2 kernels' features, whose helpers these kernels share).
+pub(crate) fn available(isa: Isa) -> bool {
+    isa >= Isa::Avx512
+}
+
+/// Whether [`decode::pair_tile`] also runs at `isa`: [`available`] plus GFNI (splits a
+/// byte's nibbles in one instruction) and BMI2 (spreads the fifth bits).
+pub(crate) fn pairs_available(isa: Isa) -> bool {
+    CpuFeatures::get().pairs(isa)
+}
+
+/// Bytes of a block, where its quants start, where its 32 fifth bits start (Q5 kinds),
+/// the weight offset `o`, and whether it has a minimum: per type, read off the block
+/// structs (the kernels walk rows of blocks with these). Every type keeps `d` at the
+/// block's start and, where it has one, `m` right after it (asserted below), which the
+/// scale gathers ([`group_scales`], `decode::short_scales`) read as one 32-bit word.
+pub(crate) const fn layout(t: GgmlType) -> (usize, usize, Option<usize>, i8, bool) {
+    match t {
+        GgmlType::Q4_0 => (
+            size_of::<BlockQ4_0>(),
+            offset_of!(BlockQ4_0, qs),
+            None,
+            8,
+            false,
+        ),
+        GgmlType::Q4_1 => (
+            size_of::<BlockQ4_1>(),
+            offset_of!(BlockQ4_1, qs),
+            None,
+            0,
+            true,
+        ),
+        GgmlType::Q5_0 => (
+            size_of::<BlockQ5_0>(),
+            offset_of!(BlockQ5_0, qs),
+            Some(offset_of!(BlockQ5_0, qh)),
+            16,
+            false,
+        ),
+        GgmlType::Q5_1 => (
+            size_of::<BlockQ5_1>(),
+            offset_of!(BlockQ5_1, qs),
+            Some(offset_of!(BlockQ5_1, qh)),
+            0,
+            true,
+        ),
+        // Q8_0 (and, unused, anything else): the sign bit flipped, o = 128 (the byte
+        // 0x80, read as unsigned by `vpdpbusd`).
+        _ => (
+            size_of::<BlockQ8_0>(),
+            offset_of!(BlockQ8_0, qs),
+            None,
+            i8::MIN,
+            false,
+        ),
+    }
+}
+
+// `d` first, `m` right after: what the scale gathers read.
+const _: () = assert!(
+    offset_of!(BlockQ4_0, d) == 0
+        && offset_of!(BlockQ4_1, d) == 0
+        && offset_of!(BlockQ4_1, m) == 2
+        && offset_of!(BlockQ5_0, d) == 0
+        && offset_of!(BlockQ5_1, d) == 0
+        && offset_of!(BlockQ5_1, m) == 2
+        && offset_of!(BlockQ8_0, d) == 0
+);
+
+/// The tile kernel's types as const-generic ids (`GgmlType` is not a const parameter).
+pub(crate) const Q4_0: u8 = 0;
+/// See [`Q4_0`].
+pub(crate) const Q4_1: u8 = 1;
+/// See [`Q4_0`].
+pub(crate) const Q5_0: u8 = 2;
+/// See [`Q4_0`].
+pub(crate) const Q5_1: u8 = 3;
+/// See [`Q4_0`].
+pub(crate) const Q8_0: u8 = 4;
+
+pub(crate) const fn dtype(k: u8) -> GgmlType {
+    match k {
+        Q4_0 => GgmlType::Q4_0,
+        Q4_1 => GgmlType::Q4_1,
+        Q5_0 => GgmlType::Q5_0,
+        Q5_1 => GgmlType::Q5_1,
+        _ => GgmlType::Q8_0,
+    }
+}
+
+/// The unsigned weights `u = q + o` of block `b` (and of the next block when `TWO`;
+/// else the upper 32 bytes are don't-care, met by zero activations) as 64 bytes in
+/// number order: block one's 32 numbers, then block two's.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn weights<const K: u8, const TWO: bool>(b: *const u8) -> __m512i {
+    let (bb, qs, qh, _, _) = layout(dtype(K));
+    if K == Q8_0 {
+        let lo = _mm256_loadu_si256(b.add(qs) as *const __m256i);
+        let z = if TWO {
+            let hi = _mm256_loadu_si256(b.add(bb + qs) as *const __m256i);
+            _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1)
+        } else {
+            _mm512_zextsi256_si512(lo)
+        };
+        return _mm512_xor_si512(z, _mm512_set1_epi8(-128));
+    }
+    // 128-bit lanes: [nibbles of block one ×2, nibbles of block two ×2]; the odd
+    // lanes shifted by 4, so after the mask they hold the high nibbles (numbers 16..32).
+    let mut z = _mm512_broadcast_i32x4(_mm_loadu_si128(b.add(qs) as *const __m128i));
+    if TWO {
+        let n = _mm_loadu_si128(b.add(bb + qs) as *const __m128i);
+        z = _mm512_mask_broadcast_i32x4(z, 0xFF00, n);
+    }
+    z = _mm512_mask_srli_epi16(z, 0xFF00_FF00, z, 4);
+    z = _mm512_and_si512(z, _mm512_set1_epi8(0x0F));
+    if let Some(h) = qh {
+        let mut bits = std::ptr::read_unaligned(b.add(h) as *const u32) as u64;
+        if TWO {
+            bits |= (std::ptr::read_unaligned(b.add(bb + h) as *const u32) as u64) << 32;
+        }
+        z = _mm512_mask_add_epi8(z, bits, z, _mm512_set1_epi8(0x10));
+    }
+    z
+}
+
+/// The dot kernel for `dtype`: the K-quants here, the rest from [`super::avx2`].
+pub(crate) fn kernel(dtype: GgmlType) -> DotFn {
+    match dtype {
+        // SAFETY (all three): available() said yes.
+        GgmlType::Q4_K => |r, a| unsafe { kquant::q45_k(r, a, false, KOrder::Dot) },
+        GgmlType::Q5_K => |r, a| unsafe { kquant::q45_k(r, a, true, KOrder::Dot) },
+        GgmlType::Q6_K => |r, a| unsafe { kquant::q6_k(r, a, false) },
+        _ => avx2::kernel(dtype),
+    }
+}
+
+/// The K-quant kernel of one weight row with four activation rows (a prompt's
+/// product), each result equal to [`kernel`]'s; None for the other types.
+pub(crate) fn kernel4(dtype: GgmlType) -> Option<Dot4Fn> {
+    match dtype {
+        // SAFETY (all three): available() said yes; the callers check rows and acts.
+        GgmlType::Q4_K => Some(|r, a| unsafe { kquant::q45_k_rows::<4>(r, a, false, KOrder::Dot) }),
+        GgmlType::Q5_K => Some(|r, a| unsafe { kquant::q45_k_rows::<4>(r, a, true, KOrder::Dot) }),
+        GgmlType::Q6_K => Some(|r, a| unsafe { kquant::q6_k_rows::<4>(r, a, false) }),
+        _ => None,
+    }
+}
+
+/// The K-quant kernels of `dtype` in llama.cpp's tiled order ([`KOrder::Tiled`]):
+/// one activation row and four.
+pub(crate) fn tiled_kernels(dtype: GgmlType) -> Option<(DotFn, Dot4Fn)> {
+    // SAFETY (all): available() said yes; the callers check rows and acts.
+    match dtype {
+        GgmlType::Q4_K => Some((
+            |r, a| unsafe { kquant::q45_k(r, a, false, KOrder::Tiled) },
+            |r, a| unsafe { kquant::q45_k_rows::<4>(r, a, false, KOrder::Tiled) },
+        )),
+        GgmlType::Q5_K => Some((
+            |r, a| unsafe { kquant::q45_k(r, a, true, KOrder::Tiled) },
+            |r, a| unsafe { kquant::q45_k_rows::<4>(r, a, true, KOrder::Tiled) },
+        )),
+        GgmlType::Q6_K => Some((
+            |r, a| unsafe { kquant::q6_k(r, a, true) },
+            |r, a| unsafe { kquant::q6_k_rows::<4>(r, a, true) },
+        )),
+        _ => None,
+    }
+}
+
+/// Q4_K in the order of llama.cpp's repacked kernels ([`KOrder::Gemv`] for one row
+/// at a time, [`KOrder::Gemm`] for the four-row kernel).
+pub(crate) fn repacked_kernels() -> (DotFn, Dot4Fn) {
+    (
+        // SAFETY (both): available() said yes; the callers check rows and acts.
+        |r, a| unsafe { kquant::q45_k(r, a, false, KOrder::Gemv) },
+        |r, a| unsafe { kquant::q45_k_rows::<4>(r, a, false, KOrder::Gemm) },
+    )
+}
+
+/// The scales `d` (and, for the kinds with one, the minimums `m`) of blocks
+/// `g .. g + 16` of every row, widened from the f16s at the blocks' starts (the
+/// scale table's values, read from the bytes the kernels stream anyway); zero for the
+/// blocks past the row's end (`m` masks the group) and `m` zero for the kinds without
+/// a minimum.
+///
+/// # Safety
+/// [`available`]; the masked blocks lie within each row of type `K`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn group_scales<const K: u8, const RW: usize>(
+    rows: [&[u8]; RW],
+    g: usize,
+    m: u16,
+) -> ([__m512; RW], [__m512; RW]) {
+    let (bb, .., has_min) = layout(dtype(K));
+    // Byte offsets of 16 consecutive blocks.
+    let offs = _mm512_mullo_epi32(
+        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+        _mm512_set1_epi32(bb as i32),
+    );
+    let mut d = [_mm512_setzero_ps(); RW];
+    let mut mn = [_mm512_setzero_ps(); RW];
+    for w in 0..RW {
+        let base = rows[w].as_ptr().add(bb * g) as *const i32;
+        let h = _mm512_mask_i32gather_epi32::<1>(_mm512_setzero_si512(), m, offs, base);
+        d[w] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h));
+        if has_min {
+            // The minimums are the f16s right after the scales: the words' upper halves.
+            mn[w] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(h, 16)));
+        }
+    }
+    (d, mn)
+}
+
+/// The four rows of 16 numbers `v` unpacked so that register `r`'s 128-bit lane `l`
+/// holds column `4 l + r` (its four numbers, row by row).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn unpack_4x16(v: [__m512; 4]) -> [__m512; 4] {
+    let t0 = _mm512_unpacklo_ps(v[0], v[1]);
+    let t1 = _mm512_unpackhi_ps(v[0], v[1]);
+    let t2 = _mm512_unpacklo_ps(v[2], v[3]);
+    let t3 = _mm512_unpackhi_ps(v[2], v[3]);
+    let pd = _mm512_castps_pd;
+    [
+        _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t0), pd(t2))),
+        _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t0), pd(t2))),
+        _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t1), pd(t3))),
+        _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t1), pd(t3))),
+    ]
+}
+
+/// The 4 × 16 numbers `v` (four rows of 16) column by column, in the order that
+/// puts column `i`'s four numbers at `16 (i % 4) + 4 (i / 4)`: one 128-bit lane of
+/// the unpacked registers.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn transpose_4x16(v: [__m512; 4]) -> [f32; 64] {
+    let u = unpack_4x16(v);
+    let mut out = [0.0f32; 64];
+    for (r, x) in u.iter().enumerate() {
+        _mm512_storeu_ps(out.as_mut_ptr().add(16 * r), *x);
+    }
+    out
+}
+
+/// The 4 × 16 numbers `v` (four rows of 16) column by column: column `i`'s four
+/// numbers at `4 i`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn block_major_4x16(v: [__m512; 4]) -> [f32; 64] {
+    // u[r]'s 128-bit lane l: column 4 l + r.
+    let u = unpack_4x16(v);
+    // The 128-bit lanes transposed: register l holds lane l of u[0..4], columns
+    // 4 l .. 4 l + 4 in order.
+    let w01 = _mm512_shuffle_f32x4::<0b01_00_01_00>(u[0], u[1]);
+    let w23 = _mm512_shuffle_f32x4::<0b01_00_01_00>(u[2], u[3]);
+    let x01 = _mm512_shuffle_f32x4::<0b11_10_11_10>(u[0], u[1]);
+    let x23 = _mm512_shuffle_f32x4::<0b11_10_11_10>(u[2], u[3]);
+    let c = [
+        _mm512_shuffle_f32x4::<0b10_00_10_00>(w01, w23),
+        _mm512_shuffle_f32x4::<0b11_01_11_01>(w01, w23),
+        _mm512_shuffle_f32x4::<0b10_00_10_00>(x01, x23),
+        _mm512_shuffle_f32x4::<0b11_01_11_01>(x01, x23),
+    ];
+    let mut out = [0.0f32; 64];
+    for (l, x) in c.iter().enumerate() {
+        _mm512_storeu_ps(out.as_mut_ptr().add(16 * l), *x);
+    }
+    out
+}
+
+/// 64 bytes, aligned as a 512-bit register: the unit of [`prefill::Paired`] and
+/// [`kquant::DecodedQ4K`].
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+pub(crate) struct Chunk(pub(crate) [u8; 64]);
+
+/// The low 8 lanes.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn lo(v: __m512) -> __m256 {
+    _mm512_castps512_ps256(v)
+}
+
+/// The high 8 lanes.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn hi(v: __m512) -> __m256 {
+    _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))
+}

@@ -1,0 +1,125 @@
+//! Which kernel runs: the dot kernels of a storage type at an instruction-set level
+//! ([`dot_kernel`]), llama.cpp's orders for the K-quants ([`KOrder`]) and the kernels of
+//! each ([`repacked_kernels`], [`tiled_kernels`]), and the checked entry point
+//! [`vec_dot`]. The level is a parameter ([`Isa`]); the public entry points read it from
+//! the runtime they run in ([`crate::runtime::isa`]).
+
+use crate::ops::quant::activations::QuantizedActs;
+use crate::ops::quant::reference;
+#[cfg(target_arch = "x86_64")]
+use crate::ops::quant::{avx2, avx512};
+use crate::runtime::Isa;
+use crate::tensor::quant::GgmlType;
+use crate::{Error, Result};
+
+/// Errors unless `a` was prepared for `dtype` weights and `row` is one row of `a.len`
+/// numbers of `dtype`.
+pub(crate) fn check_dot(dtype: GgmlType, row: &[u8], a: &QuantizedActs) -> Result<()> {
+    if a.kind != dtype.activation_kind() {
+        return Err(Error::Argument(format!(
+            "activations prepared as {:?} cannot meet {dtype} weights (they need {:?}); \
+             quantise them with quantize_activations({dtype}, x)",
+            a.kind,
+            dtype.activation_kind()
+        )));
+    }
+    let need = dtype.row_bytes(a.len)?;
+    if row.len() != need {
+        return Err(Error::Shape(format!(
+            "{dtype} dot: a row of {} numbers is {need} bytes, got {}",
+            a.len,
+            row.len()
+        )));
+    }
+    Ok(())
+}
+
+/// `w · x` for one weight row of `dtype` and prepared activations, on the instruction
+/// set of the runtime it runs in (AVX-512 VNNI for the K-quants, AVX2 + FMA, else the
+/// [`reference`](mod@super::reference) twin).
+pub fn vec_dot(dtype: GgmlType, row: &[u8], a: &QuantizedActs) -> Result<f32> {
+    check_dot(dtype, row, a)?;
+    Ok(dot_kernel(dtype, crate::runtime::isa())(row, a))
+}
+
+/// A checked dot kernel: the row and activations already agree in length and kind.
+pub(crate) type DotFn = fn(&[u8], &QuantizedActs) -> f32;
+
+/// A dot kernel of one weight row with four activation rows (`avx512::kernel4`).
+pub(crate) type Dot4Fn = fn(&[u8], [&QuantizedActs; 4]) -> [f32; 4];
+
+/// A tile kernel: dots of `RW` weight rows (with their scale tables) and `RA` prepared
+/// activation rows (`avx2::tile`, `avx512::decode::tile`).
+#[cfg(target_arch = "x86_64")]
+pub(crate) type Tile<const RW: usize, const RA: usize> =
+    unsafe fn([&[u8]; RW], [&[f32]; RW], [&QuantizedActs; RA], &mut [[f32; RA]; RW]);
+
+/// The dot kernel for `dtype` at `isa` (a level the CPU runs: the runtime caps it).
+pub(crate) fn dot_kernel(dtype: GgmlType, isa: Isa) -> DotFn {
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx512 {
+        return avx512::kernel(dtype);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx2 {
+        return avx2::kernel(dtype);
+    }
+    reference::kernel(dtype)
+}
+
+/// Which of llama.cpp's kernels a K-quant dot sums like: its arithmetic differs between
+/// them in the f32 steps (the integer parts are exact in all).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum KOrder {
+    /// `ggml_vec_dot_q4_K_q8_K` / `_q5_K_`: eight lanes per block, the minimums apart.
+    Dot,
+    /// `ggml_gemv_q4_K_8x8_q8_K` (repacked Q4_K, one activation row): one chain, one
+    /// step per block.
+    Gemv,
+    /// `ggml_gemm_q4_K_8x8_q8_K` (repacked Q4_K, activation rows in fours): one chain,
+    /// one step per 64 numbers. (Its four-row quantiser gives a block whose largest
+    /// magnitude comes with both signs the positive one's scale, where the one-row
+    /// quantiser takes the first's: that flips the signs of the block's q and d together,
+    /// which no product sees, so lucent quantises all rows alike.)
+    Gemm,
+    /// llama.cpp's tiled K-quant product (`ggml_compute_forward_mul_mat_tiled`, AVX2),
+    /// which it takes for a product of 8 activation rows or more (Q4_K not repacked,
+    /// Q5_K, Q6_K): one chain, per block `fma(d·S − dmin·M, dx)` with `S` and `M` the
+    /// block's exact integer totals.
+    Tiled,
+}
+
+/// The number of activation rows from which llama.cpp multiplies a K-quant matrix that
+/// it has not repacked with its tiled kernel ([`KOrder::Tiled`]).
+pub(crate) const TILED_MIN_ROWS: usize = 8;
+
+/// The kernels of a repacked Q4_K matrix at `isa`: one activation row
+/// ([`KOrder::Gemv`]) and four ([`KOrder::Gemm`]).
+pub(crate) fn repacked_kernels(isa: Isa) -> (DotFn, Dot4Fn) {
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx512 {
+        return avx512::repacked_kernels();
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx2 {
+        return avx2::repacked_kernels();
+    }
+    (
+        |r, a| reference::dot_q4_k_repacked(r, a, false),
+        |r, a| std::array::from_fn(|k| reference::dot_q4_k_repacked(r, a[k], true)),
+    )
+}
+
+/// The K-quant kernels of `dtype` in llama.cpp's tiled order ([`KOrder::Tiled`]) on
+/// `isa`, one activation row and four; None for the other types.
+pub(crate) fn tiled_kernels(dtype: GgmlType, isa: Isa) -> Option<(DotFn, Dot4Fn)> {
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx512 {
+        return avx512::tiled_kernels(dtype);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx2 {
+        return avx2::tiled_kernels(dtype);
+    }
+    reference::tiled_kernels(dtype)
+}

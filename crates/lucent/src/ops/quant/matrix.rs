@@ -1,0 +1,982 @@
+//! [`QMatrix`]: a `rows × cols` weight matrix in one of the GGUF storage types, and how
+//! its products are scheduled: a decoded token's product (`matvec`: the quantised rows
+//! streamed once, in tiles of four rows, over the threads), a prompt's (`matmul_t_quantized`:
+//! weight rows in L1-sized blocks that every activation row meets, paired on AVX-512),
+//! several matrices over one input at once (`matvec_group`, `matmul_t_quantized_group`),
+//! and the dequantised tiles through the f32 GEMM (`matmul_t`). Which kernels run is
+//! [`super::dispatch`]'s choice at the runtime's instruction-set level; the threads are
+//! the runtime's ([`crate::threads`]).
+
+use std::fmt;
+use std::ops::Range;
+use std::sync::Arc;
+
+use crate::ops::quant::activations::{quantize_activations, quantize_rows, QuantizedActs};
+use crate::ops::quant::dequant::dequantize;
+#[cfg(target_arch = "x86_64")]
+use crate::ops::quant::dispatch::Tile;
+use crate::ops::quant::dispatch::{
+    dot_kernel, repacked_kernels, tiled_kernels, Dot4Fn, DotFn, TILED_MIN_ROWS,
+};
+use crate::ops::quant::reference;
+#[cfg(target_arch = "x86_64")]
+use crate::ops::quant::{avx2, avx512};
+use crate::runtime::{Isa, Numerics};
+use crate::tensor::quant::{
+    blocks, f16_value, ActKind, BlockQ4_1, BlockQ8_0, GgmlType, QBytes, QK, QK_K,
+};
+use crate::{Error, Result};
+
+/// How many tasks per thread a product's weight rows are cut into, for `per_row`
+/// activation rows: a decoded token's product (1) in few long runs, each read as two
+/// streams from memory (SmolLM2's 2-thread decode on its team: ×1.13 with 2 instead of
+/// 4, ×1.25 beside a process that keeps a CPU busy; 1 was as fast on a quiet machine but
+/// gained only ×1.13 beside the busy one); a prompt's in many, so that the last task to
+/// finish leaves the other threads idle only briefly (SmolLM2's 2-thread prefill: ~400 →
+/// ~470 tok/s with 16 instead of 4, alternating runs).
+fn tasks_per_thread(per_row: usize) -> usize {
+    if per_row > 1 {
+        16
+    } else {
+        2
+    }
+}
+
+/// Whether a prompt's per-row preparation (quantisation, pairing, the transpose) of `n`
+/// numbers is worth splitting over the threads.
+fn split_prep(n: usize) -> bool {
+    crate::threads::threads() > 1 && n >= PAR_PREP_NUMBERS
+}
+
+/// Numbers of a prompt's activations from which their preparation runs on the threads.
+const PAR_PREP_NUMBERS: usize = 1 << 14;
+
+/// The `cols`-long rows of `x` quantised for `dtype`, in order, over the threads when
+/// there are many.
+fn quantize_prompt(
+    dtype: GgmlType,
+    x: &[f32],
+    cols: usize,
+    isa: Isa,
+) -> Result<Vec<QuantizedActs>> {
+    if split_prep(x.len()) {
+        crate::threads::map_collect(x.len() / cols, |i| {
+            quantize_rows(dtype, &x[i * cols..(i + 1) * cols], isa)
+        })
+        .into_iter()
+        .collect()
+    } else {
+        x.chunks_exact(cols)
+            .map(|r| quantize_rows(dtype, r, isa))
+            .collect()
+    }
+}
+
+/// `y` (t, rows) = `yt` (rows, t) transposed, in tiles of 8 rows of `y` × 16 numbers:
+/// each write fills a cache line, and the 8 lines written at a time stay within one L1
+/// set's ways even when a row of `y` is a multiple of 4 KiB (a power-of-two `rows`).
+fn transpose(yt: &[f32], rows: usize, t: usize, y: &mut [f32]) {
+    // Eight rows of y (from row r0) at a time.
+    let block = |r0: usize, yb: &mut [f32]| {
+        for i0 in (0..rows).step_by(16) {
+            let i1 = (i0 + 16).min(rows);
+            for (dr, yr) in yb.chunks_exact_mut(rows).enumerate() {
+                for (k, v) in yr[i0..i1].iter_mut().enumerate() {
+                    *v = yt[(i0 + k) * t + r0 + dr];
+                }
+            }
+        }
+    };
+    if rows == 0 {
+        return;
+    }
+    if split_prep(y.len()) {
+        crate::threads::for_each_chunk_mut(y, 8 * rows, |c, yb| block(8 * c, yb));
+    } else {
+        for (c, yb) in y.chunks_mut(8 * rows).enumerate() {
+            block(8 * c, yb);
+        }
+    }
+}
+
+/// Y (t, rows) of a prompt's product, written by several threads at once, each to its
+/// own weight rows, i.e. its own columns of Y; a column range is not a contiguous slice,
+/// so the threads share a pointer, each writing only its columns.
+struct Columns<'a> {
+    ptr: *mut f32,
+    rows: usize,
+    t: usize,
+    _y: std::marker::PhantomData<&'a mut [f32]>,
+}
+
+// SAFETY: `Columns` only writes through `put`, whose callers each own distinct columns
+// (QMatrix::run_row_ranges hands every weight row to one task).
+unsafe impl Sync for Columns<'_> {}
+
+impl<'a> Columns<'a> {
+    /// Y (t, rows) over `y`, borrowed for as long as the writers run.
+    fn new(y: &'a mut [f32], rows: usize, t: usize) -> Columns<'a> {
+        debug_assert_eq!(y.len(), rows * t);
+        Columns {
+            ptr: y.as_mut_ptr(),
+            rows,
+            t,
+            _y: std::marker::PhantomData,
+        }
+    }
+
+    /// `Y[a][i..i + v.len()] = v`.
+    ///
+    /// # Safety
+    /// `a < t`, `i + v.len() ≤ rows`, and no other thread writes these columns.
+    unsafe fn put(&self, a: usize, i: usize, v: &[f32]) {
+        debug_assert!(a < self.t && i + v.len() <= self.rows);
+        // SAFETY: in bounds (the caller's contract), and these numbers are this
+        // caller's alone.
+        unsafe {
+            std::ptr::copy_nonoverlapping(v.as_ptr(), self.ptr.add(a * self.rows + i), v.len())
+        };
+    }
+}
+
+/// Bytes of weight rows a prompt's product keeps in L1 at a time (the paired tiles and
+/// the K-quant rows).
+const PAIRED_WEIGHT_BYTES: usize = 16 << 10;
+
+/// Rows of work below which [`QMatrix::matvec`] stays on the calling thread: waking the
+/// pool costs a few microseconds, more than a small product takes.
+const PAR_MIN_BYTES: usize = 1 << 17;
+
+/// A weight matrix of `rows × cols` numbers stored row by row in a [`GgmlType`]
+/// (each row is `cols / block_len` whole blocks), as a GGUF weight `(out, in)` is.
+/// Cheap to clone (the bytes are shared).
+#[derive(Clone)]
+pub struct QMatrix {
+    dtype: GgmlType,
+    rows: usize,
+    cols: usize,
+    row_bytes: usize,
+    bytes: QBytes,
+    /// Per row, the blocks' scales (and Q4_1's minimums) widened to f32, built on first
+    /// use by the AVX2 tile kernel ([`QMatrix::scale_table`]); shared between clones.
+    scales: Arc<std::sync::OnceLock<Vec<f32>>>,
+}
+
+impl fmt::Debug for QMatrix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "QMatrix({} × {} {})", self.rows, self.cols, self.dtype)
+    }
+}
+
+impl QMatrix {
+    /// A matrix over `bytes`; errors if the byte count is not `rows` rows of `cols` numbers.
+    pub fn new(dtype: GgmlType, rows: usize, cols: usize, bytes: QBytes) -> Result<QMatrix> {
+        let row_bytes = dtype.row_bytes(cols)?;
+        let need = row_bytes
+            .checked_mul(rows)
+            .ok_or_else(|| Error::Shape(format!("QMatrix {rows} × {cols} {dtype} is too large")))?;
+        let have = bytes.as_slice().len();
+        if have != need {
+            return Err(Error::Shape(format!(
+                "QMatrix {rows} × {cols} {dtype} needs {need} bytes, got {have}"
+            )));
+        }
+        Ok(QMatrix {
+            dtype,
+            rows,
+            cols,
+            row_bytes,
+            bytes,
+            scales: Arc::default(),
+        })
+    }
+
+    /// A matrix over owned bytes.
+    pub fn from_vec(dtype: GgmlType, rows: usize, cols: usize, bytes: Vec<u8>) -> Result<QMatrix> {
+        QMatrix::new(dtype, rows, cols, QBytes::Owned(Arc::new(bytes)))
+    }
+
+    /// Storage type.
+    pub fn dtype(&self) -> GgmlType {
+        self.dtype
+    }
+
+    /// Rows (output features).
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Columns (input features).
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// The raw bytes of row `i` (panics if `i >= rows`, like slice indexing).
+    pub fn row_bytes_of(&self, i: usize) -> &[u8] {
+        &self.bytes.as_slice()[i * self.row_bytes..(i + 1) * self.row_bytes]
+    }
+
+    /// All the bytes, row after row.
+    pub fn bytes(&self) -> &[u8] {
+        self.bytes.as_slice()
+    }
+
+    fn check_x(&self, what: &str, x: &[f32], t: usize) -> Result<()> {
+        if x.len() != t * self.cols {
+            return Err(Error::mismatch(
+                format!(
+                    "QMatrix::{what} ({} {} × {})",
+                    self.dtype, self.rows, self.cols
+                ),
+                &[t, self.cols],
+                &[x.len()],
+            ));
+        }
+        Ok(())
+    }
+
+    /// Prepare `x` (length `cols`) for [`QMatrix::matvec_prepared`]; one preparation
+    /// serves every matrix of the same dtype and width (e.g. Q, K and V projections).
+    pub fn prepare(&self, x: &[f32]) -> Result<QuantizedActs> {
+        self.check_x("prepare", x, 1)?;
+        quantize_activations(self.dtype, x)
+    }
+
+    /// y = W · x (decode): `x` has `cols` numbers, the result `rows`. Streams the
+    /// quantised rows once; threads over rows when the matrix is large.
+    ///
+    /// # Shapes
+    /// W (rows, cols) · x (cols) → y (rows)
+    pub fn matvec(&self, x: &[f32]) -> Result<Vec<f32>> {
+        let mut y = vec![0.0; self.rows];
+        let a = self.prepare(x)?;
+        self.matvec_prepared(&a, &mut y)?;
+        Ok(y)
+    }
+
+    /// `y_m = W_m · x` for several matrices that read the same `x` (a layer's Q, K and V
+    /// projections; a gated FFN's gate and up): `x` is prepared once, and all their rows
+    /// share one pass over the thread pool instead of one each. Each result is what
+    /// [`QMatrix::matvec`] gives, bit for bit. Matrices of different types or widths
+    /// are run one by one.
+    ///
+    /// # Shapes
+    /// W_m (rows_m, cols) · x (cols) → y_m (rows_m)
+    pub fn matvec_group(mats: &[&QMatrix], x: &[f32]) -> Result<Vec<Vec<f32>>> {
+        let Some(first) = mats.first() else {
+            return Ok(Vec::new());
+        };
+        if mats
+            .iter()
+            .any(|m| m.dtype != first.dtype || m.cols != first.cols)
+        {
+            return mats.iter().map(|m| m.matvec(x)).collect();
+        }
+        let isa = crate::runtime::isa();
+        first.check_x("matvec_group", x, 1)?;
+        let a = quantize_rows(first.dtype, x, isa)?;
+        let mut ys: Vec<Vec<f32>> = mats.iter().map(|m| vec![0.0f32; m.rows]).collect();
+        let threads = crate::threads::threads();
+        let bytes: usize = mats.iter().map(|m| m.rows * m.row_bytes).sum();
+        let parallel = threads > 1 && bytes >= PAR_MIN_BYTES;
+        // (matrix, first row, its outputs): whole tiles of rows, tasks_per_thread(1) per
+        // thread of each matrix.
+        let mut jobs: Vec<(&QMatrix, usize, &mut [f32])> = Vec::new();
+        for (m, y) in mats.iter().zip(ys.iter_mut()) {
+            let chunk = if parallel {
+                m.rows
+                    .div_ceil(threads * tasks_per_thread(1))
+                    .max(8)
+                    .div_ceil(4)
+                    * 4
+            } else {
+                m.rows.max(1)
+            };
+            for (c, out) in y.chunks_mut(chunk).enumerate() {
+                jobs.push((*m, c * chunk, out));
+            }
+        }
+        let run =
+            |_, job: &mut (&QMatrix, usize, &mut [f32])| job.0.rows_into(job.1, job.2, &a, isa);
+        if parallel {
+            crate::threads::for_each_mut(&mut jobs, run);
+        } else {
+            jobs.iter_mut().enumerate().for_each(|(i, j)| run(i, j));
+        }
+        Ok(ys)
+    }
+
+    /// Rows `i0 .. i0 + out.len()` of `W · x` into `out`, on the calling thread (`a`
+    /// prepared for this matrix).
+    fn rows_into(&self, i0: usize, out: &mut [f32], a: &QuantizedActs, isa: Isa) {
+        if self.tiled(isa) {
+            self.tile_rows(i0, out, std::slice::from_ref(a), isa);
+            return;
+        }
+        let k = self.row_kernel(isa);
+        for (j, y) in out.iter_mut().enumerate() {
+            *y = k(self.row_bytes_of(i0 + j), a);
+        }
+    }
+
+    /// y = W · x with `x` already prepared ([`QMatrix::prepare`]), written into `y` (length `rows`).
+    pub fn matvec_prepared(&self, a: &QuantizedActs, y: &mut [f32]) -> Result<()> {
+        self.check_prepared(a, y)?;
+        let isa = crate::runtime::isa();
+        if self.tiled(isa) {
+            self.run_row_groups(y, 1, |i0, out| {
+                self.tile_rows(i0, out, std::slice::from_ref(a), isa)
+            });
+            return Ok(());
+        }
+        let k = self.row_kernel(isa);
+        self.run_rows(y, |i| k(self.row_bytes_of(i), a));
+        Ok(())
+    }
+
+    /// The scalar twin of [`QMatrix::matvec`] (reference dots, one thread).
+    pub fn matvec_reference(&self, x: &[f32]) -> Result<Vec<f32>> {
+        let a = self.prepare(x)?;
+        let k: DotFn = if self.repacked() {
+            |r, a| reference::dot_q4_k_repacked(r, a, false)
+        } else {
+            reference::kernel(self.dtype)
+        };
+        Ok((0..self.rows)
+            .map(|i| k(self.row_bytes_of(i), &a))
+            .collect())
+    }
+
+    fn check_prepared(&self, a: &QuantizedActs, y: &[f32]) -> Result<()> {
+        if a.len != self.cols || a.kind != self.dtype.activation_kind() || y.len() != self.rows {
+            return Err(Error::Argument(format!(
+                "QMatrix::matvec_prepared ({} {} × {}): activations of {} numbers as {:?} and an output of {} \
+                 do not fit; prepare x with this matrix's `prepare`",
+                self.dtype, self.rows, self.cols, a.len, a.kind,
+                y.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The per-row f32 table of block scales (Q4_1: nb scales then nb minimums; Q8_0: nb
+    /// scales), widened from the blocks' f16 once and kept (4 or 8 bytes per 32 weights).
+    fn scale_table(&self) -> &[f32] {
+        self.scales.get_or_init(|| {
+            let nb = self.cols / self.dtype.block_len().max(1);
+            let two = self.dtype == GgmlType::Q4_1;
+            let mut t = Vec::with_capacity(self.rows * nb * if two { 2 } else { 1 });
+            for i in 0..self.rows {
+                let row = self.row_bytes_of(i);
+                if two {
+                    let b = blocks::<BlockQ4_1>(row);
+                    t.extend(b.iter().map(|b| f16_value(b.d)));
+                    t.extend(b.iter().map(|b| f16_value(b.m)));
+                } else {
+                    t.extend(blocks::<BlockQ8_0>(row).iter().map(|b| f16_value(b.d)));
+                }
+            }
+            t
+        })
+    }
+
+    /// Whether llama.cpp keeps this matrix repacked: a Q4_K matrix with a multiple of 8
+    /// rows, which it interleaves eight rows at a time on an AVX2 CPU and multiplies
+    /// with its own kernels. lucent sums such a matrix's products in their order
+    /// ([`KOrder::Gemv`], [`KOrder::Gemm`]).
+    fn repacked(&self) -> bool {
+        self.dtype == GgmlType::Q4_K && self.rows.is_multiple_of(8)
+    }
+
+    /// The dot kernel of one weight row with one activation row: a token's products,
+    /// and a prompt's rows outside whole fours.
+    fn row_kernel(&self, isa: Isa) -> DotFn {
+        if self.repacked() {
+            repacked_kernels(isa).0
+        } else {
+            dot_kernel(self.dtype, isa)
+        }
+    }
+
+    /// The kernel of one weight row with four activation rows, where one reads each
+    /// weight block once for four rows (the K-quants on AVX-512) or where llama.cpp sums
+    /// four rows in its own order (repacked Q4_K, unless `numerics` asks for every row
+    /// alike).
+    fn row_kernel4(&self, isa: Isa, numerics: Numerics) -> Option<Dot4Fn> {
+        if self.repacked() {
+            return (!numerics.row_invariant()).then(|| repacked_kernels(isa).1);
+        }
+        #[cfg(target_arch = "x86_64")]
+        if avx512::available(isa) {
+            return avx512::kernel4(self.dtype);
+        }
+        None
+    }
+
+    /// The kernels of a prompt product of `t` activation rows: one row and four. Like
+    /// llama.cpp, a K-quant matrix it has not repacked takes its tiled order from
+    /// [`TILED_MIN_ROWS`] rows on (unless `numerics` asks for every row alike).
+    fn prompt_kernels(&self, t: usize, isa: Isa, numerics: Numerics) -> (DotFn, Option<Dot4Fn>) {
+        if t >= TILED_MIN_ROWS && !self.repacked() && !numerics.row_invariant() {
+            if let Some((k, k4)) = tiled_kernels(self.dtype, isa) {
+                return (k, Some(k4));
+            }
+        }
+        (self.row_kernel(isa), self.row_kernel4(isa, numerics))
+    }
+
+    /// Whether this matrix has a tile kernel at `isa`: `avx512::decode::tile` for the
+    /// 32-block types with AVX-512 VNNI, else `avx2::tile` for Q4_1 and Q8_0.
+    #[allow(unused_variables)]
+    fn tiled(&self, isa: Isa) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            match self.dtype {
+                GgmlType::Q4_1 | GgmlType::Q8_0 => isa >= Isa::Avx2,
+                GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q5_1 => avx512::available(isa),
+                _ => false,
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    }
+
+    /// Dots of weight rows `i0..i0 + out.len() / acts.len()` with every row of `acts`,
+    /// into `out` (weight-row major: `out[w * acts.len() + a]`), through the tile kernel
+    /// (4 weight rows × 1 — as interleaved pairs where the CPU runs
+    /// `avx512::decode::pair_tile` —, or 1 × 4 activation rows, and 1 × 1 for what is left).
+    /// Only when [`QMatrix::tiled`].
+    #[allow(unused_variables)]
+    fn tile_rows(&self, i0: usize, out: &mut [f32], acts: &[QuantizedActs], isa: Isa) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: tiled(isa) checked the level for the kernel chosen here (AVX-512 VNNI
+        // only when avx512::available(isa), the AVX2 kernel only for Q4_1/Q8_0), and the
+        // runtime caps the level to the CPU's; rows and acts were checked to be `cols`
+        // numbers (check_prepared / check_x) and prepared for this type.
+        unsafe {
+            let vnni = avx512::available(isa);
+            if acts.len() == 1 && avx512::pairs_available(isa) {
+                match self.dtype {
+                    GgmlType::Q4_0 => self.decode_pairs::<{ avx512::Q4_0 }>(i0, out, &acts[0]),
+                    GgmlType::Q4_1 => self.decode_pairs::<{ avx512::Q4_1 }>(i0, out, &acts[0]),
+                    GgmlType::Q5_0 => self.decode_pairs::<{ avx512::Q5_0 }>(i0, out, &acts[0]),
+                    GgmlType::Q5_1 => self.decode_pairs::<{ avx512::Q5_1 }>(i0, out, &acts[0]),
+                    _ => self.decode_pairs::<{ avx512::Q8_0 }>(i0, out, &acts[0]),
+                }
+                return;
+            }
+            let kernels: (Tile<4, 1>, Option<Tile<1, 4>>, Tile<1, 1>) = match (vnni, self.dtype) {
+                (true, GgmlType::Q4_0) => avx512::decode::tiles::<{ avx512::Q4_0 }>(),
+                (true, GgmlType::Q4_1) => avx512::decode::tiles::<{ avx512::Q4_1 }>(),
+                (true, GgmlType::Q5_0) => avx512::decode::tiles::<{ avx512::Q5_0 }>(),
+                (true, GgmlType::Q5_1) => avx512::decode::tiles::<{ avx512::Q5_1 }>(),
+                (true, _) => avx512::decode::tiles::<{ avx512::Q8_0 }>(),
+                (false, GgmlType::Q8_0) => (
+                    avx2::tile::<true, 4, 1>,
+                    Some(avx2::tile::<true, 1, 4>),
+                    avx2::tile::<true, 1, 1>,
+                ),
+                (false, _) => (
+                    avx2::tile::<false, 4, 1>,
+                    Some(avx2::tile::<false, 1, 4>),
+                    avx2::tile::<false, 1, 1>,
+                ),
+            };
+            // The AVX-512 kernels read the scales from the blocks: no table to build.
+            let table: &[f32] = if vnni { &[] } else { self.scale_table() };
+            self.tile_rows_with(i0, out, acts, table, kernels);
+        }
+    }
+
+    /// Rows `i0 .. i0 + out.len()` of a decoded token's product (one activation row,
+    /// type `K`, this matrix's) through `avx512::decode::pair_tile`, four weight rows at a
+    /// time (the activations spread once), and `avx512::decode::tile` for the last rows.
+    ///
+    /// # Safety
+    /// `avx512::pairs_available`; `a` prepared for this matrix (check_prepared /
+    /// check_x).
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn decode_pairs<const K: u8>(&self, i0: usize, out: &mut [f32], a: &QuantizedActs) {
+        thread_local! {
+            /// This thread's spread activations, reused from product to product.
+            static SPREAD: std::cell::RefCell<avx512::decode::Spread> = Default::default();
+        }
+        // SAFETY: this function's contract (pairs_available, `a` prepared for this
+        // matrix), and `sp` spread from `a` for K just here.
+        SPREAD.with_borrow_mut(|sp| unsafe {
+            sp.fill::<K>(a);
+            let r = |w: usize| self.row_bytes_of(i0 + w);
+            // Two streams of tiles, from the first half of the rows and from the
+            // second, taken in turn: memory then reads ahead at two places. One core
+            // streams Q4_1 from DRAM at 14 GB/s so, against 11 in one stream
+            // (matvec_bench, 600 MB).
+            let tiles = out.len() / 4;
+            let half = tiles.div_ceil(2);
+            for k in 0..half {
+                for t in [k, half + k] {
+                    if t < tiles {
+                        let w = 4 * t;
+                        let o: &mut [f32; 4] = (&mut out[w..w + 4]).try_into().expect("four rows");
+                        avx512::decode::pair_tile::<K>(
+                            [r(w), r(w + 1), r(w + 2), r(w + 3)],
+                            a,
+                            sp,
+                            o,
+                        );
+                    }
+                }
+            }
+            let mut w = 4 * tiles;
+            while w < out.len() {
+                let mut o = [[0.0f32; 1]; 1];
+                avx512::decode::tile::<K, 1>([r(w)], [&[]], [a], &mut o);
+                out[w] = o[0][0];
+                w += 1;
+            }
+        })
+    }
+
+    /// [`QMatrix::tile_rows`] with one type's kernels: 4 weight rows × 1, 1 × 4
+    /// activation rows (where there is one), 1 × 1; each given its rows' part of `table`
+    /// (the scale table, or empty for kernels that do not read it).
+    ///
+    /// # Safety
+    /// As the kernels'.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn tile_rows_with(
+        &self,
+        i0: usize,
+        out: &mut [f32],
+        acts: &[QuantizedActs],
+        table: &[f32],
+        (k41, k14, k11): (Tile<4, 1>, Option<Tile<1, 4>>, Tile<1, 1>),
+    ) {
+        unsafe {
+            let t = acts.len();
+            let n = out.len() / t;
+            let r = |w: usize| self.row_bytes_of(i0 + w);
+            let per = table.len() / self.rows.max(1);
+            let sc = |w: usize| &table[(i0 + w) * per..(i0 + w + 1) * per];
+            let mut w = 0;
+            if t == 1 {
+                while w + 4 <= n {
+                    let mut o = [[0.0f32; 1]; 4];
+                    k41(
+                        [r(w), r(w + 1), r(w + 2), r(w + 3)],
+                        [sc(w), sc(w + 1), sc(w + 2), sc(w + 3)],
+                        [&acts[0]],
+                        &mut o,
+                    );
+                    for (k, v) in o.iter().enumerate() {
+                        out[w + k] = v[0];
+                    }
+                    w += 4;
+                }
+            }
+            while w < n {
+                let mut a = 0;
+                while let (Some(k14), true) = (k14, a + 4 <= t) {
+                    let mut o = [[0.0f32; 4]; 1];
+                    k14(
+                        [r(w)],
+                        [sc(w)],
+                        [&acts[a], &acts[a + 1], &acts[a + 2], &acts[a + 3]],
+                        &mut o,
+                    );
+                    out[w * t + a..w * t + a + 4].copy_from_slice(&o[0]);
+                    a += 4;
+                }
+                while a < t {
+                    let mut o = [[0.0f32; 1]; 1];
+                    k11([r(w)], [sc(w)], [&acts[a]], &mut o);
+                    out[w * t + a] = o[0][0];
+                    a += 1;
+                }
+                w += 1;
+            }
+        }
+    }
+
+    /// A prompt's product through `avx512::prefill::paired_tile` (type `K`, this matrix's):
+    /// `y` (t, rows) from the `t` activation rows `acts` (t ≥ 2). The activation rows
+    /// are paired once; the weight rows go in L1-sized blocks, each decoded once
+    /// (`avx512::prefill::Decoded`) and then met by every four (or two) activation rows, four
+    /// weight rows at a time. A last odd activation row takes the 1 × 1 tile.
+    #[cfg(target_arch = "x86_64")]
+    fn prefill_paired<const K: u8>(&self, y: &mut [f32], acts: &[QuantizedActs]) {
+        let t = acts.len();
+        let pair = |c: &[QuantizedActs]| avx512::prefill::Paired::new::<K>(&c[0], &c[1]);
+        let pairs: Vec<avx512::prefill::Paired> = if split_prep(t * self.cols) {
+            crate::threads::map_collect(t / 2, |i| pair(&acts[2 * i..2 * i + 2]))
+        } else {
+            acts.chunks_exact(2).map(pair).collect()
+        };
+        // Blocks of weight rows whose decoded form stays in L1 while every activation pair
+        // passes it (the pairs then come from L2 once per block).
+        let nb = self.cols / QK;
+        let wb =
+            (PAIRED_WEIGHT_BYTES / avx512::prefill::Decoded::row_bytes(nb).max(1)).max(4) / 4 * 4;
+        let out = Columns::new(y, self.rows, t);
+        self.run_row_ranges(t, |i0, n| {
+            let mut dec = avx512::prefill::Decoded::default();
+            for b0 in (i0..i0 + n).step_by(wb) {
+                let rows = b0..b0 + wb.min(i0 + n - b0);
+                // SAFETY: prefill_paired's caller checked avx512::available(); the rows
+                // are this matrix's, nb blocks of type K.
+                unsafe { dec.fill::<K>(rows.clone().map(|i| self.row_bytes_of(i)), nb) };
+                self.paired_rows::<K>(&dec, rows, acts, &pairs, &out);
+            }
+        });
+    }
+
+    /// Weight rows `rows` of [`QMatrix::prefill_paired`], decoded in `dec`, against every
+    /// activation row, into those columns of `out`.
+    #[cfg(target_arch = "x86_64")]
+    fn paired_rows<const K: u8>(
+        &self,
+        dec: &avx512::prefill::Decoded,
+        rows: Range<usize>,
+        acts: &[QuantizedActs],
+        pairs: &[avx512::prefill::Paired],
+        out: &Columns,
+    ) {
+        let t = acts.len();
+        // SAFETY: prefill_paired's caller checked avx512::available(); dec holds rows of
+        // this matrix (K is its type), the activations were prepared for it (check_x),
+        // and pairs[p] pairs acts[2p] and acts[2p + 1].
+        unsafe {
+            let mut a = 0;
+            while a + 4 <= t {
+                let p = [&pairs[a / 2], &pairs[a / 2 + 1]];
+                let x = [&acts[a], &acts[a + 1], &acts[a + 2], &acts[a + 3]];
+                Self::paired_column::<K, 2, 4>(dec, rows.clone(), a, p, x, out);
+                a += 4;
+            }
+            if a + 2 <= t {
+                let (p, x) = ([&pairs[a / 2]], [&acts[a], &acts[a + 1]]);
+                Self::paired_column::<K, 1, 2>(dec, rows.clone(), a, p, x, out);
+                a += 2;
+            }
+            if a < t {
+                for i in rows {
+                    let mut o = [[0.0f32; 1]; 1];
+                    avx512::decode::tile::<K, 1>([self.row_bytes_of(i)], [&[]], [&acts[a]], &mut o);
+                    out.put(a, i, &o[0]);
+                }
+            }
+        }
+    }
+
+    /// The weight rows `rows` (decoded in `dec`, from its row 0) against the `RA`
+    /// activation rows from `a` (in `PA` pairs): four weight rows a tile, then one at a
+    /// time; results into `out`'s rows `a..a + RA`, columns `rows`.
+    ///
+    /// # Safety
+    /// As `avx512::prefill::paired_tile`'s, and as [`Columns::put`]'s for those columns.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn paired_column<const K: u8, const PA: usize, const RA: usize>(
+        dec: &avx512::prefill::Decoded,
+        rows: Range<usize>,
+        a: usize,
+        p: [&avx512::prefill::Paired; PA],
+        x: [&QuantizedActs; RA],
+        out: &Columns,
+    ) {
+        unsafe {
+            let n = rows.len();
+            let mut w = 0;
+            while w + 4 <= n {
+                let mut o = [[0.0f32; RA]; 4];
+                avx512::prefill::paired_tile::<K, 4, PA, RA>(
+                    dec,
+                    [w, w + 1, w + 2, w + 3],
+                    p,
+                    x,
+                    &mut o,
+                );
+                // Activation row a + k's four results, one for each weight row.
+                let by_row: [[f32; 4]; RA] =
+                    std::array::from_fn(|k| [o[0][k], o[1][k], o[2][k], o[3][k]]);
+                for (k, v) in by_row.iter().enumerate() {
+                    out.put(a + k, rows.start + w, v);
+                }
+                w += 4;
+            }
+            while w < n {
+                let mut o = [[0.0f32; RA]; 1];
+                avx512::prefill::paired_tile::<K, 1, PA, RA>(dec, [w], p, x, &mut o);
+                for (k, &v) in o[0].iter().enumerate() {
+                    out.put(a + k, rows.start + w, &[v]);
+                }
+                w += 1;
+            }
+        }
+    }
+
+    /// Split the rows into groups of whole tiles and run `f(first_row, out)` on each,
+    /// over the thread pool when the work is large; `out` holds `per_row` numbers a row.
+    fn run_row_groups(&self, y: &mut [f32], per_row: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
+        let threads = crate::threads::threads();
+        if threads <= 1 || self.rows * self.row_bytes * per_row < PAR_MIN_BYTES || self.rows < 8 {
+            f(0, y);
+            return;
+        }
+        let chunk = (self
+            .rows
+            .div_ceil(threads * tasks_per_thread(per_row))
+            .max(8))
+        .div_ceil(4)
+            * 4;
+        crate::threads::for_each_chunk_mut(y, chunk * per_row, |c, ys| f(c * chunk, ys));
+    }
+
+    /// [`QMatrix::run_row_groups`]'s split of the rows, as ranges: `f(first_row, count)`
+    /// on each, for work that writes its results itself (a prompt's [`Columns`]).
+    fn run_row_ranges(&self, per_row: usize, f: impl Fn(usize, usize) + Sync) {
+        let threads = crate::threads::threads();
+        if threads <= 1 || self.rows * self.row_bytes * per_row < PAR_MIN_BYTES || self.rows < 8 {
+            f(0, self.rows);
+            return;
+        }
+        let chunk = (self
+            .rows
+            .div_ceil(threads * tasks_per_thread(per_row))
+            .max(8))
+        .div_ceil(4)
+            * 4;
+        crate::threads::for_each_index(self.rows.div_ceil(chunk), |c| {
+            f(c * chunk, chunk.min(self.rows - c * chunk))
+        });
+    }
+
+    /// Fill `y[i] = f(i)` for every row, over the thread pool when the matrix is large.
+    fn run_rows(&self, y: &mut [f32], f: impl Fn(usize) -> f32 + Sync) {
+        let threads = crate::threads::threads();
+        if threads <= 1 || self.rows * self.row_bytes < PAR_MIN_BYTES || self.rows < 2 {
+            for (i, v) in y.iter_mut().enumerate() {
+                *v = f(i);
+            }
+            return;
+        }
+        let chunk = self.rows.div_ceil(threads * 4).max(8);
+        crate::threads::for_each_chunk_mut(y, chunk, |c, ys| {
+            for (j, v) in ys.iter_mut().enumerate() {
+                *v = f(c * chunk + j);
+            }
+        });
+    }
+
+    /// Rows `range` widened to f32, row-major ((range.len(), cols)).
+    pub fn dequantize_rows(&self, range: Range<usize>) -> Result<Vec<f32>> {
+        if range.start > range.end || range.end > self.rows {
+            return Err(Error::Argument(format!(
+                "QMatrix::dequantize_rows: rows {range:?} outside 0..{}",
+                self.rows
+            )));
+        }
+        let mut out = vec![0.0f32; range.len() * self.cols];
+        let bytes =
+            &self.bytes.as_slice()[range.start * self.row_bytes..range.end * self.row_bytes];
+        dequantize(self.dtype, bytes, &mut out)?;
+        Ok(out)
+    }
+
+    /// The whole matrix widened to f32 (rows, cols).
+    pub fn dequantize_all(&self) -> Result<Vec<f32>> {
+        self.dequantize_rows(0..self.rows)
+    }
+
+    /// Y = X · Wᵀ for `t` rows of `x`, each row of x quantised on its own. The 32-block
+    /// types compute each output number exactly as [`QMatrix::matvec`] does, and so
+    /// does every type under [`Numerics::RowInvariant`]: a row's result then never
+    /// depends on which other rows came with it (batch invariance — cached decoding
+    /// equals the full forward bit for bit). Otherwise the K-quants follow llama.cpp's
+    /// prompt orders (a repacked Q4_K matrix's rows in fours, 8 rows or more tiled). The
+    /// weight rows go in L1-sized blocks that every activation row meets while they are
+    /// in cache (on AVX-512, two activation rows per register:
+    /// `avx512::prefill::paired_tile`); threads split the weight rows.
+    ///
+    /// # Shapes
+    /// X (t, cols) · Wᵀ (cols, rows) → Y (t, rows)
+    pub fn matmul_t_quantized(&self, x: &[f32], t: usize, numerics: Numerics) -> Result<Vec<f32>> {
+        self.check_x("matmul_t_quantized", x, t)?;
+        if t == 0 || self.rows == 0 {
+            return Ok(vec![0.0f32; t * self.rows]);
+        }
+        let isa = crate::runtime::isa();
+        let acts = quantize_prompt(self.dtype, x, self.cols, isa)?;
+        Ok(self.matmul_t_prepared(&acts, isa, numerics))
+    }
+
+    /// [`QMatrix::matmul_t_quantized`] for several matrices over the same `x` (a
+    /// prompt's Q, K, V, or gate and up): the rows of `x` are quantised once for every
+    /// matrix that wants the same activation kind. Each result equals its matrix's own
+    /// `matmul_t_quantized` bit for bit.
+    ///
+    /// # Shapes
+    /// X (t, cols) · W_mᵀ (cols, rows_m) → Y_m (t, rows_m)
+    pub fn matmul_t_quantized_group(
+        mats: &[&QMatrix],
+        x: &[f32],
+        t: usize,
+        numerics: Numerics,
+    ) -> Result<Vec<Vec<f32>>> {
+        let isa = crate::runtime::isa();
+        let mut prepared: Vec<(ActKind, Vec<QuantizedActs>)> = Vec::new();
+        let mut ys = Vec::with_capacity(mats.len());
+        for m in mats {
+            m.check_x("matmul_t_quantized_group", x, t)?;
+            if t == 0 || m.rows == 0 {
+                ys.push(vec![0.0f32; t * m.rows]);
+                continue;
+            }
+            let kind = m.dtype.activation_kind();
+            let at = match prepared.iter().position(|(k, _)| *k == kind) {
+                Some(i) => i,
+                None => {
+                    prepared.push((kind, quantize_prompt(m.dtype, x, m.cols, isa)?));
+                    prepared.len() - 1
+                }
+            };
+            ys.push(m.matmul_t_prepared(&prepared[at].1, isa, numerics));
+        }
+        Ok(ys)
+    }
+
+    /// Y = X · Wᵀ from activation rows already quantised for this matrix's type
+    /// (t = `acts.len()` ≥ 1, each `cols` long: the callers check).
+    fn matmul_t_prepared(&self, acts: &[QuantizedActs], isa: Isa, numerics: Numerics) -> Vec<f32> {
+        let t = acts.len();
+        let mut y = vec![0.0f32; t * self.rows];
+        let (k, k4) = self.prompt_kernels(t, isa, numerics);
+        #[cfg(target_arch = "x86_64")]
+        if self.tiled(isa) && avx512::available(isa) && t >= 2 {
+            // The paired tiles write Y (t, rows) themselves.
+            match self.dtype {
+                GgmlType::Q4_0 => self.prefill_paired::<{ avx512::Q4_0 }>(&mut y, acts),
+                GgmlType::Q4_1 => self.prefill_paired::<{ avx512::Q4_1 }>(&mut y, acts),
+                GgmlType::Q5_0 => self.prefill_paired::<{ avx512::Q5_0 }>(&mut y, acts),
+                GgmlType::Q5_1 => self.prefill_paired::<{ avx512::Q5_1 }>(&mut y, acts),
+                _ => self.prefill_paired::<{ avx512::Q8_0 }>(&mut y, acts),
+            }
+            return y;
+        }
+        if self.tiled(isa) {
+            // yt: (rows, t), one contiguous run of t results per weight row.
+            let mut yt = vec![0.0f32; t * self.rows];
+            self.run_row_groups(&mut yt, t, |i0, out| self.tile_rows(i0, out, acts, isa));
+            transpose(&yt, self.rows, t, &mut y);
+            return y;
+        }
+        // Four activation rows at a time where a kernel reads each weight block once for
+        // all four (the K-quants on AVX-512; the same numbers as one row at a time) or
+        // where llama.cpp sums rows in fours its own way (repacked Q4_K).
+        #[cfg(target_arch = "x86_64")]
+        if self.repacked() && k4.is_some() && avx512::available(isa) {
+            // Repacked Q4_K on AVX-512: each block of rows decoded once, then met by
+            // every four activation rows.
+            let nb = self.cols / QK_K;
+            let wb =
+                (PAIRED_WEIGHT_BYTES / avx512::kquant::DecodedQ4K::row_bytes(nb).max(1)).max(1);
+            let fill = |dec: &mut avx512::kquant::DecodedQ4K, rows: Range<usize>| {
+                // SAFETY: avx512::available(isa); the rows are this matrix's nb Q4_K blocks.
+                unsafe { dec.fill(rows.map(|i| self.row_bytes_of(i)), nb) }
+            };
+            // SAFETY: as above; dec holds the block's rows (r < its length), and the
+            // activations were prepared as Q8_K for this matrix (check_x).
+            let k4 = |dec: &avx512::kquant::DecodedQ4K,
+                      r: usize,
+                      _: usize,
+                      x: [&QuantizedActs; 4]| unsafe {
+                avx512::kquant::q4_k_gemm4(dec, r, x)
+            };
+            self.prompt_in_fours(&mut y, acts, wb, k, fill, Some(k4));
+            return y;
+        }
+        let wb = (PAIRED_WEIGHT_BYTES / self.row_bytes.max(1)).max(1);
+        let k4 = k4.map(|k4| {
+            move |_: &(), _: usize, i: usize, x: [&QuantizedActs; 4]| k4(self.row_bytes_of(i), x)
+        });
+        self.prompt_in_fours(&mut y, acts, wb, k, |_: &mut (), _| {}, k4);
+        y
+    }
+
+    /// The prompt product's loop for kernels of four activation rows: weight rows in
+    /// blocks of `wb` (L1-sized), each block first prepared by `fill` into the task's
+    /// scratch `S`; then every four activation rows meet the whole block (`k4(scratch,
+    /// r, i, x)` for row `i`, the block's `r`-th) before the next four come; the rows
+    /// outside whole fours (all of them without `k4`) through `k`, one at a time. Each
+    /// task writes its rows' columns of `y` (t, rows).
+    fn prompt_in_fours<S: Default, K4>(
+        &self,
+        y: &mut [f32],
+        acts: &[QuantizedActs],
+        wb: usize,
+        k: DotFn,
+        fill: impl Fn(&mut S, Range<usize>) + Sync,
+        k4: Option<K4>,
+    ) where
+        K4: Fn(&S, usize, usize, [&QuantizedActs; 4]) -> [f32; 4] + Sync,
+    {
+        let t = acts.len();
+        let out = Columns::new(y, self.rows, t);
+        self.run_row_ranges(t, |i0, n| {
+            let mut scratch = S::default();
+            for first in (i0..i0 + n).step_by(wb) {
+                let rows = first..first + wb.min(i0 + n - first);
+                fill(&mut scratch, rows.clone());
+                let mut a = 0;
+                if let Some(k4) = &k4 {
+                    while a + 4 <= t {
+                        let x = [&acts[a], &acts[a + 1], &acts[a + 2], &acts[a + 3]];
+                        for (r, i) in rows.clone().enumerate() {
+                            let v = k4(&scratch, r, i, x);
+                            for (j, vj) in v.iter().enumerate() {
+                                // SAFETY: a + j < t, i < rows, and row i is this task's.
+                                unsafe { out.put(a + j, i, std::slice::from_ref(vj)) };
+                            }
+                        }
+                        a += 4;
+                    }
+                }
+                for i in rows {
+                    let w = self.row_bytes_of(i);
+                    for (r, x) in acts.iter().enumerate().skip(a) {
+                        // SAFETY: r < t, i < rows, and row i is this task's.
+                        unsafe { out.put(r, i, &[k(w, x)]) };
+                    }
+                }
+            }
+        });
+    }
+
+    /// Y = X · Wᵀ (prefill): `x` is `t` rows of `cols`, the result `t` rows of `rows`.
+    /// Dequantises tiles of W and multiplies them with the f32 GEMM.
+    ///
+    /// # Shapes
+    /// X (t, cols) · Wᵀ (cols, rows) → Y (t, rows)
+    pub fn matmul_t(&self, x: &[f32], t: usize) -> Result<Vec<f32>> {
+        self.check_x("matmul_t", x, t)?;
+        let mut y = vec![0.0f32; t * self.rows];
+        if t == 0 || self.rows == 0 {
+            return Ok(y);
+        }
+        // Tiles of about 1 MiB of f32 weights: fit in L2 while the GEMM reads them t times.
+        let tile = ((1usize << 18) / self.cols.max(1)).clamp(16, self.rows.max(16));
+        let mut c = Vec::new();
+        let mut r0 = 0;
+        while r0 < self.rows {
+            let r1 = (r0 + tile).min(self.rows);
+            let w = self.dequantize_rows(r0..r1)?; // (r1 - r0, cols)
+            c.resize(t * (r1 - r0), 0.0);
+            crate::ops::matmul::gemm_into(&mut c, x, &w, t, self.cols, r1 - r0, true); // (t, r1 - r0)
+            for (yr, cr) in y.chunks_exact_mut(self.rows).zip(c.chunks_exact(r1 - r0)) {
+                yr[r0..r1].copy_from_slice(cr);
+            }
+            r0 = r1;
+        }
+        Ok(y)
+    }
+}

@@ -1,0 +1,395 @@
+//! The plain twins: dot products that read like the formulas in the module doc of
+//! [`crate::ops::quant`], with integer inner sums per block (as the fast kernels have) and
+//! f32 outer sums in llama.cpp's order ([`dot_blocks`] for the 32-blocks, the K-quant
+//! twins such as [`dot_q4_k_repacked`] for the K-quants), which the fast kernels keep, so
+//! they equal their twins bit for bit.
+
+use half::{bf16, f16};
+
+use crate::ops::ggml::hsum8;
+use crate::ops::quant::activations::{quantize_rows, QuantizedActs};
+use crate::ops::quant::dispatch::{check_dot, Dot4Fn, DotFn};
+use crate::runtime::Isa;
+use crate::tensor::quant::{
+    blocks, f16_value, k_scale_min, Block, BlockQ4_0, BlockQ4_1, BlockQ4_K, BlockQ5_0, BlockQ5_1,
+    BlockQ5_K, BlockQ6_K, BlockQ8_0, GgmlType,
+};
+use crate::Result;
+
+/// [`crate::ops::quant::quantize_activations`] one number at a time: the twin the
+/// AVX-512 quantisation is held to, bit for bit.
+pub fn quantize_activations(dtype: GgmlType, x: &[f32]) -> Result<QuantizedActs> {
+    quantize_rows(dtype, x, Isa::Scalar)
+}
+
+/// `w · x` for one row, scalar. Same contract as [`crate::ops::quant::vec_dot`].
+pub fn vec_dot(dtype: GgmlType, row: &[u8], a: &QuantizedActs) -> Result<f32> {
+    check_dot(dtype, row, a)?;
+    Ok(kernel(dtype)(row, a))
+}
+
+/// The twin dot kernel of `dtype`.
+pub(crate) fn kernel(dtype: GgmlType) -> DotFn {
+    match dtype {
+        GgmlType::F32 => dot_f32,
+        GgmlType::F16 => dot_f16,
+        GgmlType::BF16 => dot_bf16,
+        GgmlType::Q4_0 => dot_q4_0,
+        GgmlType::Q4_1 => dot_q4_1,
+        GgmlType::Q5_0 => dot_q5_0,
+        GgmlType::Q5_1 => dot_q5_1,
+        GgmlType::Q8_0 => dot_q8_0,
+        GgmlType::Q4_K => dot_q4_k,
+        GgmlType::Q5_K => dot_q5_k,
+        GgmlType::Q6_K => dot_q6_k,
+    }
+}
+
+/// f32 weights: Σ w·x in f32.
+fn dot_f32(row: &[u8], a: &QuantizedActs) -> f32 {
+    row.chunks_exact(4)
+        .zip(&a.f32s)
+        .map(|(c, &v)| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) * v)
+        .sum()
+}
+
+fn dot_f16(row: &[u8], a: &QuantizedActs) -> f32 {
+    row.chunks_exact(2)
+        .zip(&a.f32s)
+        .map(|(c, &v)| f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32() * v)
+        .sum()
+}
+
+fn dot_bf16(row: &[u8], a: &QuantizedActs) -> f32 {
+    row.chunks_exact(2)
+        .zip(&a.f32s)
+        .map(|(c, &v)| bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32() * v)
+        .sum()
+}
+
+/// The 32-blocks' dot in llama.cpp's order: per block, eight partial integer sums
+/// (lane k: numbers 4k..4k+3) of `w_i · qx_i` where `block(b, i)` gives block i's
+/// 32 weight integers, its scale `d · dx` and `(m, s)` (zero for kinds without a
+/// minimum); each lane `acc_k = fma(d · dx, sum_k, acc_k)` block after block; the
+/// lanes summed as ((0 + 4) + (2 + 6)) + ((1 + 5) + (3 + 7)); plus `Σ fma(m, s)`.
+pub fn dot_blocks<B: Block>(
+    row: &[u8],
+    a: &QuantizedActs,
+    block: impl Fn(&B, usize) -> ([i32; 32], f32, f32, f32),
+) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let mut extra = 0.0f32;
+    for (i, b) in blocks::<B>(row).iter().enumerate() {
+        let (w, sc, m, s) = block(b, i);
+        let xq = &a.qs[32 * i..32 * i + 32];
+        for (k, lane) in acc.iter_mut().enumerate() {
+            let sum: i32 = (4 * k..4 * k + 4).map(|j| w[j] * xq[j] as i32).sum();
+            *lane = sc.mul_add(sum as f32, *lane);
+        }
+        extra = m.mul_add(s, extra);
+    }
+    let t = [
+        acc[0] + acc[4],
+        acc[1] + acc[5],
+        acc[2] + acc[6],
+        acc[3] + acc[7],
+    ];
+    ((t[0] + t[2]) + (t[1] + t[3])) + extra
+}
+
+/// The 32 four-bit numbers of a block (low nibbles first), each with `fifth(j)`·16 added.
+fn nibbles(qs: &[u8; 16], fifth: impl Fn(usize) -> i32) -> [i32; 32] {
+    std::array::from_fn(|j| {
+        let q = if j < 16 {
+            qs[j] & 0x0F
+        } else {
+            qs[j - 16] >> 4
+        };
+        q as i32 | (fifth(j) << 4)
+    })
+}
+
+/// Σ_blocks d·dx·Σ (q − 8)·qx.
+fn dot_q4_0(row: &[u8], a: &QuantizedActs) -> f32 {
+    dot_blocks(row, a, |b: &BlockQ4_0, i| {
+        let w = nibbles(&b.qs, |_| 0).map(|q| q - 8);
+        (w, f16_value(b.d) * a.d[i], 0.0, 0.0)
+    })
+}
+
+/// Σ_blocks d·dx·Σ q·qx + m·(dx·Σ qx).
+fn dot_q4_1(row: &[u8], a: &QuantizedActs) -> f32 {
+    dot_blocks(row, a, |b: &BlockQ4_1, i| {
+        let w = nibbles(&b.qs, |_| 0);
+        (w, f16_value(b.d) * a.d[i], f16_value(b.m), a.sum[i])
+    })
+}
+
+/// Σ_blocks d·dx·Σ (q − 16)·qx, q with its fifth bit from qh.
+fn dot_q5_0(row: &[u8], a: &QuantizedActs) -> f32 {
+    dot_blocks(row, a, |b: &BlockQ5_0, i| {
+        let qh = b.high_bits();
+        let w = nibbles(&b.qs, |j| ((qh >> j) & 1) as i32).map(|q| q - 16);
+        (w, f16_value(b.d) * a.d[i], 0.0, 0.0)
+    })
+}
+
+/// Σ_blocks d·dx·Σ q·qx + m·(dx·Σ qx), q with its fifth bit from qh.
+fn dot_q5_1(row: &[u8], a: &QuantizedActs) -> f32 {
+    dot_blocks(row, a, |b: &BlockQ5_1, i| {
+        let qh = b.high_bits();
+        let w = nibbles(&b.qs, |j| ((qh >> j) & 1) as i32);
+        (w, f16_value(b.d) * a.d[i], f16_value(b.m), a.sum[i])
+    })
+}
+
+/// Σ_blocks d·dx·Σ q·qx.
+fn dot_q8_0(row: &[u8], a: &QuantizedActs) -> f32 {
+    dot_blocks(row, a, |b: &BlockQ8_0, i| {
+        let w: [i32; 32] = std::array::from_fn(|j| b.qs[j] as i32);
+        (w, f16_value(b.d) * a.d[i], 0.0, 0.0)
+    })
+}
+
+/// The exact integer parts of a Q4_K / Q5_K block's dot ([`k45_parts`]).
+pub(crate) struct K45Parts {
+    /// Per step of 64 numbers, the eight i32 lanes.
+    pub(crate) sums: [[i32; 8]; 4],
+    /// Per step, the minimums times the activations' 32-sums.
+    pub(crate) mins: [i32; 4],
+}
+
+/// A Q4_K or Q5_K block's fields the twins read: `(d, dmin, scales, qs, qh)`.
+type K45Block<'a> = (f32, f32, &'a [u8; 12], &'a [u8; 128], Option<&'a [u8; 32]>);
+
+/// Block `i` of a Q4_K (`five` false) or Q5_K row, as [`K45Block`].
+fn k45_block(row: &[u8], i: usize, five: bool) -> K45Block<'_> {
+    if five {
+        let b = &blocks::<BlockQ5_K>(row)[i];
+        (
+            f16_value(b.d),
+            f16_value(b.dmin),
+            &b.scales,
+            &b.qs,
+            Some(&b.qh),
+        )
+    } else {
+        let b = &blocks::<BlockQ4_K>(row)[i];
+        (f16_value(b.d), f16_value(b.dmin), &b.scales, &b.qs, None)
+    }
+}
+
+/// Blocks in a Q4_K (`five` false) or Q5_K row.
+fn k45_count(row: &[u8], five: bool) -> usize {
+    if five {
+        blocks::<BlockQ5_K>(row).len()
+    } else {
+        blocks::<BlockQ4_K>(row).len()
+    }
+}
+
+/// The integer parts of one Q4_K / Q5_K 256-block against its activations, as
+/// llama.cpp's AVX2 kernels hold them: `sums[j][k]` for the step `j` over sub-blocks
+/// 2j and 2j + 1 is lane k's `Σ sc · q · qx` over numbers 4k..4k+3 of each of the two
+/// (eight i32 lanes), and `mins[j] = mn_2j · s_2j + mn_2j+1 · s_2j+1` with `s` the
+/// 32-sums of the activations. All exact integers.
+fn k45_parts(b: K45Block, xq: &[i8], bsums: &[i32]) -> K45Parts {
+    let (_, _, scales, qs, qh) = b;
+    let mut p = K45Parts {
+        sums: [[0; 8]; 4],
+        mins: [0; 4],
+    };
+    for j in 0..8 {
+        let (sc, mn) = k_scale_min(j, scales);
+        let chunk = &qs[32 * (j / 2)..32 * (j / 2) + 32];
+        for l in 0..32 {
+            let mut q = if j % 2 == 0 {
+                chunk[l] & 0x0F
+            } else {
+                chunk[l] >> 4
+            };
+            if let Some(qh) = qh {
+                q |= ((qh[l] >> j) & 1) << 4;
+            }
+            p.sums[j / 2][l / 4] += sc as i32 * q as i32 * xq[32 * j + l] as i32;
+        }
+        p.mins[j / 2] += mn as i32 * (bsums[2 * j] + bsums[2 * j + 1]);
+    }
+    p
+}
+
+/// The parts of block `i` of a Q4_K / Q5_K row against `a` ([`k45_parts`]), with the
+/// block's `d` and `dmin`.
+fn k45_block_parts(row: &[u8], a: &QuantizedActs, i: usize, five: bool) -> (K45Parts, f32, f32) {
+    let b = k45_block(row, i, five);
+    let (d, dmin) = (b.0, b.1);
+    let p = k45_parts(
+        b,
+        &a.qs[256 * i..256 * i + 256],
+        &a.bsums[16 * i..16 * i + 16],
+    );
+    (p, d, dmin)
+}
+
+/// Q4_K and Q5_K in llama.cpp's `ggml_vec_dot_q4_K_q8_K` / `_q5_K_` order (AVX2):
+/// per block, the eight lanes of Σ_j sums[j] meet `d·dx` in one FMA each; the minimum
+/// sums meet `−dx·dmin` in four lanes (Q4_K, folded at the end as (0 + 2) + (1 + 3))
+/// or, summed, in one f32 chain (Q5_K); the lanes are summed by [`hsum8`].
+fn dot_k45(row: &[u8], a: &QuantizedActs, five: bool) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let mut acc_m = [0.0f32; 4];
+    let mut summs = 0.0f32;
+    for i in 0..k45_count(row, five) {
+        let (p, dw, dminw) = k45_block_parts(row, a, i, five);
+        let d = a.d[i] * dw;
+        let dmin = -a.d[i] * dminw;
+        if five {
+            summs = dmin.mul_add(p.mins.iter().sum::<i32>() as f32, summs);
+        } else {
+            for (m, &v) in acc_m.iter_mut().zip(&p.mins) {
+                *m = dmin.mul_add(v as f32, *m);
+            }
+        }
+        for (k, l) in acc.iter_mut().enumerate() {
+            let s: i32 = p.sums.iter().map(|sj| sj[k]).sum();
+            *l = d.mul_add(s as f32, *l);
+        }
+    }
+    let m = if five {
+        summs
+    } else {
+        (acc_m[0] + acc_m[2]) + (acc_m[1] + acc_m[3])
+    };
+    hsum8(&acc) + m
+}
+
+fn dot_q4_k(row: &[u8], a: &QuantizedActs) -> f32 {
+    dot_k45(row, a, false)
+}
+
+fn dot_q5_k(row: &[u8], a: &QuantizedActs) -> f32 {
+    dot_k45(row, a, true)
+}
+
+/// Q4_K in the order of llama.cpp's repacked kernels (its weights interleaved eight
+/// rows at a time, `ggml_gemv_q4_K_8x8_q8_K` and `ggml_gemm_q4_K_8x8_q8_K`, which it
+/// uses for every Q4_K matrix whose row count is a multiple of 8 on an AVX2 CPU):
+/// each output is one f32 chain. The token path (`grouped` false) adds per block
+/// `fma(Σ sums, d·dx)` and `fma(Σ mins, dmin·dx)`; the prompt path for rows in
+/// groups of four (`grouped` true) does so once per step j of 64 numbers. The result
+/// is the first chain minus the second.
+pub fn dot_q4_k_repacked(row: &[u8], a: &QuantizedActs, grouped: bool) -> f32 {
+    let (mut acc, mut acc_m) = (0.0f32, 0.0f32);
+    for i in 0..k45_count(row, false) {
+        let (p, dw, dminw) = k45_block_parts(row, a, i, false);
+        let (d, dmin) = (dw * a.d[i], dminw * a.d[i]);
+        let step = |s: &[[i32; 8]], m: &[i32]| -> (f32, f32) {
+            let s: i32 = s.iter().flatten().sum();
+            (s as f32, m.iter().sum::<i32>() as f32)
+        };
+        if grouped {
+            for j in 0..4 {
+                let (s, m) = step(&p.sums[j..j + 1], &p.mins[j..j + 1]);
+                acc = s.mul_add(d, acc);
+                acc_m = m.mul_add(dmin, acc_m);
+            }
+        } else {
+            let (s, m) = step(&p.sums, &p.mins);
+            acc = s.mul_add(d, acc);
+            acc_m = m.mul_add(dmin, acc_m);
+        }
+    }
+    acc - acc_m
+}
+
+/// Q4_K (`five` false) and Q5_K in the order of llama.cpp's tiled product (its
+/// `ggml_compute_forward_mul_mat_tiled`, for 8 activation rows or more): per block
+/// `r = fma(−dmin, M, d·S)` with `S = Σ sums`, `M = Σ mins`, then `acc = fma(r, dx, acc)`.
+pub fn dot_k45_tiled(row: &[u8], a: &QuantizedActs, five: bool) -> f32 {
+    let mut acc = 0.0f32;
+    for i in 0..k45_count(row, five) {
+        let (p, d, dmin) = k45_block_parts(row, a, i, five);
+        let s: i32 = p.sums.iter().flatten().sum();
+        let m: i32 = p.mins.iter().sum();
+        let r = (-dmin).mul_add(m as f32, d * s as f32);
+        acc = r.mul_add(a.d[i], acc);
+    }
+    acc
+}
+
+/// The twins in llama.cpp's tiled order ([`KOrder::Tiled`](crate::ops::quant::dispatch::KOrder::Tiled)):
+/// one activation row and four; None for the types it does not tile.
+pub(crate) fn tiled_kernels(dtype: GgmlType) -> Option<(DotFn, Dot4Fn)> {
+    match dtype {
+        GgmlType::Q4_K => Some((
+            |r, a| dot_k45_tiled(r, a, false),
+            |r, a| std::array::from_fn(|k| dot_k45_tiled(r, a[k], false)),
+        )),
+        GgmlType::Q5_K => Some((
+            |r, a| dot_k45_tiled(r, a, true),
+            |r, a| std::array::from_fn(|k| dot_k45_tiled(r, a[k], true)),
+        )),
+        GgmlType::Q6_K => Some((dot_q6_k_tiled, |r, a| {
+            std::array::from_fn(|k| dot_q6_k_tiled(r, a[k]))
+        })),
+        _ => None,
+    }
+}
+
+/// Q6_K in the order of llama.cpp's tiled product (see [`dot_k45_tiled`]): per block
+/// `acc = fma(d · S, dx, acc)` with `S` the block's exact `Σ sc · (q − 32) · qx`.
+pub fn dot_q6_k_tiled(row: &[u8], a: &QuantizedActs) -> f32 {
+    let mut acc = 0.0f32;
+    for (i, b) in blocks::<BlockQ6_K>(row).iter().enumerate() {
+        let s = q6_k_total(b, &a.qs[256 * i..256 * i + 256]);
+        acc = (f16_value(b.d) * s as f32).mul_add(a.d[i], acc);
+    }
+    acc
+}
+
+/// `Σ sc · (q − 32) · qx` of one Q6_K block, exact.
+fn q6_k_total(b: &BlockQ6_K, xq: &[i8]) -> i32 {
+    let (ql, qh, sc) = (&b.ql, &b.qh, &b.scales);
+    let mut s = 0i32;
+    for e in 0..256 {
+        let (n, k, l) = (e / 128, (e % 128) / 32, e % 32);
+        let lb = ql[64 * n + 32 * (k % 2) + l];
+        let lo = if k < 2 { lb & 0x0F } else { lb >> 4 };
+        let hi = (qh[32 * n + l] >> (2 * k)) & 3;
+        let q = (lo | (hi << 4)) as i32 - 32;
+        s += sc[e / 16] as i32 * q * xq[e] as i32;
+    }
+    s
+}
+
+/// Q6_K in llama.cpp's `ggml_vec_dot_q6_K_q8_K` order (AVX2): per block, eight i32
+/// lanes (lane k: numbers 4k..4k+3 of every 32, times their group's scale), each less
+/// `32 · (sc_2k · s_2k + sc_2k+1 · s_2k+1)` (the −32 offset, from the 16-sums `s`),
+/// one FMA with `d·dx` per lane; the lanes summed by [`hsum8`].
+fn dot_q6_k(row: &[u8], a: &QuantizedActs) -> f32 {
+    let mut acc = [0.0f32; 8];
+    for (i, b) in blocks::<BlockQ6_K>(row).iter().enumerate() {
+        let (ql, qh, sc) = (&b.ql, &b.qh, &b.scales);
+        let d = a.d[i] * f16_value(b.d);
+        let xq = &a.qs[256 * i..256 * i + 256];
+        let bs = &a.bsums[16 * i..16 * i + 16];
+        let mut lanes = [0i32; 8];
+        for n in 0..2 {
+            for k in 0..4 {
+                for l in 0..32 {
+                    let lb = ql[64 * n + 32 * (k % 2) + l];
+                    let lo = if k < 2 { lb & 0x0F } else { lb >> 4 };
+                    let hi = (qh[32 * n + l] >> (2 * k)) & 3;
+                    let q = (lo | (hi << 4)) as i32;
+                    let e = 128 * n + 32 * k + l;
+                    lanes[l / 4] += sc[e / 16] as i32 * q * xq[e] as i32;
+                }
+            }
+        }
+        for (k, (l, v)) in acc.iter_mut().zip(lanes).enumerate() {
+            let off = sc[2 * k] as i32 * bs[2 * k] + sc[2 * k + 1] as i32 * bs[2 * k + 1];
+            *l = d.mul_add((v - 32 * off) as f32, *l);
+        }
+    }
+    hsum8(&acc)
+}

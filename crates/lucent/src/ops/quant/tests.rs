@@ -1,0 +1,137 @@
+//! The private kernels of every instruction-set level against the scalar twin, bit for
+//! bit (tests/quant.rs reaches them only through the public entry points).
+
+use half::f16;
+use rand::{rngs::StdRng, Rng, SeedableRng};
+
+use super::dispatch::{dot_kernel, repacked_kernels, tiled_kernels};
+use super::{avx512, reference, QMatrix};
+use crate::runtime::Isa;
+use crate::tensor::quant::{GgmlType, QK, QK_K};
+use crate::Result;
+
+/// `rows` random rows of `t` with finite f16 scales (and minimums) in every block.
+fn random_matrix(t: GgmlType, rows: usize, cols: usize, rng: &mut StdRng) -> Result<QMatrix> {
+    let mut b: Vec<u8> = (0..rows * t.row_bytes(cols)?)
+        .map(|_| rng.random())
+        .collect();
+    for blk in b.chunks_exact_mut(t.block_bytes()) {
+        let mut put = |at: usize, rng: &mut StdRng| {
+            let v = f16::from_f32(rng.random_range(-0.1f32..0.1)).to_le_bytes();
+            blk[at..at + 2].copy_from_slice(&v);
+        };
+        match t {
+            GgmlType::Q6_K => put(208, rng),
+            GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => {
+                put(0, rng);
+                put(2, rng);
+            }
+            _ => put(0, rng),
+        }
+    }
+    QMatrix::from_vec(t, rows, cols, b)
+}
+
+/// Every kernel of every level this CPU runs against the scalar twin, bit for bit:
+/// the decode tiles of the 32-block types (and the AVX-512 four-row tile, which
+/// machines without GFNI take), the K-quant dots, their tiled and repacked orders.
+#[test]
+fn kernels_of_every_level_equal_the_twin_bit_for_bit() -> Result<()> {
+    for isa in Isa::available() {
+        let rt = crate::Runtime::builder().threads(1).isa(isa).build()?;
+        rt.install(|| kernels_equal_the_twin(isa))?;
+    }
+    Ok(())
+}
+
+fn kernels_equal_the_twin(isa: Isa) -> Result<()> {
+    assert_eq!(crate::runtime::isa(), isa);
+    let mut rng = StdRng::seed_from_u64(5);
+    let tiled = [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+    ];
+    for t in tiled {
+        for rows in [1usize, 3, 4, 5, 9] {
+            for blocks in [1usize, 2, 3, 15, 16, 17, 18, 33] {
+                let cols = QK * blocks;
+                let m = random_matrix(t, rows, cols, &mut rng)?;
+                let x: Vec<f32> = (0..cols).map(|_| rng.random_range(-1.0..1.0)).collect();
+                let a = m.prepare(&x)?;
+                let mut y = vec![0.0; rows];
+                m.matvec_prepared(&a, &mut y)?; // this level's tiles or dots
+                for (i, &got) in y.iter().enumerate() {
+                    let want = reference::kernel(t)(m.row_bytes_of(i), &a);
+                    let what = format!("{isa}: {t} {rows}×{cols} row {i}");
+                    assert_eq!(got.to_bits(), want.to_bits(), "{what}");
+                    let dot = dot_kernel(t, isa)(m.row_bytes_of(i), &a);
+                    assert_eq!(dot.to_bits(), want.to_bits(), "{what}: dot");
+                }
+                // matvec took the paired tiles where the CPU runs them; the four-row
+                // tile it takes elsewhere gives the same numbers.
+                #[cfg(target_arch = "x86_64")]
+                if rows >= 4 && avx512::available(isa) {
+                    let (k41, _, _) = match t {
+                        GgmlType::Q4_0 => avx512::decode::tiles::<{ avx512::Q4_0 }>(),
+                        GgmlType::Q4_1 => avx512::decode::tiles::<{ avx512::Q4_1 }>(),
+                        GgmlType::Q5_0 => avx512::decode::tiles::<{ avx512::Q5_0 }>(),
+                        GgmlType::Q5_1 => avx512::decode::tiles::<{ avx512::Q5_1 }>(),
+                        _ => avx512::decode::tiles::<{ avx512::Q8_0 }>(),
+                    };
+                    let rs: [&[u8]; 4] = std::array::from_fn(|w| m.row_bytes_of(w));
+                    let mut o = [[0.0f32; 1]; 4];
+                    // SAFETY: available(isa), a level the runtime capped to the CPU's;
+                    // the rows and activations are this matrix's.
+                    unsafe { k41(rs, [&[]; 4], [&a], &mut o) };
+                    for w in 0..4 {
+                        assert_eq!(o[w][0].to_bits(), y[w].to_bits(), "{t} 4×{cols} row {w}");
+                    }
+                }
+            }
+        }
+    }
+    for t in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
+        for blocks in [1usize, 2, 3, 5] {
+            let cols = QK_K * blocks;
+            let m = random_matrix(t, 4, cols, &mut rng)?;
+            let x: Vec<f32> = (0..cols).map(|_| rng.random_range(-3.0..3.0)).collect();
+            let a = m.prepare(&x)?;
+            for i in 0..4 {
+                let row = m.row_bytes_of(i);
+                let what = format!("{isa}: {t} {cols} row {i}");
+                // llama.cpp's dot order, as the twin.
+                let (got, twin) = (dot_kernel(t, isa)(row, &a), reference::kernel(t)(row, &a));
+                assert_eq!(got.to_bits(), twin.to_bits(), "{what}");
+                #[cfg(target_arch = "x86_64")]
+                if let Some(k4) = avx512::kernel4(t).filter(|_| avx512::available(isa)) {
+                    for v in k4(row, [&a; 4]) {
+                        assert_eq!(v.to_bits(), twin.to_bits(), "{what}: four rows");
+                    }
+                }
+                // The tiled order (prompts of 8 rows or more).
+                let Some((k1, k4)) = tiled_kernels(t, isa) else {
+                    panic!("{t}: no tiled kernels at {isa}");
+                };
+                let tw = reference::tiled_kernels(t).map(|k| k.0(row, &a));
+                let tw = tw.unwrap_or_else(|| panic!("{t}: no tiled twin"));
+                for v in std::iter::once(k1(row, &a)).chain(k4(row, [&a; 4])) {
+                    assert_eq!(v.to_bits(), tw.to_bits(), "{what}: tiled");
+                }
+                if t == GgmlType::Q4_K {
+                    // The repacked orders, token and grouped prompt rows.
+                    let (v1, g4) = repacked_kernels(isa);
+                    let v = reference::dot_q4_k_repacked(row, &a, false);
+                    let g = reference::dot_q4_k_repacked(row, &a, true);
+                    assert_eq!(v1(row, &a).to_bits(), v.to_bits(), "{what}: repacked");
+                    for x in g4(row, [&a; 4]) {
+                        assert_eq!(x.to_bits(), g.to_bits(), "{what}: grouped");
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}

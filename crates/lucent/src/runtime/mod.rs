@@ -1,0 +1,17 @@
+//! What lucent's kernels run on and how they round: the CPU's instruction sets
+//! ([`cpu`]), the thread pool and instruction-set cap of a [`Runtime`] ([`pool`]), and
+//! the arithmetic a model asks for ([`Numerics`]).
+//!
+//! | file | holds |
+//! | --- | --- |
+//! | `cpu` | [`Isa`] levels (scalar < AVX2 < AVX-512), [`CpuFeatures`] detected once, `LUCENT_ISA` |
+//! | `pool` | [`Runtime`]: a rayon pool of lucent's own with its thread count and level; the default runtime |
+//! | `numerics` | [`Numerics`]: lucent's f32 order, llama.cpp's, or llama.cpp's with every row alike |
+
+pub mod cpu;
+pub mod numerics;
+pub mod pool;
+
+pub use cpu::{CpuFeatures, Isa};
+pub use numerics::Numerics;
+pub use pool::{isa, Runtime, RuntimeBuilder};
