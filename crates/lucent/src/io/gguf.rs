@@ -24,7 +24,10 @@
 //! [`GgufFile::qmatrix`]) and never copied whole unless widened to f32 on request.
 //! Every count and offset is checked against the file's size before it is used, so a
 //! truncated or corrupt file gives an error that names the key or tensor, not a panic or
-//! a huge allocation.
+//! a huge allocation: a count must fit in the bytes that follow it, arrays nest at most
+//! 8 deep, a file holds at most [`MAX_METADATA_PAIRS`] metadata pairs, dimensions'
+//! products may not overflow, and each tensor's data must lie inside the file and not
+//! overlap another's (so the tensors' total size is at most the file's).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -43,6 +46,9 @@ pub const DEFAULT_ALIGNMENT: usize = 32;
 pub const MAX_DIMS: usize = 4;
 /// How deep arrays of arrays may nest (real files use one level).
 const MAX_ARRAY_DEPTH: usize = 8;
+/// The most metadata pairs lucent reads (real files hold tens): each pair costs a few
+/// times its bytes in memory, so a file of a million tiny pairs is refused instead.
+pub const MAX_METADATA_PAIRS: usize = 1 << 16;
 
 /// The type tag of a metadata value, with GGUF's numeric codes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -641,11 +647,17 @@ impl GgufFile {
         // Each tensor entry takes at least 8 (name) + 4 + 4 + 8 bytes, each pair at least 8 + 4 + 1.
         let n_tensors = r.count(24, "tensor count")?;
         let n_kv = r.count(13, "metadata count")?;
+        if n_kv > MAX_METADATA_PAIRS {
+            return Err(r.err(format!(
+                "metadata count = {n_kv}: GGUF files hold tens of metadata pairs and lucent reads at most \
+                 {MAX_METADATA_PAIRS}; the file is corrupt or not a model"
+            )));
+        }
 
         let mut metadata = Vec::with_capacity(n_kv);
         let mut meta_index = HashMap::with_capacity(n_kv);
-        for i in 0..n_kv {
-            let key = r.strict_string(&format!("metadata key #{i}"))?;
+        for _ in 0..n_kv {
+            let key = r.strict_string("a metadata key")?;
             let t = r.value_type(&key)?;
             let v = r.value(t, &key, 0)?;
             if meta_index.insert(key.clone(), metadata.len()).is_some() {
@@ -672,8 +684,8 @@ impl GgufFile {
             offset: u64,
         }
         let mut raw = Vec::with_capacity(n_tensors);
-        for i in 0..n_tensors {
-            let name = r.strict_string(&format!("name of tensor #{i}"))?;
+        for _ in 0..n_tensors {
+            let name = r.strict_string("a tensor name")?;
             let n_dims = r.u32(&name)? as usize;
             if n_dims > MAX_DIMS {
                 return Err(r.err(format!(
@@ -734,7 +746,9 @@ impl GgufFile {
             let numel = shape
                 .iter()
                 .try_fold(1usize, |a, &d| a.checked_mul(d))
-                .ok_or_else(|| fail("too many elements".into()))?;
+                .ok_or_else(|| {
+                    fail("too many elements: the product of its dimensions overflows; the file is corrupt".into())
+                })?;
             let cols = shape.last().copied().unwrap_or(1);
             let len = if numel == 0 {
                 0
@@ -775,6 +789,29 @@ impl GgufFile {
                 start,
                 len,
             });
+        }
+
+        // Each tensor's bytes are its own (llama.cpp even asks for them in table order):
+        // tensors that share bytes would let a small file stand for many large tensors.
+        let mut by_start: Vec<usize> = (0..tensors.len()).filter(|&i| tensors[i].len > 0).collect();
+        by_start.sort_unstable_by_key(|&i| tensors[i].start);
+        for w in by_start.windows(2) {
+            let (a, b) = (&tensors[w[0]], &tensors[w[1]]);
+            if b.start < a.start + a.len {
+                return Err(Error::format(
+                    &path,
+                    format!(
+                        "tensor '{}' (data bytes {}..{}) overlaps tensor '{}' (bytes {}..{}); \
+                         each tensor's data must have bytes of its own; the file is corrupt",
+                        b.name,
+                        b.start,
+                        b.start + b.len,
+                        a.name,
+                        a.start,
+                        a.start + a.len
+                    ),
+                ));
+            }
         }
 
         Ok(GgufFile {

@@ -100,9 +100,11 @@ pub struct GgufTokenizer {
     ids: HashMap<String, u32>,
     /// The BPE model and pre-tokeniser (ByteLevelBpe only).
     bpe: Option<tokenizers::Tokenizer>,
-    /// Special token texts, longest first, with their ids; and a matcher over them.
-    specials: Vec<(String, u32)>,
+    /// Special (control and user-defined) tokens, longest first; and a matcher over them.
+    specials: Vec<Special>,
     special_matcher: Option<AhoCorasick>,
+    /// Control tokens, matched ASCII-case-insensitively, for [`GgufTokenizer::quote_text`].
+    quote_matcher: Option<AhoCorasick>,
     byte_tokens: Vec<Option<u32>>,
     unicode_to_byte: HashMap<char, u8>,
     bos: Option<u32>,
@@ -221,22 +223,41 @@ impl GgufTokenizer {
             }
         }
 
-        let mut specials: Vec<(String, u32)> = tokens
+        let mut specials: Vec<Special> = tokens
             .iter()
             .enumerate()
             .filter(|(i, t)| {
                 matches!(types[*i], TokenType::Control | TokenType::UserDefined) && !t.is_empty()
             })
-            .map(|(i, t)| (t.clone(), i as u32))
+            .map(|(i, t)| Special {
+                text: t.clone(),
+                id: i as u32,
+                control: types[i] == TokenType::Control,
+            })
             .collect();
         // Longest first (then by id), the order in which llama.cpp carves them out.
-        specials.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
+        specials.sort_by(|a, b| b.text.len().cmp(&a.text.len()).then(a.id.cmp(&b.id)));
         let special_matcher = if specials.is_empty() {
             None
         } else {
             Some(
-                AhoCorasick::new(specials.iter().map(|(t, _)| t.as_str()))
+                AhoCorasick::new(specials.iter().map(|s| s.text.as_str()))
                     .map_err(|e| tok_err(f, format!("special tokens: {e}")))?,
+            )
+        };
+        let quotable: Vec<&str> = specials
+            .iter()
+            .filter(|s| s.quotable())
+            .map(|s| s.text.as_str())
+            .collect();
+        let quote_matcher = if quotable.is_empty() {
+            None
+        } else {
+            Some(
+                AhoCorasick::builder()
+                    .ascii_case_insensitive(true)
+                    .build(quotable)
+                    .map_err(|e| tok_err(f, format!("control tokens: {e}")))?,
             )
         };
 
@@ -266,6 +287,7 @@ impl GgufTokenizer {
             bpe,
             specials,
             special_matcher,
+            quote_matcher,
             byte_tokens,
             unicode_to_byte,
             bos,
@@ -341,90 +363,186 @@ impl GgufTokenizer {
     }
 
     /// Like [`GgufTokenizer::encode`], choosing whether special-token text in `text` is
-    /// parsed as special tokens (`parse_special`) or tokenised as plain text.
+    /// parsed as special tokens (`parse_special`) or tokenised as plain text. As in
+    /// llama.cpp, plain text still has its user-defined tokens (Gemma's runs of `\n`)
+    /// carved out: they stand for text; only control tokens are left unparsed.
     pub fn encode_with(
         &self,
         text: &str,
         add_special: bool,
         parse_special: bool,
     ) -> Result<Vec<u32>> {
+        let carve = if parse_special {
+            Carve::All
+        } else {
+            Carve::UserDefined
+        };
         let mut out = Vec::new();
-        if add_special && self.add_bos {
-            if let Some(b) = self.bos {
-                out.push(b);
+        self.push_bos(add_special, &mut out);
+        let mut prev_special = true;
+        let fragments = self.partition(text, carve);
+        self.encode_fragments(text, &fragments, &mut out, &mut prev_special)?;
+        self.push_eos(add_special, &mut out);
+        Ok(out)
+    }
+
+    /// `text` marked so that [`GgufTokenizer::encode_quoted`] reads every control token
+    /// spelled in it as plain text: [`QUOTE_MARK`] goes before each place where a control
+    /// token's text begins (matched ASCII-case-insensitively, so that a template's
+    /// `upper` or `lower` cannot make one), and a `QUOTE_MARK` already in `text` is
+    /// doubled. Text without control-token spellings or marks comes back unchanged.
+    ///
+    /// This is how a chat keeps what a person writes in its place: message texts are
+    /// quoted, the template is rendered around them, and only the template's own control
+    /// tokens become control tokens ([`crate::pipeline::ChatTemplate::encode_messages`]).
+    pub fn quote_text(&self, text: &str) -> String {
+        let mut starts = Vec::new();
+        if let Some(m) = &self.quote_matcher {
+            starts = vec![false; text.len()];
+            for hit in m.find_overlapping_iter(text) {
+                starts[hit.start()] = true;
             }
         }
-        let fragments = if parse_special {
-            self.partition(text)
-        } else {
-            vec![Fragment::Text(0, text.len())]
-        };
-        // SentencePiece: a space is prefixed to the first text (and after a special
-        // token) when the file asks for it.
+        let mut out = String::with_capacity(text.len() + 8);
+        for (i, c) in text.char_indices() {
+            if starts.get(i).copied().unwrap_or(false) {
+                out.push(QUOTE_MARK);
+            }
+            if c == QUOTE_MARK {
+                out.push(QUOTE_MARK);
+            }
+            out.push(c);
+        }
+        out
+    }
+
+    /// Token ids of text in which some stretches were quoted by
+    /// [`GgufTokenizer::quote_text`] (a rendered chat template): a control token is
+    /// parsed where it is spelled outside quoted text — after an even run of
+    /// [`QUOTE_MARK`]s — and read as plain text where it was quoted. The text between
+    /// control tokens loses its marks (a doubled mark becomes one) and is encoded as
+    /// plain text, as [`GgufTokenizer::encode_with`] does without `parse_special`.
+    /// With `add_special`, BOS/EOS are added as the file's flags say.
+    pub fn encode_quoted(&self, text: &str, add_special: bool) -> Result<Vec<u32>> {
+        let mut out = Vec::new();
+        self.push_bos(add_special, &mut out);
         let mut prev_special = true;
-        for frag in fragments {
+        for frag in self.partition(text, Carve::UnquotedControl) {
             match frag {
                 Fragment::Special(id) => {
                     out.push(id);
                     prev_special = true;
                 }
                 Fragment::Text(a, b) => {
-                    let piece = &text[a..b];
-                    match self.kind {
-                        TokenizerKind::ByteLevelBpe => self.encode_bpe(piece, &mut out)?,
-                        TokenizerKind::SentencePiece => {
-                            let mut s = String::with_capacity(piece.len() + 3);
-                            if self.add_space_prefix && prev_special {
-                                s.push(' ');
-                            }
-                            s.push_str(piece);
-                            self.encode_spm(&s.replace(' ', "\u{2581}"), &mut out);
-                        }
-                    }
-                    prev_special = false;
+                    let plain = unquote(&text[a..b]);
+                    let inner = self.partition(&plain, Carve::UserDefined);
+                    self.encode_fragments(&plain, &inner, &mut out, &mut prev_special)?;
                 }
             }
         }
-        if add_special && self.add_eos {
-            if let Some(e) = self.eos {
-                out.push(e);
-            }
-        }
+        self.push_eos(add_special, &mut out);
         Ok(out)
     }
 
-    /// Split `text` into special tokens and the text between them: each special token,
-    /// longest first, is carved out of every text fragment that still contains it.
-    fn partition(&self, text: &str) -> Vec<Fragment> {
+    fn push_bos(&self, add_special: bool, out: &mut Vec<u32>) {
+        if add_special && self.add_bos {
+            out.extend(self.bos);
+        }
+    }
+
+    fn push_eos(&self, add_special: bool, out: &mut Vec<u32>) {
+        if add_special && self.add_eos {
+            out.extend(self.eos);
+        }
+    }
+
+    /// Encode `fragments` of `text` onto `out`. SentencePiece: a space is prefixed to the
+    /// first text (and to text after a special token) when the file asks for it;
+    /// `prev_special` carries that state from one call to the next.
+    fn encode_fragments(
+        &self,
+        text: &str,
+        fragments: &[Fragment],
+        out: &mut Vec<u32>,
+        prev_special: &mut bool,
+    ) -> Result<()> {
+        for &frag in fragments {
+            match frag {
+                Fragment::Special(id) => {
+                    out.push(id);
+                    *prev_special = true;
+                }
+                Fragment::Text(a, b) => {
+                    let piece = &text[a..b];
+                    match self.kind {
+                        TokenizerKind::ByteLevelBpe => self.encode_bpe(piece, out)?,
+                        TokenizerKind::SentencePiece => {
+                            let mut s = String::with_capacity(piece.len() + 3);
+                            if self.add_space_prefix && *prev_special {
+                                s.push(' ');
+                            }
+                            s.push_str(piece);
+                            self.encode_spm(&s.replace(' ', "\u{2581}"), out);
+                        }
+                    }
+                    *prev_special = false;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Split `text` into special tokens and the text between them: each special token
+    /// that `carve` admits, longest first, is carved out of every text fragment that
+    /// still contains it (llama.cpp's partitioning).
+    fn partition(&self, text: &str, carve: Carve) -> Vec<Fragment> {
         let mut frags = vec![Fragment::Text(0, text.len())];
         let Some(matcher) = &self.special_matcher else {
             return frags;
         };
-        // Which special tokens occur at all (most texts hold none of Gemma's thousands).
-        let mut present: Vec<usize> = matcher
-            .find_overlapping_iter(text)
-            .map(|m| m.pattern().as_usize())
-            .collect();
-        if present.is_empty() {
+        // Which special tokens occur at all (most texts hold none of Gemma's thousands);
+        // a flag per token, so that a text full of overlapping matches costs no memory.
+        let mut present = vec![false; self.specials.len()];
+        let mut any = false;
+        for m in matcher.find_overlapping_iter(text) {
+            let p = m.pattern().as_usize();
+            if carve.admits(&self.specials[p]) {
+                present[p] = true;
+                any = true;
+            }
+        }
+        if !any {
             return frags;
         }
-        present.sort_unstable();
-        present.dedup(); // pattern order is already longest first
-        for p in present {
-            let (tok, id) = (&self.specials[p].0, self.specials[p].1);
+        // For quoted text: whether an odd run of marks ends just before each byte.
+        let quoted = (carve == Carve::UnquotedControl).then(|| odd_mark_runs(text));
+        let is_quoted = |at: usize| quoted.as_ref().is_some_and(|q| q[at]);
+        // Pattern order is already longest first.
+        for (p, special) in self.specials.iter().enumerate() {
+            if !present[p] {
+                continue;
+            }
+            let (tok, id) = (special.text.as_str(), special.id);
             let mut next = Vec::with_capacity(frags.len() + 2);
             for f in frags {
                 let Fragment::Text(a, b) = f else {
                     next.push(f);
                     continue;
                 };
-                let mut start = a;
-                while let Some(k) = text[start..b].find(tok.as_str()) {
-                    if k > 0 {
-                        next.push(Fragment::Text(start, start + k));
+                let (mut start, mut search) = (a, a);
+                while let Some(k) = text[search..b].find(tok) {
+                    let at = search + k;
+                    if is_quoted(at) {
+                        // Spelled inside quoted text: stays text; look further on.
+                        search = at + text[at..].chars().next().map_or(1, char::len_utf8);
+                        continue;
+                    }
+                    if at > start {
+                        next.push(Fragment::Text(start, at));
                     }
                     next.push(Fragment::Special(id));
-                    start += k + tok.len();
+                    start = at + tok.len();
+                    search = start;
                 }
                 if start < b {
                     next.push(Fragment::Text(start, b));
@@ -439,8 +557,7 @@ impl GgufTokenizer {
         let Some(bpe) = &self.bpe else {
             return Err(Error::Tokenizer("byte-level BPE model missing".into()));
         };
-        let enc = bpe
-            .encode(piece, false)
+        let enc = crate::io::tokenizer::guarded(|| bpe.encode(piece, false))
             .map_err(|e| Error::Tokenizer(format!("BPE encoding failed: {e}")))?;
         out.extend_from_slice(enc.get_ids());
         Ok(())
@@ -467,7 +584,7 @@ impl GgufTokenizer {
         let mut queue = BinaryHeap::new();
         let push = |q: &mut BinaryHeap<Bigram>, syms: &[Sym], l: usize, r: usize| {
             let s = &text[syms[l].start..syms[r].start + syms[r].len];
-            if let Some(&id) = self.ids.get(s) {
+            if let Some(id) = self.piece_id(s) {
                 q.push(Bigram {
                     score: self.scores[id as usize],
                     left: l,
@@ -501,8 +618,8 @@ impl GgufTokenizer {
         let mut i = Some(0);
         while let Some(k) = i {
             let s = &text[syms[k].start..syms[k].start + syms[k].len];
-            match self.ids.get(s) {
-                Some(&id) => out.push(id),
+            match self.piece_id(s) {
+                Some(id) => out.push(id),
                 None => {
                     for &b in s.as_bytes() {
                         match self.byte_tokens[b as usize] {
@@ -514,6 +631,15 @@ impl GgufTokenizer {
             }
             i = syms[k].next;
         }
+    }
+
+    /// The id of text piece `s` for SentencePiece merging: any token but a control
+    /// token, which text never becomes (in a raw prompt a control token's spelling is
+    /// carved out before merging, so this changes nothing there; in quoted chat text it
+    /// keeps a person's `<start_of_turn>` from merging into the real one).
+    fn piece_id(&self, s: &str) -> Option<u32> {
+        let id = *self.ids.get(s)?;
+        (self.types[id as usize] != TokenType::Control).then_some(id)
     }
 
     /// The bytes token `id` stands for; control tokens give their text, or nothing with
@@ -563,6 +689,81 @@ impl GgufTokenizer {
         }
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
+}
+
+/// The character [`GgufTokenizer::quote_text`] marks quoted text with: U+FDD0, a Unicode
+/// noncharacter (reserved for a program's internal use, never text a person means).
+pub const QUOTE_MARK: char = '\u{FDD0}';
+
+/// A control or user-defined token, carved out of text before tokenising.
+#[derive(Clone, Debug)]
+struct Special {
+    text: String,
+    id: u32,
+    /// A control token (`<|im_start|>`), not a user-defined one (Gemma's `\n\n`).
+    control: bool,
+}
+
+impl Special {
+    /// Whether quoting can keep this token out of quoted text: a control token whose
+    /// text holds no [`QUOTE_MARK`] (one that does is never parsed from quoted text).
+    fn quotable(&self) -> bool {
+        self.control && !self.text.contains(QUOTE_MARK)
+    }
+}
+
+/// Which special tokens [`GgufTokenizer::partition`] carves out of text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Carve {
+    /// Control and user-defined tokens wherever they are spelled: a raw prompt
+    /// (llama.cpp's `parse_special`).
+    All,
+    /// User-defined tokens only: plain text (llama.cpp without `parse_special`).
+    UserDefined,
+    /// Quotable control tokens, where not quoted: the first pass over a rendered chat.
+    UnquotedControl,
+}
+
+impl Carve {
+    fn admits(self, s: &Special) -> bool {
+        match self {
+            Carve::All => true,
+            Carve::UserDefined => !s.control,
+            Carve::UnquotedControl => s.quotable(),
+        }
+    }
+}
+
+/// For each byte position of `text` (and its end), whether an odd number of
+/// [`QUOTE_MARK`]s ends right before it: a control token starting there was quoted.
+fn odd_mark_runs(text: &str) -> Vec<bool> {
+    let mut odd = vec![false; text.len() + 1];
+    let mut run_odd = false;
+    for (i, c) in text.char_indices() {
+        odd[i] = run_odd;
+        run_odd = c == QUOTE_MARK && !run_odd;
+    }
+    odd[text.len()] = run_odd;
+    odd
+}
+
+/// Quoted text back to what was quoted: a doubled [`QUOTE_MARK`] becomes one, a single
+/// one (put before a control token's spelling) goes.
+fn unquote(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut pending = false;
+    for c in text.chars() {
+        if c == QUOTE_MARK {
+            if pending {
+                out.push(QUOTE_MARK);
+            }
+            pending = !pending;
+        } else {
+            pending = false;
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// A piece of text to tokenise: a byte range, or a special token already found.
@@ -689,5 +890,13 @@ impl Tokenizer for GgufTokenizer {
 
     fn is_end_of_generation(&self, id: u32) -> bool {
         self.is_eog(id)
+    }
+
+    fn quote_text(&self, text: &str) -> String {
+        GgufTokenizer::quote_text(self, text)
+    }
+
+    fn encode_quoted(&self, text: &str, add_special: bool) -> Result<Vec<u32>> {
+        GgufTokenizer::encode_quoted(self, text, add_special)
     }
 }

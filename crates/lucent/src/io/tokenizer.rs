@@ -50,6 +50,26 @@ pub trait Tokenizer: Send + Sync + std::fmt::Debug {
     /// Whether generating `id` ends the text (EOS, `<|im_end|>`, `<end_of_turn>`).
     fn is_end_of_generation(&self, id: u32) -> bool;
 
+    /// `text` marked so that [`Tokenizer::encode_quoted`] reads every control-token
+    /// spelling in it as plain text (a chat message's text, before the template is
+    /// rendered around it). Text without such spellings comes back unchanged.
+    fn quote_text(&self, text: &str) -> String {
+        text.to_string()
+    }
+
+    /// Token ids of a rendered chat template whose messages were quoted with
+    /// [`Tokenizer::quote_text`]: only the template's own control tokens are parsed.
+    /// With `add_special`, BOS/EOS as the tokenizer's flags say. Tokenizers that cannot
+    /// keep quoted text apart refuse (the default), rather than parse what a person wrote.
+    fn encode_quoted(&self, text: &str, add_special: bool) -> Result<Vec<u32>> {
+        let _ = (text, add_special);
+        Err(Error::Tokenizer(
+            "this tokenizer cannot keep chat messages apart from the template's control tokens; \
+             chat templates run with GGUF vocabularies (give a raw prompt instead)"
+                .into(),
+        ))
+    }
+
     /// The text of `ids` (invalid UTF-8 becomes U+FFFD).
     fn decode_ids(&self, ids: &[u32], skip_special: bool) -> Result<String> {
         let mut bytes = Vec::new();
@@ -147,6 +167,10 @@ pub fn unicode_to_byte() -> std::collections::HashMap<char, u8> {
         .collect()
 }
 
+/// The largest `tokenizer.json` lucent reads: a bigger file is refused before it is
+/// read (the largest real vocabularies, ~260 000 tokens, take about 35 MB).
+pub const MAX_TOKENIZER_JSON_BYTES: u64 = 128 << 20;
+
 /// One encoded text.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Encoding {
@@ -220,7 +244,8 @@ fn tok_err(path: &Path, what: &str, e: impl std::fmt::Display) -> Error {
 }
 
 impl HfTokenizer {
-    /// Load `tokenizer.json`. No truncation until [`HfTokenizer::set_max_length`].
+    /// Load `tokenizer.json`. No truncation until [`HfTokenizer::set_max_length`]. A file
+    /// over [`MAX_TOKENIZER_JSON_BYTES`] is refused unread.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         if !path.is_file() {
@@ -229,16 +254,40 @@ impl HfTokenizer {
                 path.display()
             )));
         }
-        let inner = tokenizers::Tokenizer::from_file(path)
-            .map_err(|e| tok_err(path, "not a valid tokenizer.json", e))?;
-        Self::wrap(inner, path)
+        let len = std::fs::metadata(path)
+            .map_err(|e| Error::io(path, e))?
+            .len();
+        if len > MAX_TOKENIZER_JSON_BYTES {
+            return Err(Error::format(
+                path,
+                format!(
+                    "tokenizer.json is {len} bytes; lucent reads at most {MAX_TOKENIZER_JSON_BYTES} \
+                     (the largest vocabularies' files are about 35 MB)"
+                ),
+            ));
+        }
+        let json = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        Self::parse(&json, path)
     }
 
     /// Load a tokenizer from the bytes of a `tokenizer.json`.
     pub fn from_bytes(json: &[u8]) -> Result<Self> {
-        let inner = tokenizers::Tokenizer::from_bytes(json)
-            .map_err(|e| Error::Tokenizer(format!("not a valid tokenizer.json: {e}")))?;
-        Self::wrap(inner, Path::new("<bytes>"))
+        Self::parse(json, Path::new("<bytes>"))
+    }
+
+    fn parse(json: &[u8], path: &Path) -> Result<Self> {
+        if json.len() as u64 > MAX_TOKENIZER_JSON_BYTES {
+            return Err(Error::format(
+                path,
+                format!(
+                    "tokenizer.json is {} bytes; lucent reads at most {MAX_TOKENIZER_JSON_BYTES}",
+                    json.len()
+                ),
+            ));
+        }
+        let inner = guarded(|| tokenizers::Tokenizer::from_bytes(json))
+            .map_err(|e| tok_err(path, "not a valid tokenizer.json", e))?;
+        Self::wrap(inner, path)
     }
 
     /// Wrap a tokenizer built in memory (e.g. a BPE trained on a corpus).
@@ -339,9 +388,7 @@ impl HfTokenizer {
     /// Encode one text; `add_special` adds the model's special tokens (BERT: `[CLS]`,
     /// `[SEP]`).
     pub fn encode(&self, text: &str, add_special: bool) -> Result<Encoding> {
-        let e = self
-            .inner
-            .encode(text, add_special)
+        let e = guarded(|| self.inner.encode(text, add_special))
             .map_err(|e| Error::Tokenizer(format!("cannot encode {:?}: {e}", short(text))))?;
         Ok(Self::convert(e))
     }
@@ -349,17 +396,14 @@ impl HfTokenizer {
     /// Encode many texts (in parallel); one [`Encoding`] per text, in order.
     pub fn encode_batch(&self, texts: &[&str], add_special: bool) -> Result<Vec<Encoding>> {
         let inputs: Vec<tokenizers::EncodeInput> = texts.iter().map(|t| (*t).into()).collect();
-        let out = self
-            .inner
-            .encode_batch(inputs, add_special)
+        let out = guarded(|| self.inner.encode_batch(inputs, add_special))
             .map_err(|e| Error::Tokenizer(format!("cannot encode a batch: {e}")))?;
         Ok(out.into_iter().map(Self::convert).collect())
     }
 
     /// Ids back to text; `skip_special` drops special tokens.
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
-        self.inner
-            .decode(ids, skip_special)
+        guarded(|| self.inner.decode(ids, skip_special))
             .map_err(|e| Error::Tokenizer(format!("cannot decode {} ids: {e}", ids.len())))
     }
 
@@ -413,8 +457,7 @@ impl Tokenizer for HfTokenizer {
         } else {
             &self.plain
         };
-        let e = tok
-            .encode(text, add_special)
+        let e = guarded(|| tok.encode(text, add_special))
             .map_err(|e| Error::Tokenizer(format!("cannot encode {:?}: {e}", short(text))))?;
         Ok(e.get_ids().to_vec())
     }
@@ -458,6 +501,28 @@ impl Tokenizer for HfTokenizer {
 
     fn is_end_of_generation(&self, id: u32) -> bool {
         self.end_ids.contains(&id)
+    }
+}
+
+/// Run a call into the `tokenizers` crate, turning a panic into an error. The crate
+/// panics on some malformed `tokenizer.json` files instead of returning an error, at
+/// load time (0.22: `expect("Helper")` on a decoder that does not parse,
+/// `expect("Precompiled")` on a Precompiled normalizer without its map) and at encode
+/// time (a template post-processor naming a special token it does not define); found by
+/// fuzzing, kept in `tests/data/fuzz/tokenizer_json/`. lucent's boundary stops them.
+pub(crate) fn guarded<T>(
+    f: impl FnOnce() -> tokenizers::Result<T>,
+) -> std::result::Result<T, String> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(panic) => {
+            let why = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            Err(format!("the tokenizers crate failed on this file ({why})"))
+        }
     }
 }
 

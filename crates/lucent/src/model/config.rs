@@ -199,6 +199,52 @@ impl ModelConfig {
         if self.sliding_window == Some(0) || self.global_every == Some(0) {
             return bad("sliding_window and global_every must be > 0 when set".into());
         }
+        self.check_sizes()
+    }
+
+    /// Every weight matrix's element count must be a number (no product overflows) and
+    /// its f32 bytes must fit in an address space: a file that claims absurd widths is
+    /// refused here, by field, before anything is allocated for it.
+    fn check_sizes(&self) -> Result<()> {
+        const MAX_ELEMENTS: u128 = (isize::MAX as u128) / 4;
+        let d = self.d_model as u128;
+        let products = [
+            ("vocab_size", self.vocab_size, "d_model", self.d_model),
+            ("heads", self.n_heads, "head_dim", self.head_dim),
+            ("kv_heads", self.n_kv_heads, "head_dim", self.head_dim),
+            ("d_ff", self.d_ff, "d_model", self.d_model),
+            ("max_positions", self.max_positions, "d_model", self.d_model),
+            (
+                "max_positions",
+                self.max_positions,
+                "head_dim",
+                self.head_dim,
+            ),
+            (
+                "type_vocab_size",
+                self.type_vocab_size,
+                "d_model",
+                self.d_model,
+            ),
+        ];
+        for (a, x, b, y) in products {
+            let n = x as u128 * y as u128;
+            if n > MAX_ELEMENTS {
+                return Err(Error::Config(format!(
+                    "{a} ({x}) × {b} ({y}) = {n} elements, more than any memory holds; the file's sizes are corrupt"
+                )));
+            }
+        }
+        let q_dim = self.n_heads as u128 * self.head_dim as u128;
+        if q_dim * d > MAX_ELEMENTS {
+            return Err(Error::Config(format!(
+                "heads ({}) × head_dim ({}) × d_model ({}) = {} elements in W_q, more than any memory holds; the file's sizes are corrupt",
+                self.n_heads,
+                self.head_dim,
+                self.d_model,
+                q_dim * d
+            )));
+        }
         Ok(())
     }
 

@@ -7,13 +7,37 @@
 //! `<|im_start|>assistant\n` to ask for a reply. A file without a template gets the
 //! family's known format (Gemma: `<start_of_turn>user\n…<end_of_turn>\n`, reply after
 //! `<start_of_turn>model\n`), else ChatML.
+//!
+//! **What a person writes stays text.** A message that spells another turn's control
+//! tokens (`<|im_start|>system`, `<start_of_turn>`, `<|endoftext|>`) must not open that
+//! turn. [`ChatTemplate::encode_messages`] quotes every message's role and content
+//! ([`GgufTokenizer::quote_text`]) before rendering, so that only the control tokens the
+//! template itself writes are parsed as control tokens; the quoted text is encoded as
+//! plain text and decodes back to exactly what was written. (A raw prompt, as
+//! [`GgufTokenizer::encode`] takes it, keeps parsing special tokens, as llama.cpp does.)
+//! This holds for templates that pass message text through whole or trimmed, sliced
+//! at whitespace or ASCII case-mapped, as chat templates do; a template that cuts
+//! characters out of the middle of a message could cut a quote mark away.
+//!
+//! **A template is code from the model file.** Rendering is bounded: at most
+//! [`RENDER_FUEL`] template instructions (plus [`FUEL_PER_MESSAGE`] per message) and
+//! [`MAX_RENDERED_BYTES`] of output (plus four times the messages' own length), so
+//! that a hostile template is an error, not a hang.
 
 use serde::Serialize;
 
 use crate::io::gguf::GgufFile;
-use crate::io::gguf_tokenizer::GgufTokenizer;
+use crate::io::gguf_tokenizer::{GgufTokenizer, QUOTE_MARK};
 use crate::io::tokenizer::Tokenizer;
 use crate::{Error, Result};
+
+/// Template instructions a rendering may run, besides [`FUEL_PER_MESSAGE`] per message
+/// (the real templates take a few hundred per message).
+pub const RENDER_FUEL: u64 = 1_000_000;
+/// Template instructions allowed for each message.
+pub const FUEL_PER_MESSAGE: u64 = 10_000;
+/// Bytes a rendering may write, besides four times the messages' own length.
+pub const MAX_RENDERED_BYTES: usize = 1 << 20;
 
 /// One message of a conversation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -90,22 +114,52 @@ impl ChatTemplate {
     }
 
     /// Render `messages`; with `add_generation_prompt`, end with the assistant's cue.
+    /// A template that runs out of its instruction budget or writes more than its output
+    /// budget (module docs) is an error.
     #[cfg(feature = "chat-templates")]
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
         use minijinja::{context, Environment};
+        let n = messages.len() as u64;
+        let text_bytes: usize = messages
+            .iter()
+            .map(|m| m.role.len() + m.content.len())
+            .sum();
         let mut env = Environment::new();
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         minijinja_contrib::add_to_environment(&mut env);
+        env.set_fuel(Some(
+            RENDER_FUEL.saturating_add(FUEL_PER_MESSAGE.saturating_mul(n)),
+        ));
         let tmpl = env
             .template_from_str(&self.source)
             .map_err(|e| Error::Tokenizer(format!("chat template does not parse: {e}")))?;
-        tmpl.render(context! {
-            messages => messages,
-            add_generation_prompt => add_generation_prompt,
-            bos_token => self.bos,
-            eos_token => self.eos,
-        })
-        .map_err(|e| Error::Tokenizer(format!("chat template failed to render: {e}")))
+        let limit = MAX_RENDERED_BYTES.saturating_add(text_bytes.saturating_mul(4));
+        let mut out = Bounded {
+            bytes: Vec::new(),
+            limit,
+            over: false,
+        };
+        tmpl.render_captured_to(
+            context! {
+                messages => messages,
+                add_generation_prompt => add_generation_prompt,
+                bos_token => self.bos,
+                eos_token => self.eos,
+            },
+            &mut out,
+        )
+        .map_err(|e| {
+            if out.over {
+                Error::Tokenizer(format!(
+                    "chat template writes more than {limit} bytes for {n} messages of {text_bytes} bytes; \
+                     the model file's tokenizer.chat_template is not a usable chat template"
+                ))
+            } else {
+                Error::Tokenizer(format!("chat template failed to render: {e}"))
+            }
+        })?;
+        String::from_utf8(out.bytes)
+            .map_err(|e| Error::Tokenizer(format!("chat template wrote invalid UTF-8: {e}")))
     }
 
     /// Render `messages` (this build has no `chat-templates` feature: an error).
@@ -118,11 +172,66 @@ impl ChatTemplate {
         ))
     }
 
-    /// Token ids of rendered text: BOS is added as the tokenizer's flags say unless the
-    /// template already wrote it.
+    /// Token ids of a conversation, ready for the model: the template rendered around
+    /// the messages, with every role and content quoted so that control-token text in
+    /// them stays text (module docs); BOS is added as the tokenizer's flags say unless
+    /// the template wrote it. With `add_generation_prompt`, ends with the assistant's cue.
+    pub fn encode_messages(
+        &self,
+        tok: &dyn Tokenizer,
+        messages: &[Message],
+        add_generation_prompt: bool,
+    ) -> Result<Vec<u32>> {
+        if [&self.source, &self.bos, &self.eos]
+            .iter()
+            .any(|s| s.contains(QUOTE_MARK))
+        {
+            return Err(Error::Tokenizer(
+                "the chat template (or its BOS/EOS text) contains U+FDD0, which lucent reserves for quoting message text"
+                    .into(),
+            ));
+        }
+        let quoted: Vec<Message> = messages
+            .iter()
+            .map(|m| Message {
+                role: tok.quote_text(&m.role),
+                content: tok.quote_text(&m.content),
+            })
+            .collect();
+        let rendered = self.render(&quoted, add_generation_prompt)?;
+        let has_bos = !self.bos.is_empty() && rendered.starts_with(&self.bos);
+        tok.encode_quoted(&rendered, !has_bos)
+    }
+
+    /// Token ids of rendered text, every special token in it parsed: only for text you
+    /// trust entirely (a conversation goes through [`ChatTemplate::encode_messages`],
+    /// which keeps the messages' text in its place). BOS is added as the tokenizer's
+    /// flags say unless the template already wrote it.
     pub fn encode(&self, tok: &dyn Tokenizer, rendered: &str) -> Result<Vec<u32>> {
         let has_bos = !self.bos.is_empty() && rendered.starts_with(&self.bos);
         tok.encode_ids(rendered, !has_bos, true)
+    }
+}
+
+/// A writer that refuses to grow past `limit` bytes (`over` says that it refused).
+struct Bounded {
+    bytes: Vec<u8>,
+    limit: usize,
+    over: bool,
+}
+
+impl std::io::Write for Bounded {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len().saturating_add(buf.len()) > self.limit {
+            self.over = true;
+            return Err(std::io::Error::other("rendered text over its limit"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 

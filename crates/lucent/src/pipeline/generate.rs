@@ -118,7 +118,9 @@ impl TextModel {
     }
 
     /// Prompt ids of a conversation through the chat template, ending with the
-    /// assistant's cue. Errors for a model without a template.
+    /// assistant's cue. Control-token text inside the messages stays text: only the
+    /// template's own control tokens are parsed ([`ChatTemplate::encode_messages`]).
+    /// Errors for a model without a template.
     pub fn encode_chat(&self, messages: &[Message]) -> Result<Vec<u32>> {
         let template = self.template.as_ref().ok_or_else(|| {
             Error::Argument(format!(
@@ -126,8 +128,7 @@ impl TextModel {
                 self.path.display()
             ))
         })?;
-        let text = template.render(messages, true)?;
-        template.encode(self.tokenizer.as_ref(), &text)
+        template.encode_messages(self.tokenizer.as_ref(), messages, true)
     }
 
     /// A KV cache for up to `max_t` positions (capped at the model's context).

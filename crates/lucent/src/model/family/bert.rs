@@ -66,15 +66,57 @@ fn default_eps() -> f64 {
     1e-12
 }
 
-/// Parse `config.json` of a BERT model folder.
+/// The largest `config.json` lucent reads (a real one is a few KB): a bigger file is
+/// refused before it is read.
+pub const MAX_CONFIG_BYTES: u64 = 16 << 20;
+
+/// Parse `config.json` of a BERT model folder. A file over [`MAX_CONFIG_BYTES`] is
+/// refused unread.
 pub fn read_config(path: &Path) -> Result<HfBertConfig> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-    serde_json::from_str(&text).map_err(|e| {
+    let len = std::fs::metadata(path)
+        .map_err(|e| Error::io(path, e))?
+        .len();
+    if len > MAX_CONFIG_BYTES {
+        return Err(Error::format(
+            path,
+            format!(
+                "config.json is {len} bytes; a model's config.json is a few KB and lucent reads at most {MAX_CONFIG_BYTES} bytes"
+            ),
+        ));
+    }
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    parse_config(&bytes, path)
+}
+
+/// Parse the bytes of a BERT `config.json`; `path` names the file in errors, which also
+/// name the field at fault (`hidden_size: invalid type: string "big", expected usize`,
+/// `missing field `vocab_size``), with the line and column. JSON nested deeper than
+/// 128 levels is refused (serde_json's limit), so no nesting can exhaust the stack.
+pub fn parse_config(json: &[u8], path: &Path) -> Result<HfBertConfig> {
+    if json.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(Error::format(
+            path,
+            format!(
+                "config.json is {} bytes; lucent reads at most {MAX_CONFIG_BYTES} bytes",
+                json.len()
+            ),
+        ));
+    }
+    let fail = |field: &str, e: &dyn std::fmt::Display| {
+        let field = match field {
+            "" | "." => String::new(),
+            f => format!("field '{f}': "),
+        };
         Error::format(
             path,
-            format!("not a BERT config.json ({e}); it needs vocab_size, hidden_size, num_hidden_layers, num_attention_heads, intermediate_size"),
+            format!("not a BERT config.json ({field}{e}); it needs vocab_size, hidden_size, num_hidden_layers, num_attention_heads, intermediate_size"),
         )
-    })
+    };
+    let mut de = serde_json::Deserializer::from_slice(json);
+    let cfg: HfBertConfig = serde_path_to_error::deserialize(&mut de)
+        .map_err(|e| fail(&e.path().to_string(), e.inner()))?;
+    de.end().map_err(|e| fail("", &e))?;
+    Ok(cfg)
 }
 
 /// Map a Hugging Face `hidden_act` name to an [`Activation`]; unknown names are an error

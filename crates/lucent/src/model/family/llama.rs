@@ -69,10 +69,21 @@ impl GgufHparams {
                         )))
                 })?,
         };
+        let layers = f.get_usize(&k("block_count"))?;
+        let tensors = f.tensor_infos().len();
+        if layers > tensors {
+            return Err(Error::format(
+                f.path(),
+                format!(
+                    "{arch}.block_count = {layers}, but the file holds only {tensors} tensors; \
+                     every layer needs tensors of its own, so the file is corrupt"
+                ),
+            ));
+        }
         Ok(GgufHparams {
             vocab_size,
             d_model,
-            layers: f.get_usize(&k("block_count"))?,
+            layers,
             n_heads,
             n_kv_heads,
             head_dim,
