@@ -32,8 +32,7 @@ class Embedder:
     def __init__(self, model: str = "minilm", threads: int = 1, batch_size: int = 32) -> None:
         import lucent
 
-        lucent.set_threads(threads)
-        self.model = lucent.SentenceTransformer(model)
+        self.model = lucent.SentenceTransformer(model, n_threads=threads)
         self.batch_size = batch_size
 
     def __call__(self, batch: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:

@@ -4,10 +4,12 @@
 
 1. Throughput on benches/sentences.txt (256 sentences, batch 32) at 1 and 2 kernel
    threads: `lucent bench embed` (its median pass, model loaded) against
-   `SentenceTransformer.encode` in this process (median pass), in alternating rounds;
+   `SentenceTransformer(n_threads=n).encode` in this process (median pass), in
+   alternating rounds;
    the figure is the median over rounds of each.
-2. The GIL: with lucent at 1 kernel thread, two passes one after the other against the
-   same two passes in two Python threads at once. Released GIL: about 2x on 2 cores.
+2. The GIL: two models with a 1-thread runtime each (``n_threads=1``), two passes one
+   after the other against the same two passes in two Python threads at once. Released
+   GIL: about 2x on 2 cores.
 
 Prints one JSON object; nothing is asserted (timings are noisy on a shared machine).
 """
@@ -40,10 +42,12 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3, help="timed passes per side per round")
     a = p.parse_args()
     texts = [l for l in (REPO / "benches" / "sentences.txt").read_text().splitlines() if l.strip()]
-    model = lucent.SentenceTransformer("minilm")
-    model.encode(texts[:64])  # warm-up
+    # One model per thread count, each in a lucent runtime of its own (n_threads).
+    models = {n: lucent.SentenceTransformer("minilm", n_threads=n) for n in (1, 2)}
+    for m in models.values():
+        m.encode(texts[:64])  # warm-up
     speed = {}
-    for n in (1, 2):
+    for n, model in models.items():
         cli, py = [], []
         for _ in range(a.rounds):
             out = subprocess.run(
@@ -52,8 +56,6 @@ def main() -> None:
                 capture_output=True, text=True, check=True,
             ).stdout
             cli.append(len(texts) / json.loads(out)["threads"][0]["median_s"])
-            lucent.set_threads(n)
-            model.encode(texts[:64])
             py.append(len(texts) / statistics.median(timed(lambda: model.encode(texts)) for _ in range(a.runs)))
         c, q = statistics.median(cli), statistics.median(py)
         speed[f"threads_{n}"] = {
@@ -63,13 +65,16 @@ def main() -> None:
             "cli_rounds": [round(x, 1) for x in cli],
             "python_rounds": [round(x, 1) for x in py],
         }
-    lucent.set_threads(1)
+    # The GIL: two models of 1 kernel thread each (two runtimes), two passes one after
+    # the other against the same two passes in two Python threads at once.
+    pair = [models[1], lucent.SentenceTransformer("minilm", n_threads=1)]
+    pair[1].encode(texts[:64])
     seq, par = [], []
     for _ in range(a.rounds):
-        seq.append(timed(lambda: (model.encode(texts), model.encode(texts))))
+        seq.append(timed(lambda: (pair[0].encode(texts), pair[1].encode(texts))))
 
         def both():
-            ts = [threading.Thread(target=model.encode, args=(texts,)) for _ in range(2)]
+            ts = [threading.Thread(target=m.encode, args=(texts,)) for m in pair]
             for t in ts:
                 t.start()
             for t in ts:
@@ -80,10 +85,12 @@ def main() -> None:
     result = {
         "speed": speed,
         "gil": {
-            "kernel_threads": 1,
+            "kernel_threads_per_model": 1,
             "two_passes_one_after_the_other_s": round(s, 3),
             "two_passes_in_two_threads_s": round(q, 3),
             "speedup": round(s / q, 2),
+            "sequential_rounds_s": [round(x, 3) for x in seq],
+            "threaded_rounds_s": [round(x, 3) for x in par],
         },
     }
     print(json.dumps(result, indent=1))

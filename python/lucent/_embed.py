@@ -86,7 +86,9 @@ class SentenceTransformer:
     accepted as ``all-MiniLM-L6-v2`` / ``sentence-transformers/all-MiniLM-L6-v2``) or a
     local folder in sentence-transformers / Hugging Face layout (config.json,
     model.safetensors, tokenizer.json, modules.json …). ``device`` is accepted for
-    compatibility and must be ``None`` or ``"cpu"``.
+    compatibility and must be ``None`` or ``"cpu"``. ``n_threads``: kernel threads of a
+    runtime of this model's own (``None``: lucent's default runtime, the machine's
+    physical cores unless :func:`lucent.set_threads` said otherwise).
     """
 
     _ALIASES = {
@@ -103,10 +105,8 @@ class SentenceTransformer:
     ) -> None:
         if device not in (None, "cpu"):
             raise ValueError(f"device {device!r}: lucent runs on the CPU; pass device=None or 'cpu'")
-        if n_threads is not None:
-            _lucent.set_threads(n_threads)
         spec = self._ALIASES.get(model_name_or_path, model_name_or_path)
-        self._model = _lucent.Embedder(spec)
+        self._model = _lucent.Embedder(spec, n_threads)
         self.similarity_fn_name = "cosine"
 
     # -- what the model is -------------------------------------------------------------
@@ -115,6 +115,11 @@ class SentenceTransformer:
     def max_seq_length(self) -> int:
         """Longest input in tokens (special tokens included); longer inputs are cut."""
         return self._model.max_seq_length
+
+    @property
+    def n_threads(self) -> int:
+        """Kernel threads this model's calls use."""
+        return self._model.n_threads
 
     @property
     def device(self) -> str:

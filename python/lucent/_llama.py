@@ -66,8 +66,8 @@ class Llama:
     """A decoder model, as ``llama_cpp.Llama``.
 
     ``n_ctx``: positions for prompt and reply together (0: the model's context);
-    ``n_threads``: lucent's kernel threads for the whole process (``None``: leave as
-    is); ``seed``: the default seed (``-1`` or ``None``: a fresh one per call).
+    ``n_threads``: kernel threads of a runtime of this model's own (``None``: lucent's
+    default runtime); ``seed``: the default seed (``-1`` or ``None``: a fresh one per call).
     Other llama.cpp settings (``n_gpu_layers``, ``n_batch``, ``use_mmap``, …) are
     accepted and have no effect: lucent runs on the CPU and maps weights itself.
     """
@@ -88,11 +88,9 @@ class Llama:
             raise ValueError(
                 f"chat_format={chat_format!r}: lucent uses the chat template stored with the model"
             )
-        if n_threads is not None:
-            _lucent.set_threads(n_threads)
         self.model_path = model_path
         self.verbose = verbose
-        self._gen = _lucent.Generator(model_path)
+        self._gen = _lucent.Generator(model_path, n_threads)
         if n_ctx < 0:
             raise ValueError(f"n_ctx must be >= 0 (0: the model's context), got {n_ctx}")
         self._n_ctx = self._gen.n_ctx if n_ctx == 0 else min(n_ctx, self._gen.n_ctx)

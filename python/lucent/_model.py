@@ -143,8 +143,8 @@ class Model:
     """A model lucent runs, of a known kind (``encoder``, ``decoder``,
     ``encoder_decoder``), opened by name or path."""
 
-    def __init__(self, name_or_path: str) -> None:
-        self._raw = _lucent.Model(name_or_path)
+    def __init__(self, name_or_path: str, n_threads: Optional[int] = None) -> None:
+        self._raw = _lucent.Model(name_or_path, n_threads)
 
     @property
     def name(self) -> str:
@@ -190,7 +190,8 @@ class Model:
         return f"lucent.Model({self.name!r}, {self.kind}, family {self.config.get('family')!r})"
 
 
-def open(name_or_path: str) -> Model:  # noqa: A001 - the package's verb, as lucent::open
+def open(name_or_path: str, n_threads: Optional[int] = None) -> Model:  # noqa: A001 - as lucent::open
     """Open a model by name (``minilm``, ``smollm2``, ``gemma3``; fetched on first use)
-    or by path (a ``.gguf`` file, a Hugging Face folder, a ``lucent train`` run)."""
-    return Model(name_or_path)
+    or by path (a ``.gguf`` file, a Hugging Face folder, a ``lucent train`` run);
+    ``n_threads``: a runtime of that many kernel threads for it alone."""
+    return Model(name_or_path, n_threads)

@@ -7,28 +7,39 @@ use numpy::ndarray::Array2;
 use numpy::{IntoPyArray, PyArray2};
 use pyo3::prelude::*;
 
-use crate::OrPy;
+use crate::{OrPy, Threads};
 
 /// A sentence-embedding model (an encoder with its pooling and normalisation), loaded
 /// once; `embed` releases the GIL, so threads embed in parallel.
 #[pyclass(module = "lucent._lucent", frozen)]
 pub struct Embedder {
     inner: Arc<lucent::Embedder>,
+    threads: Threads,
 }
 
 #[pymethods]
 impl Embedder {
     /// Open an encoder by name (`minilm`, fetched into the cache on first use) or by a
-    /// folder in Hugging Face / sentence-transformers layout.
+    /// folder in Hugging Face / sentence-transformers layout. `n_threads`: a runtime
+    /// of that many kernel threads for this model alone (None: lucent's default).
     #[new]
-    fn new(py: Python<'_>, name_or_path: String) -> PyResult<Self> {
+    #[pyo3(signature = (name_or_path, n_threads = None))]
+    fn new(py: Python<'_>, name_or_path: String, n_threads: Option<usize>) -> PyResult<Self> {
+        let threads = Threads::new(n_threads)?;
         let inner = py.detach(|| -> lucent::Result<_> {
             let model = lucent::open(&name_or_path)?;
             model.embedder()
         });
         Ok(Embedder {
             inner: inner.or_py()?,
+            threads,
         })
+    }
+
+    /// The kernel threads this model's calls use.
+    #[getter]
+    fn n_threads(&self) -> usize {
+        self.threads.count()
     }
 
     /// The model's name.
@@ -87,23 +98,26 @@ impl Embedder {
         normalize: bool,
     ) -> PyResult<Bound<'py, PyArray2<f32>>> {
         let inner = self.inner.clone();
+        let threads = self.threads.clone();
         let d = inner.dim();
         let n = texts.len();
         let flat = py
-            .detach(move || -> lucent::Result<Vec<f32>> {
-                if texts.is_empty() {
-                    return Ok(Vec::new());
-                }
-                let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-                let vecs = inner.embed_batched(&refs, batch_size)?;
-                let mut flat = Vec::with_capacity(n * d);
-                for mut v in vecs {
-                    if normalize {
-                        lucent::pipeline::embed::l2_normalize(&mut v);
+            .detach(move || {
+                threads.run(move || -> lucent::Result<Vec<f32>> {
+                    if texts.is_empty() {
+                        return Ok(Vec::new());
                     }
-                    flat.extend_from_slice(&v);
-                }
-                Ok(flat)
+                    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+                    let vecs = inner.embed_batched(&refs, batch_size)?;
+                    let mut flat = Vec::with_capacity(n * d);
+                    for mut v in vecs {
+                        if normalize {
+                            lucent::pipeline::embed::l2_normalize(&mut v);
+                        }
+                        flat.extend_from_slice(&v);
+                    }
+                    Ok(flat)
+                })
             })
             .or_py()?;
         let array = Array2::from_shape_vec((n, d), flat).map_err(|e| {

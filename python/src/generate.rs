@@ -15,7 +15,7 @@ use lucent::{Generation, Sampling};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
-use crate::OrPy;
+use crate::{OrPy, Threads};
 
 /// Pieces a stream may run ahead of its reader.
 const STREAM_AHEAD: usize = 16;
@@ -25,6 +25,7 @@ const STREAM_AHEAD: usize = 16;
 pub struct Generator {
     model: Arc<TextModel>,
     name: String,
+    threads: Threads,
 }
 
 /// What one step of a stream hands over.
@@ -94,16 +95,30 @@ fn logprob_list<'py>(py: Python<'py>, lps: &[TokenLogprob]) -> PyResult<Bound<'p
 #[pymethods]
 impl Generator {
     /// Open a decoder by name (`smollm2`, `gemma3`; fetched on first use) or path (a
-    /// `.gguf` file, a `lucent train` run, a Hugging Face GPT-2 folder).
+    /// `.gguf` file, a `lucent train` run, a Hugging Face GPT-2 folder). `n_threads`:
+    /// a runtime of that many kernel threads for this model alone (None: lucent's
+    /// default).
     #[new]
-    fn new(py: Python<'_>, name_or_path: String) -> PyResult<Self> {
+    #[pyo3(signature = (name_or_path, n_threads = None))]
+    fn new(py: Python<'_>, name_or_path: String, n_threads: Option<usize>) -> PyResult<Self> {
+        let threads = Threads::new(n_threads)?;
         let (model, name) = py
             .detach(|| -> lucent::Result<_> {
                 let m = lucent::open(&name_or_path)?;
                 Ok((m.text_model()?, m.name().to_string()))
             })
             .or_py()?;
-        Ok(Generator { model, name })
+        Ok(Generator {
+            model,
+            name,
+            threads,
+        })
+    }
+
+    /// The kernel threads this model's calls use.
+    #[getter]
+    fn n_threads(&self) -> usize {
+        self.threads.count()
     }
 
     /// The name it was opened by.
@@ -256,10 +271,13 @@ impl Generator {
         )
         .or_py()?;
         let model = self.model.clone();
+        let threads = self.threads.clone();
         let g: Generation = py
             .detach(move || {
-                let mut gen = lucent::Generator::new(model);
-                gen.generate(&prompt_ids, &s, &mut |_| {})
+                threads.run(move || {
+                    let mut gen = lucent::Generator::new(model);
+                    gen.generate(&prompt_ids, &s, &mut |_| {})
+                })
             })
             .or_py()?;
         let out = PyDict::new(py);
@@ -317,12 +335,15 @@ impl Generator {
         )
         .or_py()?;
         let model = self.model.clone();
+        let threads = self.threads.clone();
         let (tx, rx) = sync_channel(STREAM_AHEAD);
         std::thread::Builder::new()
             .name("lucent-stream".into())
             .spawn(move || {
                 let mut gen = lucent::Generator::new(model);
-                let mut stream = match gen.stream_ids(&prompt_ids, &s) {
+                // Each step runs in the model's runtime; waiting for the reader does not
+                // hold one of its threads.
+                let mut stream = match threads.run(|| gen.stream_ids(&prompt_ids, &s)) {
                     Ok(st) => st,
                     Err(e) => {
                         let _ = tx.send(Event::Error(e.to_string()));
@@ -331,7 +352,7 @@ impl Generator {
                 };
                 let (mut ids_sent, mut lps_sent) = (0, 0);
                 loop {
-                    let event = match stream.next() {
+                    let event = match threads.run(|| stream.next()) {
                         Some(Ok(text)) => {
                             let ids = stream.ids()[ids_sent..].to_vec();
                             let lps = stream.logprobs()[lps_sent..].to_vec();

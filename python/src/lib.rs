@@ -13,7 +13,8 @@
 //! (sentence-transformers' `SentenceTransformer`, llama-cpp-python's `Llama`).
 //!
 //! Every call that computes releases the GIL (`Python::detach`), so Python threads run
-//! lucent in parallel. Arrays come back without copies: embeddings move their buffer
+//! lucent in parallel. A model opened with `n_threads` runs its calls in a
+//! [`lucent::Runtime`] of its own ([`Threads`]); otherwise in lucent's default runtime. Arrays come back without copies: embeddings move their buffer
 //! into numpy, trace tensors are read-only views of lucent's own storage kept alive by
 //! the array's base object.
 //!
@@ -47,6 +48,35 @@ pub(crate) trait OrPy<T> {
 impl<T> OrPy<T> for lucent::Result<T> {
     fn or_py(self) -> PyResult<T> {
         self.map_err(to_py)
+    }
+}
+
+/// Where a model's calls run: a [`lucent::Runtime`] of its own (`n_threads` given), or
+/// lucent's default runtime. The one place the package chooses lucent's threads.
+#[derive(Clone)]
+pub(crate) struct Threads(Option<lucent::Runtime>);
+
+impl Threads {
+    /// A runtime of `n` threads (0: the machine's physical cores), or the default one.
+    pub(crate) fn new(n: Option<usize>) -> PyResult<Self> {
+        let rt = n
+            .map(|n| lucent::Runtime::builder().threads(n).build())
+            .transpose()
+            .or_py()?;
+        Ok(Threads(rt))
+    }
+
+    /// Run `f` (lucent's work) in this runtime; the calling thread waits.
+    pub(crate) fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        match &self.0 {
+            Some(rt) => rt.install(f),
+            None => f(),
+        }
+    }
+
+    /// The threads lucent's kernels use here.
+    pub(crate) fn count(&self) -> usize {
+        self.run(lucent::threads)
     }
 }
 

@@ -13,7 +13,7 @@ use pyo3::exceptions::PyKeyError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::OrPy;
+use crate::{OrPy, Threads};
 
 /// `encoder`, `decoder` or `encoder_decoder`.
 pub fn kind_name(kind: ModelKind) -> &'static str {
@@ -28,17 +28,23 @@ pub fn kind_name(kind: ModelKind) -> &'static str {
 #[pyclass(module = "lucent._lucent", frozen)]
 pub struct Model {
     inner: Arc<lucent::Model>,
+    threads: Threads,
 }
 
 #[pymethods]
 impl Model {
     /// Open a model by name (`minilm`, `smollm2`, `gemma3`; fetched on first use) or by
-    /// path (a `.gguf` file, a Hugging Face folder, a `lucent train` run).
+    /// path (a `.gguf` file, a Hugging Face folder, a `lucent train` run). `n_threads`:
+    /// a runtime of that many kernel threads for this model alone (None: lucent's
+    /// default).
     #[new]
-    fn new(py: Python<'_>, name_or_path: String) -> PyResult<Self> {
+    #[pyo3(signature = (name_or_path, n_threads = None))]
+    fn new(py: Python<'_>, name_or_path: String, n_threads: Option<usize>) -> PyResult<Self> {
+        let threads = Threads::new(n_threads)?;
         let inner = py.detach(|| lucent::open(&name_or_path)).or_py()?;
         Ok(Model {
             inner: Arc::new(inner),
+            threads,
         })
     }
 
@@ -97,13 +103,16 @@ impl Model {
         prefix: Option<String>,
     ) -> PyResult<Trace> {
         let inner = self.inner.clone();
+        let threads = self.threads.clone();
         let filter = TraceFilter {
             leaves,
             layers,
             prefix,
         };
         let tr = py
-            .detach(move || inner.trace_with(&text, lucent::Trace::with_filter(filter)))
+            .detach(move || {
+                threads.run(move || inner.trace_with(&text, lucent::Trace::with_filter(filter)))
+            })
             .or_py()?;
         Ok(Trace {
             entries: tr.entries().to_vec(),

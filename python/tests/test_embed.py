@@ -79,7 +79,7 @@ def test_similarity(minilm):
 def test_two_threads_embed_at_once_and_agree(minilm, sentences):
     """The GIL is released while lucent computes: two threads' calls overlap and each
     gets exactly the single-threaded result (the speed-up is measured by
-    python/benches/bench_threads.py, not asserted here)."""
+    python/benches/bench_embed.py, not asserted here)."""
     want = minilm.encode(sentences)
     results = {}
     gate = threading.Barrier(2)
@@ -95,6 +95,18 @@ def test_two_threads_embed_at_once_and_agree(minilm, sentences):
         t.join()
     for k in range(2):
         assert np.array_equal(results[k], want)
+
+
+def test_a_model_with_a_runtime_of_its_own(minilm, sentences):
+    """n_threads gives the model its own lucent runtime; the vectors do not depend on
+    the thread count (lucent's kernels split rows, not sums)."""
+    one = lucent.SentenceTransformer("minilm", n_threads=1)
+    assert one.n_threads == 1
+    assert np.array_equal(one.encode(sentences[:40]), minilm.encode(sentences[:40]))
+    # The default runtime is in use by now: changing it is refused, by name.
+    with pytest.raises(lucent.LucentError, match="already in use"):
+        lucent.set_threads(lucent.threads() + 1)
+    lucent.set_threads(lucent.threads())  # the same settings: fine
 
 
 def test_errors_carry_lucents_message():

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import lucent
-from conftest import run_cli_json
+from conftest import run_cli, run_cli_json
 
 CHAT = [{"role": "user", "content": "What is the capital of France?"}]
 
@@ -111,3 +112,19 @@ def test_a_trained_model_completes_as_the_cli_does(tiny_run):
     cli = run_cli_json("generate", "-m", str(tiny_run), "--temperature", "0", "-n", "20", "--json", "the ")
     r = llm.create_completion("the ", temperature=0, max_tokens=20)
     assert r["choices"][0]["text"] == cli["text"]
+
+
+def test_export_hf_round_trip(tiny_run, tmp_path):
+    """`lucent export hf` writes a Hugging Face GPT-2 folder (PyTorch's logits for it are
+    checked by crates/lucent/tests/export_hf.rs); lucent reads it back as the gpt2
+    family with the run's logits and the run's greedy text."""
+    out = tmp_path / "hf"
+    run_cli("export", "hf", str(tiny_run), str(out))
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in out.iterdir()}
+    run, hf = lucent.open(str(tiny_run)), lucent.open(str(out))
+    assert hf.kind == "decoder" and hf.config["family"] == "gpt2"
+    a, b = run.trace("the cat")["logits"], hf.trace("the cat")["logits"]
+    assert a.shape == b.shape and np.abs(a - b).max() <= 1e-5, np.abs(a - b).max()
+    want = lucent.Llama(str(tiny_run), n_ctx=0).create_completion("the ", temperature=0, max_tokens=20)
+    got = lucent.Llama(str(out), n_ctx=0).create_completion("the ", temperature=0, max_tokens=20)
+    assert got["choices"][0]["text"] == want["choices"][0]["text"]

@@ -13,7 +13,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    // Canonical, so that the target directory handed to maturin's cargo is spelled as
+    // the suite's own build spells it.
+    repo.canonicalize().unwrap_or(repo)
 }
 
 /// Run `cmd`, panicking with its output if it fails.
