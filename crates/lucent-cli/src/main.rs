@@ -58,6 +58,8 @@ enum Command {
     Shapes(commands::shapes::Args),
     /// Train a small Transformer from scratch: a GPT on text, or the encoder-decoder on a task.
     Train(commands::train::Args),
+    /// Write a trained model for another engine: `lucent export hf RUN_DIR OUT_DIR` (a Hugging Face GPT-2 folder).
+    Export(commands::export::Args),
     /// Download a model into the cache (done automatically on first use).
     Fetch(commands::fetch::FetchArgs),
     /// List the models lucent knows and which are cached.
@@ -83,6 +85,7 @@ fn main() -> ExitCode {
         Command::Pe(a) => commands::pe::run(a),
         Command::Bench(a) => commands::bench::run(a),
         Command::Softmax(a) => commands::softmax::run(a),
+        Command::Export(a) => commands::export::run(a),
         Command::Fetch(a) => commands::fetch::run_fetch(a),
         Command::Models(a) => commands::fetch::run_models(a),
         Command::Params(a) => commands::params::run(a),

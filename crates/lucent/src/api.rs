@@ -14,8 +14,9 @@
 //!
 //! What a path holds is read from the path itself: a `.gguf` file is a decoder of the
 //! family its `general.architecture` names; a folder with `config.json` and safetensors
-//! is a Hugging Face model of its `model_type`; a folder written by `lucent train` is a
-//! model you trained ("lucent" family), a language model or an encoder-decoder.
+//! is a Hugging Face model of its `model_type` (`bert`: an encoder, `gpt2`: a decoder);
+//! a folder written by `lucent train` is a model you trained ("lucent" family), a
+//! language model or an encoder-decoder.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -133,8 +134,9 @@ fn load(path: &Path) -> Result<Inner> {
             }
             Ok(Inner::Encoder(Arc::new(e)))
         }
+        "gpt2" => Ok(Inner::Decoder(Arc::new(TextModel::load_hf_gpt2(path)?))),
         other => Err(Error::Config(format!(
-            "{}: model_type '{other}' is not supported; lucent reads Hugging Face folders of model_type bert",
+            "{}: model_type '{other}' is not supported; lucent reads Hugging Face folders of model_type bert or gpt2",
             config.display()
         ))),
     }

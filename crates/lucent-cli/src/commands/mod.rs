@@ -9,6 +9,7 @@ pub mod bench_embed;
 pub mod bench_generate;
 pub mod bench_train;
 pub mod embed;
+pub mod export;
 pub mod fetch;
 pub mod generate;
 pub mod mask;

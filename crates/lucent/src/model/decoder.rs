@@ -189,6 +189,79 @@ impl DecoderModel {
         })
     }
 
+    /// The tensor of `param` in layer `layer` (ignored for global parameters) as f32
+    /// (dequantised if stored quantised), in the shape [`Param::shape`] gives; `None`
+    /// when this model has no such parameter (a tied head's `OutputWeight`, an encoder's
+    /// token types, …). The reverse of [`DecoderModel::load`]: what an exporter writes
+    /// through a family's name table. Errors if `layer` is out of range.
+    pub fn parameter(&self, param: Param, layer: usize) -> Result<Option<Tensor>> {
+        use crate::nn::{FeedForward, Linear, Norm};
+        let weight = |l: &Linear| l.weight.to_f32().map(Some);
+        let bias = |l: &Linear| Ok(l.bias.clone());
+        let gamma = |n: &Norm| match n {
+            Norm::Layer(ln) => Some(ln.weight.clone()),
+            Norm::Rms(rms) => Some(rms.weight.clone()),
+        };
+        let beta = |n: &Norm| match n {
+            Norm::Layer(ln) => ln.bias.clone(),
+            Norm::Rms(_) => None,
+        };
+        if !param.per_layer() {
+            return match param {
+                Param::TokenEmbedding => self.embedding.table.to_f32().map(Some),
+                Param::PositionEmbedding => Ok(match &self.positions {
+                    Some(AbsolutePositions::Learned(p)) => Some(p.table().clone()),
+                    _ => None,
+                }),
+                Param::FinalNormWeight => Ok(self.decoder.final_norm.as_ref().and_then(gamma)),
+                Param::FinalNormBias => Ok(self.decoder.final_norm.as_ref().and_then(beta)),
+                Param::OutputWeight => match &self.head {
+                    Some(h) => weight(&h.proj),
+                    None => Ok(None),
+                },
+                _ => Ok(None),
+            };
+        }
+        let l = self.decoder.layers.get(layer).ok_or_else(|| {
+            Error::Argument(format!(
+                "layer {layer} is out of range: the model has layers 0..{}",
+                self.decoder.layers.len()
+            ))
+        })?;
+        let a = &l.self_attn;
+        let (up, down, gate) = match &l.ffn {
+            FeedForward::Mlp { w1, w2, .. } => (w1, w2, None),
+            FeedForward::Gated { gate, up, down, .. } => (up, down, Some(gate)),
+        };
+        match param {
+            Param::QueryWeight => weight(&a.q_proj),
+            Param::QueryBias => bias(&a.q_proj),
+            Param::KeyWeight => weight(&a.k_proj),
+            Param::KeyBias => bias(&a.k_proj),
+            Param::ValueWeight => weight(&a.v_proj),
+            Param::ValueBias => bias(&a.v_proj),
+            Param::AttnOutWeight => weight(&a.o_proj),
+            Param::AttnOutBias => bias(&a.o_proj),
+            Param::QueryNormWeight => Ok(a.q_norm.as_ref().map(|n| n.weight.clone())),
+            Param::KeyNormWeight => Ok(a.k_norm.as_ref().map(|n| n.weight.clone())),
+            Param::AttnNormWeight => Ok(gamma(&l.self_attn_norm)),
+            Param::AttnNormBias => Ok(beta(&l.self_attn_norm)),
+            Param::AttnPostNormWeight => Ok(l.self_attn_post_norm.as_ref().and_then(gamma)),
+            Param::FfnUpWeight => weight(up),
+            Param::FfnUpBias => bias(up),
+            Param::FfnDownWeight => weight(down),
+            Param::FfnDownBias => bias(down),
+            Param::FfnGateWeight => match gate {
+                Some(g) => weight(g),
+                None => Ok(None),
+            },
+            Param::FfnNormWeight => Ok(gamma(&l.ffn_norm)),
+            Param::FfnNormBias => Ok(beta(&l.ffn_norm)),
+            Param::FfnPostNormWeight => Ok(l.ffn_post_norm.as_ref().and_then(gamma)),
+            _ => Ok(None),
+        }
+    }
+
     /// A KV cache for one sequence of up to `max_t` positions (capped at the model's
     /// context length).
     pub fn new_cache(&self, max_t: usize) -> KvCache {

@@ -11,7 +11,7 @@
 //!
 //! | leaf | tensor | shape |
 //! | --- | --- | --- |
-//! | `input` | what a sub-layer receives (after a pre-norm) | (b, t, d) |
+//! | `input` | what a stack receives (the residual stream's start), or a sub-layer (after a pre-norm) | (b, t, d) |
 //! | `q` | queries after projection (and QK-norm, RoPE) | (b, h, t_q, d_k) |
 //! | `k`, `v` | keys, values (the whole cache when decoding) | (b, h_kv, t_k, d_k) |
 //! | `scores` | raw Q·Kᵀ, per query head | (b, h, t_q, t_k) |

@@ -65,7 +65,8 @@ impl Encoder {
     }
 
     /// Run the stack; `opts` masks every layer's self-attention (e.g. padding). The
-    /// trace gets `encoder.layer.i.*` and `encoder.output`.
+    /// trace gets `encoder.input` (the residual stream's start), `encoder.layer.i.*` and
+    /// `encoder.output`.
     ///
     /// # Shapes
     /// x: (b, t, d) → (b, t, d)
@@ -76,6 +77,7 @@ impl Encoder {
         trace: Option<&mut Trace>,
     ) -> Result<Tensor> {
         scoped(trace, "encoder", |mut trace| {
+            record(&mut trace, "input", x); // the residual stream's start
             let mut x = x.clone();
             for (i, layer) in self.layers.iter().enumerate() {
                 x = scoped(trace.as_deref_mut(), &format!("layer.{i}"), |tr| {
@@ -119,7 +121,8 @@ impl Decoder {
     /// Run the stack. Self-attention is causal (`opts` adds bias/window/offset);
     /// `memory` is the encoder output (None for decoder-only), masked by `memory_bias`.
     /// With a `cache`, `x` holds only the new positions, which attend to everything
-    /// cached. The trace gets `decoder.layer.i.*` and `decoder.output`.
+    /// cached. The trace gets `decoder.input` (the residual stream's start),
+    /// `decoder.layer.i.*` and `decoder.output`.
     ///
     /// # Shapes
     /// x: (b, t, d), memory: (b, t_src, d) → (b, t, d)
@@ -215,6 +218,7 @@ impl Decoder {
             }
         }
         scoped(trace, "decoder", |mut trace| {
+            record(&mut trace, "input", x); // the residual stream's start
             let mut x = x.clone();
             for (i, layer) in self.layers.iter().enumerate() {
                 let layer_cache = match cache.as_deref_mut() {

@@ -39,7 +39,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::io::gguf::GgufFile;
 use crate::io::gguf_tokenizer::GgufTokenizer;
-use crate::io::tokenizer::{TokenStream, Tokenizer};
+use crate::io::tokenizer::{HfTokenizer, TokenStream, Tokenizer};
 use crate::model::DecoderModel;
 use crate::nn::KvCache;
 use crate::pipeline::chat::{ChatTemplate, Message};
@@ -83,6 +83,31 @@ impl TextModel {
             add_bos: tokenizer.add_bos(),
             tokenizer: Arc::new(tokenizer),
             template: Some(template),
+        })
+    }
+
+    /// Load a Hugging Face GPT-2 folder (`config.json`, `model.safetensors`,
+    /// `tokenizer.json`), such as one `lucent export hf` wrote: no chat template, no BOS
+    /// (GPT-2's tokenizer adds none).
+    pub fn load_hf_gpt2(dir: &Path) -> Result<TextModel> {
+        let model = crate::model::family::gpt2::load_model(dir)?;
+        let tokenizer = HfTokenizer::from_file(dir.join("tokenizer.json"))?;
+        if tokenizer.vocab_size() > model.config.vocab_size {
+            return Err(Error::format(
+                dir.join("tokenizer.json"),
+                format!(
+                    "the tokenizer has {} tokens but the model's vocabulary {} (config.json vocab_size)",
+                    tokenizer.vocab_size(),
+                    model.config.vocab_size
+                ),
+            ));
+        }
+        Ok(TextModel {
+            path: dir.to_path_buf(),
+            model,
+            tokenizer: Arc::new(tokenizer),
+            template: None,
+            add_bos: false,
         })
     }
 

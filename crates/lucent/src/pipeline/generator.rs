@@ -24,6 +24,7 @@ use crate::nn::KvCache;
 use crate::pipeline::chat::Message;
 use crate::pipeline::generate::{
     continue_generation, shift_context, Decoding, Generation, Sampling, StopReason, TextModel,
+    TokenLogprob,
 };
 use crate::{Error, Result};
 
@@ -208,6 +209,11 @@ impl Stream<'_> {
     /// The new ids so far.
     pub fn ids(&self) -> &[u32] {
         self.decoding.ids()
+    }
+
+    /// Each new token's log-probability so far, if [`Sampling::logprobs`] asked for them.
+    pub fn logprobs(&self) -> &[TokenLogprob] {
+        self.decoding.logprobs()
     }
 
     /// One step: feed the last token, sample the next; the text that became final.

@@ -1,9 +1,11 @@
 //! User tasks built on the models: sentence embeddings, similarity and analogies; text
-//! generation and chat with decoder models; training small Transformers from scratch.
+//! generation and chat with decoder models; training small Transformers from scratch;
+//! exporting a trained model for PyTorch.
 
 pub mod chat;
 pub mod embed;
 pub mod embed_file;
+pub mod export;
 pub mod generate;
 pub mod generator;
 #[cfg(feature = "train")]

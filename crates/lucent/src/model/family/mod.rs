@@ -9,6 +9,7 @@
 
 pub mod bert;
 pub mod gemma3;
+pub mod gpt2;
 pub mod llama;
 pub mod registry;
 

@@ -1,0 +1,206 @@
+//! `Model` and `Trace`: any model lucent opens ([`lucent::open`]), and the named
+//! intermediates of one forward pass ([`lucent::Trace`]) as numpy arrays.
+//!
+//! A trace's arrays are read-only views of lucent's own tensors, not copies: the array's
+//! base object is the `Trace`, which keeps the tensors (and so their storage) alive.
+
+use std::sync::Arc;
+
+use lucent::{ModelKind, Tensor, TraceFilter};
+use numpy::ndarray::{ArrayViewD, IxDyn};
+use numpy::{PyArray, PyArrayDyn, PyArrayMethods};
+use pyo3::exceptions::PyKeyError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::{OrPy, Threads};
+
+/// `encoder`, `decoder` or `encoder_decoder`.
+pub fn kind_name(kind: ModelKind) -> &'static str {
+    match kind {
+        ModelKind::Encoder => "encoder",
+        ModelKind::Decoder => "decoder",
+        ModelKind::EncoderDecoder => "encoder_decoder",
+    }
+}
+
+/// A model lucent can run, of a known kind: its config, its tokens, its trace.
+#[pyclass(module = "lucent._lucent", frozen)]
+pub struct Model {
+    inner: Arc<lucent::Model>,
+    threads: Threads,
+}
+
+#[pymethods]
+impl Model {
+    /// Open a model by name (`minilm`, `smollm2`, `gemma3`; fetched on first use) or by
+    /// path (a `.gguf` file, a Hugging Face folder, a `lucent train` run). `n_threads`:
+    /// a runtime of that many kernel threads for this model alone (None: lucent's
+    /// default).
+    #[new]
+    #[pyo3(signature = (name_or_path, n_threads = None))]
+    fn new(py: Python<'_>, name_or_path: String, n_threads: Option<usize>) -> PyResult<Self> {
+        let threads = Threads::new(n_threads)?;
+        let inner = py.detach(|| lucent::open(&name_or_path)).or_py()?;
+        Ok(Model {
+            inner: Arc::new(inner),
+            threads,
+        })
+    }
+
+    /// The name it was opened by (a known name, or the file's stem).
+    #[getter]
+    fn name(&self) -> String {
+        self.inner.name().to_string()
+    }
+
+    /// The file or folder it was loaded from.
+    #[getter]
+    fn path(&self) -> String {
+        self.inner.path().display().to_string()
+    }
+
+    /// `encoder`, `decoder` or `encoder_decoder`.
+    #[getter]
+    fn kind(&self) -> &'static str {
+        kind_name(self.inner.kind())
+    }
+
+    /// The checked configuration (lucent's `ModelConfig`) as JSON.
+    fn config_json(&self) -> PyResult<String> {
+        serde_json::to_string(self.inner.config()).map_err(|e| {
+            crate::LucentError::new_err(format!("cannot write the config as JSON: {e}"))
+        })
+    }
+
+    /// The tokens of `text` as the model reads it: `[{"id", "piece", "text",
+    /// "special"}, …]`.
+    fn tokens<'py>(&self, py: Python<'py>, text: String) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let inner = self.inner.clone();
+        let toks = py.detach(move || inner.tokens(&text)).or_py()?;
+        toks.into_iter()
+            .map(|t| {
+                let d = PyDict::new(py);
+                d.set_item("id", t.id)?;
+                d.set_item("piece", t.piece)?;
+                d.set_item("text", t.text)?;
+                d.set_item("special", t.special)?;
+                Ok(d)
+            })
+            .collect()
+    }
+
+    /// Every intermediate of the forward pass over `text` (or only the `leaves`, e.g.
+    /// `["weights"]`, in the `layers`, under `prefix`). The GIL is released while it
+    /// runs.
+    #[pyo3(signature = (text, leaves = None, layers = None, prefix = None))]
+    fn trace(
+        &self,
+        py: Python<'_>,
+        text: String,
+        leaves: Option<Vec<String>>,
+        layers: Option<Vec<usize>>,
+        prefix: Option<String>,
+    ) -> PyResult<Trace> {
+        let inner = self.inner.clone();
+        let threads = self.threads.clone();
+        let filter = TraceFilter {
+            leaves,
+            layers,
+            prefix,
+        };
+        let tr = py
+            .detach(move || {
+                threads.run(move || inner.trace_with(&text, lucent::Trace::with_filter(filter)))
+            })
+            .or_py()?;
+        Ok(Trace {
+            entries: tr.entries().to_vec(),
+            tokens: tr.tokens().to_vec(),
+            target_tokens: tr.target_tokens().to_vec(),
+        })
+    }
+}
+
+/// The named intermediates of one forward pass, in the order they were produced.
+#[pyclass(module = "lucent._lucent", frozen)]
+pub struct Trace {
+    entries: Vec<(String, Tensor)>,
+    tokens: Vec<String>,
+    target_tokens: Vec<String>,
+}
+
+impl Trace {
+    fn find(&self, name: &str) -> PyResult<&Tensor> {
+        self.entries
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, t)| t)
+            .ok_or_else(|| {
+                let some: Vec<&str> = self
+                    .entries
+                    .iter()
+                    .take(6)
+                    .map(|(n, _)| n.as_str())
+                    .collect();
+                PyKeyError::new_err(format!(
+                    "the trace recorded no {name:?} ({} names, e.g. {some:?}); see Trace.names()",
+                    self.entries.len()
+                ))
+            })
+    }
+}
+
+#[pymethods]
+impl Trace {
+    /// The input's tokens (labels of the positions).
+    #[getter]
+    fn tokens(&self) -> Vec<String> {
+        self.tokens.clone()
+    }
+
+    /// An encoder-decoder's target tokens (the decoder's positions); empty otherwise.
+    #[getter]
+    fn target_tokens(&self) -> Vec<String> {
+        self.target_tokens.clone()
+    }
+
+    /// Every recorded name, in order (`encoder.layer.0.attn.weights`, …).
+    fn names(&self) -> Vec<String> {
+        self.entries.iter().map(|(n, _)| n.clone()).collect()
+    }
+
+    /// The shape of the tensor `name`.
+    fn shape(&self, name: &str) -> PyResult<Vec<usize>> {
+        Ok(self.find(name)?.shape().to_vec())
+    }
+
+    fn __len__(&self) -> usize {
+        self.entries.len()
+    }
+
+    fn __contains__(&self, name: &str) -> bool {
+        self.entries.iter().any(|(n, _)| n == name)
+    }
+
+    /// The tensor `name` as a read-only float32 numpy array: a view of lucent's own
+    /// storage (no copy), kept alive by this trace.
+    fn __getitem__<'py>(
+        slf: Bound<'py, Self>,
+        name: &str,
+    ) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
+        let this = slf.get();
+        let t = this.find(name)?;
+        let view = ArrayViewD::from_shape(IxDyn(t.shape()), t.data()).map_err(|e| {
+            crate::LucentError::new_err(format!("tensor {name} does not fit its shape: {e}"))
+        })?;
+        // SAFETY: the view points into the storage of a tensor this (frozen, immutable)
+        // trace owns; the trace is the array's base object, so the storage lives as
+        // long as the array, and nothing writes to it: lucent's tensors share storage
+        // copy-on-write, and the array is made read-only below.
+        let array = unsafe { PyArray::borrow_from_array(&view, slf.clone().into_any()) };
+        array.readwrite().make_nonwriteable();
+        Ok(array)
+    }
+}

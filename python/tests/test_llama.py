@@ -1,0 +1,130 @@
+"""Llama: llama-cpp-python's API and dicts, held to `lucent generate` at temperature 0."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lucent
+from conftest import run_cli, run_cli_json
+
+CHAT = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+def test_chat_at_temperature_0_equals_lucent_generate(smollm2):
+    cli = run_cli_json(
+        "generate", "-m", "smollm2", "--chat", "--temperature", "0", "-n", "40", "--json",
+        CHAT[0]["content"],
+    )
+    r = smollm2.create_chat_completion(CHAT, temperature=0, max_tokens=40)
+    assert r["object"] == "chat.completion" and r["id"].startswith("chatcmpl-")
+    choice = r["choices"][0]
+    assert choice["message"] == {"role": "assistant", "content": cli["text"]}
+    assert choice["finish_reason"] == cli["finish_reason"]
+    assert r["usage"]["prompt_tokens"] == len(cli["prompt_ids"])
+    assert r["usage"]["completion_tokens"] == len(cli["ids"])
+    assert r["usage"]["total_tokens"] == len(cli["prompt_ids"]) + len(cli["ids"])
+    assert set(r) == {"id", "object", "created", "model", "choices", "usage"}
+
+
+def test_streaming_yields_the_same_text(smollm2):
+    whole = smollm2.create_chat_completion(CHAT, temperature=0, max_tokens=40)
+    chunks = list(smollm2.create_chat_completion(CHAT, temperature=0, max_tokens=40, stream=True))
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant"}
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+    assert text == whole["choices"][0]["message"]["content"]
+    assert chunks[-1]["choices"][0]["delta"] == {}
+    assert chunks[-1]["choices"][0]["finish_reason"] == whole["choices"][0]["finish_reason"]
+    assert all(c["choices"][0]["finish_reason"] is None for c in chunks[:-1])
+
+
+def test_completion_equals_lucent_generate_raw(smollm2):
+    prompt = "The capital of France is"
+    cli = run_cli_json("generate", "-m", "smollm2", "--raw", "--temperature", "0", "-n", "12", "--json", prompt)
+    r = smollm2.create_completion(prompt, temperature=0, max_tokens=12)
+    assert r["object"] == "text_completion" and r["id"].startswith("cmpl-")
+    assert r["choices"][0]["text"] == cli["text"]
+    assert r["choices"][0]["finish_reason"] == "length"
+    assert smollm2(prompt, temperature=0, max_tokens=12)["choices"][0]["text"] == cli["text"]
+    streamed = "".join(c["choices"][0]["text"] for c in smollm2.create_completion(prompt, temperature=0, max_tokens=12, stream=True))
+    assert streamed == cli["text"]
+    echo = smollm2.create_completion(prompt, temperature=0, max_tokens=12, echo=True)
+    assert echo["choices"][0]["text"] == prompt + cli["text"]
+
+
+def test_logprobs_have_llama_cpp_pythons_shapes(smollm2):
+    r = smollm2.create_completion("The capital of France is", temperature=0, max_tokens=5, logprobs=3)
+    lp = r["choices"][0]["logprobs"]
+    assert set(lp) == {"tokens", "text_offset", "token_logprobs", "top_logprobs"}
+    assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["top_logprobs"]) == 5
+    assert "".join(lp["tokens"]) == r["choices"][0]["text"]
+    for tok, p, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]):
+        assert p <= 0.0 and tok in top and top[tok] == p
+        # Greedy: the chosen token is the most likely one.
+        assert p == max(top.values())
+    c = smollm2.create_chat_completion(CHAT, temperature=0, max_tokens=6, logprobs=True, top_logprobs=2)
+    content = c["choices"][0]["logprobs"]["content"]
+    assert len(content) == 6
+    assert set(content[0]) == {"token", "bytes", "logprob", "top_logprobs"}
+    assert len(content[0]["top_logprobs"]) >= 2
+    assert set(content[0]["top_logprobs"][0]) == {"token", "logprob", "bytes"}
+    assert "".join(t["token"] for t in content) == c["choices"][0]["message"]["content"]
+
+
+def test_sampling_is_seeded_and_stops(smollm2):
+    a = smollm2.create_completion("Once upon a time", temperature=0.9, max_tokens=16, seed=7)
+    b = smollm2.create_completion("Once upon a time", temperature=0.9, max_tokens=16, seed=7)
+    assert a["choices"][0]["text"] == b["choices"][0]["text"]
+    greedy = smollm2.create_completion("The capital of France is", temperature=0, max_tokens=12)["choices"][0]["text"]
+    cut = greedy.strip().split(" ")[1]
+    s = smollm2.create_completion("The capital of France is", temperature=0, max_tokens=12, stop=[cut])
+    assert s["choices"][0]["finish_reason"] == "stop"
+    assert cut not in s["choices"][0]["text"]
+
+
+def test_tokenize_detokenize(smollm2):
+    ids = smollm2.tokenize(b"Hello world")
+    assert smollm2.detokenize(ids) == b"Hello world"
+    special = smollm2.tokenize(b"<|im_start|>user", add_bos=False, special=True)
+    plain = smollm2.tokenize(b"<|im_start|>user", add_bos=False, special=False)
+    assert len(special) < len(plain)
+    assert smollm2.detokenize(special, special=True) == b"<|im_start|>user"
+    assert smollm2.n_vocab() == 49152 and smollm2.n_ctx() >= 2048
+
+
+def test_context_and_unsupported_options_are_refused(tiny_run):
+    small = lucent.Llama(str(tiny_run), n_ctx=8)
+    with pytest.raises(ValueError, match="exceed context window of 8"):
+        small.create_completion("the " * 5)
+    r = small.create_completion("the ", temperature=0, max_tokens=100)
+    assert r["usage"]["total_tokens"] <= 8 and r["choices"][0]["finish_reason"] == "length"
+    with pytest.raises(ValueError, match="grammar"):
+        small.create_completion("the ", grammar="root ::= x")
+    with pytest.raises(ValueError, match="mirostat_mode"):
+        small.create_completion("the ", mirostat_mode=2)
+    with pytest.raises(lucent.LucentError, match="chat template"):
+        small.create_chat_completion(CHAT)
+
+
+def test_a_trained_model_completes_as_the_cli_does(tiny_run):
+    llm = lucent.Llama(str(tiny_run), n_ctx=0)
+    cli = run_cli_json("generate", "-m", str(tiny_run), "--temperature", "0", "-n", "20", "--json", "the ")
+    r = llm.create_completion("the ", temperature=0, max_tokens=20)
+    assert r["choices"][0]["text"] == cli["text"]
+
+
+def test_export_hf_round_trip(tiny_run, tmp_path):
+    """`lucent export hf` writes a Hugging Face GPT-2 folder (PyTorch's logits for it are
+    checked by crates/lucent/tests/export_hf.rs); lucent reads it back as the gpt2
+    family with the run's logits and the run's greedy text."""
+    out = tmp_path / "hf"
+    run_cli("export", "hf", str(tiny_run), str(out))
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in out.iterdir()}
+    run, hf = lucent.open(str(tiny_run)), lucent.open(str(out))
+    assert hf.kind == "decoder" and hf.config["family"] == "gpt2"
+    a, b = run.trace("the cat")["logits"], hf.trace("the cat")["logits"]
+    assert a.shape == b.shape and np.abs(a - b).max() <= 1e-5, np.abs(a - b).max()
+    want = lucent.Llama(str(tiny_run), n_ctx=0).create_completion("the ", temperature=0, max_tokens=20)
+    got = lucent.Llama(str(out), n_ctx=0).create_completion("the ", temperature=0, max_tokens=20)
+    assert got["choices"][0]["text"] == want["choices"][0]["text"]
