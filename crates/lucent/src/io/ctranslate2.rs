@@ -87,7 +87,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use crate::io::tokenizer::Tokenizer;
+use crate::io::tokenizer::HfTokenizer;
 use crate::tensor::{Dtype, Tensor};
 use crate::{Error, Result};
 
@@ -620,7 +620,7 @@ pub struct Ct2Folder {
     /// `config.json`, as JSON (its schema depends on the spec).
     pub config: serde_json::Value,
     /// `tokenizer.json`.
-    pub tokenizer: Tokenizer,
+    pub tokenizer: HfTokenizer,
 }
 
 impl Ct2Folder {
@@ -654,7 +654,7 @@ impl Ct2Folder {
         if !config.is_object() {
             return Err(Error::format(&cpath, "expected a JSON object"));
         }
-        let tokenizer = Tokenizer::from_file(dir.join(TOKENIZER_FILE))?;
+        let tokenizer = HfTokenizer::from_file(dir.join(TOKENIZER_FILE))?;
         Ok(Ct2Folder {
             dir,
             model,

@@ -518,6 +518,97 @@ impl MultiHeadAttention {
             None => (k, v, None),
         };
 
+        self.attend(x_q, &q, &k, &v, kv_len, f16, opts, trace)
+    }
+
+    /// The keys and values of a fixed `memory` (an encoder-decoder's source), computed
+    /// once and handed to [`MultiHeadAttention::forward_kv`] at every decoding step:
+    /// cross-attention's K and V do not change while the decoder generates.
+    ///
+    /// # Shapes
+    /// memory: (b, s, d) → k (b, h_kv, s, d_k), v (b, h_kv, s, d_k)
+    pub fn memory_kv(&self, memory: &Tensor, numerics: Numerics) -> Result<(Tensor, Tensor)> {
+        let c = &self.config;
+        let [b, s, _] = self.check_input("memory", memory)?;
+        let split = |x: Tensor| -> Result<Tensor> {
+            x.reshape(&[b, s, c.n_kv_heads, c.head_dim])? // (b, s, h_kv, d_k)
+                .transpose(1, 2) // (b, h_kv, s, d_k)
+        };
+        let mut kv = Linear::forward_group(&[&self.k_proj, &self.v_proj], memory, numerics)?;
+        let (v, k) = match (kv.pop(), kv.pop()) {
+            (Some(v), Some(k)) => (v, k),
+            _ => return Err(Error::Config("attention: K, V projections missing".into())),
+        };
+        let mut k = split(k)?;
+        if let Some(kn) = &self.k_norm {
+            k = kn.forward(&k)?;
+        }
+        Ok((k, split(v)?))
+    }
+
+    /// Attend from `x_q` to keys and values computed before ([`MultiHeadAttention::memory_kv`]):
+    /// the decoding step of cross-attention. Same result as [`MultiHeadAttention::forward`]
+    /// with `x_kv` = the memory they came from.
+    ///
+    /// # Shapes
+    /// x_q: (b, t_q, d), k, v: (b, h_kv, s, d_k) → output (b, t_q, d), weights (b, h, t_q, s)
+    pub fn forward_kv(
+        &self,
+        x_q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        opts: &AttentionOptions,
+        trace: Option<&mut Trace>,
+    ) -> Result<MhaOutput> {
+        let mut trace = trace;
+        let c = &self.config;
+        let [b, t_q, _] = self.check_input("x_q", x_q)?;
+        let [kb, kh, _, kd] = k.dims()?;
+        if kb != b || kh != c.n_kv_heads || kd != c.head_dim || v.shape() != k.shape() {
+            return Err(Error::mismatch(
+                "attention: precomputed K, V must be (b, h_kv, s, d_k)",
+                k.shape(),
+                &[b, c.n_kv_heads, 0, c.head_dim],
+            ));
+        }
+        if c.rope.is_some() || opts.numerics.llama_cpp() {
+            return Err(Error::Config(
+                "attention over precomputed K, V serves cross-attention without RoPE, in lucent's own numerics".into(),
+            ));
+        }
+        record(&mut trace, "input", x_q);
+        let q = self.q_proj.forward_with(x_q, opts.numerics)?;
+        let mut q = q
+            .reshape(&[b, t_q, c.n_heads, c.head_dim])? // (b, t_q, h, d_k)
+            .transpose(1, 2)?; // (b, h, t_q, d_k)
+        if let Some(qn) = &self.q_norm {
+            q = qn.forward(&q)?;
+        }
+        self.attend(x_q, &q, k, v, None, false, opts, trace)
+    }
+
+    /// The attention proper and the output projection, shared by [`MultiHeadAttention::forward`]
+    /// and [`MultiHeadAttention::forward_kv`].
+    ///
+    /// # Shapes
+    /// q: (b, h, t_q, d_k), k, v: (b, h_kv, t_k or capacity, d_k) → output (b, t_q, d)
+    #[allow(clippy::too_many_arguments)]
+    fn attend(
+        &self,
+        x_q: &Tensor,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        kv_len: Option<usize>,
+        f16: bool,
+        opts: &AttentionOptions,
+        trace: Option<&mut Trace>,
+    ) -> Result<MhaOutput> {
+        let mut trace = trace;
+        let c = &self.config;
+        let (h, d_k) = (c.n_heads, c.head_dim);
+        let [b, _, _] = self.check_input("x_q", x_q)?;
+        let t_q = q.shape()[2];
         let params = AttentionParams {
             scale: if f16 && c.scale_queries { 1.0 } else { c.scale },
             causal: opts.causal,
@@ -534,18 +625,18 @@ impl MultiHeadAttention {
                 }
             }),
         };
-        let attended = ops::attention(&q, &k, &v, &params)?;
+        let attended = ops::attention(q, k, v, &params)?;
         if trace.is_some() {
             // The step-by-step record works on exactly the keys: (b, h_kv, t_k, d_k).
             let (k, v) = match kv_len {
                 Some(n) => (k.narrow(2, 0, n)?, v.narrow(2, 0, n)?),
-                None => (k, v),
+                None => (k.clone(), v.clone()),
             };
             let plain = AttentionParams {
                 kv_len: None,
                 ..params
             };
-            self.record_steps(&mut trace, &q, &k, &v, &plain)?;
+            self.record_steps(&mut trace, q, &k, &v, &plain)?;
             if let Some(w) = &attended.weights {
                 record(&mut trace, "weights", w);
             }

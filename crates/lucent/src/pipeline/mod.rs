@@ -7,6 +7,7 @@ pub mod generate;
 pub mod generator;
 #[cfg(feature = "train")]
 pub mod train;
+pub mod transcribe;
 
 pub use chat::{ChatTemplate, Message};
 pub use embed::{Embedder, Pooling};
