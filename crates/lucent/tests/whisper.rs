@@ -219,7 +219,7 @@ fn cached_decoding_equals_the_full_forward() {
         .collect();
     let full = t
         .model
-        .decode(&[ids.clone()], &memory, None, None, None)
+        .decode(std::slice::from_ref(&ids), &memory, None, None, None)
         .unwrap(); // (1, n, V)
     let mut cache = t.model.new_cache(1, 448);
     let v = t.model.config.vocab_size;
