@@ -16,8 +16,11 @@
 # (REPEATS rounds, each running every configuration once, after one untimed warm-up), and
 # the table gives medians; the machine is shared, so read the spread too.
 #
-# The lucent side (`lucent bench transcribe`) joins this script once lucent transcribes
-# (issue 21, phase 2); it must time the same windows, prompt and rules.
+# The lucent side is `lucent bench transcribe` (the same windows, prompt and rules; its
+# features are made beforehand too): with LUCENT=1 (default) each round also runs, in
+# turn with CTranslate2's configurations, one `lucent bench transcribe --rounds 1` per
+# model, clip and thread count (it loads the model and warms up untimed, then times one
+# pass), so both engines see the same load on the shared machine.
 #
 # CTranslate2 comes from PyPI into a virtual environment outside the repository that
 # later runs reuse: ${LUCENT_BENCH_VENV:-$HOME/.cache/lucent/bench-venv-ct2}. The models
@@ -49,13 +52,14 @@ for c in $CLIPS; do
 done
 
 "$VENV/bin/python" - "$CACHE" "$AUDIO" "$ROOT/tests/data/whisper/mel_filters.npz" "$REPEATS" \
-    "$MODELS" "$CLIPS" "$COMPUTE" "$THREADS" <<'PY'
-import json, statistics, sys, time, wave
+    "$MODELS" "$CLIPS" "$COMPUTE" "$THREADS" "${LUCENT_SIDE:-1}" "$LUCENT" <<'PY'
+import json, statistics, subprocess, sys, time, wave
 import numpy as np
 import ctranslate2
 
 cache, audio_dir, npz, repeats = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 models, clips, computes, threads = (a.split() for a in sys.argv[5:9])
+lucent_side, lucent_exe = sys.argv[9] == "1", sys.argv[10]
 N_FFT, HOP, N_FRAMES, N_SAMPLES = 400, 160, 3000, 480000
 
 def read_wav(path):
@@ -100,8 +104,24 @@ for m in models:
             for c in clips:
                 configs.append((m, c, ct, t))
 
+if lucent_side:
+    for m in models:
+        for t in threads:
+            for c in clips:
+                configs.append((m, c, "lucent", t))
+
+def run_lucent(cfg):
+    m, c, _, t = cfg
+    out = subprocess.run([lucent_exe, "bench", "transcribe", "-m", m, f"{audio_dir}/{c}.wav",
+                          "--threads-list", t, "--rounds", "1", "--json"],
+                         check=True, capture_output=True, text=True).stdout
+    r = json.loads(out)["runs"][0]
+    return r["seconds"], r["tokens"]
+
 def run(cfg):
     m, c, ct, t = cfg
+    if ct == "lucent":
+        return run_lucent(cfg)
     e, tokens = engines[(m, ct, t)], 0
     start = time.perf_counter()
     for f in features[c]:
@@ -126,4 +146,14 @@ for cfg in configs:
     med = statistics.median(times[cfg])
     runs = " ".join(f"{s:.2f}" for s in sorted(times[cfg]))
     print(f"{m:<16} {c:<10} {ct:<8} {t:>7} {med:8.2f} {med / seconds[c]:7.4f} {tokens[cfg]:>6}  {runs}")
+if lucent_side:
+    print("\nlucent vs CTranslate2 (their median seconds over lucent's; > 1: lucent faster)")
+    for cfg in configs:
+        m, c, ct, t = cfg
+        if ct != "lucent":
+            continue
+        mine = statistics.median(times[cfg])
+        vs = "  ".join(f"{p} {statistics.median(times[(m, c, p, t)]) / mine:.2f}x"
+                       for p in computes)
+        print(f"{m:<16} {c:<10} threads {t}: {vs}")
 PY

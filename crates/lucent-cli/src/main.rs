@@ -36,6 +36,8 @@ enum Command {
     Generate(commands::generate::Args),
     /// Talk with a decoder model; keeps the conversation (reads stdin lines, /exit ends).
     Chat(commands::generate::ChatArgs),
+    /// Speech to text with Whisper: a WAV file → text, segments with times, or JSON.
+    Transcribe(commands::transcribe::Args),
     /// Sentence embeddings from a real encoder (all-MiniLM-L6-v2 by default).
     Embed(commands::embed::EmbedArgs),
     /// Cosine similarity matrix of two or more texts' embeddings.
@@ -91,6 +93,7 @@ fn main() -> ExitCode {
         Command::Params(a) => commands::params::run(a),
         Command::Memory(a) => commands::memory::run(a),
         Command::Shapes(a) => commands::shapes::run(a),
+        Command::Transcribe(a) => commands::transcribe::run(a),
         Command::Embed(a) => commands::embed::run_embed(a),
         Command::Similarity(a) => commands::embed::run_similarity(a),
         Command::Analogy(a) => commands::embed::run_analogy(a),

@@ -5,7 +5,7 @@
 //!
 //! Two things are changed, and only these: a training example gets `--minutes 0.05`
 //! (three seconds instead of its 5–15 minutes; the budget logic is the same), and the
-//! files an example reads (`notes.txt`, `sentences.txt`) are written into the folder
+//! files an example reads (`notes.txt`, `sentences.txt`, `speech.wav`) are written into the folder
 //! first. Training examples run first, since `generate -m runs/moby` and
 //! `attention -m runs/reverse` read their runs.
 
@@ -155,6 +155,12 @@ fn every_help_and_readme_example_runs() {
     .unwrap();
     std::fs::write(dir.join("sentences.txt"), &sentences).unwrap();
     std::fs::write(dir.join("notes.txt"), sentences.repeat(8)).unwrap();
+    // `lucent transcribe speech.wav`: an espeak-ng clip of the Whisper references.
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/whisper/clips/01.wav"),
+        dir.join("speech.wav"),
+    )
+    .unwrap();
 
     let mut cmds = all_help_examples();
     cmds.extend(readme_examples());

@@ -30,6 +30,7 @@ use crate::pipeline::generate::TextModel;
 use crate::pipeline::generator::Generator;
 #[cfg(feature = "train")]
 use crate::pipeline::train::TrainedModel;
+use crate::pipeline::transcribe::Transcriber;
 use crate::{Error, Result};
 
 /// A model lucent can run, of a known kind.
@@ -41,6 +42,7 @@ pub struct Model {
 
 enum Inner {
     Encoder(Arc<Embedder>),
+    Speech(Arc<Transcriber>),
     Decoder(Arc<TextModel>),
     #[cfg(feature = "train")]
     Trained(Arc<TrainedModel>),
@@ -117,6 +119,10 @@ fn load(path: &Path) -> Result<Inner> {
             path.display()
         )));
     }
+    if crate::io::ctranslate2::Ct2Folder::is_ct2_folder(path) && path.join("config.json").is_file()
+    {
+        return Ok(Inner::Speech(Arc::new(Transcriber::load(path)?)));
+    }
     let config = path.join("config.json");
     if !config.is_file() {
         return Err(Error::Argument(format!(
@@ -186,6 +192,7 @@ impl Model {
     pub fn config(&self) -> &ModelConfig {
         match &self.inner {
             Inner::Encoder(e) => &e.model().config,
+            Inner::Speech(t) => &t.model.config,
             Inner::Decoder(d) => &d.model.config,
             #[cfg(feature = "train")]
             Inner::Trained(t) => match t.as_ref() {
@@ -210,6 +217,10 @@ impl Model {
                 "{} is an encoder (sentence embeddings); it does not generate text — use embed, or a decoder such as smollm2",
                 self.name
             ))),
+            Inner::Speech(_) => Err(Error::Argument(format!(
+                "{} is a speech model (Whisper); it transcribes audio — use transcribe",
+                self.name
+            ))),
         }
     }
 
@@ -221,6 +232,17 @@ impl Model {
                 "{} is a {:?} model; sentence embeddings come from an encoder such as minilm",
                 self.name,
                 self.kind()
+            ))),
+        }
+    }
+
+    /// The speech-to-text handle of a Whisper model; errors for other kinds.
+    pub fn transcriber(&self) -> Result<Arc<Transcriber>> {
+        match &self.inner {
+            Inner::Speech(t) => Ok(t.clone()),
+            _ => Err(Error::Argument(format!(
+                "{} is not a speech model; transcription needs a Whisper model such as whisper-tiny.en",
+                self.name
             ))),
         }
     }
@@ -245,6 +267,10 @@ impl Model {
             Inner::Decoder(d) => {
                 let ids = d.encode(text)?;
                 Ok(describe(d.tokenizer.as_ref(), &ids))
+            }
+            Inner::Speech(t) => {
+                let enc = t.tokenizer.encode(text, false)?;
+                Ok(describe(&t.tokenizer, &enc.ids))
             }
             #[cfg(feature = "train")]
             Inner::Trained(t) => match t.as_ref() {
@@ -289,6 +315,11 @@ impl Model {
                 let enc = e.tokenizer().encode(text, true)?;
                 trace.set_tokens(labels(describe(e.tokenizer(), &enc.ids)));
                 e.hidden_states(&[&enc], Some(&mut trace))?;
+            }
+            Inner::Speech(t) => {
+                // `text` names a WAV file: its first window, transcribed and traced.
+                let tokens = t.trace_audio(Path::new(text), &mut trace)?;
+                trace.set_target_tokens(tokens);
             }
             #[cfg(feature = "train")]
             Inner::Trained(t) if self.kind() == ModelKind::EncoderDecoder => {

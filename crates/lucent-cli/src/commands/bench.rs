@@ -16,7 +16,7 @@ use lucent::Result;
 /// Arguments of `lucent bench`.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Examples:\n  lucent bench kernels --threads 2 --json\n  lucent bench embed --threads-list 1,2\n  lucent bench train\n  lucent bench generate -m smollm2"
+    after_help = "Examples:\n  lucent bench kernels --threads 2 --json\n  lucent bench embed --threads-list 1,2\n  lucent bench train\n  lucent bench generate -m smollm2\n  lucent bench transcribe -m whisper-tiny.en speech.wav --threads-list 1 --rounds 1"
 )]
 pub struct Args {
     #[command(subcommand)]
@@ -34,6 +34,8 @@ enum Target {
     Train(super::bench_train::Args),
     /// Prefill and decode speed of a decoder model (tok/s at 1 and 2 threads).
     Generate(super::bench_generate::GenerateBenchArgs),
+    /// Whisper transcription: real-time factor and ms per token, per 30-s window.
+    Transcribe(super::bench_transcribe::Args),
 }
 
 /// Options of `lucent bench kernels`.
@@ -63,6 +65,7 @@ pub fn run(args: Args) -> Result<()> {
         Target::Embed(a) => super::bench_embed::run(a),
         Target::Train(a) => super::bench_train::run(a),
         Target::Generate(a) => super::bench_generate::run(a),
+        Target::Transcribe(a) => super::bench_transcribe::run(a),
     }
 }
 

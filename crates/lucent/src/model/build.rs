@@ -325,6 +325,92 @@ pub fn encoder_layer(cfg: &ModelConfig, w: &dyn WeightSource, i: usize) -> Resul
     Ok(layer)
 }
 
+/// Layer `i`'s cross-attention read from `w` (queries from the decoder, keys and values
+/// of the encoder output; no RoPE, no window).
+pub fn cross_attention(
+    cfg: &ModelConfig,
+    w: &dyn WeightSource,
+    i: usize,
+) -> Result<MultiHeadAttention> {
+    if cfg.qk_norm {
+        return Err(Error::Config(
+            "qk_norm: no encoder-decoder family's name table has QK-norm weights for cross-attention".into(),
+        ));
+    }
+    let qb = cfg.qkv_bias;
+    MultiHeadAttention::new(
+        attention_config(cfg, i, true),
+        linear(
+            w,
+            Param::CrossQueryWeight,
+            qb.then_some(Param::CrossQueryBias),
+            i,
+        )?,
+        linear(
+            w,
+            Param::CrossKeyWeight,
+            qb.then_some(Param::CrossKeyBias),
+            i,
+        )?,
+        linear(
+            w,
+            Param::CrossValueWeight,
+            qb.then_some(Param::CrossValueBias),
+            i,
+        )?,
+        linear(
+            w,
+            Param::CrossOutWeight,
+            cfg.attn_out_bias.then_some(Param::CrossOutBias),
+            i,
+        )?,
+        None,
+        None,
+    )
+}
+
+/// Layer `i` of an encoder-decoder's decoder read from `w`: self-attention,
+/// cross-attention, the feed-forward network, each with its norm (pre or post).
+pub fn cross_decoder_layer(
+    cfg: &ModelConfig,
+    w: &dyn WeightSource,
+    i: usize,
+) -> Result<DecoderLayer> {
+    if cfg.norm_placement == NormPlacement::Sandwich {
+        return Err(Error::Config(
+            "norm_placement sandwich: no encoder-decoder family's name table has post-norms".into(),
+        ));
+    }
+    DecoderLayer::new(
+        cfg.norm_placement,
+        self_attention(cfg, w, i)?,
+        norm(cfg, w, Param::AttnNormWeight, Param::AttnNormBias, i)?,
+        Some((
+            cross_attention(cfg, w, i)?,
+            norm(cfg, w, Param::CrossNormWeight, Param::CrossNormBias, i)?,
+        )),
+        feed_forward(cfg, w, i)?,
+        norm(cfg, w, Param::FfnNormWeight, Param::FfnNormBias, i)?,
+    )
+}
+
+/// `cfg`'s encoder stack read from `w` (`cfg.encoder_layers` layers and the final norm).
+pub fn encoder(cfg: &ModelConfig, w: &dyn WeightSource) -> Result<Encoder> {
+    let layers = (0..cfg.encoder_layers)
+        .map(|i| encoder_layer(cfg, w, i))
+        .collect::<Result<Vec<_>>>()?;
+    Encoder::new(layers, final_norm(cfg, w)?)
+}
+
+/// An encoder-decoder `cfg`'s decoder stack read from `w`, each layer with
+/// cross-attention.
+pub fn cross_decoder(cfg: &ModelConfig, w: &dyn WeightSource) -> Result<Decoder> {
+    let layers = (0..cfg.decoder_layers)
+        .map(|i| cross_decoder_layer(cfg, w, i))
+        .collect::<Result<Vec<_>>>()?;
+    Decoder::new(layers, final_norm(cfg, w)?)
+}
+
 /// Decoder-only layer `i` read from `w` (no cross-attention).
 pub fn decoder_layer(cfg: &ModelConfig, w: &dyn WeightSource, i: usize) -> Result<DecoderLayer> {
     let layer = DecoderLayer::new(

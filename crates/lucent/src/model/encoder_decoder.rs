@@ -14,6 +14,13 @@
 //! `lucent train seq2seq` builds one ([`EncoderDecoderModel::new_random`]: shared source
 //! and target embeddings scaled by √d, sinusoidal positions, post-norm layers, an untied
 //! head); a training run loads back through the same type.
+//!
+//! A speech model (Whisper, `model/family/whisper.rs`) is the same type with two more
+//! parts: a convolutional front-end ([`ConvStem`]) that reads audio features instead of
+//! source token ids ([`EncoderDecoderModel::encode_features`]), and its own source
+//! positions (`src_positions`: Whisper's stored sinusoids over 1500 positions, while
+//! the decoder's are a learned table of 448). Decoding with a [`KvCache`] computes the
+//! cross-attention's keys and values of the memory once, at the first step.
 
 use rand::Rng;
 
@@ -24,7 +31,8 @@ use crate::model::config::{ModelKind, PositionKind};
 use crate::model::ModelConfig;
 use crate::nn::mask::key_padding_bias;
 use crate::nn::position::{AbsolutePositions, LearnedPositions, SinusoidalEncoding};
-use crate::nn::{AttentionOptions, Embedding, Head, KvCache, Trace, Transformer};
+use crate::nn::trace::{record, scoped};
+use crate::nn::{AttentionOptions, ConvStem, Embedding, Head, KvCache, Trace, Transformer};
 use crate::runtime::Numerics;
 use crate::tensor::Tensor;
 use crate::{Error, Result};
@@ -39,8 +47,14 @@ pub struct EncoderDecoderModel {
     pub embedding: Embedding,
     /// A separate source token table, if the model has one.
     pub src_embedding: Option<Embedding>,
-    /// Absolute positions added to both stacks' inputs.
+    /// Absolute positions added to the decoder's input, and to the encoder's unless
+    /// `src_positions` is set.
     pub positions: Option<AbsolutePositions>,
+    /// The encoder's own positions, if they differ from the decoder's (Whisper).
+    pub src_positions: Option<AbsolutePositions>,
+    /// A convolutional front-end over audio features, for a speech model (Whisper):
+    /// the source is then features ([`EncoderDecoderModel::encode_features`]), not ids.
+    pub front_end: Option<ConvStem>,
     /// The encoder and decoder stacks.
     pub transformer: Transformer,
     /// W_vocab: (V, d); None when the head is tied to the target token table.
@@ -134,6 +148,8 @@ impl EncoderDecoderModel {
             embedding,
             src_embedding: None,
             positions,
+            src_positions: None,
+            front_end: None,
             transformer,
             head,
             numerics: Numerics::Lucent,
@@ -144,9 +160,15 @@ impl EncoderDecoderModel {
     ///
     /// # Shapes
     /// ids: b sequences of t → (b, t, d)
-    fn embed(&self, table: &Embedding, ids: &[Vec<usize>], offset: usize) -> Result<Tensor> {
+    fn embed(
+        &self,
+        table: &Embedding,
+        positions: Option<&AbsolutePositions>,
+        ids: &[Vec<usize>],
+        offset: usize,
+    ) -> Result<Tensor> {
         let x = table.forward(ids)?; // (b, t, d)
-        match &self.positions {
+        match positions {
             Some(p) => p.forward(&x, offset), // (b, t, d)
             None => Ok(x),
         }
@@ -185,8 +207,44 @@ impl EncoderDecoderModel {
             numerics: self.numerics,
             ..AttentionOptions::none()
         };
+        if self.front_end.is_some() {
+            return Err(Error::Argument(
+                "this model reads audio features, not source ids: use encode_features".into(),
+            ));
+        }
         let table = self.src_embedding.as_ref().unwrap_or(&self.embedding);
-        let x = self.embed(table, src, 0)?; // (b, s, d)
+        let positions = self.src_positions.as_ref().or(self.positions.as_ref());
+        let x = self.embed(table, positions, src, 0)?; // (b, s, d)
+        self.transformer.encoder.forward(&x, &opts, trace)
+    }
+
+    /// The encoder's output for audio features, through the convolutional front-end:
+    /// conv → GELU → conv (stride 2) → GELU, plus the source positions, then the encoder
+    /// stack. The trace gets `front_end.output` and `encoder.*`.
+    ///
+    /// # Shapes
+    /// features: (b, n_mels, frames) → (b, frames / 2, d)
+    pub fn encode_features(&self, features: &Tensor, trace: Option<&mut Trace>) -> Result<Tensor> {
+        let stem = self.front_end.as_ref().ok_or_else(|| {
+            Error::Argument(format!(
+                "this {} model has no audio front-end; encode source ids with encode",
+                self.config.family
+            ))
+        })?;
+        let mut trace = trace;
+        let x = stem.forward(features)?; // (b, s, d)
+        scoped(trace.as_deref_mut(), "front_end", |mut tr| {
+            record(&mut tr, "output", &x);
+            Ok(())
+        })?;
+        let x = match self.src_positions.as_ref().or(self.positions.as_ref()) {
+            Some(p) => p.forward(&x, 0)?, // (b, s, d)
+            None => x,
+        };
+        let opts = AttentionOptions {
+            numerics: self.numerics,
+            ..AttentionOptions::none()
+        };
         self.transformer.encoder.forward(&x, &opts, trace)
     }
 
@@ -211,7 +269,7 @@ impl EncoderDecoderModel {
             Some(l) => key_padding_bias(l, t, s)?,
             None => None,
         };
-        let x = self.embed(&self.embedding, tgt, offset)?; // (b, t, d)
+        let x = self.embed(&self.embedding, self.positions.as_ref(), tgt, offset)?; // (b, t, d)
         let h = self.transformer.decoder.forward(
             &x,
             Some(memory),
@@ -295,6 +353,9 @@ impl Parameters for EncoderDecoderModel {
         }
         if let Some(p) = &mut self.positions {
             p.visit_params(&join(prefix, "positions"), f);
+        }
+        if let Some(p) = &mut self.src_positions {
+            p.visit_params(&join(prefix, "src_positions"), f);
         }
         self.transformer.visit_params(prefix, f);
         if let Some(h) = &mut self.head {

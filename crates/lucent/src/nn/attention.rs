@@ -488,6 +488,104 @@ impl MultiHeadAttention {
         })
     }
 
+    /// The keys and values of a fixed `memory` (an encoder-decoder's source), computed
+    /// once and handed to [`MultiHeadAttention::forward_kv`] at every decoding step:
+    /// cross-attention's K and V do not change while the decoder generates.
+    ///
+    /// # Shapes
+    /// memory: (b, s, d) → k (b, h_kv, s, d_k), v (b, h_kv, s, d_k)
+    pub fn memory_kv(&self, memory: &Tensor, numerics: Numerics) -> Result<(Tensor, Tensor)> {
+        let c = &self.config;
+        let [b, s, _] = self.check_input("memory", memory)?;
+        let split = |x: Tensor| -> Result<Tensor> {
+            x.reshape(&[b, s, c.n_kv_heads, c.head_dim])? // (b, s, h_kv, d_k)
+                .transpose(1, 2) // (b, h_kv, s, d_k)
+        };
+        let mut kv = Linear::forward_group(&[&self.k_proj, &self.v_proj], memory, numerics)?;
+        let (v, k) = match (kv.pop(), kv.pop()) {
+            (Some(v), Some(k)) => (v, k),
+            _ => return Err(Error::Config("attention: K, V projections missing".into())),
+        };
+        let mut k = split(k)?;
+        if let Some(kn) = &self.k_norm {
+            k = kn.forward(&k)?;
+        }
+        Ok((k, split(v)?))
+    }
+
+    /// Attend from `x_q` to keys and values computed before ([`MultiHeadAttention::memory_kv`]):
+    /// the decoding step of cross-attention. Same result as [`MultiHeadAttention::forward`]
+    /// with `x_kv` = the memory they came from.
+    ///
+    /// # Shapes
+    /// x_q: (b, t_q, d), k, v: (b, h_kv, s, d_k) → output (b, t_q, d), weights (b, h, t_q, s)
+    pub fn forward_kv(
+        &self,
+        x_q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        opts: &AttentionOptions,
+        trace: Option<&mut Trace>,
+    ) -> Result<MhaOutput> {
+        let mut trace = trace;
+        let c = &self.config;
+        let (h, d_k) = (c.n_heads, c.head_dim);
+        let [b, t_q, _] = self.check_input("x_q", x_q)?;
+        let [kb, kh, _, kd] = k.dims()?;
+        if kb != b || kh != c.n_kv_heads || kd != d_k || v.shape() != k.shape() {
+            return Err(Error::mismatch(
+                "attention: precomputed K, V must be (b, h_kv, s, d_k)",
+                k.shape(),
+                &[b, c.n_kv_heads, 0, d_k],
+            ));
+        }
+        if c.rope.is_some() || opts.numerics.llama_cpp() {
+            return Err(Error::Config(
+                "attention over precomputed K, V serves cross-attention without RoPE, in lucent's own numerics".into(),
+            ));
+        }
+        record(&mut trace, "input", x_q);
+        let q = self.q_proj.forward_with(x_q, opts.numerics)?;
+        let mut q = q
+            .reshape(&[b, t_q, h, d_k])? // (b, t_q, h, d_k)
+            .transpose(1, 2)?; // (b, h, t_q, d_k)
+        if let Some(qn) = &self.q_norm {
+            q = qn.forward(&q)?;
+        }
+        let params = AttentionParams {
+            scale: c.scale,
+            causal: opts.causal,
+            window: opts.window.or(c.window),
+            bias: opts.bias,
+            want_weights: opts.want_weights || wants(&trace, "weights"),
+            segments: opts.segments,
+            kv_len: None,
+            ggml: None,
+        };
+        let attended = ops::attention(&q, k, v, &params)?;
+        if trace.is_some() {
+            self.record_steps(&mut trace, &q, k, v, &params)?;
+            if let Some(w) = &attended.weights {
+                record(&mut trace, "weights", w);
+            }
+            record(&mut trace, "context", &attended.output);
+        }
+        let concat = attended
+            .output
+            .transpose(1, 2)? // (b, t_q, h, d_k)
+            .reshape(&[b, t_q, h * d_k])?; // (b, t_q, h·d_k)
+        let output = self.o_proj.forward_with(&concat, opts.numerics)?; // (b, t_q, d)
+        record(&mut trace, "output", &output);
+        Ok(MhaOutput {
+            output,
+            weights: if opts.want_weights {
+                attended.weights
+            } else {
+                None
+            },
+        })
+    }
+
     /// The heads' part of [`MultiHeadAttention::forward`], after the projections:
     /// QK-norm, RoPE (queries from `opts.position_offset` plus the cached length; keys
     /// from there too for self-attention, from 0 for cross-attention), llama.cpp's f16

@@ -18,6 +18,9 @@ pub struct LayerKvCache {
     /// V: (b, h_kv, max_t, d_v), first `len` positions valid
     v: Tensor,
     len: usize,
+    /// Cross-attention's keys and values of the memory (an encoder-decoder's source),
+    /// each (b, h_kv, s, d_k): computed at the first step, read by every later one.
+    memory_kv: Option<(Tensor, Tensor)>,
 }
 
 impl LayerKvCache {
@@ -27,6 +30,7 @@ impl LayerKvCache {
             k: Tensor::zeros(&[b, h_kv, max_t, d_k]),
             v: Tensor::zeros(&[b, h_kv, max_t, d_v]),
             len: 0,
+            memory_kv: None,
         }
     }
 
@@ -45,9 +49,27 @@ impl LayerKvCache {
         self.k.shape()[2]
     }
 
-    /// Forget positions from `len` on (e.g. to rewind a generation).
+    /// Forget positions from `len` on (e.g. to rewind a generation); emptied
+    /// (`len` = 0), it forgets the memory's keys and values too.
     pub fn truncate(&mut self, len: usize) {
         self.len = self.len.min(len);
+        if self.len == 0 {
+            self.memory_kv = None;
+        }
+    }
+
+    /// Cross-attention's keys and values of the memory, once computed.
+    ///
+    /// # Shapes
+    /// → k (b, h_kv, s, d_k), v (b, h_kv, s, d_k)
+    pub fn memory_kv(&self) -> Option<&(Tensor, Tensor)> {
+        self.memory_kv.as_ref()
+    }
+
+    /// Keep cross-attention's keys and values of the memory for the next steps (they
+    /// stay until the cache is emptied).
+    pub fn set_memory_kv(&mut self, k: Tensor, v: Tensor) {
+        self.memory_kv = Some((k, v));
     }
 
     /// Append new keys and values for the next positions.

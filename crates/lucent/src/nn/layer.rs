@@ -355,6 +355,19 @@ impl DecoderLayer {
         last_only: bool,
     ) -> Result<Tensor> {
         let mut trace = trace;
+        let mut cache = cache;
+        // Cross-attention's K and V of the memory: computed once per cache (the first
+        // step), then read from it.
+        let memory_kv = match (&self.cross_attn, memory, cache.as_deref_mut()) {
+            (Some(cross), Some(m), Some(c)) => {
+                if c.memory_kv().is_none() {
+                    let (k, v) = cross.memory_kv(m, opts.numerics)?;
+                    c.set_memory_kv(k, v);
+                }
+                c.memory_kv().cloned()
+            }
+            _ => None,
+        };
         let self_opts = AttentionOptions {
             causal: true,
             want_weights: false,
@@ -389,9 +402,11 @@ impl DecoderLayer {
                         trace.as_deref_mut(),
                         "cross_attn",
                         |h, tr| {
-                            Ok(cross
-                                .forward(h, Some(memory), &cross_opts, None, tr)?
-                                .output)
+                            Ok(match &memory_kv {
+                                Some((k, v)) => cross.forward_kv(h, k, v, &cross_opts, tr)?,
+                                None => cross.forward(h, Some(memory), &cross_opts, None, tr)?,
+                            }
+                            .output)
                         },
                     )?
                 }

@@ -21,6 +21,7 @@
 //! functions only, and takes an optional [`Trace`].
 
 pub mod attention;
+pub mod conv;
 pub mod dropout;
 pub mod embedding;
 pub mod feed_forward;
@@ -37,6 +38,7 @@ pub use attention::{
     scaled_dot_product_attention, AttentionConfig, AttentionOptions, MhaOutput, MultiHeadAttention,
     RopeSpec,
 };
+pub use conv::{Conv1d, ConvStem};
 pub use dropout::Dropout;
 pub use embedding::Embedding;
 pub use feed_forward::{FeedForward, FfnKind};

@@ -10,6 +10,7 @@ pub mod generate;
 pub mod generator;
 #[cfg(feature = "train")]
 pub mod train;
+pub mod transcribe;
 
 pub use chat::{ChatTemplate, Message};
 pub use embed::{Embedder, Pooling};

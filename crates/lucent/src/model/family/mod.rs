@@ -12,6 +12,7 @@ pub mod gemma3;
 pub mod gpt2;
 pub mod llama;
 pub mod registry;
+pub mod whisper;
 
 use crate::io::gguf::GgufFile;
 use crate::io::SafetensorsFile;
@@ -137,6 +138,26 @@ pub enum Param {
     PoolerWeight,
     /// BERT's pooler b_p (d).
     PoolerBias,
+    /// Cross-attention W_q (h·d_k, d): queries from the decoder.
+    CrossQueryWeight,
+    /// Cross-attention b_q (h·d_k).
+    CrossQueryBias,
+    /// Cross-attention W_k (h_kv·d_k, d): keys of the encoder output.
+    CrossKeyWeight,
+    /// Cross-attention b_k (h_kv·d_k).
+    CrossKeyBias,
+    /// Cross-attention W_v (h_kv·d_k, d): values of the encoder output.
+    CrossValueWeight,
+    /// Cross-attention b_v (h_kv·d_k).
+    CrossValueBias,
+    /// Cross-attention W_o (d, h·d_k).
+    CrossOutWeight,
+    /// Cross-attention b_o (d).
+    CrossOutBias,
+    /// γ of the norm around cross-attention (d).
+    CrossNormWeight,
+    /// β of the norm around cross-attention (d).
+    CrossNormBias,
 }
 
 impl Param {
@@ -153,16 +174,17 @@ impl Param {
             AttnPostNormWeight | FfnPostNormWeight | FinalNormWeight | FinalNormBias => vec![d],
             PositionEmbedding => vec![cfg.max_positions, d],
             TokenTypeEmbedding => vec![cfg.type_vocab_size, d],
-            QueryWeight => vec![cfg.q_dim(), d],
-            QueryBias => vec![cfg.q_dim()],
-            KeyWeight | ValueWeight => vec![cfg.kv_dim(), d],
-            KeyBias | ValueBias => vec![cfg.kv_dim()],
-            AttnOutWeight => vec![d, cfg.q_dim()],
+            QueryWeight | CrossQueryWeight => vec![cfg.q_dim(), d],
+            QueryBias | CrossQueryBias => vec![cfg.q_dim()],
+            KeyWeight | ValueWeight | CrossKeyWeight | CrossValueWeight => vec![cfg.kv_dim(), d],
+            KeyBias | ValueBias | CrossKeyBias | CrossValueBias => vec![cfg.kv_dim()],
+            AttnOutWeight | CrossOutWeight => vec![d, cfg.q_dim()],
             FfnUpWeight => vec![cfg.d_ff, d],
             FfnUpBias => vec![cfg.d_ff],
             FfnDownWeight => vec![d, cfg.d_ff],
             EmbeddingNormWeight | EmbeddingNormBias | AttnOutBias | AttnNormWeight
-            | AttnNormBias | FfnDownBias | FfnNormWeight | FfnNormBias => vec![d],
+            | AttnNormBias | FfnDownBias | FfnNormWeight | FfnNormBias | CrossOutBias
+            | CrossNormWeight | CrossNormBias => vec![d],
         }
     }
 
@@ -253,18 +275,21 @@ pub trait WeightSource {
     }
 }
 
-/// Which keys of a checkpoint have been read.
+/// Which keys of a checkpoint have been read (shared by the views of one file, e.g. the
+/// encoder's and the decoder's of a Whisper model).
 #[derive(Default)]
-struct UsedKeys(std::sync::Mutex<std::collections::HashSet<String>>);
+pub struct UsedKeys(std::sync::Mutex<std::collections::HashSet<String>>);
 
 impl UsedKeys {
-    fn note(&self, key: &str) {
+    /// Note `key` as read.
+    pub fn note(&self, key: &str) {
         if let Ok(mut s) = self.0.lock() {
             s.insert(key.to_string());
         }
     }
 
-    fn unused<'k>(&self, all: impl Iterator<Item = &'k str>) -> Vec<String> {
+    /// The keys of `all` never noted, sorted.
+    pub fn unused<'k>(&self, all: impl Iterator<Item = &'k str>) -> Vec<String> {
         let used = match self.0.lock() {
             Ok(s) => s.clone(),
             Err(_) => Default::default(),

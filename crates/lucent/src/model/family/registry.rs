@@ -38,6 +38,18 @@ pub const KNOWN_MODELS: &[KnownModel] = &[
         family: "gemma3",
         task: "text generation, chat",
     },
+    KnownModel {
+        name: "whisper-tiny.en",
+        kind: ModelKind::EncoderDecoder,
+        family: "whisper",
+        task: "speech to text (English)",
+    },
+    KnownModel {
+        name: "whisper-base",
+        kind: ModelKind::EncoderDecoder,
+        family: "whisper",
+        task: "speech to text (99 languages)",
+    },
 ];
 
 /// The known model called `name`, if any.
