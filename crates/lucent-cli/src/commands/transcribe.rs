@@ -24,7 +24,8 @@ pub struct Args {
     /// Show each segment with its start and end times.
     #[arg(long)]
     timestamps: bool,
-    /// The spoken language (`en`, `de`, …; multilingual models detect it when not given).
+    /// The spoken language (`en`, `de`, …) [default: detected by a multilingual model; `en`
+    /// for an English-only one].
     #[arg(long, value_name = "XX")]
     language: Option<String>,
     /// Translate into English instead of transcribing (multilingual models).
