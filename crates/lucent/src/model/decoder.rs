@@ -394,7 +394,7 @@ impl DecoderModel {
         }
         let traced = traces.iter().any(Option::is_some);
         // As DecoderModel::forward: on the runtime's pool, one team for a whole untraced step.
-        crate::autograd::in_pool(|| {
+        crate::tensor::tape::in_pool(|| {
             if crate::threads::threads() > 1 && !traced && !crate::threads::in_team() {
                 return crate::threads::with_team(|| self.decode_batch_here(ids, caches, traces));
             }

@@ -192,9 +192,8 @@ fn gelu_tanh_f16_entry(x: f32) -> f32 {
     half::f16::from_f32(y).to_f32()
 }
 
-/// In place: `x[i] ← act(x[i])` on the SIMD path, on one thread (the tests hold it to
-/// the PyTorch values beside [`Activation::apply`]).
-#[cfg(test)]
+/// In place: `x[i] ← act(x[i])` on the SIMD path, on one thread (Whisper's conv stem;
+/// the tests hold it to the PyTorch values beside [`Activation::apply`]).
 pub(crate) fn apply_in_place(act: Activation, x: &mut [f32]) {
     let op = match act {
         Activation::Relu => Unary::Relu,

@@ -94,7 +94,6 @@ pub fn map(op: Unary, src: &[f32], dst: &mut [f32]) {
 }
 
 /// `x[i] = f(x[i])`, on one thread.
-#[cfg(test)]
 pub fn map_in_place(op: Unary, x: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
