@@ -26,5 +26,5 @@ NOAMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 PATH="$ROOT/venv/bin:$PATH" cmake -S src/vendor/llama.cpp -B build -G Ninja \
   -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DGGML_NATIVE=ON \
   -DCMAKE_C_FLAGS="$NOAMX" -DCMAKE_CXX_FLAGS="$NOAMX" >&2
-PATH="$ROOT/venv/bin:$PATH" nice -n 10 cmake --build build --target llama-server -j 2 >&2
+PATH="$ROOT/venv/bin:$PATH" nice -n 10 cmake --build build --target llama-server -j "${LUCENT_BUILD_JOBS:-2}" >&2
 echo "$BIN"

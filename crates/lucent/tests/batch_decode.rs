@@ -324,3 +324,58 @@ fn traced_batch_step_equals_lone_traced_step() {
         assert_eq!(bits(x.data()), bits(y.data()), "{n}");
     }
 }
+
+/// A model with lucent's own arithmetic (a GPT as `lucent train lm` builds it, f32
+/// weights, `Numerics::Lucent`): decode_batch steps each sequence alone, so its rows are
+/// its lone steps bit for bit here too, traces included.
+#[test]
+fn lucent_numerics_batch_equals_lone_steps() {
+    use lucent::pipeline::train::models::{new_gpt, Dims};
+    use rand::SeedableRng;
+    let dims = Dims {
+        layers: 2,
+        d_model: 32,
+        heads: 4,
+        d_ff: 128,
+        block: 64,
+        vocab: 50,
+    };
+    let model = new_gpt(&dims, &mut rand::rngs::StdRng::seed_from_u64(7)).unwrap();
+    assert_eq!(model.numerics, lucent::Numerics::Lucent);
+    let prompts: Vec<Vec<u32>> = (0..5u32)
+        .map(|i| (0..3 + 2 * i).map(|j| (7 * i + 3 * j) % 50).collect())
+        .collect();
+    let fresh = |ids: &[u32]| {
+        let mut c = model.new_cache(32);
+        model.forward(ids, Some(&mut c), true, None).unwrap();
+        c
+    };
+    let next: Vec<u32> = (0..5u32).map(|i| 11 + i).collect();
+    let mut alone = Vec::new();
+    let mut alone_weights = Vec::new();
+    for (p, &t) in prompts.iter().zip(&next) {
+        let mut c = fresh(p);
+        let mut tr = Trace::new();
+        let row = model
+            .forward(&[t], Some(&mut c), true, Some(&mut tr))
+            .unwrap();
+        alone.push(row.into_vec());
+        alone_weights.push(tr.get("decoder.layer.1.attn.weights").unwrap().clone());
+    }
+    let mut caches: Vec<KvCache> = prompts.iter().map(|p| fresh(p)).collect();
+    let mut refs: Vec<&mut KvCache> = caches.iter_mut().collect();
+    let mut traces: Vec<Trace> = (0..5).map(|_| Trace::new()).collect();
+    let mut tr: Vec<Option<&mut Trace>> = traces.iter_mut().map(Some).collect();
+    let logits = model.decode_batch(&next, &mut refs, &mut tr).unwrap(); // (5, V)
+    for (i, row) in logits.data().chunks_exact(50).enumerate() {
+        assert!(
+            bits(row) == bits(&alone[i]),
+            "sequence {i}: batch row differs from its lone step"
+        );
+        let w = traces[i].get("decoder.layer.1.attn.weights").unwrap();
+        assert!(
+            bits(w.data()) == bits(alone_weights[i].data()),
+            "sequence {i}: traced weights differ from the lone step's"
+        );
+    }
+}

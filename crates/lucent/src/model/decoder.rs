@@ -416,7 +416,8 @@ impl DecoderModel {
             let mut parts = Vec::with_capacity(n);
             for (i, cache) in caches.iter_mut().enumerate() {
                 let trace = traces.get_mut(i).and_then(|t| t.as_deref_mut());
-                parts.push(self.forward_here(&ids[i..i + 1], Some(&mut **cache), true, trace)?); // (1, V)
+                // (1, V)
+                parts.push(self.forward_here(&ids[i..i + 1], Some(&mut **cache), true, trace)?);
             }
             return Tensor::cat(&parts.iter().collect::<Vec<_>>(), 0); // (n, V)
         }
