@@ -394,7 +394,7 @@ impl DecoderModel {
         }
         let traced = traces.iter().any(Option::is_some);
         // As DecoderModel::forward: on the runtime's pool, one team for a whole untraced step.
-        crate::autograd::in_pool(|| {
+        crate::tensor::tape::in_pool(|| {
             if crate::threads::threads() > 1 && !traced && !crate::threads::in_team() {
                 return crate::threads::with_team(|| self.decode_batch_here(ids, caches, traces));
             }
@@ -416,7 +416,8 @@ impl DecoderModel {
             let mut parts = Vec::with_capacity(n);
             for (i, cache) in caches.iter_mut().enumerate() {
                 let trace = traces.get_mut(i).and_then(|t| t.as_deref_mut());
-                parts.push(self.forward_here(&ids[i..i + 1], Some(&mut **cache), true, trace)?); // (1, V)
+                parts.push(self.forward_here(&ids[i..i + 1], Some(&mut **cache), true, trace)?);
+                // (1, V)
             }
             return Tensor::cat(&parts.iter().collect::<Vec<_>>(), 0); // (n, V)
         }

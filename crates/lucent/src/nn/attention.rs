@@ -623,7 +623,11 @@ impl MultiHeadAttention {
             )));
         }
         record_rows(traces, "input", x)?;
-        let mut qkv = Linear::forward_group(&[&self.q_proj, &self.k_proj, &self.v_proj], x, opts.numerics)?;
+        let mut qkv = Linear::forward_group(
+            &[&self.q_proj, &self.k_proj, &self.v_proj],
+            x,
+            opts.numerics,
+        )?;
         let (Some(v), Some(k), Some(q)) = (qkv.pop(), qkv.pop(), qkv.pop()) else {
             return Err(Error::Config(
                 "attention: Q, K, V projections missing".into(),
