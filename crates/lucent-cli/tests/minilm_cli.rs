@@ -177,7 +177,7 @@ fn bad_input_is_a_clear_error() {
     )
     .unwrap();
     let dir = tmp.to_str().unwrap();
-    fails(&["embed", "-m", dir, "x"], "not a valid safetensors file");
+    fails(&["embed", "-m", dir, "x"], "not a safetensors file");
     let cfg = std::fs::read_to_string(src.join("config.json")).unwrap();
     std::fs::write(tmp.join("config.json"), cfg.replace("\"gelu\"", "\"mish\"")).unwrap();
     fails(&["embed", "-m", dir, "x"], "hidden_act 'mish'");
