@@ -281,7 +281,10 @@ fn bad_inputs_are_errors_that_say_why() {
         ..Default::default()
     };
     let e = resolve(None, &overrides).unwrap_err().to_string();
-    assert!(e.contains("vocab_size") && e.contains("more than any memory holds"), "{e}");
+    assert!(
+        e.contains("vocab_size") && e.contains("more than any memory holds"),
+        "{e}"
+    );
     let mut huge = preset("gpt2").unwrap();
     huge.vocab_size = usize::MAX / 2;
     assert!(ParamCount::of(&huge).is_err());
