@@ -471,13 +471,27 @@ impl MultiHeadAttention {
         let k = split(k, h_kv, t_k)?; // (b, h_kv, t_k, d_k)
         let v = split(v, h_kv, t_k)?; // (b, h_kv, t_k, d_k)
         let attended = self.attend(q, k, v, x_kv.is_some(), opts, cache, &mut trace)?;
-        let t_v = attended.output.shape()[2];
+        self.project_heads(attended, opts, &mut trace)
+    }
+
+    /// The heads' contexts concatenated and projected back to d_model (W_O), recorded
+    /// as `output`; the weights kept when `opts.want_weights`.
+    ///
+    /// # Shapes
+    /// context (b, h, t_q, d_k) → output (b, t_q, d)
+    fn project_heads(
+        &self,
+        attended: ops::AttentionOutput,
+        opts: &AttentionOptions,
+        trace: &mut Option<&mut Trace>,
+    ) -> Result<MhaOutput> {
+        let [b, h, t_q, d_k] = attended.output.dims()?;
         let concat = attended
             .output
             .transpose(1, 2)? // (b, t_q, h, d_k)
-            .reshape(&[b, t_v, h * d_k])?; // (b, t_q, h·d_k)
+            .reshape(&[b, t_q, h * d_k])?; // (b, t_q, h·d_k)
         let output = self.o_proj.forward_with(&concat, opts.numerics)?; // (b, t_q, d)
-        record(&mut trace, "output", &output);
+        record(trace, "output", &output);
         Ok(MhaOutput {
             output,
             weights: if opts.want_weights {
@@ -570,20 +584,7 @@ impl MultiHeadAttention {
             }
             record(&mut trace, "context", &attended.output);
         }
-        let concat = attended
-            .output
-            .transpose(1, 2)? // (b, t_q, h, d_k)
-            .reshape(&[b, t_q, h * d_k])?; // (b, t_q, h·d_k)
-        let output = self.o_proj.forward_with(&concat, opts.numerics)?; // (b, t_q, d)
-        record(&mut trace, "output", &output);
-        Ok(MhaOutput {
-            output,
-            weights: if opts.want_weights {
-                attended.weights
-            } else {
-                None
-            },
-        })
+        self.project_heads(attended, opts, &mut trace)
     }
 
     /// The heads' part of [`MultiHeadAttention::forward`], after the projections:

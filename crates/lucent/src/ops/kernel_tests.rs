@@ -13,6 +13,7 @@
 //!   sum dot products in different orders); both its row path (t_q < 8) and its blocked
 //!   path (t_q ≥ 8, blocks of 64) are covered;
 //! - matmul (gemv and gemm) vs the f64 twin: 1e-6 · (1 + Σ|a·b|) per output.
+#![cfg(test)]
 
 use std::path::PathBuf;
 

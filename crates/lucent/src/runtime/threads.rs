@@ -293,12 +293,7 @@ pub(crate) fn for_each_mut<T: Send>(items: &mut [T], f: impl Fn(usize, &mut T) +
     let items = Items(items.as_mut_ptr());
     for_each_index(n, |i| {
         // SAFETY: i < n, and for_each_index gives each index to one call only.
-        f(
-            i,
-            unsafe { items.range(i, i + 1) }
-                .first_mut()
-                .expect("one item"),
-        )
+        f(i, unsafe { items.item(i) })
     });
 }
 
@@ -326,6 +321,15 @@ struct Items<T>(*mut T);
 unsafe impl<T: Send> Sync for Items<T> {}
 
 impl<T> Items<T> {
+    /// Item `i`.
+    ///
+    /// # Safety
+    /// `i` is within the slice and no other reference to that item is alive.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn item(&self, i: usize) -> &mut T {
+        unsafe { &mut *self.0.add(i) }
+    }
+
     /// Items `start .. end`.
     ///
     /// # Safety
@@ -340,9 +344,10 @@ impl<T> Items<T> {
 pub(crate) fn map_collect<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
     let mut out: Vec<Option<T>> = (0..n).map(|_| None).collect();
     for_each_mut(&mut out, |i, o| *o = Some(f(i)));
-    out.into_iter()
-        .map(|o| o.expect("for_each_mut fills every item"))
-        .collect()
+    // for_each_mut fills every item, so flattening keeps all n of them, in order.
+    let out: Vec<T> = out.into_iter().flatten().collect();
+    debug_assert_eq!(out.len(), n);
+    out
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! definition (bit for bit), quantised dots against dequantise-then-dot, every
 //! instruction-set path this CPU has (scalar, AVX2, AVX-512) against its scalar twin, and
 //! `QMatrix` on awkward shapes.
+#![cfg(test)]
 
 use crate::ops::quant::{dequantize, quantize_activations, reference, vec_dot, QMatrix};
 use crate::tensor::quant::{k_scale_min, k_scales_mins, GgmlType, QK_K};

@@ -1,5 +1,6 @@
 //! The private kernels of every instruction-set level against the scalar twin, bit for
 //! bit (`formats` holds the entry points to the twins and to the formats' definitions).
+#![cfg(test)]
 
 use half::f16;
 use rand::{rngs::StdRng, Rng, SeedableRng};
