@@ -28,9 +28,9 @@ use crate::nn::Trace;
 use crate::pipeline::embed::Embedder;
 use crate::pipeline::generate::TextModel;
 use crate::pipeline::generator::Generator;
-#[cfg(feature = "train")]
-use crate::pipeline::train::TrainedModel;
 use crate::pipeline::transcribe::Transcriber;
+#[cfg(feature = "train")]
+use crate::train::TrainedModel;
 use crate::{Error, Result};
 
 /// A model lucent can run, of a known kind.

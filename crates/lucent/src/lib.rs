@@ -8,13 +8,14 @@
 //!
 //! | module | holds |
 //! | --- | --- |
-//! | [`pipeline`] | user tasks: embeddings, similarity, analogies, generation, training |
+//! | [`pipeline`] | user tasks: embeddings, similarity, analogies, generation, transcription, export |
+//! | [`train`] | the parameter visitor, optimisers and schedule, the training loop, checkpoints, runs |
 //! | [`model`] | `ModelConfig`, the generic Transformer, families, loading, parameter counts |
 //! | [`nn`] | the guides' building blocks and the KV cache |
-//! | [`autograd`] | gradient recording on/off, data-parallel backward, optimisers, the parameter visitor |
+//! | [`autograd`] | gradient recording on/off, data-parallel backward |
 //! | [`ops`] | kernels with their backward rules beside them: matmul, softmax, norms, activations, rope, attention, quantised products |
 //! | [`tensor`] | `Tensor`: shape + f32 storage, owned or memory-mapped; its gradient tape; quantised block types |
-//! | [`io`] | safetensors, GGUF, configs, tokenizers, model cache and fetch |
+//! | [`io`] | safetensors, GGUF, CTranslate2, configs, tokenizers, audio, model cache and fetch |
 //! | [`runtime`] | the thread pool lucent owns ([`Runtime`]), CPU features and the instruction-set cap ([`Isa`]) |
 //! | [`bench`] | timings of the (private) kernels beside their twins, for `lucent bench kernels` |
 //! | [`viz`] | heatmaps of attention, masks and positions (PNG/SVG) |
@@ -33,6 +34,8 @@ pub mod ops;
 pub mod pipeline;
 pub mod runtime;
 pub mod tensor;
+#[cfg(feature = "train")]
+pub mod train;
 #[cfg(feature = "viz")]
 pub mod viz;
 

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use lucent::io::fetch::Silent;
-use lucent::pipeline::train::data::Task;
-use lucent::pipeline::train::{train, Job, Limits, Quiet, TrainConfig};
+use lucent::train::data::Task;
+use lucent::train::{train, Job, Limits, Quiet, TrainConfig};
 use lucent::{Embedder, Generator, Message, ModelKind, Sampling};
 
 fn scratch(name: &str) -> PathBuf {

@@ -330,7 +330,7 @@ fn traced_batch_step_equals_lone_traced_step() {
 /// its lone steps bit for bit here too, traces included.
 #[test]
 fn lucent_numerics_batch_equals_lone_steps() {
-    use lucent::pipeline::train::models::{new_gpt, Dims};
+    use lucent::train::models::{new_gpt, Dims};
     use rand::SeedableRng;
     let dims = Dims {
         layers: 2,

@@ -14,7 +14,7 @@
 use std::path::{Path, PathBuf};
 
 use lucent::pipeline::export::export_hf;
-use lucent::pipeline::train::TrainedModel;
+use lucent::train::TrainedModel;
 use lucent::ModelKind;
 use serde_json::Value;
 use sha2::{Digest, Sha256};

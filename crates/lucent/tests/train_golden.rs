@@ -9,8 +9,6 @@
 //! one `AdamW` step. Tolerances (from the issue): logits 1e-5, loss 1e-6, gradients 1e-4
 //! relative or 1e-6 absolute, weights after the step 1e-6.
 
-use lucent::autograd::optim::{AdamW, DecayRule};
-use lucent::autograd::Parameters;
 use lucent::io::safetensors::SafetensorsFile;
 use lucent::model::config::NormPlacement;
 use lucent::model::DecoderModel;
@@ -20,7 +18,9 @@ use lucent::nn::{
     Decoder, DecoderLayer, Embedding, FeedForward, LayerNorm, Linear, MultiHeadAttention, Norm,
 };
 use lucent::ops::Activation;
-use lucent::pipeline::train::models::{gpt_config, Dims};
+use lucent::train::models::{gpt_config, Dims};
+use lucent::train::optim::{AdamW, DecayRule};
+use lucent::train::Parameters;
 use lucent::Tensor;
 
 fn path() -> String {

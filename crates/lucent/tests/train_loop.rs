@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use lucent::io::fetch::Silent;
-use lucent::pipeline::train::{resume, train, Limits, Quiet, TrainConfig, TrainedModel};
+use lucent::train::{resume, train, Limits, Quiet, TrainConfig, TrainedModel};
 
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("lucent-train-test-{}-{name}", std::process::id()));
@@ -65,7 +65,7 @@ fn resume_reproduces_the_uninterrupted_losses_exactly() {
     )
     .unwrap();
     assert_eq!(rest.step, 6);
-    let losses = |s: &lucent::pipeline::train::Summary| -> Vec<(u64, f32, Option<f32>)> {
+    let losses = |s: &lucent::train::Summary| -> Vec<(u64, f32, Option<f32>)> {
         s.history
             .iter()
             .map(|m| (m.step, m.train_loss, m.val_loss))
@@ -196,10 +196,10 @@ fn bad_input_gives_clear_errors() {
 /// gives the whole batch's loss and gradients: 1, 2 and 5 shards agree.
 #[test]
 fn sharded_step_equals_the_whole_batch() {
-    use lucent::autograd::Parameters;
     use lucent::model::DecoderModel;
-    use lucent::pipeline::train::lm_backward_shards;
-    use lucent::pipeline::train::models::{lm_loss, new_gpt, Dims};
+    use lucent::train::lm_backward_shards;
+    use lucent::train::models::{lm_loss, new_gpt, Dims};
+    use lucent::train::Parameters;
     use rand::{Rng, SeedableRng};
 
     let dims = Dims {

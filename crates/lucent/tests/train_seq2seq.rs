@@ -2,9 +2,9 @@
 //! run learns the task (held-out exact match ≥ 90%, a few seconds).
 
 use lucent::io::fetch::Silent;
-use lucent::pipeline::train::data::{pad_batch, Task, BOS, EOS};
-use lucent::pipeline::train::models::{new_seq2seq, src_lengths, Dims};
-use lucent::pipeline::train::{train, Job, Limits, Quiet, TrainConfig, TrainedModel};
+use lucent::train::data::{pad_batch, Task, BOS, EOS};
+use lucent::train::models::{new_seq2seq, src_lengths, Dims};
+use lucent::train::{train, Job, Limits, Quiet, TrainConfig, TrainedModel};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 

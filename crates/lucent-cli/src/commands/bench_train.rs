@@ -8,10 +8,10 @@
 
 use std::time::Instant;
 
-use lucent::autograd::optim::{clip_grad_norm, AdamW, DecayRule};
-use lucent::autograd::Parameters;
 use lucent::model::DecoderModel;
-use lucent::pipeline::train::models::{new_gpt, Dims};
+use lucent::train::models::{new_gpt, Dims};
+use lucent::train::optim::{clip_grad_norm, AdamW, DecayRule};
+use lucent::train::Parameters;
 use lucent::Result;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -72,7 +72,7 @@ fn measure(a: &Args, threads: usize) -> Result<(f64, usize)> {
         let rows: Vec<Vec<usize>> = (0..a.batch).map(|_| window(rng)).collect();
         let x: Vec<Vec<usize>> = rows.iter().map(|r| r[..a.block].to_vec()).collect();
         let y: Vec<Vec<usize>> = rows.iter().map(|r| r[1..].to_vec()).collect();
-        lucent::pipeline::train::lm_backward(model, &x, &y, None)?;
+        lucent::train::lm_backward(model, &x, &y, None)?;
         clip_grad_norm(model, 1.0);
         opt.step(model)?;
         model.zero_grad();

@@ -5,8 +5,8 @@
 use std::path::PathBuf;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use lucent::pipeline::train::data::Task;
-use lucent::pipeline::train::{self, Job, Limits, Metrics, Observer, Summary, TrainConfig};
+use lucent::train::data::Task;
+use lucent::train::{self, Job, Limits, Metrics, Observer, Summary, TrainConfig};
 use lucent::Result;
 
 use crate::progress::Bars;

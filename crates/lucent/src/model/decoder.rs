@@ -18,8 +18,6 @@ use std::path::Path;
 
 use rand::Rng;
 
-use crate::autograd::params::join;
-use crate::autograd::{Parameters, ParamsMut};
 use crate::io::gguf::GgufFile;
 use crate::model::build;
 use crate::model::config::{ModelKind, PositionKind};
@@ -494,18 +492,5 @@ impl DecoderModel {
             h.reshape(&[t, d])? // (t, d)
         };
         self.logits(&h) // (t | 1, V)
-    }
-}
-
-impl Parameters for DecoderModel {
-    fn visit_params(&mut self, prefix: &str, f: &mut ParamsMut) {
-        self.embedding.visit_params(&join(prefix, "embed"), f);
-        if let Some(p) = &mut self.positions {
-            p.visit_params(&join(prefix, "positions"), f);
-        }
-        self.decoder.visit_params(&join(prefix, "decoder"), f);
-        if let Some(h) = &mut self.head {
-            h.visit_params(&join(prefix, "head"), f);
-        }
     }
 }

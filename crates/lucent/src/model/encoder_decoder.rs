@@ -24,8 +24,7 @@
 
 use rand::Rng;
 
-use crate::autograd::params::join;
-use crate::autograd::{no_grad, Parameters, ParamsMut};
+use crate::autograd::no_grad;
 use crate::model::build;
 use crate::model::config::{ModelKind, PositionKind};
 use crate::model::ModelConfig;
@@ -342,24 +341,5 @@ impl EncoderDecoderModel {
             }
             Ok(out)
         })
-    }
-}
-
-impl Parameters for EncoderDecoderModel {
-    fn visit_params(&mut self, prefix: &str, f: &mut ParamsMut) {
-        self.embedding.visit_params(&join(prefix, "embed"), f);
-        if let Some(e) = &mut self.src_embedding {
-            e.visit_params(&join(prefix, "src_embed"), f);
-        }
-        if let Some(p) = &mut self.positions {
-            p.visit_params(&join(prefix, "positions"), f);
-        }
-        if let Some(p) = &mut self.src_positions {
-            p.visit_params(&join(prefix, "src_positions"), f);
-        }
-        self.transformer.visit_params(prefix, f);
-        if let Some(h) = &mut self.head {
-            h.visit_params(&join(prefix, "head"), f);
-        }
     }
 }

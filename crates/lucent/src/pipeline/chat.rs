@@ -214,12 +214,14 @@ impl ChatTemplate {
 }
 
 /// A writer that refuses to grow past `limit` bytes (`over` says that it refused).
+#[cfg(feature = "chat-templates")]
 struct Bounded {
     bytes: Vec<u8>,
     limit: usize,
     over: bool,
 }
 
+#[cfg(feature = "chat-templates")]
 impl std::io::Write for Bounded {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         if self.bytes.len().saturating_add(buf.len()) > self.limit {

@@ -21,9 +21,9 @@ use std::path::{Path, PathBuf};
 
 use crate::io::tokenizer::HfTokenizer;
 use crate::model::family::gpt2;
-use crate::pipeline::train::checkpoint;
-use crate::pipeline::train::data::{CharTokenizer, TextTokenizer};
-use crate::pipeline::train::TrainedModel;
+use crate::train::checkpoint;
+use crate::train::data::{CharTokenizer, TextTokenizer};
+use crate::train::TrainedModel;
 use crate::{Error, Result};
 
 /// What [`export_hf`] wrote.

@@ -1,15 +1,16 @@
 //! User tasks built on the models: sentence embeddings, similarity and analogies; text
-//! generation and chat with decoder models; training small Transformers from scratch;
+//! generation and chat with decoder models; generating from a training run;
 //! exporting a trained model for PyTorch.
 
 pub mod chat;
 pub mod embed;
 pub mod embed_file;
+#[cfg(feature = "train")]
 pub mod export;
 pub mod generate;
 pub mod generator;
 #[cfg(feature = "train")]
-pub mod train;
+pub mod trained;
 pub mod transcribe;
 
 pub use chat::{ChatTemplate, Message};

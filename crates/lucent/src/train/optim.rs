@@ -22,8 +22,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::autograd::params::Parameters;
 use crate::tensor::Tensor;
+use crate::train::params::Parameters;
 use crate::{Error, Result};
 
 /// Which parameters weight decay applies to.

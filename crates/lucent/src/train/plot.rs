@@ -6,7 +6,7 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use crate::pipeline::train::Metrics;
+use crate::train::Metrics;
 use crate::{Error, Result};
 
 fn plot_err(path: &Path, e: impl std::fmt::Display) -> Error {

@@ -5,6 +5,7 @@
 //! the fields: `layers.0.self_attn.q_proj.weight`, `ffn.w1.bias`, ... Everything else
 //! (marking parameters, clearing gradients, counting, saving) is built on it.
 
+use crate::model::{DecoderModel, EncoderDecoderModel};
 use crate::nn::position::LearnedPositions;
 use crate::nn::{
     Decoder, DecoderLayer, Embedding, Encoder, EncoderLayer, FeedForward, Head, LayerNorm, Linear,
@@ -227,5 +228,37 @@ impl Parameters for Transformer {
 impl Parameters for Head {
     fn visit_params(&mut self, prefix: &str, f: &mut ParamsMut) {
         self.proj.visit_params(prefix, f);
+    }
+}
+
+impl Parameters for DecoderModel {
+    fn visit_params(&mut self, prefix: &str, f: &mut ParamsMut) {
+        self.embedding.visit_params(&join(prefix, "embed"), f);
+        if let Some(p) = &mut self.positions {
+            p.visit_params(&join(prefix, "positions"), f);
+        }
+        self.decoder.visit_params(&join(prefix, "decoder"), f);
+        if let Some(h) = &mut self.head {
+            h.visit_params(&join(prefix, "head"), f);
+        }
+    }
+}
+
+impl Parameters for EncoderDecoderModel {
+    fn visit_params(&mut self, prefix: &str, f: &mut ParamsMut) {
+        self.embedding.visit_params(&join(prefix, "embed"), f);
+        if let Some(e) = &mut self.src_embedding {
+            e.visit_params(&join(prefix, "src_embed"), f);
+        }
+        if let Some(p) = &mut self.positions {
+            p.visit_params(&join(prefix, "positions"), f);
+        }
+        if let Some(p) = &mut self.src_positions {
+            p.visit_params(&join(prefix, "src_positions"), f);
+        }
+        self.transformer.visit_params(prefix, f);
+        if let Some(h) = &mut self.head {
+            h.visit_params(&join(prefix, "head"), f);
+        }
     }
 }

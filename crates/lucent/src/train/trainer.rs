@@ -1,29 +1,6 @@
-//! Training from scratch: a character- or BPE-level GPT on a text corpus, or the guides'
-//! encoder-decoder on a synthetic task.
-//!
-//! The loop, per step t:
-//!
-//! ```text
-//! batch   ← b random windows (LM) or b fresh examples (seq2seq), from an RNG seeded by (seed, t)
-//! L       ← mean cross-entropy of the next tokens (the model's forward, recorded by autograd)
-//! ∇       ← L.backward();  clip ∇ to global norm ≤ clip
-//! lr_t    ← linear warm-up, then cosine decay;  AdamW step (weight decay on matrices only)
-//! every N steps: validation loss (and perplexity e^L, or exact match), checkpoint
-//! ```
-//!
-//! Because each step's batch depends only on (seed, t), a checkpoint holding the
-//! weights, the AdamW moments and t resumes to exactly the losses of an uninterrupted
-//! run. A loss that is not finite stops the run with an error naming the step.
-//!
-//! The output folder holds `model.safetensors` (checkpoint), the tokenizer
-//! (`vocab.json` or `tokenizer.json`), `history.json` (every step's metrics) and, at the
-//! end, `loss.png`.
-
-pub mod checkpoint;
-pub mod data;
-pub mod models;
-#[cfg(feature = "viz")]
-pub mod plot;
+//! The training loop: configuration ([`TrainConfig`]), one run from a fresh start
+//! ([`train`]) or from a checkpoint ([`resume`]), the per-step loss and its backward pass
+//! (sharded over threads), validation, metrics and the observer that reports them.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -33,15 +10,17 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 
-use crate::autograd::optim::{clip_grad_norm, AdamW, DecayRule, Schedule};
-use crate::autograd::{no_grad, Parameters};
+use super::optim::{clip_grad_norm, AdamW, DecayRule, Schedule};
+use super::params::Parameters;
+use super::run::TrainedModel;
+use super::{checkpoint, data, models};
+use crate::autograd::no_grad;
 use crate::io::fetch::Progress;
-use crate::nn::{Dropout, Trace};
+use crate::nn::Dropout;
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
 use crate::model::{DecoderModel, EncoderDecoderModel};
-use crate::pipeline::generate::TextModel;
 use data::{
     eval_windows, pad_batch, random_batch, CharTokenizer, Task, TextTokenizer, TokenStream,
 };
@@ -337,7 +316,7 @@ fn step_rng(seed: u64, t: u64) -> StdRng {
     )
 }
 
-fn dims_of(cfg: &TrainConfig, vocab: usize) -> Dims {
+pub(crate) fn dims_of(cfg: &TrainConfig, vocab: usize) -> Dims {
     Dims {
         layers: cfg.layers,
         d_model: cfg.d_model,
@@ -666,7 +645,7 @@ impl Run {
             self.save()?;
         }
         #[cfg(feature = "viz")]
-        let plot = plot::loss_curve(&self.history, &self.out.join("loss.png")).ok();
+        let plot = super::plot::loss_curve(&self.history, &self.out.join("loss.png")).ok();
         #[cfg(not(feature = "viz"))]
         let plot: Option<()> = None;
         Ok(Summary {
@@ -909,224 +888,4 @@ pub fn seq2seq_eval(
         (total / n.max(1) as f64) as f32,
         exact as f32 / n.max(1) as f32,
     ))
-}
-
-/// Parse `input` for `task` and decode it greedily with the KV cache (room for twice
-/// the input and a few more tokens). Returns the input's ids and the output's.
-fn greedy_one(
-    model: &EncoderDecoderModel,
-    task: Task,
-    symbols: usize,
-    input: &str,
-) -> Result<(Vec<usize>, Vec<usize>)> {
-    let src = task.parse_input(symbols, input)?;
-    let mut out = model.greedy(
-        std::slice::from_ref(&src),
-        None,
-        data::BOS,
-        data::EOS,
-        src.len() * 2 + 4,
-    )?;
-    let out = out
-        .pop()
-        .ok_or_else(|| Error::Training("greedy decoding returned no sequence".into()))?;
-    Ok((src, out))
-}
-
-/// A trained model loaded from a run's folder, for sampling and inspection.
-#[derive(Clone, Debug)]
-#[allow(clippy::large_enum_variant)] // one per process, never in a collection
-pub enum TrainedModel {
-    /// A language model with its tokenizer.
-    Lm {
-        /// The network.
-        model: DecoderModel,
-        /// Its tokenizer.
-        tokenizer: TextTokenizer,
-    },
-    /// An encoder-decoder with its task.
-    Seq2Seq {
-        /// The network.
-        model: EncoderDecoderModel,
-        /// The task it learned.
-        task: Task,
-        /// Its number of symbols.
-        symbols: usize,
-    },
-}
-
-impl TrainedModel {
-    /// Load `dir/model.safetensors` (and the tokenizer beside it).
-    pub fn load(dir: &Path) -> Result<Self> {
-        let path = dir.join(CHECKPOINT);
-        let ck = checkpoint::load(&path)?;
-        TrainedModel::from_checkpoint(dir, &ck, &path)
-    }
-
-    fn from_checkpoint(dir: &Path, ck: &checkpoint::Loaded, path: &Path) -> Result<Self> {
-        let config: TrainConfig = serde_json::from_str(ck.meta("config", path)?)
-            .map_err(|e| Error::format(path, format!("bad config in the checkpoint: {e}")))?;
-        let mut rng = StdRng::seed_from_u64(0);
-        let fill = |params: &mut dyn Parameters| -> Result<()> {
-            let mut err = Ok(());
-            params.visit_params("", &mut |name, t| {
-                if err.is_err() {
-                    return;
-                }
-                match ck.tensor(name, path) {
-                    Ok(saved) if saved.shape() == t.shape() => *t = saved.clone(),
-                    Ok(saved) => {
-                        err = Err(Error::format(
-                            path,
-                            format!(
-                                "tensor {name} has shape {:?}, the config makes {:?}",
-                                saved.shape(),
-                                t.shape()
-                            ),
-                        ))
-                    }
-                    Err(e) => err = Err(e),
-                }
-            });
-            err
-        };
-        match &config.job {
-            Job::Lm { .. } => {
-                let kind = ck.meta("tokenizer", path)?;
-                let tokenizer = TextTokenizer::load(dir, kind)?;
-                let mut model = new_gpt(&dims_of(&config, tokenizer.vocab_size()), &mut rng)?;
-                fill(&mut model)?;
-                Ok(TrainedModel::Lm { model, tokenizer })
-            }
-            Job::Seq2Seq { task, symbols, .. } => {
-                let mut model =
-                    new_seq2seq(&dims_of(&config, task.vocab_size(*symbols)), &mut rng)?;
-                fill(&mut model)?;
-                Ok(TrainedModel::Seq2Seq {
-                    model,
-                    task: *task,
-                    symbols: *symbols,
-                })
-            }
-        }
-    }
-
-    /// The language model as a [`TextModel`] for the generation loop (no chat
-    /// template: it was trained on plain text). Errors for an encoder-decoder.
-    pub fn text_model(&self, path: &Path) -> Result<TextModel> {
-        match self {
-            TrainedModel::Lm { model, tokenizer } => Ok(TextModel {
-                path: path.to_path_buf(),
-                model: model.clone(),
-                tokenizer: std::sync::Arc::new(tokenizer.clone()),
-                template: None,
-                add_bos: false,
-            }),
-            TrainedModel::Seq2Seq { .. } => Err(Error::Argument(format!(
-                "{} is an encoder-decoder trained on a task; it transforms an input (lucent train sample) \
-                 rather than continue a text",
-                path.display()
-            ))),
-        }
-    }
-
-    /// Continue `prompt` by `n` tokens sampled at `temperature` (0: greedy) with `seed`
-    /// (language model), or decode `prompt` greedily (encoder-decoder). Returns the
-    /// prompt followed by the generated text (LM) or the output (seq2seq).
-    pub fn sample(&self, prompt: &str, n: usize, temperature: f32, seed: u64) -> Result<String> {
-        match self {
-            TrainedModel::Lm { .. } => {
-                let tm = self.text_model(Path::new("<trained>"))?;
-                let mut gen = crate::pipeline::Generator::new(std::sync::Arc::new(tm));
-                let sampling = crate::pipeline::Sampling {
-                    context_shift: true,
-                    ..crate::pipeline::Sampling::greedy()
-                        .temperature(temperature)
-                        .seed(seed)
-                        .max_tokens(n)
-                };
-                let text = gen.complete(prompt, &sampling)?;
-                Ok(format!("{prompt}{text}"))
-            }
-            TrainedModel::Seq2Seq {
-                model,
-                task,
-                symbols,
-                ..
-            } => {
-                let (_, out) = greedy_one(model, *task, *symbols, prompt)?;
-                Ok(task.render(*symbols, &out))
-            }
-        }
-    }
-
-    /// The encoder-decoder's cross-attention while it decodes `input` greedily: for
-    /// each decoder layer, the weights averaged over heads, (output tokens, input
-    /// tokens), with the input and output symbols as labels.
-    pub fn cross_attention(&self, input: &str) -> Result<(Vec<Tensor>, Vec<String>, Vec<String>)> {
-        let mut trace = Trace::only(&["weights"]);
-        let (src, out) = self.trace_seq2seq(input, &mut trace)?;
-        let layers = match self {
-            TrainedModel::Seq2Seq { model, .. } => model.transformer.decoder.layers.len(),
-            TrainedModel::Lm { .. } => 0,
-        };
-        let mut maps = Vec::new();
-        for i in 0..layers {
-            let name = format!("decoder.layer.{i}.cross_attn.weights");
-            let w = trace
-                .get(&name)
-                .ok_or_else(|| Error::Training(format!("the trace holds no {name}")))?;
-            let [_, h, tq, tk] = w.dims()?;
-            let mut mean = vec![0.0f32; tq * tk];
-            for hi in 0..h {
-                for (m, &x) in mean
-                    .iter_mut()
-                    .zip(&w.data()[hi * tq * tk..(hi + 1) * tq * tk])
-                {
-                    *m += x / h as f32;
-                }
-            }
-            maps.push(Tensor::new(mean, &[tq, tk])?);
-        }
-        Ok((maps, out, src))
-    }
-
-    /// Decode `input` greedily with the encoder-decoder, then run the teacher-forced
-    /// pass over its own answer into `trace` (encoder and decoder, cross-attention
-    /// included). Returns the input's symbols and the output's (ending with `<eos>`),
-    /// as labels for the encoder's and the decoder's positions.
-    pub fn trace_seq2seq(
-        &self,
-        input: &str,
-        trace: &mut Trace,
-    ) -> Result<(Vec<String>, Vec<String>)> {
-        let TrainedModel::Seq2Seq {
-            model,
-            task,
-            symbols,
-            ..
-        } = self
-        else {
-            return Err(Error::Argument(
-                "cross-attention belongs to encoder-decoder models; this one is a language model"
-                    .into(),
-            ));
-        };
-        let (src, out) = greedy_one(model, *task, *symbols, input)?;
-        let tgt_in: Vec<usize> = [&[data::BOS], out.as_slice()].concat();
-        no_grad(|| {
-            model.forward(
-                std::slice::from_ref(&src),
-                std::slice::from_ref(&tgt_in),
-                None,
-                Some(trace),
-            )
-        })?;
-        let render = |ids: &[usize]| -> Vec<String> {
-            ids.iter().map(|&i| task.render(*symbols, &[i])).collect()
-        };
-        let mut rows: Vec<String> = render(&out);
-        rows.push("<eos>".into());
-        Ok((render(&src), rows))
-    }
 }
