@@ -13,24 +13,29 @@
 //! allocation beyond libFuzzer's `-rss_limit_mb` is a finding. [`chat`] also checks a
 //! property: control tokens come only from the template.
 //!
-//! A new target (a CTranslate2 reader, a WAV reader, the server's request parser) is one
-//! more function here, one file in `fuzz_targets/`, one `[[bin]]` in `fuzz/Cargo.toml`
-//! and a seed folder `fuzz/corpus/NAME/`.
+//! A new target is one more function here, one file in `fuzz_targets/`, one `[[bin]]` in
+//! `fuzz/Cargo.toml` and a seed folder `fuzz/corpus/NAME/`. The server's request target
+//! lives in `harness_server.rs` (it needs the server crate, which this file's second
+//! home, the library's test suite, cannot depend on).
 
 // Each fuzz target calls one of these functions; the others are unused there.
 #![allow(dead_code)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use lucent::io::audio::AudioStream;
+use lucent::io::ctranslate2::Ct2Folder;
 use lucent::io::gguf::{GgufArray, GgufFile, GgufValue, GgufWriter};
 use lucent::io::gguf_tokenizer::{GgufTokenizer, TokenType};
+use lucent::io::mel::{MelStream, N_FRAMES};
 use lucent::io::tokenizer::TokenStream;
 use lucent::io::{HfTokenizer as Tokenizer, SafetensorsFile};
-use lucent::model::family::{bert, gemma3, llama, Weights};
+use lucent::model::family::{bert, gemma3, llama, whisper, Weights};
 use lucent::model::{DecoderModel, EncoderModel};
 use lucent::pipeline::chat::{CHATML, GEMMA};
 use lucent::pipeline::{ChatTemplate, Message};
+use lucent::Tensor;
 
 /// Text that every tokenizer target encodes: words, digits, spaces, special-token
 /// spellings, multi-byte characters.
@@ -122,6 +127,121 @@ pub fn tokenizer_json(data: &[u8]) {
         let _ = tok.decode(&padded.ids, false);
     }
     let _ = tok.id_to_token(0).and_then(|t| tok.token_to_id(&t));
+}
+
+/// A folder of this process's own under the temporary directory, made once, for the
+/// targets that read files by path as a user's `--model DIR` or `FILE.wav` is read.
+fn scratch(target: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("lucent-fuzz-{}-{target}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    dir
+}
+
+/// The `tokenizer.json` every fuzzed CTranslate2 folder holds (the target fuzzes the
+/// model and its config; tokenizers have their own target).
+pub const CT2_TOKENIZER: &str = r#"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],"normalizer":null,"pre_tokenizer":{"type":"Whitespace"},"post_processor":null,"decoder":null,"model":{"type":"WordLevel","vocab":{"<|endoftext|>":0,"the":1,"cat":2,"<unk>":3},"unk_token":"<unk>"}}"#;
+
+/// Models up to this many parameters also run: one window encoded, one decoder step.
+const RUN_LIMIT: usize = 1 << 16;
+
+/// A CTranslate2 Whisper folder: `config.json` and `model.bin` in one input (a
+/// little-endian u16 with the config's length, the config, then `model.bin`), written
+/// beside a fixed `tokenizer.json` and opened as `--model DIR` is: the binary layout,
+/// every variable read (int8 dequantised, f16 widened), Whisper's config checked
+/// against the model, the encoder-decoder built and, when it is small, one 30-second
+/// window of silence encoded and one decoder step run on it.
+pub fn ct2_folder(data: &[u8]) {
+    let Some((len, rest)) = data.split_first_chunk::<2>() else {
+        return;
+    };
+    let len = u16::from_le_bytes(*len) as usize;
+    let (config_json, model_bin) = rest.split_at(len.min(rest.len()));
+    let dir = scratch("ct2_folder");
+    let written = std::fs::write(dir.join("config.json"), config_json)
+        .and_then(|_| std::fs::write(dir.join("model.bin"), model_bin))
+        .and_then(|_| std::fs::write(dir.join("tokenizer.json"), CT2_TOKENIZER));
+    if written.is_err() {
+        return;
+    }
+    let Ok(folder) = Ct2Folder::open(&dir) else {
+        return;
+    };
+    let file = &folder.model;
+    let names: Vec<String> = file.names().map(str::to_string).collect();
+    for n in &names {
+        if file.get(n).is_ok_and(|v| v.numel() <= WIDEN_LIMIT) {
+            let _ = file.bytes(n);
+            let _ = file.tensor(n);
+            let _ = file.dequantized(n);
+        }
+        let _ = file.scalar_int(n);
+    }
+    let _ = folder.whisper_config();
+    let Ok(model) = whisper::load(&folder) else {
+        return;
+    };
+    let params: usize = names
+        .iter()
+        .filter_map(|n| file.get(n).ok())
+        .map(|v| v.numel())
+        .sum();
+    let n_mels = file
+        .get("encoder/conv1/weight")
+        .ok()
+        .and_then(|v| v.shape.get(1).copied());
+    let (Some(n_mels), true) = (n_mels, params <= RUN_LIMIT) else {
+        return;
+    };
+    let features = Tensor::zeros(&[1, n_mels, N_FRAMES]); // (1, n_mels, 3000)
+    if let Ok(memory) = model.encode_features(&features, None) {
+        let mut cache = model.new_cache(1, model.config.max_positions);
+        let _ = model.decode(&[vec![0]], &memory, None, Some(&mut cache), None);
+    }
+}
+
+/// Audio of at most this many seconds also goes through the log-mel front-end.
+const MEL_SECONDS: f64 = 2.0;
+
+/// A WAV file, written to a file and read as `lucent transcribe FILE.wav` reads it: the
+/// header checked against the file's length, the samples streamed in chunks, mixed to
+/// mono and resampled to 16 kHz; short audio also becomes log-mel windows (both passes
+/// of the streaming front-end). Checked: a stream that reaches its end gives exactly
+/// the 16 kHz sample count its header promises.
+pub fn wav(data: &[u8]) {
+    let path = scratch("wav").join("input.wav");
+    if std::fs::write(&path, data).is_err() {
+        return;
+    }
+    let Ok(mut stream) = AudioStream::open(&path) else {
+        return;
+    };
+    let info = *stream.info();
+    let _ = (info.duration_secs(), info.frames_16k());
+    let mut samples = 0u64;
+    let ended = loop {
+        match stream.next_chunk() {
+            Ok(Some(chunk)) => samples += chunk.len() as u64,
+            Ok(None) => break true,
+            Err(_) => break false,
+        }
+    };
+    if ended {
+        assert_eq!(
+            samples,
+            info.frames_16k(),
+            "a stream that ends must give the 16 kHz length its header promises ({info:?})"
+        );
+    }
+    if info.duration_secs() > MEL_SECONDS {
+        return;
+    }
+    let Ok(mut mel) = MelStream::open_wav(&path, 80) else {
+        return;
+    };
+    let mut seek = 0;
+    while let Ok(Some(_window)) = mel.window(seek) {
+        seek += N_FRAMES;
+    }
 }
 
 /// Lets a panic raised inside the `tokenizers` crate unwind to lucent's boundary

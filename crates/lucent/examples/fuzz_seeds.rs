@@ -6,10 +6,13 @@
 //! files of each model kind, hostile chat messages) and truncated copies of the real
 //! models' files from the cache (the first 256 KiB of SmolLM2's and Gemma 3's GGUF, the
 //! first 64 KiB of MiniLM's safetensors, MiniLM's config.json and its tokenizer.json cut
-//! to 1 000 tokens), so that the fuzzer starts from what real files look like.
+//! to 1 000 tokens, the first 256 KiB of whisper-tiny.en's model.bin with its
+//! config.json, the first 64 KiB of a spoken clip), so that the fuzzer starts from what
+//! real files look like.
 
 use std::path::{Path, PathBuf};
 
+use lucent::io::ctranslate2::{Ct2Dtype, Ct2Writer};
 use lucent::io::fetch::{self, Silent};
 use lucent::io::gguf::{GgufArray, GgufValue, GgufWriter};
 use lucent::model::family::bert;
@@ -126,7 +129,7 @@ fn tiny_decoder(arch: &str) -> Result<Vec<u8>, Box<dyn std::error::Error + Send 
     let k = |s: &str| format!("{arch}.{s}");
     w.add("general.architecture", GgufValue::String(arch.into()));
     w.add(&k("block_count"), GgufValue::U32(1));
-    w.add(&k("context_length"), GgufValue::U32(64));
+    w.add(&k("context_length"), GgufValue::U32(512));
     w.add(&k("embedding_length"), GgufValue::U32(d as u32));
     w.add(&k("feed_forward_length"), GgufValue::U32(ff as u32));
     w.add(&k("attention.head_count"), GgufValue::U32(heads as u32));
@@ -306,6 +309,104 @@ fn tokenizer_json(tk: &tokenizers::Tokenizer) -> Vec<u8> {
     tk.to_string(false).unwrap_or_default().into_bytes()
 }
 
+/// A tiny but complete CTranslate2 Whisper folder's `config.json` (ids inside a
+/// vocabulary of 8).
+const TINY_WHISPER_CONFIG: &str = r#"{"alignment_heads":[[0,0],[0,1]],"lang_ids":[],"suppress_ids":[1,2],"suppress_ids_begin":[3,0]}"#;
+
+/// A tiny Whisper `model.bin`: width 4, 2 heads, one encoder and one decoder layer, 8
+/// mel bins, a vocabulary of 8, every variable of the real spec, weights in `dtype`.
+fn tiny_whisper(dtype: Ct2Dtype) -> Result<Vec<u8>, Box<dyn std::error::Error + Send + Sync>> {
+    let (d, f, vocab, mels) = (4usize, 16usize, 8usize, 8usize);
+    let mut w = Ct2Writer::new("WhisperSpec", 3);
+    let mut seed = 11u64;
+    let mut put = |w: &mut Ct2Writer, name: &str, shape: &[usize]| {
+        seed += 1;
+        let n: usize = shape.iter().product();
+        w.floats(name, shape, dtype, &numbers(n, seed));
+    };
+    put(&mut w, "encoder/conv1/weight", &[d, mels, 3]);
+    put(&mut w, "encoder/conv1/bias", &[d]);
+    put(&mut w, "encoder/conv2/weight", &[d, d, 3]);
+    put(&mut w, "encoder/conv2/bias", &[d]);
+    put(&mut w, "encoder/position_encodings/encodings", &[1500, d]);
+    let block = |w: &mut Ct2Writer,
+                 put: &mut dyn FnMut(&mut Ct2Writer, &str, &[usize]),
+                 p: &str,
+                 linears: &[(usize, usize)]| {
+        put(w, &format!("{p}/layer_norm/gamma"), &[d]);
+        put(w, &format!("{p}/layer_norm/beta"), &[d]);
+        for (i, &(rows, cols)) in linears.iter().enumerate() {
+            put(w, &format!("{p}/linear_{i}/weight"), &[rows, cols]);
+            put(w, &format!("{p}/linear_{i}/bias"), &[rows]);
+        }
+    };
+    block(
+        &mut w,
+        &mut put,
+        "encoder/layer_0/self_attention",
+        &[(3 * d, d), (d, d)],
+    );
+    block(&mut w, &mut put, "encoder/layer_0/ffn", &[(f, d), (d, f)]);
+    put(&mut w, "encoder/layer_norm/gamma", &[d]);
+    put(&mut w, "encoder/layer_norm/beta", &[d]);
+    w.scalar("encoder/num_heads", Ct2Dtype::I16, 2);
+    put(&mut w, "decoder/embeddings/weight", &[vocab, d]);
+    put(&mut w, "decoder/position_encodings/encodings", &[448, d]);
+    block(
+        &mut w,
+        &mut put,
+        "decoder/layer_0/self_attention",
+        &[(3 * d, d), (d, d)],
+    );
+    block(
+        &mut w,
+        &mut put,
+        "decoder/layer_0/attention",
+        &[(d, d), (2 * d, d), (d, d)],
+    );
+    block(&mut w, &mut put, "decoder/layer_0/ffn", &[(f, d), (d, f)]);
+    put(&mut w, "decoder/layer_norm/gamma", &[d]);
+    put(&mut w, "decoder/layer_norm/beta", &[d]);
+    w.scalar("decoder/num_heads", Ct2Dtype::I16, 2);
+    w.scalar("decoder/activation", Ct2Dtype::I8, 3);
+    w.scalar("decoder/pre_norm", Ct2Dtype::I8, 1);
+    for flag in ["scale_embeddings", "alibi", "start_from_zero_embedding"] {
+        w.scalar(&format!("decoder/{flag}"), Ct2Dtype::I8, 0);
+    }
+    w.scalar("decoder/alignment_layer", Ct2Dtype::I16, -1);
+    w.scalar("decoder/alignment_heads", Ct2Dtype::I16, 1);
+    w.alias("decoder/projection/weight", "decoder/embeddings/weight");
+    Ok(w.to_bytes()?)
+}
+
+/// A WAV file of `seconds` of a 440 Hz tone (with a little noise) in `spec`'s form.
+fn wav(
+    spec: hound::WavSpec,
+    seconds: f64,
+) -> Result<Vec<u8>, Box<dyn std::error::Error + Send + Sync>> {
+    let mut cursor = std::io::Cursor::new(Vec::new());
+    {
+        let mut w = hound::WavWriter::new(&mut cursor, spec)?;
+        let frames = (seconds * f64::from(spec.sample_rate)) as usize;
+        let noise = numbers(frames, 5);
+        for (i, n) in noise.iter().enumerate() {
+            let t = i as f64 / f64::from(spec.sample_rate);
+            let x = 0.5 * (2.0 * std::f64::consts::PI * 440.0 * t).sin() + 0.01 * f64::from(*n);
+            for _ in 0..spec.channels {
+                match (spec.sample_format, spec.bits_per_sample) {
+                    (hound::SampleFormat::Float, _) => w.write_sample(x as f32)?,
+                    (_, 8) => w.write_sample((x * 127.0) as i8)?,
+                    (_, bits) => {
+                        w.write_sample((x * f64::from((1i32 << (bits - 1)) - 1)) as i32)?
+                    }
+                }
+            }
+        }
+        w.finalize()?;
+    }
+    Ok(cursor.into_inner())
+}
+
 fn main() -> Res {
     // ---------------------------------------------------------------- gguf
     put("gguf", "tiny-llama.gguf", &tiny_decoder("llama")?)?;
@@ -314,6 +415,90 @@ fn main() -> Res {
     for (name, n) in [("smollm2", 256 << 10), ("gemma3", 256 << 10)] {
         let path = fetch::ensure(name, &mut Silent)?;
         put("gguf", &format!("{name}-head.gguf"), &head(&path, n)?)?;
+    }
+
+    // ---------------------------------------------------------------- ct2_folder
+    put(
+        "ct2_folder",
+        "tiny-whisper-f16",
+        &bert_folder(
+            TINY_WHISPER_CONFIG.as_bytes(),
+            &tiny_whisper(Ct2Dtype::F16)?,
+        ),
+    )?;
+    put(
+        "ct2_folder",
+        "tiny-whisper-f32",
+        &bert_folder(
+            TINY_WHISPER_CONFIG.as_bytes(),
+            &tiny_whisper(Ct2Dtype::F32)?,
+        ),
+    )?;
+    let tiny_en = fetch::ensure("whisper-tiny.en", &mut Silent)?;
+    put(
+        "ct2_folder",
+        "tiny.en-head",
+        &bert_folder(
+            &std::fs::read(tiny_en.join("config.json"))?,
+            &head(&tiny_en.join("model.bin"), 256 << 10)?,
+        ),
+    )?;
+
+    // ---------------------------------------------------------------- wav
+    let int = hound::SampleFormat::Int;
+    for (name, rate, channels, bits, format) in [
+        ("16k-mono-i16.wav", 16_000, 1, 16, int),
+        ("8k-stereo-u8.wav", 8_000, 2, 8, int),
+        ("44k-stereo-i24.wav", 44_100, 2, 24, int),
+        ("22k-mono-i32.wav", 22_050, 1, 32, int),
+        (
+            "48k-mono-f32.wav",
+            48_000,
+            1,
+            32,
+            hound::SampleFormat::Float,
+        ),
+    ] {
+        let spec = hound::WavSpec {
+            channels,
+            sample_rate: rate,
+            bits_per_sample: bits,
+            sample_format: format,
+        };
+        put("wav", name, &wav(spec, 0.25)?)?;
+    }
+    let clips = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/whisper/clips");
+    let mut clip: Vec<PathBuf> = std::fs::read_dir(&clips)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "wav"))
+        .collect();
+    clip.sort();
+    if let Some(first) = clip.first() {
+        put("wav", "speech-clip.wav", &head(first, 64 << 10)?)?;
+    }
+
+    // ---------------------------------------------------------------- server_request
+    // The first byte picks the route (fuzz/harness_server.rs ROUTES), the rest is the body.
+    for (i, (route, body)) in [
+        (0u8, r#"{"model":"tiny-llama","messages":[{"role":"user","content":"hello <|im_start|>system"}],"max_tokens":4,"temperature":0}"#),
+        (0, r#"{"model":"tiny-llama","messages":[{"role":"system","content":"be brief"},{"role":"user","content":[{"type":"text","text":"hi"}]}],"stream":true,"stream_options":{"include_usage":true},"max_completion_tokens":3,"logprobs":true,"top_logprobs":2,"seed":7,"n":2}"#),
+        (0, r#"{"model":"tiny-llama","messages":[{"role":"user","content":"x"}],"max_tokens":2,"stop":["a","b"],"top_p":0.9,"min_p":0.05,"top_k":5,"presence_penalty":0.5,"frequency_penalty":0.5,"repeat_penalty":1.1,"lucent":{"attention":{"layers":[0],"heads":[0,1]},"trace":["q","k"]}}"#),
+        (1, r#"{"model":"tiny-llama","prompt":"<s>once upon","max_tokens":4,"echo":true}"#),
+        (1, r#"{"model":"tiny-llama","prompt":[[1,2,3],[4,5]],"max_tokens":2,"logprobs":3,"temperature":0.7,"stream":true}"#),
+        (2, r#"{"model":"tiny-bert","input":["the cat sat","hello world !"],"encoding_format":"base64"}"#),
+        (2, r#"{"model":"tiny-bert","input":"a dog","encoding_format":"float"}"#),
+        (3, r#"{"model":"tiny-llama","content":"hello <|im_end|>","add_special":true,"with_pieces":true}"#),
+        (4, r#"{"model":"tiny-llama","tokens":[1,2,3,31]}"#),
+        (5, ""),
+        (6, ""),
+        (8, ""),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut bytes = vec![route];
+        bytes.extend_from_slice(body.as_bytes());
+        put("server_request", &format!("seed-{i:02}"), &bytes)?;
     }
 
     // ---------------------------------------------------------------- safetensors

@@ -19,12 +19,14 @@ fn root() -> PathBuf {
 type Body = fn(&[u8]);
 
 /// Every target with its body.
-const TARGETS: [(&str, Body); 5] = [
+const TARGETS: [(&str, Body); 7] = [
     ("gguf", harness::gguf),
     ("safetensors", harness::safetensors),
     ("bert_folder", harness::bert_folder),
     ("tokenizer_json", harness::tokenizer_json),
     ("chat", harness::chat),
+    ("ct2_folder", harness::ct2_folder),
+    ("wav", harness::wav),
 ];
 
 /// The files in `dir` (none if it does not exist), sorted.
@@ -78,6 +80,39 @@ fn seeds_reach_the_models() {
     let w = lucent::model::family::Weights::new(&file, &lucent::model::family::bert::NAMES, &cfg)
         .unwrap();
     lucent::model::EncoderModel::load(cfg.clone(), &w).unwrap();
+
+    // The tiny Whisper folders load, check their config and run a decoder step.
+    for name in ["tiny-whisper-f16", "tiny-whisper-f32"] {
+        let bytes = std::fs::read(root().join("fuzz/corpus/ct2_folder").join(name)).unwrap();
+        let (len, rest) = bytes.split_at(2);
+        let (config, model) = rest.split_at(u16::from_le_bytes([len[0], len[1]]) as usize);
+        let dir = std::env::temp_dir().join(format!("lucent-seed-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("config.json"), config).unwrap();
+        std::fs::write(dir.join("model.bin"), model).unwrap();
+        std::fs::write(dir.join("tokenizer.json"), harness::CT2_TOKENIZER).unwrap();
+        let folder = lucent::io::Ct2Folder::open(&dir).unwrap();
+        folder.whisper_config().unwrap();
+        let m = lucent::model::family::whisper::load(&folder).unwrap();
+        let features = lucent::Tensor::zeros(&[1, 8, lucent::io::mel::N_FRAMES]);
+        let memory = m.encode_features(&features, None).unwrap();
+        let mut cache = m.new_cache(1, m.config.max_positions);
+        let logits = m
+            .decode(&[vec![0]], &memory, None, Some(&mut cache), None)
+            .unwrap();
+        assert_eq!(logits.shape(), &[1, 1, 8]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    // The crafted WAV seeds read to the end, at the length their headers promise.
+    for f in files(&root().join("fuzz/corpus/wav")) {
+        let mut s = lucent::io::AudioStream::open(&f).unwrap();
+        let mut n = 0u64;
+        while let Some(chunk) = s.next_chunk().unwrap() {
+            n += chunk.len() as u64;
+        }
+        assert_eq!(n, s.info().frames_16k(), "{}", f.display());
+    }
 }
 
 /// Found while fuzzing the GGUF reader (reproduced with the `gguf` target's binary, not

@@ -715,6 +715,112 @@ impl Ct2Folder {
     }
 }
 
+/// Writes the `model.bin` layout (binary version 6), for tests and crafted files (fuzz
+/// seeds): variables in the order given, then the aliases. Shapes are `usize` here and
+/// stored as `u32`; a name is stored as given (its length, counting the NUL, must fit
+/// a `u16`, which [`Ct2Writer::to_bytes`] checks).
+#[derive(Clone, Debug, Default)]
+pub struct Ct2Writer {
+    spec: String,
+    revision: u32,
+    variables: Vec<(String, Vec<usize>, Ct2Dtype, Vec<u8>)>,
+    aliases: Vec<(String, String)>,
+}
+
+impl Ct2Writer {
+    /// An empty file of model spec `spec` (e.g. `WhisperSpec`) at `revision`.
+    pub fn new(spec: &str, revision: u32) -> Self {
+        Ct2Writer {
+            spec: spec.into(),
+            revision,
+            ..Ct2Writer::default()
+        }
+    }
+
+    /// Add a variable: its raw little-endian `bytes` of `dtype`.
+    pub fn variable(&mut self, name: &str, shape: &[usize], dtype: Ct2Dtype, bytes: Vec<u8>) {
+        self.variables
+            .push((name.into(), shape.to_vec(), dtype, bytes));
+    }
+
+    /// Add an f32 variable widened or narrowed to `dtype` (f32, f16 or bf16).
+    pub fn floats(&mut self, name: &str, shape: &[usize], dtype: Ct2Dtype, values: &[f32]) {
+        let bytes: Vec<u8> = match dtype {
+            Ct2Dtype::F16 => values
+                .iter()
+                .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
+                .collect(),
+            Ct2Dtype::BF16 => values
+                .iter()
+                .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
+                .collect(),
+            _ => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        };
+        self.variable(name, shape, dtype, bytes);
+    }
+
+    /// Add a scalar integer variable of `dtype` (i8, i16 or i32).
+    pub fn scalar(&mut self, name: &str, dtype: Ct2Dtype, value: i32) {
+        let bytes = match dtype {
+            Ct2Dtype::I8 => vec![value as i8 as u8],
+            Ct2Dtype::I16 => (value as i16).to_le_bytes().to_vec(),
+            _ => value.to_le_bytes().to_vec(),
+        };
+        self.variable(name, &[], dtype, bytes);
+    }
+
+    /// Add an alias: `alias` reads as `target`.
+    pub fn alias(&mut self, alias: &str, target: &str) {
+        self.aliases.push((alias.into(), target.into()));
+    }
+
+    /// The file's bytes.
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        fn string(out: &mut Vec<u8>, s: &str) -> Result<()> {
+            let n = u16::try_from(s.len() + 1).map_err(|_| {
+                Error::Argument(format!(
+                    "a name of {} bytes does not fit model.bin",
+                    s.len()
+                ))
+            })?;
+            out.extend_from_slice(&n.to_le_bytes());
+            out.extend_from_slice(s.as_bytes());
+            out.push(0);
+            Ok(())
+        }
+        let u32_of = |n: usize, what: &str| {
+            u32::try_from(n).map_err(|_| Error::Argument(format!("{what} {n} does not fit a u32")))
+        };
+        let mut out = Vec::new();
+        out.extend_from_slice(&6u32.to_le_bytes());
+        string(&mut out, &self.spec)?;
+        out.extend_from_slice(&self.revision.to_le_bytes());
+        out.extend_from_slice(&u32_of(self.variables.len(), "variable count")?.to_le_bytes());
+        for (name, shape, dtype, bytes) in &self.variables {
+            string(&mut out, name)?;
+            if shape.len() > MAX_RANK {
+                return Err(Error::Argument(format!(
+                    "{name}: rank {} is over {MAX_RANK}",
+                    shape.len()
+                )));
+            }
+            out.push(shape.len() as u8);
+            for &d in shape {
+                out.extend_from_slice(&u32_of(d, "dimension")?.to_le_bytes());
+            }
+            out.push(dtype.code());
+            out.extend_from_slice(&u32_of(bytes.len(), "byte count")?.to_le_bytes());
+            out.extend_from_slice(bytes);
+        }
+        out.extend_from_slice(&u32_of(self.aliases.len(), "alias count")?.to_le_bytes());
+        for (a, t) in &self.aliases {
+            string(&mut out, a)?;
+            string(&mut out, t)?;
+        }
+        Ok(out)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
