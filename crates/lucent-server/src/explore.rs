@@ -314,14 +314,19 @@ fn read_tokens(s: &Subject, text: &str) -> Result<Vec<Token>, ApiError> {
 }
 
 /// Trace the forward pass over `text` with `filter` (decoders: every position's
-/// attention, the head only at the last position).
+/// attention; with `last_only` the head only at the last position). `stop_early` ends
+/// the pass after the last layer the filter keeps ([`Trace::stop_when_done`]).
 fn run_trace(
     s: &Subject,
     text: &str,
     filter: TraceFilter,
     last_only: bool,
+    stop_early: bool,
 ) -> Result<Trace, ApiError> {
     let mut trace = Trace::with_filter(filter);
+    if stop_early {
+        trace = trace.stop_when_done();
+    }
     match &s.text {
         Some(tm) => {
             let ids = tm.encode(text)?;
@@ -466,7 +471,9 @@ fn layer_weights(
         layers: Some(layers.clone()),
         prefix: Some(format!("{}.", s.stack())),
     };
-    let trace = run_trace(s, text, filter, true)?;
+    // One layer of a long text: stop the pass after it (the layers after it and the
+    // head would only cost time).
+    let trace = run_trace(s, text, filter, true, layers.len() == 1)?;
     let mut out = None;
     for l in layers {
         let name = format!("{}.layer.{l}.attn.weights", s.stack());
@@ -581,7 +588,7 @@ async fn steps(State(st): St, Query(q): Params) -> Response {
                     layers: Some(vec![layer]),
                     prefix: Some(format!("{}.layer.{layer}.attn.", s2.stack())),
                 };
-                let trace = run_trace(&s2, &text, filter, true)?;
+                let trace = run_trace(&s2, &text, filter, true, true)?;
                 let get = |leaf: &str| {
                     recorded(&trace, &format!("{}.layer.{layer}.attn.{leaf}", s2.stack()))
                 };
@@ -720,7 +727,7 @@ fn path_view(st: &AppState, s: &Subject, text: &str, i: usize) -> Result<Arc<Val
             layers: Some(layers.clone()),
             prefix: Some(format!("{stack}.")),
         };
-        let trace = run_trace(s, text, filter, false)?;
+        let trace = run_trace(s, text, filter, false, true)?;
         if start == 0 {
             // The residual stream's start: what the stack receives.
             let x0 = trace
