@@ -93,6 +93,21 @@ impl Server {
     }
 }
 
+impl Server {
+    /// The status and JSON body of a GET, whatever the status.
+    fn status(&self, path: &str) -> (u16, Value) {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let mut r = agent.get(&format!("{}{path}", self.url)).call().unwrap();
+        (
+            r.status().as_u16(),
+            r.body_mut().read_json().unwrap_or(Value::Null),
+        )
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -274,6 +289,88 @@ fn explorer_in_chromium() {
             .as_u64()
             .unwrap() as usize
     };
+
+    // 0. Every input is bounded: out-of-range or oversized requests get a 4xx error
+    //    object that names the parameter and the numbers.
+    let long = "a ".repeat(9000);
+    for (path, status, says) in [
+        (
+            format!(
+                "/explore/api/attention?model=smollm2&text={}&layer=30&head=0",
+                enc(TEXT)
+            ),
+            400,
+            "layer 30 does not exist: there are 30",
+        ),
+        (
+            format!(
+                "/explore/api/attention?model=smollm2&text={}&layer=0&head=9",
+                enc(TEXT)
+            ),
+            400,
+            "head 9 does not exist: there are 9",
+        ),
+        (
+            format!(
+                "/explore/api/steps?model=minilm&text={}&layer=0&head=0&token=99",
+                enc(TEXT)
+            ),
+            400,
+            "token 99 does not exist",
+        ),
+        (
+            format!("/explore/api/tokens?model=smollm2&text={}", enc(&long)),
+            400,
+            "at most 16384",
+        ),
+        (
+            format!(
+                "/explore/api/tokens?model=smollm2&text={}",
+                enc(&"cat ".repeat(3000))
+            ),
+            400,
+            "at most 2048",
+        ),
+        (
+            "/explore/api/tokens?model=smollm2&text=".to_string(),
+            400,
+            "text is required",
+        ),
+        (
+            format!("/explore/api/tokens?model=nope&text={}", enc(TEXT)),
+            404,
+            "nope",
+        ),
+        (
+            format!("/explore/api/distribution?model=minilm&text={}", enc(TEXT)),
+            400,
+            "encoder",
+        ),
+        (
+            format!(
+                "/explore/api/distribution?model=smollm2&text={}&top_p=2",
+                enc(TEXT)
+            ),
+            400,
+            "top-p",
+        ),
+        (
+            format!(
+                "/explore/api/attention?model=smollm2&text={}&layer=x",
+                enc(TEXT)
+            ),
+            400,
+            "layer must be a number",
+        ),
+    ] {
+        let (got, body) = server.status(&path);
+        let msg = body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert_eq!(got, status, "{path}: {body}");
+        assert!(msg.contains(says), "{path}: '{msg}' does not say '{says}'");
+    }
 
     // 1. Each model: loads without console errors; its table view equals the CLI's.
     for (model, cli, layer, head) in [
