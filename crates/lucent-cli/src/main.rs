@@ -68,6 +68,8 @@ enum Command {
     Models(commands::fetch::ModelsArgs),
     /// Serve models over HTTP with OpenAI's API (chat, completions, embeddings), batching requests.
     Serve(commands::serve::Args),
+    /// Explore a model in the browser: attention heatmaps, the arithmetic, the residual stream, the logit lens.
+    Explore(commands::explore::Args),
     /// Measure lucent's speed: `lucent bench kernels|embed|train|generate` (medians of several runs).
     Bench(commands::bench::Args),
 }
@@ -101,6 +103,7 @@ fn main() -> ExitCode {
         Command::Generate(a) => commands::generate::run(a),
         Command::Chat(a) => commands::generate::run_chat(a),
         Command::Serve(a) => commands::serve::run(a),
+        Command::Explore(a) => commands::explore::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -21,6 +21,8 @@
 //!   bytes.
 //! - **Seeing inside** ([`inside`]): a request's `"lucent"` field returns the attention
 //!   weights and intermediates of the passes that produced its answer.
+//! - **The explorer** ([`explore`]): a page at `/` (`lucent explore`) that draws every
+//!   intermediate of a model's forward pass, fed by JSON routes under `/explore/api/`.
 //! - **Limits**: a body cap (413), the context (400 with the numbers), a bounded queue
 //!   (429 with `Retry-After`), a per-request timeout (504), a client that goes away
 //!   frees its slot at the next step, SIGTERM drains the requests in flight up to a
@@ -34,6 +36,7 @@ pub mod api;
 pub mod encoder;
 pub mod engine;
 pub mod error;
+pub mod explore;
 pub mod inside;
 pub mod metrics;
 pub mod routes;
@@ -120,6 +123,8 @@ pub struct ServedModel {
     pub name: String,
     /// The model.
     pub served: Served,
+    /// The model as opened (the explorer traces it).
+    pub model: Arc<lucent::Model>,
 }
 
 /// What every handler shares.
@@ -138,6 +143,8 @@ pub struct AppState {
     key: Option<[u8; 32]>,
     /// When the server started (`created` of the models).
     pub started: u64,
+    /// The explorer's cache of traced layers and its one-at-a-time gate.
+    pub explore: explore::Cache,
 }
 
 impl AppState {
@@ -157,6 +164,7 @@ impl AppState {
             started: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
+            explore: explore::Cache::default(),
         }
     }
 
@@ -276,7 +284,11 @@ pub fn load_models(opts: &ServeOptions, metrics: &Metrics) -> lucent::Result<Vec
             }
         };
         eprintln!("lucent serve: {name} ready ({})", model.path().display());
-        out.push(ServedModel { name, served });
+        out.push(ServedModel {
+            name,
+            served,
+            model: Arc::new(model),
+        });
     }
     Ok(out)
 }
@@ -284,13 +296,32 @@ pub fn load_models(opts: &ServeOptions, metrics: &Metrics) -> lucent::Result<Vec
 /// Run the server until SIGTERM or Ctrl-C (then drain): bind, print the address, load
 /// the models (answering 503 meanwhile), serve.
 pub fn serve(opts: ServeOptions) -> lucent::Result<()> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    let rt = runtime()?;
+    rt.block_on(run(opts))
+}
+
+/// The HTTP runtime: two threads that only move bytes.
+fn runtime() -> lucent::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("lucent-http")
         .enable_all()
         .build()
-        .map_err(|e| lucent::Error::Argument(format!("cannot start the HTTP runtime: {e}")))?;
-    rt.block_on(run(opts))
+        .map_err(|e| lucent::Error::Argument(format!("cannot start the HTTP runtime: {e}")))
+}
+
+/// [`serve`] on a socket already bound (`lucent explore` binds first, to print the
+/// address before the models load): until SIGTERM or Ctrl-C.
+pub fn serve_on(listener: std::net::TcpListener, opts: ServeOptions) -> lucent::Result<()> {
+    let rt = runtime()?;
+    rt.block_on(async move {
+        listener.set_nonblocking(true).map_err(|e| {
+            lucent::Error::Argument(format!("cannot make the socket non-blocking: {e}"))
+        })?;
+        let listener = tokio::net::TcpListener::from_std(listener)
+            .map_err(|e| lucent::Error::Argument(format!("cannot use the socket: {e}")))?;
+        run_on(listener, opts).await
+    })
 }
 
 /// [`serve`] inside a tokio runtime.
@@ -301,6 +332,11 @@ pub async fn run(opts: ServeOptions) -> lucent::Result<()> {
             "cannot listen on {bind}: {e} (pick another --port or --host)"
         ))
     })?;
+    run_on(listener, opts).await
+}
+
+/// [`run`] on a bound listener.
+pub async fn run_on(listener: tokio::net::TcpListener, opts: ServeOptions) -> lucent::Result<()> {
     let addr = listener
         .local_addr()
         .map_err(|e| lucent::Error::Argument(format!("cannot read the address bound: {e}")))?;

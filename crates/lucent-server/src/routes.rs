@@ -58,6 +58,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/detokenize", post(detokenize))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
+        .merge(crate::explore::routes())
         .fallback(fallback)
         .layer(middleware::from_fn_with_state(state.clone(), guard))
         .with_state(state);

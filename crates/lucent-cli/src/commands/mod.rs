@@ -10,6 +10,7 @@ pub mod bench_generate;
 pub mod bench_train;
 pub mod bench_transcribe;
 pub mod embed;
+pub mod explore;
 pub mod export;
 pub mod fetch;
 pub mod generate;

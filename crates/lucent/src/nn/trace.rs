@@ -86,6 +86,8 @@ pub struct Trace {
     tokens: Vec<String>,
     /// An encoder-decoder's target tokens (the decoder's positions).
     target_tokens: Vec<String>,
+    /// Whether the pass may stop after the last layer the filter keeps.
+    stop_when_done: bool,
 }
 
 impl Trace {
@@ -114,6 +116,26 @@ impl Trace {
     pub fn in_layers(mut self, layers: &[usize]) -> Self {
         self.filter.layers = Some(layers.to_vec());
         self
+    }
+
+    /// Let the forward pass stop once every layer the filter keeps has run (a filter
+    /// with `layers` only): the explorer asks for layer 3's weights without paying for
+    /// the 26 layers after it. The pass's output is then that layer's, not the model's;
+    /// use it when only the recorded intermediates matter.
+    pub fn stop_when_done(mut self) -> Self {
+        self.stop_when_done = true;
+        self
+    }
+
+    /// Whether a pass that has just run layer `i` of a stack may stop (see
+    /// [`Trace::stop_when_done`]).
+    pub fn done_after_layer(&self, i: usize) -> bool {
+        self.stop_when_done
+            && self
+                .filter
+                .layers
+                .as_ref()
+                .is_some_and(|ls| ls.iter().all(|&l| l <= i))
     }
 
     /// The filter in use.
@@ -302,5 +324,13 @@ mod tests {
             ..Default::default()
         };
         assert!(f.accepts("encoder.layer.0.attn.q") && !f.accepts("decoder.layer.0.attn.q"));
+        let early = Trace::only(&["weights"])
+            .in_layers(&[1, 3])
+            .stop_when_done();
+        assert!(!early.done_after_layer(2) && early.done_after_layer(3));
+        assert!(!Trace::only(&["weights"])
+            .in_layers(&[0])
+            .done_after_layer(5));
+        assert!(!Trace::new().stop_when_done().done_after_layer(5));
     }
 }

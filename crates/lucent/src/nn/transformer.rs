@@ -83,6 +83,9 @@ impl Encoder {
                 x = scoped(trace.as_deref_mut(), &format!("layer.{i}"), |tr| {
                     layer.forward(&x, opts, tr)
                 })?;
+                if trace.as_deref().is_some_and(|t| t.done_after_layer(i)) {
+                    break; // the trace has what it asked for (Trace::stop_when_done)
+                }
             }
             if let Some(n) = &self.final_norm {
                 x = n.forward(&x)?;
@@ -229,6 +232,15 @@ impl Decoder {
                 x = scoped(trace.as_deref_mut(), &format!("layer.{i}"), |tr| {
                     layer.forward_rows(&x, memory, opts, memory_bias, layer_cache, tr, last)
                 })?;
+                if !last && trace.as_deref().is_some_and(|t| t.done_after_layer(i)) {
+                    // The trace has what it asked for (Trace::stop_when_done); keep the
+                    // shape the caller expects.
+                    if last_only {
+                        let [_, t, _] = x.dims()?;
+                        x = x.narrow(1, t - 1, 1)?; // (b, 1, d)
+                    }
+                    break;
+                }
             }
             if let Some(n) = &self.final_norm {
                 x = n.forward(&x)?;

@@ -356,39 +356,7 @@ impl Sampler {
         let cand = &mut self.cand;
         cand.clear();
         cand.extend(logits.iter().enumerate().map(|(i, &z)| (z, i as u32)));
-        let by_logit = |a: &(f32, u32), b: &(f32, u32)| b.0.total_cmp(&a.0);
-        if p.top_k > 0 && p.top_k < cand.len() {
-            cand.select_nth_unstable_by(p.top_k - 1, by_logit);
-            cand.truncate(p.top_k);
-        }
-        cand.sort_unstable_by(by_logit);
-        // Probabilities at temperature T, in place of the logits.
-        let zmax = cand[0].0;
-        let mut sum = 0.0f64;
-        for c in cand.iter_mut() {
-            c.0 = ((c.0 - zmax) / p.temperature).exp();
-            sum += c.0 as f64;
-        }
-        for c in cand.iter_mut() {
-            c.0 = (c.0 as f64 / sum) as f32;
-        }
-        if p.top_p < 1.0 {
-            let mut acc = 0.0f32;
-            let mut keep = cand.len();
-            for (i, c) in cand.iter().enumerate() {
-                acc += c.0;
-                if acc >= p.top_p {
-                    keep = i + 1;
-                    break;
-                }
-            }
-            cand.truncate(keep.max(1));
-        }
-        if p.min_p > 0.0 {
-            let floor = p.min_p * cand[0].0;
-            let keep = cand.iter().take_while(|c| c.0 >= floor).count();
-            cand.truncate(keep.max(1));
-        }
+        keep_candidates(p, cand);
         let total: f32 = cand.iter().map(|c| c.0).sum();
         let mut u = self.rng.random::<f32>() * total;
         for c in cand.iter() {
@@ -399,6 +367,77 @@ impl Sampler {
         }
         Ok(cand[cand.len() - 1].1)
     }
+}
+
+/// Turn `cand`, every token's (logit, id), into the tokens a draw at `p.temperature`
+/// (> 0) may pick, as (probability before renormalising, id), most likely first: top-k
+/// on the logits, then softmax(z / T), then top-p, then min-p ([`Sampler::sample`]'s
+/// rules; the draw renormalises what is left).
+fn keep_candidates(p: &Sampling, cand: &mut Vec<(f32, u32)>) {
+    let by_logit = |a: &(f32, u32), b: &(f32, u32)| b.0.total_cmp(&a.0);
+    if p.top_k > 0 && p.top_k < cand.len() {
+        cand.select_nth_unstable_by(p.top_k - 1, by_logit);
+        cand.truncate(p.top_k);
+    }
+    cand.sort_unstable_by(by_logit);
+    // Probabilities at temperature T, in place of the logits.
+    let zmax = cand[0].0;
+    let mut sum = 0.0f64;
+    for c in cand.iter_mut() {
+        c.0 = ((c.0 - zmax) / p.temperature).exp();
+        sum += c.0 as f64;
+    }
+    for c in cand.iter_mut() {
+        c.0 = (c.0 as f64 / sum) as f32;
+    }
+    if p.top_p < 1.0 {
+        let mut acc = 0.0f32;
+        let mut keep = cand.len();
+        for (i, c) in cand.iter().enumerate() {
+            acc += c.0;
+            if acc >= p.top_p {
+                keep = i + 1;
+                break;
+            }
+        }
+        cand.truncate(keep.max(1));
+    }
+    if p.min_p > 0.0 {
+        let floor = p.min_p * cand[0].0;
+        let keep = cand.iter().take_while(|c| c.0 >= floor).count();
+        cand.truncate(keep.max(1));
+    }
+}
+
+/// The distribution [`Sampler::sample`] draws the next token from, for `logits` and no
+/// penalties: the tokens top-k, top-p and min-p keep, each with its probability at
+/// temperature T renormalised over what is kept, most likely first. Temperature 0 is
+/// greedy: the argmax with probability 1. (The explorer's sliders apply these rules in
+/// the browser; its test holds them to this function.)
+///
+/// ```
+/// let s = lucent::Sampling { top_k: 2, ..lucent::Sampling::default().temperature(1.0) };
+/// let d = lucent::pipeline::generate::distribution(&s, &[1.0, 3.0, 2.0])?;
+/// assert_eq!(d.iter().map(|x| x.0).collect::<Vec<_>>(), [1, 2]);
+/// assert!((d[0].1 + d[1].1 - 1.0).abs() < 1e-6);
+/// # Ok::<(), lucent::Error>(())
+/// ```
+pub fn distribution(params: &Sampling, logits: &[f32]) -> Result<Vec<(u32, f32)>> {
+    params.validate()?;
+    if logits.is_empty() {
+        return Err(Error::Argument("no logits to sample from".into()));
+    }
+    if params.temperature == 0.0 {
+        return Ok(vec![(argmax(logits), 1.0)]);
+    }
+    let mut cand: Vec<(f32, u32)> = logits
+        .iter()
+        .enumerate()
+        .map(|(i, &z)| (z, i as u32))
+        .collect();
+    keep_candidates(params, &mut cand);
+    let total: f32 = cand.iter().map(|c| c.0).sum();
+    Ok(cand.into_iter().map(|(p, id)| (id, p / total)).collect())
 }
 
 /// The index of the largest logit (the first, on ties).
@@ -903,6 +942,50 @@ mod tests {
             ..Sampling::greedy()
         })?;
         assert_eq!(g.sample(&mut [4.0, -1.0, 3.0], &[0])?, 2);
+        Ok(())
+    }
+
+    #[test]
+    fn distribution_is_what_the_sampler_draws_from() -> TestResult {
+        // softmax([2, 1, 0]) = [0.6652, 0.2447, 0.0900]; top-k 2 renormalises the first two.
+        let logits = [0.0, 2.0, 1.0];
+        let soft = |z: &[f64]| -> Vec<f64> {
+            let s: f64 = z.iter().map(|x| x.exp()).sum();
+            z.iter().map(|x| x.exp() / s).collect()
+        };
+        let all = distribution(&Sampling::greedy().temperature(1.0), &logits)?;
+        let want = soft(&[2.0, 1.0, 0.0]);
+        assert_eq!(all.iter().map(|x| x.0).collect::<Vec<_>>(), [1, 2, 0]);
+        for (got, w) in all.iter().zip(&want) {
+            assert!((got.1 as f64 - w).abs() < 1e-6, "{all:?}");
+        }
+        let k2 = Sampling {
+            top_k: 2,
+            ..Sampling::greedy().temperature(1.0)
+        };
+        let d = distribution(&k2, &logits)?;
+        let w = soft(&[2.0, 1.0]);
+        assert!(d.len() == 2 && (d[0].1 as f64 - w[0]).abs() < 1e-6, "{d:?}");
+        // top-p 0.6 and min-p 0.5 keep the first alone; T = 0 is the argmax.
+        for p in [
+            Sampling {
+                top_p: 0.6,
+                ..Sampling::greedy().temperature(1.0)
+            },
+            Sampling {
+                min_p: 0.5,
+                ..Sampling::greedy().temperature(1.0)
+            },
+            Sampling::greedy(),
+        ] {
+            assert_eq!(distribution(&p, &logits)?, vec![(1, 1.0)]);
+        }
+        // Every token the sampler draws is in the distribution.
+        let mut s = sampler(k2.clone().seed(3))?;
+        for _ in 0..100 {
+            let id = s.sample(&mut logits.clone(), &[])?;
+            assert!(d.iter().any(|x| x.0 == id), "{id} drawn outside {d:?}");
+        }
         Ok(())
     }
 

@@ -1,0 +1,570 @@
+//! The explorer in real headless Chromium (Debian's `chromium`), driven over the
+//! DevTools protocol by the `headless_chrome` crate (a Rust client that talks to the
+//! browser directly: no WebDriver server to install beside it).
+//!
+//! One `lucent explore` (on 127.0.0.1, any free port, stopping by itself) serves
+//! MiniLM, SmolLM2, Gemma 3 and a model trained by `lucent train`. For each model the
+//! page loads with no console errors, and one layer/head's table view equals `lucent
+//! attention -m MODEL TEXT --layer L --head H --json` to 4 decimals. On SmolLM2: the
+//! sliders change the distribution exactly as the sampler would (the page's numbers
+//! against the server's `lucent::pipeline::generate::distribution`), the exported
+//! standalone HTML opened from file:// with the network off shows the same numbers,
+//! every view is photographed into `docs/img/explorer-*.png`, and the time from the
+//! request to the first heatmap on a 1,000-token text is measured and printed (not
+//! asserted: timings belong in BENCHMARKS.md).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use headless_chrome::protocol::cdp::Network;
+use headless_chrome::protocol::cdp::Page::CaptureScreenshotFormatOption;
+use headless_chrome::protocol::cdp::Runtime::ConsoleAPICalledEventTypeOption;
+use headless_chrome::{Browser, LaunchOptions, Tab};
+use serde_json::Value;
+
+const TEXT: &str = "The cat sat on the mat because it was tired";
+
+fn lucent() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_lucent"))
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `lucent explore` on a free loopback port; killed when dropped (and it stops by
+/// itself after a while in any case).
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Server {
+    fn start(models: &[&str]) -> Server {
+        let mut cmd = Command::new(lucent());
+        cmd.arg("explore").args(["--exit-after", "400"]);
+        for m in models {
+            cmd.args(["-m", m]);
+        }
+        let mut child = cmd
+            .current_dir(root())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line
+            .trim()
+            .strip_prefix("lucent explore: ")
+            .unwrap_or_else(|| panic!("no address in {line:?}"))
+            .trim_end_matches('/')
+            .to_string();
+        assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+        let s = Server { child, url };
+        let start = Instant::now();
+        loop {
+            if let Ok(r) = ureq::get(&format!("{}/health", s.url)).call() {
+                if r.status() == 200 {
+                    break;
+                }
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(120),
+                "the server never got ready"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        s
+    }
+
+    fn get(&self, path: &str) -> Value {
+        ureq::get(&format!("{}{path}", self.url))
+            .call()
+            .unwrap()
+            .body_mut()
+            .read_json()
+            .unwrap()
+    }
+}
+
+impl Server {
+    /// The status and JSON body of a GET, whatever the status.
+    fn status(&self, path: &str) -> (u16, Value) {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let mut r = agent.get(&format!("{}{path}", self.url)).call().unwrap();
+        (
+            r.status().as_u16(),
+            r.body_mut().read_json().unwrap_or(Value::Null),
+        )
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn enc(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => out.push(b as char),
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// Console errors, uncaught exceptions and failed loads the browser reported.
+type Errors = Arc<Mutex<Vec<String>>>;
+
+fn browser() -> Browser {
+    let path = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .expect("Chromium is not installed: apt-get install -y chromium (.ci/run does)");
+    Browser::new(
+        LaunchOptions::default_builder()
+            .path(Some(path))
+            .headless(true)
+            .sandbox(false)
+            .window_size(Some((1400, 1000)))
+            .idle_browser_timeout(Duration::from_secs(300))
+            .build()
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+fn watched_tab(b: &Browser) -> (Arc<Tab>, Errors) {
+    let tab = b.new_tab().unwrap();
+    tab.set_default_timeout(Duration::from_secs(120));
+    let errors: Errors = Arc::default();
+    tab.enable_log().unwrap();
+    tab.enable_runtime().unwrap();
+    let e = errors.clone();
+    tab.add_event_listener(Arc::new(
+        move |ev: &headless_chrome::protocol::cdp::types::Event| {
+            use headless_chrome::protocol::cdp::types::Event;
+            let msg = match ev {
+                Event::RuntimeConsoleAPICalled(c)
+                    if c.params.Type == ConsoleAPICalledEventTypeOption::Error =>
+                {
+                    Some(format!(
+                        "console.error: {:?}",
+                        c.params.args.first().and_then(|a| a.value.clone())
+                    ))
+                }
+                Event::RuntimeExceptionThrown(x) => {
+                    Some(format!("exception: {:?}", x.params.exception_details))
+                }
+                Event::LogEntryAdded(l)
+                    if format!("{:?}", l.params.entry.level)
+                        .to_lowercase()
+                        .contains("error") =>
+                {
+                    Some(format!(
+                        "log: {} {:?}",
+                        l.params.entry.text, l.params.entry.url
+                    ))
+                }
+                _ => None,
+            };
+            if let Some(m) = msg {
+                e.lock().unwrap().push(m);
+            }
+        },
+    ))
+    .unwrap();
+    (tab, errors)
+}
+
+fn eval(tab: &Tab, js: &str) -> Value {
+    tab.evaluate(js, true).unwrap().value.unwrap_or(Value::Null)
+}
+
+/// Wait until the page has drawn its view (and fetched what it asked for).
+fn wait_ready(tab: &Tab) {
+    let start = Instant::now();
+    loop {
+        let v = eval(
+            tab,
+            "JSON.stringify([document.body.dataset.ready || '', (window.LUCENT_METRICS || {}).pending || 0, document.getElementById('status') ? document.getElementById('status').textContent : ''])",
+        );
+        let v: Value = serde_json::from_str(v.as_str().unwrap_or("[]")).unwrap();
+        let ready = v[0].as_str().unwrap_or("");
+        assert_ne!(ready, "error", "the page reports an error: {}", v[2]);
+        if !ready.is_empty() && v[1].as_u64() == Some(0) {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the page never got ready: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn open(tab: &Tab, url: &str) {
+    tab.navigate_to(url)
+        .unwrap()
+        .wait_until_navigated()
+        .unwrap();
+    wait_ready(tab);
+}
+
+/// The numbers of the table view, row by row, as printed (4 decimals).
+fn table(tab: &Tab) -> Vec<Vec<String>> {
+    let v = eval(
+        tab,
+        "JSON.stringify(Array.from(document.querySelectorAll('#weights-table tbody tr')).map(tr => Array.from(tr.querySelectorAll('td')).map(td => td.textContent)))",
+    );
+    serde_json::from_str(v.as_str().unwrap()).unwrap()
+}
+
+/// One head's weights as `lucent attention --json` prints them.
+fn cli_weights(model: &str, layer: usize, head: usize) -> Vec<Vec<f64>> {
+    let out = Command::new(lucent())
+        .current_dir(root())
+        .args(["attention", "-m", model, TEXT, "--json"])
+        .args(["--layer", &layer.to_string(), "--head", &head.to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let w = &v["weights"];
+    let m = if w[0].is_object() {
+        let hit = w
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["head"] == head)
+            .unwrap();
+        hit["matrix"].clone()
+    } else {
+        w[head].clone()
+    };
+    serde_json::from_value(m).unwrap()
+}
+
+fn screenshot(tab: &Tab, name: &str) {
+    let png = tab
+        .capture_screenshot(CaptureScreenshotFormatOption::Png, None, None, true)
+        .unwrap();
+    let dir = root().join("docs/img");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(format!("explorer-{name}.png")), png).unwrap();
+}
+
+#[test]
+fn explorer_in_chromium() {
+    let t0 = Instant::now();
+    let server = Server::start(&["smollm2", "minilm", "gemma3", "tests/data/runs/tiny-bpe"]);
+    let b = browser();
+    let (tab, errors) = watched_tab(&b);
+    let models = server.get("/explore/api/models");
+    let heads_of = |name: &str| -> usize {
+        models["models"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == name)
+            .unwrap_or_else(|| panic!("{name} is not served: {models}"))["heads"]
+            .as_u64()
+            .unwrap() as usize
+    };
+
+    // 0. Every input is bounded: out-of-range or oversized requests get a 4xx error
+    //    object that names the parameter and the numbers.
+    let long = "a ".repeat(9000);
+    for (path, status, says) in [
+        (
+            format!(
+                "/explore/api/attention?model=smollm2&text={}&layer=30&head=0",
+                enc(TEXT)
+            ),
+            400,
+            "layer 30 does not exist: there are 30",
+        ),
+        (
+            format!(
+                "/explore/api/attention?model=smollm2&text={}&layer=0&head=9",
+                enc(TEXT)
+            ),
+            400,
+            "head 9 does not exist: there are 9",
+        ),
+        (
+            format!(
+                "/explore/api/steps?model=minilm&text={}&layer=0&head=0&token=99",
+                enc(TEXT)
+            ),
+            400,
+            "token 99 does not exist",
+        ),
+        (
+            format!("/explore/api/tokens?model=smollm2&text={}", enc(&long)),
+            400,
+            "at most 16384",
+        ),
+        (
+            format!(
+                "/explore/api/tokens?model=smollm2&text={}",
+                enc(&"cat ".repeat(3000))
+            ),
+            400,
+            "at most 2048",
+        ),
+        (
+            "/explore/api/tokens?model=smollm2&text=".to_string(),
+            400,
+            "text is required",
+        ),
+        (
+            format!("/explore/api/tokens?model=nope&text={}", enc(TEXT)),
+            404,
+            "nope",
+        ),
+        (
+            format!("/explore/api/distribution?model=minilm&text={}", enc(TEXT)),
+            400,
+            "encoder",
+        ),
+        (
+            format!(
+                "/explore/api/distribution?model=smollm2&text={}&top_p=2",
+                enc(TEXT)
+            ),
+            400,
+            "top-p",
+        ),
+        (
+            format!(
+                "/explore/api/attention?model=smollm2&text={}&layer=x",
+                enc(TEXT)
+            ),
+            400,
+            "layer must be a number",
+        ),
+    ] {
+        let (got, body) = server.status(&path);
+        let msg = body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert_eq!(got, status, "{path}: {body}");
+        assert!(msg.contains(says), "{path}: '{msg}' does not say '{says}'");
+    }
+
+    // 1. Each model: loads without console errors; its table view equals the CLI's.
+    for (model, cli, layer, head) in [
+        ("minilm", "minilm", 2, 5),
+        ("smollm2", "smollm2", 3, 4),
+        ("gemma3", "gemma3", 5, 2),
+        ("tiny-bpe", "tests/data/runs/tiny-bpe", 1, 1),
+    ] {
+        let head = head.min(heads_of(model) - 1);
+        let url = format!(
+            "{}/?model={model}&text={}&layer={layer}&head={head}&view=table",
+            server.url,
+            enc(TEXT)
+        );
+        open(&tab, &url);
+        let page = table(&tab);
+        let want = cli_weights(cli, layer, head);
+        assert_eq!(page.len(), want.len(), "{model}: rows");
+        for (i, (pr, wr)) in page.iter().zip(&want).enumerate() {
+            assert_eq!(pr.len(), wr.len(), "{model}: row {i}");
+            for (j, (p, w)) in pr.iter().zip(wr).enumerate() {
+                let p: f64 = p.parse().unwrap();
+                assert!(
+                    (p - w).abs() <= 0.5e-4 + 1e-6,
+                    "{model} layer {layer} head {head} [{i}][{j}]: page {p} vs lucent attention {w}"
+                );
+            }
+        }
+        let errs = errors.lock().unwrap().clone();
+        assert!(errs.is_empty(), "{model}: console errors {errs:?}");
+        println!("{model}: table of layer {layer} head {head} ({} tokens) equals lucent attention --json", page.len());
+    }
+
+    // 2. Every view of SmolLM2, photographed.
+    for view in [
+        "heatmap",
+        "table",
+        "model",
+        "lines",
+        "steps",
+        "architecture",
+        "path",
+        "distribution",
+        "positions",
+        "demos",
+    ] {
+        let url = format!(
+            "{}/?model=smollm2&text={}&layer=3&head=4&token=8&view={view}",
+            server.url,
+            enc(TEXT)
+        );
+        open(&tab, &url);
+        if view == "model" {
+            std::thread::sleep(Duration::from_millis(300));
+            wait_ready(&tab);
+        }
+        screenshot(&tab, view);
+    }
+    let url = format!(
+        "{}/?model=gemma3&text={}&layer=5&head=0&view=model",
+        server.url,
+        enc(TEXT)
+    );
+    open(&tab, &url);
+    std::thread::sleep(Duration::from_millis(300));
+    wait_ready(&tab);
+    screenshot(&tab, "gemma3-model");
+    let errs = errors.lock().unwrap().clone();
+    assert!(errs.is_empty(), "views: console errors {errs:?}");
+
+    // 3. The sliders apply the sampler's rules: the page's distribution equals the
+    //    server's lucent::pipeline::generate::distribution of the same logits.
+    let url = format!(
+        "{}/?model=smollm2&text={}&view=distribution",
+        server.url,
+        enc(TEXT)
+    );
+    open(&tab, &url);
+    for (t, k, p, m) in [
+        (0.8, 40, 0.95, 0.05),
+        (1.0, 0, 1.0, 0.0),
+        (1.5, 0, 0.9, 0.0),
+        (0.3, 5, 1.0, 0.0),
+        (2.0, 100, 0.5, 0.1),
+        (0.0, 40, 0.95, 0.05),
+    ] {
+        let set = format!(
+            "for (const [n, v] of [['temperature', {t}], ['top_k', {k}], ['top_p', {p}], ['min_p', {m}]]) {{ const s = document.getElementById('s-' + n); s.value = v; s.dispatchEvent(new Event('input')); }}
+             JSON.stringify({{kept: +document.getElementById('dist-table').dataset.kept, rows: Array.from(document.querySelectorAll('#dist-table tr[data-id]')).map(r => [+r.dataset.id, +r.dataset.p])}})"
+        );
+        let got: Value = serde_json::from_str(eval(&tab, &set).as_str().unwrap()).unwrap();
+        let want = server.get(&format!(
+            "/explore/api/distribution?model=smollm2&text={}&temperature={t}&top_k={k}&top_p={p}&min_p={m}&limit=25",
+            enc(TEXT)
+        ));
+        assert_eq!(
+            got["kept"], want["kept"],
+            "T {t} k {k} p {p} min_p {m}: tokens kept"
+        );
+        let rows = got["rows"].as_array().unwrap();
+        let top = want["top"].as_array().unwrap();
+        assert_eq!(rows.len(), top.len());
+        for (r, w) in rows.iter().zip(top) {
+            assert_eq!(r[0], w["id"], "T {t}: token order");
+            let (a, b) = (r[1].as_f64().unwrap(), w["p"].as_f64().unwrap());
+            assert!(
+                (a - b).abs() <= 2e-6 * b.max(1e-3),
+                "T {t} k {k} p {p} min_p {m}: id {}: page {a} vs sampler {b}",
+                w["id"]
+            );
+        }
+        println!(
+            "sliders T={t} top_k={k} top_p={p} min_p={m}: {} tokens kept, as the sampler",
+            got["kept"]
+        );
+    }
+
+    // 4. The standalone export, opened from file:// with the network off.
+    let url = format!(
+        "{}/?model=smollm2&text={}&layer=3&head=4&view=table",
+        server.url,
+        enc(TEXT)
+    );
+    open(&tab, &url);
+    let live = table(&tab);
+    let html = eval(&tab, "window.lucentStandalone()");
+    let dir = std::env::temp_dir().join(format!("lucent-explorer-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("export.html");
+    std::fs::write(&file, html.as_str().unwrap()).unwrap();
+    let (off, off_errors) = watched_tab(&b);
+    off.call_method(Network::Enable {
+        max_total_buffer_size: None,
+        max_resource_buffer_size: None,
+        max_post_data_size: None,
+        report_direct_socket_traffic: None,
+        enable_durable_messages: None,
+    })
+    .unwrap();
+    off.call_method(Network::EmulateNetworkConditions {
+        offline: true,
+        latency: 0.0,
+        download_throughput: -1.0,
+        upload_throughput: -1.0,
+        connection_Type: None,
+        packet_loss: None,
+        packet_queue_length: None,
+        packet_reordering: None,
+    })
+    .unwrap();
+    open(&off, &format!("file://{}", file.display()));
+    assert_eq!(
+        table(&off),
+        live,
+        "the standalone export shows other numbers"
+    );
+    let errs = off_errors.lock().unwrap().clone();
+    assert!(errs.is_empty(), "standalone: console errors {errs:?}");
+    screenshot(&off, "standalone");
+    println!(
+        "standalone export ({} bytes) shows the same table offline",
+        html.as_str().unwrap().len()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // 5. Time from the request to the first heatmap: SmolLM2, about 1,000 tokens.
+    let sentence = "Call me Ishmael. Some years ago, never mind how long precisely, having little money in my purse, I thought I would sail about a little and see the watery part of the world. ";
+    let mut long = sentence.repeat(30);
+    let count = |s: &str| {
+        server.get(&format!(
+            "/explore/api/tokens?model=smollm2&text={}",
+            enc(s)
+        ))["tokens"]
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    while count(&long) > 1000 {
+        long.truncate(long.len() - 40);
+    }
+    let n = count(&long);
+    let (fresh, fresh_errors) = watched_tab(&b);
+    let url = format!(
+        "{}/?model=smollm2&text={}&layer=7&head=2&view=heatmap",
+        server.url,
+        enc(&long)
+    );
+    open(&fresh, &url);
+    let ms = eval(&fresh, "window.LUCENT_METRICS.firstHeatmapMs")
+        .as_f64()
+        .unwrap();
+    println!("SmolLM2, {n} tokens: first heatmap {ms:.0} ms after the request (in Chromium)");
+    screenshot(&fresh, "heatmap-1000");
+    let errs = fresh_errors.lock().unwrap().clone();
+    assert!(errs.is_empty(), "1,000 tokens: console errors {errs:?}");
+    println!("explorer test: {:.1} s", t0.elapsed().as_secs_f64());
+}

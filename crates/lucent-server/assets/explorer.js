@@ -1,0 +1,774 @@
+// lucent explorer: draws every intermediate of a real model's forward pass.
+// Plain JS, no build step, no network but the server it came from (or none at all
+// when opened as a standalone export, whose data is inlined in window.LUCENT_DATA).
+// Each view fetches only what it shows (one layer and head at a time), through api(),
+// which remembers every answer: the standalone export writes those answers out.
+"use strict";
+(function () {
+  const SKELETON = document.getElementById("app").outerHTML;
+  const STANDALONE = typeof window.LUCENT_DATA === "object" && window.LUCENT_DATA !== null;
+  const memo = STANDALONE ? Object.assign({}, window.LUCENT_DATA) : {};
+  const $ = (id) => document.getElementById(id);
+  const VIEWS = ["heatmap", "table", "model", "lines", "steps", "architecture", "path", "distribution", "positions", "demos"];
+  const state = {
+    model: "", text: "", layer: 0, head: 0, token: -1, view: "heatmap",
+    temperature: 0.8, top_k: 40, top_p: 0.95, min_p: 0.05, seed: 1, preset: "", sqrt: false, row0: 0,
+  };
+  let models = [];
+  let tokens = [];
+  let current = null; // what the export buttons export: {canvas, csv(), json()}
+  let renderSeq = 0;
+  window.LUCENT_METRICS = { firstHeatmapMs: null, pending: 0 };
+
+  // ------------------------------------------------------------ data
+  function apiPath(route, params) {
+    const q = Object.keys(params).sort().filter((k) => params[k] !== undefined && params[k] !== null && params[k] !== "")
+      .map((k) => encodeURIComponent(k) + "=" + encodeURIComponent(params[k])).join("&");
+    return "/explore/api/" + route + (q ? "?" + q : "");
+  }
+  async function api(route, params) {
+    const path = apiPath(route, params || {});
+    if (path in memo) return memo[path];
+    if (STANDALONE) throw new Error("this standalone export does not hold " + path + "; open the explorer on a server for more");
+    setStatus("computing " + route + " …");
+    window.LUCENT_METRICS.pending++;
+    try {
+      const r = await fetch(path);
+      const body = await r.json().catch(() => ({ error: { message: "the server answered " + r.status + " without JSON" } }));
+      if (!r.ok) throw new Error((body.error && body.error.message) || ("HTTP " + r.status));
+      memo[path] = body;
+      setStatus("");
+      return body;
+    } finally {
+      window.LUCENT_METRICS.pending--;
+    }
+  }
+  function f32(b64) {
+    const s = atob(b64);
+    const bytes = new Uint8Array(s.length);
+    for (let i = 0; i < s.length; i++) bytes[i] = s.charCodeAt(i);
+    return new Float32Array(bytes.buffer);
+  }
+  function setStatus(msg, isError) {
+    const el = $("status");
+    el.textContent = msg;
+    el.className = isError ? "error" : "";
+  }
+
+  // ------------------------------------------------------------ colour
+  // Viridis (perceptually uniform, readable in grey and by most colour-blind readers).
+  const VIRIDIS = [[68, 1, 84], [72, 40, 120], [62, 74, 137], [49, 104, 142], [38, 130, 142], [31, 158, 137], [53, 183, 121], [110, 206, 88], [181, 222, 43], [253, 231, 37]];
+  function colour(v) {
+    if (!(v >= 0)) v = 0;
+    if (v > 1) v = 1;
+    if (state.sqrt) v = Math.sqrt(v);
+    const x = v * (VIRIDIS.length - 1);
+    const i = Math.min(VIRIDIS.length - 2, Math.floor(x));
+    const f = x - i;
+    const a = VIRIDIS[i], b = VIRIDIS[i + 1];
+    return [a[0] + (b[0] - a[0]) * f, a[1] + (b[1] - a[1]) * f, a[2] + (b[2] - a[2]) * f];
+  }
+  const MASKED = [225, 228, 232];
+  function diverging(v, max) { // blue – white – red for signed values
+    const x = Math.max(-1, Math.min(1, v / (max || 1)));
+    return x >= 0 ? [255, 255 * (1 - x), 255 * (1 - x)] : [255 * (1 + x), 255 * (1 + x), 255];
+  }
+
+  // ------------------------------------------------------------ helpers
+  function el(tag, attrs, ...kids) {
+    const e = document.createElement(tag);
+    for (const k in attrs || {}) {
+      if (k === "class") e.className = attrs[k];
+      else if (k.startsWith("on")) e.addEventListener(k.slice(2), attrs[k]);
+      else e.setAttribute(k, attrs[k]);
+    }
+    for (const k of kids) if (k !== null && k !== undefined) e.append(k.nodeType ? k : String(k));
+    return e;
+  }
+  const fmt4 = (x) => (x === null || x === undefined || !isFinite(x)) ? (x === null ? "−∞" : String(x)) : x.toFixed(4);
+  const label = (s) => JSON.stringify(s).slice(1, -1);
+  function csvOf(rows) {
+    return rows.map((r) => r.map((c) => {
+      const s = String(c);
+      return /[",\n]/.test(s) ? '"' + s.replace(/"/g, '""') + '"' : s;
+    }).join(",")).join("\n") + "\n";
+  }
+  function download(name, data, type) {
+    const a = el("a", { href: typeof data === "string" && data.startsWith("data:") ? data : URL.createObjectURL(new Blob([data], { type })), download: name });
+    document.body.append(a);
+    a.click();
+    a.remove();
+  }
+  function model() { return models.find((m) => m.name === state.model) || models[0]; }
+  function isDecoder() { const m = model(); return m && m.generates; }
+  function queryToken() { return state.token >= 0 && state.token < tokens.length ? state.token : tokens.length - 1; }
+  function baseParams() { return { model: state.model, text: state.text }; }
+
+  // ------------------------------------------------------------ state ↔ URL
+  function readState() {
+    const src = STANDALONE ? (window.LUCENT_STATE || {}) : Object.fromEntries(new URLSearchParams(location.search));
+    for (const k in state) {
+      if (!(k in src)) continue;
+      const v = src[k];
+      if (typeof state[k] === "number") { const n = Number(v); if (isFinite(n)) state[k] = n; }
+      else if (typeof state[k] === "boolean") state[k] = v === true || v === "1" || v === "true";
+      else state[k] = String(v);
+    }
+    if (!VIEWS.includes(state.view)) state.view = "heatmap";
+  }
+  function writeState() {
+    if (STANDALONE) return;
+    const p = new URLSearchParams();
+    for (const k of ["model", "text", "layer", "head", "token", "view"]) p.set(k, state[k]);
+    if (state.view === "distribution") for (const k of ["temperature", "top_k", "top_p", "min_p"]) p.set(k, state[k]);
+    if (state.preset) p.set("preset", state.preset);
+    history.replaceState(null, "", "?" + p.toString());
+  }
+
+  // ------------------------------------------------------------ controls
+  function fillSelect(sel, n, labelOf, value) {
+    sel.innerHTML = "";
+    for (let i = 0; i < n; i++) sel.append(el("option", { value: i }, labelOf(i)));
+    sel.value = value;
+  }
+  function fillControls() {
+    const m = model();
+    if (!m) return;
+    state.layer = Math.max(0, Math.min(state.layer, m.layers - 1));
+    state.head = Math.max(0, Math.min(state.head, m.heads - 1));
+    const group = Math.max(1, m.heads / Math.max(1, m.kv_heads));
+    fillSelect($("layer"), m.layers, (i) => i + (m.windows[i] ? " (window " + m.windows[i] + ")" : ""), state.layer);
+    fillSelect($("head"), m.heads, (i) => i + (m.kv_heads < m.heads ? " (kv " + Math.floor(i / group) + ")" : ""), state.head);
+    fillSelect($("token"), tokens.length, (i) => i + ": " + label(tokens[i].text), queryToken());
+    const kv = Math.floor(state.head / group);
+    $("kv-note").textContent = m.kv_heads < m.heads
+      ? "grouped-query: heads " + (kv * group) + "–" + (kv * group + group - 1) + " share K/V head " + kv
+      : "";
+    $("model-info").textContent = m.family + ", " + m.kind + ", " + m.layers + " layers × " + m.heads + " heads (" + m.kv_heads + " K/V), d " + m.d_model + ", d_k " + m.d_k;
+    for (const b of document.querySelectorAll("#views button")) b.setAttribute("aria-selected", b.dataset.view === state.view ? "true" : "false");
+  }
+  function drawTokens() {
+    const box = $("tokens");
+    box.innerHTML = "";
+    const q = queryToken();
+    tokens.forEach((t, i) => {
+      const b = el("span", { class: "tok" + (t.special ? " special" : "") + (i === q ? " sel" : ""), tabindex: "0", title: "id " + t.id + ", piece " + label(t.piece) + ", bytes " + t.bytes.map((x) => x.toString(16).padStart(2, "0")).join(" ") }, label(t.text), el("small", {}, t.id));
+      b.addEventListener("click", () => { state.token = i; update(); });
+      box.append(b);
+    });
+  }
+
+  // ------------------------------------------------------------ heatmap
+  async function attentionOf(layer, head, thumb) {
+    const a = await api("attention", Object.assign(baseParams(), { layer, head, thumb }));
+    if (!a._w) Object.defineProperty(a, "_w", { value: f32(a.weights_f32), enumerable: false });
+    return a;
+  }
+  function isMasked(a, i, j) {
+    if (!a.causal) return false;
+    if (j > i) return true;
+    return a.window ? i - j >= a.window : false;
+  }
+  function heatmapCanvas(a, opts) {
+    const n = a.size, w = a._w;
+    const cell = Math.max(1, Math.floor((opts.px || 640) / n));
+    const labels = !a.pooled && cell >= 12 && !opts.bare;
+    const pad = labels ? 90 : 0;
+    const c = el("canvas", { width: n * cell + pad, height: n * cell + pad, role: "img", "aria-label": "attention heatmap of layer " + a.layer + " head " + a.head + "; the table view lists the numbers" });
+    const g = c.getContext("2d");
+    g.fillStyle = "#fff";
+    g.fillRect(0, 0, c.width, c.height);
+    const img = g.createImageData(n, n);
+    for (let i = 0; i < n; i++) {
+      for (let j = 0; j < n; j++) {
+        const rgb = !a.pooled && isMasked(a, i, j) ? MASKED : colour(w[i * n + j]);
+        const o = (i * n + j) * 4;
+        img.data[o] = rgb[0]; img.data[o + 1] = rgb[1]; img.data[o + 2] = rgb[2]; img.data[o + 3] = 255;
+      }
+    }
+    if (cell === 1) g.putImageData(img, pad, pad);
+    else {
+      const off = el("canvas", { width: n, height: n });
+      off.getContext("2d").putImageData(img, 0, 0);
+      g.imageSmoothingEnabled = false;
+      g.drawImage(off, pad, pad, n * cell, n * cell);
+    }
+    if (labels) {
+      g.fillStyle = "#222";
+      g.font = Math.min(12, cell - 2) + "px monospace";
+      g.textAlign = "right";
+      g.textBaseline = "middle";
+      for (let i = 0; i < n; i++) g.fillText(label(a.tokens[i]).slice(0, 10), pad - 4, pad + i * cell + cell / 2);
+      for (let j = 0; j < n; j++) {
+        g.save();
+        g.translate(pad + j * cell + cell / 2, pad - 4);
+        g.rotate(-Math.PI / 2);
+        g.textAlign = "left";
+        g.fillText(label(a.tokens[j]).slice(0, 10), 0, 0);
+        g.restore();
+      }
+    }
+    if (!a.pooled && !opts.bare) {
+      const q = queryToken();
+      g.strokeStyle = "rgb(232,89,12)";
+      g.lineWidth = 1;
+      g.strokeRect(pad + 0.5, pad + q * cell + 0.5, n * cell - 1, Math.max(1, cell - 1));
+    }
+    c._cell = cell; c._pad = pad;
+    return c;
+  }
+  async function viewHeatmap(v, seq) {
+    const a = await attentionOf(state.layer, state.head);
+    if (seq !== renderSeq) return;
+    const c = heatmapCanvas(a, { px: 720 });
+    const info = el("div", { class: "muted" }, "hover a cell; click it for its arithmetic");
+    c.addEventListener("mousemove", (e) => {
+      const [i, j] = cellAt(c, e);
+      if (i >= 0) info.textContent = "query " + i + " " + label(a.tokens[i]) + " → key " + j + " " + label(a.tokens[j]) + ": weight " + fmt4(a._w[i * a.t + j]);
+    });
+    c.addEventListener("click", (e) => {
+      const [i, j] = cellAt(c, e);
+      if (i >= 0) { state.token = i; state.key = j; state.view = "steps"; update(); }
+    });
+    const legend = el("div", { class: "legend" }, "layer " + a.layer + ", head " + a.head + (a.heads_sharing_kv.length > 1 ? " (K/V head " + a.kv_head + ", shared by heads " + a.heads_sharing_kv.join(", ") + ")" : "") + "; rows: queries, columns: keys; colour 0 → 1 (viridis)" + (a.causal ? "; grey: masked (causal" + (a.window ? ", sliding window " + a.window : "") + ")" : "; no mask (bidirectional)"),
+      " ", el("label", {}, el("input", { type: "checkbox", id: "sqrt", ...(state.sqrt ? { checked: "" } : {}) }), " √ scale"));
+    v.append(legend, el("div", { class: "scroll" }, c), info);
+    $("sqrt").addEventListener("change", (e) => { state.sqrt = e.target.checked; update(); });
+    current = { name: "attention-L" + a.layer + "-H" + a.head, canvas: c, rows: () => matrixRows(a), data: () => ({ layer: a.layer, head: a.head, tokens: a.tokens, weights: matrix(a) }) };
+    if (window.LUCENT_METRICS.firstHeatmapMs === null) {
+      window.LUCENT_METRICS.firstHeatmapMs = performance.now();
+      window.LUCENT_METRICS.tokens = a.t;
+      $("timing").textContent = "First heatmap " + Math.round(performance.now()) + " ms after the request (" + a.t + " tokens).";
+    }
+  }
+  function cellAt(c, e) {
+    const r = c.getBoundingClientRect();
+    const x = (e.clientX - r.left) * c.width / r.width - c._pad, y = (e.clientY - r.top) * c.height / r.height - c._pad;
+    const n = Math.floor((c.width - c._pad) / c._cell);
+    const i = Math.floor(y / c._cell), j = Math.floor(x / c._cell);
+    return i >= 0 && j >= 0 && i < n && j < n ? [i, j] : [-1, -1];
+  }
+  function matrix(a) {
+    const out = [];
+    for (let i = 0; i < a.size; i++) out.push(Array.from(a._w.subarray(i * a.size, (i + 1) * a.size)));
+    return out;
+  }
+  function matrixRows(a) {
+    return [["query \\ key"].concat(a.tokens)].concat(matrix(a).map((r, i) => [a.tokens[i]].concat(r.map(fmt4))));
+  }
+
+  // ------------------------------------------------------------ table
+  async function viewTable(v, seq) {
+    const a = await attentionOf(state.layer, state.head);
+    if (seq !== renderSeq) return;
+    const PAGE = 64;
+    const r0 = Math.max(0, Math.min(state.row0, Math.max(0, a.t - PAGE)));
+    const t = el("table", { class: "num", id: "weights-table", "aria-label": "attention weights of layer " + a.layer + " head " + a.head + ", rows queries, columns keys" });
+    const head = el("tr", {}, el("th", { scope: "col" }, "query \\ key"));
+    a.tokens.forEach((tok, j) => head.append(el("th", { scope: "col", title: "key " + j }, label(tok))));
+    t.append(el("thead", {}, head));
+    const body = el("tbody");
+    const q = queryToken();
+    for (let i = r0; i < Math.min(a.t, r0 + PAGE); i++) {
+      const tr = el("tr", { class: i === q ? "hl" : "", "data-row": i }, el("th", { scope: "row" }, i + " " + label(a.tokens[i])));
+      for (let j = 0; j < a.t; j++) tr.append(el("td", {}, fmt4(a._w[i * a.t + j])));
+      body.append(tr);
+    }
+    t.append(body);
+    const nav = el("div", {}, "rows " + r0 + "–" + Math.min(a.t, r0 + PAGE) + " of " + a.t + " ",
+      el("button", { onclick: () => { state.row0 = Math.max(0, r0 - PAGE); update(); } }, "◀ previous"), " ",
+      el("button", { onclick: () => { state.row0 = r0 + PAGE; update(); } }, "next ▶"));
+    v.append(el("div", { class: "legend" }, "layer " + a.layer + ", head " + a.head + ": softmax weights to 4 decimals; rows are queries, columns keys" + (a.causal ? "; 0.0000 right of the diagonal is the causal mask" : "")), a.t > PAGE ? nav : null, el("div", { class: "scroll" }, t));
+    current = { name: "table-L" + a.layer + "-H" + a.head, canvas: null, rows: () => matrixRows(a), data: () => ({ layer: a.layer, head: a.head, tokens: a.tokens, weights: matrix(a) }) };
+  }
+
+  // ------------------------------------------------------------ model view
+  async function viewModel(v, seq) {
+    const m = model();
+    const group = Math.max(1, m.heads / Math.max(1, m.kv_heads));
+    const px = 64;
+    const grid = el("div", { class: "grid-models", style: "grid-template-columns: 60px repeat(" + m.heads + ", " + (px + 4) + "px)" });
+    grid.append(el("div", {}, ""));
+    for (let h = 0; h < m.heads; h++) grid.append(el("div", { class: "muted" + (h % group === 0 && group > 1 ? " kvgroup" : "") }, "h" + h + (group > 1 ? " kv" + Math.floor(h / group) : "")));
+    const pending = [];
+    for (let l = 0; l < m.layers; l++) {
+      grid.append(el("div", { class: "muted" }, "layer " + l + (m.windows[l] ? " w" + m.windows[l] : "")));
+      for (let h = 0; h < m.heads; h++) {
+        const slot = el("canvas", { width: px, height: px, class: "thumb" + (l === state.layer && h === state.head ? " sel" : ""), "data-layer": l, "data-head": h, title: "layer " + l + ", head " + h, tabindex: "0", role: "button" });
+        slot.addEventListener("click", () => { state.layer = l; state.head = h; state.view = "heatmap"; update(); });
+        grid.append(slot);
+        pending.push(slot);
+      }
+    }
+    v.append(el("div", { class: "legend" }, "every layer × head (bertviz's model view); heads sharing a K/V head are grouped; thumbnails are fetched as they scroll into view" + (tokens.length > 48 ? " and max-pooled to 48 × 48" : "")), el("div", { class: "scroll", id: "model-scroll" }, grid));
+    const draw = async (slot) => {
+      const l = +slot.dataset.layer, h = +slot.dataset.head;
+      try {
+        const a = await attentionOf(l, h, tokens.length > 48 ? 48 : undefined);
+        if (seq !== renderSeq) return;
+        const c = heatmapCanvas(a, { px, bare: true });
+        slot.getContext("2d").drawImage(c, 0, 0, px, px);
+      } catch (e) { setStatus(e.message, true); }
+    };
+    const io = new IntersectionObserver((entries) => {
+      for (const en of entries) if (en.isIntersecting) { io.unobserve(en.target); queue.push(en.target); pump(); }
+    }, { root: $("model-scroll") });
+    const queue = [];
+    let busy = false;
+    const pump = async () => {
+      if (busy) return;
+      busy = true;
+      while (queue.length && seq === renderSeq) await draw(queue.shift());
+      busy = false;
+    };
+    pending.forEach((s) => io.observe(s));
+    current = { name: "model-view", canvas: null, rows: () => [["layer", "head"]].concat(pending.map((s) => [s.dataset.layer, s.dataset.head])), data: () => ({ layers: m.layers, heads: m.heads, kv_heads: m.kv_heads }) };
+  }
+
+  // ------------------------------------------------------------ head view (lines)
+  async function viewLines(v, seq) {
+    const a = await attentionOf(state.layer, state.head);
+    if (seq !== renderSeq) return;
+    const q = queryToken();
+    const span = 40;
+    const lo = Math.max(0, Math.min(q - span / 2, a.t - span)), hi = Math.min(a.t, lo + span);
+    const rowH = 18, W = 520;
+    const c = el("canvas", { width: W, height: (hi - lo) * rowH + 20, role: "img", "aria-label": "lines from each query token to the keys it attends to" });
+    const g = c.getContext("2d");
+    g.font = "12px monospace";
+    g.textBaseline = "middle";
+    for (let i = lo; i < hi; i++) {
+      for (let j = lo; j < hi; j++) {
+        const w = a._w[i * a.t + j];
+        if (w < 0.01) continue;
+        g.strokeStyle = i === q ? "rgba(232,89,12," + w + ")" : "rgba(59,91,219," + (w * 0.5) + ")";
+        g.lineWidth = i === q ? 1 + 4 * w : 1 + 2 * w;
+        g.beginPath();
+        g.moveTo(150, 10 + (i - lo) * rowH + rowH / 2);
+        g.lineTo(W - 150, 10 + (j - lo) * rowH + rowH / 2);
+        g.stroke();
+      }
+    }
+    g.fillStyle = "#222";
+    for (let i = lo; i < hi; i++) {
+      g.textAlign = "right";
+      g.font = (i === q ? "bold " : "") + "12px monospace";
+      g.fillText(label(a.tokens[i]).slice(0, 16), 145, 10 + (i - lo) * rowH + rowH / 2);
+      g.textAlign = "left";
+      g.fillText(label(a.tokens[i]).slice(0, 16), W - 145, 10 + (i - lo) * rowH + rowH / 2);
+    }
+    v.append(el("div", { class: "legend" }, "head view: each query (left) to the keys (right) it attends to; line strength = weight (≥ 0.01); the query token's lines in orange. Tokens " + lo + "–" + (hi - 1) + " of " + a.t + "."), c);
+    current = { name: "headview-L" + a.layer + "-H" + a.head, canvas: c, rows: () => matrixRows(a), data: () => ({ layer: a.layer, head: a.head, tokens: a.tokens, weights: matrix(a) }) };
+  }
+
+  // ------------------------------------------------------------ arithmetic of one row
+  async function viewSteps(v, seq) {
+    const q = queryToken();
+    const s = await api("steps", Object.assign(baseParams(), { layer: state.layer, head: state.head, token: q }));
+    if (seq !== renderSeq) return;
+    const key = state.key !== undefined && state.key < s.tokens.length ? state.key : -1;
+    const vnorm = (x) => Math.sqrt(x.reduce((a, b) => a + b * b, 0));
+    const preview = (x) => "[" + x.slice(0, 6).map((y) => y.toFixed(3)).join(", ") + (x.length > 6 ? ", … (" + x.length + ")" : "") + "]";
+    v.append(el("div", { class: "formula" },
+      "Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k + mask) · V — layer " + s.layer + ", head " + s.head + " (K/V head " + s.kv_head + "), query " + q + " " + label(s.tokens[q]) + ", d_k = " + s.d_k + ", scale = " + s.scale.toFixed(6) + (Math.abs(s.scale - 1 / Math.sqrt(s.d_k)) < 1e-6 ? " = 1/√" + s.d_k : " (the model's own scale)")));
+    v.append(el("p", {}, "1. query q = " + preview(s.q) + "  ‖q‖ = " + vnorm(s.q).toFixed(3)));
+    const t = el("table", { class: "num", id: "steps-table" });
+    t.append(el("tr", {}, ...["j", "key", "2. q·kⱼ", "3. × scale", "4. + mask", "5. softmax wⱼ", "6. wⱼ·‖vⱼ‖"].map((h) => el("th", {}, h))));
+    const rows = [["j", "key", "q.k", "scaled", "masked", "weight", "w*|v|"]];
+    for (let j = 0; j < s.tokens.length; j++) {
+      const m = s.mask[j];
+      const masked = m === null ? null : s.scaled[j] + m;
+      const r = [j, label(s.tokens[j]), fmt4(s.scores[j]), fmt4(s.scaled[j]), m === null ? "−∞" : fmt4(masked), fmt4(s.weights[j]), fmt4(s.weights[j] * vnorm(s.v[j]))];
+      rows.push(r);
+      const tr = el("tr", { class: j === key ? "hl" : "" }, ...r.map((x) => el("td", {}, x)));
+      tr.lastChild.previousSibling.append(" ", el("span", { class: "bar", style: "width:" + Math.round(60 * s.weights[j]) + "px" }));
+      t.append(tr);
+    }
+    v.append(el("div", { class: "scroll" }, t));
+    if (key >= 0) {
+      const prods = s.q.map((x, d) => x * s.k[key][d]);
+      v.append(el("p", {}, "clicked cell: key " + key + " " + label(s.tokens[key]) + ": q·k = Σ qᵢkᵢ = " + prods.slice(0, 4).map((x) => x.toFixed(3)).join(" + ") + " + … = " + fmt4(s.scores[key]) + "; × " + s.scale.toFixed(4) + " = " + fmt4(s.scaled[key])));
+    }
+    v.append(el("p", {}, "7. output Σⱼ wⱼ·vⱼ = " + preview(s.context) + "  — recomputed here from q, K, V and the mask: largest difference from the kernel " + s.by_hand_max_diff.toExponential(1)));
+    current = { name: "steps-L" + s.layer + "-H" + s.head + "-T" + q, canvas: null, rows: () => rows, data: () => s };
+  }
+
+  // ------------------------------------------------------------ architecture
+  function archBoxes(c, stage) {
+    const b = [];
+    const pre = c.norm_placement && String(c.norm_placement).toLowerCase().startsWith("pre");
+    const norm = String(c.norm);
+    const heads = c.n_heads + " heads" + (c.n_kv_heads < c.n_heads ? ", " + c.n_kv_heads + " K/V (grouped-query)" : "") + ", d_k " + c.head_dim;
+    const self = stage === "encoder" ? "self-attention (bidirectional)" : "masked self-attention (causal" + (c.sliding_window ? ", window " + c.sliding_window + " on local layers" : "") + ")";
+    if (pre) b.push(["norm", norm, /norm/i]);
+    b.push(["attn", self + ": " + heads, /q|k|v|score|softmax|attention|head|context|w_o/i]);
+    b.push(["res", "+ residual" + (pre ? "" : ", " + norm), /residual/i]);
+    if (stage === "cross") b.push(["attn", "cross-attention over the encoder output", /cross/i], ["res", "+ residual", /residual/i]);
+    if (pre) b.push(["norm", norm, /norm/i]);
+    b.push(["ffn", "feed-forward " + c.ffn + " (" + c.activation + "), d_ff " + c.d_ff, /ffn|feed|d_ff|gate|up|down/i]);
+    b.push(["res", "+ residual" + (pre ? "" : ", " + norm), /residual/i]);
+    return b;
+  }
+  async function viewArchitecture(v, seq) {
+    const params = state.preset ? { preset: state.preset, t: tokens.length || 8 } : baseParams();
+    const a = await api("architecture", params);
+    if (seq !== renderSeq) return;
+    const c = a.config;
+    const pick = el("select", { id: "preset", "aria-label": "architecture of" }, el("option", { value: "" }, "the model: " + state.model),
+      ...["transformer-base", "bert-base", "gpt2", "llama-7b", "smollm2", "gemma3", "minilm"].map((p) => el("option", { value: p }, "preset: " + p)));
+    pick.value = state.preset;
+    pick.addEventListener("change", () => { state.preset = pick.value; update(); });
+    const shapes = el("table", { class: "num", id: "shape-table" });
+    const showShapes = (re) => {
+      shapes.innerHTML = "";
+      shapes.append(el("tr", {}, ...["stage", "×", "step", "dims", "shape", "note"].map((h) => el("th", {}, h))));
+      for (const s of a.steps) {
+        const hit = re && re.test(s.name);
+        shapes.append(el("tr", { class: hit ? "hl" : "" }, el("td", {}, s.stage), el("td", {}, s.repeat), el("td", { style: "text-align:left" }, s.name), el("td", {}, s.dims), el("td", {}, "(" + s.shape.join(", ") + ")"), el("td", { style: "text-align:left" }, s.note)));
+      }
+    };
+    const box = (kind, text, re) => {
+      const d = el("div", { class: "box " + kind, tabindex: "0", role: "button" }, text);
+      d.addEventListener("click", () => { for (const x of v.querySelectorAll(".box")) x.classList.remove("sel"); d.classList.add("sel"); showShapes(re); });
+      return d;
+    };
+    const pos = String(c.position && typeof c.position === "object" ? c.position.kind : c.position);
+    const stackOf = (stage, n, title) => el("div", { class: "stack" }, el("div", { class: "muted" }, title + " × " + n),
+      ...archBoxes(c, stage).map(([k, t, re]) => box(k, t, re)));
+    const input = [box("", "token ids (b, t)", /ids|token/i), box("", "embedding E: V " + c.vocab_size + " × d " + c.d_model + (c.embedding_scale !== 1 ? ", × " + (+c.embedding_scale).toFixed(2) : ""), /embed/i),
+      box("", "positions: " + pos + (pos === "rope" ? " (rotates Q and K inside attention)" : ""), /position|rope|sinus/i)];
+    const out = [];
+    if (c.final_norm) out.push(box("norm", "final " + c.norm, /final|norm/i));
+    out.push(box("", c.kind === "encoder" ? "hidden states (b, t, d)" + (c.pooler ? " → pooler" : "") : "head → logits (b, t, V)" + (c.tie_embeddings ? ", tied to E" : ""), /logit|head|pool|output|hidden/i));
+    let body;
+    if (c.kind === "encoder_decoder") {
+      body = el("div", { class: "arch" }, el("div", {}, ...input, stackOf("encoder", c.encoder_layers, "encoder layer")),
+        el("div", {}, box("", "target ids → embedding + positions", /embed|target/i), stackOf("cross", c.decoder_layers, "decoder layer (self, cross, FFN)"), ...out));
+    } else {
+      body = el("div", { class: "arch" }, el("div", {}, ...input, stackOf(c.kind === "encoder" ? "encoder" : "decoder", c.kind === "encoder" ? c.encoder_layers : c.decoder_layers, (c.kind === "encoder" ? "encoder" : "decoder") + " layer"), ...out));
+    }
+    showShapes(null);
+    v.append(el("div", { class: "legend" }, "architecture of ", pick, " drawn from its config (", c.family, "), shapes for t = ", a.t, " as `lucent shapes` computes them; click a box"),
+      el("div", { class: "row" }, body, el("div", { class: "scroll" }, shapes)));
+    current = { name: "architecture-" + (state.preset || state.model), canvas: null, rows: () => [["stage", "repeat", "name", "dims", "shape", "note"]].concat(a.steps.map((s) => [s.stage, s.repeat, s.name, s.dims, s.shape.join("x"), s.note])), data: () => a };
+  }
+
+  // ------------------------------------------------------------ residual, FFN, lens
+  async function viewPath(v, seq) {
+    const q = queryToken();
+    const p = await api("path", Object.assign(baseParams(), { token: q }));
+    if (seq !== renderSeq) return;
+    const L = p.residual_norms.length;
+    const t = p.t;
+    let max = 0;
+    for (const r of p.residual_norms) for (const x of r) max = Math.max(max, x);
+    const cell = Math.max(1, Math.min(24, Math.floor(720 / t)));
+    const ch = Math.max(6, Math.min(16, Math.floor(360 / L)));
+    const c = el("canvas", { width: t * cell + 60, height: L * ch + 4, role: "img", "aria-label": "residual stream norm per layer and token" });
+    const g = c.getContext("2d");
+    g.font = "10px monospace";
+    for (let l = 0; l < L; l++) {
+      g.fillStyle = "#222";
+      g.fillText(l === 0 ? "input" : "L" + (l - 1), 2, l * ch + ch - 2);
+      (p.residual_norms[l] || []).forEach((x, i) => {
+        const rgb = colour(Math.log1p(x) / Math.log1p(max));
+        g.fillStyle = "rgb(" + rgb.map(Math.round).join(",") + ")";
+        g.fillRect(60 + i * cell, l * ch, cell, ch);
+      });
+    }
+    v.append(el("div", { class: "legend" }, "‖x‖ of the residual stream after each layer (rows) at each token (columns), log colour scale; brightest = " + max.toFixed(1)), c);
+    const tbl = el("table", { class: "num", id: "path-table" });
+    tbl.append(el("tr", {}, ...["layer", "‖residual‖ at token", "‖attention out‖", "‖FFN out‖", "FFN mean |a|", "FFN active", "top FFN units at token", "logit lens: top next tokens"].map((h) => el("th", {}, h))));
+    const rows = [["layer", "residual", "attn_out", "ffn_out", "ffn_mean_abs", "ffn_active", "lens"]];
+    for (let l = 0; l < L - 1; l++) {
+      const f = p.ffn[l] || {};
+      const lens = p.lens ? p.lens[l].map((x) => label(x.text) + " " + (100 * x.p).toFixed(1) + "%").join("  ") : "—";
+      const r = [l, fmt4(p.residual_norms[l + 1][q]), p.attn_out_norms[l].length ? fmt4(p.attn_out_norms[l][q]) : "—", p.ffn_out_norms[l].length ? fmt4(p.ffn_out_norms[l][q]) : "—", f.mean_abs !== undefined ? fmt4(f.mean_abs) : "—", f.active !== undefined ? (100 * f.active).toFixed(1) + "%" : "—"];
+      rows.push(r.concat([lens]));
+      tbl.append(el("tr", {}, ...r.map((x) => el("td", {}, x)), el("td", { style: "text-align:left" }, f.top_at_token ? f.top_at_token.slice(0, 4).map((u) => "#" + u[0] + " " + u[1].toFixed(2)).join(" ") : "—"), el("td", { style: "text-align:left" }, lens)));
+    }
+    v.append(el("h3", {}, "at query token " + q + " " + label(p.tokens[q]) + (p.lens ? "; the logit lens reads each layer out through the final norm and the head" : "")), el("div", { class: "scroll" }, tbl));
+    current = { name: "path-T" + q, canvas: c, rows: () => rows, data: () => p };
+  }
+
+  // ------------------------------------------------------------ next-token distribution
+  // The sampler's rules (lucent::pipeline::generate::distribution), in f32 like Rust:
+  // T = 0 greedy; else top-k on the logits, softmax(z / T), top-p, min-p, renormalise.
+  const F = Math.fround;
+  function sortedIds(logits) {
+    if (!logits._order) {
+      const ids = new Uint32Array(logits.length);
+      for (let i = 0; i < ids.length; i++) ids[i] = i;
+      const order = Array.from(ids).sort((a, b) => logits[b] - logits[a]);
+      Object.defineProperty(logits, "_order", { value: order });
+    }
+    return logits._order;
+  }
+  function samplerDistribution(logits, T, topK, topP, minP) {
+    T = F(T); topP = F(topP); minP = F(minP);
+    if (T === 0) {
+      let best = 0;
+      for (let i = 1; i < logits.length; i++) if (logits[i] > logits[best]) best = i;
+      return [{ id: best, p: 1 }];
+    }
+    const order = sortedIds(logits);
+    let n = order.length;
+    if (topK > 0 && topK < n) n = topK;
+    const zmax = logits[order[0]];
+    const p = new Float64Array(n);
+    let sum = 0;
+    for (let i = 0; i < n; i++) { p[i] = F(Math.exp(F(F(logits[order[i]] - zmax) / T))); sum += p[i]; }
+    for (let i = 0; i < n; i++) p[i] = F(p[i] / sum);
+    let keep = n;
+    if (topP < 1) {
+      let acc = 0;
+      for (let i = 0; i < n; i++) { acc = F(acc + p[i]); if (acc >= topP) { keep = i + 1; break; } }
+      keep = Math.max(1, keep);
+    }
+    if (minP > 0) {
+      const floor = F(minP * p[0]);
+      let k = 0;
+      while (k < keep && p[k] >= floor) k++;
+      keep = Math.max(1, k);
+    }
+    let total = 0;
+    for (let i = 0; i < keep; i++) total = F(total + p[i]);
+    const out = [];
+    for (let i = 0; i < keep; i++) out.push({ id: order[i], p: F(p[i] / total) });
+    return out;
+  }
+  window.lucentSampler = samplerDistribution;
+  let pathForDist = null;
+  async function viewDistribution(v, seq) {
+    if (!isDecoder()) { v.append(el("p", {}, state.model + " is an encoder: it has no next-token distribution. Pick a decoder (smollm2, gemma3, a trained run).")); current = null; return; }
+    const q = queryToken();
+    const p = await api("path", Object.assign(baseParams(), { token: q }));
+    if (seq !== renderSeq) return;
+    pathForDist = p;
+    const logits = p._logits || (p._logits = f32(p.logits_f32));
+    const tok = (id) => { const hit = findLens(p, id); return hit !== undefined ? hit : "#" + id; };
+    const out = el("div");
+    const slider = (name, min, max, step) => {
+      const i = el("input", { type: "range", id: "s-" + name, min, max, step, value: state[name], "aria-label": name });
+      const val = el("span", { id: "v-" + name }, state[name]);
+      i.addEventListener("input", () => { state[name] = Number(i.value); val.textContent = i.value; draw(); writeState(); });
+      return el("label", {}, name + " ", i, " ", val, "  ");
+    };
+    const draw = () => {
+      const d = samplerDistribution(logits, state.temperature, state.top_k, state.top_p, state.min_p);
+      out.innerHTML = "";
+      const t = el("table", { class: "num", id: "dist-table", "data-kept": d.length });
+      t.append(el("tr", {}, el("th", {}, "rank"), el("th", {}, "id"), el("th", {}, "token"), el("th", {}, "p"), el("th", {}, "")));
+      d.slice(0, 25).forEach((x, r) => t.append(el("tr", { "data-id": x.id, "data-p": x.p }, el("td", {}, r), el("td", {}, x.id), el("td", {}, label(tok(x.id))), el("td", {}, x.p.toFixed(6)), el("td", { style: "text-align:left" }, el("span", { class: "bar", style: "width:" + Math.round(300 * x.p) + "px" })))));
+      out.append(el("p", { id: "dist-kept" }, d.length + " of " + logits.length + " tokens kept" + (state.temperature === 0 ? " (T = 0: greedy)" : "")), t);
+      current = { name: "distribution-T" + q, canvas: null, rows: () => [["id", "p"]].concat(d.map((x) => [x.id, x.p])), data: () => ({ temperature: state.temperature, top_k: state.top_k, top_p: state.top_p, min_p: state.min_p, kept: d }) };
+    };
+    v.append(el("div", { class: "legend" }, "the next-token distribution after token " + q + " " + label(p.tokens[q]) + ", from the model's logits with the sampler's rules applied here, live: top-k, softmax at temperature T, top-p, min-p (llama.cpp's order)"),
+      el("div", {}, slider("temperature", 0, 2, 0.05), slider("top_k", 0, 100, 1), slider("top_p", 0, 1, 0.01), slider("min_p", 0, 1, 0.01)), out);
+    draw();
+  }
+  function findLens(p, id) {
+    for (const x of p.final_top || []) if (x[0] === id) return x[1];
+    for (const l of p.lens || []) for (const x of l) if (x.id === id) return x.text;
+    return undefined;
+  }
+  let rngState = 0;
+  function random() { // mulberry32, seeded by `seed`: the page's own draw
+    rngState = (rngState + 0x6D2B79F5) | 0;
+    let t = rngState;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  }
+  async function generateOne() {
+    if (!isDecoder()) { setStatus(state.model + " is an encoder; it does not generate", true); return; }
+    const q = tokens.length - 1;
+    const p = await api("path", Object.assign(baseParams(), { token: q }));
+    const logits = p._logits || (p._logits = f32(p.logits_f32));
+    const d = samplerDistribution(logits, state.temperature, state.top_k, state.top_p, state.min_p);
+    let u = random(), pick = d[d.length - 1];
+    for (const x of d) { if (u < x.p) { pick = x; break; } u -= x.p; }
+    const text = findLens(p, pick.id);
+    if (text === undefined) { setStatus("the drawn token " + pick.id + " is not among the 256 most likely; lower T or top-k", true); return; }
+    state.text = state.text + text;
+    $("text").value = state.text;
+    state.token = -1;
+    await update(true);
+  }
+
+  // ------------------------------------------------------------ positions
+  async function viewPositions(v, seq) {
+    const p = await api("positions", { model: state.model, t: 64 });
+    if (seq !== renderSeq) return;
+    const cell = 5;
+    const c = el("canvas", { width: p.d * cell, height: p.t * cell, role: "img", "aria-label": "sinusoidal position table" });
+    const g = c.getContext("2d");
+    for (let pos = 0; pos < p.t; pos++) for (let j = 0; j < p.d; j++) {
+      const rgb = diverging(p.sinusoidal[pos * p.d + j], 1);
+      g.fillStyle = "rgb(" + rgb.map(Math.round).join(",") + ")";
+      g.fillRect(j * cell, pos * cell, cell, cell);
+    }
+    const rope = el("canvas", { width: 520, height: 150, role: "img", "aria-label": "RoPE rotation angles" });
+    const posIn = el("input", { type: "range", min: 0, max: 63, value: 5, id: "rope-pos", "aria-label": "position" });
+    const drawRope = () => {
+      const r = rope.getContext("2d");
+      r.clearRect(0, 0, rope.width, rope.height);
+      const pos = +posIn.value;
+      const pairs = [0, 1, 2, 4, 8, 16, p.rope.inv_freq.length - 1].filter((x, i, a) => x < p.rope.inv_freq.length && a.indexOf(x) === i);
+      pairs.forEach((i, k) => {
+        const cx = 40 + k * 70, cy = 70, R = 28, ang = pos * p.rope.inv_freq[i];
+        r.strokeStyle = "#aaa"; r.beginPath(); r.arc(cx, cy, R, 0, 2 * Math.PI); r.stroke();
+        r.strokeStyle = "#e8590c"; r.lineWidth = 2; r.beginPath(); r.moveTo(cx, cy); r.lineTo(cx + R * Math.cos(ang), cy - R * Math.sin(ang)); r.stroke(); r.lineWidth = 1;
+        r.fillStyle = "#222"; r.font = "10px monospace"; r.textAlign = "center";
+        r.fillText("pair " + i, cx, cy + R + 14); r.fillText((ang % (2 * Math.PI)).toFixed(2) + " rad", cx, cy + R + 26);
+      });
+    };
+    posIn.addEventListener("input", drawRope);
+    v.append(el("div", { class: "row" },
+      el("div", { class: "panel" }, el("h3", {}, "sinusoidal: PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(…) — " + p.t + " positions × d " + p.d), c),
+      el("div", { class: "panel" }, el("h3", {}, "RoPE (" + p.position + "): pair i of q and k rotates by pos · θᵢ, θᵢ = " + p.rope.base + "^(−2i/d_k), d_k " + p.rope.d_k), el("label", {}, "position ", posIn), rope)));
+    drawRope();
+    current = { name: "positions", canvas: c, rows: () => { const r = [["pos"].concat([...Array(p.d).keys()])]; for (let i = 0; i < p.t; i++) r.push([i].concat(Array.from(p.sinusoidal.slice(i * p.d, (i + 1) * p.d)).map(fmt4))); return r; }, data: () => p };
+  }
+
+  // ------------------------------------------------------------ the guides' demos
+  async function viewDemos(v, seq) {
+    const m = await api("masks", { t: 8, window: 3, prefix: 4, pad: 2 });
+    if (seq !== renderSeq) return;
+    const masks = el("div", { class: "row" });
+    for (const mk of m.masks) {
+      const n = mk.rows.length, cell = 12;
+      const c = el("canvas", { width: n * cell, height: mk.rows[0].length ? n * cell : 1, role: "img", "aria-label": mk.name });
+      const g = c.getContext("2d");
+      mk.rows.forEach((r, i) => r.forEach((x, j) => { g.fillStyle = x ? "#3b5bdb" : "#e9ecef"; g.fillRect(j * cell, i * cell, cell - 1, cell - 1); }));
+      masks.append(el("div", { class: "panel" }, el("h3", {}, mk.name), c, el("div", { class: "muted", style: "max-width:140px" }, mk.note)));
+    }
+    // softmax with temperature
+    const logitsIn = el("input", { id: "demo-logits", value: "2.0, 1.0, 0.1", "aria-label": "logits" });
+    const tIn = el("input", { type: "range", min: 0.05, max: 5, step: 0.05, value: 1, id: "demo-t", "aria-label": "temperature" });
+    const soft = el("div");
+    const drawSoft = () => {
+      const z = logitsIn.value.split(",").map(Number).filter((x) => isFinite(x));
+      const rows = [0.5, 1, 2, +tIn.value].map((T) => {
+        const mx = Math.max(...z), e = z.map((x) => Math.exp((x - mx) / T)), s = e.reduce((a, b) => a + b, 0);
+        return [T === +tIn.value ? "T = " + T + " (slider)" : "T = " + T].concat(e.map((x) => (x / s).toFixed(4)));
+      });
+      soft.innerHTML = "";
+      const t = el("table", { class: "num" }, el("tr", {}, el("th", {}, ""), ...z.map((x) => el("th", {}, "z = " + x))), ...rows.map((r) => el("tr", {}, ...r.map((x) => el("td", {}, x)))));
+      soft.append(t);
+    };
+    logitsIn.addEventListener("input", drawSoft);
+    tIn.addEventListener("input", drawSoft);
+    // √d_k
+    const dIn = el("input", { type: "range", min: 4, max: 1024, step: 4, value: 64, id: "demo-dk", "aria-label": "d_k" });
+    const sq = el("div");
+    const drawSq = () => {
+      const d = +dIn.value;
+      let seed = 7;
+      const rnd = () => { seed = (seed * 1103515245 + 12345) % 2147483648; return seed / 2147483648; };
+      const gauss = () => Math.sqrt(-2 * Math.log(rnd() + 1e-12)) * Math.cos(2 * Math.PI * rnd());
+      const n = 8, qv = Array.from({ length: d }, gauss);
+      const scores = Array.from({ length: n }, () => { let s = 0; for (let i = 0; i < d; i++) s += qv[i] * gauss(); return s; });
+      const sm = (z) => { const mx = Math.max(...z), e = z.map((x) => Math.exp(x - mx)), s = e.reduce((a, b) => a + b, 0); return e.map((x) => x / s); };
+      const raw = sm(scores), scaled = sm(scores.map((x) => x / Math.sqrt(d)));
+      const std = Math.sqrt(scores.reduce((a, b) => a + b * b, 0) / n);
+      sq.innerHTML = "";
+      sq.append(el("p", {}, "q·k over " + d + " features of unit variance has std ≈ √d_k = " + Math.sqrt(d).toFixed(1) + " (here " + std.toFixed(1) + "); softmax of raw scores puts " + (100 * Math.max(...raw)).toFixed(1) + "% on one key, of scores ÷ √d_k " + (100 * Math.max(...scaled)).toFixed(1) + "%."),
+        el("table", { class: "num" }, el("tr", {}, el("th", {}, "key"), ...raw.map((_, j) => el("th", {}, j))), el("tr", {}, el("td", {}, "softmax(q·k)"), ...raw.map((x) => el("td", {}, x.toFixed(3)))), el("tr", {}, el("td", {}, "softmax(q·k/√d_k)"), ...scaled.map((x) => el("td", {}, x.toFixed(3))))));
+    };
+    dIn.addEventListener("input", drawSq);
+    v.append(el("h3", {}, "mask kinds (what each position may attend to; blue = visible)"), masks,
+      el("h3", {}, "softmax with temperature"), el("label", {}, "logits ", logitsIn), " ", el("label", {}, "T ", tIn), soft,
+      el("h3", {}, "the √d_k scaling"), el("label", {}, "d_k ", dIn), sq);
+    drawSoft(); drawSq();
+    current = { name: "masks", canvas: null, rows: () => m.masks.flatMap((mk) => [[mk.name]].concat(mk.rows)), data: () => m };
+  }
+
+  // ------------------------------------------------------------ render loop
+  const RENDER = { heatmap: viewHeatmap, table: viewTable, model: viewModel, lines: viewLines, steps: viewSteps, architecture: viewArchitecture, path: viewPath, distribution: viewDistribution, positions: viewPositions, demos: viewDemos };
+  async function update(reloadTokens) {
+    const seq = ++renderSeq;
+    try {
+      if (reloadTokens || !tokens.length) {
+        const t = await api("tokens", baseParams());
+        if (seq !== renderSeq) return;
+        tokens = t.tokens;
+      }
+      fillControls();
+      drawTokens();
+      writeState();
+      const v = $("view");
+      v.innerHTML = "";
+      current = null;
+      await RENDER[state.view](v, seq);
+      if (seq === renderSeq) { setStatus(""); document.body.dataset.ready = String(seq); }
+    } catch (e) {
+      if (seq === renderSeq) { setStatus(e.message, true); document.body.dataset.ready = "error"; }
+    }
+  }
+
+  function exportStandalone() {
+    const css = $("explorer-css").textContent;
+    const js = $("explorer-js").textContent;
+    const data = JSON.stringify(memo).replace(/</g, "\\u003c");
+    const st = JSON.stringify(Object.assign({}, state)).replace(/</g, "\\u003c");
+    const close = "<" + "/script>";
+    const html = "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>lucent explorer: " + state.model + "</title><link rel=\"icon\" href=\"data:,\"><style id=\"explorer-css\">" + css + "</style></head><body>" + SKELETON +
+      "<script>window.LUCENT_DATA = " + data + ";\nwindow.LUCENT_STATE = " + st + ";" + close + "<script id=\"explorer-js\">" + js + close + "</body></html>\n";
+    return html;
+  }
+  window.lucentStandalone = exportStandalone;
+
+  function bind() {
+    $("model").addEventListener("change", () => { state.model = $("model").value; state.layer = 0; state.head = 0; state.token = -1; update(true); });
+    $("run").addEventListener("click", () => { state.text = $("text").value; state.token = -1; state.row0 = 0; update(true); });
+    $("text").addEventListener("keydown", (e) => { if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); $("run").click(); } });
+    $("next-token").addEventListener("click", () => generateOne().catch((e) => setStatus(e.message, true)));
+    $("layer").addEventListener("change", () => { state.layer = +$("layer").value; update(); });
+    $("head").addEventListener("change", () => { state.head = +$("head").value; update(); });
+    $("token").addEventListener("change", () => { state.token = +$("token").value; update(); });
+    for (const b of document.querySelectorAll("#views button")) b.addEventListener("click", () => { state.view = b.dataset.view; update(); });
+    $("export-png").addEventListener("click", () => {
+      if (current && current.canvas) download(current.name + ".png", current.canvas.toDataURL("image/png"));
+      else setStatus("this view has no picture; export CSV or JSON", true);
+    });
+    $("export-csv").addEventListener("click", () => { if (current) download(current.name + ".csv", csvOf(current.rows()), "text/csv"); });
+    $("export-json").addEventListener("click", () => { if (current) download(current.name + ".json", JSON.stringify(current.data()), "application/json"); });
+    $("export-html").addEventListener("click", () => download("lucent-explorer-" + state.model + ".html", exportStandalone(), "text/html"));
+    document.addEventListener("keydown", (e) => {
+      if (e.target && /TEXTAREA|INPUT|SELECT/.test(e.target.tagName)) return;
+      const m = model();
+      if (!m) return;
+      let hit = true;
+      if (e.key === "ArrowRight") state.head = (state.head + 1) % m.heads;
+      else if (e.key === "ArrowLeft") state.head = (state.head + m.heads - 1) % m.heads;
+      else if (e.key === "ArrowDown") state.layer = Math.min(m.layers - 1, state.layer + 1);
+      else if (e.key === "ArrowUp") state.layer = Math.max(0, state.layer - 1);
+      else if (e.key === "j") state.token = Math.min(tokens.length - 1, queryToken() + 1);
+      else if (e.key === "k") state.token = Math.max(0, queryToken() - 1);
+      else if (e.key === "t") state.view = "table";
+      else if (/^[0-9]$/.test(e.key)) state.view = VIEWS[(+e.key + 9) % 10];
+      else hit = false;
+      if (hit) { e.preventDefault(); update(); }
+    });
+  }
+
+  async function start() {
+    readState();
+    rngState = state.seed | 0;
+    bind();
+    try {
+      const m = await api("models", {});
+      models = m.models;
+    } catch (e) { setStatus(e.message, true); document.body.dataset.ready = "error"; return; }
+    const sel = $("model");
+    for (const x of models) sel.append(el("option", { value: x.name }, x.name));
+    if (!models.some((x) => x.name === state.model)) state.model = models.length ? models[0].name : "";
+    sel.value = state.model;
+    if (!state.text) state.text = $("text").value;
+    $("text").value = state.text;
+    if (STANDALONE) for (const b of ["run", "next-token"]) $(b).disabled = true;
+    await update(true);
+  }
+  start();
+})();
