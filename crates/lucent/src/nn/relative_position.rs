@@ -53,7 +53,7 @@ impl RelativePositionConfig {
         } else {
             self.num_buckets
         };
-        if per_side < 2 || (self.bidirectional && self.num_buckets % 2 != 0) {
+        if per_side < 2 || (self.bidirectional && !self.num_buckets.is_multiple_of(2)) {
             return Err(Error::Config(format!(
                 "relative position buckets: {} buckets{} are too few (need at least 2 per direction, an even number when bidirectional)",
                 self.num_buckets,
