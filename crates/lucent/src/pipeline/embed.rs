@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::io::tokenizer::{pad_right, Encoding, HfTokenizer};
-use crate::model::family::bert;
+use crate::model::encoder::PositionIds;
 use crate::model::EncoderModel;
 use crate::nn::Trace;
 use crate::tensor::Tensor;
@@ -282,8 +282,15 @@ impl Embedder {
     /// tokenizer.json, and optionally sentence-transformers' modules.json,
     /// 1_Pooling/config.json, sentence_bert_config.json).
     pub fn load(dir: &Path) -> Result<Self> {
-        let model = bert::load_model(dir)?;
-        let config = EmbedConfig::read(dir, model.config.max_positions)?;
+        let model = crate::model::family::load_hf_encoder(dir)?;
+        // Positions usable by tokens: RoBERTa-style numbering starts after the padding row.
+        let usable = match model.embeddings.position_ids {
+            PositionIds::FromZero => model.config.max_positions,
+            PositionIds::AfterPadding { padding_idx } => {
+                model.config.max_positions.saturating_sub(padding_idx + 1)
+            }
+        };
+        let config = EmbedConfig::read(dir, usable)?;
         let mut tokenizer = HfTokenizer::from_file(dir.join("tokenizer.json"))?;
         tokenizer.set_max_length(Some(config.max_seq_length))?;
         let name = dir.file_name().map_or_else(
@@ -361,6 +368,17 @@ impl Embedder {
     /// Embed encodings already made, as one packed batch (no padding: see
     /// [`EncoderModel::forward_packed`]).
     pub fn embed_encodings(&self, encodings: &[&Encoding]) -> Result<Vec<Vec<f32>>> {
+        if self.model.relative_bias.is_some() {
+            // A relative-position bias spans all positions of a row, so these models
+            // run padded batches (the batches are length-sorted: little padding).
+            let hidden = self.hidden_states(encodings, None)?; // (b, t, d)
+            let lengths: Vec<usize> = encodings.iter().map(|e| e.len()).collect();
+            let mut out = pool(&hidden, &lengths, self.config.pooling)?;
+            if self.config.normalize {
+                out.iter_mut().for_each(|e| l2_normalize(e));
+            }
+            return Ok(out);
+        }
         let ids: Vec<Vec<usize>> = encodings
             .iter()
             .map(|e| e.ids.iter().map(|&x| x as usize).collect())

@@ -1,10 +1,15 @@
-//! BERT (and its small cousins such as MiniLM): a config translation and a name table.
+//! BERT (and its small cousins such as MiniLM) and RoBERTa / XLM-RoBERTa, which have
+//! BERT's layers and names: a config translation and a name table.
 //!
 //! BERT is the generic encoder with:
 //! - token + learned absolute position + token type embeddings, summed, then LayerNorm;
 //! - post-norm layers: x = LN(x + MHA(x)); x = LN(x + W₂ GELU(W₁ x + b₁) + b₂);
 //! - GELU with the exact erf (`hidden_act: "gelu"`), biases everywhere, ε from the file;
 //! - no final norm (the last layer's post-norm is the last step).
+//!
+//! RoBERTa differs only in numbering its positions after the padding row
+//! ([`PositionIds::AfterPadding`], rows pad_token_id + 1, + 2, …) and in the `roberta.`
+//! key prefix of its task checkpoints.
 //!
 //! Hugging Face `config.json` ([`HfBertConfig`]) → [`ModelConfig`] by [`config`]; the
 //! checkpoint keys of every parameter are in [`NAMES`], the only place they are written.
@@ -15,7 +20,7 @@ use serde::Deserialize;
 
 use super::{NameTable, Param, WeightSource, Weights};
 use crate::io::SafetensorsFile;
-use crate::model::encoder::EncoderModel;
+use crate::model::encoder::{EncoderModel, PositionIds};
 use crate::model::{FfnKind, ModelConfig, ModelKind, NormKind, NormPlacement, PositionKind};
 use crate::ops::Activation;
 use crate::{Error, Result};
@@ -51,6 +56,31 @@ pub struct HfBertConfig {
     /// Only `"absolute"` is supported.
     #[serde(default)]
     pub position_embedding_type: Option<String>,
+    /// The padding id; RoBERTa's positions are numbered after it.
+    #[serde(default)]
+    pub pad_token_id: Option<usize>,
+}
+
+/// The `model_type`s this family reads.
+pub const MODEL_TYPES: &[&str] = &["bert", "roberta", "xlm-roberta"];
+
+impl HfBertConfig {
+    /// Whether positions are numbered RoBERTa's way (after the padding row).
+    pub fn is_roberta(&self) -> bool {
+        matches!(self.model_type.as_deref(), Some("roberta" | "xlm-roberta"))
+    }
+
+    /// How the position rows are numbered: from 0 (BERT) or after the padding row
+    /// (RoBERTa, `pad_token_id`, default 1).
+    pub fn position_ids(&self) -> PositionIds {
+        if self.is_roberta() {
+            PositionIds::AfterPadding {
+                padding_idx: self.pad_token_id.unwrap_or(1),
+            }
+        } else {
+            PositionIds::FromZero
+        }
+    }
 }
 
 fn default_act() -> String {
@@ -138,9 +168,9 @@ pub fn activation(name: &str) -> Result<Activation> {
 /// Translate a BERT config into the generic [`ModelConfig`] (validated).
 pub fn config(hf: &HfBertConfig) -> Result<ModelConfig> {
     if let Some(t) = &hf.model_type {
-        if t != "bert" {
+        if !MODEL_TYPES.contains(&t.as_str()) {
             return Err(Error::Config(format!(
-                "model_type '{t}' is not BERT; lucent reads BERT-style encoders (model_type \"bert\") from config.json"
+                "model_type '{t}' is not BERT-like; this family reads model_type {MODEL_TYPES:?} from config.json"
             )));
         }
     }
@@ -152,7 +182,7 @@ pub fn config(hf: &HfBertConfig) -> Result<ModelConfig> {
         }
     }
     let cfg = ModelConfig {
-        family: "bert".into(),
+        family: hf.model_type.clone().unwrap_or_else(|| "bert".into()),
         kind: ModelKind::Encoder,
         vocab_size: hf.vocab_size,
         d_model: hf.hidden_size,
@@ -205,19 +235,29 @@ pub fn load_model(dir: &Path) -> Result<EncoderModel> {
             dir.display()
         )));
     }
-    let cfg = load_config(&dir.join("config.json"))?;
+    let path = dir.join("config.json");
+    let hf = read_config(&path)?;
+    let cfg = config(&hf).map_err(|e| match e {
+        Error::Config(msg) => Error::format(&path, msg),
+        other => other,
+    })?;
     let file = SafetensorsFile::open(dir.join("model.safetensors"))?;
     let weights = Weights::new(&file, &NAMES, &cfg)?;
-    let model = EncoderModel::load(cfg.clone(), &weights)?;
+    let mut model = EncoderModel::load(cfg.clone(), &weights)?;
+    model.embeddings.position_ids = hf.position_ids();
+    // The position-id buffers some checkpoints carry are not parameters.
+    weights.skip("embeddings.position_ids");
+    weights.skip("embeddings.token_type_ids");
     weights.check_all_used()?;
     Ok(model)
 }
 
 /// Every BERT parameter's checkpoint key (`{i}` = layer). MiniLM's sentence-transformers
-/// file stores them bare; BertForMaskedLM-style files put `bert.` in front.
+/// file stores them bare; BertForMaskedLM-style files put `bert.` in front (RoBERTa's
+/// `roberta.`).
 pub const NAMES: NameTable = NameTable {
     family: "bert",
-    prefixes: &["", "bert."],
+    prefixes: &["", "bert.", "roberta."],
     keys: &[
         (Param::TokenEmbedding, "embeddings.word_embeddings.weight"),
         (

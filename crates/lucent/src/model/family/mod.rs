@@ -11,6 +11,7 @@ pub mod bert;
 pub mod gemma3;
 pub mod gpt2;
 pub mod llama;
+pub mod mpnet;
 pub mod registry;
 pub mod whisper;
 
@@ -70,6 +71,57 @@ pub fn gguf_family(f: &GgufFile) -> Result<&'static GgufFamily> {
             f.path().display()
         ))
     })
+}
+
+/// The Hugging Face encoder families lucent reads, by `config.json`'s `model_type`.
+pub const HF_ENCODER_TYPES: &[&str] = &["bert", "roberta", "xlm-roberta", "mpnet"];
+
+/// Load a Hugging Face encoder folder by its `config.json` `model_type`
+/// ([`HF_ENCODER_TYPES`]); any other type is refused naming the field and the types
+/// lucent reads.
+pub fn load_hf_encoder(dir: &std::path::Path) -> Result<crate::model::EncoderModel> {
+    let path = dir.join("config.json");
+    let model_type = hf_model_type(&path)?;
+    match model_type.as_deref() {
+        Some("bert" | "roberta" | "xlm-roberta") | None => bert::load_model(dir),
+        Some("mpnet") => mpnet::load_model(dir),
+        Some(other) => Err(Error::format(
+            &path,
+            format!(
+                "model_type '{other}' is not an encoder lucent reads; model_type must be one of {HF_ENCODER_TYPES:?}"
+            ),
+        )),
+    }
+}
+
+/// `model_type` of a Hugging Face `config.json` (None when the field is absent).
+pub fn hf_model_type(path: &std::path::Path) -> Result<Option<String>> {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        model_type: Option<String>,
+    }
+    if !path.is_file() {
+        return Err(Error::Argument(format!(
+            "{} does not exist; a Hugging Face model folder has config.json, model.safetensors and tokenizer.json",
+            path.display()
+        )));
+    }
+    let len = std::fs::metadata(path)
+        .map_err(|e| Error::io(path, e))?
+        .len();
+    if len > bert::MAX_CONFIG_BYTES {
+        return Err(Error::format(
+            path,
+            format!(
+                "config.json is {len} bytes; lucent reads at most {} bytes",
+                bert::MAX_CONFIG_BYTES
+            ),
+        ));
+    }
+    let text = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let head: Head = serde_json::from_slice(&text)
+        .map_err(|e| Error::format(path, format!("not a valid config.json: {e}")))?;
+    Ok(head.model_type)
 }
 
 /// A parameter of the generic encoder/decoder, by its role. Per-layer roles take the
@@ -138,6 +190,10 @@ pub enum Param {
     PoolerWeight,
     /// BERT's pooler b_p (d).
     PoolerBias,
+    /// The relative-position bias table B (buckets, h), shared by all layers (MPNet).
+    /// Its bucket count is the family's, so [`Param::shape`] gives MPNet's 32 and a
+    /// family with another count reads it with [`Weights::get_shaped`].
+    RelativeAttentionBias,
     /// Cross-attention W_q (h·d_k, d): queries from the decoder.
     CrossQueryWeight,
     /// Cross-attention b_q (h·d_k).
@@ -169,6 +225,7 @@ impl Param {
             TokenEmbedding | OutputWeight => vec![cfg.vocab_size, d],
             PoolerWeight => vec![d, d],
             PoolerBias => vec![d],
+            RelativeAttentionBias => vec![32, cfg.n_heads],
             FfnGateWeight => vec![cfg.d_ff, d],
             QueryNormWeight | KeyNormWeight => vec![cfg.head_dim],
             AttnPostNormWeight | FfnPostNormWeight | FinalNormWeight | FinalNormBias => vec![d],
@@ -203,6 +260,7 @@ impl Param {
                 | OutputWeight
                 | PoolerWeight
                 | PoolerBias
+                | RelativeAttentionBias
         )
     }
 }
@@ -362,8 +420,13 @@ impl<'a> Weights<'a> {
     /// Read `param` of `layer`, checked against the shape the config expects. A missing
     /// or mis-shaped tensor is an error naming the key and both shapes.
     pub fn get(&self, param: Param, layer: usize) -> Result<Tensor> {
+        self.get_shaped(param, layer, &param.shape(self.cfg))
+    }
+
+    /// [`Weights::get`] with the expected shape given (for a parameter whose shape
+    /// depends on more than the [`ModelConfig`], such as the relative-position table).
+    pub fn get_shaped(&self, param: Param, layer: usize, want: &[usize]) -> Result<Tensor> {
         let key = self.key(param, layer)?;
-        let want = param.shape(self.cfg);
         match self.file.entry(&key) {
             None => Err(Error::Weights(format!(
                 "{}: missing tensor '{key}' ({param:?}, expected shape {want:?}); the file does not match its config.json",
@@ -379,6 +442,12 @@ impl<'a> Weights<'a> {
                 self.file.tensor(&key)
             }
         }
+    }
+
+    /// Count the checkpoint entry `key` (with this file's prefix) as used without reading
+    /// it: for buffers that are not parameters, such as `embeddings.position_ids`.
+    pub fn skip(&self, key: &str) {
+        self.used.note(&format!("{}{key}", self.prefix));
     }
 }
 

@@ -27,6 +27,12 @@ pub const KNOWN_MODELS: &[KnownModel] = &[
         task: "sentence embeddings",
     },
     KnownModel {
+        name: "mpnet",
+        kind: ModelKind::Encoder,
+        family: "mpnet",
+        task: "sentence embeddings",
+    },
+    KnownModel {
         name: "smollm2",
         kind: ModelKind::Decoder,
         family: "llama",
