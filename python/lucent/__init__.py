@@ -9,15 +9,14 @@ The engine is Rust (no torch, no C++ build); this package calls it through
 - :func:`open` — any model lucent runs; ``open(name).trace(text)`` gives every
   intermediate of a forward pass as numpy arrays (attention ``[layers, heads, t, t]``,
   Q/K/V, the residual stream);
+- :class:`Whisper` — ``transcribe`` returning the dict openai-whisper returns (text,
+  timed segments, language);
 - :mod:`lucent.tools` — the guides' tools as plain functions (``params``, ``shapes``,
   ``memory``, masks, position tables, ``softmax``).
 
 Every call that computes releases the GIL, so Python threads run lucent in parallel.
 Errors are :class:`LucentError` carrying lucent's message (which names the file, key or
 argument at fault and what to do).
-
-Speech-to-text (``lucent.Whisper(...).transcribe(path)``) belongs here once lucent's
-Whisper model lands (issue 21); until then the name is not defined.
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ from lucent._lucent import LucentError, __version__, known_models, set_threads, 
 from lucent._embed import SentenceTransformer, cos_sim, dot_score
 from lucent._llama import Llama
 from lucent._model import Model, Trace, open
+from lucent._whisper import Whisper
 from lucent import tools
 
 __all__ = [
@@ -42,13 +42,6 @@ __all__ = [
     "set_threads",
     "threads",
     "tools",
+    "Whisper",
 ]
 
-
-def __getattr__(name: str):
-    if name == "Whisper":
-        raise AttributeError(
-            "lucent.Whisper is not available yet: it arrives with lucent's Whisper model "
-            "(encoder-decoder speech recognition, issue 21)"
-        )
-    raise AttributeError(f"module 'lucent' has no attribute {name!r}")

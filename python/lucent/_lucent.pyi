@@ -136,6 +136,32 @@ class Model:
         prefix: Optional[str] = None,
     ) -> Trace: ...
 
+class Transcriber:
+    def __init__(self, name_or_path: str, n_threads: Optional[int] = None) -> None: ...
+    @property
+    def n_threads(self) -> int: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def is_multilingual(self) -> bool: ...
+    @property
+    def n_mels(self) -> int: ...
+    def transcribe_json(
+        self,
+        path: str,
+        *,
+        language: Optional[str] = None,
+        task: str = "transcribe",
+        timestamps: bool = True,
+        beam_size: int = 1,
+        temperatures: List[float] = ...,
+        compression_ratio_threshold: Optional[float] = 2.4,
+        logprob_threshold: Optional[float] = -1.0,
+        no_speech_threshold: Optional[float] = 0.6,
+        seed: int = 0,
+    ) -> str:
+        """The transcript of a WAV file as lucent's JSON (`lucent transcribe --json`'s fields)."""
+
 def presets() -> List[Tuple[str, str]]: ...
 def config_json(preset: Optional[str] = None, **dims: Optional[int]) -> str: ...
 def params_json(preset: Optional[str] = None, **dims: Optional[int]) -> str: ...

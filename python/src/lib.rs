@@ -7,10 +7,12 @@
 //! | `Generator`, `TokenStream` | [`lucent::Generator`] over a shared [`TextModel`]: tokenize, chat ids, `generate`, `stream` |
 //! | `Model`, `Trace` | [`lucent::open`] / [`lucent::Model::trace_with`]: every intermediate as a numpy view |
 //! | `params`, `shapes`, `memory`, masks, position tables, `softmax` | the guides' tools ([`tools`]) |
+//! | `Transcriber` | [`lucent::pipeline::transcribe::Transcriber`]: a WAV file → the transcript as JSON (`lucent.Whisper` reshapes it) |
 //! | `LucentError` | every [`lucent::Error`], with lucent's message |
 //!
 //! The Python layer (`python/lucent/*.py`) turns these into the APIs users know
-//! (sentence-transformers' `SentenceTransformer`, llama-cpp-python's `Llama`).
+//! (sentence-transformers' `SentenceTransformer`, llama-cpp-python's `Llama`,
+//! openai-whisper's `transcribe`).
 //!
 //! Every call that computes releases the GIL (`Python::detach`), so Python threads run
 //! lucent in parallel. A model opened with `n_threads` runs its calls in a
@@ -24,6 +26,7 @@ mod embed;
 mod generate;
 mod model;
 mod tools;
+mod transcribe;
 
 use pyo3::prelude::*;
 
@@ -123,6 +126,7 @@ fn _lucent(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<generate::TokenStream>()?;
     m.add_class::<model::Model>()?;
     m.add_class::<model::Trace>()?;
+    m.add_class::<transcribe::Transcriber>()?;
     tools::register(m)?;
     Ok(())
 }
