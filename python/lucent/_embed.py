@@ -3,10 +3,9 @@
 ``encode`` takes the arguments sentence-transformers users pass, with the same meaning:
 
 - ``batch_size`` — texts per forward pass (texts are sorted by length first, so each
-  batch pads little). The result is `lucent embed --batch N`'s bit for bit; across batch
-  sizes a vector moves at most in its last bits (≤ 3e-7 seen, on texts of a few tokens,
-  where the matrix kernels block their sums otherwise) — sentence-transformers#2312
-  reports far larger changes.
+  batch pads little). A text's vector is the same bit for bit whatever the batch size,
+  and equal to `lucent embed`'s (lucent's kernels sum every number in one order whatever
+  the other rows) — sentence-transformers#2312 reports changes with the batch size.
 - ``normalize_embeddings`` — L2-normalise each vector (on top of the model's own
   ``Normalize`` module, if it has one, as sentence-transformers does).
 - ``convert_to_numpy`` — one (n, d) float32 array (default), else a list of 1-D arrays.

@@ -123,10 +123,15 @@ fn kernels_here(b: &KernelBench) -> Result<Vec<KernelTiming>> {
     let mut rows: Vec<KernelTiming> = Vec::new();
 
     // Matrix products, as Linear layers use them: x (m, k) · W (n, k)ᵀ.
-    let shapes: [(&str, [usize; 3]); 6] = [
+    let shapes: [(&str, [usize; 3]); 8] = [
         ("MiniLM FFN up, 32×24 tokens", [768, 384, 1536]),
         ("MiniLM attention projection", [768, 384, 384]),
         ("MiniLM FFN down", [768, 1536, 384]),
+        (
+            "Whisper tiny encoder FFN up, 1500 frames",
+            [1500, 384, 1536],
+        ),
+        ("Whisper base encoder FFN down", [1500, 2048, 512]),
         ("SmolLM2 decode, gate/up", [1, 576, 1536]),
         ("SmolLM2 decode, q/o", [1, 576, 576]),
         ("SmolLM2 decode, down", [1, 1536, 576]),
@@ -139,14 +144,19 @@ fn kernels_here(b: &KernelBench) -> Result<Vec<KernelTiming>> {
         let x = Tensor::randn(&[m, k], 1.0, &mut rng);
         let w = Tensor::randn(&[n, k], 1.0, &mut rng);
         let mut c = vec![0.0f32; m * n];
-        let (secs, best) =
-            timer.time(|| matmul::gemm_into(&mut c, x.data(), w.data(), m, k, n, true));
-        // For one row, also the gemm crate alone: the choice gemm_into makes, measured.
-        let twin_secs = (m == 1).then(|| {
+        // What a Linear layer runs: one row, the matrix-vector kernel; more, lucent's
+        // own kernel (ops::linear_kernel). Beside it, the gemm crate on the same
+        // product: the choice measured.
+        let (secs, best) = if m == 1 {
+            timer.time(|| matmul::gemm_into(&mut c, x.data(), w.data(), m, k, n, true))
+        } else {
+            timer.time(|| ops::linear_kernel::matmul_nt(&mut c, x.data(), w.data(), None, m, k, n))
+        };
+        let twin_secs = Some(
             timer
                 .time(|| matmul::gemm_crate_into(&mut c, x.data(), w.data(), m, k, n, true))
-                .0
-        });
+                .0,
+        );
         black_box(&c);
         rows.push(KernelTiming {
             name,

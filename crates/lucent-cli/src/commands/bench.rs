@@ -127,8 +127,8 @@ fn kernels(a: KernelArgs) -> Result<()> {
         );
     }
     println!(
-        "\ntwin/alt: the plain `reference` twin; for one-row matmul, the gemm crate alone \
-         (what the matrix-vector kernel replaces)."
+        "\ntwin/alt: the plain `reference` twin; for matmul, the gemm crate on the same \
+         product (what lucent's matrix-vector kernel and linear kernel replace)."
     );
     Ok(())
 }

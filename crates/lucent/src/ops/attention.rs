@@ -28,7 +28,7 @@ use crate::runtime::pool::in_pool;
 
 pub use crate::ops::ggml::F16Order;
 use crate::ops::matmul::gemm_general;
-use crate::ops::{matmul, simd, softmax};
+use crate::ops::{linear_kernel, simd, softmax};
 use crate::tensor::tape::{needs_grad, record};
 use crate::tensor::Tensor;
 use crate::{Error, Result};
@@ -378,10 +378,15 @@ const BLOCKED_MIN_T_Q: usize = 8;
 /// `out` is that head's (t_q, d_v) block, `weights` its (t_q, t_k) block (zeroed).
 ///
 /// Few queries (a decode step) take a matrix-vector product with the visible keys and
-/// a vector-matrix product with the visible values. Many queries (a prompt, an encoder) go in blocks of [`BLOCK`]: the block's
-/// scores S = Q_blk · K_rangeᵀ and its output P · V_range are two GEMMs over the range
-/// of keys any query of the block may see; keys a query may not see are masked to −∞
-/// before its softmax.
+/// a vector-matrix product with the visible values. Many queries (a prompt, an encoder)
+/// go in blocks of [`BLOCK`]: the block's scores S = Q_blk · K_rangeᵀ and its output
+/// P · V_range are two products over the range of keys any query of the block may see;
+/// keys a query may not see are masked to −∞ before its softmax.
+///
+/// Both paths sum every number in one order ([`linear_kernel`]: each score a fixed
+/// 8-lane dot product, each output a chain over the keys in order, where masked keys add
+/// exactly 0), so a query row's output does not depend on the other rows, the path, or
+/// padding after its keys: a sentence attends the same alone or padded in a batch.
 #[allow(clippy::too_many_arguments)]
 fn head(
     qd: &[f32],
@@ -411,14 +416,14 @@ fn head(
                 continue;
             }
             let scores = &mut buf[..bq * kn]; // (bq, kn)
-            matmul::gemm_serial_into(
+            linear_kernel::matmul_nt_serial(
                 scores,
                 &queries[i0 * d.d_k..i1 * d.d_k],
                 &keys[lo * d.d_k..hi_k * d.d_k],
+                None,
                 bq,
                 d.d_k,
                 kn,
-                true,
             );
             for (r, row) in scores.chunks_mut(kn).enumerate() {
                 let i = i0 + r;
@@ -442,14 +447,13 @@ fn head(
                     ws[i * d.t_k + lo..i * d.t_k + hi_k].copy_from_slice(row);
                 }
             }
-            matmul::gemm_serial_into(
+            linear_kernel::weighted_rows(
                 &mut out[i0 * d.d_v..i1 * d.d_v],
                 scores,
                 &values[lo * d.d_v..hi_k * d.d_v],
                 bq,
                 kn,
                 d.d_v,
-                false,
             );
         }
         return;
@@ -460,8 +464,17 @@ fn head(
         let vis = visible_keys(p, d, i);
         let bias = bias_row(p.bias, d, bi, hi, i);
         let scores = &mut buf[vis.clone()];
-        // scores = K_vis · q, four keys at a time
-        simd::matvec_t(scores, q, &keys[vis.start * d.d_k..vis.end * d.d_k]);
+        // scores = K_vis · q, in the order of the blocked path's products
+        let n_vis = vis.len();
+        linear_kernel::matmul_nt_serial(
+            scores,
+            q,
+            &keys[vis.start * d.d_k..vis.end * d.d_k],
+            None,
+            1,
+            d.d_k,
+            n_vis,
+        );
         match bias {
             Some(b) => {
                 for (s, &bj) in scores.iter_mut().zip(&b[vis.clone()]) {
@@ -473,10 +486,12 @@ fn head(
         softmax::softmax_row(scores, 1.0);
         // out = weightsᵀ · V_vis
         let o = &mut out[i * d.d_v..][..d.d_v];
-        simd::vecmat(
+        linear_kernel::weighted_rows(
             o,
             scores,
             &values[vis.start * d.d_v..vis.end * d.d_v],
+            1,
+            n_vis,
             d.d_v,
         );
         if let Some(ws) = weights.as_deref_mut() {

@@ -7,6 +7,7 @@
 //! | file | ops |
 //! | --- | --- |
 //! | `matmul` | `matmul`, `matmul_t` (A·Bᵀ), `linear` (x·Wᵀ + b), batched, on the `gemm` crate |
+//! | `linear_kernel` | lucent's own x·Wᵀ + b kernel for many rows (AVX2 tiles, W in place, one summation order per number: batch-invariant) |
 //! | `softmax` | softmax over the last axis, with temperature |
 //! | `norm` | LayerNorm (PyTorch semantics), RMSNorm |
 //! | `activation` | ReLU, GELU (erf and tanh), SiLU |
@@ -20,6 +21,7 @@ pub mod attention;
 pub(crate) mod ggml;
 #[cfg(test)]
 mod kernel_tests;
+pub mod linear_kernel;
 pub mod loss;
 pub mod matmul;
 pub mod norm;

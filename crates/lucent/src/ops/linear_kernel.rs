@@ -1,0 +1,787 @@
+//! lucent's own kernel for the products of `nn.Linear` with f32 weights, many rows at a
+//! time (an encoder's tokens, a prompt): C = A · Wᵀ + b, W stored (out, in) as
+//! checkpoints store it, read in place (no packing, no copies), the bias added in the
+//! same pass.
+//!
+//! # One order for every output number
+//!
+//! Each output number C[i, j] is the dot product of row i of A with row j of W, always
+//! summed in the same order, whatever the number of rows, the row's place in the batch,
+//! the tile it falls in or the thread that computes it: per block of [`KC`] = 256 terms
+//! a fused multiply-add chain from 0 over p in order, the blocks' sums added to the bias
+//! (or 0) in order — the order a BLIS-style GEMM keeps per number, with shorter chains
+//! (less rounding) than one chain over all k.
+//!
+//! So a sentence's embedding is the same bit for bit whether it is embedded alone or in
+//! any batch (sentence-transformers cannot promise this: sentence-transformers#2312),
+//! trailing zero terms (masked keys in attention) change nothing, and the result is
+//! equal on every instruction-set level: the AVX2 kernel and its plain twin
+//! ([`reference`]) follow the same order, and the tests compare their bits.
+//!
+//! # The AVX2 kernel
+//!
+//! W is packed per call, a block at a time, into panels of 16 columns laid out p-major
+//! (16 consecutive numbers per p: two vector loads), padded with zero columns. Tiles of
+//! 6 rows × 16 columns: 12 accumulators, per p two loads of W and six broadcasts of A
+//! for 12 fused multiply-adds. k is cut into blocks of [`KC`] (the chain goes on through
+//! C between blocks, so the order is unchanged), columns into packed blocks of [`NC`],
+//! rows into blocks of [`MC`]: one panel (16 × KC) stays in L1 while the row tiles of a
+//! block pass it, the block of A in L2 while the panels pass it. Large products split their rows (or, for few rows, their
+//! columns) over the runtime's threads; the split does not change any number.
+
+use rayon::prelude::*;
+
+use crate::runtime::pool::in_pool;
+use crate::threads::threads;
+
+/// Rows of a tile.
+const MR: usize = 6;
+/// Columns of a tile (and of a packed panel).
+const NR: usize = 16;
+/// Terms of the dot products per block (one panel block: NR × KC floats, 16 KB).
+const KC: usize = 256;
+/// Columns per packed block (NC × KC floats, 256 KB: L2 or L3).
+const NC: usize = 256;
+/// Rows of A per block (MC × KC floats, 48 KB: L2), passed by every panel of a block.
+const MC: usize = 48;
+/// Multiply-adds from which a product is split over threads.
+const PARALLEL_MIN: usize = 1 << 20;
+
+/// C (m × n) = A (m × k) · Wᵀ + bias, W stored (n × k); all row-major, C overwritten.
+/// The order of every sum is fixed (module docs): the result does not depend on m, on
+/// the threads, or on the instruction-set level.
+///
+/// Panics if a slice's length does not match its dimensions (an internal invariant:
+/// callers derive the dimensions from checked tensor shapes).
+///
+/// # Shapes
+/// c: (m, n), a: (m, k), w: (n, k), bias: (n)
+pub fn matmul_nt(
+    c: &mut [f32],
+    a: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    m: usize,
+    k: usize,
+    n: usize,
+) {
+    assert!(
+        c.len() == m * n
+            && a.len() == m * k
+            && w.len() == n * k
+            && bias.is_none_or(|b| b.len() == n),
+        "matmul_nt sizes"
+    ); // ok: internal invariant
+    if m == 0 || n == 0 {
+        return;
+    }
+    let workers = threads();
+    if workers <= 1 || m * n * k < PARALLEL_MIN {
+        serial(c, a, w, bias, m, k, n, 0, n);
+        return;
+    }
+    if m >= workers * MR * 4 {
+        // Row blocks, one task each: every task owns whole rows of C.
+        let rows = m.div_ceil(workers * 2).next_multiple_of(MR).max(MR);
+        in_pool(|| {
+            c.par_chunks_mut(rows * n)
+                .zip(a.par_chunks(rows * k))
+                .for_each(|(c, a)| serial(c, a, w, bias, a.len() / k.max(1), k, n, 0, n));
+        });
+    } else {
+        // Few rows: column blocks, one task each, every task owns whole columns of C.
+        let cols = n.div_ceil(workers).next_multiple_of(NR);
+        let out = SharedOut(c.as_mut_ptr());
+        in_pool(|| {
+            (0..n.div_ceil(cols)).into_par_iter().for_each(|t| {
+                let (j0, j1) = (t * cols, ((t + 1) * cols).min(n));
+                let out = &out;
+                // SAFETY: task t writes only columns j0..j1 of C's m rows (inside c,
+                // whose length was asserted), which no other task writes; c outlives
+                // the parallel loop.
+                let c = unsafe { std::slice::from_raw_parts_mut(out.0, m * n) };
+                serial(c, a, w, bias, m, k, n, j0, j1);
+            })
+        });
+    }
+}
+
+/// [`matmul_nt`] on the calling thread only (for kernels that already run one task per
+/// thread, such as attention's heads). Same numbers.
+///
+/// # Shapes
+/// c: (m, n), a: (m, k), w: (n, k), bias: (n)
+pub fn matmul_nt_serial(
+    c: &mut [f32],
+    a: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    m: usize,
+    k: usize,
+    n: usize,
+) {
+    assert!(
+        c.len() == m * n
+            && a.len() == m * k
+            && w.len() == n * k
+            && bias.is_none_or(|b| b.len() == n),
+        "matmul_nt_serial sizes"
+    ); // ok: internal invariant
+    if m > 0 && n > 0 {
+        serial(c, a, w, bias, m, k, n, 0, n);
+    }
+}
+
+/// C (m × n) = P (m × k) · V (k × n), V row-major (attention's weighted sum of value
+/// rows): each output number is summed per block of [`KC`] keys (a fused multiply-add
+/// chain from 0 over the block's keys in order), the blocks' sums added in order. So a
+/// row's numbers do not depend on the other rows, and trailing terms with P = 0 (masked
+/// keys) leave them as they are. On the calling thread.
+///
+/// # Shapes
+/// c: (m, n), p: (m, k), v: (k, n)
+pub fn weighted_rows(c: &mut [f32], p: &[f32], v: &[f32], m: usize, k: usize, n: usize) {
+    assert!(
+        c.len() == m * n && p.len() == m * k && v.len() == k * n,
+        "weighted_rows sizes"
+    ); // ok: internal invariant
+    #[cfg(target_arch = "x86_64")]
+    if crate::ops::simd::has_avx2_fma() {
+        // SAFETY: AVX2 + FMA are present; the sizes were asserted above.
+        unsafe { avx2::weighted_rows(c, p, v, m, k, n) };
+        return;
+    }
+    reference::weighted_rows(c, p, v, m, k, n);
+}
+
+/// C's raw pointer, shared by tasks that write disjoint columns.
+struct SharedOut(*mut f32);
+// SAFETY: only used by matmul_nt, whose tasks write disjoint elements.
+unsafe impl Sync for SharedOut {}
+unsafe impl Send for SharedOut {}
+
+/// Columns j0..j1 of C = A · Wᵀ + b on the calling thread (C, A: m rows; C's row
+/// stride n).
+#[allow(clippy::too_many_arguments)]
+fn serial(
+    c: &mut [f32],
+    a: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    m: usize,
+    k: usize,
+    n: usize,
+    j0: usize,
+    j1: usize,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::ops::simd::has_avx2_fma() {
+        // SAFETY: AVX2 + FMA are present (runtime level); the slices' sizes hold (the
+        // callers' assertions: c m×n, a m×k, w n×k, bias n), and j0 ≤ j1 ≤ n.
+        unsafe {
+            if m == 1 {
+                // One row (a decode step's query against the cached keys): packing W
+                // would cost more than the product; W is read in place instead.
+                avx2::one_row(c, a, w, bias, k, j0, j1);
+            } else {
+                avx2::blocked(c, a, w, bias, m, k, n, j0, j1);
+            }
+        }
+        return;
+    }
+    for i in 0..m {
+        for j in j0..j1 {
+            let start = bias.map_or(0.0, |b| b[j]);
+            c[i * n + j] =
+                reference::dot_from(start, &a[i * k..(i + 1) * k], &w[j * k..(j + 1) * k]);
+        }
+    }
+}
+
+/// The plain twin: every output number in the kernel's order (module docs), one at a
+/// time.
+pub mod reference {
+    use super::KC;
+
+    /// start + Σ_p a[p]·w[p] in the kernel's order: per block of [`KC`] terms a fused
+    /// multiply-add chain from 0, the blocks' sums added to `start` (the bias, or 0) in
+    /// order.
+    pub fn dot_from(start: f32, a: &[f32], w: &[f32]) -> f32 {
+        a.chunks(KC).zip(w.chunks(KC)).fold(start, |s, (a, w)| {
+            s + a.iter().zip(w).fold(0.0f32, |t, (&x, &y)| x.mul_add(y, t))
+        })
+    }
+
+    /// C (m × n) = P (m × k) · V (k × n): each number, per block of [`KC`] keys a fused
+    /// multiply-add chain from 0, the blocks' sums added in order.
+    pub fn weighted_rows(c: &mut [f32], p: &[f32], v: &[f32], m: usize, k: usize, n: usize) {
+        for i in 0..m {
+            for j in 0..n {
+                let mut s = 0.0f32;
+                for q0 in (0..k).step_by(KC) {
+                    let mut t = 0.0f32;
+                    for q in q0..(q0 + KC).min(k) {
+                        t = p[i * k + q].mul_add(v[q * n + j], t);
+                    }
+                    s += t;
+                }
+                c[i * n + j] = s;
+            }
+        }
+    }
+
+    /// C (m × n) = A (m × k) · Wᵀ + bias, one number at a time.
+    pub fn matmul_nt(
+        c: &mut [f32],
+        a: &[f32],
+        w: &[f32],
+        bias: Option<&[f32]>,
+        m: usize,
+        k: usize,
+        n: usize,
+    ) {
+        for i in 0..m {
+            for j in 0..n {
+                let start = bias.map_or(0.0, |b| b[j]);
+                c[i * n + j] = dot_from(start, &a[i * k..(i + 1) * k], &w[j * k..(j + 1) * k]);
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{KC, MC, MR, NC, NR};
+
+    /// Columns j0..j1 of C = A · Wᵀ + b, blocked for the caches (module docs).
+    ///
+    /// # Safety
+    /// AVX2 + FMA present; c covers m×n, a m×k, w n×k, bias (if any) n; j0 ≤ j1 ≤ n.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn blocked(
+        c: &mut [f32],
+        a: &[f32],
+        w: &[f32],
+        bias: Option<&[f32]>,
+        m: usize,
+        k: usize,
+        n: usize,
+        j0: usize,
+        j1: usize,
+    ) {
+        let mut packed = vec![0.0f32; NC * KC]; // (NC / NR) panels of (kc, NR)
+        let (cp, ap) = (c.as_mut_ptr(), a.as_ptr());
+        let mut jb = j0;
+        while jb < j1 {
+            let je = (jb + NC).min(j1);
+            let panels = (je - jb).div_ceil(NR);
+            let mut kb = 0;
+            loop {
+                let kc = KC.min(k - kb);
+                // Pack W[jb..je, kb..kb+kc]: panel t, row p holds columns jb + 16t ..
+                // jb + 16t + 15 (zeros past je).
+                for t in 0..panels {
+                    let panel = &mut packed[t * KC * NR..][..kc * NR];
+                    for col in 0..NR {
+                        let j = jb + t * NR + col;
+                        if j < je {
+                            let row = &w[j * k + kb..j * k + kb + kc];
+                            for (p, &x) in row.iter().enumerate() {
+                                panel[p * NR + col] = x;
+                            }
+                        } else {
+                            for p in 0..kc {
+                                panel[p * NR + col] = 0.0;
+                            }
+                        }
+                    }
+                }
+                let first = kb == 0;
+                let mut ib = 0;
+                while ib < m {
+                    let ie = (ib + MC).min(m);
+                    for t in 0..panels {
+                        let mut i = ib;
+                        while i < ie {
+                            let rows = (ie - i).min(MR);
+                            let j = jb + t * NR;
+                            let cols = (je - j).min(NR);
+                            let bt = match bias {
+                                Some(b) if first => b[j..j + cols].as_ptr(),
+                                _ => std::ptr::null(),
+                            };
+                            // SAFETY: rows i..i+rows < m of A (columns kb..kb+kc < k) and of
+                            // C (columns j..j+cols ≤ n); the panel holds kc × 16; bias (if
+                            // not null) covers cols.
+                            unsafe {
+                                let (ct, at, pt) = (
+                                    cp.add(i * n + j),
+                                    ap.add(i * k + kb),
+                                    packed.as_ptr().add(t * KC * NR),
+                                );
+                                match rows {
+                                    6 => tile::<6>(ct, n, at, k, pt, kc, cols, bt, first),
+                                    5 => tile::<5>(ct, n, at, k, pt, kc, cols, bt, first),
+                                    4 => tile::<4>(ct, n, at, k, pt, kc, cols, bt, first),
+                                    3 => tile::<3>(ct, n, at, k, pt, kc, cols, bt, first),
+                                    2 => tile::<2>(ct, n, at, k, pt, kc, cols, bt, first),
+                                    _ => tile::<1>(ct, n, at, k, pt, kc, cols, bt, first),
+                                }
+                            }
+                            i += rows;
+                        }
+                    }
+                    ib = ie;
+                }
+                kb += kc;
+                if kb >= k {
+                    break;
+                }
+            }
+            jb = je;
+        }
+    }
+
+    /// Columns j0..j1 of one row c = a · Wᵀ + b, W read in place: 8 columns at a time,
+    /// each 8 × 8 block of W transposed in registers so that every column keeps its own
+    /// chain over p in order (the kernel's order); the last n mod 8 columns one at a time
+    /// as the twin computes them.
+    ///
+    /// # Safety
+    /// AVX2 + FMA present; c covers j1 numbers, a k, w j1 rows of k, bias (if any) j1;
+    /// j0 ≤ j1.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn one_row(
+        c: &mut [f32],
+        a: &[f32],
+        w: &[f32],
+        bias: Option<&[f32]>,
+        k: usize,
+        j0: usize,
+        j1: usize,
+    ) {
+        let mut j = j0;
+        while j + 8 <= j1 {
+            let mut sum = match bias {
+                // SAFETY: columns j..j+8 ≤ j1 of the bias.
+                Some(b) => unsafe { _mm256_loadu_ps(b.as_ptr().add(j)) },
+                None => _mm256_setzero_ps(),
+            };
+            let mut kb = 0;
+            while kb < k {
+                let ke = (kb + KC).min(k);
+                let mut acc = _mm256_setzero_ps();
+                let mut p = kb;
+                // SAFETY (all accesses): rows j..j+8 ≤ j1 of W, positions p..p+8 ≤ ke ≤ k.
+                unsafe {
+                    while p + 8 <= ke {
+                        let r: [__m256; 8] = std::array::from_fn(|q| {
+                            _mm256_loadu_ps(w.as_ptr().add((j + q) * k + p))
+                        });
+                        let t = transpose8(r); // t[e] = column block's terms at p + e
+                        for (e, t) in t.iter().enumerate() {
+                            acc = _mm256_fmadd_ps(_mm256_set1_ps(a[p + e]), *t, acc);
+                        }
+                        p += 8;
+                    }
+                    while p < ke {
+                        let col = _mm256_setr_ps(
+                            w[j * k + p],
+                            w[(j + 1) * k + p],
+                            w[(j + 2) * k + p],
+                            w[(j + 3) * k + p],
+                            w[(j + 4) * k + p],
+                            w[(j + 5) * k + p],
+                            w[(j + 6) * k + p],
+                            w[(j + 7) * k + p],
+                        );
+                        acc = _mm256_fmadd_ps(_mm256_set1_ps(a[p]), col, acc);
+                        p += 1;
+                    }
+                }
+                sum = _mm256_add_ps(sum, acc);
+                kb = ke;
+            }
+            // SAFETY: columns j..j+8 ≤ j1 of c.
+            unsafe { _mm256_storeu_ps(c.as_mut_ptr().add(j), sum) };
+            j += 8;
+        }
+        for j in j..j1 {
+            let start = bias.map_or(0.0, |b| b[j]);
+            c[j] = super::reference::dot_from(start, a, &w[j * k..(j + 1) * k]);
+        }
+    }
+
+    /// The 8 × 8 transpose: out[e] lane q = rows[q] lane e.
+    #[inline(always)]
+    fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
+        // SAFETY: register shuffles only (AVX present: called from AVX2 code).
+        unsafe {
+            let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+            let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+            let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+            let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+            let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+            let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+            let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+            let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+            let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+            let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+            let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+            let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+            let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+            let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+            let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+            let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+            [
+                _mm256_permute2f128_ps::<0x20>(u0, u4),
+                _mm256_permute2f128_ps::<0x20>(u1, u5),
+                _mm256_permute2f128_ps::<0x20>(u2, u6),
+                _mm256_permute2f128_ps::<0x20>(u3, u7),
+                _mm256_permute2f128_ps::<0x31>(u0, u4),
+                _mm256_permute2f128_ps::<0x31>(u1, u5),
+                _mm256_permute2f128_ps::<0x31>(u2, u6),
+                _mm256_permute2f128_ps::<0x31>(u3, u7),
+            ]
+        }
+    }
+
+    /// C = P · V in the order of [`super::weighted_rows`]: up to 4 rows of P at a time
+    /// share each loaded row of V; 16, then 8 columns per vector step, the last n mod 8
+    /// columns one by one (the same chain per number).
+    ///
+    /// # Safety
+    /// AVX2 + FMA present; c covers m×n, p m×k, v k×n.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn weighted_rows(c: &mut [f32], p: &[f32], v: &[f32], m: usize, k: usize, n: usize) {
+        let (cp, pp, vp) = (c.as_mut_ptr(), p.as_ptr(), v.as_ptr());
+        let mut i = 0;
+        while i < m {
+            let rows = (m - i).min(4);
+            // SAFETY: rows i..i+rows < m of P and C; columns below n of V and C.
+            unsafe {
+                match rows {
+                    4 => rows_pv::<4>(cp.add(i * n), pp.add(i * k), vp, k, n),
+                    3 => rows_pv::<3>(cp.add(i * n), pp.add(i * k), vp, k, n),
+                    2 => rows_pv::<2>(cp.add(i * n), pp.add(i * k), vp, k, n),
+                    _ => rows_pv::<1>(cp.add(i * n), pp.add(i * k), vp, k, n),
+                }
+            }
+            i += rows;
+        }
+    }
+
+    /// R rows of C = P · V (row strides n for C and V, k for P).
+    ///
+    /// # Safety
+    /// AVX2 + FMA present; c covers R rows of n, p R rows of k, v k rows of n.
+    #[inline(always)]
+    unsafe fn rows_pv<const R: usize>(
+        c: *mut f32,
+        p: *const f32,
+        v: *const f32,
+        k: usize,
+        n: usize,
+    ) {
+        // SAFETY (all accesses): columns j + 16 ≤ n (or j + 8 ≤ n, or j < n) of rows
+        // q < k of V, rows r < R of P and C.
+        unsafe {
+            let mut j = 0;
+            while j + 16 <= n {
+                let mut sum = [[_mm256_setzero_ps(); 2]; R];
+                for q0 in (0..k).step_by(KC) {
+                    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+                    for q in q0..(q0 + KC).min(k) {
+                        let v0 = _mm256_loadu_ps(v.add(q * n + j));
+                        let v1 = _mm256_loadu_ps(v.add(q * n + j + 8));
+                        for (r, acc) in acc.iter_mut().enumerate() {
+                            let w = _mm256_set1_ps(*p.add(r * k + q));
+                            acc[0] = _mm256_fmadd_ps(w, v0, acc[0]);
+                            acc[1] = _mm256_fmadd_ps(w, v1, acc[1]);
+                        }
+                    }
+                    for (s, a) in sum.iter_mut().zip(&acc) {
+                        s[0] = _mm256_add_ps(s[0], a[0]);
+                        s[1] = _mm256_add_ps(s[1], a[1]);
+                    }
+                }
+                for (r, acc) in sum.iter().enumerate() {
+                    _mm256_storeu_ps(c.add(r * n + j), acc[0]);
+                    _mm256_storeu_ps(c.add(r * n + j + 8), acc[1]);
+                }
+                j += 16;
+            }
+            while j + 8 <= n {
+                let mut sum = [_mm256_setzero_ps(); R];
+                for q0 in (0..k).step_by(KC) {
+                    let mut acc = [_mm256_setzero_ps(); R];
+                    for q in q0..(q0 + KC).min(k) {
+                        let v0 = _mm256_loadu_ps(v.add(q * n + j));
+                        for (r, acc) in acc.iter_mut().enumerate() {
+                            *acc = _mm256_fmadd_ps(_mm256_set1_ps(*p.add(r * k + q)), v0, *acc);
+                        }
+                    }
+                    for (s, a) in sum.iter_mut().zip(&acc) {
+                        *s = _mm256_add_ps(*s, *a);
+                    }
+                }
+                for (r, acc) in sum.iter().enumerate() {
+                    _mm256_storeu_ps(c.add(r * n + j), *acc);
+                }
+                j += 8;
+            }
+            while j < n {
+                for r in 0..R {
+                    let mut s = 0.0f32;
+                    for q0 in (0..k).step_by(KC) {
+                        let mut t = 0.0f32;
+                        for q in q0..(q0 + KC).min(k) {
+                            t = (*p.add(r * k + q)).mul_add(*v.add(q * n + j), t);
+                        }
+                        s += t;
+                    }
+                    *c.add(r * n + j) = s;
+                }
+                j += 1;
+            }
+        }
+    }
+
+    /// One tile: R rows of A (row stride lda, kc terms from `a`) × one packed panel
+    /// (kc rows of 16) → C's R rows × `cols` columns (row stride ldc). The chains start
+    /// at 0; their sums are added to the bias, or 0 if it is null (`first`), or to C.
+    ///
+    /// # Safety
+    /// AVX2 + FMA present; a covers R rows of kc at stride lda, panel kc × 16, c R rows of
+    /// `cols` ≤ 16 at stride ldc, bias (if not null) `cols` numbers.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    unsafe fn tile<const R: usize>(
+        c: *mut f32,
+        ldc: usize,
+        a: *const f32,
+        lda: usize,
+        panel: *const f32,
+        kc: usize,
+        cols: usize,
+        bias: *const f32,
+        first: bool,
+    ) {
+        // SAFETY (all accesses): as the contract says; partial column tiles go through
+        // a 16-wide buffer.
+        unsafe {
+            let mut acc = [[_mm256_setzero_ps(); 2]; R];
+            let mut buf = [0.0f32; NR];
+            // What the block's sums are added to: the bias (or 0) on the first block,
+            // else C so far.
+            let mut base = [[_mm256_setzero_ps(); 2]; R];
+            if first && !bias.is_null() {
+                std::ptr::copy_nonoverlapping(bias, buf.as_mut_ptr(), cols);
+                let b = [
+                    _mm256_loadu_ps(buf.as_ptr()),
+                    _mm256_loadu_ps(buf.as_ptr().add(8)),
+                ];
+                base = [b; R];
+            } else if !first {
+                for (r, b) in base.iter_mut().enumerate() {
+                    if cols == NR {
+                        b[0] = _mm256_loadu_ps(c.add(r * ldc));
+                        b[1] = _mm256_loadu_ps(c.add(r * ldc + 8));
+                    } else {
+                        std::ptr::copy_nonoverlapping(c.add(r * ldc), buf.as_mut_ptr(), cols);
+                        b[0] = _mm256_loadu_ps(buf.as_ptr());
+                        b[1] = _mm256_loadu_ps(buf.as_ptr().add(8));
+                    }
+                }
+            }
+            for p in 0..kc {
+                let w0 = _mm256_loadu_ps(panel.add(p * NR));
+                let w1 = _mm256_loadu_ps(panel.add(p * NR + 8));
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let x = _mm256_broadcast_ss(&*a.add(r * lda + p));
+                    acc[0] = _mm256_fmadd_ps(x, w0, acc[0]);
+                    acc[1] = _mm256_fmadd_ps(x, w1, acc[1]);
+                }
+            }
+            for (r, acc) in acc.iter().enumerate() {
+                let v0 = _mm256_add_ps(base[r][0], acc[0]);
+                let v1 = _mm256_add_ps(base[r][1], acc[1]);
+                if cols == NR {
+                    _mm256_storeu_ps(c.add(r * ldc), v0);
+                    _mm256_storeu_ps(c.add(r * ldc + 8), v1);
+                } else {
+                    _mm256_storeu_ps(buf.as_mut_ptr(), v0);
+                    _mm256_storeu_ps(buf.as_mut_ptr().add(8), v1);
+                    std::ptr::copy_nonoverlapping(buf.as_ptr(), c.add(r * ldc), cols);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{rngs::StdRng, Rng, SeedableRng};
+
+    fn random(n: usize, rng: &mut StdRng) -> Vec<f32> {
+        (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect()
+    }
+
+    /// The kernel equals its plain twin bit for bit on every instruction-set level this
+    /// CPU has, at one and two threads, for shapes with every kind of remainder.
+    #[test]
+    fn kernel_equals_its_twin_bit_for_bit_on_every_level() {
+        let mut rng = StdRng::seed_from_u64(7);
+        let shapes = [
+            (1, 1, 1),
+            (1, 300, 21),
+            (1, 64, 1500),
+            (2, 7, 3),
+            (3, 8, 4),
+            (5, 17, 9),
+            (7, 384, 13),
+            (13, 385, 64),
+            (40, 1536, 18),
+            (97, 64, 130),
+            (300, 384, 1536),
+        ];
+        for &(m, k, n) in &shapes {
+            let a = random(m * k, &mut rng);
+            let w = random(n * k, &mut rng);
+            let b = random(n, &mut rng);
+            for bias in [None, Some(b.as_slice())] {
+                let mut want = vec![0.0; m * n];
+                reference::matmul_nt(&mut want, &a, &w, bias, m, k, n);
+                for isa in crate::Isa::available() {
+                    for t in [1, 2] {
+                        let rt = crate::Runtime::builder()
+                            .threads(t)
+                            .isa(isa)
+                            .build()
+                            .expect("a runtime");
+                        let mut got = vec![f32::NAN; m * n];
+                        rt.install(|| matmul_nt(&mut got, &a, &w, bias, m, k, n));
+                        let same = got
+                            .iter()
+                            .zip(&want)
+                            .all(|(x, y)| x.to_bits() == y.to_bits());
+                        assert!(
+                            same,
+                            "({m}, {k}, {n}) bias {} at {isa:?}, {t} threads",
+                            bias.is_some()
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// P · V equals its twin bit for bit on every level, and trailing zero weights (masked
+    /// keys) change nothing.
+    #[test]
+    fn weighted_rows_equal_the_twin_and_ignore_trailing_zeros() {
+        let mut rng = StdRng::seed_from_u64(10);
+        for &(m, k, n) in &[
+            (1, 1, 1),
+            (3, 5, 7),
+            (4, 13, 16),
+            (9, 40, 32),
+            (6, 77, 64),
+            (5, 9, 24),
+            (5, 300, 40),
+        ] {
+            let p = random(m * k, &mut rng);
+            let v = random(k * n, &mut rng);
+            let mut want = vec![0.0; m * n];
+            reference::weighted_rows(&mut want, &p, &v, m, k, n);
+            for isa in crate::Isa::available() {
+                let rt = crate::Runtime::builder()
+                    .threads(1)
+                    .isa(isa)
+                    .build()
+                    .expect("a runtime");
+                let mut got = vec![f32::NAN; m * n];
+                rt.install(|| weighted_rows(&mut got, &p, &v, m, k, n));
+                assert!(
+                    got.iter()
+                        .zip(&want)
+                        .all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "({m},{k},{n}) {isa:?}"
+                );
+                // The same rows one at a time, with 11 more keys of weight 0.
+                for i in 0..m {
+                    let k2 = k + 11;
+                    let mut p2 = p[i * k..(i + 1) * k].to_vec();
+                    p2.resize(k2, 0.0);
+                    let mut v2 = v.clone();
+                    v2.extend(random(11 * n, &mut rng));
+                    let mut one = vec![0.0; n];
+                    rt.install(|| weighted_rows(&mut one, &p2, &v2, 1, k2, n));
+                    assert_eq!(
+                        one.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                        want[i * n..(i + 1) * n]
+                            .iter()
+                            .map(|x| x.to_bits())
+                            .collect::<Vec<_>>()
+                    );
+                }
+            }
+        }
+    }
+
+    /// A row's numbers do not depend on the other rows: any subset of rows, in any
+    /// position, gives the same bits.
+    #[test]
+    fn rows_are_invariant_to_the_batch() {
+        let mut rng = StdRng::seed_from_u64(8);
+        let (m, k, n) = (50, 384, 37);
+        let a = random(m * k, &mut rng);
+        let w = random(n * k, &mut rng);
+        let mut all = vec![0.0; m * n];
+        matmul_nt(&mut all, &a, &w, None, m, k, n);
+        for (start, len) in [(0, 1), (1, 2), (5, 3), (7, 11), (49, 1), (20, 30)] {
+            let mut part = vec![0.0; len * n];
+            matmul_nt(
+                &mut part,
+                &a[start * k..(start + len) * k],
+                &w,
+                None,
+                len,
+                k,
+                n,
+            );
+            assert_eq!(
+                part.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                all[start * n..(start + len) * n]
+                    .iter()
+                    .map(|x| x.to_bits())
+                    .collect::<Vec<_>>(),
+                "rows {start}..{}",
+                start + len
+            );
+        }
+    }
+
+    /// Close to the exact product (f64): the order is a good one.
+    #[test]
+    fn close_to_the_exact_product() {
+        let mut rng = StdRng::seed_from_u64(9);
+        let (m, k, n) = (9, 1536, 21);
+        let a = random(m * k, &mut rng);
+        let w = random(n * k, &mut rng);
+        let mut got = vec![0.0; m * n];
+        matmul_nt(&mut got, &a, &w, None, m, k, n);
+        for i in 0..m {
+            for j in 0..n {
+                let exact: f64 = (0..k)
+                    .map(|p| a[i * k + p] as f64 * w[j * k + p] as f64)
+                    .sum();
+                assert!((got[i * n + j] as f64 - exact).abs() < 1e-4, "{i},{j}");
+            }
+        }
+    }
+}
