@@ -10,7 +10,7 @@ use lucent::{Error, Result};
 /// Arguments of `lucent transcribe`.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Examples:\n  lucent transcribe speech.wav\n  lucent transcribe speech.wav --timestamps\n  lucent transcribe -m whisper-base speech.wav --language en --json\n  lucent transcribe speech.wav --beam 3 --threads 2"
+    after_help = "Examples:\n  lucent transcribe speech.wav\n  lucent transcribe speech.wav --timestamps\n  lucent transcribe -m whisper-base speech.wav --language en --json\n  lucent transcribe speech.wav --words\n  lucent transcribe speech.wav --beam 3 --threads 2"
 )]
 pub struct Args {
     /// The audio: a WAV file (8–48 kHz, mono or stereo, 8/16/24/32-bit int or 32-bit float).
@@ -34,6 +34,11 @@ pub struct Args {
     /// Beam search with N beams (1: greedy).
     #[arg(long, value_name = "N", default_value_t = 1)]
     beam: usize,
+    /// Word-level times (cross-attention of the model's alignment heads + dynamic time
+    /// warping, as Whisper's `word_timestamps`): one line per word, or `words` in each
+    /// `--json` segment.
+    #[arg(long)]
+    words: bool,
     /// Decode without timestamp tokens (one segment per 30-second window).
     #[arg(long)]
     no_timestamp_tokens: bool,
@@ -66,6 +71,7 @@ pub fn run(args: Args) -> Result<()> {
         },
         timestamps: !args.no_timestamp_tokens,
         beam_size: args.beam,
+        word_timestamps: args.words,
         ..TranscribeOptions::default()
     };
     let tr: Transcript = t.transcribe(&args.file, &opts)?;
@@ -79,6 +85,12 @@ pub fn run(args: Args) -> Result<()> {
             "segments": tr.segments,
         });
         println!("{v}");
+    } else if args.words {
+        for s in &tr.segments {
+            for w in s.words.iter().flatten() {
+                println!("[{} --> {}] {}", hms(w.start), hms(w.end), w.word.trim());
+            }
+        }
     } else if args.timestamps {
         for s in &tr.segments {
             println!("[{} --> {}] {}", hms(s.start), hms(s.end), s.text.trim());

@@ -12,6 +12,7 @@ pub mod generator;
 #[cfg(feature = "train")]
 pub mod trained;
 pub mod transcribe;
+pub mod words;
 
 pub use chat::{ChatTemplate, Message};
 pub use embed::{Embedder, Pooling};

@@ -180,6 +180,9 @@ pub struct Segment {
     pub temperature: f32,
     /// Its window's compression ratio.
     pub compression_ratio: f32,
+    /// Its words with their times (with `TranscribeOptions::word_timestamps`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub words: Option<Vec<crate::pipeline::words::Word>>,
 }
 
 /// A whole transcript.
@@ -217,6 +220,9 @@ pub struct TranscribeOptions {
     pub no_speech_threshold: Option<f32>,
     /// Seed of the sampler (temperatures above 0).
     pub seed: u64,
+    /// Give each segment its words with times (cross-attention of the alignment heads
+    /// and dynamic time warping, `pipeline::words`).
+    pub word_timestamps: bool,
 }
 
 impl Default for TranscribeOptions {
@@ -231,6 +237,7 @@ impl Default for TranscribeOptions {
             logprob_threshold: Some(-1.0),
             no_speech_threshold: Some(0.6),
             seed: 0,
+            word_timestamps: false,
         }
     }
 }
@@ -766,6 +773,7 @@ impl Transcriber {
         let mut segments = Vec::new();
         let mut seek = 0usize;
         let mut language = opts.language.clone();
+        let mut last_speech = 0.0f64;
         while let Some(window) = stream.window(seek)? {
             let memory = self.encode(&window.features)?;
             if self.is_multilingual() && language.is_none() {
@@ -784,7 +792,29 @@ impl Transcriber {
                 seek += segment_frames;
                 continue;
             }
+            let first_new = segments.len();
             let advance = self.segments(&r, offset, segment_frames, &mut segments)?;
+            if opts.word_timestamps {
+                let sot_sequence: Vec<u32> = prompt
+                    .iter()
+                    .copied()
+                    .filter(|&id| id != self.tokens.no_timestamps)
+                    .collect();
+                let lang = if self.is_multilingual() {
+                    language.as_deref()
+                } else {
+                    Some("en")
+                };
+                self.add_word_timestamps(
+                    &mut segments[first_new..],
+                    &memory,
+                    &sot_sequence,
+                    segment_frames.min(N_FRAMES),
+                    offset,
+                    lang,
+                    &mut last_speech,
+                )?;
+            }
             seek += advance.max(1);
         }
         let duration = stream.content_frames().unwrap_or(seek) as f64 * FRAME_SECONDS;
@@ -825,6 +855,7 @@ impl Transcriber {
                 no_speech_prob: r.no_speech_prob,
                 temperature: r.temperature,
                 compression_ratio: r.compression_ratio,
+                words: None,
             })
         };
         let time = |id: u32| offset + f64::from(id - t.timestamp_begin) * TIME_PRECISION;
