@@ -159,6 +159,7 @@ class Transcriber:
         logprob_threshold: Optional[float] = -1.0,
         no_speech_threshold: Optional[float] = 0.6,
         seed: int = 0,
+        word_timestamps: bool = False,
     ) -> str:
         """The transcript of a WAV file as lucent's JSON (`lucent transcribe --json`'s fields)."""
 

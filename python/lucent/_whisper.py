@@ -127,6 +127,7 @@ class Whisper:
         no_speech_threshold: Optional[float] = 0.6,
         beam_size: Optional[int] = None,
         without_timestamps: bool = False,
+        word_timestamps: bool = False,
         seed: int = 0,
         **unsupported: Any,
     ) -> Dict[str, Any]:
@@ -139,7 +140,10 @@ class Whisper:
         (sampled with ``seed``). ``beam_size``: beams at temperature 0 (None or 1: greedy).
         A window whose ``<|nospeech|>`` probability exceeds ``no_speech_threshold`` while
         its log-probability is low is skipped as silence. ``without_timestamps``: one
-        segment per window instead of the model's timed segments. ``verbose=True`` prints
+        segment per window instead of the model's timed segments. ``word_timestamps``:
+        each segment gets ``words`` (``word``, ``start``, ``end``, ``probability``), from
+        the cross-attention of the model's alignment heads and dynamic time warping, as
+        openai-whisper computes them. ``verbose=True`` prints
         each segment as ``[start --> end] text`` when the transcript is done.
         """
         _refuse_unsupported(unsupported)
@@ -153,12 +157,12 @@ class Whisper:
             try:
                 _write_wav_f32(tmp, audio.astype(np.float32, copy=False))
                 raw = self._run(tmp, language, task, without_timestamps, beams, temps,
-                                compression_ratio_threshold, logprob_threshold, no_speech_threshold, seed)
+                                compression_ratio_threshold, logprob_threshold, no_speech_threshold, seed, word_timestamps)
             finally:
                 os.unlink(tmp)
         else:
             raw = self._run(os.fspath(audio), language, task, without_timestamps, beams, temps,
-                            compression_ratio_threshold, logprob_threshold, no_speech_threshold, seed)
+                            compression_ratio_threshold, logprob_threshold, no_speech_threshold, seed, word_timestamps)
         t = json.loads(raw)
         segments = []
         for i, s in enumerate(t["segments"]):
@@ -181,7 +185,7 @@ class Whisper:
                 print(f"[{_hms(s['start'])} --> {_hms(s['end'])}] {s['text'].strip()}", file=sys.stdout)
         return {"text": t["text"], "segments": segments, "language": t["language"], "duration": t["duration"]}
 
-    def _run(self, path, language, task, without_timestamps, beams, temps, crt, lpt, nst, seed) -> str:
+    def _run(self, path, language, task, without_timestamps, beams, temps, crt, lpt, nst, seed, words) -> str:
         return self._core.transcribe_json(
             path,
             language=language,
@@ -193,6 +197,7 @@ class Whisper:
             logprob_threshold=lpt,
             no_speech_threshold=nst,
             seed=seed,
+            word_timestamps=words,
         )
 
 

@@ -71,10 +71,13 @@ impl Transcriber {
     ///
     /// `temperatures`: tried in turn while a window fails the thresholds (a window
     /// decoded at 0 uses `beam_size` beams); a threshold of None turns its test off.
+    /// `word_timestamps`: each segment gets `words` (`word`, `start`, `end`,
+    /// `probability`), as `lucent transcribe --words`.
     #[pyo3(signature = (
         path, *, language = None, task = "transcribe", timestamps = true, beam_size = 1,
         temperatures = vec![0.0, 0.2, 0.4, 0.6, 0.8, 1.0], compression_ratio_threshold = Some(2.4),
-        logprob_threshold = Some(-1.0), no_speech_threshold = Some(0.6), seed = 0
+        logprob_threshold = Some(-1.0), no_speech_threshold = Some(0.6), seed = 0,
+        word_timestamps = false
     ))]
     #[allow(clippy::too_many_arguments)]
     fn transcribe_json(
@@ -90,6 +93,7 @@ impl Transcriber {
         logprob_threshold: Option<f32>,
         no_speech_threshold: Option<f32>,
         seed: u64,
+        word_timestamps: bool,
     ) -> PyResult<String> {
         let task = match task {
             "transcribe" => Task::Transcribe,
@@ -120,7 +124,7 @@ impl Transcriber {
             logprob_threshold,
             no_speech_threshold,
             seed,
-            ..TranscribeOptions::default()
+            word_timestamps,
         };
         let inner = self.inner.clone();
         let threads = self.threads.clone();

@@ -69,6 +69,18 @@ def test_multilingual_model_detects_the_language_as_the_cli():
     _same_segments(base.transcribe(clip, language="en"), _cli("whisper-base", clip, "--language", "en"))
 
 
+def test_word_timestamps_equal_the_cli(tiny):
+    clip = CLIPS / "00.wav"
+    got = tiny.transcribe(clip, word_timestamps=True)
+    cli = _cli("whisper-tiny.en", clip, "--words")
+    _same_segments(got, cli)
+    for g, c in zip(got["segments"], cli["segments"]):
+        assert [w["word"] for w in g["words"]] == [w["word"] for w in c["words"]]
+        assert [(w["start"], w["end"]) for w in g["words"]] == [(w["start"], w["end"]) for w in c["words"]]
+        assert all(0.0 <= w["probability"] <= 1.0 for w in g["words"])
+    assert "words" not in tiny.transcribe(clip)["segments"][0]
+
+
 def test_numpy_samples_equal_the_file(tiny):
     clip = CLIPS / "03.wav"
     with wave.open(str(clip)) as w:

@@ -135,9 +135,7 @@ pub fn dtw(x: &[f64], n: usize, m: usize) -> Vec<(usize, usize)> {
             trace[i * w + j] = t;
         }
     }
-    for j in 0..w {
-        trace[j] = 2;
-    }
+    trace[..w].fill(2);
     for i in 0..=n {
         trace[i * w] = 1;
     }
@@ -278,7 +276,10 @@ impl Transcriber {
             prefix: Some("decoder.".into()),
         });
         let tgt = vec![ids.iter().map(|&i| i as usize).collect::<Vec<_>>()];
-        let logits = no_grad(|| self.model.decode(&tgt, memory, None, None, Some(&mut trace)))?; // (1, t, V)
+        let logits = no_grad(|| {
+            self.model
+                .decode(&tgt, memory, None, None, Some(&mut trace))
+        })?; // (1, t, V)
         let n_tok = ids.len();
         let vocab = self.model.config.vocab_size;
 
@@ -400,7 +401,8 @@ impl Transcriber {
             .map(|s| s.tokens.iter().copied().filter(|&t| t < eot).collect())
             .collect();
         let text: Vec<u32> = per_segment.iter().flatten().copied().collect();
-        let mut alignment = self.find_alignment(memory, sot_sequence, &text, num_frames, language)?;
+        let mut alignment =
+            self.find_alignment(memory, sot_sequence, &text, num_frames, language)?;
 
         let mut durations: Vec<f64> = alignment
             .iter()
@@ -560,7 +562,13 @@ mod tests {
             end: 0.0,
             probability: 1.0,
         };
-        let mut a = vec![w(" \"", 1), w("Hi", 2), w(",", 3), w(" there", 4), w(".", 5)];
+        let mut a = vec![
+            w(" \"", 1),
+            w("Hi", 2),
+            w(",", 3),
+            w(" there", 4),
+            w(".", 5),
+        ];
         merge_punctuations(&mut a, PREPEND_PUNCTUATIONS, APPEND_PUNCTUATIONS);
         let words: Vec<&str> = a.iter().map(|w| w.word.as_str()).collect();
         assert_eq!(words, vec!["", " \"Hi,", "", " there.", ""]);
