@@ -65,13 +65,7 @@ pub fn matmul_nt(
     k: usize,
     n: usize,
 ) {
-    assert!(
-        c.len() == m * n
-            && a.len() == m * k
-            && w.len() == n * k
-            && bias.is_none_or(|b| b.len() == n),
-        "matmul_nt sizes"
-    ); // ok: internal invariant
+    check_sizes(c, a, w, bias, m, k, n);
     if m == 0 || n == 0 {
         return;
     }
@@ -106,6 +100,28 @@ pub fn matmul_nt(
     }
 }
 
+/// Panics unless c is m×n, a m×k, w n×k and bias (if any) n (an internal invariant).
+fn check_sizes(
+    c: &[f32],
+    a: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    m: usize,
+    k: usize,
+    n: usize,
+) {
+    assert!(
+        c.len() == m * n
+            && a.len() == m * k
+            && w.len() == n * k
+            && bias.is_none_or(|b| b.len() == n),
+        "matmul_nt sizes: c {}, a {}, w {} for m {m}, k {k}, n {n}",
+        c.len(),
+        a.len(),
+        w.len()
+    ); // ok: internal invariant
+}
+
 /// [`matmul_nt`] on the calling thread only (for kernels that already run one task per
 /// thread, such as attention's heads). Same numbers.
 ///
@@ -120,13 +136,7 @@ pub fn matmul_nt_serial(
     k: usize,
     n: usize,
 ) {
-    assert!(
-        c.len() == m * n
-            && a.len() == m * k
-            && w.len() == n * k
-            && bias.is_none_or(|b| b.len() == n),
-        "matmul_nt_serial sizes"
-    ); // ok: internal invariant
+    check_sizes(c, a, w, bias, m, k, n);
     if m > 0 && n > 0 {
         serial(c, a, w, bias, m, k, n, 0, n);
     }
