@@ -3,9 +3,13 @@
 //! browser directly: no WebDriver server to install beside it).
 //!
 //! One `lucent explore` (on 127.0.0.1, any free port, stopping by itself) serves
-//! MiniLM, SmolLM2, Gemma 3 and a model trained by `lucent train`. For each model the
-//! page loads with no console errors, and one layer/head's table view equals `lucent
-//! attention -m MODEL TEXT --layer L --head H --json` to 4 decimals. On SmolLM2: the
+//! MiniLM, SmolLM2, Gemma 3, a GPT trained by `lucent train`, an encoder-decoder
+//! trained by `lucent train seq2seq` (here, in a few seconds) and Whisper. For each
+//! model the page loads with no console errors, and one layer/head's table view equals
+//! `lucent attention -m MODEL TEXT --layer L --head H --json` to 4 decimals; for the
+//! encoder-decoders, each of their three attentions (`--stack cross|encoder|decoder`),
+//! Whisper's audio chosen with the page's file picker. A second server with
+//! `--api-key` shows the page asking for the key and then the same numbers. On SmolLM2: the
 //! sliders change the distribution exactly as the sampler would (the page's numbers
 //! against the server's `lucent::pipeline::generate::distribution`), the exported
 //! standalone HTML opened from file:// with the network off shows the same numbers,
@@ -44,8 +48,12 @@ struct Server {
 
 impl Server {
     fn start(models: &[&str]) -> Server {
+        Server::start_with(models, &[])
+    }
+
+    fn start_with(models: &[&str], extra: &[&str]) -> Server {
         let mut cmd = Command::new(lucent());
-        cmd.arg("explore").args(["--exit-after", "400"]);
+        cmd.arg("explore").args(["--exit-after", "400"]).args(extra);
         for m in models {
             cmd.args(["-m", m]);
         }
@@ -236,10 +244,20 @@ fn table(tab: &Tab) -> Vec<Vec<String>> {
 
 /// One head's weights as `lucent attention --json` prints them.
 fn cli_weights(model: &str, layer: usize, head: usize) -> Vec<Vec<f64>> {
+    cli_weights_of(&[model, TEXT], layer, head)
+}
+
+/// `lucent attention -m ARGS... --json --layer L --head H`: that head's matrix.
+fn cli_weights_of(args: &[&str], layer: usize, head: usize) -> Vec<Vec<f64>> {
+    let png = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("explorer-cli.png");
     let out = Command::new(lucent())
         .current_dir(root())
-        .args(["attention", "-m", model, TEXT, "--json"])
+        .args(["attention", "-m"])
+        .args(args)
+        .arg("--json")
         .args(["--layer", &layer.to_string(), "--head", &head.to_string()])
+        .arg("--png")
+        .arg(&png)
         .output()
         .unwrap();
     assert!(
@@ -263,6 +281,34 @@ fn cli_weights(model: &str, layer: usize, head: usize) -> Vec<Vec<f64>> {
     serde_json::from_value(m).unwrap()
 }
 
+/// The table view on the page equals the CLI's matrix to 4 decimals.
+fn same_table(what: &str, page: &[Vec<String>], want: &[Vec<f64>]) {
+    assert_eq!(page.len(), want.len(), "{what}: rows");
+    for (i, (pr, wr)) in page.iter().zip(want).enumerate() {
+        assert_eq!(pr.len(), wr.len(), "{what}: row {i}");
+        for (j, (p, w)) in pr.iter().zip(wr).enumerate() {
+            let p: f64 = p.parse().unwrap();
+            assert!(
+                (p - w).abs() <= 0.5e-4 + 1e-6,
+                "{what} [{i}][{j}]: page {p} vs lucent attention {w}"
+            );
+        }
+    }
+}
+
+/// Poll `js` (a boolean expression) until it holds.
+fn wait_for(tab: &Tab, js: &str, what: &str) {
+    let start = Instant::now();
+    while eval(tab, js) != Value::Bool(true) {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "waited 120 s for {what}; the page says: {}",
+            eval(tab, "document.getElementById('status').textContent + ' | ' + document.getElementById('view').textContent.slice(0, 300)")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn screenshot(tab: &Tab, name: &str) {
     let png = tab
         .capture_screenshot(CaptureScreenshotFormatOption::Png, None, None, true)
@@ -275,7 +321,49 @@ fn screenshot(tab: &Tab, name: &str) {
 #[test]
 fn explorer_in_chromium() {
     let t0 = Instant::now();
-    let server = Server::start(&["smollm2", "minilm", "gemma3", "tests/data/runs/tiny-bpe"]);
+    // An encoder-decoder trained here, in a few seconds: reverse 4 to 8 symbols.
+    let run = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("explorer-reverse");
+    let _ = std::fs::remove_dir_all(&run);
+    let trained = Command::new(lucent())
+        .args([
+            "train",
+            "seq2seq",
+            "--task",
+            "reverse",
+            "--steps",
+            "300",
+            "--eval-every",
+            "300",
+        ])
+        .args([
+            "--test-size",
+            "50",
+            "--symbols",
+            "8",
+            "--min-len",
+            "4",
+            "--max-len",
+            "8",
+            "--json",
+        ])
+        .arg("--out")
+        .arg(&run)
+        .output()
+        .unwrap();
+    assert!(
+        trained.status.success(),
+        "{}",
+        String::from_utf8_lossy(&trained.stderr)
+    );
+    let run_s = run.to_str().unwrap().to_string();
+    let server = Server::start(&[
+        "smollm2",
+        "minilm",
+        "gemma3",
+        "tests/data/runs/tiny-bpe",
+        run_s.as_str(),
+        "whisper-tiny.en",
+    ]);
     let b = browser();
     let (tab, errors) = watched_tab(&b);
     let models = server.get("/explore/api/models");
@@ -403,6 +491,105 @@ fn explorer_in_chromium() {
         assert!(errs.is_empty(), "{model}: console errors {errs:?}");
         println!("{model}: table of layer {layer} head {head} ({} tokens) equals lucent attention --json", page.len());
     }
+
+    // 1b. A trained encoder-decoder: each of its three attentions equals the CLI's.
+    for (stack, layer, head) in [("cross", 1, 2), ("encoder", 0, 1), ("decoder", 1, 3)] {
+        let url = format!(
+            "{}/?model=explorer-reverse&text=abcdefg&stack={stack}&layer={layer}&head={head}&view=table",
+            server.url
+        );
+        open(&tab, &url);
+        let want = cli_weights_of(&[&run_s, "abcdefg", "--stack", stack], layer, head);
+        same_table(
+            &format!("reverse {stack} layer {layer} head {head}"),
+            &table(&tab),
+            &want,
+        );
+        println!("explorer-reverse: {stack} attention of layer {layer} head {head} equals lucent attention --json");
+    }
+    open(
+        &tab,
+        &format!(
+            "{}/?model=explorer-reverse&text=abcdefg&stack=cross&layer=1&head=0&view=heatmap",
+            server.url
+        ),
+    );
+    screenshot(&tab, "seq2seq-cross");
+    let errs = errors.lock().unwrap().clone();
+    assert!(errs.is_empty(), "explorer-reverse: console errors {errs:?}");
+
+    // 1c. Whisper: a WAV chosen with the page's file picker is uploaded and traced; the
+    //     three attentions equal `lucent attention -m whisper-tiny.en FILE.wav --stack S`.
+    // (Canonical: Chromium reads no file by a path with `..` in it.)
+    let wav = root()
+        .join("tests/data/whisper/clips/10.wav")
+        .canonicalize()
+        .unwrap();
+    open(
+        &tab,
+        &format!("{}/?model=whisper-tiny.en&view=table", server.url),
+    );
+    let picker = tab.find_element("#audio-file").unwrap();
+    tab.call_method(headless_chrome::protocol::cdp::DOM::SetFileInputFiles {
+        files: vec![wav.to_str().unwrap().to_string()],
+        node_id: Some(picker.node_id),
+        backend_node_id: None,
+        object_id: None,
+    })
+    .unwrap();
+    // DOM.setFileInputFiles sets the files as a user's choice would; the page acts on
+    // the input's change event, which a user's choice fires.
+    let chosen = eval(&tab, "(() => { const i = document.getElementById('audio-file'); const n = i.files.length; if (n) i.dispatchEvent(new Event('change', { bubbles: true })); return n; })()");
+    assert_eq!(chosen, Value::from(1), "the file picker holds no file");
+    wait_for(
+        &tab,
+        "location.search.includes('audio=') && !!document.getElementById('weights-table')",
+        "the upload and the first table",
+    );
+    wait_ready(&tab);
+    let audio = eval(&tab, "new URLSearchParams(location.search).get('audio')");
+    let audio = audio.as_str().unwrap().to_string();
+    let wav_s = wav.to_str().unwrap();
+    for (stack, layer, head) in [("cross", 1, 2), ("encoder", 2, 5), ("decoder", 3, 0)] {
+        let url = format!(
+            "{}/?model=whisper-tiny.en&audio={audio}&stack={stack}&layer={layer}&head={head}&view=table",
+            server.url
+        );
+        open(&tab, &url);
+        let want = cli_weights_of(&["whisper-tiny.en", wav_s, "--stack", stack], layer, head);
+        same_table(
+            &format!("whisper {stack} layer {layer} head {head}"),
+            &table(&tab),
+            &want,
+        );
+        println!(
+            "whisper-tiny.en: {stack} attention of layer {layer} head {head} ({} × {}) equals lucent attention --json",
+            want.len(),
+            want[0].len()
+        );
+    }
+    for (view, shot) in [
+        ("heatmap", "whisper-cross"),
+        ("lines", "whisper-lines"),
+        ("steps", "whisper-steps"),
+    ] {
+        open(
+            &tab,
+            &format!(
+                "{}/?model=whisper-tiny.en&audio={audio}&stack=cross&layer=3&head=1&view={view}",
+                server.url
+            ),
+        );
+        screenshot(&tab, shot);
+    }
+    let diff = eval(&tab, "document.getElementById('view').textContent.match(/largest difference from the kernel ([0-9.e+-]+)/)[1]");
+    let diff: f64 = diff.as_str().unwrap().parse().unwrap();
+    assert!(
+        diff < 1e-4,
+        "whisper cross-attention recomputed by hand differs by {diff}"
+    );
+    let errs = errors.lock().unwrap().clone();
+    assert!(errs.is_empty(), "whisper: console errors {errs:?}");
 
     // 2. Every view of SmolLM2, photographed.
     for view in [
@@ -536,9 +723,77 @@ fn explorer_in_chromium() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 
+    // 4b. With --api-key the page asks for the key (kept in the tab, sent as a bearer
+    //     token, never in the URL or an export) and then shows the same numbers.
+    {
+        let keyed = Server::start_with(&["minilm"], &["--api-key", "sekrit-7"]);
+        let (status, _) = keyed.status(&format!(
+            "/explore/api/tokens?model=minilm&text={}",
+            enc(TEXT)
+        ));
+        assert_eq!(status, 401);
+        let (kt, kerrs) = watched_tab(&b);
+        let url = format!(
+            "{}/?model=minilm&text={}&layer=2&head=5&view=table",
+            keyed.url,
+            enc(TEXT)
+        );
+        kt.navigate_to(&url)
+            .unwrap()
+            .wait_until_navigated()
+            .unwrap();
+        wait_for(
+            &kt,
+            "!document.getElementById('key-row').hidden",
+            "the key prompt",
+        );
+        screenshot(&kt, "api-key");
+        eval(&kt, "document.getElementById('key').value = 'sekrit-7'; document.getElementById('key-save').click(); true");
+        wait_for(
+            &kt,
+            "!!document.getElementById('weights-table')",
+            "the table after the key",
+        );
+        wait_ready(&kt);
+        same_table(
+            "minilm with --api-key",
+            &table(&kt),
+            &cli_weights("minilm", 2, 5),
+        );
+        let leaks = eval(
+            &kt,
+            "location.href.includes('sekrit') || window.lucentStandalone().includes('sekrit')",
+        );
+        assert_eq!(
+            leaks,
+            Value::Bool(false),
+            "the key leaks into the URL or the export"
+        );
+        // The key in the address's fragment (never sent to the server) works too.
+        let (ft, _) = watched_tab(&b);
+        ft.navigate_to(&format!("{url}#key=sekrit-7"))
+            .unwrap()
+            .wait_until_navigated()
+            .unwrap();
+        wait_for(
+            &ft,
+            "!!document.getElementById('weights-table')",
+            "the table with #key=",
+        );
+        wait_ready(&ft);
+        assert_eq!(eval(&ft, "location.hash"), Value::String(String::new()));
+        // Console errors: only the 401 of the first request, which the page answers.
+        let errs = kerrs.lock().unwrap().clone();
+        assert!(
+            errs.iter().all(|e| e.contains("401")),
+            "with --api-key: console errors {errs:?}"
+        );
+        println!("--api-key: the page asked for the key, then showed the same table");
+    }
+
     // 5. Time from the request to the first heatmap: SmolLM2, about 1,000 tokens.
     let sentence = "Call me Ishmael. Some years ago, never mind how long precisely, having little money in my purse, I thought I would sail about a little and see the watery part of the world. ";
-    let mut long = sentence.repeat(30);
+    let mut long = sentence.repeat(45);
     let count = |s: &str| {
         server.get(&format!(
             "/explore/api/tokens?model=smollm2&text={}",

@@ -808,3 +808,196 @@ fn the_inside_view_shows_the_pass_that_made_the_answer() {
         .unwrap()
         .contains("max-inside-floats"));
 }
+
+/// The reference clip the audio routes read (an espeak-ng sentence of the Whisper
+/// references, 22 kHz stereo: the server resamples it as `lucent transcribe` does).
+fn clip() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/whisper/clips/stereo22k.wav")
+}
+
+/// A multipart/form-data body with the given text fields and an optional file field.
+fn form(fields: &[(&str, &str)], file: Option<&[u8]>) -> (String, Vec<u8>) {
+    let boundary = "lucent-test-boundary-7d1f";
+    let mut body = Vec::new();
+    for (k, v) in fields {
+        body.extend_from_slice(
+            format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{k}\"\r\n\r\n{v}\r\n")
+                .as_bytes(),
+        );
+    }
+    if let Some(bytes) = file {
+        body.extend_from_slice(
+            format!(
+                "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\nContent-Type: audio/wav\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        body.extend_from_slice(bytes);
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    (format!("multipart/form-data; boundary={boundary}"), body)
+}
+
+#[test]
+fn the_openai_client_transcribes_as_lucent_transcribe_does() {
+    let python = openai_python();
+    let server = Server::start(&["-m", "whisper-tiny.en", "-m", "minilm"]);
+    let wav = clip();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/openai_audio.py");
+    let out = Command::new(&python)
+        .arg(&script)
+        .arg(&server.base)
+        .arg(&wav)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "openai client: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let wav_s = wav.to_str().unwrap();
+    let cli = lucent_json(&["transcribe", "-m", "whisper-tiny.en", wav_s]);
+    let words = lucent_json(&["transcribe", "-m", "whisper-tiny.en", wav_s, "--words"]);
+    let text = cli["text"].as_str().unwrap().trim();
+    assert!(text.len() > 10, "{cli}");
+
+    // json and text: the transcript `lucent transcribe` writes.
+    assert_eq!(got["json"]["text"], text);
+    assert_eq!(got["text"].as_str().unwrap().trim(), text);
+    // verbose_json with word and segment times: `lucent transcribe --words`, field by field.
+    let v = &got["verbose"];
+    assert_eq!(v["task"], "transcribe");
+    assert_eq!(v["language"], "english");
+    assert_eq!(v["text"], text);
+    assert_eq!(v["duration"].as_f64(), cli["duration"].as_f64());
+    let segs = words["segments"].as_array().unwrap();
+    let vsegs = v["segments"].as_array().unwrap();
+    assert_eq!(vsegs.len(), segs.len());
+    for (a, b) in vsegs.iter().zip(segs) {
+        for k in ["start", "end", "text", "tokens", "temperature"] {
+            assert_eq!(a[k], b[k], "segment field {k}: {a} vs {b}");
+        }
+        assert_eq!(a["avg_logprob"].as_f64(), b["avg_logprob"].as_f64());
+    }
+    let cli_words: Vec<(String, f64, f64)> = segs
+        .iter()
+        .flat_map(|s| s["words"].as_array().unwrap().clone())
+        .map(|w| {
+            (
+                w["word"].as_str().unwrap().trim().to_string(),
+                w["start"].as_f64().unwrap(),
+                w["end"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    let api_words: Vec<(String, f64, f64)> = v["words"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            (
+                w["word"].as_str().unwrap().to_string(),
+                w["start"].as_f64().unwrap(),
+                w["end"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    assert!(!api_words.is_empty());
+    assert_eq!(api_words, cli_words);
+    // Subtitles: one cue per segment of the plain transcript, with its times.
+    let srt = got["srt"].as_str().unwrap();
+    let vtt = got["vtt"].as_str().unwrap();
+    assert!(vtt.starts_with("WEBVTT\n\n"), "{vtt}");
+    for (i, s) in cli["segments"].as_array().unwrap().iter().enumerate() {
+        let t = s["text"].as_str().unwrap().trim();
+        assert!(
+            srt.contains(&format!("{}\n", i + 1)) && srt.contains(t),
+            "{srt}"
+        );
+        assert!(vtt.contains(t), "{vtt}");
+    }
+    // Refusals reach the client as its exceptions, with lucent's message.
+    let r = &got["translate_english_only"];
+    assert_eq!(r["status"], 400, "{r}");
+    assert!(
+        r["message"].as_str().unwrap().contains("English-only"),
+        "{r}"
+    );
+    let r = &got["not_a_wav"];
+    assert_eq!(r["status"], 400, "{r}");
+    let m = r["message"].as_str().unwrap();
+    assert!(m.contains("the uploaded file") && m.contains("WAV"), "{m}");
+    assert!(
+        !m.contains("lucent-serve-"),
+        "the temporary path leaks: {m}"
+    );
+
+    // Malformed forms: OpenAI-shaped 400s naming the field.
+    let bytes = std::fs::read(&wav).unwrap();
+    let post = |fields: &[(&str, &str)], file: Option<&[u8]>| {
+        let (ctype, body) = form(fields, file);
+        let mut r = agent()
+            .post(&server.url("/v1/audio/transcriptions"))
+            .header("content-type", &ctype)
+            .send(&body[..])
+            .unwrap();
+        let status = r.status().as_u16();
+        let v: Value = r.body_mut().read_json().unwrap_or(Value::Null);
+        (status, v)
+    };
+    for (fields, file, param) in [
+        (vec![("model", "whisper-tiny.en")], None, "file"),
+        (
+            vec![("response_format", "mp3")],
+            Some(&bytes[..]),
+            "response_format",
+        ),
+        (vec![("voice", "alloy")], Some(&bytes[..]), "voice"),
+        (vec![("temperature", "7")], Some(&bytes[..]), "temperature"),
+        (vec![("prompt", "Ishmael")], Some(&bytes[..]), "prompt"),
+        (
+            vec![("timestamp_granularities[]", "word")],
+            Some(&bytes[..]),
+            "timestamp_granularities[]",
+        ),
+        (vec![("model", "minilm")], Some(&bytes[..]), "model"),
+        (vec![("model", "nope")], Some(&bytes[..]), "model"),
+    ] {
+        let (status, v) = post(&fields, file);
+        assert!(status == 400 || status == 404, "{fields:?}: {status} {v}");
+        assert_eq!(v["error"]["param"], param, "{fields:?}: {v}");
+    }
+    let (status, v) = post(&[], Some(&[]));
+    assert_eq!(
+        (status, v["error"]["param"].as_str()),
+        (400, Some("file")),
+        "{v}"
+    );
+    // Not a form at all.
+    let (status, _, v) = server.post("/v1/audio/transcriptions", &json!({"file": "x"}));
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("multipart"),
+        "{v}"
+    );
+    // The upload cap: 413, and the server stays up.
+    let big = vec![0u8; 26 << 20];
+    let (ctype, body) = form(&[], Some(&big));
+    let status = agent()
+        .post(&server.url("/v1/audio/transcriptions"))
+        .header("content-type", &ctype)
+        .send(&body[..])
+        .map(|r| r.status().as_u16())
+        .unwrap_or(413);
+    assert_eq!(status, 413);
+    assert_eq!(server.get("/health").0, 200);
+    assert!(
+        server.metric("lucent_requests_total{route=\"/v1/audio/transcriptions\",status=\"200\"}")
+            >= 5.0
+    );
+}

@@ -11,11 +11,12 @@
   const $ = (id) => document.getElementById(id);
   const VIEWS = ["heatmap", "table", "model", "lines", "steps", "architecture", "path", "distribution", "positions", "demos"];
   const state = {
-    model: "", text: "", layer: 0, head: 0, token: -1, view: "heatmap",
+    model: "", text: "", audio: "", stack: "", layer: 0, head: 0, token: -1, view: "heatmap",
     temperature: 0.8, top_k: 40, top_p: 0.95, min_p: 0.05, seed: 1, preset: "", sqrt: false, row0: 0,
   };
   let models = [];
-  let tokens = [];
+  let tokens = []; // the input's tokens (an encoder-decoder's source side)
+  let targets = []; // an encoder-decoder's target tokens (the decoder's side)
   let current = null; // what the export buttons export: {canvas, csv(), json()}
   let renderSeq = 0;
   window.LUCENT_METRICS = { firstHeatmapMs: null, pending: 0 };
@@ -33,8 +34,9 @@
     setStatus("computing " + route + " …");
     window.LUCENT_METRICS.pending++;
     try {
-      const r = await fetch(path);
+      const r = await fetch(path, { headers: authHeaders() });
       const body = await r.json().catch(() => ({ error: { message: "the server answered " + r.status + " without JSON" } }));
+      if (r.status === 401) askKey();
       if (!r.ok) throw new Error((body.error && body.error.message) || ("HTTP " + r.status));
       memo[path] = body;
       setStatus("");
@@ -43,6 +45,44 @@
       window.LUCENT_METRICS.pending--;
     }
   }
+  // A server started with --api-key wants "Authorization: Bearer KEY" on every data
+  // route. The key is asked for on the first 401 (or read once from the page's #key=
+  // fragment), kept in this tab's sessionStorage only, never put in the URL's query,
+  // and never written into a standalone export.
+  const KEY_SLOT = "lucent-api-key";
+  function apiKey() { try { return sessionStorage.getItem(KEY_SLOT) || ""; } catch (e) { return ""; } }
+  function authHeaders() { const k = apiKey(); return k ? { Authorization: "Bearer " + k } : {}; }
+  function takeKeyFromFragment() {
+    const m = /(?:^#|&)key=([^&]*)/.exec(location.hash);
+    if (!m) return;
+    try { sessionStorage.setItem(KEY_SLOT, decodeURIComponent(m[1])); } catch (e) { /* no storage: the page asks instead */ }
+    history.replaceState(null, "", location.pathname + location.search);
+  }
+  function askKey() {
+    if (STANDALONE) return;
+    $("key-row").hidden = false;
+    $("key").focus();
+  }
+  function saveKey() {
+    try { sessionStorage.setItem(KEY_SLOT, $("key").value.trim()); } catch (e) { setStatus("this browser keeps no session storage; the key cannot be kept", true); return; }
+    $("key").value = "";
+    $("key-row").hidden = true;
+    for (const k of Object.keys(memo)) delete memo[k];
+    start();
+  }
+  async function uploadAudio(file) {
+    if (!file) return;
+    setStatus("uploading " + file.name + " …");
+    const r = await fetch("/explore/api/audio", { method: "POST", headers: Object.assign({ "Content-Type": "audio/wav" }, authHeaders()), body: file });
+    const body = await r.json().catch(() => ({ error: { message: "the server answered " + r.status + " without JSON" } }));
+    if (r.status === 401) askKey();
+    if (!r.ok) throw new Error((body.error && body.error.message) || ("HTTP " + r.status));
+    state.audio = body.audio;
+    state.token = -1; state.row0 = 0;
+    $("audio-info").textContent = file.name + ": " + body.seconds.toFixed(2) + " s (the first 30-s window is traced)";
+    await update(true);
+  }
+  window.lucentUploadAudio = (bytes, name) => uploadAudio(new File([bytes], name || "audio.wav", { type: "audio/wav" }));
   function f32(b64) {
     const s = atob(b64);
     const bytes = new Uint8Array(s.length);
@@ -101,8 +141,19 @@
   }
   function model() { return models.find((m) => m.name === state.model) || models[0]; }
   function isDecoder() { const m = model(); return m && m.generates; }
-  function queryToken() { return state.token >= 0 && state.token < tokens.length ? state.token : tokens.length - 1; }
-  function baseParams() { return { model: state.model, text: state.text }; }
+  function isAudio() { const m = model(); return !!m && m.input === "audio"; }
+  function stacks() { const m = model(); return (m && m.stacks) || []; }
+  function stack() { const m = model(); return m && m.stacks.some((x) => x.name === state.stack) ? m.stacks.find((x) => x.name === state.stack) : (m ? m.stacks[0] : null); }
+  function isSeq2Seq() { return stacks().length > 1; }
+  // The tokens the current stack's queries are: the target side for the decoder's
+  // self- and cross-attention of an encoder-decoder, else the input's tokens.
+  function queryTokens() { return isSeq2Seq() && stack().name !== "encoder" ? targets : tokens; }
+  function queryToken() { const q = queryTokens(); return state.token >= 0 && state.token < q.length ? state.token : q.length - 1; }
+  function baseParams() {
+    const p = isAudio() ? { model: state.model, audio: state.audio } : { model: state.model, text: state.text };
+    if (isSeq2Seq()) p.stack = stack().name;
+    return p;
+  }
 
   // ------------------------------------------------------------ state ↔ URL
   function readState() {
@@ -119,7 +170,7 @@
   function writeState() {
     if (STANDALONE) return;
     const p = new URLSearchParams();
-    for (const k of ["model", "text", "layer", "head", "token", "view"]) p.set(k, state[k]);
+    for (const k of ["model", isAudio() ? "audio" : "text"].concat(isSeq2Seq() ? ["stack"] : [], ["layer", "head", "token", "view"])) p.set(k, state[k]);
     if (state.view === "distribution") for (const k of ["temperature", "top_k", "top_p", "min_p"]) p.set(k, state[k]);
     if (state.preset) p.set("preset", state.preset);
     history.replaceState(null, "", "?" + p.toString());
@@ -134,28 +185,58 @@
   function fillControls() {
     const m = model();
     if (!m) return;
-    state.layer = Math.max(0, Math.min(state.layer, m.layers - 1));
+    const sk = stack();
+    state.stack = sk.name;
+    const layers = sk.layers;
+    state.layer = Math.max(0, Math.min(state.layer, layers - 1));
     state.head = Math.max(0, Math.min(state.head, m.heads - 1));
     const group = Math.max(1, m.heads / Math.max(1, m.kv_heads));
-    fillSelect($("layer"), m.layers, (i) => i + (m.windows[i] ? " (window " + m.windows[i] + ")" : ""), state.layer);
+    $("stack-box").hidden = !isSeq2Seq();
+    const ss = $("stack");
+    ss.innerHTML = "";
+    for (const x of m.stacks) ss.append(el("option", { value: x.name }, x.title));
+    ss.value = sk.name;
+    fillSelect($("layer"), layers, (i) => i + (m.windows[i] ? " (window " + m.windows[i] + ")" : ""), state.layer);
     fillSelect($("head"), m.heads, (i) => i + (m.kv_heads < m.heads ? " (kv " + Math.floor(i / group) + ")" : ""), state.head);
-    fillSelect($("token"), tokens.length, (i) => i + ": " + label(tokens[i].text), queryToken());
+    const qt = queryTokens();
+    fillSelect($("token"), qt.length, (i) => i + ": " + label(qt[i].text), queryToken());
+    $("text").hidden = isAudio();
+    $("audio-box").hidden = !isAudio();
+    if (isAudio() && state.audio && !$("audio-info").textContent) $("audio-info").textContent = "upload " + state.audio + " (the first 30-s window is traced)";
+    $("run").hidden = isAudio();
+    $("next-token").disabled = STANDALONE || !isDecoder();
+    for (const b of document.querySelectorAll("#views button")) {
+      const off = isSeq2Seq() && (b.dataset.view === "path" || b.dataset.view === "distribution");
+      b.disabled = off;
+      b.title = off ? "the residual stream, logit lens and next-token views are drawn for encoders and decoders; an encoder-decoder shows its three attentions" : "";
+    }
     const kv = Math.floor(state.head / group);
     $("kv-note").textContent = m.kv_heads < m.heads
       ? "grouped-query: heads " + (kv * group) + "–" + (kv * group + group - 1) + " share K/V head " + kv
       : "";
-    $("model-info").textContent = m.family + ", " + m.kind + ", " + m.layers + " layers × " + m.heads + " heads (" + m.kv_heads + " K/V), d " + m.d_model + ", d_k " + m.d_k;
+    $("model-info").textContent = m.family + ", " + m.kind + ", " + m.stacks.filter((x) => x.name !== "cross").map((x) => x.layers + " " + x.name + " layers").join(" + ") + " × " + m.heads + " heads (" + m.kv_heads + " K/V), d " + m.d_model + ", d_k " + m.d_k;
     for (const b of document.querySelectorAll("#views button")) b.setAttribute("aria-selected", b.dataset.view === state.view ? "true" : "false");
   }
   function drawTokens() {
     const box = $("tokens");
     box.innerHTML = "";
     const q = queryToken();
-    tokens.forEach((t, i) => {
-      const b = el("span", { class: "tok" + (t.special ? " special" : "") + (i === q ? " sel" : ""), tabindex: "0", title: "id " + t.id + ", piece " + label(t.piece) + ", bytes " + t.bytes.map((x) => x.toString(16).padStart(2, "0")).join(" ") }, label(t.text), el("small", {}, t.id));
-      b.addEventListener("click", () => { state.token = i; update(); });
-      box.append(b);
-    });
+    const queries = queryTokens();
+    const row = (list, title) => {
+      if (title) box.append(el("span", { class: "muted" }, title));
+      list.forEach((t, i) => {
+        const live = list === queries;
+        const b = el("span", { class: "tok" + (t.special ? " special" : "") + (live && i === q ? " sel" : ""), tabindex: "0", title: (t.id === null ? "position " + i : "id " + t.id) + ", piece " + label(t.piece) + ", bytes " + t.bytes.map((x) => x.toString(16).padStart(2, "0")).join(" ") }, label(t.text), el("small", {}, t.id === null ? i : t.id));
+        if (live) b.addEventListener("click", () => { state.token = i; update(); });
+        box.append(b);
+      });
+    };
+    if (!isSeq2Seq()) row(tokens, null);
+    else {
+      if (isAudio()) box.append(el("span", { class: "muted" }, "encoder: " + tokens.length + " audio positions of 20 ms (the audio and a little after); "));
+      else row(tokens, "encoder (source):");
+      row(targets, "decoder (target, generated greedily):");
+    }
   }
 
   // ------------------------------------------------------------ heatmap
@@ -165,46 +246,54 @@
     return a;
   }
   function isMasked(a, i, j) {
-    if (!a.causal) return false;
+    if (!a.causal || a.rows !== a.cols) return false;
     if (j > i) return true;
     return a.window ? i - j >= a.window : false;
   }
+  // rows × cols cells (queries × keys; square but for cross-attention), each cell
+  // cw × ch pixels: square cells unless the matrix is far wider than tall.
   function heatmapCanvas(a, opts) {
-    const n = a.size, w = a._w;
-    const cell = Math.max(1, Math.floor((opts.px || 640) / n));
-    const labels = !a.pooled && cell >= 12 && !opts.bare;
-    const pad = labels ? 90 : 0;
-    const c = el("canvas", { width: n * cell + pad, height: n * cell + pad, role: "img", "aria-label": "attention heatmap of layer " + a.layer + " head " + a.head + "; the table view lists the numbers" });
+    const R = a.rows, C = a.cols, w = a._w;
+    const px = opts.px || 640;
+    const cw = Math.max(1, Math.floor(px / C));
+    const ch = R === C ? cw : Math.max(1, Math.min(Math.floor(px / R), Math.max(cw, opts.bare ? cw : 14)));
+    const labels = !a.pooled && Math.min(cw, ch) >= 12 && !opts.bare;
+    const rowLabels = !a.pooled && ch >= 12 && !opts.bare;
+    const pad = labels ? 90 : 0, padL = rowLabels ? 90 : 0;
+    const c = el("canvas", { width: C * cw + padL, height: R * ch + pad, role: "img", "aria-label": "attention heatmap of " + a.stack + " layer " + a.layer + " head " + a.head + "; the table view lists the numbers" });
     const g = c.getContext("2d");
     g.fillStyle = "#fff";
     g.fillRect(0, 0, c.width, c.height);
-    const img = g.createImageData(n, n);
-    for (let i = 0; i < n; i++) {
-      for (let j = 0; j < n; j++) {
-        const rgb = !a.pooled && isMasked(a, i, j) ? MASKED : colour(w[i * n + j]);
-        const o = (i * n + j) * 4;
+    const img = g.createImageData(C, R);
+    for (let i = 0; i < R; i++) {
+      for (let j = 0; j < C; j++) {
+        const rgb = !a.pooled && isMasked(a, i, j) ? MASKED : colour(w[i * C + j]);
+        const o = (i * C + j) * 4;
         img.data[o] = rgb[0]; img.data[o + 1] = rgb[1]; img.data[o + 2] = rgb[2]; img.data[o + 3] = 255;
       }
     }
-    if (cell === 1) g.putImageData(img, pad, pad);
+    if (cw === 1 && ch === 1) g.putImageData(img, padL, pad);
     else {
-      const off = el("canvas", { width: n, height: n });
+      const off = el("canvas", { width: C, height: R });
       off.getContext("2d").putImageData(img, 0, 0);
       g.imageSmoothingEnabled = false;
-      g.drawImage(off, pad, pad, n * cell, n * cell);
+      g.drawImage(off, padL, pad, C * cw, R * ch);
+    }
+    g.fillStyle = "#222";
+    g.textBaseline = "middle";
+    if (rowLabels) {
+      g.font = Math.min(12, ch - 2) + "px monospace";
+      g.textAlign = "right";
+      for (let i = 0; i < R; i++) g.fillText(label(a.row_tokens[i]).slice(0, 10), padL - 4, pad + i * ch + ch / 2);
     }
     if (labels) {
-      g.fillStyle = "#222";
-      g.font = Math.min(12, cell - 2) + "px monospace";
-      g.textAlign = "right";
-      g.textBaseline = "middle";
-      for (let i = 0; i < n; i++) g.fillText(label(a.tokens[i]).slice(0, 10), pad - 4, pad + i * cell + cell / 2);
-      for (let j = 0; j < n; j++) {
+      g.font = Math.min(12, cw - 2) + "px monospace";
+      for (let j = 0; j < C; j++) {
         g.save();
-        g.translate(pad + j * cell + cell / 2, pad - 4);
+        g.translate(padL + j * cw + cw / 2, pad - 4);
         g.rotate(-Math.PI / 2);
         g.textAlign = "left";
-        g.fillText(label(a.tokens[j]).slice(0, 10), 0, 0);
+        g.fillText(label(a.col_tokens[j]).slice(0, 10), 0, 0);
         g.restore();
       }
     }
@@ -212,9 +301,9 @@
       const q = queryToken();
       g.strokeStyle = "rgb(232,89,12)";
       g.lineWidth = 1;
-      g.strokeRect(pad + 0.5, pad + q * cell + 0.5, n * cell - 1, Math.max(1, cell - 1));
+      g.strokeRect(padL + 0.5, pad + q * ch + 0.5, C * cw - 1, Math.max(1, ch - 1));
     }
-    c._cell = cell; c._pad = pad;
+    c._cw = cw; c._ch = ch; c._pad = pad; c._padL = padL; c._rows = R; c._cols = C;
     return c;
   }
   async function viewHeatmap(v, seq) {
@@ -224,17 +313,17 @@
     const info = el("div", { class: "muted" }, "hover a cell; click it for its arithmetic");
     c.addEventListener("mousemove", (e) => {
       const [i, j] = cellAt(c, e);
-      if (i >= 0) info.textContent = "query " + i + " " + label(a.tokens[i]) + " → key " + j + " " + label(a.tokens[j]) + ": weight " + fmt4(a._w[i * a.t + j]);
+      if (i >= 0) info.textContent = "query " + i + " " + label(a.row_tokens[i]) + " → key " + j + " " + label(a.col_tokens[j]) + ": weight " + fmt4(a._w[i * a.cols + j]);
     });
     c.addEventListener("click", (e) => {
       const [i, j] = cellAt(c, e);
       if (i >= 0) { state.token = i; state.key = j; state.view = "steps"; update(); }
     });
-    const legend = el("div", { class: "legend" }, "layer " + a.layer + ", head " + a.head + (a.heads_sharing_kv.length > 1 ? " (K/V head " + a.kv_head + ", shared by heads " + a.heads_sharing_kv.join(", ") + ")" : "") + "; rows: queries, columns: keys; colour 0 → 1 (viridis)" + (a.causal ? "; grey: masked (causal" + (a.window ? ", sliding window " + a.window : "") + ")" : "; no mask (bidirectional)"),
+    const legend = el("div", { class: "legend" }, (isSeq2Seq() ? a.stack_title + ", " : "") + "layer " + a.layer + ", head " + a.head + (a.heads_sharing_kv.length > 1 ? " (K/V head " + a.kv_head + ", shared by heads " + a.heads_sharing_kv.join(", ") + ")" : "") + "; rows: queries, columns: keys" + (a.stack === "cross" ? " (the encoder's output" + (isAudio() ? ": audio positions of 20 ms" : "") + ")" : "") + "; colour 0 → 1 (viridis)" + (a.causal && a.rows === a.cols ? "; grey: masked (causal" + (a.window ? ", sliding window " + a.window : "") + ")" : a.stack === "cross" ? "; no mask: every target token may read every encoder position" + (isAudio() ? " (an alignment head shows the words' places as a diagonal band)" : "") : "; no mask (bidirectional)"),
       " ", el("label", {}, el("input", { type: "checkbox", id: "sqrt", ...(state.sqrt ? { checked: "" } : {}) }), " √ scale"));
     v.append(legend, el("div", { class: "scroll" }, c), info);
     $("sqrt").addEventListener("change", (e) => { state.sqrt = e.target.checked; update(); });
-    current = { name: "attention-L" + a.layer + "-H" + a.head, canvas: c, rows: () => matrixRows(a), data: () => ({ layer: a.layer, head: a.head, tokens: a.tokens, weights: matrix(a) }) };
+    current = { name: "attention-" + prefix(a) + "L" + a.layer + "-H" + a.head, canvas: c, rows: () => matrixRows(a), data: () => dataOf(a) };
     if (window.LUCENT_METRICS.firstHeatmapMs === null) {
       window.LUCENT_METRICS.firstHeatmapMs = performance.now();
       window.LUCENT_METRICS.tokens = a.t;
@@ -243,18 +332,23 @@
   }
   function cellAt(c, e) {
     const r = c.getBoundingClientRect();
-    const x = (e.clientX - r.left) * c.width / r.width - c._pad, y = (e.clientY - r.top) * c.height / r.height - c._pad;
-    const n = Math.floor((c.width - c._pad) / c._cell);
-    const i = Math.floor(y / c._cell), j = Math.floor(x / c._cell);
-    return i >= 0 && j >= 0 && i < n && j < n ? [i, j] : [-1, -1];
+    const x = (e.clientX - r.left) * c.width / r.width - c._padL, y = (e.clientY - r.top) * c.height / r.height - c._pad;
+    const i = Math.floor(y / c._ch), j = Math.floor(x / c._cw);
+    return i >= 0 && j >= 0 && i < c._rows && j < c._cols ? [i, j] : [-1, -1];
   }
   function matrix(a) {
     const out = [];
-    for (let i = 0; i < a.size; i++) out.push(Array.from(a._w.subarray(i * a.size, (i + 1) * a.size)));
+    for (let i = 0; i < a.rows; i++) out.push(Array.from(a._w.subarray(i * a.cols, (i + 1) * a.cols)));
     return out;
   }
   function matrixRows(a) {
-    return [["query \\ key"].concat(a.tokens)].concat(matrix(a).map((r, i) => [a.tokens[i]].concat(r.map(fmt4))));
+    return [["query \\ key"].concat(a.col_tokens)].concat(matrix(a).map((r, i) => [a.row_tokens[i]].concat(r.map(fmt4))));
+  }
+  function prefix(a) { return isSeq2Seq() ? a.stack + "-" : ""; }
+  function dataOf(a) {
+    const d = { layer: a.layer, head: a.head, tokens: a.row_tokens, weights: matrix(a) };
+    if (isSeq2Seq()) { d.stack = a.stack; d.key_tokens = a.col_tokens; }
+    return d;
   }
 
   // ------------------------------------------------------------ table
@@ -262,24 +356,24 @@
     const a = await attentionOf(state.layer, state.head);
     if (seq !== renderSeq) return;
     const PAGE = 64;
-    const r0 = Math.max(0, Math.min(state.row0, Math.max(0, a.t - PAGE)));
-    const t = el("table", { class: "num", id: "weights-table", "aria-label": "attention weights of layer " + a.layer + " head " + a.head + ", rows queries, columns keys" });
+    const r0 = Math.max(0, Math.min(state.row0, Math.max(0, a.rows - PAGE)));
+    const t = el("table", { class: "num", id: "weights-table", "aria-label": "attention weights of " + a.stack + " layer " + a.layer + " head " + a.head + ", rows queries, columns keys" });
     const head = el("tr", {}, el("th", { scope: "col" }, "query \\ key"));
-    a.tokens.forEach((tok, j) => head.append(el("th", { scope: "col", title: "key " + j }, label(tok))));
+    a.col_tokens.forEach((tok, j) => head.append(el("th", { scope: "col", title: "key " + j }, label(tok))));
     t.append(el("thead", {}, head));
     const body = el("tbody");
     const q = queryToken();
-    for (let i = r0; i < Math.min(a.t, r0 + PAGE); i++) {
-      const tr = el("tr", { class: i === q ? "hl" : "", "data-row": i }, el("th", { scope: "row" }, i + " " + label(a.tokens[i])));
-      for (let j = 0; j < a.t; j++) tr.append(el("td", {}, fmt4(a._w[i * a.t + j])));
+    for (let i = r0; i < Math.min(a.rows, r0 + PAGE); i++) {
+      const tr = el("tr", { class: i === q ? "hl" : "", "data-row": i }, el("th", { scope: "row" }, i + " " + label(a.row_tokens[i])));
+      for (let j = 0; j < a.cols; j++) tr.append(el("td", {}, fmt4(a._w[i * a.cols + j])));
       body.append(tr);
     }
     t.append(body);
-    const nav = el("div", {}, "rows " + r0 + "–" + Math.min(a.t, r0 + PAGE) + " of " + a.t + " ",
+    const nav = el("div", {}, "rows " + r0 + "–" + Math.min(a.rows, r0 + PAGE) + " of " + a.rows + " ",
       el("button", { onclick: () => { state.row0 = Math.max(0, r0 - PAGE); update(); } }, "◀ previous"), " ",
       el("button", { onclick: () => { state.row0 = r0 + PAGE; update(); } }, "next ▶"));
-    v.append(el("div", { class: "legend" }, "layer " + a.layer + ", head " + a.head + ": softmax weights to 4 decimals; rows are queries, columns keys" + (a.causal ? "; 0.0000 right of the diagonal is the causal mask" : "")), a.t > PAGE ? nav : null, el("div", { class: "scroll" }, t));
-    current = { name: "table-L" + a.layer + "-H" + a.head, canvas: null, rows: () => matrixRows(a), data: () => ({ layer: a.layer, head: a.head, tokens: a.tokens, weights: matrix(a) }) };
+    v.append(el("div", { class: "legend" }, (isSeq2Seq() ? a.stack_title + ", " : "") + "layer " + a.layer + ", head " + a.head + ": softmax weights to 4 decimals; rows are queries, columns keys" + (a.causal && a.rows === a.cols ? "; 0.0000 right of the diagonal is the causal mask" : "")), a.rows > PAGE ? nav : null, el("div", { class: "scroll" }, t));
+    current = { name: "table-" + prefix(a) + "L" + a.layer + "-H" + a.head, canvas: null, rows: () => matrixRows(a), data: () => dataOf(a) };
   }
 
   // ------------------------------------------------------------ model view
@@ -291,7 +385,8 @@
     grid.append(el("div", {}, ""));
     for (let h = 0; h < m.heads; h++) grid.append(el("div", { class: "muted" + (h % group === 0 && group > 1 ? " kvgroup" : "") }, "h" + h + (group > 1 ? " kv" + Math.floor(h / group) : "")));
     const pending = [];
-    for (let l = 0; l < m.layers; l++) {
+    const layers = stack().layers;
+    for (let l = 0; l < layers; l++) {
       grid.append(el("div", { class: "muted" }, "layer " + l + (m.windows[l] ? " w" + m.windows[l] : "")));
       for (let h = 0; h < m.heads; h++) {
         const slot = el("canvas", { width: px, height: px, class: "thumb" + (l === state.layer && h === state.head ? " sel" : ""), "data-layer": l, "data-head": h, title: "layer " + l + ", head " + h, tabindex: "0", role: "button" });
@@ -300,11 +395,11 @@
         pending.push(slot);
       }
     }
-    v.append(el("div", { class: "legend" }, "every layer × head (bertviz's model view); heads sharing a K/V head are grouped; thumbnails are fetched as they scroll into view" + (tokens.length > 48 ? " and max-pooled to 48 × 48" : "")), el("div", { class: "scroll", id: "model-scroll" }, grid));
+    v.append(el("div", { class: "legend" }, "every layer × head (bertviz's model view); heads sharing a K/V head are grouped; thumbnails are fetched as they scroll into view" + (tokens.length > 48 ? " and max-pooled to 48 × 48" : "") + (isSeq2Seq() ? "; " + stack().title + " (pick the attention above)" : "")), el("div", { class: "scroll", id: "model-scroll" }, grid));
     const draw = async (slot) => {
       const l = +slot.dataset.layer, h = +slot.dataset.head;
       try {
-        const a = await attentionOf(l, h, tokens.length > 48 ? 48 : undefined);
+        const a = await attentionOf(l, h, Math.max(tokens.length, queryTokens().length) > 48 ? 48 : undefined);
         if (seq !== renderSeq) return;
         const c = heatmapCanvas(a, { px, bare: true });
         slot.getContext("2d").drawImage(c, 0, 0, px, px);
@@ -322,7 +417,7 @@
       busy = false;
     };
     pending.forEach((s) => io.observe(s));
-    current = { name: "model-view", canvas: null, rows: () => [["layer", "head"]].concat(pending.map((s) => [s.dataset.layer, s.dataset.head])), data: () => ({ layers: m.layers, heads: m.heads, kv_heads: m.kv_heads }) };
+    current = { name: "model-view", canvas: null, rows: () => [["layer", "head"]].concat(pending.map((s) => [s.dataset.layer, s.dataset.head])), data: () => ({ stack: stack().name, layers, heads: m.heads, kv_heads: m.kv_heads }) };
   }
 
   // ------------------------------------------------------------ head view (lines)
@@ -331,21 +426,29 @@
     if (seq !== renderSeq) return;
     const q = queryToken();
     const span = 40;
-    const lo = Math.max(0, Math.min(q - span / 2, a.t - span)), hi = Math.min(a.t, lo + span);
+    // Queries (left) around the query token; keys (right): the same span for
+    // self-attention, the keys the query token weighs most for cross-attention.
+    const lo = Math.max(0, Math.min(q - span / 2, a.rows - span)), hi = Math.min(a.rows, lo + span);
+    let klo = lo, khi = Math.min(a.cols, hi);
+    if (a.rows !== a.cols) {
+      let best = 0;
+      for (let j = 0; j < a.cols; j++) if (a._w[q * a.cols + j] > a._w[q * a.cols + best]) best = j;
+      klo = Math.max(0, Math.min(best - span / 2, a.cols - span)); khi = Math.min(a.cols, klo + span);
+    }
     const rowH = 18, W = 520;
-    const c = el("canvas", { width: W, height: (hi - lo) * rowH + 20, role: "img", "aria-label": "lines from each query token to the keys it attends to" });
+    const c = el("canvas", { width: W, height: Math.max(hi - lo, khi - klo) * rowH + 20, role: "img", "aria-label": "lines from each query token to the keys it attends to" });
     const g = c.getContext("2d");
     g.font = "12px monospace";
     g.textBaseline = "middle";
     for (let i = lo; i < hi; i++) {
-      for (let j = lo; j < hi; j++) {
-        const w = a._w[i * a.t + j];
+      for (let j = klo; j < khi; j++) {
+        const w = a._w[i * a.cols + j];
         if (w < 0.01) continue;
         g.strokeStyle = i === q ? "rgba(232,89,12," + w + ")" : "rgba(59,91,219," + (w * 0.5) + ")";
         g.lineWidth = i === q ? 1 + 4 * w : 1 + 2 * w;
         g.beginPath();
         g.moveTo(150, 10 + (i - lo) * rowH + rowH / 2);
-        g.lineTo(W - 150, 10 + (j - lo) * rowH + rowH / 2);
+        g.lineTo(W - 150, 10 + (j - klo) * rowH + rowH / 2);
         g.stroke();
       }
     }
@@ -353,12 +456,13 @@
     for (let i = lo; i < hi; i++) {
       g.textAlign = "right";
       g.font = (i === q ? "bold " : "") + "12px monospace";
-      g.fillText(label(a.tokens[i]).slice(0, 16), 145, 10 + (i - lo) * rowH + rowH / 2);
-      g.textAlign = "left";
-      g.fillText(label(a.tokens[i]).slice(0, 16), W - 145, 10 + (i - lo) * rowH + rowH / 2);
+      g.fillText(label(a.row_tokens[i]).slice(0, 16), 145, 10 + (i - lo) * rowH + rowH / 2);
     }
-    v.append(el("div", { class: "legend" }, "head view: each query (left) to the keys (right) it attends to; line strength = weight (≥ 0.01); the query token's lines in orange. Tokens " + lo + "–" + (hi - 1) + " of " + a.t + "."), c);
-    current = { name: "headview-L" + a.layer + "-H" + a.head, canvas: c, rows: () => matrixRows(a), data: () => ({ layer: a.layer, head: a.head, tokens: a.tokens, weights: matrix(a) }) };
+    g.font = "12px monospace";
+    g.textAlign = "left";
+    for (let j = klo; j < khi; j++) g.fillText(label(a.col_tokens[j]).slice(0, 16), W - 145, 10 + (j - klo) * rowH + rowH / 2);
+    v.append(el("div", { class: "legend" }, "head view: each query (left) to the keys (right) it attends to; line strength = weight (≥ 0.01); the query token's lines in orange. Queries " + lo + "–" + (hi - 1) + " of " + a.rows + (a.rows !== a.cols ? ", keys " + klo + "–" + (khi - 1) + " of " + a.cols : "") + "."), c);
+    current = { name: "headview-" + prefix(a) + "L" + a.layer + "-H" + a.head, canvas: c, rows: () => matrixRows(a), data: () => dataOf(a) };
   }
 
   // ------------------------------------------------------------ arithmetic of one row
@@ -370,7 +474,7 @@
     const vnorm = (x) => Math.sqrt(x.reduce((a, b) => a + b * b, 0));
     const preview = (x) => "[" + x.slice(0, 6).map((y) => y.toFixed(3)).join(", ") + (x.length > 6 ? ", … (" + x.length + ")" : "") + "]";
     v.append(el("div", { class: "formula" },
-      "Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k + mask) · V — layer " + s.layer + ", head " + s.head + " (K/V head " + s.kv_head + "), query " + q + " " + label(s.tokens[q]) + ", d_k = " + s.d_k + ", scale = " + s.scale.toFixed(6) + (Math.abs(s.scale - 1 / Math.sqrt(s.d_k)) < 1e-6 ? " = 1/√" + s.d_k : " (the model's own scale)")));
+      "Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k + mask) · V — layer " + s.layer + ", head " + s.head + " (K/V head " + s.kv_head + "), query " + q + " " + label(s.query_tokens[q]) + ", d_k = " + s.d_k + ", scale = " + s.scale.toFixed(6) + (Math.abs(s.scale - 1 / Math.sqrt(s.d_k)) < 1e-6 ? " = 1/√" + s.d_k : " (the model's own scale)")));
     v.append(el("p", {}, "1. query q = " + preview(s.q) + "  ‖q‖ = " + vnorm(s.q).toFixed(3)));
     const t = el("table", { class: "num", id: "steps-table" });
     t.append(el("tr", {}, ...["j", "key", "2. q·kⱼ", "3. × scale", "4. + mask", "5. softmax wⱼ", "6. wⱼ·‖vⱼ‖"].map((h) => el("th", {}, h))));
@@ -390,7 +494,7 @@
       v.append(el("p", {}, "clicked cell: key " + key + " " + label(s.tokens[key]) + ": q·k = Σ qᵢkᵢ = " + prods.slice(0, 4).map((x) => x.toFixed(3)).join(" + ") + " + … = " + fmt4(s.scores[key]) + "; × " + s.scale.toFixed(4) + " = " + fmt4(s.scaled[key])));
     }
     v.append(el("p", {}, "7. output Σⱼ wⱼ·vⱼ = " + preview(s.context) + "  — recomputed here from q, K, V and the mask: largest difference from the kernel " + s.by_hand_max_diff.toExponential(1)));
-    current = { name: "steps-L" + s.layer + "-H" + s.head + "-T" + q, canvas: null, rows: () => rows, data: () => s };
+    current = { name: "steps-" + (isSeq2Seq() ? s.stack + "-" : "") + "L" + s.layer + "-H" + s.head + "-T" + q, canvas: null, rows: () => rows, data: () => s };
   }
 
   // ------------------------------------------------------------ architecture
@@ -455,6 +559,7 @@
 
   // ------------------------------------------------------------ residual, FFN, lens
   async function viewPath(v, seq) {
+    if (isSeq2Seq()) { v.append(el("p", {}, state.model + " is an encoder-decoder: this view reads one stack's residual stream; pick Heatmap, Table, Model view, Head view or Arithmetic for its encoder self-, decoder self- and cross-attention.")); current = null; return; }
     const q = queryToken();
     const p = await api("path", Object.assign(baseParams(), { token: q }));
     if (seq !== renderSeq) return;
@@ -540,7 +645,7 @@
   window.lucentSampler = samplerDistribution;
   let pathForDist = null;
   async function viewDistribution(v, seq) {
-    if (!isDecoder()) { v.append(el("p", {}, state.model + " is an encoder: it has no next-token distribution. Pick a decoder (smollm2, gemma3, a trained run).")); current = null; return; }
+    if (!isDecoder()) { v.append(el("p", {}, state.model + " is not a decoder: it has no next-token distribution. Pick a decoder (smollm2, gemma3, a trained run).")); current = null; return; }
     const q = queryToken();
     const p = await api("path", Object.assign(baseParams(), { token: q }));
     if (seq !== renderSeq) return;
@@ -690,9 +795,18 @@
     const seq = ++renderSeq;
     try {
       if (reloadTokens || !tokens.length) {
+        if (isAudio() && !state.audio) {
+          tokens = []; targets = [];
+          fillControls();
+          $("view").innerHTML = "";
+          $("view").append(el("p", {}, state.model + " is a speech model: choose a WAV file above (8–48 kHz, mono or stereo); its first 30 seconds are transcribed and traced."));
+          document.body.dataset.ready = String(seq);
+          return;
+        }
         const t = await api("tokens", baseParams());
         if (seq !== renderSeq) return;
         tokens = t.tokens;
+        targets = t.target || [];
       }
       fillControls();
       drawTokens();
@@ -720,7 +834,11 @@
   window.lucentStandalone = exportStandalone;
 
   function bind() {
-    $("model").addEventListener("change", () => { state.model = $("model").value; state.layer = 0; state.head = 0; state.token = -1; update(true); });
+    $("model").addEventListener("change", () => { state.model = $("model").value; state.stack = ""; state.layer = 0; state.head = 0; state.token = -1; update(true); });
+    $("stack").addEventListener("change", () => { state.stack = $("stack").value; state.layer = 0; state.token = -1; state.row0 = 0; update(); });
+    $("audio-file").addEventListener("change", (e) => uploadAudio(e.target.files[0]).catch((err) => setStatus(err.message, true)));
+    $("key-save").addEventListener("click", saveKey);
+    $("key").addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); saveKey(); } });
     $("run").addEventListener("click", () => { state.text = $("text").value; state.token = -1; state.row0 = 0; update(true); });
     $("text").addEventListener("keydown", (e) => { if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); $("run").click(); } });
     $("next-token").addEventListener("click", () => generateOne().catch((e) => setStatus(e.message, true)));
@@ -742,9 +860,9 @@
       let hit = true;
       if (e.key === "ArrowRight") state.head = (state.head + 1) % m.heads;
       else if (e.key === "ArrowLeft") state.head = (state.head + m.heads - 1) % m.heads;
-      else if (e.key === "ArrowDown") state.layer = Math.min(m.layers - 1, state.layer + 1);
+      else if (e.key === "ArrowDown") state.layer = Math.min(stack().layers - 1, state.layer + 1);
       else if (e.key === "ArrowUp") state.layer = Math.max(0, state.layer - 1);
-      else if (e.key === "j") state.token = Math.min(tokens.length - 1, queryToken() + 1);
+      else if (e.key === "j") state.token = Math.min(queryTokens().length - 1, queryToken() + 1);
       else if (e.key === "k") state.token = Math.max(0, queryToken() - 1);
       else if (e.key === "t") state.view = "table";
       else if (/^[0-9]$/.test(e.key)) state.view = VIEWS[(+e.key + 9) % 10];
@@ -753,15 +871,17 @@
     });
   }
 
+  let bound = false;
   async function start() {
     readState();
     rngState = state.seed | 0;
-    bind();
+    if (!bound) { bind(); bound = true; takeKeyFromFragment(); }
     try {
       const m = await api("models", {});
       models = m.models;
     } catch (e) { setStatus(e.message, true); document.body.dataset.ready = "error"; return; }
     const sel = $("model");
+    sel.innerHTML = "";
     for (const x of models) sel.append(el("option", { value: x.name }, x.name));
     if (!models.some((x) => x.name === state.model)) state.model = models.length ? models[0].name : "";
     sel.value = state.model;

@@ -4,15 +4,25 @@
 //! | route (GET, query parameters) | answer |
 //! | --- | --- |
 //! | `/` | the page (HTML, CSS and JS embedded in the binary: no CDN, works offline) |
-//! | `/explore/api/models` | the models served, with their configs |
+//! | `/explore/api/models` | the models served, with their configs, attention stacks and input kind |
+//! | `POST /explore/api/audio` (body: a WAV file) | for a speech model: keeps the upload, answers its id (`audio=ID` in the other routes) and length |
 //! | `/explore/api/architecture?model=M&text=T` or `?preset=P&t=N` | the block list with the shape after every step ([`lucent::model::shapes`]) |
-//! | `/explore/api/tokens?model&text` | ids, pieces, texts and bytes of the tokens |
-//! | `/explore/api/attention?model&text&layer&head[&thumb=N]` | one head's softmax weights (t, t) as little-endian f32 in base64; `thumb` max-pools them to N × N |
-//! | `/explore/api/steps?model&text&layer&head&token` | the arithmetic of one query row: q, K, V, q·k, ·1/√d_k, mask, softmax, Σ w·v |
+//! | `/explore/api/tokens?model&text` | ids, pieces, texts and bytes of the tokens (an encoder-decoder: its source and its greedily decoded target) |
+//! | `/explore/api/attention?model&text&layer&head[&stack][&thumb=N]` | one head's softmax weights (rows, cols) as little-endian f32 in base64; `thumb` max-pools them to at most N × N |
+//! | `/explore/api/steps?model&text&layer&head&token[&stack]` | the arithmetic of one query row: q, K, V, q·k, ·1/√d_k, mask, softmax, Σ w·v |
 //! | `/explore/api/path?model&text&token` | residual-stream norms per layer and token, FFN activation summaries, the logit lens, the final logits |
 //! | `/explore/api/distribution?model&text&token&temperature&top_k&top_p&min_p` | the sampler's filtered next-token distribution ([`lucent::pipeline::generate::distribution`]) |
 //! | `/explore/api/positions?model&t` | the sinusoidal table and RoPE's frequencies and angles |
 //! | `/explore/api/masks?t&window&prefix&pad` | BERT (padding), GPT (causal), T5 (encoder, decoder, cross), prefix-LM and sliding-window masks |
+//!
+//! An encoder-decoder (a model trained by `lucent train seq2seq`, or Whisper) has three
+//! attentions, chosen by `stack`: `cross` (the decoder's target tokens over the
+//! encoder's output, the default), `encoder` and `decoder` self-attention; its target is
+//! what it decodes greedily from the input, and every view is of the teacher-forced
+//! pass over that answer (as `lucent attention` and [`lucent::Model::trace`] do). A
+//! speech model reads `audio=ID` (an upload) instead of `text`: its first 30-second
+//! window, with the audio positions (20 ms each) shown up to a little past the audio's
+//! end, as `lucent attention -m whisper-tiny.en FILE.wav` draws them.
 //!
 //! Every input is bounded (text bytes and tokens, layer, head and token ranges; 400 with
 //! the numbers otherwise). Traces are computed on blocking threads, one at a time, and
@@ -24,10 +34,11 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use axum::body::Body;
 use axum::extract::{Query, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::Engine as _;
 use lucent::model::shapes::forward_shapes;
@@ -35,10 +46,12 @@ use lucent::model::{ModelConfig, ModelKind, PositionKind};
 use lucent::nn::position::{Rope, SinusoidalEncoding};
 use lucent::ops::rope::RopeConvention;
 use lucent::pipeline::generate::{distribution, TextModel};
+use lucent::pipeline::transcribe::audio_positions;
 use lucent::{Sampling, Tensor, Token, Trace, TraceFilter};
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
+use crate::speech::{TempAudio, MAX_AUDIO_BYTES};
 use crate::{AppState, Served};
 
 /// The page, its style and its script (embedded: `lucent explore` needs no network).
@@ -56,6 +69,8 @@ pub const ALL_LAYERS_UP_TO: usize = 256;
 pub const CACHE_FLOATS: usize = 64 << 20;
 /// Numbers one traced pass of the path view may hold before it is split by layers.
 const PATH_PASS_FLOATS: usize = 48 << 20;
+/// Audio uploads a server keeps (the oldest is dropped, and its file deleted, past this).
+pub const MAX_UPLOADS: usize = 8;
 /// Largest table of the positions and masks views.
 const MAX_TABLE_T: usize = 512;
 const MAX_MASK_T: usize = 64;
@@ -68,6 +83,7 @@ pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/", get(page))
         .route("/explore/api/models", get(models))
+        .route("/explore/api/audio", post(upload_audio))
         .route("/explore/api/architecture", get(architecture))
         .route("/explore/api/tokens", get(tokens))
         .route("/explore/api/attention", get(attention))
@@ -96,6 +112,7 @@ enum Cached {
     Weights(Arc<Tensor>),
     Path(Arc<Value>),
     Logits(Arc<Vec<f32>>),
+    Sides(Arc<Sides>),
 }
 
 impl Cached {
@@ -104,6 +121,7 @@ impl Cached {
             Cached::Weights(t) => t.numel(),
             Cached::Path(_) => 1 << 16,
             Cached::Logits(l) => l.len(),
+            Cached::Sides(s) => s.source.len() + s.target.len(),
         }
     }
 }
@@ -112,6 +130,8 @@ impl Cached {
 /// holds; and the gate that lets one explorer computation run at a time.
 pub struct Cache {
     entries: Mutex<Vec<(String, Cached)>>,
+    /// Audio uploads: id, file, seconds (oldest first).
+    uploads: Mutex<Vec<(String, Arc<TempAudio>, f64)>>,
     cap: usize,
     gate: tokio::sync::Semaphore,
     waiting: AtomicUsize,
@@ -128,6 +148,7 @@ impl Cache {
     pub fn new(cap: usize) -> Cache {
         Cache {
             entries: Mutex::new(Vec::new()),
+            uploads: Mutex::new(Vec::new()),
             cap,
             gate: tokio::sync::Semaphore::new(1),
             waiting: AtomicUsize::new(0),
@@ -141,6 +162,24 @@ impl Cache {
         let v = hit.1.clone();
         e.push(hit);
         Some(v)
+    }
+
+    /// The upload `id`: its file and length in seconds.
+    fn upload(&self, id: &str) -> Option<(Arc<TempAudio>, f64)> {
+        let u = self.uploads.lock().unwrap_or_else(|p| p.into_inner());
+        u.iter()
+            .find(|(k, _, _)| k == id)
+            .map(|(_, f, s)| (f.clone(), *s))
+    }
+
+    /// Keep an upload under `id` (dropping the oldest past [`MAX_UPLOADS`]).
+    fn keep_upload(&self, id: String, file: Arc<TempAudio>, seconds: f64) {
+        let mut u = self.uploads.lock().unwrap_or_else(|p| p.into_inner());
+        u.retain(|(k, _, _)| *k != id);
+        u.push((id, file, seconds));
+        while u.len() > MAX_UPLOADS {
+            u.remove(0);
+        }
     }
 
     fn put(&self, key: String, v: Cached) {
@@ -189,6 +228,59 @@ struct Subject {
     model: Arc<lucent::Model>,
     /// The decoder with its tokenizer (decoders and trained language models).
     text: Option<Arc<TextModel>>,
+    /// A speech model: it reads uploaded audio, not text.
+    speech: bool,
+}
+
+/// One of a model's attentions, as the views choose it (`stack=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stack {
+    /// The encoder's self-attention (bidirectional).
+    Encoder,
+    /// The decoder's self-attention (causal).
+    Decoder,
+    /// The decoder's cross-attention over the encoder's output.
+    Cross,
+}
+
+impl Stack {
+    fn name(self) -> &'static str {
+        match self {
+            Stack::Encoder => "encoder",
+            Stack::Decoder => "decoder",
+            Stack::Cross => "cross",
+        }
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            Stack::Encoder => "encoder self-attention",
+            Stack::Decoder => "decoder self-attention (masked)",
+            Stack::Cross => "decoder cross-attention",
+        }
+    }
+
+    /// The trace's name of `leaf` in layer `l` of this attention.
+    fn leaf(self, l: usize, leaf: &str) -> String {
+        match self {
+            Stack::Encoder => format!("encoder.layer.{l}.attn.{leaf}"),
+            Stack::Decoder => format!("decoder.layer.{l}.attn.{leaf}"),
+            Stack::Cross => format!("decoder.layer.{l}.cross_attn.{leaf}"),
+        }
+    }
+}
+
+/// What the views of a model read: a text, or a speech model's uploaded audio.
+#[derive(Clone)]
+struct Input {
+    /// Names it in the cache.
+    key: String,
+    /// What the model reads: the text, or the audio file's path.
+    arg: String,
+    /// The audio's length in seconds (speech models).
+    seconds: Option<f64>,
+    /// Holds the upload's file while a computation reads it.
+    _file: Option<Arc<TempAudio>>,
 }
 
 impl Subject {
@@ -211,6 +303,83 @@ impl Subject {
             _ => c.decoder_layers,
         }
     }
+
+    /// An encoder-decoder (three attentions, a source and a target).
+    fn seq2seq(&self) -> bool {
+        self.config().kind == ModelKind::EncoderDecoder
+    }
+
+    /// Its attentions, the default first.
+    fn stacks(&self) -> Vec<Stack> {
+        match self.config().kind {
+            ModelKind::Encoder => vec![Stack::Encoder],
+            ModelKind::Decoder => vec![Stack::Decoder],
+            ModelKind::EncoderDecoder => vec![Stack::Cross, Stack::Encoder, Stack::Decoder],
+        }
+    }
+
+    fn layers_of(&self, stack: Stack) -> usize {
+        match stack {
+            Stack::Encoder => self.config().encoder_layers,
+            _ => self.config().decoder_layers,
+        }
+    }
+}
+
+/// The attention `stack=` names (default: the model's first).
+fn stack_param(s: &Subject, q: &HashMap<String, String>) -> Result<Stack, ApiError> {
+    let all = s.stacks();
+    match q.get("stack").map(String::as_str) {
+        None | Some("") => Ok(all[0]),
+        Some(name) => all
+            .iter()
+            .copied()
+            .find(|x| x.name() == name)
+            .ok_or_else(|| {
+                ApiError::invalid_param(
+                    "stack",
+                    format!(
+                        "stack '{name}': {} has {}",
+                        s.name,
+                        all.iter().map(|x| x.name()).collect::<Vec<_>>().join(", ")
+                    ),
+                )
+            }),
+    }
+}
+
+/// The input of a view: `text`, or a speech model's `audio` upload.
+fn input_param(st: &AppState, s: &Subject, q: &HashMap<String, String>) -> Result<Input, ApiError> {
+    if !s.speech {
+        let t = text_param(q)?;
+        return Ok(Input {
+            key: t.clone(),
+            arg: t,
+            seconds: None,
+            _file: None,
+        });
+    }
+    let id = q.get("audio").map(|a| a.trim()).filter(|a| !a.is_empty()).ok_or_else(|| {
+        ApiError::invalid_param(
+            "audio",
+            format!(
+                "{} is a speech model: upload a WAV with POST /explore/api/audio (the page's file picker) and pass its id as audio",
+                s.name
+            ),
+        )
+    })?;
+    let (file, seconds) = st.explore.upload(id).ok_or_else(|| {
+        ApiError::invalid_param(
+            "audio",
+            format!("no upload '{id}' on this server (it keeps the last {MAX_UPLOADS} while it runs); upload the file again"),
+        )
+    })?;
+    Ok(Input {
+        key: format!("audio:{id}"),
+        arg: file.path().to_string_lossy().into_owned(),
+        seconds: Some(seconds),
+        _file: Some(file),
+    })
 }
 
 fn subject(st: &AppState, q: &HashMap<String, String>) -> Result<Subject, ApiError> {
@@ -226,12 +395,13 @@ fn subject(st: &AppState, q: &HashMap<String, String>) -> Result<Subject, ApiErr
     };
     let text = match &m.served {
         Served::Decoder(e) => Some(e.model().clone()),
-        Served::Encoder(_) => None,
+        _ => None,
     };
     Ok(Subject {
         name: m.name.clone(),
         model: m.model.clone(),
         text,
+        speech: matches!(m.served, Served::Speech(_)),
     })
 }
 
@@ -383,12 +553,78 @@ async fn models(State(st): St) -> Response {
                     "context": c.max_positions,
                     "windows": (0..layers).map(|l| c.window_of_layer(l)).collect::<Vec<_>>(),
                     "generates": matches!(m.served, Served::Decoder(_)),
+                    "input": if matches!(m.served, Served::Speech(_)) { "audio" } else { "text" },
+                    "stacks": stacks_json(c.kind, c),
                     "config": c,
                 })
             })
             .collect();
         Ok(json!({"models": list, "limits": {"text_bytes": MAX_TEXT_BYTES, "tokens": MAX_TOKENS}}))
     })())
+}
+
+/// The attentions of a model of `kind`, the default first: name, title, layers.
+fn stacks_json(kind: ModelKind, c: &ModelConfig) -> Value {
+    let list: Vec<(Stack, usize)> = match kind {
+        ModelKind::Encoder => vec![(Stack::Encoder, c.encoder_layers)],
+        ModelKind::Decoder => vec![(Stack::Decoder, c.decoder_layers)],
+        ModelKind::EncoderDecoder => vec![
+            (Stack::Cross, c.decoder_layers),
+            (Stack::Encoder, c.encoder_layers),
+            (Stack::Decoder, c.decoder_layers),
+        ],
+    };
+    json!(list
+        .into_iter()
+        .map(|(s, n)| json!({"name": s.name(), "title": s.title(), "layers": n}))
+        .collect::<Vec<_>>())
+}
+
+/// `POST /explore/api/audio`: keep an uploaded WAV for a speech model's views.
+async fn upload_audio(State(st): St, body: Body) -> Response {
+    respond(
+        async {
+            st.accepting()?;
+            let bytes = crate::routes::read_body(body, MAX_AUDIO_BYTES).await?;
+            if bytes.is_empty() {
+                return Err(ApiError::invalid(
+                    "the body is empty: send the WAV file's bytes as the request body",
+                ));
+            }
+            let id = {
+                use sha2::Digest;
+                let h = sha2::Sha256::digest(&bytes);
+                h.iter()
+                    .take(8)
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<String>()
+            };
+            if let Some((_, seconds)) = st.explore.upload(&id) {
+                return Ok(json!({"audio": id, "seconds": seconds}));
+            }
+            let seconds = compute(&st, move || {
+                let (file, mut f) = TempAudio::create()?;
+                use std::io::Write;
+                f.write_all(&bytes)
+                    .map_err(|e| ApiError::internal(format!("cannot keep the upload: {e}")))?;
+                drop(f);
+                let stream = lucent::io::AudioStream::open(file.path())
+                    .map_err(|e| ApiError::invalid(format!("not audio lucent reads: {e}")))?;
+                let seconds = stream.info().duration_secs();
+                if seconds <= 0.0 {
+                    return Err(ApiError::invalid("the audio has no samples"));
+                }
+                Ok((Arc::new(file), seconds))
+            })
+            .await
+            .map(|(file, seconds)| {
+                st.explore.keep_upload(id.clone(), file, seconds);
+                seconds
+            })?;
+            Ok(json!({"audio": id, "seconds": seconds}))
+        }
+        .await,
+    )
 }
 
 async fn architecture(State(st): St, Query(q): Params) -> Response {
@@ -430,9 +666,15 @@ async fn architecture(State(st): St, Query(q): Params) -> Response {
 }
 
 async fn tokens(State(st): St, Query(q): Params) -> Response {
+    let st2 = st.clone();
     respond(
         async {
             let s = subject(&st, &q)?;
+            if s.seq2seq() {
+                let input = input_param(&st, &s, &q)?;
+                let sides = compute(&st, move || sides(&st2, &s, &input)).await?;
+                return Ok(json!({"tokens": sides.source, "target": sides.target}));
+            }
             let text = text_param(&q)?;
             let toks = compute(&st, move || read_tokens(&s, &text)).await?;
             let list: Vec<Value> = toks
@@ -487,18 +729,164 @@ fn layer_weights(
     out.ok_or_else(|| ApiError::internal(format!("layer {layer} was not recorded")))
 }
 
-/// Max-pool a (t, t) matrix to (n, n) (n ≤ t).
-fn pool(m: &[f32], t: usize, n: usize) -> Vec<f32> {
-    let mut out = vec![0.0f32; n * n];
-    for i in 0..t {
-        let bi = i * n / t;
-        for j in 0..t {
-            let bj = j * n / t;
-            let o = &mut out[bi * n + bj];
-            *o = o.max(m[i * t + j]);
+/// An encoder-decoder's two sides over one input: the source (the input's tokens, or
+/// a speech model's audio positions) and the target it decodes greedily, as token
+/// objects and as labels (a speech model's positions up to a little past the audio).
+pub struct Sides {
+    source: Vec<Value>,
+    target: Vec<Value>,
+    source_labels: Vec<String>,
+    target_labels: Vec<String>,
+}
+
+fn label_token(text: &str, special: bool) -> Value {
+    json!({"id": null, "piece": text, "text": text, "special": special, "bytes": text.as_bytes()})
+}
+
+/// The sides of `input` (cached; computing them traces the decoder's weights, which
+/// are cached too).
+fn sides(st: &AppState, s: &Subject, input: &Input) -> Result<Arc<Sides>, ApiError> {
+    if let Some(Cached::Sides(v)) = st.explore.get(&key(s, &input.key, "sides")) {
+        return Ok(v);
+    }
+    seq2seq_pass(st, s, input, Stack::Decoder)?;
+    match st.explore.get(&key(s, &input.key, "sides")) {
+        Some(Cached::Sides(v)) => Ok(v),
+        _ => Err(ApiError::internal("the pass recorded no tokens")),
+    }
+}
+
+/// Keep the first `rows` rows and `cols` columns of each head of (1, h, r, c).
+fn crop(w: &Tensor, rows: usize, cols: usize) -> Result<Tensor, ApiError> {
+    let [b, h, r, c] = w.dims()?;
+    let (rows, cols) = (rows.min(r), cols.min(c));
+    if (rows, cols) == (r, c) {
+        return Ok(w.clone());
+    }
+    let mut out = Vec::with_capacity(b * h * rows * cols);
+    for m in w.data().chunks(r * c) {
+        for i in 0..rows {
+            out.extend_from_slice(&m[i * c..i * c + cols]);
         }
     }
-    out
+    Ok(Tensor::new(out, &[b, h, rows, cols])?)
+}
+
+/// One traced pass of an encoder-decoder over `input`, recording the attention
+/// weights of the encoder (`Stack::Encoder`) or of the decoder (self and cross) in
+/// every layer; caches each (stack, layer), cropped to the positions shown, and the
+/// sides. (One side at a time: a speech model's encoder weights are large.)
+fn seq2seq_pass(st: &AppState, s: &Subject, input: &Input, side: Stack) -> Result<(), ApiError> {
+    let prefix = if side == Stack::Encoder {
+        "encoder."
+    } else {
+        "decoder."
+    };
+    let filter = TraceFilter {
+        leaves: Some(vec!["weights".into()]),
+        layers: None,
+        prefix: Some(prefix.into()),
+    };
+    let trace = s.model.trace_with(&input.arg, Trace::with_filter(filter))?;
+    let target_labels = trace.target_tokens().to_vec();
+    let first = if side == Stack::Encoder {
+        Stack::Encoder.leaf(0, "weights")
+    } else {
+        Stack::Cross.leaf(0, "weights")
+    };
+    let all = recorded(&trace, &first)?.last_dim();
+    let (source, source_labels, keep) = match input.seconds {
+        Some(secs) => {
+            let keep = audio_positions(secs, all);
+            let labels: Vec<String> = (0..keep)
+                .map(|j| format!("{:.2}s", j as f64 * 0.02))
+                .collect();
+            (
+                labels.iter().map(|l| label_token(l, false)).collect(),
+                labels,
+                keep,
+            )
+        }
+        None => {
+            let toks = s.model.tokens(&input.arg)?;
+            let labels: Vec<String> = toks.iter().map(|t| t.text.clone()).collect();
+            let objs = toks
+                .iter()
+                .map(|t| json!({"id": t.id, "piece": t.piece, "text": t.text, "special": t.special, "bytes": t.text.as_bytes()}))
+                .collect();
+            (objs, labels, all)
+        }
+    };
+    let stacks: &[Stack] = if side == Stack::Encoder {
+        &[Stack::Encoder]
+    } else {
+        &[Stack::Decoder, Stack::Cross]
+    };
+    for &stack in stacks {
+        for l in 0..s.layers_of(stack) {
+            let w = recorded(&trace, &stack.leaf(l, "weights"))?;
+            let w = match stack {
+                Stack::Encoder => crop(w, keep, keep)?,
+                Stack::Cross => crop(w, usize::MAX, keep)?,
+                Stack::Decoder => w.clone(),
+            };
+            st.explore.put(
+                key(s, &input.key, &format!("weights.{}.{l}", stack.name())),
+                Cached::Weights(Arc::new(w)),
+            );
+        }
+    }
+    let target = target_labels
+        .iter()
+        .map(|t| label_token(t, t.starts_with("<|") && t.ends_with("|>")))
+        .collect();
+    st.explore.put(
+        key(s, &input.key, "sides"),
+        Cached::Sides(Arc::new(Sides {
+            source,
+            target,
+            source_labels,
+            target_labels,
+        })),
+    );
+    Ok(())
+}
+
+/// The weights (1, h, rows, cols) of an encoder-decoder's `stack` in `layer`.
+fn seq2seq_weights(
+    st: &AppState,
+    s: &Subject,
+    input: &Input,
+    stack: Stack,
+    layer: usize,
+) -> Result<Arc<Tensor>, ApiError> {
+    let k = key(s, &input.key, &format!("weights.{}.{layer}", stack.name()));
+    if let Some(Cached::Weights(w)) = st.explore.get(&k) {
+        return Ok(w);
+    }
+    seq2seq_pass(st, s, input, stack)?;
+    match st.explore.get(&k) {
+        Some(Cached::Weights(w)) => Ok(w),
+        _ => Err(ApiError::internal(format!(
+            "{} layer {layer} was not recorded",
+            stack.name()
+        ))),
+    }
+}
+
+/// Max-pool a (rows, cols) matrix to at most (n, n): (rows', cols', numbers).
+fn pool(m: &[f32], rows: usize, cols: usize, n: usize) -> (usize, usize, Vec<f32>) {
+    let (nr, nc) = (rows.min(n), cols.min(n));
+    let mut out = vec![0.0f32; nr * nc];
+    for i in 0..rows {
+        let bi = i * nr / rows;
+        for j in 0..cols {
+            let bj = j * nc / cols;
+            let o = &mut out[bi * nc + bj];
+            *o = o.max(m[i * cols + j]);
+        }
+    }
+    (nr, nc, out)
 }
 
 async fn attention(State(st): St, Query(q): Params) -> Response {
@@ -506,44 +894,67 @@ async fn attention(State(st): St, Query(q): Params) -> Response {
     respond(
         async move {
             let s = subject(&st, &q)?;
-            let text = text_param(&q)?;
+            let stack = stack_param(&s, &q)?;
+            let input = input_param(&st, &s, &q)?;
             let c = s.config().clone();
-            let layer = index(&q, "layer", s.layers(), Some(0))?;
+            let layer = index(&q, "layer", s.layers_of(stack), Some(0))?;
             let head = index(&q, "head", c.n_heads, Some(0))?;
             let thumb = num::<usize>(&q, "thumb")?;
             let s2 = s.clone();
-            let (toks, w) = compute(&st, move || {
-                let toks = read_tokens(&s2, &text)?;
-                let w = layer_weights(&st2, &s2, &text, layer, toks.len())?;
-                Ok((toks, w))
+            let (rows_of, cols_of, w) = compute(&st, move || {
+                if s2.seq2seq() {
+                    let w = seq2seq_weights(&st2, &s2, &input, stack, layer)?;
+                    let sd = sides(&st2, &s2, &input)?;
+                    let src: Vec<String> = sd.source_labels.clone();
+                    let tgt: Vec<String> = sd.target_labels.clone();
+                    return Ok(match stack {
+                        Stack::Encoder => (src.clone(), src, w),
+                        Stack::Decoder => (tgt.clone(), tgt, w),
+                        Stack::Cross => (tgt, src, w),
+                    });
+                }
+                let toks = read_tokens(&s2, &input.arg)?;
+                let w = layer_weights(&st2, &s2, &input.arg, layer, toks.len())?;
+                let labels: Vec<String> = toks.iter().map(|t| t.text.clone()).collect();
+                Ok((labels.clone(), labels, w))
             })
             .await?;
-            let [_, h, t, tk] = w.dims()?;
-            if head >= h || t != tk {
+            let [_, h, r, cl] = w.dims()?;
+            if head >= h || r != rows_of.len() || cl != cols_of.len() {
                 return Err(ApiError::internal(format!(
-                    "the weights recorded are {:?}, not (1, {}, t, t)",
+                    "the weights recorded are {:?}, not (1, {}, {}, {})",
                     w.shape(),
-                    c.n_heads
+                    c.n_heads,
+                    rows_of.len(),
+                    cols_of.len()
                 )));
             }
-            let m = &w.data()[head * t * t..(head + 1) * t * t];
+            let m = &w.data()[head * r * cl..(head + 1) * r * cl];
             let group = (c.n_heads / c.n_kv_heads.max(1)).max(1);
-            let (n, data) = match thumb {
-                Some(n) if n > 0 && n < t => (n.min(256), pool(m, t, n.min(256))),
-                _ => (t, m.to_vec()),
+            let (nr, nc, data) = match thumb {
+                Some(n) if n > 0 && (n < r || n < cl) => pool(m, r, cl, n.min(256)),
+                _ => (r, cl, m.to_vec()),
             };
+            let pooled = (nr, nc) != (r, cl);
             Ok(json!({
                 "model": s.name,
+                "stack": stack.name(),
+                "stack_title": stack.title(),
                 "layer": layer,
                 "head": head,
                 "kv_head": head / group,
                 "heads_sharing_kv": ((head / group) * group..(head / group + 1) * group).collect::<Vec<_>>(),
-                "t": t,
-                "size": n,
-                "pooled": n != t,
-                "causal": c.kind != ModelKind::Encoder,
-                "window": c.window_of_layer(layer),
-                "tokens": toks.iter().map(|t| t.text.clone()).collect::<Vec<_>>(),
+                "t": r,
+                "keys": cl,
+                "rows": nr,
+                "cols": nc,
+                "size": nr,
+                "pooled": pooled,
+                "causal": stack == Stack::Decoder,
+                "window": if stack == Stack::Decoder { c.window_of_layer(layer) } else { None },
+                "tokens": rows_of,
+                "row_tokens": if pooled { Vec::new() } else { rows_of.clone() },
+                "col_tokens": if pooled { Vec::new() } else { cols_of },
                 "weights_f32": b64(&data),
             }))
         }
@@ -552,31 +963,18 @@ async fn attention(State(st): St, Query(q): Params) -> Response {
 }
 
 async fn steps(State(st): St, Query(q): Params) -> Response {
+    let st2 = st.clone();
     respond(
         async move {
             let s = subject(&st, &q)?;
-            let text = text_param(&q)?;
+            let stack = stack_param(&s, &q)?;
+            let input = input_param(&st, &s, &q)?;
             let c = s.config().clone();
-            let layer = index(&q, "layer", s.layers(), Some(0))?;
+            let layer = index(&q, "layer", s.layers_of(stack), Some(0))?;
             let head = index(&q, "head", c.n_heads, Some(0))?;
             let token_q = num::<usize>(&q, "token")?;
             let s2 = s.clone();
             compute(&st, move || {
-                let toks = read_tokens(&s2, &text)?;
-                let t = toks.len();
-                let i = match token_q {
-                    Some(i) if i >= t => {
-                        return Err(ApiError::invalid_param(
-                            "token",
-                            format!(
-                                "token {i} does not exist: the text has {t} tokens (0..{})",
-                                t - 1
-                            ),
-                        ))
-                    }
-                    Some(i) => i,
-                    None => t - 1,
-                };
                 let filter = TraceFilter {
                     leaves: Some(
                         [
@@ -586,12 +984,41 @@ async fn steps(State(st): St, Query(q): Params) -> Response {
                         .to_vec(),
                     ),
                     layers: Some(vec![layer]),
-                    prefix: Some(format!("{}.layer.{layer}.attn.", s2.stack())),
+                    prefix: Some(stack.leaf(layer, "")),
                 };
-                let trace = run_trace(&s2, &text, filter, true, true)?;
-                let get = |leaf: &str| {
-                    recorded(&trace, &format!("{}.layer.{layer}.attn.{leaf}", s2.stack()))
+                // The labels of the query rows and of the keys, and the traced pass.
+                let (queries, keys_shown, trace) = if s2.seq2seq() {
+                    let sd = sides(&st2, &s2, &input)?;
+                    let trace = s2
+                        .model
+                        .trace_with(&input.arg, Trace::with_filter(filter))?;
+                    let (src, tgt) = (sd.source_labels.clone(), sd.target_labels.clone());
+                    match stack {
+                        Stack::Encoder => (src.clone(), src, trace),
+                        Stack::Decoder => (tgt.clone(), tgt, trace),
+                        Stack::Cross => (tgt, src, trace),
+                    }
+                } else {
+                    let toks = read_tokens(&s2, &input.arg)?;
+                    let labels: Vec<String> = toks.iter().map(|t| t.text.clone()).collect();
+                    let trace = run_trace(&s2, &input.arg, filter, true, true)?;
+                    (labels.clone(), labels, trace)
                 };
+                let t = queries.len();
+                let i = match token_q {
+                    Some(i) if i >= t => {
+                        return Err(ApiError::invalid_param(
+                            "token",
+                            format!(
+                                "token {i} does not exist: there are {t} query tokens (0..{})",
+                                t - 1
+                            ),
+                        ))
+                    }
+                    Some(i) => i,
+                    None => t - 1,
+                };
+                let get = |leaf: &str| recorded(&trace, &stack.leaf(layer, leaf));
                 let row = |leaf: &str, hh: usize, r: usize| -> Result<Vec<f32>, ApiError> {
                     let x = get(leaf)?;
                     let [_, nh, rows, cols] = x.dims()?;
@@ -600,14 +1027,16 @@ async fn steps(State(st): St, Query(q): Params) -> Response {
                     }
                     Ok(x.data()[(hh * rows + r) * cols..][..cols].to_vec())
                 };
-                let [_, h_kv, _, _] = get("k")?.dims()?;
+                let [_, h_kv, n_keys, _] = get("k")?.dims()?;
                 let group = (c.n_heads / h_kv.max(1)).max(1);
                 let kv = head / group;
                 let qv = row("q", head, i)?;
-                let keys: Vec<Vec<f32>> =
-                    (0..t).map(|j| row("k", kv, j)).collect::<Result<_, _>>()?;
-                let values: Vec<Vec<f32>> =
-                    (0..t).map(|j| row("v", kv, j)).collect::<Result<_, _>>()?;
+                let keys: Vec<Vec<f32>> = (0..n_keys)
+                    .map(|j| row("k", kv, j))
+                    .collect::<Result<_, _>>()?;
+                let values: Vec<Vec<f32>> = (0..n_keys)
+                    .map(|j| row("v", kv, j))
+                    .collect::<Result<_, _>>()?;
                 let scores = row("scores", head, i)?;
                 let scaled = row("scaled", head, i)?;
                 let mask = row("mask", head, i)?;
@@ -631,17 +1060,27 @@ async fn steps(State(st): St, Query(q): Params) -> Response {
                     let sum: f32 = weights.iter().zip(&values).map(|(w, v)| w * v[d]).sum();
                     diff = diff.max((sum - o).abs());
                 }
+                // A speech model's keys are shown up to a little past the audio (the
+                // sums above ran over all of them).
+                let shown = keys_shown.len().min(n_keys);
+                let cut = |v: Vec<f32>| v[..shown].to_vec();
                 let finite = |v: Vec<f32>| -> Vec<Option<f32>> {
-                    v.into_iter().map(|x| x.is_finite().then_some(x)).collect()
+                    v[..shown]
+                        .iter()
+                        .map(|&x| x.is_finite().then_some(x))
+                        .collect()
                 };
                 Ok(json!({
-                    "model": s2.name, "layer": layer, "head": head, "kv_head": kv, "token": i,
+                    "model": s2.name, "stack": stack.name(), "layer": layer, "head": head,
+                    "kv_head": kv, "token": i,
                     "d_k": qv.len(), "scale": scale,
-                    "tokens": toks.iter().map(|t| t.text.clone()).collect::<Vec<_>>(),
-                    "q": qv, "k": keys, "v": values,
-                    "scores": scores, "scaled": scaled,
+                    "tokens": keys_shown,
+                    "query_tokens": queries,
+                    "keys_total": n_keys,
+                    "q": qv, "k": keys[..shown].to_vec(), "v": values[..shown].to_vec(),
+                    "scores": cut(scores), "scaled": cut(scaled),
                     "mask": finite(mask),
-                    "weights": weights, "context": context,
+                    "weights": cut(weights), "context": context,
                     "by_hand_max_diff": diff,
                 }))
             })
@@ -810,6 +1249,22 @@ fn path_view(st: &AppState, s: &Subject, text: &str, i: usize) -> Result<Arc<Val
     Ok(v)
 }
 
+/// The path and distribution views read one stack's residual stream and a decoder's
+/// logits: refused for an encoder-decoder, naming the views it has.
+fn no_seq2seq(s: &Subject, view: &str) -> Result<(), ApiError> {
+    if s.seq2seq() {
+        return Err(ApiError::invalid_param(
+            "model",
+            format!(
+                "{} is an encoder-decoder: the {view} view is drawn for encoders and decoders; \
+                 its attentions are in the attention and steps views (stack=cross, encoder or decoder)",
+                s.name
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn token_index(q: &HashMap<String, String>, t: usize) -> Result<usize, ApiError> {
     match num::<usize>(q, "token")? {
         Some(i) if i >= t => Err(ApiError::invalid_param(
@@ -829,6 +1284,7 @@ async fn path(State(st): St, Query(q): Params) -> Response {
     respond(
         async move {
             let s = subject(&st, &q)?;
+            no_seq2seq(&s, "path")?;
             let text = text_param(&q)?;
             let v = compute(&st, move || {
                 let t = read_tokens(&s, &text)?.len();
@@ -847,6 +1303,7 @@ async fn dist(State(st): St, Query(q): Params) -> Response {
     respond(
         async move {
             let s = subject(&st, &q)?;
+            no_seq2seq(&s, "distribution")?;
             let text = text_param(&q)?;
             let tm = s.text.clone().ok_or_else(|| {
                 ApiError::invalid_param("model", format!("{} is an encoder: it has no next-token distribution", s.name))

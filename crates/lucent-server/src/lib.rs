@@ -10,15 +10,17 @@
 //! ```
 //!
 //! - **Routes** ([`routes`]): `POST /v1/chat/completions`, `/v1/completions`,
-//!   `/v1/embeddings`, `GET /v1/models`, `POST /tokenize`, `/detokenize`, `GET /health`
+//!   `/v1/embeddings`, `/v1/audio/transcriptions` and `/v1/audio/translations`
+//!   ([`speech`]: multipart uploads, Whisper models), `GET /v1/models`, `POST /tokenize`, `/detokenize`, `GET /health`
 //!   (200 only once every model is loaded, 503 while loading or draining), `GET
 //!   /metrics` ([`metrics`]), in OpenAI's request and response shapes ([`api`]), with
 //!   Server-Sent Events for streams and OpenAI's error objects ([`error`]).
 //! - **Engines** ([`engine`]): each decoder model has a scheduler thread with
 //!   `--parallel` slots that batches the decode steps of every running request into
 //!   one forward pass (continuous batching), bit for bit what each request would get
-//!   alone; each encoder a worker thread ([`encoder`]). tokio's threads only move
-//!   bytes.
+//!   alone; each encoder a worker thread ([`encoder`]), each speech model one too
+//!   ([`speech`]). tokio's threads only move bytes. An encoder-decoder trained by
+//!   `lucent train seq2seq` is served to the explorer only.
 //! - **Seeing inside** ([`inside`]): a request's `"lucent"` field returns the attention
 //!   weights and intermediates of the passes that produced its answer.
 //! - **The explorer** ([`explore`]): a page at `/` (`lucent explore`) that draws every
@@ -40,6 +42,7 @@ pub mod explore;
 pub mod inside;
 pub mod metrics;
 pub mod routes;
+pub mod speech;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -52,6 +55,7 @@ use crate::encoder::EncoderWorker;
 use crate::engine::{Engine, EngineConfig};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
+use crate::speech::SpeechWorker;
 
 /// How the server runs (the flags of `lucent serve`).
 #[derive(Clone, Debug)]
@@ -115,6 +119,11 @@ pub enum Served {
     Decoder(Arc<Engine>),
     /// An encoder: sentence embeddings through its worker.
     Encoder(EncoderWorker),
+    /// A speech model (Whisper): transcriptions through its worker.
+    Speech(SpeechWorker),
+    /// An encoder-decoder trained on a task (`lucent train seq2seq`): the explorer
+    /// shows its attentions; it has no OpenAI route.
+    Seq2Seq,
 }
 
 /// A served model and the name requests use for it.
@@ -232,6 +241,18 @@ impl AppState {
                 "model",
                 format!("'{name}' is an encoder (embeddings only); generate with a decoder model"),
             )),
+            Served::Speech(_) => Err(ApiError::invalid_param(
+                "model",
+                format!(
+                    "'{name}' is a speech model; it transcribes audio at /v1/audio/transcriptions"
+                ),
+            )),
+            Served::Seq2Seq => Err(ApiError::invalid_param(
+                "model",
+                format!(
+                    "'{name}' is an encoder-decoder trained on a task; the explorer (/) shows it"
+                ),
+            )),
         }
     }
 
@@ -241,10 +262,40 @@ impl AppState {
         let m = self.find(Some(name))?;
         match &m.served {
             Served::Encoder(w) => Ok((&m.name, w)),
-            Served::Decoder(_) => Err(ApiError::invalid_param(
+            _ => Err(ApiError::invalid_param(
                 "model",
                 format!(
-                    "'{name}' is a decoder; /v1/embeddings needs an encoder model such as minilm"
+                    "'{name}' is not an encoder; /v1/embeddings needs an encoder model such as minilm"
+                ),
+            )),
+        }
+    }
+
+    /// The speech model an audio request names (None: the first one served).
+    pub fn speech(&self, name: Option<&str>) -> Result<(&str, &SpeechWorker), ApiError> {
+        let models = self.accepting()?;
+        let m = match name.map(str::trim).filter(|n| !n.is_empty()) {
+            Some(n) => self.find(Some(n))?,
+            None => models
+                .iter()
+                .find(|m| matches!(m.served, Served::Speech(_)))
+                .ok_or_else(|| {
+                    ApiError::invalid_param(
+                        "model",
+                        format!(
+                            "this server has no speech model (it has: {}); start it with -m whisper-tiny.en",
+                            self.names().join(", ")
+                        ),
+                    )
+                })?,
+        };
+        match &m.served {
+            Served::Speech(w) => Ok((&m.name, w)),
+            _ => Err(ApiError::invalid_param(
+                "model",
+                format!(
+                    "'{}' is not a speech model; the audio routes need a Whisper model such as whisper-tiny.en",
+                    m.name
                 ),
             )),
         }
@@ -268,7 +319,11 @@ pub fn load_models(opts: &ServeOptions, metrics: &Metrics) -> lucent::Result<Vec
                 model.embedder()?,
                 opts.max_queue,
             )?),
-            _ => {
+            lucent::ModelKind::EncoderDecoder => match model.transcriber() {
+                Ok(t) => Served::Speech(SpeechWorker::start(&name, t, opts.max_queue)?),
+                Err(_) => Served::Seq2Seq,
+            },
+            lucent::ModelKind::Decoder => {
                 let tm = model.text_model()?;
                 let ctx = match opts.ctx_size {
                     0 => tm.model.context_len().min(4096),

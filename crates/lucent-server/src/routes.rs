@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
-use axum::extract::{MatchedPath, Path, Request, State};
+use axum::extract::{DefaultBodyLimit, MatchedPath, Path, Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event as SseEvent, Sse};
@@ -52,6 +52,14 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
         .route("/v1/embeddings", post(embeddings))
+        .route(
+            "/v1/audio/transcriptions",
+            post(crate::speech::transcriptions).layer(DefaultBodyLimit::max(AUDIO_BODY)),
+        )
+        .route(
+            "/v1/audio/translations",
+            post(crate::speech::translations).layer(DefaultBodyLimit::max(AUDIO_BODY)),
+        )
         .route("/v1/models", get(models))
         .route("/v1/models/{id}", get(model))
         .route("/tokenize", post(tokenize))
@@ -67,6 +75,9 @@ pub fn router(state: Arc<AppState>) -> Router {
         None => r,
     }
 }
+
+/// The body limit of the audio routes: the file and the form around it.
+const AUDIO_BODY: usize = crate::speech::MAX_AUDIO_BYTES + (1 << 20);
 
 /// CORS for the origins given (`*`: any).
 fn cors_layer(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
@@ -88,14 +99,15 @@ fn cors_layer(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
     })
 }
 
-/// Every request: the API key (but for `/health` and `/metrics`), then the handler,
-/// then its count by route and status.
+/// Every request: the API key (but for `/health`, `/metrics` and the explorer's page,
+/// which holds no data: the page asks for the key and sends it with its data
+/// requests), then the handler, then its count by route and status.
 async fn guard(State(st): St, req: Request, next: Next) -> Response {
     let route = req
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(|| "other".to_string(), |p| p.as_str().to_string());
-    let open = matches!(route.as_str(), "/health" | "/metrics");
+    let open = matches!(route.as_str(), "/health" | "/metrics" | "/");
     let auth = req
         .headers()
         .get(header::AUTHORIZATION)
@@ -119,7 +131,7 @@ async fn fallback(req: Request) -> Response {
 /// Read a body of at most `limit` bytes. A larger one is read to its end (up to 16
 /// times the limit, for at most 10 s) and refused with 413: answering before the
 /// client has sent it all would make its socket reset and lose the answer.
-async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
+pub(crate) async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
     let mut stream = body.into_data_stream();
     let mut buf: Vec<u8> = Vec::new();
     let mut seen = 0usize;
@@ -746,6 +758,13 @@ fn tokenizer_of(st: &AppState, model: Option<&str>) -> Result<Arc<dyn Tokenizer>
     Ok(match &st.find(model)?.served {
         Served::Decoder(e) => e.model().tokenizer.clone(),
         Served::Encoder(w) => Arc::new(w.embedder().tokenizer().clone()),
+        Served::Speech(w) => Arc::new(w.transcriber().tokenizer.clone()),
+        Served::Seq2Seq => {
+            return Err(ApiError::invalid_param(
+                "model",
+                "a model trained by `lucent train seq2seq` reads its task's symbols; it has no tokenizer",
+            ))
+        }
     })
 }
 

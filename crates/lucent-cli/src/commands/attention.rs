@@ -101,9 +101,15 @@ pub struct Args {
     /// training run [default: minilm when a TEXT is given].
     #[arg(long, short = 'm')]
     model: Option<String>,
-    /// With `-m`: the layer to show, from 0 (default: the last).
+    /// With `-m`: the layer to show, from 0 (default: the last; an encoder-decoder: the
+    /// mean cross-attention of every layer).
     #[arg(long)]
     layer: Option<usize>,
+    /// With an encoder-decoder (Whisper, a `train seq2seq` run) and `--layer`: which
+    /// attention, `cross` (target tokens over the encoder's output), `encoder` or
+    /// `decoder` (self-attention) [default: cross].
+    #[arg(long, value_name = "cross|encoder|decoder")]
+    stack: Option<String>,
     /// With `-m`: the head to show, from 0 (default: all heads).
     #[arg(long)]
     head: Option<usize>,
@@ -359,6 +365,9 @@ fn run_real_model(args: Args) -> Result<()> {
                     input: text,
                     out,
                     json: args.json,
+                    stack: args.stack,
+                    layer: args.layer,
+                    head: args.head,
                 },
             )
         }

@@ -102,6 +102,13 @@ impl SpecialTokens {
     }
 }
 
+/// How many of a window's `total` encoder positions (20 ms each) a view of `seconds`
+/// of audio shows: the audio's own and half a second after; the rest of the 30-second
+/// window is padding. `lucent attention` and the explorer crop by it.
+pub fn audio_positions(seconds: f64, total: usize) -> usize {
+    ((seconds.max(0.0) / 0.02).ceil() as usize + 25).min(total)
+}
+
 /// Transcribe in the spoken language, or translate into English.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Task {
