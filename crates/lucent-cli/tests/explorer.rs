@@ -568,15 +568,26 @@ fn explorer_in_chromium() {
             want[0].len()
         );
     }
+    // The pictures: a longer sentence (1.8 s), uploaded as the page does it.
+    let longer = std::fs::read(root().join("tests/data/whisper/clips/00.wav")).unwrap();
+    let up: Value = ureq::post(&format!("{}/explore/api/audio", server.url))
+        .header("content-type", "audio/wav")
+        .send(&longer[..])
+        .unwrap()
+        .body_mut()
+        .read_json()
+        .unwrap();
+    let shown = up["audio"].as_str().unwrap().to_string();
     for (view, shot) in [
         ("heatmap", "whisper-cross"),
         ("lines", "whisper-lines"),
+        ("architecture", "whisper-architecture"),
         ("steps", "whisper-steps"),
     ] {
         open(
             &tab,
             &format!(
-                "{}/?model=whisper-tiny.en&audio={audio}&stack=cross&layer=3&head=1&view={view}",
+                "{}/?model=whisper-tiny.en&audio={shown}&stack=cross&layer=3&head=1&sqrt=1&view={view}",
                 server.url
             ),
         );

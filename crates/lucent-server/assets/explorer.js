@@ -539,7 +539,10 @@
     const pos = String(c.position && typeof c.position === "object" ? c.position.kind : c.position);
     const stackOf = (stage, n, title) => el("div", { class: "stack" }, el("div", { class: "muted" }, title + " × " + n),
       ...archBoxes(c, stage).map(([k, t, re]) => box(k, t, re)));
-    const input = [box("", "token ids (b, t)", /ids|token/i), box("", "embedding E: V " + c.vocab_size + " × d " + c.d_model + (c.embedding_scale !== 1 ? ", × " + (+c.embedding_scale).toFixed(2) : ""), /embed/i),
+    const input = a.audio ? [box("", "log-mel spectrogram (b, " + a.audio.n_mels + " mels, " + a.audio.frames + " frames of 10 ms)", /mel/i),
+      box("", "Conv1d k 3 + GELU → (b, d " + c.d_model + ", " + a.audio.frames + ")", /conv/i),
+      box("", "Conv1d k 3, stride 2 + GELU → (b, d, " + a.audio.positions + " positions of 20 ms)", /conv|transpose/i),
+      box("", "positions: sinusoidal, stored (" + a.audio.positions + " × " + c.d_model + ")", /sinus|position/i)] : [box("", "token ids (b, t)", /ids|token/i), box("", "embedding E: V " + c.vocab_size + " × d " + c.d_model + (c.embedding_scale !== 1 ? ", × " + (+c.embedding_scale).toFixed(2) : ""), /embed/i),
       box("", "positions: " + pos + (pos === "rope" ? " (rotates Q and K inside attention)" : ""), /position|rope|sinus/i)];
     const out = [];
     if (c.final_norm) out.push(box("norm", "final " + c.norm, /final|norm/i));

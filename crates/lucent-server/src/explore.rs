@@ -41,7 +41,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::Engine as _;
-use lucent::model::shapes::forward_shapes;
+use lucent::io::mel::N_FRAMES;
+use lucent::model::shapes::{forward_shapes, ShapeStep};
 use lucent::model::{ModelConfig, ModelKind, PositionKind};
 use lucent::nn::position::{Rope, SinusoidalEncoding};
 use lucent::ops::rope::RopeConvention;
@@ -627,15 +628,72 @@ async fn upload_audio(State(st): St, body: Body) -> Response {
     )
 }
 
+/// A speech model's encoder reads a log-mel spectrogram, not token ids: replace the
+/// encoder's input steps (ids, embedding, positions) with Whisper's front-end — two
+/// Conv1d layers with GELU (the second of stride 2) and the stored sinusoidal positions.
+fn speech_front_end(steps: &mut Vec<ShapeStep>, n_mels: usize, d: usize) {
+    let first_layer = steps
+        .iter()
+        .position(|s| s.stage == "encoder" && s.repeat > 1)
+        .unwrap_or(0);
+    let start = steps
+        .iter()
+        .position(|s| s.stage == "encoder")
+        .unwrap_or(0)
+        .min(first_layer);
+    let (f, p) = (N_FRAMES, N_FRAMES / 2);
+    let step = |name: &str, dims: &str, shape: Vec<usize>, note: &str| ShapeStep {
+        stage: "encoder".into(),
+        repeat: 1,
+        name: name.into(),
+        dims: dims.into(),
+        shape,
+        note: note.into(),
+    };
+    let front = vec![
+        step(
+            "log-mel spectrogram of a 30-s window",
+            "(b, n_mels, frames)",
+            vec![1, n_mels, f],
+            "hop 10 ms",
+        ),
+        step(
+            "Conv1d (kernel 3, stride 1) + GELU",
+            "(b, d, frames)",
+            vec![1, d, f],
+            "",
+        ),
+        step(
+            "Conv1d (kernel 3, stride 2) + GELU",
+            "(b, d, t_src)",
+            vec![1, d, p],
+            "20 ms a position",
+        ),
+        step(
+            "transpose to positions × features",
+            "(b, t_src, d)",
+            vec![1, p, d],
+            "",
+        ),
+        step(
+            "+ sinusoidal positions (stored (t_src, d) table)",
+            "(b, t_src, d)",
+            vec![1, p, d],
+            "",
+        ),
+    ];
+    steps.splice(start..first_layer, front);
+}
+
 async fn architecture(State(st): St, Query(q): Params) -> Response {
     respond(
         async {
-            let (config, name, t) = match q.get("preset") {
+            let (config, name, t, mels) = match q.get("preset") {
                 Some(p) => {
                     let c = lucent::model::presets::preset(p)
                         .map_err(|e| ApiError::from(e).with_param("preset"))?;
                     let t = num::<usize>(&q, "t")?.unwrap_or(8).clamp(1, MAX_TOKENS);
-                    (c, p.clone(), t)
+                    (c, p.clone(), t, None)
                 }
                 None => {
                     let s = subject(&st, &q)?;
@@ -647,11 +705,20 @@ async fn architecture(State(st): St, Query(q): Params) -> Response {
                         }
                         None => num::<usize>(&q, "t")?.unwrap_or(8).clamp(1, MAX_TOKENS),
                     };
-                    (s.config().clone(), s.name, t)
+                    let mels = s.model.transcriber().ok().map(|tr| tr.n_mels);
+                    (s.config().clone(), s.name, t, mels)
                 }
             };
-            let src = (config.kind == ModelKind::EncoderDecoder).then_some(t);
-            let steps = forward_shapes(&config, 1, t, src)?;
+            let src = match (config.kind, mels) {
+                (ModelKind::EncoderDecoder, Some(_)) => Some(N_FRAMES / 2),
+                (ModelKind::EncoderDecoder, None) => Some(t),
+                _ => None,
+            };
+            let mut steps = forward_shapes(&config, 1, t, src)?;
+            let audio = mels.map(|n_mels| {
+                speech_front_end(&mut steps, n_mels, config.d_model);
+                json!({"n_mels": n_mels, "frames": N_FRAMES, "positions": N_FRAMES / 2})
+            });
             let layers = config.encoder_layers.max(config.decoder_layers);
             Ok(json!({
                 "model": name,
@@ -659,6 +726,7 @@ async fn architecture(State(st): St, Query(q): Params) -> Response {
                 "config": config,
                 "windows": (0..layers).map(|l| config.window_of_layer(l)).collect::<Vec<_>>(),
                 "steps": steps,
+                "audio": audio,
             }))
         }
         .await,

@@ -312,12 +312,14 @@ impl AudioFields {
             Some("verbose_json") => Format::VerboseJson,
             Some("srt") => Format::Srt,
             Some("vtt") => Format::Vtt,
-            Some(other) => return Err(ApiError::invalid_param(
-                "response_format",
-                format!(
+            Some(other) => {
+                return Err(ApiError::invalid_param(
+                    "response_format",
+                    format!(
                     "response_format must be json, text, verbose_json, srt or vtt, got '{other}'"
                 ),
-            )),
+                ))
+            }
         })
     }
 

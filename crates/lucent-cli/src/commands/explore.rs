@@ -22,7 +22,8 @@ pub struct Args {
     #[arg(long, default_value_t = 0)]
     pub port: u16,
     /// Every data request must carry `Authorization: Bearer KEY`; the page asks for the key
-    /// once and keeps it in the tab (for a server reachable beyond this machine).
+    /// once and keeps it in the tab (for a server reachable beyond this machine)
+    /// [default: none, the data routes are open].
     #[arg(long, value_name = "KEY")]
     pub api_key: Option<String>,
     /// Stop by itself after this many seconds [default: none, run until Ctrl-C].
