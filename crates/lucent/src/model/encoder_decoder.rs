@@ -22,6 +22,8 @@
 //! the decoder's are a learned table of 448). Decoding with a [`KvCache`] computes the
 //! cross-attention's keys and values of the memory once, at the first step.
 
+use std::sync::Arc;
+
 use rand::Rng;
 
 use crate::autograd::no_grad;
@@ -58,6 +60,10 @@ pub struct EncoderDecoderModel {
     pub transformer: Transformer,
     /// W_vocab: (V, d); None when the head is tied to the target token table.
     pub head: Option<Head>,
+    /// The tied table's numbers in f16, when every one of them is an f16 value (Whisper
+    /// stores its weights in f16): a decoded token's logits read these, half the bytes,
+    /// for the same numbers ([`crate::ops::matmul::gemv_t_f16`]).
+    pub head_f16: Option<Arc<Vec<half::f16>>>,
     /// How its arithmetic rounds ([`Numerics`]; lucent's own for every family so far).
     pub numerics: Numerics,
 }
@@ -151,6 +157,7 @@ impl EncoderDecoderModel {
             front_end: None,
             transformer,
             head,
+            head_f16: None,
             numerics: Numerics::Lucent,
         })
     }
@@ -178,6 +185,21 @@ impl EncoderDecoderModel {
     /// # Shapes
     /// h: (..., d) → (..., V)
     pub fn logits(&self, h: &Tensor) -> Result<Tensor> {
+        if let (None, Some(t16)) = (&self.head, &self.head_f16) {
+            let d = h.last_dim();
+            // One row on a level whose f32 path is the matrix-vector kernel: the same
+            // sums over the f16 copy.
+            if d > 0 && h.numel() == d && t16.len() % d == 0 && crate::ops::simd::has_avx2_fma() {
+                let v = t16.len() / d;
+                let mut y = vec![0.0f32; v];
+                crate::ops::matmul::gemv_t_f16(&mut y, h.data(), t16, d, v);
+                let mut shape = h.shape().to_vec();
+                if let Some(last) = shape.last_mut() {
+                    *last = v;
+                }
+                return Tensor::new(y, &shape); // (..., V)
+            }
+        }
         match &self.head {
             Some(head) => head.logits_with(h, self.numerics),
             None => self.embedding.table.matmul_t(h, self.numerics),

@@ -632,3 +632,51 @@ fn attention_over_a_cache_store_equals_the_copied_keys() {
         );
     });
 }
+
+/// The one-row product over an f16 matrix equals, bit for bit, the f32 one over the same
+/// numbers widened (Whisper's tied head reads the f16 copy), on every level and every
+/// split over threads: the same kernel structure, only the loads differ.
+#[test]
+fn f16_matvec_equals_the_widened_f32_one_bit_for_bit() {
+    let mut rng = StdRng::seed_from_u64(16);
+    for &(n, k) in &[
+        (1, 1),
+        (3, 7),
+        (5, 17),
+        (9, 33),
+        (130, 384),
+        (1027, 64),
+        (5003, 129),
+    ] {
+        let w: Vec<half::f16> = Tensor::randn(&[n * k], 1.0, &mut rng)
+            .data()
+            .iter()
+            .map(|&x| half::f16::from_f32(x))
+            .collect();
+        let wide: Vec<f32> = w.iter().map(|h| h.to_f32()).collect();
+        let x = Tensor::randn(&[k], 1.0, &mut rng);
+        every_level(|| {
+            let mut want = vec![f32::NAN; n];
+            matmul::gemm_into(&mut want, x.data(), &wide, 1, k, n, true);
+            let mut got = vec![f32::NAN; n];
+            matmul::gemv_t_f16(&mut got, x.data(), &w, k, n);
+            if crate::ops::simd::has_avx2_fma() {
+                assert!(
+                    got.iter()
+                        .zip(&want)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "({n}, {k}): f16 and widened f32 differ"
+                );
+            } else {
+                // The scalar level's one-row product is the gemm crate's; the f16 path
+                // (not taken there by the model) is the twin's dot: close, not equal.
+                for (a, b) in got.iter().zip(&want) {
+                    assert!(
+                        (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                        "({n}, {k}): {a} vs {b}"
+                    );
+                }
+            }
+        });
+    }
+}

@@ -197,6 +197,32 @@ fn gemv(y: &mut [f32], x: &[f32], b: &[f32], k: usize, n: usize, transpose_b: bo
     }
 }
 
+/// y (n) = x (k) · Wᵀ with W (n×k) stored as f16: the decode-step product of
+/// [`gemm_into`] for one row (split over columns in the same blocks), reading half the
+/// bytes — the same numbers as on the widened W (`simd::matvec_t_f16`). For the AVX2
+/// level and above, where `gemm_into` takes the matrix-vector path.
+///
+/// # Shapes
+/// y: (n), x: (k), w: (n, k)
+pub fn gemv_t_f16(y: &mut [f32], x: &[f32], w: &[half::f16], k: usize, n: usize) {
+    assert!(
+        y.len() == n && x.len() == k && w.len() == n * k,
+        "gemv_t_f16 sizes"
+    ); // ok: internal invariant
+    let parts = simd::parts_for(n * k, n.div_ceil(64), GEMV_PARALLEL_MIN);
+    let block = n.div_ceil(parts).next_multiple_of(64);
+    let run = |j0: usize, yb: &mut [f32]| simd::matvec_t_f16(yb, x, &w[j0 * k..]);
+    if parts <= 1 {
+        run(0, y);
+    } else {
+        in_pool(|| {
+            y.par_chunks_mut(block)
+                .enumerate()
+                .for_each(|(i, yb)| run(i * block, yb))
+        });
+    }
+}
+
 /// C (m×n) = A (m×k) · B on the `gemm` crate for every shape (no matrix-vector path):
 /// what [`gemm_into`] uses for m > 1, public so benchmarks can compare the two.
 pub(crate) fn gemm_crate_into(

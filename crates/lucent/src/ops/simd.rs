@@ -278,6 +278,33 @@ pub fn sum_sq_diff(x: &[f32], c: f32) -> f32 {
     x.iter().map(|&v| ((v - c) * (v - c)) as f64).sum::<f64>() as f32
 }
 
+/// [`matvec_t`] with w's numbers stored as f16: half the bytes read, each number widened
+/// exactly to f32 as it is loaded, then the same sums in the same order — the same
+/// results as `matvec_t` on the widened matrix, bit for bit (a decoded token's logits
+/// over a tied f16 table: Whisper's 51,864 × d head).
+pub fn matvec_t_f16(y: &mut [f32], x: &[f32], w: &[half::f16]) {
+    let k = x.len();
+    if k == 0 {
+        y.fill(0.0); // empty sums
+        return;
+    }
+    let n = y.len().min(w.len() / k);
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() {
+        // SAFETY: AVX2, FMA and F16C (all part of Isa::Avx2); y holds n, x holds k, w
+        // holds at least n·k halves (u16 bit patterns).
+        unsafe { gemv::rows_f16(y.as_mut_ptr(), x.as_ptr(), w.as_ptr().cast::<u16>(), n, k) };
+        return;
+    }
+    let mut row = vec![0.0f32; k];
+    for (j, y) in y[..n].iter_mut().enumerate() {
+        for (r, h) in row.iter_mut().zip(&w[j * k..(j + 1) * k]) {
+            *r = h.to_f32();
+        }
+        *y = reference::dot(x, &row);
+    }
+}
+
 /// `y[j] = Σ_p x[p] · w[j·k + p]` for j < y.len(), k = x.len(): a row-major (n, k) matrix
 /// (a Linear weight, or the keys of one head) times a vector. Rows that `w` does not
 /// hold in full are left untouched.
@@ -923,6 +950,68 @@ mod gemv {
             while j < n {
                 *y.add(j) = super::avx2::dot(x, w.add(j * k), k);
                 j += 1;
+            }
+        }
+    }
+
+    /// [`rows`] over f16 numbers (bit patterns), widened by F16C as they are loaded: the
+    /// same accumulators, the same order, so the same results as `rows` on the widened
+    /// matrix.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C present; x covers k, w covers n·k halves, y covers n elements.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn rows_f16(y: *mut f32, x: *const f32, w: *const u16, n: usize, k: usize) {
+        let wide = |q: *const u16| -> f32 { half::f16::from_bits(unsafe { *q }).to_f32() };
+        let mut j = 0;
+        // SAFETY (all accesses): row r < n starts at r·k and every load stays below
+        // p + 16 ≤ k (or p + 8 ≤ k) inside it.
+        unsafe {
+            let load = |q: *const u16| _mm256_cvtph_ps(_mm_loadu_si128(q.cast::<__m128i>()));
+            while j + 4 <= n {
+                let r = [
+                    w.add(j * k),
+                    w.add((j + 1) * k),
+                    w.add((j + 2) * k),
+                    w.add((j + 3) * k),
+                ];
+                let mut a = [_mm256_setzero_ps(); 8];
+                let mut p = 0;
+                while p + 16 <= k {
+                    let x0 = _mm256_loadu_ps(x.add(p));
+                    let x1 = _mm256_loadu_ps(x.add(p + 8));
+                    for q in 0..4 {
+                        a[2 * q] = _mm256_fmadd_ps(load(r[q].add(p)), x0, a[2 * q]);
+                        a[2 * q + 1] = _mm256_fmadd_ps(load(r[q].add(p + 8)), x1, a[2 * q + 1]);
+                    }
+                    p += 16;
+                }
+                while p + 8 <= k {
+                    let x0 = _mm256_loadu_ps(x.add(p));
+                    for q in 0..4 {
+                        a[2 * q] = _mm256_fmadd_ps(load(r[q].add(p)), x0, a[2 * q]);
+                    }
+                    p += 8;
+                }
+                for q in 0..4 {
+                    let mut s = super::avx2::hsum(_mm256_add_ps(a[2 * q], a[2 * q + 1]));
+                    for pp in p..k {
+                        s = (*x.add(pp)).mul_add(wide(r[q].add(pp)), s);
+                    }
+                    *y.add(j + q) = s;
+                }
+                j += 4;
+            }
+            if j < n {
+                // The last rows one at a time, as `rows` does: widened, then its dot.
+                let mut row = vec![0.0f32; k];
+                while j < n {
+                    for (p, v) in row.iter_mut().enumerate() {
+                        *v = wide(w.add(j * k + p));
+                    }
+                    *y.add(j) = super::avx2::dot(x, row.as_ptr(), k);
+                    j += 1;
+                }
             }
         }
     }

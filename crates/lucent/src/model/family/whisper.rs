@@ -21,6 +21,8 @@
 //! `pre_norm`, `alibi`, ...) are read and any value lucent does not compute is refused
 //! by name.
 
+use std::sync::Arc;
+
 use crate::io::ctranslate2::{Ct2File, Ct2Folder};
 use crate::model::build;
 use crate::model::config::{
@@ -400,6 +402,7 @@ pub fn load(folder: &Ct2Folder) -> Result<EncoderDecoderModel> {
         }
     }
     dec.check_all_used()?;
+    let head_f16 = exact_f16(&embedding);
     Ok(EncoderDecoderModel {
         config: cfg,
         embedding,
@@ -409,8 +412,20 @@ pub fn load(folder: &Ct2Folder) -> Result<EncoderDecoderModel> {
         front_end: Some(front_end),
         transformer: Transformer::new(encoder, decoder)?,
         head: None,
+        head_f16,
         numerics: Numerics::Lucent,
     })
+}
+
+/// The table's numbers as f16 when every one is an f16 value (the file stored them so),
+/// for the tied head's one-row product; None otherwise.
+fn exact_f16(e: &Embedding) -> Option<Arc<Vec<half::f16>>> {
+    let t = e.table.as_f32()?.data();
+    let h: Vec<half::f16> = t.iter().map(|&x| half::f16::from_f32(x)).collect();
+    h.iter()
+        .zip(t)
+        .all(|(h, x)| h.to_f32().to_bits() == x.to_bits())
+        .then(|| Arc::new(h))
 }
 
 #[cfg(test)]
