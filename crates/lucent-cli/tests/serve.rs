@@ -19,7 +19,7 @@
 //! most) and is sent SIGTERM when its test ends.
 
 use std::io::{BufRead, BufReader, Read};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -263,6 +263,25 @@ fn openai_python() -> PathBuf {
     python
 }
 
+/// Run tests/SCRIPT with the venv's python and ARGS; its stdout, one JSON object.
+fn run_script(python: &Path, script: &str, args: &[&str]) -> Value {
+    let out = Command::new(python)
+        .arg(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("tests")
+                .join(script),
+        )
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 fn f32_bits(v: &Value) -> Vec<u32> {
     v.as_array()
         .unwrap()
@@ -284,18 +303,7 @@ fn the_openai_client_gets_what_lucent_generate_and_embed_give() {
         "--ctx-size",
         "512",
     ]);
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/openai_client.py");
-    let out = Command::new(&python)
-        .arg(&script)
-        .arg(&server.base)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "openai client: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let got = run_script(&python, "openai_client.py", &[&server.base]);
 
     // Chat, greedy: the text `lucent generate` writes (chat template, temperature 0).
     let want = lucent_json(&[
@@ -844,19 +852,11 @@ fn the_openai_client_transcribes_as_lucent_transcribe_does() {
     let python = openai_python();
     let server = Server::start(&["-m", "whisper-tiny.en", "-m", "minilm"]);
     let wav = clip();
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/openai_audio.py");
-    let out = Command::new(&python)
-        .arg(&script)
-        .arg(&server.base)
-        .arg(&wav)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "openai client: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let got = run_script(
+        &python,
+        "openai_audio.py",
+        &[&server.base, wav.to_str().unwrap()],
     );
-    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
     let wav_s = wav.to_str().unwrap();
     let cli = lucent_json(&["transcribe", "-m", "whisper-tiny.en", wav_s]);
     let words = lucent_json(&["transcribe", "-m", "whisper-tiny.en", wav_s, "--words"]);

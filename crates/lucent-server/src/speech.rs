@@ -484,27 +484,26 @@ fn clock(secs: f64, sep: char) -> String {
 
 /// SubRip: numbered cues `start --> end` with the segment's text.
 fn srt(t: &Transcript) -> String {
-    let mut out = String::new();
-    for (i, s) in t.segments.iter().enumerate() {
-        out.push_str(&format!(
-            "{}\n{} --> {}\n{}\n\n",
-            i + 1,
-            clock(s.start, ','),
-            clock(s.end, ','),
-            s.text.trim()
-        ));
-    }
-    out
+    cues(t, String::new(), ',', true)
 }
 
 /// WebVTT: the header, then one cue per segment.
 fn vtt(t: &Transcript) -> String {
-    let mut out = String::from("WEBVTT\n\n");
-    for s in &t.segments {
+    cues(t, String::from("WEBVTT\n\n"), '.', false)
+}
+
+/// `head`, then one cue per segment: (its number,) `start --> end` with `sep` before the
+/// milliseconds, its text, a blank line.
+fn cues(t: &Transcript, head: String, sep: char, numbered: bool) -> String {
+    let mut out = head;
+    for (i, s) in t.segments.iter().enumerate() {
+        if numbered {
+            out.push_str(&format!("{}\n", i + 1));
+        }
         out.push_str(&format!(
             "{} --> {}\n{}\n\n",
-            clock(s.start, '.'),
-            clock(s.end, '.'),
+            clock(s.start, sep),
+            clock(s.end, sep),
             s.text.trim()
         ));
     }

@@ -175,17 +175,23 @@ pub(crate) fn gemm_into(
 
 /// y (n) = x (k) · B with B (k×n), or (n×k) read transposed: the decode-step product.
 fn gemv(y: &mut [f32], x: &[f32], b: &[f32], k: usize, n: usize, transpose_b: bool) {
-    let parts = simd::parts_for(n * k, n.div_ceil(64), GEMV_PARALLEL_MIN);
-    // Each part owns a block of output columns; blocks are multiples of 64 columns
-    // (whole cache lines of a row-major B, whole 4-row groups of a transposed one).
-    let block = n.div_ceil(parts).next_multiple_of(64);
-    let run = |j0: usize, yb: &mut [f32]| {
+    by_column_blocks(y, k, |j0, yb| {
         if transpose_b {
             simd::matvec_t(yb, x, &b[j0 * k..]);
         } else {
             simd::vecmat(yb, x, &b[j0..], n);
         }
-    };
+    });
+}
+
+/// Run `run(j0, y[j0..])` over blocks of y's n output columns, split across threads when
+/// the product (n × k multiply-adds) is large enough: each part owns a block of columns,
+/// a multiple of 64 (whole cache lines of a row-major B, whole 4-row groups of a
+/// transposed one). The split does not change any number.
+fn by_column_blocks(y: &mut [f32], k: usize, run: impl Fn(usize, &mut [f32]) + Sync) {
+    let n = y.len();
+    let parts = simd::parts_for(n * k, n.div_ceil(64), GEMV_PARALLEL_MIN);
+    let block = n.div_ceil(parts).next_multiple_of(64);
     if parts <= 1 {
         run(0, y);
     } else {
@@ -209,18 +215,7 @@ pub fn gemv_t_f16(y: &mut [f32], x: &[f32], w: &[half::f16], k: usize, n: usize)
         y.len() == n && x.len() == k && w.len() == n * k,
         "gemv_t_f16 sizes"
     ); // ok: internal invariant
-    let parts = simd::parts_for(n * k, n.div_ceil(64), GEMV_PARALLEL_MIN);
-    let block = n.div_ceil(parts).next_multiple_of(64);
-    let run = |j0: usize, yb: &mut [f32]| simd::matvec_t_f16(yb, x, &w[j0 * k..]);
-    if parts <= 1 {
-        run(0, y);
-    } else {
-        in_pool(|| {
-            y.par_chunks_mut(block)
-                .enumerate()
-                .for_each(|(i, yb)| run(i * block, yb))
-        });
-    }
+    by_column_blocks(y, k, |j0, yb| simd::matvec_t_f16(yb, x, &w[j0 * k..]));
 }
 
 /// C (m×n) = A (m×k) · B on the `gemm` crate for every shape (no matrix-vector path):

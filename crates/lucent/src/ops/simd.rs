@@ -902,119 +902,96 @@ mod avx2 {
 mod gemv {
     use std::arch::x86_64::*;
 
-    /// y[j] = Σ_p x[p] · w[j·k + p] for j < n: w is (n, k) row-major (a Linear weight).
-    ///
-    /// # Safety
-    /// AVX2 + FMA present; x covers k, w covers n·k, y covers n elements.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn rows(y: *mut f32, x: *const f32, w: *const f32, n: usize, k: usize) {
-        let mut j = 0;
-        // SAFETY (all accesses): row r < n starts at r·k and every load stays below
-        // p + 16 ≤ k (or p + 8 ≤ k) inside it.
-        unsafe {
-            while j + 4 <= n {
-                let r = [
-                    w.add(j * k),
-                    w.add((j + 1) * k),
-                    w.add((j + 2) * k),
-                    w.add((j + 3) * k),
-                ];
-                let mut a = [_mm256_setzero_ps(); 8];
-                let mut p = 0;
-                while p + 16 <= k {
-                    let x0 = _mm256_loadu_ps(x.add(p));
-                    let x1 = _mm256_loadu_ps(x.add(p + 8));
-                    for q in 0..4 {
-                        a[2 * q] = _mm256_fmadd_ps(_mm256_loadu_ps(r[q].add(p)), x0, a[2 * q]);
-                        a[2 * q + 1] =
-                            _mm256_fmadd_ps(_mm256_loadu_ps(r[q].add(p + 8)), x1, a[2 * q + 1]);
+    /// One body for [`rows`] (f32 numbers) and [`rows_f16`] (f16 bit patterns, widened by
+    /// F16C as they are loaded): four rows at a time with two accumulators each over
+    /// steps of 16, then 8, the scalar tail, the last rows one at a time through a dot —
+    /// so the f16 kernel's sums are the f32 kernel's on the widened numbers, bit for bit.
+    /// `$load` loads 8 numbers as f32 lanes, `$wide` one number as f32.
+    macro_rules! gemv_rows {
+        ($(#[$doc:meta])* $name:ident, $t:ty, $features:literal, $load:expr, $wide:expr) => {
+            $(#[$doc])*
+            #[target_feature(enable = $features)]
+            pub unsafe fn $name(y: *mut f32, x: *const f32, w: *const $t, n: usize, k: usize) {
+                let (load, wide) = ($load, $wide);
+                let mut j = 0;
+                // SAFETY (all accesses): row r < n starts at r·k and every load stays
+                // below p + 16 ≤ k (or p + 8 ≤ k) inside it.
+                unsafe {
+                    while j + 4 <= n {
+                        let r = [
+                            w.add(j * k),
+                            w.add((j + 1) * k),
+                            w.add((j + 2) * k),
+                            w.add((j + 3) * k),
+                        ];
+                        let mut a = [_mm256_setzero_ps(); 8];
+                        let mut p = 0;
+                        while p + 16 <= k {
+                            let x0 = _mm256_loadu_ps(x.add(p));
+                            let x1 = _mm256_loadu_ps(x.add(p + 8));
+                            for q in 0..4 {
+                                a[2 * q] = _mm256_fmadd_ps(load(r[q].add(p)), x0, a[2 * q]);
+                                a[2 * q + 1] =
+                                    _mm256_fmadd_ps(load(r[q].add(p + 8)), x1, a[2 * q + 1]);
+                            }
+                            p += 16;
+                        }
+                        while p + 8 <= k {
+                            let x0 = _mm256_loadu_ps(x.add(p));
+                            for q in 0..4 {
+                                a[2 * q] = _mm256_fmadd_ps(load(r[q].add(p)), x0, a[2 * q]);
+                            }
+                            p += 8;
+                        }
+                        for q in 0..4 {
+                            let mut s = super::avx2::hsum(_mm256_add_ps(a[2 * q], a[2 * q + 1]));
+                            for pp in p..k {
+                                s = (*x.add(pp)).mul_add(wide(r[q].add(pp)), s);
+                            }
+                            *y.add(j + q) = s;
+                        }
+                        j += 4;
                     }
-                    p += 16;
-                }
-                while p + 8 <= k {
-                    let x0 = _mm256_loadu_ps(x.add(p));
-                    for q in 0..4 {
-                        a[2 * q] = _mm256_fmadd_ps(_mm256_loadu_ps(r[q].add(p)), x0, a[2 * q]);
+                    if j < n {
+                        // The last rows one at a time: (widened,) then their dot.
+                        let mut row = vec![0.0f32; k];
+                        while j < n {
+                            for (p, v) in row.iter_mut().enumerate() {
+                                *v = wide(w.add(j * k + p));
+                            }
+                            *y.add(j) = super::avx2::dot(x, row.as_ptr(), k);
+                            j += 1;
+                        }
                     }
-                    p += 8;
                 }
-                for q in 0..4 {
-                    let mut s = super::avx2::hsum(_mm256_add_ps(a[2 * q], a[2 * q + 1]));
-                    for pp in p..k {
-                        s = (*x.add(pp)).mul_add(*r[q].add(pp), s);
-                    }
-                    *y.add(j + q) = s;
-                }
-                j += 4;
             }
-            while j < n {
-                *y.add(j) = super::avx2::dot(x, w.add(j * k), k);
-                j += 1;
-            }
-        }
+        };
     }
 
-    /// [`rows`] over f16 numbers (bit patterns), widened by F16C as they are loaded: the
-    /// same accumulators, the same order, so the same results as `rows` on the widened
-    /// matrix.
-    ///
-    /// # Safety
-    /// AVX2, FMA and F16C present; x covers k, w covers n·k halves, y covers n elements.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn rows_f16(y: *mut f32, x: *const f32, w: *const u16, n: usize, k: usize) {
-        let wide = |q: *const u16| -> f32 { half::f16::from_bits(unsafe { *q }).to_f32() };
-        let mut j = 0;
-        // SAFETY (all accesses): row r < n starts at r·k and every load stays below
-        // p + 16 ≤ k (or p + 8 ≤ k) inside it.
-        unsafe {
-            let load = |q: *const u16| _mm256_cvtph_ps(_mm_loadu_si128(q.cast::<__m128i>()));
-            while j + 4 <= n {
-                let r = [
-                    w.add(j * k),
-                    w.add((j + 1) * k),
-                    w.add((j + 2) * k),
-                    w.add((j + 3) * k),
-                ];
-                let mut a = [_mm256_setzero_ps(); 8];
-                let mut p = 0;
-                while p + 16 <= k {
-                    let x0 = _mm256_loadu_ps(x.add(p));
-                    let x1 = _mm256_loadu_ps(x.add(p + 8));
-                    for q in 0..4 {
-                        a[2 * q] = _mm256_fmadd_ps(load(r[q].add(p)), x0, a[2 * q]);
-                        a[2 * q + 1] = _mm256_fmadd_ps(load(r[q].add(p + 8)), x1, a[2 * q + 1]);
-                    }
-                    p += 16;
-                }
-                while p + 8 <= k {
-                    let x0 = _mm256_loadu_ps(x.add(p));
-                    for q in 0..4 {
-                        a[2 * q] = _mm256_fmadd_ps(load(r[q].add(p)), x0, a[2 * q]);
-                    }
-                    p += 8;
-                }
-                for q in 0..4 {
-                    let mut s = super::avx2::hsum(_mm256_add_ps(a[2 * q], a[2 * q + 1]));
-                    for pp in p..k {
-                        s = (*x.add(pp)).mul_add(wide(r[q].add(pp)), s);
-                    }
-                    *y.add(j + q) = s;
-                }
-                j += 4;
-            }
-            if j < n {
-                // The last rows one at a time, as `rows` does: widened, then its dot.
-                let mut row = vec![0.0f32; k];
-                while j < n {
-                    for (p, v) in row.iter_mut().enumerate() {
-                        *v = wide(w.add(j * k + p));
-                    }
-                    *y.add(j) = super::avx2::dot(x, row.as_ptr(), k);
-                    j += 1;
-                }
-            }
-        }
-    }
+    gemv_rows!(
+        /// y[j] = Σ_p x[p] · w[j·k + p] for j < n: w is (n, k) row-major (a Linear weight).
+        ///
+        /// # Safety
+        /// AVX2 + FMA present; x covers k, w covers n·k, y covers n elements.
+        rows,
+        f32,
+        "avx2,fma",
+        |q: *const f32| unsafe { _mm256_loadu_ps(q) },
+        |q: *const f32| unsafe { *q }
+    );
+
+    gemv_rows!(
+        /// [`rows`] over f16 numbers (bit patterns), widened by F16C as they are loaded:
+        /// the same results as `rows` on the widened matrix.
+        ///
+        /// # Safety
+        /// AVX2, FMA and F16C present; x covers k, w covers n·k halves, y covers n elements.
+        rows_f16,
+        u16,
+        "avx2,fma,f16c",
+        |q: *const u16| unsafe { _mm256_cvtph_ps(_mm_loadu_si128(q.cast::<__m128i>())) },
+        |q: *const u16| half::f16::from_bits(unsafe { *q }).to_f32()
+    );
 
     /// y[j] = Σ_p x[p] · b[p·ldb + j] for j < n: columns of a (k, ldb) row-major matrix
     /// whose block starts at `b`.
