@@ -2,21 +2,32 @@
 """Small crafted Hugging Face encoder folders with random weights, and transformers'
 outputs on them, for tests/encoder_folders.rs.
 
-For each family (roberta, mpnet; hidden 32, 2 layers, 4 heads, vocab 100, 66 position
-rows) writes tests/data/encoders/tiny-FAMILY/ with config.json and model.safetensors
+For each family (roberta, xlm-roberta, mpnet, distilbert; hidden 32, 2 layers, 4 heads, vocab 100,
+66 position rows) writes tests/data/encoders/tiny-FAMILY/ with config.json and model.safetensors
 (saved by transformers' save_pretrained, so the keys are the real ones) and
 reference.json: a right-padded batch of two id sequences, its attention mask, and
 last_hidden_state (2, t, 32) as transformers computes it (eval mode, f32).
 
 Run in the bench venv (torch + transformers from PyPI):
-  ~/.cache/lucent/bench-venv/bin/python scripts/encoder_folders.py
+  ~/.cache/lucent/bench-venv/bin/python scripts/encoder_folders.py [NAME ...]
+(NAME: tiny-roberta, tiny-xlm-roberta, tiny-mpnet, tiny-distilbert; default all).
 """
 import json
 import os
+import sys
 
 import torch
 import transformers
-from transformers import MPNetConfig, MPNetModel, RobertaConfig, RobertaModel
+from transformers import (
+    DistilBertConfig,
+    DistilBertModel,
+    MPNetConfig,
+    MPNetModel,
+    RobertaConfig,
+    RobertaModel,
+    XLMRobertaConfig,
+    XLMRobertaModel,
+)
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 COMMON = dict(
@@ -63,10 +74,33 @@ def write(name, model):
     print(name, os.path.getsize(os.path.join(out, "model.safetensors")), "bytes")
 
 
+def distilbert():
+    # DistilBERT's own field names for the same sizes; learned positions (sinusoidal
+    # tables are an initialisation: the file holds the table either way).
+    cfg = DistilBertConfig(
+        vocab_size=COMMON["vocab_size"],
+        dim=COMMON["hidden_size"],
+        n_layers=COMMON["num_hidden_layers"],
+        n_heads=COMMON["num_attention_heads"],
+        hidden_dim=COMMON["intermediate_size"],
+        max_position_embeddings=COMMON["max_position_embeddings"],
+        activation="gelu",
+        pad_token_id=COMMON["pad_token_id"],
+    )
+    return DistilBertModel(cfg)
+
+
 def main():
+    names = sys.argv[1:] or ["tiny-roberta", "tiny-xlm-roberta", "tiny-mpnet", "tiny-distilbert"]
     torch.manual_seed(0)
-    write("tiny-roberta", RobertaModel(RobertaConfig(type_vocab_size=1, **COMMON), add_pooling_layer=False))
-    write("tiny-mpnet", MPNetModel(MPNetConfig(relative_attention_num_buckets=32, **COMMON), add_pooling_layer=False))
+    makers = {
+        "tiny-roberta": lambda: RobertaModel(RobertaConfig(type_vocab_size=1, **COMMON), add_pooling_layer=False),
+        "tiny-xlm-roberta": lambda: XLMRobertaModel(XLMRobertaConfig(type_vocab_size=1, **COMMON), add_pooling_layer=False),
+        "tiny-mpnet": lambda: MPNetModel(MPNetConfig(relative_attention_num_buckets=32, **COMMON), add_pooling_layer=False),
+        "tiny-distilbert": distilbert,
+    }
+    for name in names:
+        write(name, makers[name]())
 
 
 if __name__ == "__main__":

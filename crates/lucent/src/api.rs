@@ -133,7 +133,7 @@ fn load(path: &Path) -> Result<Inner> {
     }
     let model_type = hf_model_type(&config)?;
     match model_type.as_str() {
-        "bert" | "roberta" | "xlm-roberta" | "mpnet" => {
+        "bert" | "roberta" | "xlm-roberta" | "mpnet" | "distilbert" => {
             let mut e = Embedder::load(path)?;
             if let Some(n) = path.file_name() {
                 e.set_name(n.to_string_lossy());
@@ -142,7 +142,7 @@ fn load(path: &Path) -> Result<Inner> {
         }
         "gpt2" => Ok(Inner::Decoder(Arc::new(TextModel::load_hf_gpt2(path)?))),
         other => Err(Error::Config(format!(
-            "{}: model_type '{other}' is not supported; lucent reads Hugging Face folders of model_type bert, roberta, xlm-roberta, mpnet (encoders) or gpt2",
+            "{}: model_type '{other}' is not supported; lucent reads Hugging Face folders of model_type bert, roberta, xlm-roberta, mpnet, distilbert (encoders) or gpt2",
             config.display()
         ))),
     }

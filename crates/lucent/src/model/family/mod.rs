@@ -8,6 +8,7 @@
 //! shapes.
 
 pub mod bert;
+pub mod distilbert;
 pub mod gemma3;
 pub mod gpt2;
 pub mod llama;
@@ -74,7 +75,7 @@ pub fn gguf_family(f: &GgufFile) -> Result<&'static GgufFamily> {
 }
 
 /// The Hugging Face encoder families lucent reads, by `config.json`'s `model_type`.
-pub const HF_ENCODER_TYPES: &[&str] = &["bert", "roberta", "xlm-roberta", "mpnet"];
+pub const HF_ENCODER_TYPES: &[&str] = &["bert", "roberta", "xlm-roberta", "mpnet", "distilbert"];
 
 /// Load a Hugging Face encoder folder by its `config.json` `model_type`
 /// ([`HF_ENCODER_TYPES`]); any other type is refused naming the field and the types
@@ -85,6 +86,7 @@ pub fn load_hf_encoder(dir: &std::path::Path) -> Result<crate::model::EncoderMod
     match model_type.as_deref() {
         Some("bert" | "roberta" | "xlm-roberta") | None => bert::load_model(dir),
         Some("mpnet") => mpnet::load_model(dir),
+        Some("distilbert") => distilbert::load_model(dir),
         Some(other) => Err(Error::format(
             &path,
             format!(
