@@ -181,27 +181,74 @@ pub fn config(hf: &HfBertConfig) -> Result<ModelConfig> {
             )));
         }
     }
-    let cfg = ModelConfig {
+    post_norm_encoder(EncoderSizes {
         family: hf.model_type.clone().unwrap_or_else(|| "bert".into()),
-        kind: ModelKind::Encoder,
         vocab_size: hf.vocab_size,
         d_model: hf.hidden_size,
-        encoder_layers: hf.num_hidden_layers,
-        decoder_layers: 0,
-        n_heads: hf.num_attention_heads,
-        n_kv_heads: hf.num_attention_heads,
-        head_dim: ModelConfig::head_dim_for(hf.hidden_size, hf.num_attention_heads)?,
+        layers: hf.num_hidden_layers,
+        heads: hf.num_attention_heads,
         d_ff: hf.intermediate_size,
         max_positions: hf.max_position_embeddings,
         type_vocab_size: hf.type_vocab_size,
+        norm_eps: hf.layer_norm_eps as f32,
+        activation: activation(&hf.hidden_act)?,
+        pooler: true,
+    })
+}
+
+/// What the BERT-family encoders (BERT, RoBERTa, MPNet, DistilBERT) tell apart, each
+/// under its own `config.json` names.
+#[derive(Clone, Debug)]
+pub struct EncoderSizes {
+    /// The family's name.
+    pub family: String,
+    /// Vocabulary size V.
+    pub vocab_size: usize,
+    /// Width d.
+    pub d_model: usize,
+    /// Layers N.
+    pub layers: usize,
+    /// Heads h.
+    pub heads: usize,
+    /// Feed-forward width d_ff.
+    pub d_ff: usize,
+    /// Rows of the position table.
+    pub max_positions: usize,
+    /// Rows of the token type table (0: none).
+    pub type_vocab_size: usize,
+    /// ε of every LayerNorm.
+    pub norm_eps: f32,
+    /// The feed-forward nonlinearity.
+    pub activation: Activation,
+    /// Whether a pooler may follow (read when the checkpoint has one).
+    pub pooler: bool,
+}
+
+/// The generic config of a BERT-family encoder (validated): learned absolute positions,
+/// an embedding LayerNorm, post-norm layers, an MLP feed-forward, biases everywhere, no
+/// final norm.
+pub fn post_norm_encoder(s: EncoderSizes) -> Result<ModelConfig> {
+    let cfg = ModelConfig {
+        family: s.family,
+        kind: ModelKind::Encoder,
+        vocab_size: s.vocab_size,
+        d_model: s.d_model,
+        encoder_layers: s.layers,
+        decoder_layers: 0,
+        n_heads: s.heads,
+        n_kv_heads: s.heads,
+        head_dim: ModelConfig::head_dim_for(s.d_model, s.heads)?,
+        d_ff: s.d_ff,
+        max_positions: s.max_positions,
+        type_vocab_size: s.type_vocab_size,
         position: PositionKind::Learned,
         norm: NormKind::LayerNorm,
         norm_placement: NormPlacement::Post,
-        norm_eps: hf.layer_norm_eps as f32,
+        norm_eps: s.norm_eps,
         embedding_norm: true,
         final_norm: false,
         ffn: FfnKind::Mlp,
-        activation: activation(&hf.hidden_act)?,
+        activation: s.activation,
         qkv_bias: true,
         attn_out_bias: true,
         ffn_bias: true,
@@ -212,7 +259,7 @@ pub fn config(hf: &HfBertConfig) -> Result<ModelConfig> {
         sliding_window: None,
         global_every: None,
         attention_scale: None,
-        pooler: true,
+        pooler: s.pooler,
     };
     cfg.validate()?;
     Ok(cfg)

@@ -17,7 +17,7 @@ use serde::Deserialize;
 use super::{NameTable, Param, WeightSource, Weights};
 use crate::io::SafetensorsFile;
 use crate::model::encoder::{EncoderModel, PositionIds};
-use crate::model::{FfnKind, ModelConfig, ModelKind, NormKind, NormPlacement, PositionKind};
+use crate::model::ModelConfig;
 use crate::{Error, Result};
 
 /// The fields of a Hugging Face DistilBERT `config.json` that lucent reads.
@@ -87,41 +87,19 @@ pub fn config(hf: &HfDistilBertConfig) -> Result<ModelConfig> {
             hf.model_type
         )));
     }
-    let cfg = ModelConfig {
+    super::bert::post_norm_encoder(super::bert::EncoderSizes {
         family: "distilbert".into(),
-        kind: ModelKind::Encoder,
         vocab_size: hf.vocab_size,
         d_model: hf.dim,
-        encoder_layers: hf.n_layers,
-        decoder_layers: 0,
-        n_heads: hf.n_heads,
-        n_kv_heads: hf.n_heads,
-        head_dim: ModelConfig::head_dim_for(hf.dim, hf.n_heads)?,
+        layers: hf.n_layers,
+        heads: hf.n_heads,
         d_ff: hf.hidden_dim,
         max_positions: hf.max_position_embeddings,
         type_vocab_size: 0,
-        position: PositionKind::Learned,
-        norm: NormKind::LayerNorm,
-        norm_placement: NormPlacement::Post,
         norm_eps: NORM_EPS,
-        embedding_norm: true,
-        final_norm: false,
-        ffn: FfnKind::Mlp,
         activation: super::bert::activation(&hf.activation)?,
-        qkv_bias: true,
-        attn_out_bias: true,
-        ffn_bias: true,
-        norm_bias: true,
-        qk_norm: false,
-        tie_embeddings: false,
-        embedding_scale: 1.0,
-        sliding_window: None,
-        global_every: None,
-        attention_scale: None,
         pooler: false,
-    };
-    cfg.validate()?;
-    Ok(cfg)
+    })
 }
 
 /// Load a DistilBERT folder in Hugging Face layout (`config.json`, `model.safetensors`)

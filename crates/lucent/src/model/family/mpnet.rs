@@ -19,7 +19,7 @@ use serde::Deserialize;
 use super::{NameTable, Param, WeightSource, Weights};
 use crate::io::SafetensorsFile;
 use crate::model::encoder::{EncoderModel, PositionIds};
-use crate::model::{FfnKind, ModelConfig, ModelKind, NormKind, NormPlacement, PositionKind};
+use crate::model::ModelConfig;
 use crate::nn::{RelativePositionBias, RelativePositionConfig};
 use crate::{Error, Result};
 
@@ -111,41 +111,19 @@ pub fn config(hf: &HfMpnetConfig) -> Result<ModelConfig> {
         )));
     }
     relative_config(hf).validate()?;
-    let cfg = ModelConfig {
+    super::bert::post_norm_encoder(super::bert::EncoderSizes {
         family: "mpnet".into(),
-        kind: ModelKind::Encoder,
         vocab_size: hf.vocab_size,
         d_model: hf.hidden_size,
-        encoder_layers: hf.num_hidden_layers,
-        decoder_layers: 0,
-        n_heads: hf.num_attention_heads,
-        n_kv_heads: hf.num_attention_heads,
-        head_dim: ModelConfig::head_dim_for(hf.hidden_size, hf.num_attention_heads)?,
+        layers: hf.num_hidden_layers,
+        heads: hf.num_attention_heads,
         d_ff: hf.intermediate_size,
         max_positions: hf.max_position_embeddings,
         type_vocab_size: 0,
-        position: PositionKind::Learned,
-        norm: NormKind::LayerNorm,
-        norm_placement: NormPlacement::Post,
         norm_eps: hf.layer_norm_eps as f32,
-        embedding_norm: true,
-        final_norm: false,
-        ffn: FfnKind::Mlp,
         activation: super::bert::activation(&hf.hidden_act)?,
-        qkv_bias: true,
-        attn_out_bias: true,
-        ffn_bias: true,
-        norm_bias: true,
-        qk_norm: false,
-        tie_embeddings: false,
-        embedding_scale: 1.0,
-        sliding_window: None,
-        global_every: None,
-        attention_scale: None,
         pooler: true,
-    };
-    cfg.validate()?;
-    Ok(cfg)
+    })
 }
 
 /// Load an MPNet folder in Hugging Face layout (`config.json`, `model.safetensors`) as
