@@ -52,6 +52,14 @@ pub enum FeedForward {
 }
 
 impl FeedForward {
+    /// Its linear layers (W₁, W₂; or gate, up, down), to adjust them after loading.
+    pub fn linears_mut(&mut self) -> Vec<&mut Linear> {
+        match self {
+            FeedForward::Mlp { w1, w2, .. } => vec![w1, w2],
+            FeedForward::Gated { gate, up, down, .. } => vec![gate, up, down],
+        }
+    }
+
     /// A plain MLP from W₁ (d_ff, d) and W₂ (d, d_ff); errors name both shapes.
     pub fn mlp(w1: Linear, w2: Linear, activation: Activation) -> Result<Self> {
         if w2.weight.shape() != [w1.in_features(), w1.out_features()] {

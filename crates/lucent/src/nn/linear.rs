@@ -15,6 +15,8 @@
 //!   layer by layer), so a prefill with another summation order (e.g. dequantised
 //!   weights through the f32 GEMM) would not reproduce token-by-token decoding.
 
+use std::sync::Arc;
+
 use rand::Rng;
 
 use crate::ops;
@@ -182,6 +184,10 @@ pub struct Linear {
     pub weight: Weight,
     /// b: (out), if any
     pub bias: Option<Tensor>,
+    /// W's numbers in f16, when they all are f16 values and the model asked to keep
+    /// them ([`Linear::keep_f16`]): a one-row product reads these, half the bytes, for
+    /// the same numbers.
+    half: Option<Arc<Vec<half::f16>>>,
 }
 
 impl Linear {
@@ -204,7 +210,11 @@ impl Linear {
                 ));
             }
         }
-        Ok(Linear { weight, bias })
+        Ok(Linear {
+            weight,
+            bias,
+            half: None,
+        })
     }
 
     /// Weights drawn from N(0, std²), bias (if any) zero.
@@ -218,7 +228,53 @@ impl Linear {
         Linear {
             weight: Weight::F32(Tensor::randn(&[out_features, in_features], std, rng)),
             bias: bias.then(|| Tensor::zeros(&[out_features])),
+            half: None,
         }
+    }
+
+    /// Keep an f16 copy of W for one-row products when every number of W is an f16
+    /// value (a model stored in f16, such as Whisper, widened at load): a decode step
+    /// then reads half the bytes and gets the same numbers. Returns whether it was kept.
+    pub fn keep_f16(&mut self) -> bool {
+        let Some(w) = self.weight.as_f32() else {
+            return false;
+        };
+        let h: Vec<half::f16> = w.data().iter().map(|&x| half::f16::from_f32(x)).collect();
+        let exact = h
+            .iter()
+            .zip(w.data())
+            .all(|(h, x)| h.to_f32().to_bits() == x.to_bits());
+        self.half = exact.then(|| Arc::new(h));
+        exact
+    }
+
+    /// One row through the f16 copy, as the f32 path computes it (the matrix-vector
+    /// kernel, then the bias added): None where that path is not the one taken (several
+    /// rows, no copy, weights under training, a level without AVX2).
+    fn one_row_f16(&self, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Option<Result<Tensor>> {
+        let half = self.half.as_ref()?;
+        let [out, inp] = w.dims().ok()?;
+        if x.rank() == 0
+            || x.numel() != inp
+            || half.len() != out * inp
+            || w.tracks_grad()
+            || bias.is_some_and(|b| b.tracks_grad() || b.shape() != [out])
+            || !crate::ops::simd::has_avx2_fma()
+        {
+            return None;
+        }
+        let mut y = vec![0.0f32; out];
+        crate::ops::matmul::gemv_t_f16(&mut y, x.data(), half, inp, out);
+        if let Some(b) = bias {
+            for (v, &b) in y.iter_mut().zip(b.data()) {
+                *v += b;
+            }
+        }
+        let mut shape = x.shape().to_vec();
+        if let Some(last) = shape.last_mut() {
+            *last = out;
+        }
+        Some(Tensor::new(y, &shape)) // (..., out)
     }
 
     /// The f32 weight tensor; errors for a quantised layer (use [`Weight::to_f32`]).
@@ -256,7 +312,10 @@ impl Linear {
     /// x: (..., in) → (..., out)
     pub fn forward_with(&self, x: &Tensor, numerics: Numerics) -> Result<Tensor> {
         match (&self.weight, &self.bias) {
-            (Weight::F32(w), bias) => linear_f32(x, w, bias.as_ref(), numerics),
+            (Weight::F32(w), bias) => match self.one_row_f16(x, w, bias.as_ref()) {
+                Some(y) => y,
+                None => linear_f32(x, w, bias.as_ref(), numerics),
+            },
             (w, None) => w.matmul_t(x, numerics),
             (w, Some(b)) => w.matmul_t(x, numerics)?.add(b),
         }
@@ -312,5 +371,48 @@ impl Linear {
     /// The number of parameters (weights and bias).
     pub fn num_params(&self) -> usize {
         self.weight.numel() + self.bias.as_ref().map_or(0, Tensor::numel)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{rngs::StdRng, SeedableRng};
+
+    /// A layer whose weights are f16 values keeps the copy and gives, one row at a time,
+    /// the same bits as without it, on every level; weights that are not f16 values are
+    /// not copied.
+    #[test]
+    fn an_f16_copy_changes_no_bit() {
+        let mut rng = StdRng::seed_from_u64(3);
+        let (out, inp) = (37, 70);
+        let w: Vec<f32> = Tensor::randn(&[out * inp], 0.5, &mut rng)
+            .data()
+            .iter()
+            .map(|&x| half::f16::from_f32(x).to_f32())
+            .collect();
+        let b = Tensor::randn(&[out], 0.5, &mut rng);
+        let plain = Linear::new(Tensor::new(w, &[out, inp]).unwrap(), Some(b)).unwrap();
+        let mut copied = plain.clone();
+        assert!(copied.keep_f16());
+        let x = Tensor::randn(&[1, 1, inp], 1.0, &mut rng); // one row
+        for isa in crate::Isa::available() {
+            let rt = crate::Runtime::builder()
+                .threads(2)
+                .isa(isa)
+                .build()
+                .unwrap();
+            let (a, c) = rt.install(|| (plain.forward(&x).unwrap(), copied.forward(&x).unwrap()));
+            assert_eq!(a.shape(), c.shape());
+            assert!(
+                a.data()
+                    .iter()
+                    .zip(c.data())
+                    .all(|(p, q)| p.to_bits() == q.to_bits()),
+                "{isa:?}"
+            );
+        }
+        let mut not_f16 = Linear::new_random(inp, out, true, 0.5, &mut rng);
+        assert!(!not_f16.keep_f16());
     }
 }

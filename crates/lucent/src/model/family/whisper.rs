@@ -390,7 +390,22 @@ pub fn load(folder: &Ct2Folder) -> Result<EncoderDecoderModel> {
     used.note(ENCODER_POSITIONS);
 
     let encoder = build::encoder(&cfg, &enc)?;
-    let decoder = build::cross_decoder(&cfg, &dec)?;
+    let mut decoder = build::cross_decoder(&cfg, &dec)?;
+    // A decoded token runs every decoder product on one row: keep the f16 numbers the
+    // file stores for those (self-attention, the cross-attention's query and output —
+    // its keys and values are computed once per window — and the FFN), read at half the
+    // bytes for the same results.
+    for layer in &mut decoder.layers {
+        let a = &mut layer.self_attn;
+        let mut one_row = vec![&mut a.q_proj, &mut a.k_proj, &mut a.v_proj, &mut a.o_proj];
+        if let Some(c) = &mut layer.cross_attn {
+            one_row.extend([&mut c.q_proj, &mut c.o_proj]);
+        }
+        one_row.extend(layer.ffn.linears_mut());
+        for l in one_row {
+            l.keep_f16();
+        }
+    }
     let embedding = Embedding::new(dec.tensor(Param::TokenEmbedding, 0)?, cfg.embedding_scale)?;
     let positions = LearnedPositions::new(dec.tensor(Param::PositionEmbedding, 0)?)?;
     if let Some(target) = file.aliases().get("decoder/projection/weight") {
