@@ -817,11 +817,7 @@ fn sides(st: &AppState, s: &Subject, input: &Input) -> Result<Arc<Sides>, ApiErr
     if let Some(Cached::Sides(v)) = st.explore.get(&key(s, &input.key, "sides")) {
         return Ok(v);
     }
-    seq2seq_pass(st, s, input, Stack::Decoder)?;
-    match st.explore.get(&key(s, &input.key, "sides")) {
-        Some(Cached::Sides(v)) => Ok(v),
-        _ => Err(ApiError::internal("the pass recorded no tokens")),
-    }
+    Ok(seq2seq_pass(st, s, input, Stack::Decoder)?.0)
 }
 
 /// Keep the first `rows` rows and `cols` columns of each head of (1, h, r, c).
@@ -843,8 +839,15 @@ fn crop(w: &Tensor, rows: usize, cols: usize) -> Result<Tensor, ApiError> {
 /// One traced pass of an encoder-decoder over `input`, recording the attention
 /// weights of the encoder (`Stack::Encoder`) or of the decoder (self and cross) in
 /// every layer; caches each (stack, layer), cropped to the positions shown, and the
-/// sides. (One side at a time: a speech model's encoder weights are large.)
-fn seq2seq_pass(st: &AppState, s: &Subject, input: &Input, side: Stack) -> Result<(), ApiError> {
+/// sides, and returns them too (the cache, bounded, may already have let the first go
+/// by the time the pass ends). One side at a time: a speech model's encoder weights are
+/// large.
+fn seq2seq_pass(
+    st: &AppState,
+    s: &Subject,
+    input: &Input,
+    side: Stack,
+) -> Result<(Arc<Sides>, Vec<(Stack, usize, Arc<Tensor>)>), ApiError> {
     let prefix = if side == Stack::Encoder {
         "encoder."
     } else {
@@ -890,34 +893,35 @@ fn seq2seq_pass(st: &AppState, s: &Subject, input: &Input, side: Stack) -> Resul
     } else {
         &[Stack::Decoder, Stack::Cross]
     };
+    let mut weights = Vec::new();
     for &stack in stacks {
         for l in 0..s.layers_of(stack) {
             let w = recorded(&trace, &stack.leaf(l, "weights"))?;
-            let w = match stack {
+            let w = Arc::new(match stack {
                 Stack::Encoder => crop(w, keep, keep)?,
                 Stack::Cross => crop(w, usize::MAX, keep)?,
                 Stack::Decoder => w.clone(),
-            };
+            });
             st.explore.put(
                 key(s, &input.key, &format!("weights.{}.{l}", stack.name())),
-                Cached::Weights(Arc::new(w)),
+                Cached::Weights(w.clone()),
             );
+            weights.push((stack, l, w));
         }
     }
     let target = target_labels
         .iter()
         .map(|t| label_token(t, t.starts_with("<|") && t.ends_with("|>")))
         .collect();
-    st.explore.put(
-        key(s, &input.key, "sides"),
-        Cached::Sides(Arc::new(Sides {
-            source,
-            target,
-            source_labels,
-            target_labels,
-        })),
-    );
-    Ok(())
+    let sides = Arc::new(Sides {
+        source,
+        target,
+        source_labels,
+        target_labels,
+    });
+    st.explore
+        .put(key(s, &input.key, "sides"), Cached::Sides(sides.clone()));
+    Ok((sides, weights))
 }
 
 /// The weights (1, h, rows, cols) of an encoder-decoder's `stack` in `layer`.
@@ -932,14 +936,14 @@ fn seq2seq_weights(
     if let Some(Cached::Weights(w)) = st.explore.get(&k) {
         return Ok(w);
     }
-    seq2seq_pass(st, s, input, stack)?;
-    match st.explore.get(&k) {
-        Some(Cached::Weights(w)) => Ok(w),
-        _ => Err(ApiError::internal(format!(
-            "{} layer {layer} was not recorded",
-            stack.name()
-        ))),
-    }
+    let (_, weights) = seq2seq_pass(st, s, input, stack)?;
+    weights
+        .into_iter()
+        .find(|(x, l, _)| *x == stack && *l == layer)
+        .map(|(_, _, w)| w)
+        .ok_or_else(|| {
+            ApiError::internal(format!("{} layer {layer} was not recorded", stack.name()))
+        })
 }
 
 /// Max-pool a (rows, cols) matrix to at most (n, n): (rows', cols', numbers).

@@ -283,12 +283,9 @@ pub fn sum_sq_diff(x: &[f32], c: f32) -> f32 {
 /// results as `matvec_t` on the widened matrix, bit for bit (a decoded token's logits
 /// over a tied f16 table: Whisper's 51,864 × d head).
 pub fn matvec_t_f16(y: &mut [f32], x: &[f32], w: &[half::f16]) {
-    let k = x.len();
-    if k == 0 {
-        y.fill(0.0); // empty sums
+    let Some((n, k)) = matvec_rows(y, x, w.len()) else {
         return;
-    }
-    let n = y.len().min(w.len() / k);
+    };
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
         // SAFETY: AVX2, FMA and F16C (all part of Isa::Avx2); y holds n, x holds k, w
@@ -305,16 +302,24 @@ pub fn matvec_t_f16(y: &mut [f32], x: &[f32], w: &[half::f16]) {
     }
 }
 
+/// The rows n and width k of a matrix-vector product over `w_len` numbers; None (y
+/// zeroed: empty sums) when x is empty.
+fn matvec_rows(y: &mut [f32], x: &[f32], w_len: usize) -> Option<(usize, usize)> {
+    let k = x.len();
+    if k == 0 {
+        y.fill(0.0);
+        return None;
+    }
+    Some((y.len().min(w_len / k), k))
+}
+
 /// `y[j] = Σ_p x[p] · w[j·k + p]` for j < y.len(), k = x.len(): a row-major (n, k) matrix
 /// (a Linear weight, or the keys of one head) times a vector. Rows that `w` does not
 /// hold in full are left untouched.
 pub fn matvec_t(y: &mut [f32], x: &[f32], w: &[f32]) {
-    let k = x.len();
-    if k == 0 {
-        y.fill(0.0); // empty sums
+    let Some((n, k)) = matvec_rows(y, x, w.len()) else {
         return;
-    }
-    let n = y.len().min(w.len() / k);
+    };
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
         // SAFETY: features detected; y holds n, x holds k, w holds at least n·k elements.
@@ -906,13 +911,14 @@ mod gemv {
     /// F16C as they are loaded): four rows at a time with two accumulators each over
     /// steps of 16, then 8, the scalar tail, the last rows one at a time through a dot —
     /// so the f16 kernel's sums are the f32 kernel's on the widened numbers, bit for bit.
-    /// `$load` loads 8 numbers as f32 lanes, `$wide` one number as f32.
+    /// `$load` loads 8 numbers as f32 lanes, `$wide` one number as f32, `$row_dot(x, w,
+    /// j, k)` is row j's dot through [`super::avx2::dot`] (for the last n mod 4 rows).
     macro_rules! gemv_rows {
-        ($(#[$doc:meta])* $name:ident, $t:ty, $features:literal, $load:expr, $wide:expr) => {
+        ($(#[$doc:meta])* $name:ident, $t:ty, $features:literal, $load:expr, $wide:expr, $row_dot:expr) => {
             $(#[$doc])*
             #[target_feature(enable = $features)]
             pub unsafe fn $name(y: *mut f32, x: *const f32, w: *const $t, n: usize, k: usize) {
-                let (load, wide) = ($load, $wide);
+                let (load, wide, row_dot) = ($load, $wide, $row_dot);
                 let mut j = 0;
                 // SAFETY (all accesses): row r < n starts at r·k and every load stays
                 // below p + 16 ≤ k (or p + 8 ≤ k) inside it.
@@ -952,16 +958,10 @@ mod gemv {
                         }
                         j += 4;
                     }
-                    if j < n {
-                        // The last rows one at a time: (widened,) then their dot.
-                        let mut row = vec![0.0f32; k];
-                        while j < n {
-                            for (p, v) in row.iter_mut().enumerate() {
-                                *v = wide(w.add(j * k + p));
-                            }
-                            *y.add(j) = super::avx2::dot(x, row.as_ptr(), k);
-                            j += 1;
-                        }
+                    // The last rows one at a time.
+                    while j < n {
+                        *y.add(j) = row_dot(x, w, j, k);
+                        j += 1;
                     }
                 }
             }
@@ -977,7 +977,10 @@ mod gemv {
         f32,
         "avx2,fma",
         |q: *const f32| unsafe { _mm256_loadu_ps(q) },
-        |q: *const f32| unsafe { *q }
+        |q: *const f32| unsafe { *q },
+        |x: *const f32, w: *const f32, j: usize, k: usize| unsafe {
+            super::avx2::dot(x, w.add(j * k), k)
+        }
     );
 
     gemv_rows!(
@@ -990,7 +993,23 @@ mod gemv {
         u16,
         "avx2,fma,f16c",
         |q: *const u16| unsafe { _mm256_cvtph_ps(_mm_loadu_si128(q.cast::<__m128i>())) },
-        |q: *const u16| half::f16::from_bits(unsafe { *q }).to_f32()
+        |q: *const u16| half::f16::from_bits(unsafe { *q }).to_f32(),
+        |x: *const f32, w: *const u16, j: usize, k: usize| {
+            // Widened first (on the stack for any model's width up to 4,096), then the
+            // same dot as the f32 rows.
+            let mut stack = [0.0f32; 4096];
+            let mut heap = Vec::new();
+            let row: &mut [f32] = if k <= stack.len() {
+                &mut stack[..k]
+            } else {
+                heap.resize(k, 0.0);
+                &mut heap
+            };
+            for (p, v) in row.iter_mut().enumerate() {
+                *v = half::f16::from_bits(unsafe { *w.add(j * k + p) }).to_f32();
+            }
+            unsafe { super::avx2::dot(x, row.as_ptr(), k) }
+        }
     );
 
     /// y[j] = Σ_p x[p] · b[p·ldb + j] for j < n: columns of a (k, ldb) row-major matrix

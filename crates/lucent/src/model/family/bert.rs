@@ -276,6 +276,35 @@ pub fn load_config(path: &Path) -> Result<ModelConfig> {
 /// Load a BERT model folder in Hugging Face layout (`config.json`, `model.safetensors`)
 /// as the generic [`EncoderModel`]. Errors name the missing file or tensor.
 pub fn load_model(dir: &Path) -> Result<EncoderModel> {
+    // The position-id buffers some checkpoints carry are not parameters.
+    let buffers = ["embeddings.position_ids", "embeddings.token_type_ids"];
+    load_folder(
+        dir,
+        read_config,
+        config,
+        &NAMES,
+        &buffers,
+        |hf, model, _, _| {
+            model.embeddings.position_ids = hf.position_ids();
+            Ok(())
+        },
+    )
+}
+
+/// Load a BERT-family folder (`config.json`, `model.safetensors`): `read` parses the
+/// config, `translate` turns it into the generic config (its errors name the file), the
+/// checkpoint is read through `names` into the generic encoder, `finish` sets what the
+/// family adds (position numbering, a bias table) from the parsed config and the
+/// weights, and then every tensor but the `buffers` (non-parameters some checkpoints
+/// carry) must have been used.
+pub fn load_folder<H>(
+    dir: &Path,
+    read: impl FnOnce(&Path) -> Result<H>,
+    translate: impl FnOnce(&H) -> Result<ModelConfig>,
+    names: &NameTable,
+    buffers: &[&str],
+    finish: impl FnOnce(&H, &mut EncoderModel, &Weights, &Path) -> Result<()>,
+) -> Result<EncoderModel> {
     if !dir.is_dir() {
         return Err(Error::Argument(format!(
             "model folder {} does not exist; pass a known model name (lucent models) or a folder with config.json, model.safetensors and tokenizer.json",
@@ -283,18 +312,18 @@ pub fn load_model(dir: &Path) -> Result<EncoderModel> {
         )));
     }
     let path = dir.join("config.json");
-    let hf = read_config(&path)?;
-    let cfg = config(&hf).map_err(|e| match e {
+    let hf = read(&path)?;
+    let cfg = translate(&hf).map_err(|e| match e {
         Error::Config(msg) => Error::format(&path, msg),
         other => other,
     })?;
     let file = SafetensorsFile::open(dir.join("model.safetensors"))?;
-    let weights = Weights::new(&file, &NAMES, &cfg)?;
+    let weights = Weights::new(&file, names, &cfg)?;
     let mut model = EncoderModel::load(cfg.clone(), &weights)?;
-    model.embeddings.position_ids = hf.position_ids();
-    // The position-id buffers some checkpoints carry are not parameters.
-    weights.skip("embeddings.position_ids");
-    weights.skip("embeddings.token_type_ids");
+    finish(&hf, &mut model, &weights, &path)?;
+    for b in buffers {
+        weights.skip(b);
+    }
     weights.check_all_used()?;
     Ok(model)
 }

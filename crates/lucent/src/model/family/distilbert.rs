@@ -14,8 +14,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::{NameTable, Param, WeightSource, Weights};
-use crate::io::SafetensorsFile;
+use super::{NameTable, Param};
 use crate::model::encoder::{EncoderModel, PositionIds};
 use crate::model::ModelConfig;
 use crate::{Error, Result};
@@ -105,21 +104,16 @@ pub fn config(hf: &HfDistilBertConfig) -> Result<ModelConfig> {
 /// Load a DistilBERT folder in Hugging Face layout (`config.json`, `model.safetensors`)
 /// as the generic [`EncoderModel`]. Errors name the missing file or tensor.
 pub fn load_model(dir: &Path) -> Result<EncoderModel> {
-    let path = dir.join("config.json");
-    let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
-    let hf = parse_config(&bytes, &path)?;
-    let cfg = config(&hf).map_err(|e| match e {
-        Error::Config(msg) => Error::format(&path, msg),
-        other => other,
-    })?;
-    let file = SafetensorsFile::open(dir.join("model.safetensors"))?;
-    let weights = Weights::new(&file, &NAMES, &cfg)?;
-    let mut model = EncoderModel::load(cfg.clone(), &weights)?;
-    model.embeddings.position_ids = PositionIds::FromZero;
+    let read = |path: &Path| {
+        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        parse_config(&bytes, path)
+    };
     // The position-id buffer some checkpoints carry is not a parameter.
-    weights.skip("embeddings.position_ids");
-    weights.check_all_used()?;
-    Ok(model)
+    let buffers = ["embeddings.position_ids"];
+    super::bert::load_folder(dir, read, config, &NAMES, &buffers, |_, model, _, _| {
+        model.embeddings.position_ids = PositionIds::FromZero;
+        Ok(())
+    })
 }
 
 /// Every DistilBERT parameter's checkpoint key (`{i}` = layer); task checkpoints put

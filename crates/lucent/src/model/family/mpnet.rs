@@ -16,8 +16,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::{NameTable, Param, WeightSource, Weights};
-use crate::io::SafetensorsFile;
+use super::{NameTable, Param};
 use crate::model::encoder::{EncoderModel, PositionIds};
 use crate::model::ModelConfig;
 use crate::nn::{RelativePositionBias, RelativePositionConfig};
@@ -130,39 +129,39 @@ pub fn config(hf: &HfMpnetConfig) -> Result<ModelConfig> {
 /// the generic [`EncoderModel`] with RoBERTa position numbering and the shared
 /// relative-position bias. Errors name the missing file or tensor.
 pub fn load_model(dir: &Path) -> Result<EncoderModel> {
-    let path = dir.join("config.json");
-    let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
-    let hf = parse_config(&bytes, &path)?;
-    let cfg = config(&hf).map_err(|e| match e {
-        Error::Config(msg) => Error::format(&path, msg),
-        other => other,
-    })?;
-    let file = SafetensorsFile::open(dir.join("model.safetensors"))?;
-    let weights = Weights::new(&file, &NAMES, &cfg)?;
-    let mut model = EncoderModel::load(cfg.clone(), &weights)?;
-    let rel = relative_config(&hf);
-    let table = weights.get_shaped(
-        Param::RelativeAttentionBias,
-        0,
-        &[rel.num_buckets, cfg.n_heads],
-    )?; // (buckets, h)
-    model.relative_bias = Some(RelativePositionBias::new(table, rel)?);
-    model.embeddings.position_ids = PositionIds::AfterPadding {
-        padding_idx: hf.pad_token_id,
+    let read = |path: &Path| {
+        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        parse_config(&bytes, path)
     };
-    if hf.pad_token_id + 1 >= cfg.max_positions {
-        return Err(Error::format(
-            &path,
-            format!(
-                "pad_token_id {} leaves no rows of the {} position rows for tokens",
-                hf.pad_token_id, cfg.max_positions
-            ),
-        ));
-    }
     // The position-id buffer (0, 1, 2, …) some checkpoints carry is not a parameter.
-    weights.skip("embeddings.position_ids");
-    weights.check_all_used()?;
-    Ok(model)
+    let buffers = ["embeddings.position_ids"];
+    super::bert::load_folder(
+        dir,
+        read,
+        config,
+        &NAMES,
+        &buffers,
+        |hf, model, weights, path| {
+            let (n_heads, max_positions) = (model.config.n_heads, model.config.max_positions);
+            let rel = relative_config(hf);
+            let table =
+                weights.get_shaped(Param::RelativeAttentionBias, 0, &[rel.num_buckets, n_heads])?; // (buckets, h)
+            model.relative_bias = Some(RelativePositionBias::new(table, rel)?);
+            model.embeddings.position_ids = PositionIds::AfterPadding {
+                padding_idx: hf.pad_token_id,
+            };
+            if hf.pad_token_id + 1 >= max_positions {
+                return Err(Error::format(
+                    path,
+                    format!(
+                        "pad_token_id {} leaves no rows of the {} position rows for tokens",
+                        hf.pad_token_id, max_positions
+                    ),
+                ));
+            }
+            Ok(())
+        },
+    )
 }
 
 /// Every MPNet parameter's checkpoint key (`{i}` = layer). The sentence-transformers

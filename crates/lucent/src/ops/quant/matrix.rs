@@ -518,7 +518,9 @@ impl QMatrix {
                 for t in [k, half + k] {
                     if t < tiles {
                         let w = 4 * t;
-                        let o: &mut [f32; 4] = (&mut out[w..w + 4]).try_into().expect("four rows");
+                        let Some(o) = out[w..].first_chunk_mut::<4>() else {
+                            continue; // w + 4 ≤ 4 · tiles ≤ out.len(): never taken
+                        };
                         avx512::decode::pair_tile::<K>(
                             [r(w), r(w + 1), r(w + 2), r(w + 3)],
                             a,
