@@ -836,6 +836,9 @@ fn crop(w: &Tensor, rows: usize, cols: usize) -> Result<Tensor, ApiError> {
     Ok(Tensor::new(out, &[b, h, rows, cols])?)
 }
 
+/// Every layer's weights of a pass, by attention and layer.
+type LayerWeights = Vec<(Stack, usize, Arc<Tensor>)>;
+
 /// One traced pass of an encoder-decoder over `input`, recording the attention
 /// weights of the encoder (`Stack::Encoder`) or of the decoder (self and cross) in
 /// every layer; caches each (stack, layer), cropped to the positions shown, and the
@@ -847,7 +850,7 @@ fn seq2seq_pass(
     s: &Subject,
     input: &Input,
     side: Stack,
-) -> Result<(Arc<Sides>, Vec<(Stack, usize, Arc<Tensor>)>), ApiError> {
+) -> Result<(Arc<Sides>, LayerWeights), ApiError> {
     let prefix = if side == Stack::Encoder {
         "encoder."
     } else {
