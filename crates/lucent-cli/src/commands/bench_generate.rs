@@ -7,6 +7,12 @@
 //! after it (end-of-generation ignored). Each at every thread count of `--threads-list`,
 //! `--repeats` times; the median is reported in tokens per second. Resident memory is
 //! read from /proc at the end and compared with file + KV cache + 100 MB.
+//!
+//! Batched decode (`--batch-list 4,8,16`): B sequences, each after the same prefilled
+//! prompt, take `--gen-tokens` steps together through
+//! [`lucent::model::DecoderModel::decode_batch`] — the step `lucent serve` runs for B
+//! concurrent streams — and the aggregate (B × steps / time) is reported beside the
+//! lone stream's decode speed.
 
 use std::time::Instant;
 
@@ -25,7 +31,9 @@ than any courier. ";
 
 /// Arguments of `lucent bench generate`.
 #[derive(clap::Args)]
-#[command(after_help = "Example: lucent bench generate -m smollm2 --threads-list 1,2")]
+#[command(
+    after_help = "Examples:\n  lucent bench generate -m smollm2 --threads-list 1,2\n  lucent bench generate -m smollm2 --threads-list 2 --batch-list 4,16 --gen-tokens 64 --json"
+)]
 pub struct GenerateBenchArgs {
     /// Model: a known name (smollm2, gemma3) or a .gguf path.
     #[arg(long, short = 'm', default_value = "smollm2")]
@@ -39,6 +47,10 @@ pub struct GenerateBenchArgs {
     /// Thread counts to measure.
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     pub threads_list: Vec<usize>,
+    /// Batch sizes of the batched decode step to measure (as `lucent serve` runs B
+    /// streams at once); empty: none.
+    #[arg(long, value_delimiter = ',')]
+    pub batch_list: Vec<usize>,
     /// Runs per measurement (the median is reported).
     #[arg(long, default_value_t = 3)]
     pub repeats: usize,
@@ -64,9 +76,14 @@ fn resident_bytes() -> Option<u64> {
 
 /// Run `lucent bench generate`.
 pub fn run(args: GenerateBenchArgs) -> Result<()> {
-    if args.repeats == 0 || args.prompt_tokens == 0 || args.threads_list.is_empty() {
+    if args.repeats == 0
+        || args.prompt_tokens == 0
+        || args.threads_list.is_empty()
+        || args.batch_list.contains(&0)
+    {
         return Err(Error::Argument(
-            "--repeats, --prompt-tokens and --threads-list must be non-empty / > 0".into(),
+            "--repeats, --prompt-tokens, --threads-list and --batch-list must be non-empty / > 0"
+                .into(),
         ));
     }
     let tm = loader::text_model(&args.model)?;
@@ -83,6 +100,7 @@ pub fn run(args: GenerateBenchArgs) -> Result<()> {
     let max_t = ids.len() + args.gen_tokens + 1;
     let mut cache = tm.model.new_cache(max_t);
     let mut rows = Vec::new();
+    let mut batched = Vec::new();
     for &n in &args.threads_list {
         let rt = lucent::Runtime::builder().threads(n).build()?;
         let (mut pre, mut dec) = (Vec::new(), Vec::new());
@@ -110,11 +128,23 @@ pub fn run(args: GenerateBenchArgs) -> Result<()> {
                 row.0, row.1, ids.len(), row.2, args.gen_tokens, args.repeats
             );
         }
+        for &b in &args.batch_list {
+            let tok_s = rt.install(|| batched_decode(&tm.model, &ids, &mut cache, b, &args))?;
+            if !args.json {
+                println!(
+                    "threads {n:>2}: batched decode of {b:>2} streams {tok_s:>8.1} tok/s in all ({:.2}× one stream)",
+                    tok_s / row.2
+                );
+            }
+            batched.push(serde_json::json!({"threads": n, "batch": b, "decode_tok_s": tok_s, "ratio_to_one_stream": tok_s / row.2}));
+        }
         rows.push(row);
     }
     let file = std::fs::metadata(&tm.path).map(|m| m.len()).unwrap_or(0);
     let c = &tm.model.config;
-    let kv = (2 * c.decoder_layers * c.n_kv_heads * c.head_dim * max_t * 4) as u64;
+    // The lone stream's cache, and the copies of the largest batch measured.
+    let caches = 1 + args.batch_list.iter().copied().max().unwrap_or(0) as u64;
+    let kv = caches * (2 * c.decoder_layers * c.n_kv_heads * c.head_dim * max_t * 4) as u64;
     let rss = resident_bytes();
     let budget = file + kv + 100 * 1024 * 1024;
     if args.json {
@@ -126,6 +156,7 @@ pub fn run(args: GenerateBenchArgs) -> Result<()> {
             "gen_tokens": args.gen_tokens,
             "repeats": args.repeats,
             "runs": rows.iter().map(|(n, p, d)| serde_json::json!({"threads": n, "prefill_tok_s": p, "decode_tok_s": d})).collect::<Vec<_>>(),
+            "batched": batched,
             "resident_bytes": rss,
             "file_bytes": file,
             "kv_bytes": kv,
@@ -134,13 +165,45 @@ pub fn run(args: GenerateBenchArgs) -> Result<()> {
     } else if let Some(r) = rss {
         let mb = |b: u64| b as f64 / 1e6;
         println!(
-            "resident memory {:.1} MB; file {:.1} MB + KV cache {:.1} MB + 100 MB = {:.1} MB ({})",
+            "resident memory {:.1} MB; file {:.1} MB + KV cache{} {:.1} MB + 100 MB = {:.1} MB ({})",
             mb(r),
             mb(file),
+            if caches > 1 { format!("s ({caches})") } else { String::new() },
             mb(kv),
             mb(budget),
             if r <= budget { "within" } else { "OVER" }
         );
     }
     Ok(())
+}
+
+/// Aggregate decode tok/s of `b` sequences stepping together (median of the repeats):
+/// each sequence's cache starts as `ids` prefilled (into `cache`, then copied), then
+/// `--gen-tokens` greedy steps of all `b` go through one `decode_batch` each.
+fn batched_decode(
+    model: &lucent::model::DecoderModel,
+    ids: &[u32],
+    cache: &mut lucent::nn::KvCache,
+    b: usize,
+    args: &GenerateBenchArgs,
+) -> Result<f64> {
+    cache.clear();
+    let logits = model.forward(ids, Some(cache), true, None)?;
+    let first = argmax(logits.data());
+    let mut runs = Vec::with_capacity(args.repeats);
+    for _ in 0..args.repeats {
+        let mut caches: Vec<lucent::nn::KvCache> = (0..b).map(|_| cache.clone()).collect();
+        let mut next = vec![first; b];
+        let t0 = Instant::now();
+        for _ in 0..args.gen_tokens {
+            let mut refs: Vec<&mut lucent::nn::KvCache> = caches.iter_mut().collect();
+            let l = model.decode_batch(&next, &mut refs, &mut [])?; // (b, V)
+            let v = l.data().len() / b;
+            for (i, row) in l.data().chunks(v).enumerate() {
+                next[i] = argmax(row);
+            }
+        }
+        runs.push((b * args.gen_tokens) as f64 / t0.elapsed().as_secs_f64());
+    }
+    Ok(median(runs))
 }

@@ -744,17 +744,46 @@ impl MultiHeadAttention {
             causal: true,
             ..*opts
         };
+        // The sequences' attentions side by side over the threads, one sequence to a
+        // call (each computes what it computes alone: its heads' numbers do not depend
+        // on how the heads are shared out).
+        struct One<'c, 't> {
+            cache: &'c mut LayerKvCache,
+            trace: Option<&'t mut Trace>,
+            out: Result<Vec<f32>>,
+        }
+        let mut each_trace = traces.iter_mut().map(|t| t.as_deref_mut());
+        let mut ones: Vec<One> = caches
+            .iter_mut()
+            .map(|cache| One {
+                cache,
+                trace: each_trace.next().flatten(),
+                out: Ok(Vec::new()),
+            })
+            .collect();
+        crate::threads::for_each_mut(&mut ones, |i, one| {
+            one.out = (|| {
+                let (qi, ki, vi) = (
+                    head(&q, i, qd, h)?,
+                    head(&k, i, kd, h_kv)?,
+                    head(&v, i, kd, h_kv)?,
+                );
+                let mut tr = one.trace.as_deref_mut();
+                let attended = self.attend(
+                    qi,
+                    ki,
+                    vi,
+                    false,
+                    &self_opts,
+                    Some(&mut *one.cache),
+                    &mut tr,
+                )?;
+                Ok(attended.output.into_vec()) // (1, h, 1, d_k) = h·d_k
+            })();
+        });
         let mut concat = Vec::with_capacity(n * qd); // (n, h·d_k)
-        for (i, cache) in caches.iter_mut().enumerate() {
-            let (qi, ki, vi) = (
-                head(&q, i, qd, h)?,
-                head(&k, i, kd, h_kv)?,
-                head(&v, i, kd, h_kv)?,
-            );
-            let mut tr = traces.get_mut(i).and_then(|t| t.as_deref_mut());
-            let attended =
-                self.attend(qi, ki, vi, false, &self_opts, Some(&mut **cache), &mut tr)?;
-            concat.extend_from_slice(attended.output.data()); // (1, h, 1, d_k) = h·d_k
+        for one in ones {
+            concat.extend_from_slice(&one.out?);
         }
         let concat = Tensor::new(concat, &[n, 1, qd])?; // (n, 1, h·d_k)
         let output = self.o_proj.forward_with(&concat, opts.numerics)?; // (n, 1, d)

@@ -1,7 +1,9 @@
 //! [`QMatrix`]: a `rows × cols` weight matrix in one of the GGUF storage types, and how
 //! its products are scheduled: a decoded token's product (`matvec`: the quantised rows
-//! streamed once, in tiles of four rows, over the threads), a prompt's (`matmul_t_quantized`:
-//! weight rows in L1-sized blocks that every activation row meets, paired on AVX-512),
+//! streamed once, in tiles of four rows, over the threads), a few rows' (the decode step
+//! of several sequences: each tile unpacked once for all of them, on AVX-512 with
+//! GFNI), a prompt's (`matmul_t_quantized`: weight rows in L1-sized blocks that every
+//! activation row meets, paired on AVX-512),
 //! several matrices over one input at once (`matvec_group`, `matmul_t_quantized_group`),
 //! and the dequantised tiles through the f32 GEMM (`matmul_t`). Which kernels run is
 //! [`super::dispatch`]'s choice at the runtime's instruction-set level; the threads are
@@ -34,8 +36,10 @@ use crate::{Error, Result};
 /// finish leaves the other threads idle only briefly (SmolLM2's 2-thread prefill: ~400 →
 /// ~470 tok/s with 16 instead of 4, alternating runs).
 fn tasks_per_thread(per_row: usize) -> usize {
-    if per_row > 1 {
+    if per_row > UNPACKED_MAX_ROWS {
         16
+    } else if per_row > 1 {
+        4
     } else {
         2
     }
@@ -46,6 +50,12 @@ fn tasks_per_thread(per_row: usize) -> usize {
 fn split_prep(n: usize) -> bool {
     crate::threads::threads() > 1 && n >= PAR_PREP_NUMBERS
 }
+
+/// Activation rows up to which a product of the 32-block types on AVX-512 with GFNI
+/// unpacks its weight tiles in registers for all rows (`avx512::decode::pair_tile`)
+/// rather than decoding blocks of weight rows to memory for a prompt's paired tiles
+/// (`avx512::prefill`): the decode step of up to this many sequences at once.
+const UNPACKED_MAX_ROWS: usize = 16;
 
 /// Numbers of a prompt's activations from which their preparation runs on the threads.
 const PAR_PREP_NUMBERS: usize = 1 << 14;
@@ -458,12 +468,15 @@ impl QMatrix {
         unsafe {
             let vnni = avx512::available(isa);
             if acts.len() == 1 && avx512::pairs_available(isa) {
+                let (n, put) = (out.len(), |_, w: usize, v: &[f32]| {
+                    out[w..w + v.len()].copy_from_slice(v)
+                });
                 match self.dtype {
-                    GgmlType::Q4_0 => self.decode_pairs::<{ avx512::Q4_0 }>(i0, out, &acts[0]),
-                    GgmlType::Q4_1 => self.decode_pairs::<{ avx512::Q4_1 }>(i0, out, &acts[0]),
-                    GgmlType::Q5_0 => self.decode_pairs::<{ avx512::Q5_0 }>(i0, out, &acts[0]),
-                    GgmlType::Q5_1 => self.decode_pairs::<{ avx512::Q5_1 }>(i0, out, &acts[0]),
-                    _ => self.decode_pairs::<{ avx512::Q8_0 }>(i0, out, &acts[0]),
+                    GgmlType::Q4_0 => self.decode_pairs::<{ avx512::Q4_0 }>(i0, n, acts, put),
+                    GgmlType::Q4_1 => self.decode_pairs::<{ avx512::Q4_1 }>(i0, n, acts, put),
+                    GgmlType::Q5_0 => self.decode_pairs::<{ avx512::Q5_0 }>(i0, n, acts, put),
+                    GgmlType::Q5_1 => self.decode_pairs::<{ avx512::Q5_1 }>(i0, n, acts, put),
+                    _ => self.decode_pairs::<{ avx512::Q8_0 }>(i0, n, acts, put),
                 }
                 return;
             }
@@ -490,54 +503,94 @@ impl QMatrix {
         }
     }
 
-    /// Rows `i0 .. i0 + out.len()` of a decoded token's product (one activation row,
-    /// type `K`, this matrix's) through `avx512::decode::pair_tile`, four weight rows at a
-    /// time (the activations spread once), and `avx512::decode::tile` for the last rows.
+    /// Weight rows `i0 .. i0 + n` of the product with the `t` activation rows `acts`
+    /// (type `K`, this matrix's; a decoded token's product when t = 1, the decode step
+    /// of t sequences otherwise) through `avx512::decode::pair_tile`, four weight rows
+    /// at a time, each tile unpacked once for up to eight activation rows (the
+    /// activations spread once per call), and `avx512::decode::tile` for the last
+    /// rows. Each result goes out through `put(a, w, values)`: activation row `a`'s
+    /// results with weight rows `i0 + w ..`, one per value.
     ///
     /// # Safety
-    /// `avx512::pairs_available`; `a` prepared for this matrix (check_prepared /
-    /// check_x).
+    /// `avx512::pairs_available`; every row of `acts` prepared for this matrix
+    /// (check_prepared / check_x); `i0 + n ≤ rows`.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn decode_pairs<const K: u8>(&self, i0: usize, out: &mut [f32], a: &QuantizedActs) {
+    unsafe fn decode_pairs<const K: u8>(
+        &self,
+        i0: usize,
+        n: usize,
+        acts: &[QuantizedActs],
+        mut put: impl FnMut(usize, usize, &[f32]),
+    ) {
         thread_local! {
             /// This thread's spread activations, reused from product to product.
-            static SPREAD: std::cell::RefCell<avx512::decode::Spread> = Default::default();
+            static SPREAD: std::cell::RefCell<Vec<avx512::decode::Spread>> = Default::default();
         }
-        // SAFETY: this function's contract (pairs_available, `a` prepared for this
-        // matrix), and `sp` spread from `a` for K just here.
-        SPREAD.with_borrow_mut(|sp| unsafe {
-            sp.fill::<K>(a);
+        // SAFETY: this function's contract (pairs_available, `acts` prepared for this
+        // matrix), and `sps[a]` spread from `acts[a]` for K just here.
+        SPREAD.with_borrow_mut(|sps| unsafe {
+            let t = acts.len();
+            if sps.len() < t {
+                sps.resize_with(t, Default::default);
+            }
+            for (sp, a) in sps.iter_mut().zip(acts) {
+                sp.fill::<K>(a);
+            }
             let r = |w: usize| self.row_bytes_of(i0 + w);
             // Two streams of tiles, from the first half of the rows and from the
             // second, taken in turn: memory then reads ahead at two places. One core
             // streams Q4_1 from DRAM at 14 GB/s so, against 11 in one stream
             // (matvec_bench, 600 MB).
-            let tiles = out.len() / 4;
+            let tiles = n / 4;
             let half = tiles.div_ceil(2);
             for k in 0..half {
-                for t in [k, half + k] {
-                    if t < tiles {
-                        let w = 4 * t;
-                        let Some(o) = out[w..].first_chunk_mut::<4>() else {
-                            continue; // w + 4 ≤ 4 · tiles ≤ out.len(): never taken
+                for tile in [k, half + k] {
+                    if tile >= tiles {
+                        continue;
+                    }
+                    let w = 4 * tile;
+                    let rows = [r(w), r(w + 1), r(w + 2), r(w + 3)];
+                    let mut a = 0;
+                    while a < t {
+                        let mut group = |o: &[[f32; 4]]| {
+                            for (j, v) in o.iter().enumerate() {
+                                put(a + j, w, v);
+                            }
+                            o.len()
                         };
-                        avx512::decode::pair_tile::<K>(
-                            [r(w), r(w + 1), r(w + 2), r(w + 3)],
-                            a,
-                            sp,
-                            o,
-                        );
+                        a += match t - a {
+                            8.. => group(&pair_group::<K, 8>(rows, &acts[a..], &sps[a..])),
+                            4.. => group(&pair_group::<K, 4>(rows, &acts[a..], &sps[a..])),
+                            2.. => group(&pair_group::<K, 2>(rows, &acts[a..], &sps[a..])),
+                            _ => group(&pair_group::<K, 1>(rows, &acts[a..], &sps[a..])),
+                        };
                     }
                 }
             }
-            let mut w = 4 * tiles;
-            while w < out.len() {
-                let mut o = [[0.0f32; 1]; 1];
-                avx512::decode::tile::<K, 1>([r(w)], [&[]], [a], &mut o);
-                out[w] = o[0][0];
-                w += 1;
+            for w in 4 * tiles..n {
+                for (a, x) in acts.iter().enumerate() {
+                    let mut o = [[0.0f32; 1]; 1];
+                    avx512::decode::tile::<K, 1>([r(w)], [&[]], [x], &mut o);
+                    put(a, w, &o[0]);
+                }
             }
         })
+    }
+
+    /// The product with a few activation rows (`acts`, type `K`, this matrix's) into
+    /// `y` (t, rows) through [`QMatrix::decode_pairs`], the weight rows split over the
+    /// threads.
+    ///
+    /// # Safety
+    /// As `decode_pairs`'.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn few_rows<const K: u8>(&self, y: &mut [f32], acts: &[QuantizedActs]) {
+        let out = Columns::new(y, self.rows, acts.len());
+        self.run_row_ranges(acts.len(), |i0, n| {
+            // SAFETY: this function's contract; the task owns weight rows i0..i0 + n,
+            // i.e. those columns of Y.
+            unsafe { self.decode_pairs::<K>(i0, n, acts, |a, w, v| out.put(a, i0 + w, v)) }
+        });
     }
 
     /// [`QMatrix::tile_rows`] with one type's kernels: 4 weight rows × 1, 1 × 4
@@ -854,6 +907,23 @@ impl QMatrix {
         let mut y = vec![0.0f32; t * self.rows];
         let (k, k4) = self.prompt_kernels(t, isa, numerics);
         #[cfg(target_arch = "x86_64")]
+        if self.tiled(isa) && avx512::pairs_available(isa) && t <= UNPACKED_MAX_ROWS {
+            // A few rows (a batched decode step, a short prompt): each tile of weights
+            // unpacked in registers for all of them, none decoded to memory first.
+            // SAFETY: pairs_available(isa), and the rows of `acts` were prepared for
+            // this matrix (check_x / check_prepared).
+            unsafe {
+                match self.dtype {
+                    GgmlType::Q4_0 => self.few_rows::<{ avx512::Q4_0 }>(&mut y, acts),
+                    GgmlType::Q4_1 => self.few_rows::<{ avx512::Q4_1 }>(&mut y, acts),
+                    GgmlType::Q5_0 => self.few_rows::<{ avx512::Q5_0 }>(&mut y, acts),
+                    GgmlType::Q5_1 => self.few_rows::<{ avx512::Q5_1 }>(&mut y, acts),
+                    _ => self.few_rows::<{ avx512::Q8_0 }>(&mut y, acts),
+                }
+            }
+            return y;
+        }
+        #[cfg(target_arch = "x86_64")]
         if self.tiled(isa) && avx512::available(isa) && t >= 2 {
             // The paired tiles write Y (t, rows) themselves.
             match self.dtype {
@@ -981,4 +1051,29 @@ impl QMatrix {
         }
         Ok(y)
     }
+}
+
+/// One `avx512::decode::pair_tile` of [`QMatrix::decode_pairs`]: weight rows `rows`
+/// with the first `RA` activation rows of `acts` (`sps` spread from them); each
+/// activation row's four results.
+///
+/// # Safety
+/// As `pair_tile`'s, for those rows.
+#[cfg(target_arch = "x86_64")]
+unsafe fn pair_group<const K: u8, const RA: usize>(
+    rows: [&[u8]; 4],
+    acts: &[QuantizedActs],
+    sps: &[avx512::decode::Spread],
+) -> [[f32; 4]; RA] {
+    let mut o = [[0.0f32; 4]; RA];
+    // SAFETY: this function's contract.
+    unsafe {
+        avx512::decode::pair_tile::<K, RA>(
+            rows,
+            std::array::from_fn(|j| &acts[j]),
+            std::array::from_fn(|j| &sps[j]),
+            &mut o,
+        )
+    };
+    o
 }

@@ -1,8 +1,9 @@
 //! A decoded token's products of the 32-block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) on
 //! AVX-512 VNNI: four weight rows as two interleaved pairs ([`pair_tile`], where GFNI
-//! and BMI2 are; the activations spread once per product, [`Spread`]), and one row two
-//! blocks per 512-bit register ([`tile`]). Every result equals the AVX2 tile kernel's,
-//! and the twin's, bit for bit.
+//! and BMI2 are; the activations spread once per product, [`Spread`]), unpacked once
+//! for up to eight activation rows (the decode step of several sequences), and one row
+//! two blocks per 512-bit register ([`tile`]). Every result equals the AVX2 tile
+//! kernel's, and the twin's, bit for bit.
 
 use std::arch::x86_64::*;
 
@@ -172,38 +173,44 @@ unsafe fn pair_weights<const K: u8>(a: *const u8, b: *const u8) -> __m512i {
     z
 }
 
-/// Dots of four weight rows of type `K` (two pairs, back to back in memory) with one
-/// activation row, spread as [`Spread`]: a decoded token's product. Each pair's
-/// blocks meet in one register (lanes interleaved: [`pair_weights`]), so a block of
-/// two rows costs one `vpdpbusd`, one conversion and one 512-bit FMA, the scales of
-/// both rows broadcast as one 64-bit pair.
+/// Dots of four weight rows of type `K` (two pairs, back to back in memory) with `RA`
+/// activation rows, each spread as [`Spread`]: a decoded token's product (`RA` = 1),
+/// or the decode step of `RA` sequences at once. Each pair's blocks meet in one
+/// register (lanes interleaved: [`pair_weights`]), unpacked once per block for all
+/// `RA` rows, so a block of two weight rows costs each activation row one `vpdpbusd`,
+/// one conversion and one 512-bit FMA, the scales of both rows broadcast as one 64-bit
+/// pair.
 ///
-/// Every lane's arithmetic is [`tile`]'s: the same i32 lane sums, met by the same
-/// scale products `d_w · dx` in the same FMAs block after block, then the same
-/// horizontal sum of each row's eight lanes and the same `Σ m·s` chain. So the
-/// results equal `tile`'s (and the AVX2 kernel's) bit for bit.
+/// Every lane's arithmetic is [`tile`]'s, for each activation row alone: the same i32
+/// lane sums, met by the same scale products `d_w · dx` in the same FMAs block after
+/// block, then the same horizontal sum of each row's eight lanes and the same `Σ m·s`
+/// chain. So the results equal `tile`'s (and the AVX2 kernel's) bit for bit, whatever
+/// `RA` is and whichever rows share the call.
 ///
 /// It prefetches the tiles that follow its rows in memory (a matrix's next rows).
 ///
 /// # Safety
-/// [`pairs_available`](super::pairs_available); every row is `a.len` numbers of type `K`, `a` prepared as
-/// Q8_0 of the same length, and `sp` spread from `a` for `K`.
+/// [`pairs_available`](super::pairs_available); every row is `acts[a].len` numbers of
+/// type `K`, every `acts[a]` prepared as Q8_0 of the same length, and `sp[a]` spread
+/// from `acts[a]` for `K`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,bmi2,gfni")]
-pub(crate) unsafe fn pair_tile<const K: u8>(
+pub(crate) unsafe fn pair_tile<const K: u8, const RA: usize>(
     rows: [&[u8]; 4],
-    a: &QuantizedActs,
-    sp: &Spread,
-    out: &mut [f32; 4],
+    acts: [&QuantizedActs; RA],
+    sp: [&Spread; RA],
+    out: &mut [[f32; 4]; RA],
 ) {
+    const { assert!(RA >= 1 && RA <= 8, "one to eight activation rows") };
     let (bb, .., o, has_min) = layout(dtype(K));
-    let nb = a.d.len();
-    // Pair p (rows 2p, 2p + 1), lanes interleaved.
-    let mut acc = [_mm512_setzero_ps(); 2];
-    // The kinds with a minimum: lane w holds weight row w's chain Σ_i fma(m_w,i, s_i, e).
-    let mut mins = _mm_setzero_ps();
-    // scp[p][2jj], scp[p][2jj + 1]: the products d_w · dx of block g + jj of pair p's
-    // two rows, read by one 64-bit broadcast.
-    let mut scp = [[0.0f32; 32]; 2];
+    let nb = acts[0].d.len();
+    // acc[a][p]: activation row a against pair p (rows 2p, 2p + 1), lanes interleaved.
+    let mut acc = [[_mm512_setzero_ps(); 2]; RA];
+    // The kinds with a minimum: lane w of mins[a] holds weight row w's chain
+    // Σ_i fma(m_w,i, s_a,i, e).
+    let mut mins = [_mm_setzero_ps(); RA];
+    // scp[a][p][2jj], scp[a][p][2jj + 1]: the products d_w · dx_a of block g + jj of
+    // pair p's two rows, read by one 64-bit broadcast.
+    let mut scp = [[[0.0f32; 32]; 2]; RA];
     let lo_idx = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     let hi_idx = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
     // The tiles ahead, prefetched over this tile's blocks (a hint; past the matrix's
@@ -222,19 +229,24 @@ pub(crate) unsafe fn pair_tile<const K: u8>(
             // instructions a block instead of the whole group's gathers and
             // transposes (Q4_1 576 columns: 19.7 → 23.9 GB/s in L2).
             for jj in 0..n {
-                short_scales::<K>(rows, bb * (g + jj), a.d[g + jj], jj, &mut scp, &mut ms);
+                for (a, sc) in scp.iter_mut().enumerate() {
+                    let dx = *acts[a].d.get_unchecked(g + jj);
+                    short_scales::<K>(rows, bb * (g + jj), dx, jj, sc, &mut ms);
+                }
             }
         } else {
             let (dw, mw) = group_scales::<K, 4>(rows, g, m);
-            let dx = _mm512_maskz_loadu_ps(m, a.d.as_ptr().add(g));
-            for (p, sc) in scp.iter_mut().enumerate() {
-                let s0 = _mm512_mul_ps(dw[2 * p], dx);
-                let s1 = _mm512_mul_ps(dw[2 * p + 1], dx);
-                _mm512_storeu_ps(sc.as_mut_ptr(), _mm512_permutex2var_ps(s0, lo_idx, s1));
-                _mm512_storeu_ps(
-                    sc.as_mut_ptr().add(16),
-                    _mm512_permutex2var_ps(s0, hi_idx, s1),
-                );
+            for (a, sc) in scp.iter_mut().enumerate() {
+                let dx = _mm512_maskz_loadu_ps(m, acts[a].d.as_ptr().add(g));
+                for (p, sc) in sc.iter_mut().enumerate() {
+                    let s0 = _mm512_mul_ps(dw[2 * p], dx);
+                    let s1 = _mm512_mul_ps(dw[2 * p + 1], dx);
+                    _mm512_storeu_ps(sc.as_mut_ptr(), _mm512_permutex2var_ps(s0, lo_idx, s1));
+                    _mm512_storeu_ps(
+                        sc.as_mut_ptr().add(16),
+                        _mm512_permutex2var_ps(s0, hi_idx, s1),
+                    );
+                }
             }
             if has_min {
                 ms = block_major_4x16(mw);
@@ -246,25 +258,36 @@ pub(crate) unsafe fn pair_tile<const K: u8>(
                 let p = ahead.wrapping_add(4 * bb * i + 64 * c);
                 _mm_prefetch::<_MM_HINT_T0>(p as *const i8);
             }
-            if has_min {
-                let mv = _mm_loadu_ps(ms.as_ptr().add(4 * jj));
-                mins = _mm_fmadd_ps(mv, _mm_set1_ps(*a.sum.get_unchecked(i)), mins);
-            }
-            let x = *sp.x.get_unchecked(i);
-            let start = if o != 0 {
-                *sp.start.get_unchecked(i)
+            let mv = if has_min {
+                _mm_loadu_ps(ms.as_ptr().add(4 * jj))
             } else {
-                _mm512_setzero_si512()
+                _mm_setzero_ps()
             };
-            for (p, sc) in scp.iter().enumerate() {
-                let q = pair_weights::<K>(
+            // Both pairs' blocks, unpacked once for every activation row.
+            let q: [__m512i; 2] = std::array::from_fn(|p| {
+                pair_weights::<K>(
                     rows[2 * p].as_ptr().add(bb * i),
                     rows[2 * p + 1].as_ptr().add(bb * i),
-                );
-                let s = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, q, x));
-                let pair = std::ptr::read_unaligned(sc.as_ptr().add(2 * jj) as *const f64);
-                let scale = _mm512_castpd_ps(_mm512_set1_pd(pair));
-                acc[p] = _mm512_fmadd_ps(scale, s, acc[p]);
+                )
+            });
+            for a in 0..RA {
+                if has_min {
+                    let s = _mm_set1_ps(*acts[a].sum.get_unchecked(i));
+                    mins[a] = _mm_fmadd_ps(mv, s, mins[a]);
+                }
+                let x = *sp[a].x.get_unchecked(i);
+                let start = if o != 0 {
+                    *sp[a].start.get_unchecked(i)
+                } else {
+                    _mm512_setzero_si512()
+                };
+                for p in 0..2 {
+                    let s = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, q[p], x));
+                    let pair =
+                        std::ptr::read_unaligned(scp[a][p].as_ptr().add(2 * jj) as *const f64);
+                    let scale = _mm512_castpd_ps(_mm512_set1_pd(pair));
+                    acc[a][p] = _mm512_fmadd_ps(scale, s, acc[a][p]);
+                }
             }
         }
         g += 16;
@@ -272,12 +295,14 @@ pub(crate) unsafe fn pair_tile<const K: u8>(
     // Each row's eight lanes gathered (even lanes: the pair's first row), then
     // tile's ending.
     let split = _mm512_set_epi32(15, 13, 11, 9, 7, 5, 3, 1, 14, 12, 10, 8, 6, 4, 2, 0);
-    let mut e = [0.0f32; 4];
-    _mm_storeu_ps(e.as_mut_ptr(), mins);
-    for (p, acc) in acc.iter().enumerate() {
-        let v = _mm512_permutexvar_ps(split, *acc);
-        out[2 * p] = avx2::hsum_ps(lo(v)) + e[2 * p];
-        out[2 * p + 1] = avx2::hsum_ps(hi(v)) + e[2 * p + 1];
+    for a in 0..RA {
+        let mut e = [0.0f32; 4];
+        _mm_storeu_ps(e.as_mut_ptr(), mins[a]);
+        for (p, acc) in acc[a].iter().enumerate() {
+            let v = _mm512_permutexvar_ps(split, *acc);
+            out[a][2 * p] = avx2::hsum_ps(lo(v)) + e[2 * p];
+            out[a][2 * p + 1] = avx2::hsum_ps(hi(v)) + e[2 * p + 1];
+        }
     }
 }
 

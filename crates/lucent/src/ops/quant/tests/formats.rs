@@ -871,3 +871,54 @@ fn large_prompt_on_threads_equals_decode() {
         }
     });
 }
+
+/// A product with a few activation rows (the decode step of several sequences: on
+/// AVX-512 with GFNI each weight tile unpacked once for up to eight rows) equals each
+/// row's lone decode product bit for bit, under both numerics, for every 32-block type,
+/// on row counts that leave partial tiles, block counts that leave partial scale
+/// groups, every row count up to past the unpacked path's limit, and a matrix large
+/// enough to be split over two threads.
+#[test]
+fn few_rows_equal_decode_bit_for_bit() {
+    let mut rng = StdRng::seed_from_u64(41);
+    for threads in [1, 2] {
+        every_level(threads, |_| {
+            for ty in BLOCK32 {
+                let shapes: &[(usize, usize)] = if threads == 1 {
+                    &[(1, 1), (3, 2), (4, 16), (5, 17), (9, 18), (13, 33)]
+                } else {
+                    &[(260, 48)]
+                };
+                for &(rows, blocks) in shapes {
+                    let cols = 32 * blocks;
+                    let bytes: Vec<u8> = (0..rows)
+                        .flat_map(|_| random_row(ty, cols, &mut rng))
+                        .collect();
+                    let m = QMatrix::from_vec(ty, rows, cols, bytes).unwrap();
+                    let xs: Vec<f32> = (0..17 * cols)
+                        .map(|_| rng.random_range(-2.0f32..2.0))
+                        .collect();
+                    let lone: Vec<Vec<f32>> = xs
+                        .chunks_exact(cols)
+                        .map(|x| m.matvec(x).unwrap())
+                        .collect();
+                    for t in [2usize, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17] {
+                        for numerics in [Numerics::LlamaCpp, Numerics::RowInvariant] {
+                            let y = m.matmul_t_quantized(&xs[..t * cols], t, numerics).unwrap();
+                            for (r, want) in lone.iter().take(t).enumerate() {
+                                for (i, w) in want.iter().enumerate() {
+                                    assert_eq!(
+                                        y[r * rows + i].to_bits(),
+                                        w.to_bits(),
+                                        "{ty} {rows}×{cols}, {threads} threads, {t} rows \
+                                         ({numerics:?}): row {r}, weight row {i}"
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        });
+    }
+}
