@@ -47,8 +47,8 @@ pub struct GenerateBenchArgs {
     /// Thread counts to measure.
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     pub threads_list: Vec<usize>,
-    /// Batch sizes of the batched decode step to measure (as `lucent serve` runs B
-    /// streams at once); empty: none.
+    /// Batch sizes of the batched decode step to measure, comma-separated (B streams at
+    /// once, as `lucent serve` runs them); default: none.
     #[arg(long, value_delimiter = ',')]
     pub batch_list: Vec<usize>,
     /// Runs per measurement (the median is reported).

@@ -761,7 +761,7 @@ impl MultiHeadAttention {
                 out: Ok(Vec::new()),
             })
             .collect();
-        crate::threads::for_each_mut(&mut ones, |i, one| {
+        let attend_one = |i: usize, one: &mut One| {
             one.out = (|| {
                 let (qi, ki, vi) = (
                     head(&q, i, qd, h)?,
@@ -780,7 +780,13 @@ impl MultiHeadAttention {
                 )?;
                 Ok(attended.output.into_vec()) // (1, h, 1, d_k) = h·d_k
             })();
-        });
+        };
+        if let [one] = ones.as_mut_slice() {
+            // One sequence: its heads shared over the threads, as a lone token's are.
+            attend_one(0, one);
+        } else {
+            crate::threads::for_each_mut(&mut ones, attend_one);
+        }
         let mut concat = Vec::with_capacity(n * qd); // (n, h·d_k)
         for one in ones {
             concat.extend_from_slice(&one.out?);
