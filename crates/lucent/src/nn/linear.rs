@@ -188,6 +188,10 @@ pub struct Linear {
     /// them ([`Linear::keep_f16`]): a one-row product reads these, half the bytes, for
     /// the same numbers.
     half: Option<Arc<Vec<half::f16>>>,
+    /// W packed once into the f32 kernel's panels, when the model asked for it
+    /// ([`Linear::keep_packed`]): a product of several rows reads these instead of
+    /// packing W's blocks on every call, for the same numbers.
+    packed: Option<Arc<crate::ops::linear_kernel::PackedNt>>,
 }
 
 impl Linear {
@@ -214,6 +218,7 @@ impl Linear {
             weight,
             bias,
             half: None,
+            packed: None,
         })
     }
 
@@ -229,6 +234,7 @@ impl Linear {
             weight: Weight::F32(Tensor::randn(&[out_features, in_features], std, rng)),
             bias: bias.then(|| Tensor::zeros(&[out_features])),
             half: None,
+            packed: None,
         }
     }
 
@@ -246,6 +252,69 @@ impl Linear {
             .all(|(h, x)| h.to_f32().to_bits() == x.to_bits());
         self.half = exact.then(|| Arc::new(h));
         exact
+    }
+
+    /// Keep W packed once for the f32 kernel (a copy: W's bytes again), for a model
+    /// that runs many products of a few rows each (an encoder embedding one sentence at
+    /// a time): each then streams the packed panels instead of packing W's blocks per
+    /// call, for the same numbers. Returns whether it was kept (f32 weights only).
+    /// A model that changes `weight` afterwards must call this again.
+    pub fn keep_packed(&mut self) -> bool {
+        let Some(w) = self.weight.as_f32() else {
+            return false;
+        };
+        let Ok([out, inp]) = w.dims() else {
+            return false;
+        };
+        self.packed = Some(Arc::new(crate::ops::linear_kernel::PackedNt::new(
+            w.data(),
+            out,
+            inp,
+        )));
+        true
+    }
+
+    /// Bytes of the copies kept beside W ([`Linear::keep_f16`], [`Linear::keep_packed`]).
+    pub fn kept_bytes(&self) -> usize {
+        self.half.as_ref().map_or(0, |h| h.len() * 2)
+            + self.packed.as_ref().map_or(0, |p| p.bytes())
+    }
+
+    /// Several rows through the packed copy, as `ops::linear`'s kernel path computes
+    /// them: None where that path is not the one taken (one row, no copy, weights
+    /// under training, row-invariant numerics, not x86-64).
+    fn rows_packed(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        bias: Option<&Tensor>,
+        numerics: Numerics,
+    ) -> Option<Result<Tensor>> {
+        let packed = self.packed.as_ref()?;
+        let [out, inp] = w.dims().ok()?;
+        let rows = x.numel().checked_div(inp)?;
+        let training = crate::tensor::tape::is_grad_enabled()
+            && (x.tracks_grad() || w.tracks_grad() || bias.is_some_and(|b| b.tracks_grad()));
+        if !cfg!(target_arch = "x86_64")
+            || x.rank() == 0
+            || x.last_dim() != inp
+            || rows <= 1
+            || training
+            || numerics.row_invariant()
+            || packed.n() != out
+            || packed.k() != inp
+            || bias.is_some_and(|b| b.shape() != [out])
+        {
+            return None;
+        }
+        let mut y = vec![0.0f32; rows * out];
+        let b = bias.map(Tensor::data);
+        crate::ops::linear_kernel::matmul_nt_packed(&mut y, x.data(), packed, b, rows);
+        let mut shape = x.shape().to_vec();
+        if let Some(last) = shape.last_mut() {
+            *last = out;
+        }
+        Some(Tensor::new(y, &shape)) // (..., out)
     }
 
     /// One row through the f16 copy, as the f32 path computes it (the matrix-vector
@@ -312,10 +381,16 @@ impl Linear {
     /// x: (..., in) → (..., out)
     pub fn forward_with(&self, x: &Tensor, numerics: Numerics) -> Result<Tensor> {
         match (&self.weight, &self.bias) {
-            (Weight::F32(w), bias) => match self.one_row_f16(x, w, bias.as_ref()) {
-                Some(y) => y,
-                None => linear_f32(x, w, bias.as_ref(), numerics),
-            },
+            (Weight::F32(w), bias) => {
+                let bias = bias.as_ref();
+                match self.one_row_f16(x, w, bias) {
+                    Some(y) => y,
+                    None => match self.rows_packed(x, w, bias, numerics) {
+                        Some(y) => y,
+                        None => linear_f32(x, w, bias, numerics),
+                    },
+                }
+            }
             (w, None) => w.matmul_t(x, numerics),
             (w, Some(b)) => w.matmul_t(x, numerics)?.add(b),
         }

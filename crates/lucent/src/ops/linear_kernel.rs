@@ -1,7 +1,7 @@
 //! lucent's own kernel for the products of `nn.Linear` with f32 weights, many rows at a
 //! time (an encoder's tokens, a prompt): C = A · Wᵀ + b, W stored (out, in) as
-//! checkpoints store it, read in place (no packing, no copies), the bias added in the
-//! same pass.
+//! checkpoints store it (or packed once, [`PackedNt`]), the bias added in the same
+//! pass.
 //!
 //! # One order for every output number
 //!
@@ -20,9 +20,13 @@
 //!
 //! # The AVX2 kernel
 //!
-//! W is packed per call, a block at a time, into panels of 16 columns laid out p-major
-//! (16 consecutive numbers per p: two vector loads), padded with zero columns; the copy
-//! goes 8 × 8 at a time through a register transpose. Tiles of
+//! W is packed per call, a panel at a time just before its first tiles (while the
+//! next panel's rows are fetched), into panels of 16 columns laid out p-major (16
+//! consecutive numbers per p: two vector loads), padded with zero columns; the copy
+//! goes 8 × 8 at a time through a register transpose. A model that runs many small
+//! products (an encoder embedding one sentence) keeps W packed once instead
+//! ([`PackedNt`], [`matmul_nt_packed`]): the tiles then stream the panels from memory
+//! front to back, the next one fetched while the current one is used. Tiles of
 //! 6 rows × 16 columns: 12 accumulators, per p two loads of W and six broadcasts of A
 //! for 12 fused multiply-adds. k is cut into blocks of [`KC`] (the chain goes on through
 //! C between blocks, so the order is unchanged), columns into packed blocks of [`NC`],
@@ -66,7 +70,117 @@ pub fn matmul_nt(
     k: usize,
     n: usize,
 ) {
-    check_sizes(c, a, w, bias, m, k, n);
+    check_sizes(c, a, w.len(), bias, m, k, n);
+    matmul_from(c, a, Source::InPlace(w), bias, m, k, n);
+}
+
+/// [`matmul_nt`] with W packed once ([`PackedNt`]): the same numbers, without packing
+/// W's blocks on every call.
+///
+/// Panics if a slice's length does not match the dimensions (an internal invariant).
+///
+/// # Shapes
+/// c: (m, n), a: (m, k), w: (n, k) packed, bias: (n)
+pub fn matmul_nt_packed(c: &mut [f32], a: &[f32], w: &PackedNt, bias: Option<&[f32]>, m: usize) {
+    let (k, n) = (w.k, w.n);
+    check_sizes(c, a, n * k, bias, m, k, n);
+    matmul_from(c, a, Source::Packed(w), bias, m, k, n);
+}
+
+/// W (n × k) packed once into the kernel's panels, in the order a product reads them:
+/// per block of [`NC`] columns, per block of [`KC`] terms, its panels one after the
+/// other, each `kc` rows of 16 numbers (row p: the panel's 16 columns' terms at p, zero
+/// columns past n) — the blocks [`matmul_nt`] packs on every call, kept. A pure copy of
+/// W's numbers: a product through it equals [`matmul_nt`]'s bit for bit, and streams W
+/// from memory front to back instead of copying each block first.
+#[derive(Clone, Debug)]
+pub struct PackedNt {
+    n: usize,
+    k: usize,
+    data: Vec<f32>,
+}
+
+impl PackedNt {
+    /// Pack W (n × k, row-major).
+    ///
+    /// Panics if `w.len() != n · k` (an internal invariant: callers pass a checked
+    /// tensor's dimensions).
+    ///
+    /// # Shapes
+    /// w: (n, k)
+    pub fn new(w: &[f32], n: usize, k: usize) -> PackedNt {
+        assert_eq!(w.len(), n * k, "PackedNt::new sizes"); // ok: internal invariant
+        let mut p = PackedNt {
+            n,
+            k,
+            data: vec![0.0f32; n.div_ceil(NR) * NR * k],
+        };
+        for (j, row) in w.chunks_exact(k.max(1)).enumerate().take(n) {
+            for kb in (0..k).step_by(KC) {
+                let at = p.panel_at(j - j % NR, kb) + j % NR;
+                for (q, &x) in row[kb..(kb + KC).min(k)].iter().enumerate() {
+                    p.data[at + q * NR] = x;
+                }
+            }
+        }
+        p
+    }
+
+    /// Where the panel of columns j .. j + 16 (j a multiple of 16, j < n) starts for
+    /// the terms kb .. kb + KC (kb a multiple of KC, kb < k).
+    fn panel_at(&self, j: usize, kb: usize) -> usize {
+        let block = j / NC;
+        let panels = ((block * NC + NC).min(self.n) - block * NC).div_ceil(NR);
+        let kc = KC.min(self.k - kb);
+        block * NC * self.k + kb * panels * NR + (j % NC) / NR * kc * NR
+    }
+
+    /// W's rows (out features).
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// W's columns (in features).
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.data.len() * std::mem::size_of::<f32>()
+    }
+
+    /// Row j of W (k numbers), copied out of the panels.
+    fn row(&self, j: usize) -> Vec<f32> {
+        (0..self.k)
+            .map(|p| {
+                let kb = p - p % KC;
+                self.data[self.panel_at(j - j % NR, kb) + (p - kb) * NR + j % NR]
+            })
+            .collect()
+    }
+}
+
+/// Where a product reads W: in place (row-major, packed block by block per call) or
+/// packed once ([`PackedNt`]).
+#[derive(Clone, Copy)]
+enum Source<'a> {
+    InPlace(&'a [f32]),
+    Packed(&'a PackedNt),
+}
+
+/// C (m × n) = A · Wᵀ + bias from `w` (sizes checked by the callers), split over the
+/// threads when large.
+#[allow(clippy::too_many_arguments)]
+fn matmul_from(
+    c: &mut [f32],
+    a: &[f32],
+    w: Source,
+    bias: Option<&[f32]>,
+    m: usize,
+    k: usize,
+    n: usize,
+) {
     if m == 0 || n == 0 {
         return;
     }
@@ -105,21 +219,17 @@ pub fn matmul_nt(
 fn check_sizes(
     c: &[f32],
     a: &[f32],
-    w: &[f32],
+    w_len: usize,
     bias: Option<&[f32]>,
     m: usize,
     k: usize,
     n: usize,
 ) {
     assert!(
-        c.len() == m * n
-            && a.len() == m * k
-            && w.len() == n * k
-            && bias.is_none_or(|b| b.len() == n),
-        "matmul_nt sizes: c {}, a {}, w {} for m {m}, k {k}, n {n}",
+        c.len() == m * n && a.len() == m * k && w_len == n * k && bias.is_none_or(|b| b.len() == n),
+        "matmul_nt sizes: c {}, a {}, w {w_len} for m {m}, k {k}, n {n}",
         c.len(),
         a.len(),
-        w.len()
     ); // ok: internal invariant
 }
 
@@ -137,9 +247,9 @@ pub fn matmul_nt_serial(
     k: usize,
     n: usize,
 ) {
-    check_sizes(c, a, w, bias, m, k, n);
+    check_sizes(c, a, w.len(), bias, m, k, n);
     if m > 0 && n > 0 {
-        serial(c, a, w, bias, m, k, n, 0, n);
+        serial(c, a, Source::InPlace(w), bias, m, k, n, 0, n);
     }
 }
 
@@ -177,7 +287,7 @@ unsafe impl Send for SharedOut {}
 fn serial(
     c: &mut [f32],
     a: &[f32],
-    w: &[f32],
+    w: Source,
     bias: Option<&[f32]>,
     m: usize,
     k: usize,
@@ -190,21 +300,27 @@ fn serial(
         // SAFETY: AVX2 + FMA are present (runtime level); the slices' sizes hold (the
         // callers' assertions: c m×n, a m×k, w n×k, bias n), and j0 ≤ j1 ≤ n.
         unsafe {
-            if m == 1 {
+            match w {
                 // One row (a decode step's query against the cached keys): packing W
                 // would cost more than the product; W is read in place instead.
-                avx2::one_row(c, a, w, bias, k, j0, j1);
-            } else {
-                avx2::blocked(c, a, w, bias, m, k, n, j0, j1);
+                Source::InPlace(w) if m == 1 => avx2::one_row(c, a, w, bias, k, j0, j1),
+                _ => avx2::blocked(c, a, w, bias, m, k, n, j0, j1),
             }
         }
         return;
     }
-    for i in 0..m {
-        for j in j0..j1 {
-            let start = bias.map_or(0.0, |b| b[j]);
-            c[i * n + j] =
-                reference::dot_from(start, &a[i * k..(i + 1) * k], &w[j * k..(j + 1) * k]);
+    for j in j0..j1 {
+        let start = bias.map_or(0.0, |b| b[j]);
+        let packed_row;
+        let wj = match w {
+            Source::InPlace(w) => &w[j * k..(j + 1) * k],
+            Source::Packed(p) => {
+                packed_row = p.row(j);
+                &packed_row[..]
+            }
+        };
+        for i in 0..m {
+            c[i * n + j] = reference::dot_from(start, &a[i * k..(i + 1) * k], wj);
         }
     }
 }
@@ -264,7 +380,7 @@ pub mod reference {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{KC, MC, MR, NC, NR};
+    use super::{Source, KC, MC, MR, NC, NR};
 
     /// Columns j0..j1 of C = A · Wᵀ + b, blocked for the caches (module docs).
     ///
@@ -275,7 +391,7 @@ mod avx2 {
     pub unsafe fn blocked(
         c: &mut [f32],
         a: &[f32],
-        w: &[f32],
+        w: Source,
         bias: Option<&[f32]>,
         m: usize,
         k: usize,
@@ -283,7 +399,11 @@ mod avx2 {
         j0: usize,
         j1: usize,
     ) {
-        let mut packed = vec![0.0f32; NC * KC]; // (NC / NR) panels of (kc, NR)
+        // (NC / NR) panels of (kc, NR), for W read in place.
+        let mut packed = match w {
+            Source::InPlace(_) => vec![0.0f32; NC * KC],
+            Source::Packed(_) => Vec::new(),
+        };
         let (cp, ap) = (c.as_mut_ptr(), a.as_ptr());
         let mut jb = j0;
         while jb < j1 {
@@ -292,18 +412,47 @@ mod avx2 {
             let mut kb = 0;
             loop {
                 let kc = KC.min(k - kb);
-                // SAFETY: AVX2 present (this function's contract); the block lies
-                // inside W (je ≤ n, kb + kc ≤ k) and `packed` holds NC × KC.
-                unsafe { pack_block(&mut packed, w, k, jb, je, kb, kc) };
                 let first = kb == 0;
                 let mut ib = 0;
                 while ib < m {
                     let ie = (ib + MC).min(m);
                     for t in 0..panels {
+                        let j = jb + t * NR;
+                        // The panel (kc rows of 16 at stride NR), and for the first row
+                        // tile of a packed-once W the next panel, fetched meanwhile.
+                        let (pt, ahead) = match w {
+                            Source::InPlace(w) => {
+                                if ib == 0 {
+                                    // Each panel packed just before the first row block
+                                    // meets it (while the next one's rows are fetched):
+                                    // the copy from memory overlaps the products.
+                                    // SAFETY: AVX2 present (this function's contract); the
+                                    // panel lies inside W (je ≤ n, kb + kc ≤ k) and
+                                    // `packed` holds NC × KC.
+                                    unsafe { pack_panel(&mut packed, w, k, jb, je, kb, kc, t) };
+                                }
+                                (packed.as_ptr().add(t * KC * NR), std::ptr::null())
+                            }
+                            Source::Packed(p) => {
+                                // SAFETY: j < n is a multiple of NR (j0 is, and NC is), so
+                                // its panel exists; kb < k.
+                                let at =
+                                    |j: usize| unsafe { p.data.as_ptr().add(p.panel_at(j, kb)) };
+                                let next = if ib == 0 && t + 1 < panels {
+                                    at(j + NR)
+                                } else {
+                                    std::ptr::null()
+                                };
+                                (at(j), next)
+                            }
+                        };
+                        // The first row block's tiles share the next panel's fetch: tile
+                        // q of `tiles` takes its lines q, q + tiles, ...
+                        let tiles = (ie - ib).div_ceil(MR);
+                        let mut q = 0;
                         let mut i = ib;
                         while i < ie {
                             let rows = (ie - i).min(MR);
-                            let j = jb + t * NR;
                             let cols = (je - j).min(NR);
                             let bt = match bias {
                                 Some(b) if first => b[j..j + cols].as_ptr(),
@@ -311,22 +460,20 @@ mod avx2 {
                             };
                             // SAFETY: rows i..i+rows < m of A (columns kb..kb+kc < k) and of
                             // C (columns j..j+cols ≤ n); the panel holds kc × 16; bias (if
-                            // not null) covers cols.
+                            // not null) covers cols; `ahead` (if not null) is a hint only.
                             unsafe {
-                                let (ct, at, pt) = (
-                                    cp.add(i * n + j),
-                                    ap.add(i * k + kb),
-                                    packed.as_ptr().add(t * KC * NR),
-                                );
+                                let (ct, at) = (cp.add(i * n + j), ap.add(i * k + kb));
+                                let pf = (ahead, q, tiles);
                                 match rows {
-                                    6 => tile::<6>(ct, n, at, k, pt, kc, cols, bt, first),
-                                    5 => tile::<5>(ct, n, at, k, pt, kc, cols, bt, first),
-                                    4 => tile::<4>(ct, n, at, k, pt, kc, cols, bt, first),
-                                    3 => tile::<3>(ct, n, at, k, pt, kc, cols, bt, first),
-                                    2 => tile::<2>(ct, n, at, k, pt, kc, cols, bt, first),
-                                    _ => tile::<1>(ct, n, at, k, pt, kc, cols, bt, first),
+                                    6 => tile::<6>(ct, n, at, k, pt, kc, cols, bt, first, pf),
+                                    5 => tile::<5>(ct, n, at, k, pt, kc, cols, bt, first, pf),
+                                    4 => tile::<4>(ct, n, at, k, pt, kc, cols, bt, first, pf),
+                                    3 => tile::<3>(ct, n, at, k, pt, kc, cols, bt, first, pf),
+                                    2 => tile::<2>(ct, n, at, k, pt, kc, cols, bt, first, pf),
+                                    _ => tile::<1>(ct, n, at, k, pt, kc, cols, bt, first, pf),
                                 }
                             }
+                            q += 1;
                             i += rows;
                         }
                     }
@@ -341,19 +488,20 @@ mod avx2 {
         }
     }
 
-    /// Pack W[jb..je, kb..kb+kc] into `packed`: panel t (columns jb + 16t .. jb + 16t +
-    /// 15, zeros past je) at t · KC · NR, its row p the 16 columns' terms at kb + p. A
+    /// Pack panel t of W[jb..je, kb..kb+kc] into `packed`: columns jb + 16t up to
+    /// jb + 16t + 15 (zeros past je) at t · KC · NR, its row p the 16 columns' terms at kb + p. A
     /// pure copy (the numbers are W's), 8 columns × 8 terms at a time: eight loads
     /// along W's rows, an 8 × 8 transpose in registers, eight stores along the panel's
     /// rows — the strided scalar copy this replaces took two thirds of a one-sentence
     /// embedding's time. The edges (fewer than 8 columns or terms left) one by one.
+    /// The next panel's rows are prefetched as this one's are read.
     ///
     /// # Safety
     /// AVX2 present; w covers rows jb..je of k numbers with kb + kc ≤ k; packed holds
-    /// (je - jb).div_ceil(NR) panels of KC × NR.
+    /// (je - jb).div_ceil(NR) panels of KC × NR, and t is one of them.
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn pack_block(
+    unsafe fn pack_panel(
         packed: &mut [f32],
         w: &[f32],
         k: usize,
@@ -361,37 +509,39 @@ mod avx2 {
         je: usize,
         kb: usize,
         kc: usize,
+        t: usize,
     ) {
-        let panels = (je - jb).div_ceil(NR);
-        for t in 0..panels {
-            let panel = &mut packed[t * KC * NR..][..kc * NR];
-            for half in 0..NR / 8 {
-                let c0 = jb + t * NR + half * 8;
-                let mut p = 0;
-                if c0 + 8 <= je {
-                    while p + 8 <= kc {
-                        // SAFETY: rows c0..c0+8 ≤ je of W, terms kb+p..kb+p+8 ≤ kb+kc ≤ k;
-                        // panel rows p..p+8 ≤ kc, lanes half·8..half·8+8 ≤ NR.
-                        unsafe {
-                            let r: [__m256; 8] = std::array::from_fn(|q| {
-                                _mm256_loadu_ps(w.as_ptr().add((c0 + q) * k + kb + p))
-                            });
-                            for (e, v) in transpose8(r).iter().enumerate() {
-                                _mm256_storeu_ps(
-                                    panel.as_mut_ptr().add((p + e) * NR + half * 8),
-                                    *v,
-                                );
-                            }
+        let panel = &mut packed[t * KC * NR..][..kc * NR];
+        for half in 0..NR / 8 {
+            let c0 = jb + t * NR + half * 8;
+            let mut p = 0;
+            if c0 + 8 <= je {
+                while p + 8 <= kc {
+                    if p % 16 == 0 {
+                        // The next panel's rows, the same 16 terms (a hint: past W's
+                        // end it reads nothing, and the address is never dereferenced).
+                        for q in 0..8 {
+                            let ahead = w.as_ptr().wrapping_add((c0 + NR + q) * k + kb + p);
+                            _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
                         }
-                        p += 8;
                     }
+                    // SAFETY: rows c0..c0+8 ≤ je of W, terms kb+p..kb+p+8 ≤ kb+kc ≤ k;
+                    // panel rows p..p+8 ≤ kc, lanes half·8..half·8+8 ≤ NR.
+                    unsafe {
+                        let r: [__m256; 8] = std::array::from_fn(|q| {
+                            _mm256_loadu_ps(w.as_ptr().add((c0 + q) * k + kb + p))
+                        });
+                        for (e, v) in transpose8(r).iter().enumerate() {
+                            _mm256_storeu_ps(panel.as_mut_ptr().add((p + e) * NR + half * 8), *v);
+                        }
+                    }
+                    p += 8;
                 }
-                for pp in p..kc {
-                    for q in 0..8 {
-                        let j = c0 + q;
-                        panel[pp * NR + half * 8 + q] =
-                            if j < je { w[j * k + kb + pp] } else { 0.0 };
-                    }
+            }
+            for pp in p..kc {
+                for q in 0..8 {
+                    let j = c0 + q;
+                    panel[pp * NR + half * 8 + q] = if j < je { w[j * k + kb + pp] } else { 0.0 };
                 }
             }
         }
@@ -605,6 +755,8 @@ mod avx2 {
     /// One tile: R rows of A (row stride lda, kc terms from `a`) × one packed panel
     /// (kc rows of 16) → C's R rows × `cols` columns (row stride ldc). The chains start
     /// at 0; their sums are added to the bias, or 0 if it is null (`first`), or to C.
+    /// `ahead`, if not null, is the next panel: this tile (the q-th of `tiles` that
+    /// share it) prefetches its lines q, q + tiles, ... as it reads its own.
     ///
     /// # Safety
     /// AVX2 + FMA present; a covers R rows of kc at stride lda, panel kc × 16, c R rows of
@@ -621,6 +773,7 @@ mod avx2 {
         cols: usize,
         bias: *const f32,
         first: bool,
+        (ahead, q, tiles): (*const f32, usize, usize),
     ) {
         // SAFETY (all accesses): as the contract says; partial column tiles go through
         // a 16-wide buffer.
@@ -649,7 +802,13 @@ mod avx2 {
                     }
                 }
             }
+            let mut fetch = if ahead.is_null() { usize::MAX } else { q };
             for p in 0..kc {
+                if p == fetch {
+                    // Lines q, q + tiles, ... of the next panel (a hint).
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(p * NR) as *const i8);
+                    fetch += tiles;
+                }
                 let w0 = _mm256_loadu_ps(panel.add(p * NR));
                 let w1 = _mm256_loadu_ps(panel.add(p * NR + 8));
                 for (r, acc) in acc.iter_mut().enumerate() {
@@ -687,6 +846,8 @@ mod tests {
     /// CPU has, at one and two threads, for shapes with every kind of remainder.
     #[test]
     fn kernel_equals_its_twin_bit_for_bit_on_every_level() {
+        // (m, k, n), also through W packed once (PackedNt): blocks of KC terms and NC
+        // columns cut anywhere, and a two-thread column split across an NC block.
         let mut rng = StdRng::seed_from_u64(7);
         let shapes = [
             (1, 1, 1),
@@ -702,11 +863,13 @@ mod tests {
             (300, 384, 1536),
             (9, 520, 33),
             (6, 263, 271),
+            (3, 600, 700),
         ];
         for &(m, k, n) in &shapes {
             let a = random(m * k, &mut rng);
             let w = random(n * k, &mut rng);
             let b = random(n, &mut rng);
+            let packed = PackedNt::new(&w, n, k);
             for bias in [None, Some(b.as_slice())] {
                 let mut want = vec![0.0; m * n];
                 reference::matmul_nt(&mut want, &a, &w, bias, m, k, n);
@@ -726,6 +889,18 @@ mod tests {
                         assert!(
                             same,
                             "({m}, {k}, {n}) bias {} at {isa:?}, {t} threads",
+                            bias.is_some()
+                        );
+                        // W packed once: the same numbers.
+                        let mut got = vec![f32::NAN; m * n];
+                        rt.install(|| matmul_nt_packed(&mut got, &a, &packed, bias, m));
+                        let same = got
+                            .iter()
+                            .zip(&want)
+                            .all(|(x, y)| x.to_bits() == y.to_bits());
+                        assert!(
+                            same,
+                            "packed ({m}, {k}, {n}) bias {} at {isa:?}, {t} threads",
                             bias.is_some()
                         );
                     }

@@ -325,6 +325,8 @@ pub fn load_folder<H>(
         weights.skip(b);
     }
     weights.check_all_used()?;
+    // A pretrained encoder embeds text, a few rows per product: its weights packed once.
+    model.keep_packed_weights();
     Ok(model)
 }
 
