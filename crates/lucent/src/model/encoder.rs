@@ -24,6 +24,11 @@ use crate::nn::{self, AttentionOptions, Embedding, Norm, RelativePositionBias, T
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
+/// Tokens of a pass up to which its threads form a team for the whole pass
+/// (`threads::with_team`): a sentence's ~40 small products then share out their work
+/// without waking the pool each time.
+const TEAM_MAX_ROWS: usize = 256;
+
 /// How the rows of the learned position table are numbered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum PositionIds {
@@ -309,8 +314,16 @@ impl EncoderModel {
         mask: Option<&[Vec<bool>]>,
         trace: Option<&mut Trace>,
     ) -> Result<Tensor> {
-        // The whole pass on the runtime's pool (its parallel ops then wake no pool).
-        crate::tensor::tape::in_pool(|| self.forward_here(ids, type_ids, mask, trace))
+        // The whole pass on the runtime's pool (its parallel ops then wake no pool); a
+        // small one (a sentence) on a team that stays awake for its many small products.
+        let rows: usize = ids.iter().map(Vec::len).sum();
+        crate::tensor::tape::in_pool(|| {
+            if trace.is_none() && rows <= TEAM_MAX_ROWS && !crate::threads::in_team() {
+                crate::threads::with_team(|| self.forward_here(ids, type_ids, mask, None))
+            } else {
+                self.forward_here(ids, type_ids, mask, trace)
+            }
+        })
     }
 
     /// [`EncoderModel::forward`] on the calling thread.
@@ -385,7 +398,14 @@ impl EncoderModel {
             segments: Some(&segments),
             ..AttentionOptions::none()
         };
-        let h = crate::tensor::tape::in_pool(|| self.encoder.forward(&x, &opts, None))?; // (1, T, d)
+        let rows = segments.last().copied().unwrap_or(0);
+        let h = crate::tensor::tape::in_pool(|| {
+            if rows <= TEAM_MAX_ROWS && !crate::threads::in_team() {
+                crate::threads::with_team(|| self.encoder.forward(&x, &opts, None))
+            } else {
+                self.encoder.forward(&x, &opts, None)
+            }
+        })?; // (1, T, d)
         Ok((h, segments))
     }
 }

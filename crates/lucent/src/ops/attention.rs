@@ -338,16 +338,14 @@ fn fused(q: &Tensor, k: &Tensor, v: &Tensor, p: &AttentionParams) -> Result<Atte
         head(qd, kd, vd, p, &d, idx, o, w, buf);
     };
     if parts > 1 && out_len > 0 && (!p.want_weights || w_len > 0) {
-        in_pool(|| {
-            let outs = out.par_chunks_mut(out_len).enumerate();
-            if p.want_weights {
-                outs.zip(weights.par_chunks_mut(w_len))
-                    .for_each_init(Vec::new, |buf, ((idx, o), w)| {
-                        one_head(idx, o, Some(w), buf)
-                    });
-            } else {
-                outs.for_each_init(Vec::new, |buf, (idx, o)| one_head(idx, o, None, buf));
-            }
+        // One task per (batch, head), on the pass's team when one runs, else the pool.
+        let mut ws = weights.chunks_mut(w_len.max(1));
+        let mut heads: Vec<(&mut [f32], Option<&mut [f32]>)> = out
+            .chunks_mut(out_len)
+            .map(|o| (o, if p.want_weights { ws.next() } else { None }))
+            .collect();
+        crate::threads::for_each_mut(&mut heads, |idx, (o, w)| {
+            one_head(idx, o, w.as_deref_mut(), &mut Vec::new())
         });
     } else {
         let mut buf = Vec::new();

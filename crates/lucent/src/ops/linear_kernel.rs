@@ -34,9 +34,6 @@
 //! block pass it, the block of A in L2 while the panels pass it. Large products split their rows (or, for few rows, their
 //! columns) over the runtime's threads; the split does not change any number.
 
-use rayon::prelude::*;
-
-use crate::runtime::pool::in_pool;
 use crate::threads::threads;
 
 /// Rows of a tile.
@@ -189,28 +186,26 @@ fn matmul_from(
         serial(c, a, w, bias, m, k, n, 0, n);
         return;
     }
+    // The tasks go to the pass's team when one runs (a sentence's many small
+    // products), else to the runtime's pool (crate::threads::for_each_index).
     if m >= workers * MR * 4 {
         // Row blocks, one task each: every task owns whole rows of C.
         let rows = m.div_ceil(workers * 2).next_multiple_of(MR).max(MR);
-        in_pool(|| {
-            c.par_chunks_mut(rows * n)
-                .zip(a.par_chunks(rows * k))
-                .for_each(|(c, a)| serial(c, a, w, bias, a.len() / k.max(1), k, n, 0, n));
+        crate::threads::for_each_chunk_mut(c, rows * n, |t, c| {
+            let a = &a[t * rows * k..][..c.len() / n * k];
+            serial(c, a, w, bias, c.len() / n, k, n, 0, n);
         });
     } else {
         // Few rows: column blocks, one task each, every task owns whole columns of C.
         let cols = n.div_ceil(workers).next_multiple_of(NR);
         let out = SharedOut(c.as_mut_ptr());
-        in_pool(|| {
-            (0..n.div_ceil(cols)).into_par_iter().for_each(|t| {
-                let (j0, j1) = (t * cols, ((t + 1) * cols).min(n));
-                let out = &out;
-                // SAFETY: task t writes only columns j0..j1 of C's m rows (inside c,
-                // whose length was asserted), which no other task writes; c outlives
-                // the parallel loop.
-                let c = unsafe { std::slice::from_raw_parts_mut(out.0, m * n) };
-                serial(c, a, w, bias, m, k, n, j0, j1);
-            })
+        crate::threads::for_each_index(n.div_ceil(cols), |t| {
+            let (j0, j1) = (t * cols, ((t + 1) * cols).min(n));
+            let out = &out;
+            // SAFETY: task t writes only columns j0..j1 of C's m rows (inside c, whose
+            // length was asserted), which no other task writes; c outlives the loop.
+            let c = unsafe { std::slice::from_raw_parts_mut(out.0, m * n) };
+            serial(c, a, w, bias, m, k, n, j0, j1);
         });
     }
 }
