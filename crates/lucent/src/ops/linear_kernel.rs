@@ -168,7 +168,6 @@ enum Source<'a> {
 
 /// C (m × n) = A · Wᵀ + bias from `w` (sizes checked by the callers), split over the
 /// threads when large.
-#[allow(clippy::too_many_arguments)]
 fn matmul_from(
     c: &mut [f32],
     a: &[f32],
