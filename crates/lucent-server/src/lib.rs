@@ -106,7 +106,7 @@ impl Default for ServeOptions {
             max_body: 2 << 20,
             timeout_secs: 600.0,
             drain_secs: 30.0,
-            prefill_chunk: 256,
+            prefill_chunk: 64,
             max_inside_floats: 4_000_000,
             exit_after_secs: None,
         }

@@ -42,8 +42,9 @@ pub struct Args {
     /// Seconds SIGTERM waits for the requests in flight before exiting.
     #[arg(long, default_value_t = 30.0)]
     pub drain: f64,
-    /// About this many prompt tokens per prefill piece (others' decode steps wait at most one piece).
-    #[arg(long, default_value_t = 256)]
+    /// About this many prompt tokens per prefill piece (others' decode steps wait at most one
+    /// piece; larger: a lone long prompt reads a little faster, streams stall longer).
+    #[arg(long, default_value_t = 64)]
     pub prefill_chunk: usize,
     /// Most numbers one request's "lucent" inside view may return.
     #[arg(long, default_value_t = 4_000_000)]
