@@ -209,19 +209,16 @@ impl EncoderModel {
     /// f32 kernel ([`nn::Linear::keep_packed`]): embedding a sentence then streams the
     /// packed panels instead of packing W's blocks on every product (one sentence at a
     /// time: most of its time), for the same numbers, at the cost of a second copy of
-    /// those weights. Returns the bytes kept.
-    pub fn keep_packed_weights(&mut self) -> usize {
-        let mut bytes = 0;
+    /// those weights.
+    pub fn keep_packed_weights(&mut self) {
         for layer in &mut self.encoder.layers {
             let a = &mut layer.self_attn;
             let mut linears = vec![&mut a.q_proj, &mut a.k_proj, &mut a.v_proj, &mut a.o_proj];
             linears.extend(layer.ffn.linears_mut());
             for l in linears {
                 l.keep_packed();
-                bytes += l.kept_bytes();
             }
         }
-        bytes
     }
 
     /// Build from a checkpoint. Supports what encoder families need: learned or no

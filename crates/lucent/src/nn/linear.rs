@@ -17,6 +17,8 @@
 
 use std::sync::Arc;
 
+use crate::ops::linear_kernel::PackedNt;
+
 use rand::Rng;
 
 use crate::ops;
@@ -129,7 +131,7 @@ impl Weight {
     /// x: rows × in (flat) → rows × out (flat)
     pub fn matmul_t(&self, x: &Tensor, numerics: Numerics) -> Result<Tensor> {
         match self {
-            Weight::F32(w) => linear_f32(x, w, None, numerics),
+            Weight::F32(w) => linear_f32(x, w, None, None, numerics),
             Weight::Quant { matrix, shape } => {
                 let [out, inp] = *shape;
                 if x.last_dim() != inp || x.rank() == 0 {
@@ -153,17 +155,24 @@ impl Weight {
     }
 }
 
-/// `ops::linear` for an f32 weight; with [`Numerics::RowInvariant`] each
+/// `ops::linear` for an f32 weight (reading `packed`, W packed once, where given); with
+/// [`Numerics::RowInvariant`] each
 /// row of x takes the one-row kernel alone (a decoded token's arithmetic, not the
 /// GEMM's), so a batch of decoded tokens equals decoding each alone.
 ///
 /// # Shapes
 /// x: (..., in), w: (out, in), b: (out) → (..., out)
-fn linear_f32(x: &Tensor, w: &Tensor, b: Option<&Tensor>, numerics: Numerics) -> Result<Tensor> {
+fn linear_f32(
+    x: &Tensor,
+    w: &Tensor,
+    packed: Option<&PackedNt>,
+    b: Option<&Tensor>,
+    numerics: Numerics,
+) -> Result<Tensor> {
     let inp = x.last_dim();
     let rows = x.numel().checked_div(inp).unwrap_or(0);
     if rows <= 1 || x.rank() == 0 || !numerics.row_invariant() {
-        return ops::linear(x, w, b);
+        return ops::linear_packed(x, w, packed, b);
     }
     let flat = x.reshape(&[rows, inp])?; // (rows, in)
     let parts = (0..rows)
@@ -191,7 +200,7 @@ pub struct Linear {
     /// W packed once into the f32 kernel's panels, when the model asked for it
     /// ([`Linear::keep_packed`]): a product of several rows reads these instead of
     /// packing W's blocks on every call, for the same numbers.
-    packed: Option<Arc<crate::ops::linear_kernel::PackedNt>>,
+    packed: Option<Arc<PackedNt>>,
 }
 
 impl Linear {
@@ -266,55 +275,8 @@ impl Linear {
         let Ok([out, inp]) = w.dims() else {
             return false;
         };
-        self.packed = Some(Arc::new(crate::ops::linear_kernel::PackedNt::new(
-            w.data(),
-            out,
-            inp,
-        )));
+        self.packed = Some(Arc::new(PackedNt::new(w.data(), out, inp)));
         true
-    }
-
-    /// Bytes of the copies kept beside W ([`Linear::keep_f16`], [`Linear::keep_packed`]).
-    pub fn kept_bytes(&self) -> usize {
-        self.half.as_ref().map_or(0, |h| h.len() * 2)
-            + self.packed.as_ref().map_or(0, |p| p.bytes())
-    }
-
-    /// Several rows through the packed copy, as `ops::linear`'s kernel path computes
-    /// them: None where that path is not the one taken (one row, no copy, weights
-    /// under training, row-invariant numerics, not x86-64).
-    fn rows_packed(
-        &self,
-        x: &Tensor,
-        w: &Tensor,
-        bias: Option<&Tensor>,
-        numerics: Numerics,
-    ) -> Option<Result<Tensor>> {
-        let packed = self.packed.as_ref()?;
-        let [out, inp] = w.dims().ok()?;
-        let rows = x.numel().checked_div(inp)?;
-        let training = crate::tensor::tape::is_grad_enabled()
-            && (x.tracks_grad() || w.tracks_grad() || bias.is_some_and(|b| b.tracks_grad()));
-        if !cfg!(target_arch = "x86_64")
-            || x.rank() == 0
-            || x.last_dim() != inp
-            || rows <= 1
-            || training
-            || numerics.row_invariant()
-            || packed.n() != out
-            || packed.k() != inp
-            || bias.is_some_and(|b| b.shape() != [out])
-        {
-            return None;
-        }
-        let mut y = vec![0.0f32; rows * out];
-        let b = bias.map(Tensor::data);
-        crate::ops::linear_kernel::matmul_nt_packed(&mut y, x.data(), packed, b, rows);
-        let mut shape = x.shape().to_vec();
-        if let Some(last) = shape.last_mut() {
-            *last = out;
-        }
-        Some(Tensor::new(y, &shape)) // (..., out)
     }
 
     /// One row through the f16 copy, as the f32 path computes it (the matrix-vector
@@ -385,10 +347,7 @@ impl Linear {
                 let bias = bias.as_ref();
                 match self.one_row_f16(x, w, bias) {
                     Some(y) => y,
-                    None => match self.rows_packed(x, w, bias, numerics) {
-                        Some(y) => y,
-                        None => linear_f32(x, w, bias, numerics),
-                    },
+                    None => linear_f32(x, w, self.packed.as_deref(), bias, numerics),
                 }
             }
             (w, None) => w.matmul_t(x, numerics),

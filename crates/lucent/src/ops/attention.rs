@@ -344,8 +344,14 @@ fn fused(q: &Tensor, k: &Tensor, v: &Tensor, p: &AttentionParams) -> Result<Atte
             .chunks_mut(out_len)
             .map(|o| (o, if p.want_weights { ws.next() } else { None }))
             .collect();
+        thread_local! {
+            /// This thread's scratch for a head, reused from head to head.
+            static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
         crate::threads::for_each_mut(&mut heads, |idx, (o, w)| {
-            one_head(idx, o, w.as_deref_mut(), &mut Vec::new())
+            let mut buf = SCRATCH.take();
+            one_head(idx, o, w.as_deref_mut(), &mut buf);
+            SCRATCH.set(buf);
         });
     } else {
         let mut buf = Vec::new();

@@ -393,11 +393,19 @@ mod avx2 {
         j0: usize,
         j1: usize,
     ) {
-        // (NC / NR) panels of (kc, NR), for W read in place.
+        thread_local! {
+            /// This thread's panels of W read in place, reused from product to product.
+            static PANELS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        // (NC / NR) panels of (kc, NR), for W read in place (every panel is packed
+        // before a tile reads it).
         let mut packed = match w {
-            Source::InPlace(_) => vec![0.0f32; NC * KC],
+            Source::InPlace(_) => PANELS.take(),
             Source::Packed(_) => Vec::new(),
         };
+        if matches!(w, Source::InPlace(_)) {
+            packed.resize(NC * KC, 0.0);
+        }
         let (cp, ap) = (c.as_mut_ptr(), a.as_ptr());
         let mut jb = j0;
         while jb < j1 {
@@ -479,6 +487,9 @@ mod avx2 {
                 }
             }
             jb = je;
+        }
+        if matches!(w, Source::InPlace(_)) {
+            PANELS.set(packed);
         }
     }
 

@@ -59,6 +59,21 @@ pub fn matmul_t(a: &Tensor, b: &Tensor) -> Result<Tensor> {
 /// # Shapes
 /// x: (..., in), w: (out, in), bias: (out) → (..., out)
 pub fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    linear_packed(x, w, None, bias)
+}
+
+/// [`linear`], with W also packed once for the kernel (`packed`, W's numbers: see
+/// [`crate::ops::linear_kernel::PackedNt`]): a product of several rows outside
+/// training reads the packed panels; the same numbers either way.
+///
+/// # Shapes
+/// x: (..., in), w: (out, in), bias: (out) → (..., out)
+pub fn linear_packed(
+    x: &Tensor,
+    w: &Tensor,
+    packed: Option<&crate::ops::linear_kernel::PackedNt>,
+    bias: Option<&Tensor>,
+) -> Result<Tensor> {
     let [out, inp] = w.dims()?;
     if x.last_dim() != inp || x.rank() == 0 {
         return Err(Error::mismatch(
@@ -90,7 +105,18 @@ pub fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
         // number summed in one order whatever the rows (ops::linear_kernel).
         let mut y = vec![0.0f32; rows * out];
         let bias = bias.map(Tensor::data);
-        crate::ops::linear_kernel::matmul_nt(&mut y, x.data(), w.data(), bias, rows, inp, out);
+        match packed.filter(|p| p.n() == out && p.k() == inp) {
+            Some(p) => crate::ops::linear_kernel::matmul_nt_packed(&mut y, x.data(), p, bias, rows),
+            None => crate::ops::linear_kernel::matmul_nt(
+                &mut y,
+                x.data(),
+                w.data(),
+                bias,
+                rows,
+                inp,
+                out,
+            ),
+        }
         return Tensor::new(y, &shape); // (..., out)
     }
     // (rows, out) → (..., out); the 2-d product is dropped here, so y owns its storage

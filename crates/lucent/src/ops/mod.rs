@@ -60,7 +60,7 @@ pub(crate) fn assert_in_place_equals_one_by_one(
 pub use activation::{gelu, gelu_tanh, relu, silu, Activation};
 pub use attention::{attention, AttentionOutput, AttentionParams};
 pub use loss::{cross_entropy, log_softmax};
-pub use matmul::{linear, matmul, matmul_t};
+pub use matmul::{linear, linear_packed, matmul, matmul_t};
 pub use norm::{layer_norm, rms_norm};
 pub use rope::{rope, RopeConvention};
 pub use softmax::{softmax, softmax_with_temperature};
