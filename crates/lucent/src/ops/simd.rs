@@ -907,6 +907,11 @@ mod avx2 {
 mod gemv {
     use std::arch::x86_64::*;
 
+    /// How far ahead of the rows being read the row kernels prefetch W, in bytes: 8 KB
+    /// measured best for Whisper's 51,864 × 384 and × 512 f16 heads (a sweep of 4–16 KB on
+    /// Zen 4; without it the head read at 8 GB/s, with it at 25–30).
+    const PREFETCH_AHEAD: usize = 8192;
+
     /// One body for [`rows`] (f32 numbers) and [`rows_f16`] (f16 bit patterns, widened by
     /// F16C as they are loaded): four rows at a time with two accumulators each over
     /// steps of 16, then 8, the scalar tail, the last rows one at a time through a dot —
@@ -918,6 +923,8 @@ mod gemv {
             $(#[$doc])*
             #[target_feature(enable = $features)]
             pub unsafe fn $name(y: *mut f32, x: *const f32, w: *const $t, n: usize, k: usize) {
+                /// Bytes of W one step of 16 columns reads over the four rows.
+                const STEP_BYTES: usize = 4 * 16 * std::mem::size_of::<$t>();
                 let (load, wide, row_dot) = ($load, $wide, $row_dot);
                 let mut j = 0;
                 // SAFETY (all accesses): row r < n starts at r·k and every load stays
@@ -932,7 +939,16 @@ mod gemv {
                         ];
                         let mut a = [_mm256_setzero_ps(); 8];
                         let mut p = 0;
+                        // The four rows are one stretch of memory read as four short
+                        // interleaved streams, which the hardware prefetcher does not
+                        // follow: each step asks for the stretch PREFETCH_AHEAD bytes on,
+                        // as many bytes as the step reads (a hint: it cannot fault).
+                        let mut ahead = r[0].cast::<i8>().wrapping_add(PREFETCH_AHEAD);
                         while p + 16 <= k {
+                            for line in 0..STEP_BYTES / 64 {
+                                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64 * line));
+                            }
+                            ahead = ahead.wrapping_add(STEP_BYTES);
                             let x0 = _mm256_loadu_ps(x.add(p));
                             let x1 = _mm256_loadu_ps(x.add(p + 8));
                             for q in 0..4 {
