@@ -38,6 +38,10 @@ use crate::runtime::Numerics;
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
+/// Target tokens up to which a decoder pass runs on a thread team (a decode step, a
+/// short prompt): its products are small and many.
+const TEAM_MAX_ROWS: usize = 16;
+
 /// An encoder-decoder Transformer: embeddings and positions, the two stacks, a head.
 #[derive(Clone, Debug)]
 pub struct EncoderDecoderModel {
@@ -276,6 +280,31 @@ impl EncoderDecoderModel {
     /// # Shapes
     /// tgt: b × t ids, memory: (b, s, d) → (b, t, V)
     pub fn decode(
+        &self,
+        tgt: &[Vec<usize>],
+        memory: &Tensor,
+        src_lens: Option<&[usize]>,
+        cache: Option<&mut KvCache>,
+        trace: Option<&mut Trace>,
+    ) -> Result<Tensor> {
+        let t = tgt.first().map_or(0, Vec::len);
+        if t <= TEAM_MAX_ROWS
+            && crate::threads::threads() > 1
+            && trace.is_none()
+            && !crate::threads::in_team()
+        {
+            // A decode step is ~30 small products (Whisper: f16 rows of 384 or 512,
+            // the cross-attention of a few heads): on a team that stays awake for the
+            // step instead of waking the pool for each one.
+            return crate::threads::with_team(|| {
+                self.decode_here(tgt, memory, src_lens, cache, None)
+            });
+        }
+        self.decode_here(tgt, memory, src_lens, cache, trace)
+    }
+
+    /// [`EncoderDecoderModel::decode`] on the calling thread's runtime as it is.
+    fn decode_here(
         &self,
         tgt: &[Vec<usize>],
         memory: &Tensor,

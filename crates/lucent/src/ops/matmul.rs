@@ -221,11 +221,9 @@ fn by_column_blocks(y: &mut [f32], k: usize, run: impl Fn(usize, &mut [f32]) + S
     if parts <= 1 {
         run(0, y);
     } else {
-        in_pool(|| {
-            y.par_chunks_mut(block)
-                .enumerate()
-                .for_each(|(i, yb)| run(i * block, yb))
-        });
+        // On the pass's team when one runs (a decoded token's many small products),
+        // else on the pool.
+        crate::threads::for_each_chunk_mut(y, block, |i, yb| run(i * block, yb));
     }
 }
 
