@@ -122,6 +122,25 @@ fn kernels_here(b: &KernelBench) -> Result<Vec<KernelTiming>> {
     let mut rng = StdRng::seed_from_u64(0);
     let mut rows: Vec<KernelTiming> = Vec::new();
 
+    // The core's ceiling: fused multiply-adds alone (the products below are measured
+    // against it).
+    if wanted("fma peak") {
+        const ROUNDS: usize = 100_000;
+        let secs = timer.time(|| {
+            black_box(crate::ops::simd::fma_peak(black_box(ROUNDS)));
+        });
+        rows.push(KernelTiming {
+            name: "fma peak".into(),
+            shape: "12 independent chains of 8-lane FMAs: one core's ceiling".into(),
+            secs: secs.0,
+            best: secs.1,
+            work: 2.0 * (ROUNDS * 96) as f64, // 12 chains × 8 lanes per round
+            unit: "GFLOP/s",
+            twin_secs: None,
+            mkn: None,
+        });
+    }
+
     // Matrix products, as Linear layers use them: x (m, k) · W (n, k)ᵀ.
     let shapes: [(&str, [usize; 3]); 8] = [
         ("MiniLM FFN up, 32×24 tokens", [768, 384, 1536]),

@@ -353,6 +353,25 @@ pub fn vecmat(y: &mut [f32], x: &[f32], b: &[f32], ldb: usize) {
     }
 }
 
+/// Fused multiply-adds of `rounds` × 12 independent 8-lane chains (AVX2 + FMA; scalar
+/// chains below that level), with nothing else in the loop: what one core can do at
+/// most, the ceiling every product kernel is measured against (`lucent bench kernels`,
+/// "fma peak"). Returns a sum of the chains so the work is kept.
+pub fn fma_peak(rounds: usize) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() {
+        // SAFETY: features detected; registers only.
+        return unsafe { avx2::fma_chains(rounds) };
+    }
+    let mut acc = [0.0f32; 96];
+    for _ in 0..rounds {
+        for (i, a) in acc.iter_mut().enumerate() {
+            *a = (i as f32).mul_add(0.999, *a);
+        }
+    }
+    acc.iter().sum()
+}
+
 /// The plain scalar twins, computed in f64 where that is the honest formula.
 pub mod reference {
     /// eˣ
@@ -417,6 +436,23 @@ mod avx2 {
 
     use super::Unary;
     use std::arch::x86_64::*;
+
+    /// [`super::fma_peak`]: 12 accumulators, each one FMA per round (a chain per
+    /// register, as many chains as the FMA units' latency × throughput needs).
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn fma_chains(rounds: usize) -> f32 {
+        let (x, y) = (_mm256_set1_ps(0.999), _mm256_set1_ps(1e-3));
+        let mut a = [_mm256_setzero_ps(); 12];
+        for _ in 0..rounds {
+            for a in &mut a {
+                *a = _mm256_fmadd_ps(*a, x, y);
+            }
+        }
+        let s = a
+            .iter()
+            .fold(_mm256_setzero_ps(), |s, &v| _mm256_add_ps(s, v));
+        hsum(s)
+    }
 
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     /// ln 2 to 16 significant bits: n · LN2_HI is exact for |n| < 2⁸.
