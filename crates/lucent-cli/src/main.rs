@@ -70,7 +70,7 @@ enum Command {
     Serve(commands::serve::Args),
     /// Explore a model in the browser: attention heatmaps, the arithmetic, the residual stream, the logit lens.
     Explore(commands::explore::Args),
-    /// Measure lucent's speed: `lucent bench kernels|embed|train|generate` (medians of several runs).
+    /// Measure lucent's speed: `lucent bench kernels|embed|train|generate|transcribe` (medians of several runs).
     Bench(commands::bench::Args),
 }
 

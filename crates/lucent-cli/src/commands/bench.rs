@@ -26,7 +26,7 @@ pub struct Args {
 /// What to benchmark.
 #[derive(clap::Subcommand)]
 enum Target {
-    /// The kernels: matmul (GFLOP/s), softmax, norms, activations, RoPE, attention.
+    /// The kernels: FMA peak, matmul (GFLOP/s), softmax, norms, activations, RoPE, attention.
     Kernels(KernelArgs),
     /// Sentence embeddings of a real encoder: sentences/s and single-sentence latency.
     Embed(super::bench_embed::EmbedBenchArgs),

@@ -439,6 +439,9 @@ mod avx2 {
 
     /// [`super::fma_peak`]: 12 accumulators, each one FMA per round (a chain per
     /// register, as many chains as the FMA units' latency × throughput needs).
+    ///
+    /// # Safety
+    /// AVX2 + FMA present.
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn fma_chains(rounds: usize) -> f32 {
         let (x, y) = (_mm256_set1_ps(0.999), _mm256_set1_ps(1e-3));
