@@ -17,11 +17,10 @@
 
 use std::sync::Arc;
 
-use crate::ops::linear_kernel::PackedNt;
-
 use rand::Rng;
 
 use crate::ops;
+use crate::ops::linear_kernel::PackedNt;
 use crate::ops::quant::QMatrix;
 use crate::runtime::Numerics;
 use crate::tensor::Tensor;
@@ -156,9 +155,9 @@ impl Weight {
 }
 
 /// `ops::linear` for an f32 weight (reading `packed`, W packed once, where given); with
-/// [`Numerics::RowInvariant`] each
-/// row of x takes the one-row kernel alone (a decoded token's arithmetic, not the
-/// GEMM's), so a batch of decoded tokens equals decoding each alone.
+/// [`Numerics::RowInvariant`] each row of x takes the one-row kernel alone (a decoded
+/// token's arithmetic, not the GEMM's), so a batch of decoded tokens equals decoding
+/// each alone.
 ///
 /// # Shapes
 /// x: (..., in), w: (out, in), b: (out) → (..., out)
@@ -266,17 +265,23 @@ impl Linear {
     /// Keep W packed once for the f32 kernel (a copy: W's bytes again), for a model
     /// that runs many products of a few rows each (an encoder embedding one sentence at
     /// a time): each then streams the packed panels instead of packing W's blocks per
-    /// call, for the same numbers. Returns whether it was kept (f32 weights only).
-    /// A model that changes `weight` afterwards must call this again.
-    pub fn keep_packed(&mut self) -> bool {
-        let Some(w) = self.weight.as_f32() else {
-            return false;
-        };
-        let Ok([out, inp]) = w.dims() else {
-            return false;
-        };
-        self.packed = Some(Arc::new(PackedNt::new(w.data(), out, inp)));
-        true
+    /// call, for the same numbers. Nothing is kept for quantised weights. Handing W out
+    /// to change ([`Linear::forget_copies`], as training does) drops the copy; a caller
+    /// that assigns `weight` itself must call this again.
+    pub fn keep_packed(&mut self) {
+        if let Some(w) = self.weight.as_f32() {
+            if let Ok([out, inp]) = w.dims() {
+                self.packed = Some(Arc::new(PackedNt::new(w.data(), out, inp)));
+            }
+        }
+    }
+
+    /// Drop the copies kept of W ([`Linear::keep_f16`], [`Linear::keep_packed`]): W is
+    /// about to change (an optimiser's step, a checkpoint loaded into it), after which
+    /// they would no longer hold its numbers. Products then read W itself.
+    pub fn forget_copies(&mut self) {
+        self.half = None;
+        self.packed = None;
     }
 
     /// One row through the f16 copy, as the f32 path computes it (the matrix-vector
@@ -448,5 +453,44 @@ mod tests {
         }
         let mut not_f16 = Linear::new_random(inp, out, true, 0.5, &mut rng);
         assert!(!not_f16.keep_f16());
+    }
+
+    /// The packed copy gives several rows the same bits as W read in place, and once W
+    /// is handed out to change (an optimiser's step through `visit_params`), products
+    /// follow the new W, not the stale copy.
+    #[test]
+    fn a_packed_copy_changes_no_bit_and_goes_when_w_changes() {
+        use crate::train::Parameters;
+        let mut rng = StdRng::seed_from_u64(4);
+        let (out, inp) = (37, 70);
+        let plain = Linear::new_random(inp, out, true, 0.5, &mut rng);
+        let mut packed = plain.clone();
+        packed.keep_packed();
+        let x = Tensor::randn(&[5, inp], 1.0, &mut rng); // several rows: the tiled kernel
+        let same = |a: &Tensor, b: &Tensor| {
+            a.shape() == b.shape()
+                && a.data()
+                    .iter()
+                    .zip(b.data())
+                    .all(|(p, q)| p.to_bits() == q.to_bits())
+        };
+        for isa in crate::Isa::available() {
+            let rt = crate::Runtime::builder()
+                .threads(2)
+                .isa(isa)
+                .build()
+                .unwrap();
+            let (a, c) = rt.install(|| (plain.forward(&x).unwrap(), packed.forward(&x).unwrap()));
+            assert!(same(&a, &c), "{isa:?}");
+        }
+        let mut changed = plain.clone();
+        for l in [&mut packed, &mut changed] {
+            l.visit_params("", &mut |_, t| {
+                t.data_mut().iter_mut().for_each(|v| *v *= 2.0);
+            });
+        }
+        let (want, got) = (changed.forward(&x).unwrap(), packed.forward(&x).unwrap());
+        assert!(same(&want, &got));
+        assert!(!same(&want, &plain.forward(&x).unwrap()));
     }
 }

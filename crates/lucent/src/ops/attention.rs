@@ -337,6 +337,11 @@ fn fused(q: &Tensor, k: &Tensor, v: &Tensor, p: &AttentionParams) -> Result<Atte
     let one_head = |idx: usize, o: &mut [f32], w: Option<&mut [f32]>, buf: &mut Vec<f32>| {
         head(qd, kd, vd, p, &d, idx, o, w, buf);
     };
+    thread_local! {
+        /// This thread's scratch for a head, reused from head to head and call to call
+        /// (a decode step attends once per layer).
+        static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
     if parts > 1 && out_len > 0 && (!p.want_weights || w_len > 0) {
         // One task per (batch, head), on the pass's team when one runs, else the pool.
         let mut ws = weights.chunks_mut(w_len.max(1));
@@ -344,17 +349,13 @@ fn fused(q: &Tensor, k: &Tensor, v: &Tensor, p: &AttentionParams) -> Result<Atte
             .chunks_mut(out_len)
             .map(|o| (o, if p.want_weights { ws.next() } else { None }))
             .collect();
-        thread_local! {
-            /// This thread's scratch for a head, reused from head to head.
-            static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-        }
         crate::threads::for_each_mut(&mut heads, |idx, (o, w)| {
             let mut buf = SCRATCH.take();
             one_head(idx, o, w.as_deref_mut(), &mut buf);
             SCRATCH.set(buf);
         });
     } else {
-        let mut buf = Vec::new();
+        let mut buf = SCRATCH.take();
         for idx in 0..bh {
             let o = &mut out[idx * out_len..(idx + 1) * out_len];
             let w = p
@@ -362,6 +363,7 @@ fn fused(q: &Tensor, k: &Tensor, v: &Tensor, p: &AttentionParams) -> Result<Atte
                 .then(|| &mut weights[idx * w_len..(idx + 1) * w_len]);
             one_head(idx, o, w, &mut buf);
         }
+        SCRATCH.set(buf);
     }
     Ok(AttentionOutput {
         output: Tensor::new(out, &[d.b, d.h, d.t_q, d.d_v])?, // (b, h, t_q, d_v)

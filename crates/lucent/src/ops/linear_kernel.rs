@@ -142,11 +142,6 @@ impl PackedNt {
         self.k
     }
 
-    /// Bytes held.
-    pub fn bytes(&self) -> usize {
-        self.data.len() * std::mem::size_of::<f32>()
-    }
-
     /// Row j of W (k numbers), copied out of the panels.
     fn row(&self, j: usize) -> Vec<f32> {
         (0..self.k)
@@ -399,13 +394,9 @@ mod avx2 {
         }
         // (NC / NR) panels of (kc, NR), for W read in place (every panel is packed
         // before a tile reads it).
-        let mut packed = match w {
-            Source::InPlace(_) => PANELS.take(),
-            Source::Packed(_) => Vec::new(),
-        };
-        if matches!(w, Source::InPlace(_)) {
-            packed.resize(NC * KC, 0.0);
-        }
+        let in_place = matches!(w, Source::InPlace(_));
+        let mut packed = if in_place { PANELS.take() } else { Vec::new() };
+        packed.resize(if in_place { NC * KC } else { 0 }, 0.0);
         let (cp, ap) = (c.as_mut_ptr(), a.as_ptr());
         let mut jb = j0;
         while jb < j1 {
@@ -488,7 +479,7 @@ mod avx2 {
             }
             jb = je;
         }
-        if matches!(w, Source::InPlace(_)) {
+        if in_place {
             PANELS.set(packed);
         }
     }

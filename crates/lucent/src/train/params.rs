@@ -63,6 +63,8 @@ pub trait Parameters {
 
 impl Parameters for Linear {
     fn visit_params(&mut self, prefix: &str, f: &mut ParamsMut) {
+        // W handed out to change: the copies kept of it would go stale.
+        self.forget_copies();
         // Quantised (GGUF) weights are frozen: only f32 weights are trainable parameters.
         if let Some(w) = self.weight.as_f32_mut() {
             f(&join(prefix, "weight"), w);
