@@ -411,6 +411,21 @@ fn head(
     let values = &vd[kv * d.t_cap * d.d_v..][..d.t_k * d.d_v]; // (t_k, d_v)
     let queries = &qd[idx * d.t_q * d.d_k..][..d.t_q * d.d_k]; // (t_q, d_k)
     if d.t_q >= BLOCKED_MIN_T_Q && d.d_k > 0 {
+        thread_local! {
+            /// This thread's keys of a head packed once for all its query blocks.
+            static KEYS: std::cell::RefCell<Option<linear_kernel::PackedNt>> =
+                const { std::cell::RefCell::new(None) };
+        }
+        // Every query sees every key (an encoder, cross-attention of a prompt): the
+        // head's keys are packed once for all its query blocks instead of once per
+        // block (a pure copy: the same numbers).
+        let mut packed = (!p.causal && p.segments.is_none() && d.t_q > BLOCK).then(|| {
+            let mut k = KEYS
+                .take()
+                .unwrap_or_else(|| linear_kernel::PackedNt::new(&[], 0, 0));
+            k.repack(keys, d.t_k, d.d_k);
+            k
+        });
         buf.resize(BLOCK.min(d.t_q) * d.t_k, 0.0);
         for (i0, i1) in query_blocks(p, d) {
             let bq = i1 - i0;
@@ -422,15 +437,25 @@ fn head(
                 continue;
             }
             let scores = &mut buf[..bq * kn]; // (bq, kn)
-            linear_kernel::matmul_nt_serial(
-                scores,
-                &queries[i0 * d.d_k..i1 * d.d_k],
-                &keys[lo * d.d_k..hi_k * d.d_k],
-                None,
-                bq,
-                d.d_k,
-                kn,
-            );
+            match &packed {
+                // all keys: lo = 0, hi_k = t_k
+                Some(pk) => linear_kernel::matmul_nt_packed_serial(
+                    scores,
+                    &queries[i0 * d.d_k..i1 * d.d_k],
+                    pk,
+                    None,
+                    bq,
+                ),
+                None => linear_kernel::matmul_nt_serial(
+                    scores,
+                    &queries[i0 * d.d_k..i1 * d.d_k],
+                    &keys[lo * d.d_k..hi_k * d.d_k],
+                    None,
+                    bq,
+                    d.d_k,
+                    kn,
+                ),
+            }
             for (r, row) in scores.chunks_mut(kn).enumerate() {
                 let i = i0 + r;
                 let vis = visible_keys(p, d, i);
@@ -461,6 +486,9 @@ fn head(
                 kn,
                 d.d_v,
             );
+        }
+        if let Some(k) = packed.take() {
+            KEYS.set(Some(k));
         }
         return;
     }

@@ -490,6 +490,41 @@ fn fused_attention_equals_twin() {
     });
 }
 
+/// A query row's output is the same bits whichever rows it is attended with: in a long
+/// block of queries (the keys packed once for all blocks), in a short one (packed per
+/// block) or alone (the decode step's path), at every level and over several blocks of
+/// keys.
+#[test]
+fn a_query_row_is_the_same_bits_in_any_block() {
+    every_level(|| {
+        let mut rng = StdRng::seed_from_u64(31);
+        let (h, t, d) = (3, 300, 40);
+        let q = Tensor::randn(&[1, h, t, d], 1.0, &mut rng); // (b, h, t_q, d_k)
+        let k = Tensor::randn(&[1, h, t, d], 1.0, &mut rng); // (b, h, t_k, d_k)
+        let v = Tensor::randn(&[1, h, t, d], 1.0, &mut rng); // (b, h, t_k, d_v)
+        let p = AttentionParams::new(d);
+        let all = attention::attention(&q, &k, &v, &p).unwrap().output; // (1, h, t, d)
+        for (i0, i1) in [(0, 10), (60, 75), (130, 131), (299, 300), (0, 1)] {
+            let rows = i1 - i0;
+            let sub = Tensor::from_fn(&[1, h, rows, d], |x| {
+                let (hi, r, e) = (x / (rows * d), x / d % rows, x % d);
+                q.data()[(hi * t + i0 + r) * d + e]
+            });
+            let got = attention::attention(&sub, &k, &v, &p).unwrap().output;
+            for hi in 0..h {
+                let want = &all.data()[(hi * t + i0) * d..(hi * t + i1) * d];
+                let got = &got.data()[hi * rows * d..(hi + 1) * rows * d];
+                assert!(
+                    want.iter()
+                        .zip(got)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "rows {i0}..{i1} of head {hi}"
+                );
+            }
+        }
+    });
+}
+
 #[test]
 fn fully_masked_rows_give_zeros() {
     every_level(|| {

@@ -106,21 +106,36 @@ impl PackedNt {
     /// # Shapes
     /// w: (n, k)
     pub fn new(w: &[f32], n: usize, k: usize) -> PackedNt {
-        assert_eq!(w.len(), n * k, "PackedNt::new sizes"); // ok: internal invariant
         let mut p = PackedNt {
-            n,
-            k,
-            data: vec![0.0f32; n.div_ceil(NR) * NR * k],
+            n: 0,
+            k: 0,
+            data: Vec::new(),
         };
+        p.repack(w, n, k);
+        p
+    }
+
+    /// Pack another W (n × k, row-major) into this one's memory (attention packs each
+    /// head's keys once, for all its query blocks, into a buffer kept per thread).
+    ///
+    /// Panics if `w.len() != n · k` (an internal invariant).
+    ///
+    /// # Shapes
+    /// w: (n, k)
+    pub fn repack(&mut self, w: &[f32], n: usize, k: usize) {
+        assert_eq!(w.len(), n * k, "PackedNt::repack sizes"); // ok: internal invariant
+        (self.n, self.k) = (n, k);
+        self.data.clear();
+        // zero columns past n in the last panel
+        self.data.resize(n.div_ceil(NR) * NR * k, 0.0);
         for (j, row) in w.chunks_exact(k.max(1)).enumerate().take(n) {
             for kb in (0..k).step_by(KC) {
-                let at = p.panel_at(j - j % NR, kb) + j % NR;
+                let at = self.panel_at(j - j % NR, kb) + j % NR;
                 for (q, &x) in row[kb..(kb + KC).min(k)].iter().enumerate() {
-                    p.data[at + q * NR] = x;
+                    self.data[at + q * NR] = x;
                 }
             }
         }
-        p
     }
 
     /// Where the panel of columns j .. j + 16 (j a multiple of 16, j < n) starts for
@@ -239,6 +254,25 @@ pub fn matmul_nt_serial(
     check_sizes(c, a, w.len(), bias, m, k, n);
     if m > 0 && n > 0 {
         serial(c, a, Source::InPlace(w), bias, m, k, n, 0, n);
+    }
+}
+
+/// [`matmul_nt_packed`] on the calling thread only (attention's heads, one task each,
+/// against keys packed once per head). Same numbers.
+///
+/// # Shapes
+/// c: (m, n), a: (m, k), w: (n, k) packed, bias: (n)
+pub fn matmul_nt_packed_serial(
+    c: &mut [f32],
+    a: &[f32],
+    w: &PackedNt,
+    bias: Option<&[f32]>,
+    m: usize,
+) {
+    let (k, n) = (w.k, w.n);
+    check_sizes(c, a, n * k, bias, m, k, n);
+    if m > 0 && n > 0 {
+        serial(c, a, Source::Packed(w), bias, m, k, n, 0, n);
     }
 }
 
