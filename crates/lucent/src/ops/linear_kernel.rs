@@ -698,35 +698,108 @@ mod avx2 {
         }
     }
 
-    /// C = P · V in the order of [`super::weighted_rows`]: up to 4 rows of P at a time
-    /// share each loaded row of V; 16, then 8 columns per vector step, the last n mod 8
-    /// columns one by one (the same chain per number).
+    /// C = P · V in the order of [`super::weighted_rows`]. Many rows (a query block of
+    /// an encoder): per strip of 16 columns and block of [`KC`] keys, that stretch of V
+    /// (KC × 16 numbers, 16 KB: L1) is passed by every row, 6 rows at a time sharing
+    /// each loaded row of V, the block's sums added to C so far. The columns past the
+    /// last whole strip, and a single row (a decode step), as [`rows_pv`] takes them.
+    /// The same chain per number either way.
     ///
     /// # Safety
     /// AVX2 + FMA present; c covers m×n, p m×k, v k×n.
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn weighted_rows(c: &mut [f32], p: &[f32], v: &[f32], m: usize, k: usize, n: usize) {
         let (cp, pp, vp) = (c.as_mut_ptr(), p.as_ptr(), v.as_ptr());
+        let mut j0 = 0;
+        if m > 1 && k > 0 {
+            while j0 + 16 <= n {
+                for q0 in (0..k).step_by(KC) {
+                    let q1 = (q0 + KC).min(k);
+                    let mut i = 0;
+                    while i < m {
+                        let rows = (m - i).min(6);
+                        // SAFETY: rows i..i+rows < m of P and C; columns j0..j0+16 ≤ n of
+                        // V and C; keys q0..q1 ≤ k.
+                        unsafe {
+                            let (ct, pt) = (cp.add(i * n + j0), pp.add(i * k));
+                            let at = (q0, q1, q0 == 0);
+                            match rows {
+                                6 => strip_pv::<6>(ct, pt, vp.add(j0), k, n, at),
+                                5 => strip_pv::<5>(ct, pt, vp.add(j0), k, n, at),
+                                4 => strip_pv::<4>(ct, pt, vp.add(j0), k, n, at),
+                                3 => strip_pv::<3>(ct, pt, vp.add(j0), k, n, at),
+                                2 => strip_pv::<2>(ct, pt, vp.add(j0), k, n, at),
+                                _ => strip_pv::<1>(ct, pt, vp.add(j0), k, n, at),
+                            }
+                        }
+                        i += rows;
+                    }
+                }
+                j0 += 16;
+            }
+        }
         let mut i = 0;
-        while i < m {
+        while i < m && j0 < n {
             let rows = (m - i).min(4);
-            // SAFETY: rows i..i+rows < m of P and C; columns below n of V and C.
+            // SAFETY: rows i..i+rows < m of P and C; columns j0..n of V and C.
             unsafe {
                 match rows {
-                    4 => rows_pv::<4>(cp.add(i * n), pp.add(i * k), vp, k, n),
-                    3 => rows_pv::<3>(cp.add(i * n), pp.add(i * k), vp, k, n),
-                    2 => rows_pv::<2>(cp.add(i * n), pp.add(i * k), vp, k, n),
-                    _ => rows_pv::<1>(cp.add(i * n), pp.add(i * k), vp, k, n),
+                    4 => rows_pv::<4>(cp.add(i * n), pp.add(i * k), vp, k, n, j0),
+                    3 => rows_pv::<3>(cp.add(i * n), pp.add(i * k), vp, k, n, j0),
+                    2 => rows_pv::<2>(cp.add(i * n), pp.add(i * k), vp, k, n, j0),
+                    _ => rows_pv::<1>(cp.add(i * n), pp.add(i * k), vp, k, n, j0),
                 }
             }
             i += rows;
         }
     }
 
-    /// R rows of C = P · V (row strides n for C and V, k for P).
+    /// R rows × 16 columns of C = P · V over keys q0..q1 (one block of [`KC`]): a chain
+    /// from 0 per number over the block's keys in order, added to 0 on the first block
+    /// (`first`), else to C so far (row strides n for C and V, k for P; c and v point at
+    /// the strip's first column).
     ///
     /// # Safety
-    /// AVX2 + FMA present; c covers R rows of n, p R rows of k, v k rows of n.
+    /// AVX2 + FMA present; c covers R rows of 16 at stride n, p R rows of k, v rows
+    /// q0..q1 of 16 at stride n, q1 ≤ k.
+    #[inline(always)]
+    unsafe fn strip_pv<const R: usize>(
+        c: *mut f32,
+        p: *const f32,
+        v: *const f32,
+        k: usize,
+        n: usize,
+        (q0, q1, first): (usize, usize, bool),
+    ) {
+        // SAFETY (all accesses): as the contract says.
+        unsafe {
+            let mut acc = [[_mm256_setzero_ps(); 2]; R];
+            for q in q0..q1 {
+                let v0 = _mm256_loadu_ps(v.add(q * n));
+                let v1 = _mm256_loadu_ps(v.add(q * n + 8));
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let w = _mm256_set1_ps(*p.add(r * k + q));
+                    acc[0] = _mm256_fmadd_ps(w, v0, acc[0]);
+                    acc[1] = _mm256_fmadd_ps(w, v1, acc[1]);
+                }
+            }
+            for (r, acc) in acc.iter().enumerate() {
+                let (c0, c1) = (c.add(r * n), c.add(r * n + 8));
+                let (b0, b1) = if first {
+                    (_mm256_setzero_ps(), _mm256_setzero_ps())
+                } else {
+                    (_mm256_loadu_ps(c0), _mm256_loadu_ps(c1))
+                };
+                _mm256_storeu_ps(c0, _mm256_add_ps(b0, acc[0]));
+                _mm256_storeu_ps(c1, _mm256_add_ps(b1, acc[1]));
+            }
+        }
+    }
+
+    /// R rows of C = P · V, columns j0..n (row strides n for C and V, k for P).
+    ///
+    /// # Safety
+    /// AVX2 + FMA present; c covers R rows of n, p R rows of k, v k rows of n; j0 ≤ n.
     #[inline(always)]
     unsafe fn rows_pv<const R: usize>(
         c: *mut f32,
@@ -734,11 +807,12 @@ mod avx2 {
         v: *const f32,
         k: usize,
         n: usize,
+        j0: usize,
     ) {
         // SAFETY (all accesses): columns j + 16 ≤ n (or j + 8 ≤ n, or j < n) of rows
         // q < k of V, rows r < R of P and C.
         unsafe {
-            let mut j = 0;
+            let mut j = j0;
             // One row of P (a decode step's weights over the keys): 64 columns at once,
             // so V is read in one pass, row after row, with eight chains in flight (the
             // same chain per number as below).
@@ -996,6 +1070,9 @@ mod tests {
             (13, 257, 64),
             (64, 600, 64),
             (70, 1500, 40),
+            (7, 0, 33),
+            (2, 256, 48),
+            (12, 513, 80),
         ] {
             let p = random(m * k, &mut rng);
             let v = random(k * n, &mut rng);
