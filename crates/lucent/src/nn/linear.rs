@@ -418,6 +418,26 @@ mod tests {
     use super::*;
     use rand::{rngs::StdRng, SeedableRng};
 
+    /// `a` and `b` give x the same output, shape and bits, on every ISA level (2 threads).
+    fn same_bits_on_every_level(a: &Linear, b: &Linear, x: &Tensor) {
+        for isa in crate::Isa::available() {
+            let rt = crate::Runtime::builder()
+                .threads(2)
+                .isa(isa)
+                .build()
+                .unwrap();
+            let (ya, yb) = rt.install(|| (a.forward(x).unwrap(), b.forward(x).unwrap()));
+            assert_eq!(ya.shape(), yb.shape(), "{isa:?}");
+            assert!(
+                ya.data()
+                    .iter()
+                    .zip(yb.data())
+                    .all(|(p, q)| p.to_bits() == q.to_bits()),
+                "{isa:?}"
+            );
+        }
+    }
+
     /// A layer whose weights are f16 values keeps the copy and gives, one row at a time,
     /// the same bits as without it, on every level; weights that are not f16 values are
     /// not copied.
@@ -435,22 +455,7 @@ mod tests {
         let mut copied = plain.clone();
         assert!(copied.keep_f16());
         let x = Tensor::randn(&[1, 1, inp], 1.0, &mut rng); // one row
-        for isa in crate::Isa::available() {
-            let rt = crate::Runtime::builder()
-                .threads(2)
-                .isa(isa)
-                .build()
-                .unwrap();
-            let (a, c) = rt.install(|| (plain.forward(&x).unwrap(), copied.forward(&x).unwrap()));
-            assert_eq!(a.shape(), c.shape());
-            assert!(
-                a.data()
-                    .iter()
-                    .zip(c.data())
-                    .all(|(p, q)| p.to_bits() == q.to_bits()),
-                "{isa:?}"
-            );
-        }
+        same_bits_on_every_level(&plain, &copied, &x);
         let mut not_f16 = Linear::new_random(inp, out, true, 0.5, &mut rng);
         assert!(!not_f16.keep_f16());
     }
@@ -474,15 +479,7 @@ mod tests {
                     .zip(b.data())
                     .all(|(p, q)| p.to_bits() == q.to_bits())
         };
-        for isa in crate::Isa::available() {
-            let rt = crate::Runtime::builder()
-                .threads(2)
-                .isa(isa)
-                .build()
-                .unwrap();
-            let (a, c) = rt.install(|| (plain.forward(&x).unwrap(), packed.forward(&x).unwrap()));
-            assert!(same(&a, &c), "{isa:?}");
-        }
+        same_bits_on_every_level(&plain, &packed, &x);
         let mut changed = plain.clone();
         for l in [&mut packed, &mut changed] {
             l.visit_params("", &mut |_, t| {

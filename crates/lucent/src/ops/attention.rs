@@ -419,11 +419,9 @@ fn head(
         // Every query sees every key (an encoder, cross-attention of a prompt): the
         // head's keys are packed once for all its query blocks instead of once per
         // block (a pure copy: the same numbers).
-        let mut packed = (!p.causal && p.segments.is_none() && d.t_q > BLOCK).then(|| {
-            let mut k = KEYS
-                .take()
-                .unwrap_or_else(|| linear_kernel::PackedNt::new(&[], 0, 0));
-            k.repack(keys, d.t_k, d.d_k);
+        let packed = (!p.causal && p.segments.is_none() && d.t_q > BLOCK).then(|| {
+            let mut k = KEYS.take().unwrap_or_default();
+            k.repack(keys, d.t_k, d.d_k); // (t_k, d_k) into panels
             k
         });
         buf.resize(BLOCK.min(d.t_q) * d.t_k, 0.0);
@@ -487,8 +485,8 @@ fn head(
                 d.d_v,
             );
         }
-        if let Some(k) = packed.take() {
-            KEYS.set(Some(k));
+        if packed.is_some() {
+            KEYS.set(packed);
         }
         return;
     }

@@ -90,7 +90,7 @@ pub fn matmul_nt_packed(c: &mut [f32], a: &[f32], w: &PackedNt, bias: Option<&[f
 /// columns past n) — the blocks [`matmul_nt`] packs on every call, kept. A pure copy of
 /// W's numbers: a product through it equals [`matmul_nt`]'s bit for bit, and streams W
 /// from memory front to back instead of copying each block first.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct PackedNt {
     n: usize,
     k: usize,
@@ -106,11 +106,7 @@ impl PackedNt {
     /// # Shapes
     /// w: (n, k)
     pub fn new(w: &[f32], n: usize, k: usize) -> PackedNt {
-        let mut p = PackedNt {
-            n: 0,
-            k: 0,
-            data: Vec::new(),
-        };
+        let mut p = PackedNt::default();
         p.repack(w, n, k);
         p
     }
