@@ -22,9 +22,10 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(name = "lucent", version, about, long_about, propagate_version = true)]
 struct Cli {
-    /// Threads for the kernels (default: the machine's physical cores).
-    #[arg(long, global = true, value_name = "N")]
-    threads: Option<usize>,
+    /// Threads for the kernels: 1 to 4 × the machine's logical CPUs (default: its
+    /// physical cores).
+    #[arg(long, global = true, value_name = "N", allow_negative_numbers = true)]
+    threads: Option<i64>,
 
     #[command(subcommand)]
     command: Command,
@@ -79,7 +80,7 @@ fn main() -> ExitCode {
     tune_malloc();
     let cli = Cli::parse();
     // The default runtime's threads (and the cap LUCENT_ISA sets), before any work.
-    if let Err(e) = lucent::set_threads(cli.threads.unwrap_or(0)) {
+    if let Err(e) = threads(cli.threads).and_then(lucent::set_threads) {
         eprintln!("error: {e}");
         return ExitCode::FAILURE;
     }
@@ -111,6 +112,21 @@ fn main() -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `--threads N` checked: 1 to [`lucent::runtime::max_threads`]; none given is the
+/// library's default (0: the machine's physical cores).
+fn threads(n: Option<i64>) -> lucent::Result<usize> {
+    let max = lucent::runtime::max_threads();
+    match n {
+        None => Ok(0),
+        Some(n) if n >= 1 && n as u64 <= max as u64 => Ok(n as usize),
+        Some(n) => Err(lucent::Error::Argument(format!(
+            "--threads {n}: give 1 to {max} (4 × this machine's {} logical CPUs; leave it out \
+             for the default, one per physical core)",
+            max / 4
+        ))),
     }
 }
 

@@ -355,6 +355,7 @@ impl GenerateRequest {
             logprobs,
             top_logits: 0,
             context_shift: false,
+            special: false,
         };
         if !(s.top_p > 0.0 && s.top_p <= 1.0) {
             return Err(ApiError::invalid_param(

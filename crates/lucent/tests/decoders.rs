@@ -373,10 +373,33 @@ fn chat_template_and_end_of_turn() {
         .encode_chat(&[Message::new("user", "What is 2 + 2?")])
         .unwrap();
     let text = tm.tokenizer.decode_ids(&ids, false).unwrap();
-    assert!(text.starts_with("<|im_start|>system\n"), "{text}");
+    // Only the messages given: SmolLM2's template would write a system message of its
+    // own ("You are a helpful AI assistant named SmolLM…"), which lucent leaves out...
+    assert_eq!(
+        text,
+        "<|im_start|>user\nWhat is 2 + 2?<|im_end|>\n<|im_start|>assistant\n"
+    );
+    // ...unless asked to keep it, as llama.cpp does.
+    let kept = tm
+        .keeping_default_system(true)
+        .encode_chat(&[Message::new("user", "What is 2 + 2?")])
+        .unwrap();
+    let kept = tm.tokenizer.decode_ids(&kept, false).unwrap();
     assert!(
-        text.ends_with("<|im_start|>user\nWhat is 2 + 2?<|im_end|>\n<|im_start|>assistant\n"),
-        "{text}"
+        kept.starts_with("<|im_start|>system\nYou are a helpful AI assistant named SmolLM"),
+        "{kept}"
+    );
+    assert!(kept.ends_with(&text), "{kept}");
+    // A system message given is kept in its place.
+    let given = tm
+        .encode_chat(&[
+            Message::new("system", "Be brief."),
+            Message::new("user", "What is 2 + 2?"),
+        ])
+        .unwrap();
+    assert_eq!(
+        tm.tokenizer.decode_ids(&given, false).unwrap(),
+        format!("<|im_start|>system\nBe brief.<|im_end|>\n{text}")
     );
     let mut cache = tm.model.new_cache(ids.len() + 64);
     let opts = Sampling {

@@ -7,7 +7,10 @@
 //! min-p 0.05); `--temperature 0` is greedy and gives llama.cpp's exact tokens.
 
 use std::io::{BufRead, IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
+use lucent::pipeline::generate::TextModel;
 use lucent::pipeline::Message;
 use lucent::{Error, Generator, Result, Sampling, StopReason};
 
@@ -34,6 +37,52 @@ pub struct SamplingArgs {
     /// Random seed (same seed, same text; default: a fresh one each run, printed).
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Print special tokens' text (`<|im_end|>`, `<start_of_image>`) in the output; by
+    /// default they are left out of the text.
+    #[arg(long)]
+    pub special: bool,
+}
+
+/// Chat-template flags shared by `generate` and `chat`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct TemplateArgs {
+    /// The chat template: a Jinja file, or the built-in `chatml` or `gemma` [default: the
+    /// model file's own; a file without one is a base model and gets no chat turns].
+    #[arg(long, value_name = "FILE|chatml|gemma")]
+    pub chat_template: Option<String>,
+    /// Keep the system message the chat template writes when you give none (SmolLM2's
+    /// "You are a helpful AI assistant named SmolLM…"), as llama.cpp does. By default
+    /// lucent sends only the messages you give: with that system message SmolLM2-135M
+    /// answers most questions in French.
+    #[arg(long)]
+    pub template_system: bool,
+}
+
+impl TemplateArgs {
+    /// The model with the template these flags ask for.
+    pub fn apply(&self, tm: Arc<TextModel>) -> Result<Arc<TextModel>> {
+        let tm = match &self.chat_template {
+            Some(spec) => Arc::new(tm.with_chat_template(spec)?),
+            None => tm,
+        };
+        Ok(if self.template_system {
+            Arc::new(tm.keeping_default_system(true))
+        } else {
+            tm
+        })
+    }
+}
+
+/// `-n` checked against the model's context: more new tokens than the context holds
+/// is refused in one line (never an allocation of that size).
+fn check_max_tokens(n: i64, tm: &TextModel) -> Result<usize> {
+    let context = tm.model.config.max_positions;
+    if n < 0 || n as u64 > context as u64 {
+        return Err(Error::Argument(format!(
+            "-n/--max-tokens {n}: give 0 to {context} (the model's context holds {context} positions)"
+        )));
+    }
+    Ok(n as usize)
 }
 
 impl SamplingArgs {
@@ -48,6 +97,7 @@ impl SamplingArgs {
             seed: self.seed.unwrap_or_else(fresh_seed),
             max_tokens,
             context_shift: true,
+            special: self.special,
             ..Sampling::greedy()
         }
     }
@@ -64,7 +114,7 @@ fn fresh_seed() -> u64 {
 /// Arguments of `lucent generate`.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Examples:\n  lucent generate \"What is the capital of France?\"\n  lucent generate --raw --temperature 0 \"The capital of France is\" -n 16\n  lucent generate -m gemma3 \"Why is the sky blue?\" -n 100 --seed 1\n  lucent generate -m runs/moby --top-p 0.9 \"Call me\""
+    after_help = "An instruct model (SmolLM2) gets the prompt as a user message through its chat template; a base model (the packaged Gemma 3 270M has no template) continues the text.\n\nExamples:\n  lucent generate \"What is the capital of France?\"\n  lucent generate --raw --temperature 0 \"The capital of France is\" -n 16\n  lucent generate -m gemma3 \"The sky is blue because\" -n 60 --seed 1\n  lucent generate --template-system --temperature 0 \"What is the capital of France?\" -n 24\n  lucent generate -m runs/moby --top-p 0.9 \"Call me\""
 )]
 pub struct Args {
     /// The prompt (an instruct model gets it as a user message; see --raw).
@@ -72,11 +122,18 @@ pub struct Args {
     /// Model: a known name (smollm2, gemma3), a .gguf file or a `lucent train` run folder.
     #[arg(long, short = 'm', default_value = "smollm2")]
     pub model: String,
-    /// Most new tokens.
-    #[arg(long = "max-tokens", short = 'n', default_value_t = 128)]
-    pub max_tokens: usize,
+    /// Most new tokens: 0 up to the model's context (SmolLM2: 8192).
+    #[arg(
+        long = "max-tokens",
+        short = 'n',
+        default_value_t = 128,
+        allow_negative_numbers = true
+    )]
+    pub max_tokens: i64,
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub template: TemplateArgs,
     /// Stop when the text contains this (repeatable) [default: none; the model's end
     /// tokens always stop it].
     #[arg(long)]
@@ -88,7 +145,8 @@ pub struct Args {
     /// llama.cpp does), without the chat template.
     #[arg(long, conflicts_with = "chat")]
     pub raw: bool,
-    /// Wrap the prompt in the model's chat template (the default when it has one).
+    /// Wrap the prompt in the model's chat template (the default when it has one; an
+    /// error for a base model without one, unless --chat-template gives one).
     #[arg(long)]
     pub chat: bool,
     /// Print one JSON object instead of streaming text.
@@ -115,24 +173,17 @@ pub fn run(args: Args) -> Result<()> {
         }
         return Ok(());
     }
-    let tm = model.text_model()?;
-    let chat = match (args.raw, args.chat, tm.template.is_some()) {
-        (true, _, _) => false,
-        (false, true, false) => {
-            return Err(Error::Argument(format!(
-                "{} has no chat template (a model trained on plain text); drop --chat",
-                args.model
-            )))
-        }
-        (false, _, has) => has,
-    };
+    let tm = args.template.apply(model.text_model()?)?;
+    let max_tokens = check_max_tokens(args.max_tokens, &tm)?;
+    // `--chat` on a model without a template is refused by `encode_chat`, naming why.
+    let chat = !args.raw && (args.chat || tm.template.is_some());
     let mut gen = Generator::new(tm);
     let ids = if chat {
         gen.encode_chat(&[Message::new("user", &args.prompt)])?
     } else {
         gen.encode(&args.prompt)?
     };
-    let mut sampling = args.sampling.sampling(args.max_tokens);
+    let mut sampling = args.sampling.sampling(max_tokens);
     sampling.stop = args.stop.clone();
     sampling.ignore_eos = args.ignore_eos;
     sampling.top_logits = args.top_logits;
@@ -185,25 +236,84 @@ pub fn run(args: Args) -> Result<()> {
 /// Arguments of `lucent chat`.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Type a message and press Enter; /exit (or end of input) ends, /reset forgets the conversation.\nExample: echo 'What is 2 + 2?' | lucent chat -m smollm2 --temperature 0"
+    after_help = "Type a message and press Enter; /reset forgets the conversation, /exit (or Ctrl-D) ends; Ctrl-C stops a reply and keeps the conversation.\nThe model needs a chat template (SmolLM2 has one; a base model such as the packaged Gemma 3 needs --chat-template).\nExample: echo 'What is 2 + 2?' | lucent chat -m smollm2 --temperature 0"
 )]
 pub struct ChatArgs {
     /// Model: a known name (smollm2, gemma3) or a .gguf path.
     #[arg(long, short = 'm', default_value = "smollm2")]
     pub model: String,
-    /// A system message to begin with [default: none: the template's own, if any].
+    /// A system message to begin with [default: none].
     #[arg(long)]
     pub system: Option<String>,
-    /// Most new tokens per reply.
-    #[arg(long = "max-tokens", short = 'n', default_value_t = 512)]
-    pub max_tokens: usize,
+    /// Most new tokens per reply: 0 up to the model's context.
+    #[arg(
+        long = "max-tokens",
+        short = 'n',
+        default_value_t = 512,
+        allow_negative_numbers = true
+    )]
+    pub max_tokens: i64,
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub template: TemplateArgs,
+}
+
+/// Set by Ctrl-C while a reply is being written ([`ReplyInterrupt`]).
+static STOP_REPLY: AtomicBool = AtomicBool::new(false);
+
+/// The SIGINT handler while a reply runs: ask the reply to stop (async-signal-safe: one
+/// atomic store).
+extern "C" fn on_interrupt(_: libc::c_int) {
+    STOP_REPLY.store(true, Ordering::SeqCst);
+}
+
+/// While alive, Ctrl-C stops the reply being written instead of ending the process; on
+/// drop, Ctrl-C ends the process again (at the prompt, as in a shell).
+struct ReplyInterrupt;
+
+impl ReplyInterrupt {
+    fn arm() -> Self {
+        STOP_REPLY.store(false, Ordering::SeqCst);
+        #[cfg(unix)]
+        // SAFETY: installs a handler that only stores to an atomic.
+        unsafe {
+            libc::signal(
+                libc::SIGINT,
+                on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t,
+            );
+        }
+        ReplyInterrupt
+    }
+
+    fn stopped(&self) -> bool {
+        STOP_REPLY.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for ReplyInterrupt {
+    fn drop(&mut self) {
+        #[cfg(unix)]
+        // SAFETY: restores the default disposition of SIGINT.
+        unsafe {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+        }
+    }
 }
 
 /// Run `lucent chat`: keeps the conversation; each turn prefills only what is new.
 pub fn run_chat(args: ChatArgs) -> Result<()> {
-    let mut gen = Generator::new(loader::text_model(&args.model)?);
+    let tm = args.template.apply(loader::text_model(&args.model)?)?;
+    let max_tokens = check_max_tokens(args.max_tokens, &tm)?;
+    if tm.template.is_none() {
+        return Err(Error::Argument(format!(
+            "{} has no chat template (tokenizer.chat_template): it is a base model that continues \
+             text, not a chat model; use `lucent generate -m {} TEXT` to continue a text, or give \
+             a template with --chat-template FILE|chatml|gemma",
+            args.model, args.model
+        )));
+    }
+    let mut gen = Generator::new(tm);
     let mut messages: Vec<Message> = args
         .system
         .iter()
@@ -214,7 +324,11 @@ pub fn run_chat(args: ChatArgs) -> Result<()> {
     let tty = std::io::stdin().is_terminal();
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();
-    let base = args.sampling.sampling(args.max_tokens);
+    let base = args.sampling.sampling(max_tokens);
+    eprintln!(
+        "[chat with {}: /reset forgets the conversation, /exit or Ctrl-D ends, Ctrl-C stops a reply]",
+        args.model
+    );
     let mut turn = 0u64;
     loop {
         if tty {
@@ -242,31 +356,58 @@ pub fn run_chat(args: ChatArgs) -> Result<()> {
         let common = cached.iter().zip(&ids).take_while(|(a, b)| a == b).count();
         let common = common.min(ids.len().saturating_sub(1));
         gen.truncate(common);
+        cached.truncate(common);
         let mut sampling = base.clone();
         sampling.seed = sampling.seed.wrapping_add(turn);
-        let mut out = std::io::stdout().lock();
-        let mut sink = |s: &str| {
-            let _ = out.write_all(s.as_bytes());
-            let _ = out.flush();
-        };
-        let g = match gen.continue_with(&ids[common..], &sampling, &mut sink) {
-            Ok(g) => g,
+        let interrupt = ReplyInterrupt::arm();
+        let reply = write_reply(&mut gen, &ids[common..], &sampling, &interrupt);
+        drop(interrupt);
+        let (text, new_ids, stop) = match reply {
+            Ok(r) => r,
             Err(e) => {
                 eprintln!("\n[{e}]");
                 messages.pop();
                 gen.truncate(common);
-                cached.truncate(common);
                 continue;
             }
         };
         println!();
-        if let StopReason::ContextFull(n) = g.stop {
-            eprintln!("[the context of {n} positions is full; /reset to start again]");
+        match stop {
+            Some(StopReason::ContextFull(n)) => {
+                eprintln!("[the context of {n} positions is full; /reset to start again]")
+            }
+            None => eprintln!("[reply stopped; the conversation keeps what was written]"),
+            _ => {}
         }
+        // The cache holds the prompt and each token fed to the model so far.
         cached = ids;
-        cached.extend(&g.ids);
-        messages.push(Message::new("assistant", g.text.trim()));
+        cached.extend(&new_ids);
+        cached.truncate(gen.cached());
+        messages.push(Message::new("assistant", text.trim()));
         turn += 1;
     }
     Ok(())
+}
+
+/// Stream one reply to stdout until it ends or Ctrl-C stops it: its text, its ids, and
+/// why it ended (None: stopped by the person).
+fn write_reply(
+    gen: &mut Generator,
+    new_ids: &[u32],
+    sampling: &Sampling,
+    interrupt: &ReplyInterrupt,
+) -> Result<(String, Vec<u32>, Option<StopReason>)> {
+    let mut out = std::io::stdout().lock();
+    let mut text = String::new();
+    let mut stream = gen.stream_continue(new_ids, sampling)?;
+    for piece in stream.by_ref() {
+        let piece = piece?;
+        let _ = out.write_all(piece.as_bytes());
+        let _ = out.flush();
+        text.push_str(&piece);
+        if interrupt.stopped() {
+            return Ok((text, stream.ids().to_vec(), None));
+        }
+    }
+    Ok((text, stream.ids().to_vec(), stream.stop_reason().cloned()))
 }

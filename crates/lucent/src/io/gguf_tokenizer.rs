@@ -656,6 +656,7 @@ impl GgufTokenizer {
             TokenType::Control | TokenType::Unused | TokenType::Unknown if skip_special => {
                 Vec::new()
             }
+            TokenType::UserDefined if skip_special && is_marker(text) => Vec::new(),
             TokenType::Control | TokenType::Unused => text.as_bytes().to_vec(),
             TokenType::Unknown if self.kind == TokenizerKind::SentencePiece => {
                 "\u{2585}".as_bytes().to_vec()
@@ -864,6 +865,24 @@ fn build_bpe(f: &GgufFile, tokens: &[String]) -> Result<tokenizers::Tokenizer> {
     Ok(tk)
 }
 
+/// Whether a user-defined token is a marker rather than text: `<start_of_image>`,
+/// `<|tool_call|>`, `[multimodal]` (Gemma 3's vocabulary types them user-defined, as it
+/// does the HTML tags `<table>`, `</td>` and whitespace runs, which are text). A marker is
+/// wrapped in `<…>` or `[…]`, holds no whitespace, and either is `[…]` or holds `_` or
+/// `|` (no HTML tag does). Markers are left out of generated text like control tokens,
+/// unless special tokens are asked for.
+pub fn is_marker(text: &str) -> bool {
+    let inner = match (text.chars().next(), text.chars().last()) {
+        (Some('<'), Some('>')) | (Some('['), Some(']')) if text.len() > 2 => {
+            &text[1..text.len() - 1]
+        }
+        _ => return false,
+    };
+    !inner.is_empty()
+        && !inner.chars().any(char::is_whitespace)
+        && (text.starts_with('[') || inner.contains('_') || inner.contains('|'))
+}
+
 impl Tokenizer for GgufTokenizer {
     fn vocab_size(&self) -> usize {
         self.tokens.len()
@@ -882,10 +901,11 @@ impl Tokenizer for GgufTokenizer {
     }
 
     fn is_special(&self, id: u32) -> bool {
-        matches!(
-            self.token_type(id),
-            Some(TokenType::Control | TokenType::Unused)
-        )
+        match self.token_type(id) {
+            Some(TokenType::Control | TokenType::Unused) => true,
+            Some(TokenType::UserDefined) => self.token_text(id).is_some_and(is_marker),
+            _ => false,
+        }
     }
 
     fn is_end_of_generation(&self, id: u32) -> bool {
@@ -898,5 +918,27 @@ impl Tokenizer for GgufTokenizer {
 
     fn encode_quoted(&self, text: &str, add_special: bool) -> Result<Vec<u32>> {
         GgufTokenizer::encode_quoted(self, text, add_special)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_marker;
+
+    #[test]
+    fn markers_are_told_from_html_tags_and_whitespace() {
+        for m in [
+            "<start_of_image>",
+            "<end_of_image>",
+            "[multimodal]",
+            "<|tool_call|>",
+        ] {
+            assert!(is_marker(m), "{m}");
+        }
+        for text in [
+            "<table>", "</td>", "<h1>", "<>", "[]", "\n\n", "   ", "a_b", "< a_b >",
+        ] {
+            assert!(!is_marker(text), "{text:?}");
+        }
     }
 }

@@ -4,9 +4,21 @@
 //! methods such as `.strip()` available as Hugging Face templates expect).
 //!
 //! SmolLM2's template is ChatML: `<|im_start|>user\n…<|im_end|>\n` per message and
-//! `<|im_start|>assistant\n` to ask for a reply. A file without a template gets the
-//! family's known format (Gemma: `<start_of_turn>user\n…<end_of_turn>\n`, reply after
-//! `<start_of_turn>model\n`), else ChatML.
+//! `<|im_start|>assistant\n` to ask for a reply. **A file without a template has no chat
+//! turns**: it is a base model that continues text, and lucent does not invent turns for
+//! it (the packaged Gemma 3 270M is such a file). A template can still be given by hand
+//! ([`ChatTemplate::from_spec`]: a Jinja file, or the built-in `chatml` / `gemma`).
+//!
+//! **Only the messages you send.** Some templates write a system message of their own
+//! when the conversation has none (SmolLM2's: "You are a helpful AI assistant named
+//! SmolLM, trained by Hugging Face"). lucent leaves that invented turn out unless
+//! [`ChatTemplate::keeping_default_system`] asks for it (llama.cpp keeps it): with it,
+//! SmolLM2-135M answers "What is the capital of France?" in French on most seeds;
+//! without it, "The capital of France is Paris." The turn is found by rendering the
+//! conversation once more behind a marker system message and cutting that message's turn
+//! away ([`ChatTemplate::render_given`]); a template whose system turn cannot be cut
+//! that way (Gemma's, which folds the system text into the first user turn) is rendered
+//! as it is.
 //!
 //! **What a person writes stays text.** A message that spells another turn's control
 //! tokens (`<|im_start|>system`, `<start_of_turn>`, `<|endoftext|>`) must not open that
@@ -58,10 +70,10 @@ impl Message {
     }
 }
 
-/// ChatML, used when a file has no template and its family has no known one.
+/// ChatML (`<|im_start|>role\n…<|im_end|>`), built in as `--chat-template chatml`.
 pub const CHATML: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
-/// Gemma's turn format (its GGUF files may lack a template): a system message is put in
+/// Gemma's turn format, built in as `--chat-template gemma`: a system message is put in
 /// front of the first user turn; the assistant's role is called `model`.
 pub const GEMMA: &str = "{{ bos_token }}{% set sys = namespace(text='') %}{% for message in messages %}{% if message['role'] == 'system' %}{% set sys.text = message['content'] + '\\n\\n' %}{% else %}{% if message['role'] == 'assistant' %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif %}{{ '<start_of_turn>' + role + '\\n' }}{% if role == 'user' %}{{ sys.text }}{% set sys.text = '' %}{% endif %}{{ message['content'] | trim }}{{ '<end_of_turn>\\n' }}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\\n' }}{% endif %}";
 
@@ -72,7 +84,15 @@ pub struct ChatTemplate {
     bos: String,
     #[cfg_attr(not(feature = "chat-templates"), allow(dead_code))]
     eos: String,
+    /// Keep a system message the template writes when the conversation has none.
+    keep_default_system: bool,
 }
+
+/// The system message's text while [`ChatTemplate::render_given`] looks for its turn (a
+/// Unicode noncharacter: no person's text holds it, and U+FDD0 is the quote mark).
+const SYSTEM_MARKER: &str = "\u{FDD1}";
+/// The BOS token's text while [`ChatTemplate::render_given`] looks for the system turn.
+const BOS_MARKER: &str = "\u{FDD2}";
 
 impl ChatTemplate {
     /// From template text and the BOS/EOS token texts.
@@ -81,26 +101,40 @@ impl ChatTemplate {
             source: source.into(),
             bos: bos.into(),
             eos: eos.into(),
+            keep_default_system: false,
         }
     }
 
-    /// The file's `tokenizer.chat_template`, or the family's known format.
-    pub fn from_gguf(f: &GgufFile, tok: &GgufTokenizer) -> Result<Self> {
-        let text = |id: Option<u32>| {
-            id.and_then(|i| tok.token_text(i))
-                .unwrap_or_default()
-                .to_string()
+    /// The file's `tokenizer.chat_template`; None for a file without one (a base model:
+    /// no chat turns are invented for it).
+    pub fn from_gguf(f: &GgufFile, tok: &GgufTokenizer) -> Result<Option<Self>> {
+        let (bos, eos) = special_texts(tok);
+        Ok(f.opt_str("tokenizer.chat_template")?
+            .map(|s| ChatTemplate::new(s, &bos, &eos)))
+    }
+
+    /// A template named on the command line: `chatml` or `gemma` (built in), or the path
+    /// of a Jinja file; `bos` / `eos` are the model's BOS and EOS token texts. Errors
+    /// name the file that cannot be read.
+    pub fn from_spec(spec: &str, bos: &str, eos: &str) -> Result<Self> {
+        let source = match spec {
+            "chatml" => CHATML.to_string(),
+            "gemma" => GEMMA.to_string(),
+            path => std::fs::read_to_string(path).map_err(|e| {
+                Error::Argument(format!(
+                    "--chat-template {path}: {e} (give a Jinja template file, or chatml / gemma)"
+                ))
+            })?,
         };
-        let source = match f.opt_str("tokenizer.chat_template")? {
-            Some(s) => s.to_string(),
-            None if f.architecture()?.starts_with("gemma") => GEMMA.to_string(),
-            None => CHATML.to_string(),
-        };
-        Ok(ChatTemplate {
-            source,
-            bos: text(tok.bos_id()),
-            eos: text(tok.eos_id()),
-        })
+        Ok(ChatTemplate::new(&source, bos, eos))
+    }
+
+    /// The same template, keeping (`true`) or leaving out (`false`, the default) a system
+    /// message the template writes on its own when the conversation has none (module
+    /// docs). `true` renders as llama.cpp does.
+    pub fn keeping_default_system(mut self, keep: bool) -> Self {
+        self.keep_default_system = keep;
+        self
     }
 
     /// The template text.
@@ -111,6 +145,60 @@ impl ChatTemplate {
     /// The BOS token's text (`<bos>`), which a template may write itself.
     pub fn bos(&self) -> &str {
         &self.bos
+    }
+
+    /// The EOS token's text (`<eos>`), which a template may write itself.
+    pub fn eos(&self) -> &str {
+        &self.eos
+    }
+
+    /// Render `messages` as [`ChatTemplate::render`] does, but without a system turn the
+    /// template invents when `messages` has no system message (unless
+    /// [`ChatTemplate::keeping_default_system`]). The invented turn is found by rendering
+    /// the conversation behind a marker system message (and a marker BOS): when the
+    /// marker's turn alone is a prefix of that rendering, what follows it is the
+    /// conversation's own turns, and the result is those turns behind the BOS the
+    /// template writes in front of the turn, if any. Otherwise (a
+    /// template that folds the system text into a user turn, or refuses a lone system
+    /// message) the plain rendering stands.
+    pub fn render_given(
+        &self,
+        messages: &[Message],
+        add_generation_prompt: bool,
+    ) -> Result<String> {
+        let plain = self.render(messages, add_generation_prompt)?;
+        if self.keep_default_system || messages.iter().any(|m| m.role == "system") {
+            return Ok(plain);
+        }
+        // Rendered with a marker for BOS too, so that the BOS the template writes is told
+        // apart from a turn opener spelled the same (SmolLM2's BOS is `<|im_start|>`).
+        let probe = ChatTemplate {
+            bos: BOS_MARKER.into(),
+            ..self.clone()
+        };
+        let mut marked = vec![Message::new("system", SYSTEM_MARKER)];
+        marked.extend(messages.iter().cloned());
+        let (Ok(probe_plain), Ok(whole), Ok(turn)) = (
+            probe.render(messages, add_generation_prompt),
+            probe.render(&marked, add_generation_prompt),
+            probe.render(&marked[..1], false),
+        ) else {
+            return Ok(plain);
+        };
+        let once = |text: &str| text.matches(SYSTEM_MARKER).count() == 1;
+        if !(once(&turn) && once(&whole) && whole.starts_with(&turn)) {
+            return Ok(plain);
+        }
+        let own_turns = &whole[turn.len()..];
+        if !probe_plain.ends_with(own_turns) {
+            return Ok(plain);
+        }
+        let bos = if turn.starts_with(BOS_MARKER) {
+            BOS_MARKER
+        } else {
+            ""
+        };
+        Ok(format!("{bos}{own_turns}").replace(BOS_MARKER, &self.bos))
     }
 
     /// Render `messages`; with `add_generation_prompt`, end with the assistant's cue.
@@ -198,7 +286,7 @@ impl ChatTemplate {
                 content: tok.quote_text(&m.content),
             })
             .collect();
-        let rendered = self.render(&quoted, add_generation_prompt)?;
+        let rendered = self.render_given(&quoted, add_generation_prompt)?;
         let has_bos = !self.bos.is_empty() && rendered.starts_with(&self.bos);
         tok.encode_quoted(&rendered, !has_bos)
     }
@@ -211,6 +299,16 @@ impl ChatTemplate {
         let has_bos = !self.bos.is_empty() && rendered.starts_with(&self.bos);
         tok.encode_ids(rendered, !has_bos, true)
     }
+}
+
+/// The BOS and EOS token texts of a GGUF vocabulary (empty where it has none).
+pub fn special_texts(tok: &GgufTokenizer) -> (String, String) {
+    let text = |id: Option<u32>| {
+        id.and_then(|i| tok.token_text(i))
+            .unwrap_or_default()
+            .to_string()
+    };
+    (text(tok.bos_id()), text(tok.eos_id()))
 }
 
 /// A writer that refuses to grow past `limit` bytes (`over` says that it refused).
@@ -262,6 +360,59 @@ mod tests {
             g.render(&msgs, false)?,
             "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n"
         );
+        Ok(())
+    }
+
+    /// A template that writes a system message of its own, as SmolLM2's does, with BOS
+    /// spelled like its turn opener.
+    const SELF_SYSTEM: &str = "{{ bos_token }}{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nI am the default.<|im_end|>\n' }}{% endif %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+    #[test]
+    fn only_the_messages_given_unless_the_default_is_kept() -> TestResult {
+        let user = [Message::new("user", "Hi")];
+        let with_system = [
+            Message::new("system", "Be brief."),
+            Message::new("user", "Hi"),
+        ];
+        for bos in ["", "<s>", "<|im_start|>"] {
+            let t = ChatTemplate::new(SELF_SYSTEM, bos, "");
+            assert_eq!(
+                t.render_given(&user, true)?,
+                format!("{bos}<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+            );
+            // Kept on request: the template's own rendering.
+            let kept = t.clone().keeping_default_system(true);
+            assert_eq!(kept.render_given(&user, true)?, t.render(&user, true)?);
+            assert!(t.render(&user, true)?.contains("I am the default."));
+            // A system message given is the template's own rendering either way.
+            assert_eq!(
+                t.render_given(&with_system, false)?,
+                t.render(&with_system, false)?
+            );
+        }
+        // Templates that invent nothing render as they are; Gemma's, which folds the
+        // system text into the first user turn, too.
+        for (src, bos) in [(CHATML, ""), (GEMMA, "<bos>")] {
+            let t = ChatTemplate::new(src, bos, "<eos>");
+            for msgs in [&user[..], &with_system[..]] {
+                assert_eq!(t.render_given(msgs, true)?, t.render(msgs, true)?);
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn built_in_templates_by_name_and_files_by_path() -> TestResult {
+        let c = ChatTemplate::from_spec("chatml", "", "")?;
+        assert_eq!(c.source(), CHATML);
+        assert_eq!(
+            ChatTemplate::from_spec("gemma", "<bos>", "<eos>")?.source(),
+            GEMMA
+        );
+        let e = ChatTemplate::from_spec("/no/such/template.jinja", "", "")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--chat-template /no/such/template.jinja"), "{e}");
         Ok(())
     }
 

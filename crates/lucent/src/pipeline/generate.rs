@@ -46,7 +46,9 @@ use crate::pipeline::chat::{ChatTemplate, Message};
 use crate::{Error, Result};
 
 /// A decoder model ready to write text: the network, its tokenizer, and the chat
-/// template of its conversations (none for a model trained on plain text).
+/// template of its conversations (none for a base model or one trained on plain text).
+/// Cloning shares the weights.
+#[derive(Clone)]
 pub struct TextModel {
     /// Where it came from (a .gguf file, a training run's folder).
     pub path: PathBuf,
@@ -54,10 +56,13 @@ pub struct TextModel {
     pub model: DecoderModel,
     /// Text ↔ ids.
     pub tokenizer: Arc<dyn Tokenizer>,
-    /// Conversation → prompt, for instruct models.
+    /// Conversation → prompt, for instruct models; None for a base model, whose file
+    /// carries no template (it continues text).
     pub template: Option<ChatTemplate>,
     /// Whether a raw prompt starts with the BOS token (as the file says).
     pub add_bos: bool,
+    /// The BOS and EOS token texts a chat template may write (empty where none).
+    pub special_texts: (String, String),
 }
 
 impl std::fmt::Debug for TextModel {
@@ -72,7 +77,8 @@ impl std::fmt::Debug for TextModel {
 }
 
 impl TextModel {
-    /// Load a GGUF file (weights memory-mapped), with its tokenizer and chat template.
+    /// Load a GGUF file (weights memory-mapped), with its tokenizer and chat template
+    /// (if the file carries one).
     pub fn load(path: &Path) -> Result<TextModel> {
         let f = GgufFile::open(path)?;
         let tokenizer = GgufTokenizer::from_gguf(&f)?;
@@ -81,9 +87,34 @@ impl TextModel {
             path: path.to_path_buf(),
             model: DecoderModel::from_gguf(&f)?,
             add_bos: tokenizer.add_bos(),
+            special_texts: crate::pipeline::chat::special_texts(&tokenizer),
             tokenizer: Arc::new(tokenizer),
-            template: Some(template),
+            template,
         })
+    }
+
+    /// The same model with another chat template (`--chat-template`): `spec` is `chatml`,
+    /// `gemma` or a Jinja file ([`ChatTemplate::from_spec`]); the weights are shared,
+    /// not copied.
+    pub fn with_chat_template(&self, spec: &str) -> Result<TextModel> {
+        let (bos, eos) = &self.special_texts;
+        Ok(TextModel {
+            template: Some(ChatTemplate::from_spec(spec, bos, eos)?),
+            ..self.clone()
+        })
+    }
+
+    /// The same model keeping (`true`) or leaving out (`false`, the default) a system
+    /// message its chat template writes when a conversation has none
+    /// ([`ChatTemplate::keeping_default_system`]; `true` renders as llama.cpp does).
+    pub fn keeping_default_system(&self, keep: bool) -> TextModel {
+        TextModel {
+            template: self
+                .template
+                .clone()
+                .map(|t| t.keeping_default_system(keep)),
+            ..self.clone()
+        }
     }
 
     /// Load a Hugging Face GPT-2 folder (`config.json`, `model.safetensors`,
@@ -108,6 +139,7 @@ impl TextModel {
             tokenizer: Arc::new(tokenizer),
             template: None,
             add_bos: false,
+            special_texts: Default::default(),
         })
     }
 
@@ -124,8 +156,14 @@ impl TextModel {
     pub fn encode_chat(&self, messages: &[Message]) -> Result<Vec<u32>> {
         let template = self.template.as_ref().ok_or_else(|| {
             Error::Argument(format!(
-                "{} has no chat template (it was trained on plain text); give a raw prompt instead",
-                self.path.display()
+                "{} has no chat template (tokenizer.chat_template): it is a base model that \
+                 continues text and has no chat turns; give it text to continue (a raw prompt: \
+                 `lucent generate` without --chat, /v1/completions), or a chat template \
+                 (--chat-template FILE|chatml|gemma)",
+                self.path
+                    .file_name()
+                    .unwrap_or(self.path.as_os_str())
+                    .to_string_lossy()
             ))
         })?;
         template.encode_messages(self.tokenizer.as_ref(), messages, true)
@@ -195,6 +233,9 @@ pub struct Sampling {
     /// of the context's tokens (the oldest are forgotten), as `llama-cli` shifts its
     /// context. Off: generation ends at a full context (`ContextFull`).
     pub context_shift: bool,
+    /// Write special tokens' text into the output (`<|im_end|>`, `<start_of_image>`);
+    /// off (the default), they are left out of the text (the ids keep them).
+    pub special: bool,
 }
 
 impl Default for Sampling {
@@ -231,6 +272,7 @@ impl Sampling {
             logprobs: None,
             top_logits: 0,
             context_shift: false,
+            special: false,
         }
     }
 
@@ -618,6 +660,9 @@ pub struct Step {
     pub stop: Option<StopReason>,
 }
 
+/// Most new ids a [`Decoding`] makes room for ahead (its vectors grow past it as needed).
+const RESERVE_LIMIT: usize = 1 << 16;
+
 /// One sequence's generation, apart from the forward passes: given the logits of the
 /// next position it samples a token, turns it into text, watches for stop strings and
 /// end tokens, and says when to stop. The caller runs the model (alone, or batched with
@@ -630,6 +675,7 @@ pub struct Decoding {
     history: Vec<u32>,
     ids: Vec<u32>,
     stream: TokenStream,
+    special: bool,
     watch: StopWatch,
     stop: Option<StopReason>,
     logprob_log: Vec<TokenLogprob>,
@@ -638,16 +684,20 @@ pub struct Decoding {
 impl Decoding {
     /// A generation after `prompt_ids` (which the repetition penalty sees) with `opts`.
     pub fn new(prompt_ids: &[u32], opts: &Sampling) -> Result<Self> {
+        // Room for the new ids up front, but never more than a context's worth: a
+        // `max_tokens` of 10^10 is a limit, not an allocation.
+        let room = opts.max_tokens.min(RESERVE_LIMIT);
         let mut history = prompt_ids.to_vec();
-        history.reserve(opts.max_tokens + 1);
+        history.reserve(room + 1);
         Ok(Decoding {
             sampler: Sampler::new(opts)?,
             max_tokens: opts.max_tokens,
             ignore_eos: opts.ignore_eos,
             logprobs: opts.logprobs,
             history,
-            ids: Vec::with_capacity(opts.max_tokens),
-            stream: TokenStream::new(true),
+            ids: Vec::with_capacity(room),
+            stream: TokenStream::new(!opts.special),
+            special: opts.special,
             watch: StopWatch {
                 stops: opts.stop.clone(),
                 text: String::new(),
@@ -736,7 +786,7 @@ impl Decoding {
         if self.stop.is_some() {
             return Ok(String::new());
         }
-        let rest = std::mem::replace(&mut self.stream, TokenStream::new(true)).finish();
+        let rest = std::mem::replace(&mut self.stream, TokenStream::new(!self.special)).finish();
         let reason = match self.watch.push(&rest) {
             Some(s) => StopReason::StopString(s),
             None => reason,

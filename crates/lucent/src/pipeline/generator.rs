@@ -145,12 +145,19 @@ impl Generator {
     /// [`Generator::stream`] from prompt ids (the cache is emptied first).
     pub fn stream_ids(&mut self, prompt_ids: &[u32], sampling: &Sampling) -> Result<Stream<'_>> {
         self.cache.clear();
-        self.make_room(prompt_ids.len(), sampling.max_tokens)?;
-        let decoding = Decoding::new(prompt_ids, sampling)?;
+        self.stream_continue(prompt_ids, sampling)
+    }
+
+    /// [`Generator::continue_with`] piece by piece: after what the cache holds followed
+    /// by `new_ids`. Dropping the stream early (a reply stopped by the person) leaves the
+    /// cache holding the prompt and every token fed so far ([`Generator::cached`]).
+    pub fn stream_continue(&mut self, new_ids: &[u32], sampling: &Sampling) -> Result<Stream<'_>> {
+        self.make_room(new_ids.len(), sampling.max_tokens)?;
+        let decoding = Decoding::new(new_ids, sampling)?;
         let row = self
             .model
             .model
-            .forward(prompt_ids, Some(&mut self.cache), true, None)?
+            .forward(new_ids, Some(&mut self.cache), true, None)?
             .into_vec(); // (V)
         Ok(Stream {
             gen: self,

@@ -22,6 +22,7 @@ impl TrainedModel {
                 tokenizer: Arc::new(tokenizer.clone()),
                 template: None,
                 add_bos: false,
+                special_texts: Default::default(),
             }),
             TrainedModel::Seq2Seq { .. } => Err(Error::Argument(format!(
                 "{} is an encoder-decoder trained on a task; it transforms an input (lucent train sample) \

@@ -16,4 +16,4 @@ pub mod threads;
 
 pub use cpu::{CpuFeatures, Isa};
 pub use numerics::Numerics;
-pub use pool::{isa, Runtime, RuntimeBuilder};
+pub use pool::{isa, max_threads, Runtime, RuntimeBuilder};

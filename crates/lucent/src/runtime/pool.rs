@@ -71,7 +71,7 @@ pub struct RuntimeBuilder {
 
 impl RuntimeBuilder {
     /// Threads kernels split their work over; 0 (the default) means the machine's
-    /// physical cores.
+    /// physical cores. More than [`max_threads`] is refused when the runtime is built.
     pub fn threads(mut self, n: usize) -> Self {
         self.threads = Some(n);
         self
@@ -88,6 +88,14 @@ impl RuntimeBuilder {
     fn settings(&self) -> Result<Settings> {
         let threads = match self.threads {
             None | Some(0) => physical_cores(),
+            Some(n) if n > max_threads() => {
+                return Err(Error::Argument(format!(
+                    "{n} threads: give 1 to {} (4 × this machine's {} logical CPUs; more threads \
+                     than cores only make the kernels wait on each other)",
+                    max_threads(),
+                    num_cpus::get()
+                )))
+            }
             Some(n) => n,
         };
         let cap = match self.isa {
@@ -130,6 +138,11 @@ fn build_pool(s: &Arc<Settings>) -> std::result::Result<rayon::ThreadPool, Strin
         })
         .build()
         .map_err(|e| e.to_string())
+}
+
+/// The most threads a runtime takes: 4 × the machine's logical CPUs.
+pub fn max_threads() -> usize {
+    4 * num_cpus::get().max(1)
 }
 
 /// The machine's physical core count (the default thread count).
