@@ -650,6 +650,48 @@ fn overload_disconnects_and_bad_requests_leave_the_server_up() {
         (404, Some("model_not_found"))
     );
     assert_eq!(server.get("/v2/nothing").0, 404);
+    // logit_bias, OpenAI's shape: -100 bans the greedy token, +100 forces one; a key that
+    // is not a token id, or one past the vocabulary, is a 400 naming the field.
+    let greedy = |bias: Value| {
+        server.post(
+            "/v1/completions",
+            &json!({"model": "smollm2", "prompt": "The capital of France is", "max_tokens": 3,
+                "temperature": 0, "logit_bias": bias}),
+        )
+    };
+    let (status, _, plain) = greedy(json!({}));
+    assert_eq!(status, 200, "{plain}");
+    assert!(
+        plain["choices"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with(" Paris"),
+        "{plain}"
+    );
+    let (status, _, banned) = greedy(json!({"7042": -100}));
+    assert_eq!(status, 200, "{banned}");
+    assert!(
+        !banned["choices"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("Paris"),
+        "{banned}"
+    );
+    let (status, _, forced) = greedy(json!({"260": 100}));
+    assert_eq!(status, 200, "{forced}");
+    assert_eq!(forced["choices"][0]["text"], " the the the");
+    for bad in [
+        json!({"Paris": 1}),
+        json!({"99999999": 1}),
+        json!({"260": 500}),
+    ] {
+        let (status, _, body) = greedy(bad.clone());
+        assert_eq!(
+            (status, body["error"]["param"].as_str()),
+            (400, Some("logit_bias")),
+            "{bad}: {body}"
+        );
+    }
 
     // Still up and answering.
     let (status, _, body) = server.post(

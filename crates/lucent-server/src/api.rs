@@ -213,11 +213,7 @@ impl GenerateRequest {
             v.as_ref()
                 .is_some_and(|v| !v.is_null() && v != &Value::Object(Default::default()))
         };
-        for (name, v) in [
-            ("logit_bias", &self.logit_bias),
-            ("tools", &self.tools),
-            ("functions", &self.functions),
-        ] {
+        for (name, v) in [("tools", &self.tools), ("functions", &self.functions)] {
             if set(v) {
                 return Err(ApiError::invalid_param(
                     name,
@@ -311,6 +307,43 @@ impl GenerateRequest {
         }
     }
 
+    /// OpenAI's `logit_bias`: an object from token ids (as strings) to a bias in
+    /// [-100, 100]. A key that is not a token id, or a bias that is not a number in
+    /// range, is a 400 naming `logit_bias` (an id past the vocabulary is refused when the
+    /// model samples: `Sampler::bias`).
+    fn logit_bias(&self) -> Result<Vec<(u32, f32)>, ApiError> {
+        let map = match &self.logit_bias {
+            None | Some(Value::Null) => return Ok(Vec::new()),
+            Some(Value::Object(m)) => m,
+            Some(_) => {
+                return Err(ApiError::invalid_param(
+                    "logit_bias",
+                    "logit_bias must be an object from token ids to numbers in [-100, 100]",
+                ))
+            }
+        };
+        let mut out = Vec::with_capacity(map.len());
+        for (key, v) in map {
+            let id: u32 = key.trim().parse().map_err(|_| {
+                ApiError::invalid_param(
+                    "logit_bias",
+                    format!("logit_bias key {key:?} is not a token id (a whole number, as a string: \"50256\")"),
+                )
+            })?;
+            let b = v
+                .as_f64()
+                .filter(|b| (-100.0..=100.0).contains(b))
+                .ok_or_else(|| {
+                    ApiError::invalid_param(
+                        "logit_bias",
+                        format!("logit_bias[{key:?}] must be a number in [-100, 100], got {v}"),
+                    )
+                })?;
+            out.push((id, b as f32));
+        }
+        Ok(out)
+    }
+
     /// The sampler settings, with at most `room` new tokens (what the slot's context
     /// leaves after the prompt) and `logprobs` alternatives.
     pub fn sampling(&self, room: usize, logprobs: Option<usize>) -> Result<Sampling, ApiError> {
@@ -356,6 +389,7 @@ impl GenerateRequest {
             top_logits: 0,
             context_shift: false,
             special: false,
+            logit_bias: self.logit_bias()?,
         };
         if !(s.top_p > 0.0 && s.top_p <= 1.0) {
             return Err(ApiError::invalid_param(
@@ -531,6 +565,25 @@ mod tests {
             (s.max_tokens, s.seed, s.stop.clone(), s.logprobs),
             (100, 7, vec!["END".to_string()], Some(2))
         );
+    }
+
+    #[test]
+    fn logit_bias_in_openai_shape_and_refusals_name_it() {
+        let r: GenerateRequest = parse(br#"{"logit_bias": {"15": -100, " 7 ": 2.5}}"#).unwrap();
+        let mut bias = r.sampling(10, None).unwrap().logit_bias;
+        bias.sort_by_key(|b| b.0);
+        assert_eq!(bias, [(7, 2.5), (15, -100.0)]);
+        for bad in [
+            r#"{"logit_bias": {"hello": 1}}"#,
+            r#"{"logit_bias": {"-3": 1}}"#,
+            r#"{"logit_bias": {"3": 101}}"#,
+            r#"{"logit_bias": {"3": "x"}}"#,
+            r#"{"logit_bias": [1, 2]}"#,
+        ] {
+            let r: GenerateRequest = parse(bad.as_bytes()).unwrap();
+            let e = r.sampling(10, None).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some("logit_bias"), "{bad}");
+        }
     }
 
     #[test]

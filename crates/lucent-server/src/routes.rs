@@ -343,6 +343,19 @@ async fn generate(
         // The last token is never fed back: ctx − len + 1 new tokens fit.
         let room = ctx - ids.len() + 1;
         let mut sampling = req.sampling(room, plan.logprobs)?;
+        let vocab = engine.model().model.config.vocab_size;
+        if let Some((id, _)) = sampling
+            .logit_bias
+            .iter()
+            .find(|(id, _)| *id as usize >= vocab)
+        {
+            return Err(ApiError::invalid_param(
+                "logit_bias",
+                format!(
+                    "logit_bias names token {id}, outside the model's vocabulary of {vocab} tokens"
+                ),
+            ));
+        }
         let inside = match &req.lucent {
             Some(r) => {
                 let pieces = lucent::pipeline::generate::prompt_chunks(

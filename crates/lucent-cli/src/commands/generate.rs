@@ -41,6 +41,29 @@ pub struct SamplingArgs {
     /// default they are left out of the text.
     #[arg(long)]
     pub special: bool,
+    /// Add BIAS (-100 to 100) to token ID's logit before sampling, as OpenAI's
+    /// `logit_bias` (repeatable): -100 bans the token, 100 all but forces it.
+    #[arg(long, value_name = "ID=BIAS", value_parser = parse_bias, allow_hyphen_values = true)]
+    pub logit_bias: Vec<(u32, f32)>,
+}
+
+/// `ID=BIAS` of `--logit-bias`.
+fn parse_bias(s: &str) -> std::result::Result<(u32, f32), String> {
+    let (id, b) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?}: write ID=BIAS, e.g. 2=-100"))?;
+    let id = id
+        .trim()
+        .parse()
+        .map_err(|_| format!("{id:?} is not a token id"))?;
+    let b: f32 = b
+        .trim()
+        .parse()
+        .map_err(|_| format!("{b:?} is not a number"))?;
+    if !(-100.0..=100.0).contains(&b) {
+        return Err(format!("bias {b} is outside -100 to 100"));
+    }
+    Ok((id, b))
 }
 
 /// Chat-template flags shared by `generate` and `chat`.
@@ -98,6 +121,7 @@ impl SamplingArgs {
             max_tokens,
             context_shift: true,
             special: self.special,
+            logit_bias: self.logit_bias.clone(),
             ..Sampling::greedy()
         }
     }

@@ -8,6 +8,8 @@
 //!    the cache; its logits give the next token. One step reads every weight once.
 //! 3. **Sampling** ([`Sampler`], configured by [`Sampling`]), applied to the logits z in
 //!    this order (llama.cpp's):
+//!    - logit bias (OpenAI's `logit_bias`): z ← z + b for the listed tokens; b = -100
+//!      bans the token (z ← -∞);
 //!    - repetition penalty r over the last `repeat_last_n` tokens (CTRL, Keskar et al.
 //!      2019): z ← z / r if z > 0, else z · r; then OpenAI's presence and frequency
 //!      penalties: z ← z − count · α_f − α_p;
@@ -236,6 +238,10 @@ pub struct Sampling {
     /// Write special tokens' text into the output (`<|im_end|>`, `<start_of_image>`);
     /// off (the default), they are left out of the text (the ids keep them).
     pub special: bool,
+    /// OpenAI's `logit_bias`: (token id, bias in [-100, 100]) added to that token's logit
+    /// before anything else of the chain (as llama.cpp orders it); a bias of -100 bans
+    /// the token outright (its logit becomes -∞), +100 all but forces it.
+    pub logit_bias: Vec<(u32, f32)>,
 }
 
 impl Default for Sampling {
@@ -273,6 +279,7 @@ impl Sampling {
             top_logits: 0,
             context_shift: false,
             special: false,
+            logit_bias: Vec::new(),
         }
     }
 
@@ -329,6 +336,15 @@ impl Sampling {
                 return bad(format!("{name} must be in [-2, 2], got {v}"));
             }
         }
+        if let Some((id, b)) = self
+            .logit_bias
+            .iter()
+            .find(|(_, b)| !(-100.0..=100.0).contains(b))
+        {
+            return bad(format!(
+                "logit_bias of token {id} must be in [-100, 100], got {b}"
+            ));
+        }
         Ok(())
     }
 }
@@ -384,12 +400,32 @@ impl Sampler {
         }
     }
 
-    /// Choose the next token from `logits` (modified in place by the penalty), given the
-    /// tokens so far (for the penalty).
+    /// Add the logit bias, the chain's first link: z ← z + b for each biased token, -∞
+    /// for a bias of -100 (a ban). Ids outside the vocabulary are refused.
+    pub fn bias(&self, logits: &mut [f32]) -> Result<()> {
+        for &(id, b) in &self.params.logit_bias {
+            let vocab = logits.len();
+            let z = logits.get_mut(id as usize).ok_or_else(|| {
+                Error::Argument(format!(
+                    "logit_bias names token {id}, outside the vocabulary of {vocab} tokens"
+                ))
+            })?;
+            *z = if b <= -100.0 {
+                f32::NEG_INFINITY
+            } else {
+                *z + b
+            };
+        }
+        Ok(())
+    }
+
+    /// Choose the next token from `logits` (modified in place by the logit bias and the
+    /// penalties), given the tokens so far (for the penalties).
     pub fn sample(&mut self, logits: &mut [f32], history: &[u32]) -> Result<u32> {
         if logits.is_empty() {
             return Err(Error::Argument("no logits to sample from".into()));
         }
+        self.bias(logits)?;
         self.penalize(logits, history);
         let p = &self.params;
         if p.temperature == 0.0 {
@@ -959,6 +995,50 @@ mod tests {
 
     fn sampler(p: Sampling) -> Result<Sampler> {
         Sampler::new(&p)
+    }
+
+    #[test]
+    fn logit_bias_bans_at_minus_100_and_forces_at_plus_100() -> TestResult {
+        let logits = [0.1f32, 3.0, -1.0, 0.5];
+        // Greedy: the argmax is token 1; -100 bans it, +100 on token 2 forces that one.
+        let ban = Sampling {
+            logit_bias: vec![(1, -100.0)],
+            ..Sampling::greedy()
+        };
+        let mut z = logits;
+        assert_eq!(sampler(ban.clone())?.sample(&mut z, &[])?, 3);
+        assert_eq!(z[1], f32::NEG_INFINITY);
+        let force = Sampling {
+            logit_bias: vec![(2, 100.0)],
+            ..Sampling::greedy()
+        };
+        assert_eq!(sampler(force)?.sample(&mut logits.clone(), &[])?, 2);
+        // Sampled, on every seed: a banned token is never drawn, a forced one always.
+        for seed in 0..200 {
+            let banned = Sampling {
+                logit_bias: vec![(1, -100.0)],
+                ..Sampling::default().seed(seed)
+            };
+            assert_ne!(sampler(banned)?.sample(&mut logits.clone(), &[])?, 1);
+            let forced = Sampling {
+                logit_bias: vec![(0, 100.0)],
+                ..Sampling::default().seed(seed)
+            };
+            assert_eq!(sampler(forced)?.sample(&mut logits.clone(), &[])?, 0);
+        }
+        // Out of range or outside the vocabulary: errors naming the token.
+        let wild = Sampling {
+            logit_bias: vec![(0, 150.0)],
+            ..Sampling::greedy()
+        };
+        assert!(Sampler::new(&wild).is_err());
+        let far = Sampling {
+            logit_bias: vec![(99, 1.0)],
+            ..Sampling::greedy()
+        };
+        let e = sampler(far)?.sample(&mut logits.clone(), &[]).unwrap_err();
+        assert!(e.to_string().contains("token 99"), "{e}");
+        Ok(())
     }
 
     #[test]
