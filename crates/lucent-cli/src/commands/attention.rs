@@ -87,7 +87,7 @@ Examples:
   lucent attention --demo --causal        the same with a causal (look-ahead) mask
   lucent attention --demo --png attn.png  also draw the scores and weights
   lucent attention --demo --json          every intermediate as JSON
-  lucent attention -m whisper-tiny.en speech.wav --stack encoder --layer 3 --png enc.png
+  lucent attention -m whisper-tiny.en examples/speech.wav --stack encoder --layer 3 --png enc.png
                                           one layer's heads of Whisper's encoder self-attention
 
 The demo's Q, K, V are numpy's seed-42 draws; the printed values are the true ones

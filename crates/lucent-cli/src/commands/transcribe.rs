@@ -10,7 +10,7 @@ use lucent::{Error, Result};
 /// Arguments of `lucent transcribe`.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Examples:\n  lucent transcribe speech.wav\n  lucent transcribe speech.wav --timestamps\n  lucent transcribe -m whisper-base speech.wav --language en --json\n  lucent transcribe speech.wav --words\n  lucent transcribe speech.wav --beam 3 --threads 2"
+    after_help = "Examples:\n  lucent transcribe examples/speech.wav\n  lucent transcribe examples/speech.wav --timestamps\n  lucent transcribe -m whisper-base examples/speech.wav --language en --json\n  lucent transcribe examples/speech.wav --words\n  lucent transcribe examples/speech.wav --beam 3 --threads 2"
 )]
 pub struct Args {
     /// The audio: a WAV file (8–48 kHz, mono or stereo, 8/16/24/32-bit int or 32-bit float).
