@@ -22,9 +22,7 @@ fn silent_wav(path: &Path, secs: usize) {
     w.extend_from_slice(b"RIFF");
     w.extend_from_slice(&(36 + data.len() as u32).to_le_bytes());
     w.extend_from_slice(b"WAVEfmt ");
-    for v in [16u32] {
-        w.extend_from_slice(&v.to_le_bytes());
-    }
+    w.extend_from_slice(&16u32.to_le_bytes()); // the fmt chunk's size
     for v in [1u16, 1] {
         w.extend_from_slice(&v.to_le_bytes()); // PCM, mono
     }
