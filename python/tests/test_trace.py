@@ -23,7 +23,7 @@ def test_attention_equals_lucent_attention_json(minilm_trace):
     for layer in range(6):
         cli = run_cli_json("attention", "-m", "minilm", TEXT, "--layer", str(layer), "--json")
         assert cli["tokens"] == minilm_trace.tokens
-        want = np.array(cli["weights"], dtype=np.float32)
+        want = np.array([h["weights"] for h in cli["heads"]], dtype=np.float32)
         assert np.array_equal(att[layer], want), (layer, np.abs(att[layer] - want).max())
     assert np.allclose(att.sum(-1), 1.0, atol=1e-5)
 

@@ -155,10 +155,12 @@ fn every_help_and_readme_example_runs() {
     .unwrap();
     std::fs::write(dir.join("sentences.txt"), &sentences).unwrap();
     std::fs::write(dir.join("notes.txt"), sentences.repeat(8)).unwrap();
-    // `lucent transcribe speech.wav`: an espeak-ng clip of the Whisper references.
+    // The repo's own shipped sample, at the same relative path as in a fresh clone
+    // (`lucent transcribe examples/speech.wav`; scripts/make-speech-sample.sh made it).
+    std::fs::create_dir_all(dir.join("examples")).unwrap();
     std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/whisper/clips/01.wav"),
-        dir.join("speech.wav"),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/speech.wav"),
+        dir.join("examples/speech.wav"),
     )
     .unwrap();
 

@@ -266,19 +266,14 @@ fn cli_weights_of(args: &[&str], layer: usize, head: usize) -> Vec<Vec<f64>> {
         String::from_utf8_lossy(&out.stderr)
     );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let w = &v["weights"];
-    let m = if w[0].is_object() {
-        let hit = w
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|x| x["head"] == head)
-            .unwrap();
-        hit["matrix"].clone()
-    } else {
-        w[head].clone()
-    };
-    serde_json::from_value(m).unwrap()
+    // Every model kind prints one shape: `heads` holds the head `--head` names.
+    let hit = v["heads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["head"] == head)
+        .unwrap();
+    serde_json::from_value(hit["weights"].clone()).unwrap()
 }
 
 /// The table view on the page equals the CLI's matrix to 4 decimals.

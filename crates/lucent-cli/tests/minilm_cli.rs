@@ -117,9 +117,14 @@ fn attention_model_weights_are_distributions() {
     ]);
     let tokens = v["tokens"].as_array().unwrap();
     assert_eq!(tokens.len(), 12);
-    assert_eq!(v["heads"], 12);
-    for head in v["weights"].as_array().unwrap() {
-        for row in head.as_array().unwrap() {
+    assert_eq!(v["n_heads"], 12);
+    // --head 5 --token it: one head, one row (the query "it", position 8).
+    assert_eq!(v["rows"], serde_json::json!([8]));
+    let heads = v["heads"].as_array().unwrap();
+    assert_eq!(heads.len(), 1);
+    assert_eq!(heads[0]["head"], 5);
+    for head in heads {
+        for row in head["weights"].as_array().unwrap() {
             let s: f64 = row
                 .as_array()
                 .unwrap()

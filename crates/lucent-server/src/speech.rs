@@ -14,7 +14,9 @@ use axum::extract::multipart::{MultipartError, MultipartRejection};
 use axum::extract::{Multipart, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use lucent::pipeline::transcribe::{Task, TranscribeOptions, Transcriber, Transcript};
+use lucent::pipeline::transcribe::{
+    sample_rate_note, Task, TranscribeOptions, Transcriber, Transcript,
+};
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
@@ -234,6 +236,11 @@ async fn audio_route(st: Arc<AppState>, form: Form, task: Task) -> Result<Respon
         .await
         .map_err(|_| ApiError::timeout(secs))?
         .map_err(|_| ApiError::internal("the speech worker stopped before answering"))??;
+    // Audio below 8 kHz is transcribed but likely wrong: say so in the server's log
+    // (one line), as `verbose_json`'s notes say it to the caller.
+    if let Some(note) = sample_rate_note(transcript.sample_rate) {
+        eprintln!("lucent serve: {note}");
+    }
     let (kind, body) = render(&transcript, task, format, words);
     Ok(([(header::CONTENT_TYPE, kind)], body).into_response())
 }
@@ -429,7 +436,8 @@ pub fn render(t: &Transcript, task: Task, format: Format, words: bool) -> (&'sta
 }
 
 /// OpenAI's `verbose_json`: task, language (its English name), duration, text,
-/// segments, and with word timestamps the words.
+/// segments, and with word timestamps the words; and lucent's `notes` when there are
+/// any (windows skipped as silence, audio sampled below 8 kHz).
 fn verbose(t: &Transcript, task: Task, words: bool) -> Value {
     let code = t.language.as_deref().unwrap_or("en");
     let segments: Vec<Value> = t
@@ -466,6 +474,9 @@ fn verbose(t: &Transcript, task: Task, words: bool) -> Value {
             .map(|w| json!({"word": w.word.trim(), "start": w.start, "end": w.end}))
             .collect();
         v["words"] = Value::Array(list);
+    }
+    if !t.notes.is_empty() {
+        v["notes"] = json!(t.notes);
     }
     v
 }
@@ -644,6 +655,9 @@ mod tests {
                 seg(1.5, 3723.25, " Wie geht es?"),
             ],
             duration: 3723.4,
+            sample_rate: 16_000,
+            silent: Vec::new(),
+            notes: Vec::new(),
         }
     }
 
@@ -660,6 +674,13 @@ mod tests {
         assert_eq!(v["segments"][1]["id"], 1);
         assert_eq!(v["text"], "Hallo Welt. Wie geht es?");
         assert!(v.get("words").is_none());
+        assert!(v.get("notes").is_none());
+        let mut quiet = t.clone();
+        quiet.notes.push("0.00–5.00 s: no speech".into());
+        assert_eq!(
+            verbose(&quiet, Task::Transcribe, false)["notes"][0],
+            "0.00–5.00 s: no speech"
+        );
     }
 
     #[test]

@@ -87,8 +87,30 @@ Examples:
   lucent attention --demo --causal        the same with a causal (look-ahead) mask
   lucent attention --demo --png attn.png  also draw the scores and weights
   lucent attention --demo --json          every intermediate as JSON
-  lucent attention -m whisper-tiny.en speech.wav --stack encoder --layer 3 --png enc.png
+  lucent attention -m smollm2 \"The cat sat on the mat\" --head 2 --token cat --steps
+                                          one head's arithmetic for one query of a decoder
+  lucent attention -m whisper-tiny.en examples/speech.wav --png cross.png
+                                          Whisper's cross-attention over the audio
+  lucent attention -m whisper-tiny.en examples/speech.wav --stack encoder --layer 3 --png enc.png
                                           one layer's heads of Whisper's encoder self-attention
+
+With -m, every model kind (encoder, decoder, encoder-decoder) shows one layer's heads the
+same way: --layer (default: the last), --head (default: all), --token (one query's row),
+--steps (one head's arithmetic for that query). An encoder-decoder given none of --layer,
+--stack, --head, --token and --steps shows every layer's cross-attention, the mean over
+its heads.
+
+--json prints one shape for every kind:
+  {\"model\", \"kind\", \"stack\", \"layer\" (null: the mean view), \"input\",
+   \"tokens\" (query labels), \"keys\" (key labels), \"rows\" (the query positions shown),
+   \"n_heads\", \"n_kv_heads\",
+   \"heads\": [{\"layer\", \"head\" (null: mean of the heads), \"kv_head\", \"weights\": [[...]]}],
+   \"steps\" (with --steps), \"png\", \"png_notes\" (with --png), and the kind's own fields}
+(docs/attention.md).
+
+Pictures are at most 4000 pixels a side: a long axis (Whisper's 1500 audio frames) is
+downsampled, each cell the mean of k neighbouring frames, and the picture says so under
+each panel's title (e.g. \"frames: 1500 → 750, mean of 2\"); the JSON keeps every value.
 
 The demo's Q, K, V are numpy's seed-42 draws; the printed values are the true ones
 (tests/data/seed_examples.json). The guides print different scores and weights for these
@@ -97,35 +119,38 @@ pub struct Args {
     /// Run the guides' single-head example (seed-42 Q, K, V of 3 tokens × 4 features).
     #[arg(long)]
     demo: bool,
-    /// With `-m`: the text whose attention to show.
+    /// With `-m`: the text (a speech model: the WAV file) whose attention to show.
     text: Option<String>,
     /// A real model: a name (see `lucent models`), a Hugging Face folder, a .gguf file or a
     /// training run [default: minilm when a TEXT is given].
     #[arg(long, short = 'm')]
     model: Option<String>,
-    /// With `-m`: the layer to show, from 0 (default: the last; an encoder-decoder: the
-    /// mean cross-attention of every layer).
+    /// With `-m`: the layer to show, from 0 (default: the last; an encoder-decoder with
+    /// none of --layer, --stack, --head, --token, --steps: the mean cross-attention of
+    /// every layer).
     #[arg(long)]
     layer: Option<usize>,
-    /// With an encoder-decoder (Whisper, a `train seq2seq` run) and `--layer`: which
-    /// attention, `cross` (target tokens over the encoder's output), `encoder` or
-    /// `decoder` (self-attention) [default: cross].
+    /// With an encoder-decoder (Whisper, a `train seq2seq` run): which attention,
+    /// `cross` (target tokens over the encoder's output), `encoder` or `decoder`
+    /// (self-attention) [default: cross].
     #[arg(long, value_name = "cross|encoder|decoder")]
     stack: Option<String>,
-    /// With `-m`: the head to show, from 0 (default: all heads).
+    /// With `-m`: the head to show, from 0 (default: all heads; `--steps` takes head 0).
     #[arg(long)]
     head: Option<usize>,
-    /// With `-m`: the query token whose row to show, as a token (`it`) or a position
+    /// With `-m`: the query whose row to show, as a token (`it`) or a position
     /// [default: every row].
     #[arg(long)]
     token: Option<String>,
-    /// With `-m`: recompute one head step by step (scores, scale, mask, softmax, output).
+    /// With `-m`: recompute one head step by step (scores, scale, mask, softmax, output)
+    /// for the --token query (default: an encoder's first token, a decoder's last).
     #[arg(long)]
     steps: bool,
     /// Apply a causal mask: token i may only attend to tokens 0..=i.
     #[arg(long)]
     causal: bool,
-    /// Also draw the scaled scores and the weights as heatmaps (.png or .svg).
+    /// Also draw the scaled scores and the weights as heatmaps (.png or .svg); at most
+    /// 4000 pixels a side.
     #[arg(long, value_name = "FILE")]
     png: Option<PathBuf>,
     /// Print JSON instead of the step-by-step walk-through.
@@ -370,32 +395,45 @@ fn run_real_model(args: Args) -> Result<()> {
                     stack: args.stack,
                     layer: args.layer,
                     head: args.head,
+                    token: args.token,
+                    steps: args.steps,
                 },
             )
         }
-        lucent::ModelKind::Decoder => super::attention_decoder::run_decoder(
-            &model,
-            super::attention_decoder::DecoderArgs {
-                prompt: text,
-                model: spec,
-                layer: args.layer.unwrap_or(0),
-                head: args.head,
-                png: args.png,
-                json: args.json,
-            },
-        ),
-        lucent::ModelKind::Encoder => super::attention_model::run_model(
-            &model,
-            super::attention_model::ModelAttentionArgs {
-                text,
-                model: spec,
-                layer: args.layer,
-                head: args.head,
-                token: args.token,
-                steps: args.steps,
-                png: args.png,
-                json: args.json,
-            },
-        ),
+        kind => {
+            if let Some(s) = &args.stack {
+                return Err(Error::Argument(format!(
+                    "--stack {s} belongs to encoder-decoders (Whisper, a `train seq2seq` run); {} has one stack",
+                    model.name()
+                )));
+            }
+            if kind == lucent::ModelKind::Decoder {
+                super::attention_decoder::run_decoder(
+                    &model,
+                    super::attention_decoder::DecoderArgs {
+                        prompt: text,
+                        layer: args.layer,
+                        head: args.head,
+                        token: args.token,
+                        steps: args.steps,
+                        png: args.png,
+                        json: args.json,
+                    },
+                )
+            } else {
+                super::attention_model::run_model(
+                    &model,
+                    super::attention_model::ModelAttentionArgs {
+                        text,
+                        layer: args.layer,
+                        head: args.head,
+                        token: args.token,
+                        steps: args.steps,
+                        png: args.png,
+                        json: args.json,
+                    },
+                )
+            }
+        }
     }
 }

@@ -1,10 +1,11 @@
-//! `lucent attention -m smollm2 PROMPT [--layer L] [--head H] [--png FILE]`:
+//! `lucent attention -m smollm2 PROMPT [--layer L] [--head H] [--token T] [--steps]`:
 //! the causal attention weights of a real decoder model on a prompt.
 //!
 //! Row i of a head's matrix is query token i's softmax over keys 0..=i (the causal mask
 //! hides later tokens; local layers of Gemma also hide keys more than the window back).
 //! With grouped-query attention several query heads read the same key/value head: their
 //! queries differ, their keys and values are shared, and the output says which.
+//! `--token` and `--steps` work as for encoders ([`super::attention_view`]).
 
 use std::path::PathBuf;
 
@@ -12,28 +13,23 @@ use lucent::nn::Trace;
 use lucent::viz::{heatmap_grid_with, Panel};
 use lucent::{Error, Result};
 
-/// Arguments of `lucent attention -m smollm2`.
-#[derive(clap::Args)]
-#[command(
-    after_help = "Example: lucent attention -m smollm2 \"The cat sat on the mat\" --layer 3 --png attn.png"
-)]
+use super::attention_view::{self as view, HeadWeights, View};
+
+/// What the decoder mode of `lucent attention` needs.
 pub struct DecoderArgs {
     /// The prompt.
     pub prompt: String,
-    /// Model: a known name (smollm2, gemma3) or a .gguf path.
-    #[arg(long, short = 'm', default_value = "smollm2")]
-    pub model: String,
-    /// The layer to show (0-based).
-    #[arg(long, default_value_t = 0)]
-    pub layer: usize,
+    /// The layer to show (default: the last).
+    pub layer: Option<usize>,
     /// Show only this query head (default: every head of the layer).
-    #[arg(long)]
     pub head: Option<usize>,
+    /// The query token whose row to show: a token (`cat`) or a position.
+    pub token: Option<String>,
+    /// Show one head's arithmetic for the chosen token (default: the last token).
+    pub steps: bool,
     /// Also draw the heads as heatmaps into this .png or .svg file.
-    #[arg(long)]
     pub png: Option<PathBuf>,
-    /// Print JSON (tokens, kv sharing, weights) instead of tables.
-    #[arg(long)]
+    /// Print JSON instead of tables.
     pub json: bool,
 }
 
@@ -41,24 +37,13 @@ pub struct DecoderArgs {
 pub fn run_decoder(model: &lucent::Model, args: DecoderArgs) -> Result<()> {
     let tm = model.text_model()?;
     let cfg = &tm.model.config;
-    if args.layer >= cfg.decoder_layers {
-        return Err(Error::Argument(format!(
-            "--layer {} but the model has {} layers (0..{})",
-            args.layer,
-            cfg.decoder_layers,
-            cfg.decoder_layers - 1
-        )));
-    }
+    let layer = view::layer(args.layer, cfg.decoder_layers, "decoder")?;
     let (h, h_kv) = (cfg.n_heads, cfg.n_kv_heads);
-    if let Some(hh) = args.head {
-        if hh >= h {
-            return Err(Error::Argument(format!(
-                "--head {hh} but the layer has {h} query heads (0..{})",
-                h - 1
-            )));
-        }
-    }
+    let heads = view::heads(args.head, h)?;
     let ids = tm.encode(&args.prompt)?;
+    if ids.is_empty() {
+        return Err(Error::Argument("give a non-empty prompt".into()));
+    }
     let labels: Vec<String> = ids
         .iter()
         .map(|&i| {
@@ -68,14 +53,17 @@ pub fn run_decoder(model: &lucent::Model, args: DecoderArgs) -> Result<()> {
                 .replace('\n', "\\n")
         })
         .collect();
-    let mut trace = Trace::only(&["weights"]).in_layers(&[args.layer]);
+    let query = args
+        .token
+        .as_deref()
+        .map(|s| view::find_token(&labels, s))
+        .transpose()?;
+    let mut trace = Trace::only(view::leaves(args.steps)).in_layers(&[layer]);
     tm.model.forward(&ids, None, true, Some(&mut trace))?;
-    let name = format!("decoder.layer.{}.attn.weights", args.layer);
-    let w = trace
-        .get(&name)
-        .ok_or_else(|| Error::Argument(format!("the forward pass recorded no '{name}'")))?; // (1, h, t, t)
+    let prefix = format!("decoder.layer.{layer}.attn");
+    let w = view::leaf(&trace, &prefix, "weights")?; // (1, h, t, t)
     let [_, _, t, _] = w.dims()?;
-    let group = h / h_kv;
+    let group = h / h_kv.max(1);
     let sharing: Vec<String> = (0..h_kv)
         .map(|k| {
             let heads: Vec<String> = (k * group..(k + 1) * group)
@@ -84,88 +72,98 @@ pub fn run_decoder(model: &lucent::Model, args: DecoderArgs) -> Result<()> {
             format!("heads {} share kv head {k}", heads.join(","))
         })
         .collect();
-    let heads: Vec<usize> = match args.head {
-        Some(hh) => vec![hh],
-        None => (0..h).collect(),
+    let rows: Vec<usize> = match query {
+        Some(i) => vec![i],
+        None => (0..t).collect(),
     };
-    let matrix = |hh: usize| -> Vec<Vec<f32>> {
-        let d = w.data();
-        (0..t)
-            .map(|i| d[(hh * t + i) * t..(hh * t + i + 1) * t].to_vec())
-            .collect()
-    };
-    let window = cfg.window_of_layer(args.layer);
-    if args.json {
-        let v = serde_json::json!({
-            "model": tm.path.file_name().map(|n| n.to_string_lossy().into_owned()),
-            "layer": args.layer,
-            "ids": ids,
-            "tokens": labels,
-            "heads": h,
-            "kv_heads": h_kv,
-            "kv_sharing": sharing,
-            "window": window,
-            "weights": heads.iter().map(|&hh| serde_json::json!({"head": hh, "kv_head": hh / group, "matrix": matrix(hh)})).collect::<Vec<_>>(),
-        });
-        println!("{v}");
+    let shown = heads
+        .iter()
+        .map(|&hh| {
+            Ok(HeadWeights {
+                layer,
+                head: Some(hh),
+                kv_head: Some(hh / group),
+                weights: rows
+                    .iter()
+                    .map(|&i| view::row(w, hh, i))
+                    .collect::<Result<_>>()?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    // The last token sees every other: the default row to take apart.
+    let steps = if args.steps {
+        let hh = args.head.unwrap_or(0);
+        let i = query.unwrap_or(t - 1);
+        Some(view::step_by_step(&trace, &prefix, hh, i, group)?)
     } else {
-        println!(
-            "{} layer {} of {}: {h} query heads, {h_kv} key/value heads ({}){}",
-            cfg.family,
-            args.layer,
-            cfg.decoder_layers,
-            sharing.join("; "),
-            window.map_or(String::new(), |w| format!(", sliding window {w}"))
-        );
-        let width = 9;
-        let short = |s: &str| -> String { s.chars().take(width - 1).collect() };
-        for &hh in &heads {
-            println!(
-                "\nhead {hh} (kv head {}): row = query, column = key",
-                hh / group
-            );
-            print!("{:>width$} ", "");
-            for l in &labels {
-                print!("{:>width$}", short(l));
-            }
-            println!();
-            for (i, row) in matrix(hh).iter().enumerate() {
-                print!("{:>width$} ", short(&labels[i]));
-                for (j, v) in row.iter().enumerate() {
-                    if j > i {
-                        print!("{:>width$}", "·");
-                    } else {
-                        print!("{:>width$.3}", v);
-                    }
-                }
-                println!();
-            }
-        }
-    }
+        None
+    };
+    let window = cfg.window_of_layer(layer);
+    let mut extra = serde_json::Map::new();
+    extra.insert("ids".into(), serde_json::json!(ids));
+    extra.insert("kv_sharing".into(), serde_json::json!(sharing));
+    extra.insert("window".into(), serde_json::json!(window));
+    let mut v = View {
+        model: model.name().to_string(),
+        kind: "decoder",
+        stack: "decoder".into(),
+        layer: Some(layer),
+        input: args.prompt.clone(),
+        tokens: labels.clone(),
+        keys: labels.clone(),
+        rows,
+        n_heads: h,
+        n_kv_heads: h_kv,
+        heads: shown,
+        steps,
+        extra,
+    };
     if let Some(path) = &args.png {
         let panels: Vec<Panel> = heads
             .iter()
             .map(|&hh| {
-                Panel::new(format!("head {hh} (kv {})", hh / group), matrix(hh))
+                let m: Vec<Vec<f32>> =
+                    (0..t).map(|i| view::row(w, hh, i)).collect::<Result<_>>()?;
+                Ok(Panel::new(format!("head {hh} (kv {})", hh / group), m)
                     .labels(labels.clone(), labels.clone())
                     .axes("key", "query")
-                    .range(0.0, 1.0)
+                    .units("query tokens", "key tokens")
+                    .range(0.0, 1.0))
             })
-            .collect();
+            .collect::<Result<_>>()?;
         let title = match args.head {
-            Some(hh) => format!(
-                "{} layer {}: {}",
-                cfg.family,
-                args.layer,
-                sharing[hh / group]
-            ),
+            Some(hh) => format!("{} layer {layer}: {}", cfg.family, sharing[hh / group]),
             None => format!(
-                "{} layer {}: {h} query heads, {h_kv} kv heads ({group} per kv head)",
-                cfg.family, args.layer
+                "{} layer {layer}: {h} query heads, {h_kv} kv heads ({group} per kv head)",
+                cfg.family
             ),
         };
-        heatmap_grid_with(&panels, panels.len().clamp(1, 3), Some(&title), path)?;
-        eprintln!("wrote {}", path.display());
+        let drawn = heatmap_grid_with(&panels, panels.len().clamp(1, 3), Some(&title), path)?;
+        v.extra
+            .insert("png".into(), serde_json::json!(path.display().to_string()));
+        v.extra
+            .insert("png_notes".into(), serde_json::json!(drawn.notes));
+        if !args.json {
+            eprintln!("wrote {}", path.display());
+            for n in &drawn.notes {
+                eprintln!("  (downsampled: {n})");
+            }
+        }
+    }
+    if args.json {
+        println!("{}", v.to_json());
+        return Ok(());
+    }
+    println!(
+        "{} layer {layer} of 0..{}: {h} query heads, {h_kv} key/value heads ({}){}\n",
+        cfg.family,
+        cfg.decoder_layers - 1,
+        sharing.join("; "),
+        window.map_or(String::new(), |w| format!(", sliding window {w}"))
+    );
+    v.print(true);
+    if let Some(s) = &v.steps {
+        s.print(&labels, &labels);
     }
     Ok(())
 }

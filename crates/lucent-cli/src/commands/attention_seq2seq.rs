@@ -4,30 +4,50 @@
 //! `lucent attention -m whisper-tiny.en FILE.wav` for a speech model: the cross-attention
 //! of each generated token over the audio's 1500 positions (20 ms each), where the
 //! alignment shows as a diagonal band, through the model's `Trace`.
+//!
+//! With `--layer`, `--stack`, `--head`, `--token` or `--steps`, one layer's heads of one
+//! of the three attentions (cross, encoder or decoder self-attention), as every model
+//! kind shows them ([`super::attention_view`]). A speech model's audio axis is long
+//! (1500 positions): its pictures are downsampled to stay within
+//! [`lucent::viz::MAX_SIDE`] pixels a side, and say so on the picture; the JSON keeps
+//! every position.
 
 use std::path::PathBuf;
 
+use lucent::viz::Panel;
 use lucent::{Error, Result};
 
-/// What `lucent attention -m DIR INPUT` needs for a model trained by `lucent train seq2seq`.
+use super::attention_view::{self as view, HeadWeights, View};
+
+/// What `lucent attention -m DIR INPUT` needs for an encoder-decoder.
 pub struct AttentionArgs {
-    /// The input sequence (the task's symbols).
+    /// The input sequence (the task's symbols), or a speech model's WAV file.
     pub input: String,
     /// Heatmap file (PNG or SVG).
     pub out: PathBuf,
-    /// Print JSON (output, weights) instead of the summary.
+    /// Print JSON instead of the summary.
     pub json: bool,
-    /// With `layer`: `cross`, `encoder` or `decoder` (default cross).
+    /// `cross`, `encoder` or `decoder` (default cross).
     pub stack: Option<String>,
     /// One layer's heads instead of every layer's mean cross-attention.
     pub layer: Option<usize>,
-    /// With `layer`: one head (default: all).
+    /// One head (default: all).
     pub head: Option<usize>,
+    /// The query whose row to show: a token or a position.
+    pub token: Option<String>,
+    /// One head's arithmetic for the chosen query.
+    pub steps: bool,
 }
 
-/// Show a trained encoder-decoder's cross-attention of each decoder layer as a heatmap.
+/// Show an encoder-decoder's attention: every layer's mean cross-attention, or with
+/// any of `--layer`, `--stack`, `--head`, `--token`, `--steps` one layer's heads.
 pub fn run_attention(model: &lucent::Model, args: AttentionArgs) -> Result<()> {
-    if args.layer.is_some() || args.stack.is_some() {
+    let one_layer = args.layer.is_some()
+        || args.stack.is_some()
+        || args.head.is_some()
+        || args.token.is_some()
+        || args.steps;
+    if one_layer {
         return run_layer(model, args);
     }
     if model.transcriber().is_ok() {
@@ -45,32 +65,96 @@ pub fn run_attention(model: &lucent::Model, args: AttentionArgs) -> Result<()> {
         .iter()
         .enumerate()
         .map(|(i, w)| {
-            Ok(lucent::viz::Panel::from_tensor(
+            Ok(Panel::from_tensor(
                 format!("decoder layer {i}: cross-attention (mean over heads)"),
                 w,
             )?
             .labels(rows.clone(), cols.clone())
-            .axes("input (keys)", "output (queries)"))
+            .axes("input (keys)", "output (queries)")
+            .units("output tokens", "input tokens"))
         })
         .collect::<Result<Vec<_>>>()?;
     if panels.is_empty() {
         return Err(Error::Argument("the model has no decoder layers".into()));
     }
-    lucent::viz::heatmap_grid(&panels, &args.out)?;
+    let drawn = lucent::viz::heatmap_grid(&panels, &args.out)?;
+    let mut v = mean_view(model, &args, rows.clone(), cols, &maps_rows(&maps))?;
+    v.extra.insert("output".into(), serde_json::json!(output));
+    add_png(&mut v, &args.out, &drawn);
     if args.json {
-        let w: Vec<Vec<Vec<f32>>> = maps.iter().map(|t| t.to_rows()).collect();
-        println!(
-            "{}",
-            serde_json::json!({"input": args.input, "output": output, "cross_attention": w, "file": args.out})
-        );
+        println!("{}", v.to_json());
     } else {
         println!(
-            "input  {}\noutput {output}\nheatmap: {}",
+            "input  {}\noutput {output}\nheatmap: {}{}",
             args.input,
-            args.out.display()
+            args.out.display(),
+            notes_suffix(&drawn)
         );
     }
     Ok(())
+}
+
+/// Each (t, s) tensor as rows.
+fn maps_rows(maps: &[lucent::Tensor]) -> Vec<Vec<Vec<f32>>> {
+    maps.iter().map(|t| t.to_rows()).collect()
+}
+
+/// The mean view (every layer's cross-attention, the mean over its heads) in the one
+/// JSON shape: `layer` null, one `heads` entry per layer with `head` null.
+fn mean_view(
+    model: &lucent::Model,
+    args: &AttentionArgs,
+    tokens: Vec<String>,
+    keys: Vec<String>,
+    maps: &[Vec<Vec<f32>>],
+) -> Result<View> {
+    let c = model.config();
+    Ok(View {
+        model: model.name().to_string(),
+        kind: "encoder-decoder",
+        stack: "cross".into(),
+        layer: None,
+        input: args.input.clone(),
+        rows: (0..tokens.len()).collect(),
+        tokens,
+        keys,
+        n_heads: c.n_heads,
+        n_kv_heads: c.n_kv_heads,
+        heads: maps
+            .iter()
+            .enumerate()
+            .map(|(layer, m)| HeadWeights {
+                layer,
+                head: None,
+                kv_head: None,
+                weights: m.clone(),
+            })
+            .collect(),
+        steps: None,
+        extra: serde_json::Map::new(),
+    })
+}
+
+/// `png` and `png_notes` (what downsampling did) in the JSON.
+fn add_png(v: &mut View, out: &std::path::Path, drawn: &lucent::viz::Drawn) {
+    v.extra
+        .insert("png".into(), serde_json::json!(out.display().to_string()));
+    v.extra
+        .insert("png_notes".into(), serde_json::json!(drawn.notes));
+}
+
+/// " (frames: 1500 → 750, mean of 2)" after a file name, when the picture is downsampled.
+fn notes_suffix(drawn: &lucent::viz::Drawn) -> String {
+    if drawn.notes.is_empty() {
+        String::new()
+    } else {
+        format!(" (downsampled: {})", drawn.notes.join("; "))
+    }
+}
+
+/// A speech model's audio positions, 20 ms each: "0.00s", "0.02s", …
+fn position_labels(n: usize) -> Vec<String> {
+    (0..n).map(|j| format!("{:.2}s", j as f64 * 0.02)).collect()
 }
 
 /// A speech model's cross-attention (mean over heads, per decoder layer) of each token
@@ -79,7 +163,6 @@ fn run_speech(model: &lucent::Model, args: AttentionArgs) -> Result<()> {
     let trace = model.trace_with(&args.input, lucent::Trace::only(&["weights"]))?;
     let tokens = trace.target_tokens().to_vec();
     let layers = model.config().decoder_layers;
-    // Show the audio up to a little past where the attention goes (the rest is padding).
     let mut maps = Vec::new();
     for i in 0..layers {
         let name = format!("decoder.layer.{i}.cross_attn.weights");
@@ -111,44 +194,52 @@ fn run_speech(model: &lucent::Model, args: AttentionArgs) -> Result<()> {
             }
         })
         .collect();
-    let panels = maps
+    let cropped: Vec<Vec<Vec<f32>>> = maps
+        .iter()
+        .map(|(t, s, m)| (0..*t).map(|r| m[r * s..r * s + cols].to_vec()).collect())
+        .collect();
+    let panels = cropped
         .iter()
         .enumerate()
-        .map(|(i, (t, s, m))| {
-            let rows: Vec<Vec<f32>> = (0..*t).map(|r| m[r * s..r * s + cols].to_vec()).collect();
-            lucent::viz::Panel::new(
+        .map(|(i, rows)| {
+            Panel::new(
                 format!("decoder layer {i}: cross-attention over the audio (mean over heads)"),
-                rows,
+                rows.clone(),
             )
             .labels(tokens.clone(), col_labels.clone())
             .axes("audio position (20 ms)", "token (queries)")
+            .units("tokens", "frames")
         })
         .collect::<Vec<_>>();
     if panels.is_empty() {
         return Err(Error::Argument("the model has no decoder layers".into()));
     }
-    lucent::viz::heatmap_grid(&panels, &args.out)?;
+    let drawn = lucent::viz::heatmap_grid(&panels, &args.out)?;
     let text: String = tokens
         .iter()
         .filter(|t| !t.starts_with("<|"))
         .cloned()
         .collect();
+    let mut v = mean_view(
+        model,
+        &args,
+        tokens.clone(),
+        position_labels(cols),
+        &cropped,
+    )?;
+    v.extra
+        .insert("text".into(), serde_json::json!(text.trim()));
+    add_png(&mut v, &args.out, &drawn);
     if args.json {
-        let w: Vec<Vec<Vec<f32>>> = maps
-            .iter()
-            .map(|(t, s, m)| (0..*t).map(|r| m[r * s..r * s + cols].to_vec()).collect())
-            .collect();
-        println!(
-            "{}",
-            serde_json::json!({"file": args.input, "tokens": tokens, "text": text.trim(), "cross_attention": w, "heatmap": args.out})
-        );
+        println!("{}", v.to_json());
     } else {
         println!(
-            "audio  {}\ntext   {}\ntokens {}\nheatmap: {} (decoder layers × tokens × audio positions of 20 ms)",
+            "audio  {}\ntext   {}\ntokens {}\nheatmap: {} (decoder layers × tokens × audio positions of 20 ms){}",
             args.input,
             text.trim(),
             tokens.len(),
-            args.out.display()
+            args.out.display(),
+            notes_suffix(&drawn)
         );
     }
     Ok(())
@@ -160,7 +251,7 @@ fn run_speech(model: &lucent::Model, args: AttentionArgs) -> Result<()> {
 fn run_layer(model: &lucent::Model, args: AttentionArgs) -> Result<()> {
     let stack = args.stack.as_deref().unwrap_or("cross");
     let c = model.config();
-    let (prefix, layers) = match stack {
+    let (attn, layers) = match stack {
         "cross" => ("cross_attn", c.decoder_layers),
         "encoder" => ("attn", c.encoder_layers),
         "decoder" => ("attn", c.decoder_layers),
@@ -170,38 +261,29 @@ fn run_layer(model: &lucent::Model, args: AttentionArgs) -> Result<()> {
             )))
         }
     };
-    let layer = args.layer.unwrap_or(layers.saturating_sub(1));
-    if layer >= layers {
-        return Err(Error::Argument(format!(
-            "--layer {layer}: the {stack} stack has {layers} layers (0..{})",
-            layers.saturating_sub(1)
-        )));
-    }
+    let layer = view::layer(args.layer, layers, stack)?;
     let side = if stack == "encoder" {
         "encoder"
     } else {
         "decoder"
     };
-    let name = format!("{side}.layer.{layer}.{prefix}.weights");
+    let prefix = format!("{side}.layer.{layer}.{attn}");
     let trace = model.trace_with(
         &args.input,
-        lucent::Trace::only(&["weights"]).in_layers(&[layer]),
+        lucent::Trace::only(view::leaves(args.steps)).in_layers(&[layer]),
     )?;
-    let w = trace
-        .get(&name)
-        .ok_or_else(|| Error::Argument(format!("the trace has no {name}")))?;
+    let w = view::leaf(&trace, &prefix, "weights")?; // (1, h, r, cols_all)
     let [_, h, r, cols_all] = w.dims()?;
+    let heads = view::heads(args.head, h)?;
     let targets = trace.target_tokens().to_vec();
+    let speech = model.transcriber().is_ok();
     // The source side: the input's tokens, or a speech model's audio positions.
-    let sources: Vec<String> = if model.transcriber().is_ok() {
+    let sources: Vec<String> = if speech {
         let seconds = lucent::io::AudioStream::open(&args.input)?
             .info()
             .duration_secs();
         let all = if stack == "decoder" { 0 } else { cols_all };
-        let keep = lucent::pipeline::transcribe::audio_positions(seconds, all);
-        (0..keep)
-            .map(|j| format!("{:.2}s", j as f64 * 0.02))
-            .collect()
+        position_labels(lucent::pipeline::transcribe::audio_positions(seconds, all))
     } else {
         trace.tokens().to_vec()
     };
@@ -211,51 +293,105 @@ fn run_layer(model: &lucent::Model, args: AttentionArgs) -> Result<()> {
         _ => (targets, sources),
     };
     let (rows, cols) = (row_labels.len().min(r), col_labels.len().min(cols_all));
-    let heads: Vec<usize> = match args.head {
-        Some(hh) if hh >= h => {
-            return Err(Error::Argument(format!(
-                "--head {hh}: the model has {h} heads (0..{})",
-                h - 1
-            )))
-        }
-        Some(hh) => vec![hh],
-        None => (0..h).collect(),
-    };
-    let matrix = |hh: usize| -> Vec<Vec<f32>> {
+    let row_labels = row_labels[..rows].to_vec();
+    let col_labels = col_labels[..cols].to_vec();
+    let query = args
+        .token
+        .as_deref()
+        .map(|s| view::find_token(&row_labels, s))
+        .transpose()?;
+    let matrix = |hh: usize, shown: &[usize]| -> Vec<Vec<f32>> {
         let m = &w.data()[hh * r * cols_all..(hh + 1) * r * cols_all];
-        (0..rows)
-            .map(|i| m[i * cols_all..i * cols_all + cols].to_vec())
+        shown
+            .iter()
+            .map(|&i| m[i * cols_all..i * cols_all + cols].to_vec())
             .collect()
     };
-    let panels: Vec<lucent::viz::Panel> = heads
+    let every_row: Vec<usize> = (0..rows).collect();
+    let shown_rows: Vec<usize> = query.map_or_else(|| every_row.clone(), |i| vec![i]);
+    let group = (h / c.n_kv_heads.max(1)).max(1);
+    let steps = if args.steps {
+        let hh = args.head.unwrap_or(0);
+        // Self-attention of the encoder: the first position; else the last token.
+        let default = if stack == "encoder" {
+            0
+        } else {
+            rows.saturating_sub(1)
+        };
+        Some(view::step_by_step(
+            &trace,
+            &prefix,
+            hh,
+            query.unwrap_or(default),
+            group,
+        )?)
+    } else {
+        None
+    };
+    let (row_unit, col_unit) = match (speech, stack) {
+        (true, "encoder") => ("query frames", "key frames"),
+        (true, "cross") => ("tokens", "frames"),
+        _ => ("query tokens", "key tokens"),
+    };
+    let panels: Vec<Panel> = heads
         .iter()
         .map(|&hh| {
-            lucent::viz::Panel::new(
+            Panel::new(
                 format!("{stack} attention, layer {layer}, head {hh}"),
-                matrix(hh),
+                matrix(hh, &every_row),
             )
-            .labels(row_labels[..rows].to_vec(), col_labels[..cols].to_vec())
+            .labels(row_labels.clone(), col_labels.clone())
             .axes("keys", "queries")
+            .units(row_unit, col_unit)
         })
         .collect();
-    lucent::viz::heatmap_grid(&panels, &args.out)?;
-    if args.json {
-        let weights: Vec<serde_json::Value> = heads
+    let drawn = lucent::viz::heatmap_grid(&panels, &args.out)?;
+    let mut v = View {
+        model: model.name().to_string(),
+        kind: "encoder-decoder",
+        stack: stack.to_string(),
+        layer: Some(layer),
+        input: args.input.clone(),
+        tokens: row_labels.clone(),
+        keys: col_labels.clone(),
+        rows: shown_rows.clone(),
+        n_heads: h,
+        n_kv_heads: c.n_kv_heads,
+        heads: heads
             .iter()
-            .map(|&hh| serde_json::json!({"head": hh, "matrix": matrix(hh)}))
-            .collect();
-        println!(
-            "{}",
-            serde_json::json!({"input": args.input, "stack": stack, "layer": layer,
-                "queries": &row_labels[..rows], "keys": &col_labels[..cols],
-                "weights": weights, "heatmap": args.out})
-        );
-    } else {
-        println!(
-            "{stack} attention of layer {layer}: {} head(s) × {rows} queries × {cols} keys\nheatmap: {}",
-            heads.len(),
-            args.out.display()
-        );
+            .map(|&hh| HeadWeights {
+                layer,
+                head: Some(hh),
+                kv_head: Some(hh / group),
+                weights: matrix(hh, &shown_rows),
+            })
+            .collect(),
+        steps,
+        extra: serde_json::Map::new(),
+    };
+    add_png(&mut v, &args.out, &drawn);
+    if args.json {
+        println!("{}", v.to_json());
+        return Ok(());
+    }
+    println!(
+        "{stack} attention of layer {layer} of 0..{}: {} head(s) × {rows} queries × {cols} keys\nheatmap: {}{}\n",
+        layers - 1,
+        heads.len(),
+        args.out.display(),
+        notes_suffix(&drawn)
+    );
+    v.print(stack == "decoder");
+    if let Some(s) = &v.steps {
+        // Steps cover every key (a speech model's whole window), labelled all the way.
+        let keys: Vec<String> = if speech && stack != "decoder" {
+            position_labels(cols_all)
+        } else {
+            let mut k = col_labels.clone();
+            k.extend((cols..cols_all).map(|j| j.to_string()));
+            k
+        };
+        s.print(&row_labels, &keys);
     }
     Ok(())
 }

@@ -19,7 +19,7 @@ use rand::SeedableRng;
 /// Options of `lucent bench transcribe`.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Example: lucent bench transcribe -m whisper-tiny.en speech.wav --threads-list 1 --rounds 1"
+    after_help = "Example: lucent bench transcribe -m whisper-tiny.en examples/speech.wav --threads-list 1 --rounds 1"
 )]
 pub struct Args {
     /// WAV files to transcribe [default: target/bench-audio/speech30.wav and speech180.wav,

@@ -4,6 +4,7 @@ pub mod attention;
 pub mod attention_decoder;
 pub mod attention_model;
 pub mod attention_seq2seq;
+pub mod attention_view;
 pub mod bench;
 pub mod bench_embed;
 pub mod bench_generate;

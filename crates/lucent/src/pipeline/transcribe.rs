@@ -18,7 +18,12 @@
 //! - **temperature fallback**: a window whose text compresses too well (zlib ratio >
 //!   2.4: repetition) or whose average log-probability is below −1 is decoded again at
 //!   the next temperature (0, 0.2, …, 1.0), unless the window is judged silent
-//!   (`<|nospeech|>` probability > 0.6);
+//!   (`<|nospeech|>` probability > 0.6 and average log-probability below −1);
+//! - **silence**: a window whose `<|nospeech|>` probability is above
+//!   `no_speech_threshold` (0.6), unless its average log-probability is above
+//!   `logprob_threshold` (−1), gives no text: it is skipped, and the transcript says so
+//!   ([`Transcript::silent`], [`Transcript::notes`]). These are openai-whisper's
+//!   `transcribe()` rules and defaults (its `needs_fallback` and `should_skip`);
 //! - **long audio**: windows at `seek`; in timestamp mode the next window starts at the
 //!   last complete segment's end, so speech cut by a window's end is heard again whole.
 
@@ -192,6 +197,19 @@ pub struct Segment {
     pub words: Option<Vec<crate::pipeline::words::Word>>,
 }
 
+/// A window judged silent and left out of the transcript (module doc: silence).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct SilentWindow {
+    /// Start, seconds from the beginning of the audio.
+    pub start: f64,
+    /// End, seconds (the window's end, or the audio's).
+    pub end: f64,
+    /// Its `<|nospeech|>` probability (above `no_speech_threshold`).
+    pub no_speech_prob: f32,
+    /// The average log-probability of its decoding (not above `logprob_threshold`).
+    pub avg_logprob: f32,
+}
+
 /// A whole transcript.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Transcript {
@@ -203,6 +221,28 @@ pub struct Transcript {
     pub segments: Vec<Segment>,
     /// Seconds of audio.
     pub duration: f64,
+    /// The audio file's own sample rate (Hz), before it was resampled to 16 kHz.
+    pub sample_rate: u32,
+    /// The windows judged silent, which gave no text.
+    pub silent: Vec<SilentWindow>,
+    /// What a reader should know about this transcript, one line each: each silent
+    /// window skipped, and audio sampled below [`LOW_SAMPLE_RATE`].
+    pub notes: Vec<String>,
+}
+
+/// Below this sample rate (Hz) the audio holds nothing above half of it: Whisper hears
+/// speech without its consonants, and often writes something else. A transcript of
+/// such audio carries a note.
+pub const LOW_SAMPLE_RATE: u32 = 8_000;
+
+/// The note for audio sampled at `rate` Hz, when it is below [`LOW_SAMPLE_RATE`].
+pub fn sample_rate_note(rate: u32) -> Option<String> {
+    (rate < LOW_SAMPLE_RATE).then(|| {
+        format!(
+            "the audio is sampled at {rate} Hz: below {LOW_SAMPLE_RATE} Hz it holds nothing above {} Hz, and the transcript may be wrong (Whisper hears 16 kHz audio)",
+            rate / 2
+        )
+    })
 }
 
 /// How a file is transcribed.
@@ -220,10 +260,12 @@ pub struct TranscribeOptions {
     pub temperatures: Vec<f32>,
     /// Fall back when the text's compression ratio exceeds this (repetition).
     pub compression_ratio_threshold: Option<f32>,
-    /// Fall back when the average log-probability is below this.
+    /// Fall back when the average log-probability is below this; a window with a
+    /// high `<|nospeech|>` probability is silent unless its average log-probability is
+    /// above this.
     pub logprob_threshold: Option<f32>,
-    /// With a `<|nospeech|>` probability above this and a low log-probability, the
-    /// window is silence: skipped.
+    /// With a `<|nospeech|>` probability above this and an average log-probability not
+    /// above `logprob_threshold`, the window is silence: skipped (module doc).
     pub no_speech_threshold: Option<f32>,
     /// Seed of the sampler (temperatures above 0).
     pub seed: u64,
@@ -760,9 +802,12 @@ impl Transcriber {
                 .compression_ratio_threshold
                 .is_some_and(|t| r.compression_ratio > t);
             let too_unlikely = opts.logprob_threshold.is_some_and(|t| r.avg_logprob < t);
+            // Silence needs no other temperature: a high <|nospeech|> probability and a
+            // low log-probability (openai-whisper's rule).
             let silent = opts
                 .no_speech_threshold
-                .is_some_and(|t| r.no_speech_prob > t);
+                .is_some_and(|t| r.no_speech_prob > t)
+                && too_unlikely;
             let done = !(too_repetitive || too_unlikely) || silent;
             last = Some(r);
             if done {
@@ -775,9 +820,11 @@ impl Transcriber {
     /// Transcribe a WAV file (any common rate and channel count), window by window in
     /// bounded memory.
     pub fn transcribe(&self, path: &Path, opts: &TranscribeOptions) -> Result<Transcript> {
+        let rate = crate::io::AudioStream::open(path)?.info().sample_rate;
         let mut stream = MelStream::open_wav(path, self.n_mels)?;
         let mut rng = rand::rngs::StdRng::seed_from_u64(opts.seed);
         let mut segments = Vec::new();
+        let mut silent_windows = Vec::new();
         let mut seek = 0usize;
         let mut language = opts.language.clone();
         let mut last_speech = 0.0f64;
@@ -791,11 +838,19 @@ impl Transcriber {
             let r = self.decode_with_fallback(&memory, &prompt, opts, &mut rng)?;
             let segment_frames = window.frames.max(1);
             let offset = seek as f64 * FRAME_SECONDS;
+            // Skipped as silence unless the log-probability is high enough despite the
+            // <|nospeech|> probability (openai-whisper's rule).
             let silent = opts
                 .no_speech_threshold
                 .is_some_and(|t| r.no_speech_prob > t)
-                && opts.logprob_threshold.is_none_or(|t| r.avg_logprob < t);
+                && !opts.logprob_threshold.is_some_and(|t| r.avg_logprob > t);
             if silent {
+                silent_windows.push(SilentWindow {
+                    start: offset,
+                    end: (seek + segment_frames) as f64 * FRAME_SECONDS,
+                    no_speech_prob: r.no_speech_prob,
+                    avg_logprob: r.avg_logprob,
+                });
                 seek += segment_frames;
                 continue;
             }
@@ -829,6 +884,22 @@ impl Transcriber {
             .iter()
             .map(|s: &Segment| s.text.as_str())
             .collect::<String>();
+        let mut notes: Vec<String> = sample_rate_note(rate).into_iter().collect();
+        for w in &mut silent_windows {
+            w.end = w.end.min(duration.max(w.start));
+            let logprob = match opts.logprob_threshold {
+                Some(t) => format!(" ≤ {t}"),
+                None => String::new(),
+            };
+            notes.push(format!(
+                "{:.2}–{:.2} s: no speech (p(<|nospeech|>) {:.2} > {}, average log-probability {:.2}{logprob}): no text",
+                w.start,
+                w.end,
+                w.no_speech_prob,
+                opts.no_speech_threshold.unwrap_or(f32::NAN),
+                w.avg_logprob
+            ));
+        }
         Ok(Transcript {
             language: if self.is_multilingual() {
                 language
@@ -838,6 +909,9 @@ impl Transcriber {
             text,
             segments,
             duration,
+            sample_rate: rate,
+            silent: silent_windows,
+            notes,
         })
     }
 

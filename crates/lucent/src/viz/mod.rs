@@ -10,6 +10,12 @@
 //! panel's range (its min and max unless set; for a diverging map, symmetric about 0).
 //! Cells holding −∞ (masked scores) are drawn light grey.
 //!
+//! No image is wider or taller than [`MAX_SIDE`] pixels. A grid that would be is laid
+//! out in fewer columns of panels and, where that is not enough, its panels are
+//! downsampled: k neighbouring rows (or columns) become one, the mean of the k (the
+//! mean of the finite ones where some are −∞), and the panel says so under its title
+//! (`frames: 1500 → 375, mean of 4`, named by [`Panel::units`]).
+//!
 //! Text is drawn with DejaVu Sans, compiled into the binary (crate `dejavu`) and given to
 //! plotters' pure-Rust `ab_glyph` renderer: no fontconfig or freetype at build time, no
 //! font file needed at run time.
@@ -96,6 +102,11 @@ pub struct Panel {
     pub range: Option<(f32, f32)>,
     /// Write each value in its cell (only drawn where the cells are big enough).
     pub annotate: bool,
+    /// What one row and one column are (`tokens`, `frames`), for the note a
+    /// downsampled panel carries; default `rows`, `columns`.
+    pub units: (String, String),
+    /// A line under the title (what downsampling did, written by [`Panel::pool`]).
+    pub note: Option<String>,
 }
 
 impl Panel {
@@ -111,6 +122,8 @@ impl Panel {
             colormap: ColorMap::Blues,
             range: None,
             annotate: false,
+            units: ("rows".into(), "columns".into()),
+            note: None,
         }
     }
 
@@ -153,6 +166,95 @@ impl Panel {
     pub fn annotate(mut self, yes: bool) -> Panel {
         self.annotate = yes;
         self
+    }
+
+    /// Name what one row and one column are (`tokens`, `frames`): the note of a
+    /// downsampled panel says `frames: 1500 → 375, mean of 4`.
+    pub fn units(mut self, rows: impl Into<String>, cols: impl Into<String>) -> Panel {
+        self.units = (rows.into(), cols.into());
+        self
+    }
+
+    /// Downsample: every `ky` neighbouring rows and every `kx` neighbouring columns
+    /// become one cell, the mean of the finite values among them (−∞ where all are −∞;
+    /// the last bin of an axis may hold fewer). A bin's label is the first non-empty
+    /// label of its rows or columns (the first index where there are no labels). The
+    /// note under the title says what was pooled, e.g. `frames: 1500 → 375, mean of 4`.
+    ///
+    /// # Shapes
+    /// matrix: (r, c) → (⌈r / ky⌉, ⌈c / kx⌉)
+    pub fn pool(mut self, ky: usize, kx: usize) -> Panel {
+        let (ky, kx) = (ky.max(1), kx.max(1));
+        let (r, c) = self.dims();
+        if (ky == 1 && kx == 1) || r == 0 || c == 0 {
+            return self;
+        }
+        let (r2, c2) = (r.div_ceil(ky), c.div_ceil(kx));
+        let mut out = vec![vec![0f32; c2]; r2]; // (r2, c2)
+        for (bi, out_row) in out.iter_mut().enumerate() {
+            let rows = &self.matrix[bi * ky..((bi + 1) * ky).min(r)];
+            for (bj, cell) in out_row.iter_mut().enumerate() {
+                let (j0, j1) = (bj * kx, ((bj + 1) * kx).min(c));
+                let (mut sum, mut n) = (0f64, 0usize);
+                for row in rows {
+                    for &v in &row[j0..j1] {
+                        if v.is_finite() {
+                            sum += f64::from(v);
+                            n += 1;
+                        }
+                    }
+                }
+                *cell = if n > 0 {
+                    (sum / n as f64) as f32
+                } else {
+                    f32::NEG_INFINITY
+                };
+            }
+        }
+        let pool_labels = |labels: &[String], k: usize, n: usize| -> Vec<String> {
+            (0..n.div_ceil(k))
+                .map(|b| {
+                    if labels.is_empty() {
+                        return (b * k).to_string();
+                    }
+                    labels[b * k..((b + 1) * k).min(n)]
+                        .iter()
+                        .find(|l| !l.is_empty())
+                        .cloned()
+                        .unwrap_or_default()
+                })
+                .collect()
+        };
+        self.note = self.pool_note(ky, kx);
+        if ky > 1 {
+            self.row_labels = pool_labels(&self.row_labels, ky, r);
+        }
+        if kx > 1 {
+            self.col_labels = pool_labels(&self.col_labels, kx, c);
+        }
+        self.matrix = out;
+        self
+    }
+
+    /// The note [`Panel::pool`]`(ky, kx)` leaves (after the panel's own note, if any).
+    fn pool_note(&self, ky: usize, kx: usize) -> Option<String> {
+        let (r, c) = self.dims();
+        let mut notes: Vec<String> = self.note.iter().cloned().collect();
+        if ky > 1 {
+            notes.push(format!(
+                "{}: {r} → {}, mean of {ky}",
+                self.units.0,
+                r.div_ceil(ky)
+            ));
+        }
+        if kx > 1 {
+            notes.push(format!(
+                "{}: {c} → {}, mean of {kx}",
+                self.units.1,
+                c.div_ceil(kx)
+            ));
+        }
+        (!notes.is_empty()).then(|| notes.join("; "))
     }
 
     fn dims(&self) -> (usize, usize) {
@@ -219,8 +321,25 @@ impl Panel {
     }
 }
 
+/// The most pixels any image drawn here has on a side, width or height: a grid that
+/// would be larger is laid out in fewer columns, then its panels are downsampled
+/// ([`Panel::pool`]) until it fits.
+pub const MAX_SIDE: usize = 4000;
+
+/// What a drawing wrote: the image's size and the notes of the panels it downsampled.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Drawn {
+    /// Width in pixels (at most [`MAX_SIDE`]).
+    pub width: u32,
+    /// Height in pixels (at most [`MAX_SIDE`]).
+    pub height: u32,
+    /// Each distinct note of a downsampled panel (`frames: 1500 → 375, mean of 4`);
+    /// empty when every panel is drawn cell for cell.
+    pub notes: Vec<String>,
+}
+
 /// Draw one panel to `path` (.png or .svg).
-pub fn heatmap(panel: &Panel, path: &Path) -> Result<()> {
+pub fn heatmap(panel: &Panel, path: &Path) -> Result<Drawn> {
     heatmap_grid_with(panels_ref(panel), 1, None, path)
 }
 
@@ -230,17 +349,18 @@ fn panels_ref(p: &Panel) -> &[Panel] {
 
 /// Draw several panels side by side in one image (up to 4 per row), e.g. the three
 /// classic masks or one panel per attention head.
-pub fn heatmap_grid(panels: &[Panel], path: &Path) -> Result<()> {
+pub fn heatmap_grid(panels: &[Panel], path: &Path) -> Result<Drawn> {
     heatmap_grid_with(panels, panels.len().clamp(1, 4), None, path)
 }
 
-/// [`heatmap_grid`] with a chosen number of columns and an optional overall title.
+/// [`heatmap_grid`] with a chosen number of columns (at most; fewer where the image
+/// would be wider than [`MAX_SIDE`]) and an optional overall title.
 pub fn heatmap_grid_with(
     panels: &[Panel],
     columns: usize,
     title: Option<&str>,
     path: &Path,
-) -> Result<()> {
+) -> Result<Drawn> {
     if panels.is_empty() {
         return Err(Error::Argument("heatmap grid: no panels to draw".into()));
     }
@@ -248,13 +368,14 @@ pub fn heatmap_grid_with(
         p.check()?;
     }
     register_fonts()?;
-    let columns = columns.clamp(1, panels.len());
+    let title_h = if title.is_some() { 40 } else { 0 };
+    let (panels, columns) = fit(panels, columns.clamp(1, panels.len()), title_h)?;
+    let panels = &panels[..];
     let rows = panels.len().div_ceil(columns);
     let layouts: Vec<Layout> = panels.iter().map(Layout::of).collect();
     let (pw, ph) = layouts
         .iter()
         .fold((0, 0), |(w, h), l| (w.max(l.width), h.max(l.height)));
-    let title_h = if title.is_some() { 40 } else { 0 };
     let size = ((pw * columns) as u32, (ph * rows + title_h) as u32);
     let ext = path
         .extension()
@@ -279,7 +400,82 @@ pub fn heatmap_grid_with(
             )))
         }
     }
-    Ok(())
+    let mut notes: Vec<String> = Vec::new();
+    for n in panels.iter().filter_map(|p| p.note.clone()) {
+        if !notes.contains(&n) {
+            notes.push(n);
+        }
+    }
+    Ok(Drawn {
+        width: size.0,
+        height: size.1,
+        notes,
+    })
+}
+
+/// The grid's panels and columns within [`MAX_SIDE`]: for each number of columns up
+/// to `columns`, the least pooling (k rows × k columns per cell) that fits; the
+/// choice loses the fewest cells, and of equals keeps the most columns. Panels that
+/// fit as they are come back unchanged.
+fn fit(panels: &[Panel], columns: usize, title_h: usize) -> Result<(Vec<Panel>, usize)> {
+    let n = panels.len();
+    let (max_r, max_c) = panels
+        .iter()
+        .map(Panel::dims)
+        .fold((1, 1), |(a, b), (r, c)| (a.max(r), b.max(c)));
+    // The grid's size with every panel pooled by (ky, kx), estimated from the original
+    // labels (pooling keeps a subset of them, so the estimate is an upper bound).
+    let widths: Vec<(usize, usize)> = panels.iter().map(label_widths).collect();
+    let size = |ky: usize, kx: usize| -> (usize, usize) {
+        panels.iter().zip(&widths).fold((0, 0), |(w, h), (p, &lw)| {
+            let (r, c) = p.dims();
+            let note = p.pool_note(ky, kx);
+            let l = Layout::sized(p, r.div_ceil(ky), c.div_ceil(kx), note.as_deref(), lw);
+            (w.max(l.width), h.max(l.height))
+        })
+    };
+    let mut best: Option<(usize, usize, usize, usize)> = None; // (loss, columns, ky, kx)
+    for c in (1..=columns).rev() {
+        let rows = n.div_ceil(c);
+        let max_w = MAX_SIDE / c;
+        let max_h = MAX_SIDE.saturating_sub(title_h) / rows;
+        let (mut ky, mut kx) = (1, 1);
+        let found = loop {
+            let (w, h) = size(ky, kx);
+            if w <= max_w && h <= max_h {
+                break true;
+            }
+            let (grow_x, grow_y) = (w > max_w && kx < max_c, h > max_h && ky < max_r);
+            if !grow_x && !grow_y {
+                break false;
+            }
+            kx += usize::from(grow_x);
+            ky += usize::from(grow_y);
+        };
+        if found && best.is_none_or(|b| ky * kx < b.0) {
+            best = Some((ky * kx, c, ky, kx));
+        }
+    }
+    let Some((_, c, mut ky, mut kx)) = best else {
+        return Err(Error::Argument(format!(
+            "heatmap grid: {n} panels do not fit in {MAX_SIDE} × {MAX_SIDE} pixels; draw fewer at once"
+        )));
+    };
+    // Check the real layouts (the estimate is an upper bound; this loop rarely turns).
+    loop {
+        let pooled: Vec<Panel> = panels.iter().map(|p| p.clone().pool(ky, kx)).collect();
+        let (w, h) = pooled
+            .iter()
+            .map(Layout::of)
+            .fold((0, 0), |(w, h), l| (w.max(l.width), h.max(l.height)));
+        let rows = n.div_ceil(c);
+        let (fits_w, fits_h) = (w * c <= MAX_SIDE, h * rows + title_h <= MAX_SIDE);
+        if (fits_w && fits_h) || (kx >= max_c && ky >= max_r) {
+            return Ok((pooled, c));
+        }
+        kx = (kx + usize::from(!fits_w)).min(max_c);
+        ky = (ky + usize::from(!fits_h)).min(max_r);
+    }
 }
 
 pub(crate) fn register_fonts() -> Result<()> {
@@ -315,26 +511,31 @@ const BAR_W: usize = 16;
 const BAR_GAP: usize = 14;
 const BAR_LABELS: usize = 64;
 const PAD: usize = 14;
+/// Height and font size of the note line under a panel's title.
+const NOTE_H: usize = 18;
+const NOTE_FONT: f64 = 12.0;
+/// Font size of row and column labels.
+const LABEL_FONT: f64 = 13.0;
 
 impl Layout {
     fn of(p: &Panel) -> Layout {
         let (r, c) = p.dims();
-        let cell = (560 / r.max(c)).clamp(4, 64);
-        let font = 13.0;
-        let row_labels = label_texts(&p.row_labels, r);
-        let col_labels = label_texts(&p.col_labels, c);
-        let row_w = row_labels
-            .iter()
-            .map(|s| text_w(s, font))
-            .max()
-            .unwrap_or(0)
-            .min(140);
-        let col_w = col_labels
-            .iter()
-            .map(|s| text_w(s, font))
-            .max()
-            .unwrap_or(0)
-            .min(140);
+        Layout::sized(p, r, c, p.note.as_deref(), label_widths(p))
+    }
+
+    /// The layout of `p` drawn as r × c cells (its own size, or a pooled size) with
+    /// `note` under the title and labels as wide as `(row_w, col_w)` ([`label_widths`];
+    /// a pooled panel keeps a subset of its labels, so measured on the unpooled panel
+    /// they bound the pooled one's).
+    fn sized(
+        p: &Panel,
+        r: usize,
+        c: usize,
+        note: Option<&str>,
+        (row_w, col_w): (usize, usize),
+    ) -> Layout {
+        let cell = (560 / r.max(c).max(1)).clamp(4, 64);
+        let font = LABEL_FONT;
         let rotate_cols = col_w + 4 > cell * label_step(c, cell, font);
         let col_h = if rotate_cols {
             col_w + 6
@@ -344,8 +545,9 @@ impl Layout {
         let y_axis = if p.y_label.is_some() { 26 } else { 0 };
         let x_axis = if p.x_label.is_some() { 20 } else { 0 };
         let left = PAD + y_axis + row_w + 6;
-        let top = PAD + 26;
-        let title_w = text_w(&p.title, 15.0) + 2 * PAD;
+        let top = PAD + 26 + if note.is_some() { NOTE_H } else { 0 };
+        let note_w = note.map_or(0, |n| text_w(n, NOTE_FONT) + 2 * PAD);
+        let title_w = (text_w(&p.title, 15.0) + 2 * PAD).max(note_w);
         let body_w = left + cell * c + BAR_GAP + BAR_W + BAR_LABELS;
         let width = body_w.max(title_w);
         let height = top + cell * r + 6 + col_h + x_axis + PAD;
@@ -360,6 +562,20 @@ impl Layout {
             rotate_cols,
         }
     }
+}
+
+/// The widest row label and the widest column label in pixels (at most 140).
+fn label_widths(p: &Panel) -> (usize, usize) {
+    let (r, c) = p.dims();
+    let widest = |given: &[String], n: usize| {
+        label_texts(given, n)
+            .iter()
+            .map(|s| text_w(s, LABEL_FONT))
+            .max()
+            .unwrap_or(0)
+            .min(140)
+    };
+    (widest(&p.row_labels, r), widest(&p.col_labels, c))
 }
 
 /// The labels to print: the given ones, or indices.
@@ -578,6 +794,19 @@ fn draw_panel<DB: DrawingBackend>(
         bitmap,
         &BLACK,
     )?;
+    if let Some(note) = &p.note {
+        text(
+            root,
+            note,
+            (tx, oy + PAD as i32 + 4 + NOTE_H as i32),
+            NOTE_FONT,
+            HPos::Center,
+            Dir::Right,
+            false,
+            bitmap,
+            &grey,
+        )?;
+    }
 
     // cells
     for (i, row) in p.matrix.iter().enumerate() {
@@ -890,6 +1119,95 @@ mod tests {
             }
             std::fs::remove_file(&path)?;
         }
+        Ok(())
+    }
+
+    #[test]
+    fn pool_takes_means_and_says_so() {
+        let p = Panel::new(
+            "p",
+            vec![
+                vec![1.0, 3.0, 5.0, 7.0, 9.0],
+                vec![3.0, f32::NEG_INFINITY, 7.0, 9.0, 11.0],
+            ],
+        )
+        .labels(
+            vec!["a".into(), "b".into()],
+            vec![
+                "0.0s".into(),
+                String::new(),
+                String::new(),
+                "0.1s".into(),
+                String::new(),
+            ],
+        )
+        .units("tokens", "frames")
+        .pool(1, 2);
+        // Bins of 2 columns (the last of 1); −∞ left out of the mean.
+        assert_eq!(p.matrix, vec![vec![2.0, 6.0, 9.0], vec![3.0, 8.0, 11.0]]);
+        assert_eq!(p.col_labels, vec!["0.0s", "0.1s", ""]);
+        assert_eq!(p.row_labels, vec!["a", "b"]);
+        assert_eq!(p.note.as_deref(), Some("frames: 5 → 3, mean of 2"));
+        let both = Panel::new("q", vec![vec![1.0; 4]; 4]).pool(2, 4);
+        assert_eq!(both.matrix, vec![vec![1.0], vec![1.0]]);
+        assert_eq!(both.row_labels, vec!["0", "2"]);
+        assert_eq!(
+            both.note.as_deref(),
+            Some("rows: 4 → 2, mean of 2; columns: 4 → 1, mean of 4")
+        );
+        let same = Panel::new("r", vec![vec![1.0]]).pool(1, 1);
+        assert_eq!(same.note, None);
+    }
+
+    #[test]
+    fn big_grids_stay_within_max_side() -> TestResult {
+        // Six heads of 1500 × 1500 (Whisper's encoder) and four of 20 × 1500 (its cross).
+        let square: Vec<Panel> = (0..6)
+            .map(|h| {
+                Panel::new(
+                    format!("head {h}"),
+                    (0..1500)
+                        .map(|i| (0..1500).map(|j| ((i + j + h) % 7) as f32).collect())
+                        .collect(),
+                )
+                .units("query frames", "key frames")
+            })
+            .collect();
+        let wide: Vec<Panel> = (0..4)
+            .map(|l| {
+                Panel::new(
+                    format!("layer {l}"),
+                    (0..20)
+                        .map(|i| (0..1500).map(|j| ((i * j) % 5) as f32).collect())
+                        .collect(),
+                )
+                .units("tokens", "frames")
+            })
+            .collect();
+        for (name, panels) in [("square", &square), ("wide", &wide)] {
+            let path = tmp(&format!("{name}.png"));
+            let d = heatmap_grid(panels, &path)?;
+            assert!(
+                d.width as usize <= MAX_SIDE && d.height as usize <= MAX_SIDE,
+                "{name}: {d:?}"
+            );
+            let b = std::fs::read(&path)?;
+            let be = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+            assert_eq!((be(16), be(20)), (d.width, d.height), "{name}");
+            assert_eq!(d.notes.len(), 1, "{name}: {:?}", d.notes);
+            std::fs::remove_file(&path)?;
+            // The note is on the picture.
+            let svg = tmp(&format!("{name}.svg"));
+            let d = heatmap_grid(panels, &svg)?;
+            assert!(std::fs::read_to_string(&svg)?.contains(&d.notes[0]));
+            std::fs::remove_file(&svg)?;
+        }
+        let d = heatmap_grid(&wide, &tmp("wide-notes.svg"))?;
+        assert!(d.notes[0].starts_with("frames: 1500 → "), "{:?}", d.notes);
+        // A small grid is drawn cell for cell, without a note.
+        let small = Panel::new("s", vec![vec![0.5; 12]; 12]);
+        let d = heatmap_grid(&[small.clone(), small], &tmp("small.png"))?;
+        assert!(d.notes.is_empty());
         Ok(())
     }
 
