@@ -53,6 +53,7 @@ pub fn run(args: Args) -> Result<()> {
             drain_secs: 1.0,
             exit_after_secs: args.exit_after,
             api_key: args.api_key,
+            log_name: "lucent explore".into(),
             ..ServeOptions::default()
         },
     )

@@ -71,5 +71,6 @@ pub fn run(args: Args) -> Result<()> {
         prefill_chunk: args.prefill_chunk,
         max_inside_floats: args.max_inside_floats,
         exit_after_secs: args.exit_after,
+        log_name: "lucent serve".into(),
     })
 }
