@@ -99,7 +99,7 @@ PY
 echo "config: 4 layers, d 128, 4 heads, block 64, batch 12, vocab 80; $STEPS timed steps"
 printf "%-8s %12s %12s %8s\n" threads "lucent tok/s" "torch tok/s" ratio
 for t in 1 2; do
-    L=$("$LUCENT" bench train --thread-counts "$t" --steps "$STEPS" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["results"][0]["tok_s"])')
+    L=$("$LUCENT" bench train --threads-list "$t" --steps "$STEPS" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["results"][0]["tok_s"])')
     P=$("$VENV/bin/python" "$PEER" "$STEPS" "$t" | python3 -c 'import json,sys; print(json.load(sys.stdin)["tok_s"])')
     python3 -c "print(f'{$t:<8} {$L:>12.0f} {$P:>12.0f} {$L/$P:>8.2f}')"
 done

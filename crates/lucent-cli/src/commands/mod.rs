@@ -16,6 +16,7 @@ pub mod fetch;
 pub mod generate;
 pub mod mask;
 pub mod memory;
+pub mod numbers;
 pub mod params;
 pub mod pe;
 pub mod serve;
