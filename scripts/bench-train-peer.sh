@@ -8,10 +8,13 @@
 #
 # PyTorch lives in a virtual environment outside the repository
 # ($LUCENT_BENCH_VENV, default ~/.cache/lucent/bench-venv), installed from PyPI with
-# `pip install torch` on first use (set TORCH_INDEX_URL to use another index, e.g. the
-# CPU-only wheels at https://download.pytorch.org/whl/cpu).
+# `pip install torch numpy` on first use (numpy only silences torch's warning that it is
+# missing). PyPI's Linux wheel carries CUDA libraries (a few GB) and runs on the CPU here;
+# set TORCH_INDEX_URL to use another index, e.g. the CPU-only wheels at
+# https://download.pytorch.org/whl/cpu, where that index is reachable.
 #
 # Usage: scripts/bench-train-peer.sh [STEPS]      (default 20 timed steps per thread count)
+# SETUP_ONLY=1 installs PyTorch and builds lucent, then stops before measuring.
 set -euo pipefail
 
 STEPS="${1:-20}"
@@ -22,14 +25,18 @@ if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import torch" 2>/dev/
     echo "installing PyTorch into $VENV (once) ..." >&2
     python3 -m venv "$VENV"
     if [ -n "${TORCH_INDEX_URL:-}" ]; then
-        "$VENV/bin/pip" install -q torch --index-url "$TORCH_INDEX_URL"
+        "$VENV/bin/pip" install -q torch numpy --index-url "$TORCH_INDEX_URL"
     else
-        "$VENV/bin/pip" install -q torch
+        "$VENV/bin/pip" install -q torch numpy
     fi
 fi
 
 cargo build --release -q -p lucent-cli --manifest-path "$ROOT/Cargo.toml"
 LUCENT="$ROOT/target/release/lucent"
+if [ -n "${SETUP_ONLY:-}" ]; then
+    "$VENV/bin/python" -c "import torch; print('set-up done: PyTorch', torch.__version__, 'in $VENV;', '$LUCENT built')" >&2
+    exit 0
+fi
 
 PEER=$(mktemp /tmp/lucent-peer-XXXXXX.py)
 trap 'rm -f "$PEER"' EXIT
@@ -99,7 +106,7 @@ PY
 echo "config: 4 layers, d 128, 4 heads, block 64, batch 12, vocab 80; $STEPS timed steps"
 printf "%-8s %12s %12s %8s\n" threads "lucent tok/s" "torch tok/s" ratio
 for t in 1 2; do
-    L=$("$LUCENT" bench train --thread-counts "$t" --steps "$STEPS" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["results"][0]["tok_s"])')
+    L=$("$LUCENT" bench train --threads-list "$t" --steps "$STEPS" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["results"][0]["tok_s"])')
     P=$("$VENV/bin/python" "$PEER" "$STEPS" "$t" | python3 -c 'import json,sys; print(json.load(sys.stdin)["tok_s"])')
     python3 -c "print(f'{$t:<8} {$L:>12.0f} {$P:>12.0f} {$L/$P:>8.2f}')"
 done

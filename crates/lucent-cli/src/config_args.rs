@@ -1,6 +1,8 @@
 //! The model-configuration flags shared by `params`, `memory` and `shapes` (a preset
 //! and/or single dimensions) and the one-line description of a config.
 
+use crate::commands::numbers::at_least;
+use crate::show::count;
 use lucent::model::presets::{resolve, ConfigOverrides};
 use lucent::model::{ModelConfig, ModelKind};
 use lucent::Result;
@@ -14,34 +16,34 @@ pub struct ConfigArgs {
     #[arg(long, short = 'p', value_name = "NAME")]
     pub preset: Option<String>,
     /// Model width d [default: the preset's, else GPT-2's].
-    #[arg(long, value_name = "D")]
+    #[arg(long, value_name = "D", value_parser = at_least::<0, usize>)]
     pub d_model: Option<usize>,
     /// Query heads h (d_k becomes d_model / heads) [default: the preset's, else GPT-2's].
-    #[arg(long, value_name = "H")]
+    #[arg(long, value_name = "H", value_parser = at_least::<0, usize>)]
     pub heads: Option<usize>,
     /// Key/value heads (1: multi-query; between 1 and heads: grouped-query) [default: the preset's, else GPT-2's].
-    #[arg(long, value_name = "H_KV")]
+    #[arg(long, value_name = "H_KV", value_parser = at_least::<0, usize>)]
     pub kv_heads: Option<usize>,
     /// Features per head d_k, when it is not d_model / heads (Gemma 3: 256) [default: the preset's, else GPT-2's].
-    #[arg(long, value_name = "D_K")]
+    #[arg(long, value_name = "D_K", value_parser = at_least::<0, usize>)]
     pub head_dim: Option<usize>,
     /// Feed-forward hidden width [default: the preset's, else GPT-2's].
-    #[arg(long, value_name = "D_FF")]
+    #[arg(long, value_name = "D_FF", value_parser = at_least::<0, usize>)]
     pub d_ff: Option<usize>,
     /// Layers of every stack [default: the preset's, else GPT-2's].
-    #[arg(long, short = 'n', value_name = "N")]
+    #[arg(long, short = 'n', value_name = "N", value_parser = at_least::<0, usize>)]
     pub layers: Option<usize>,
     /// Encoder layers (encoder or encoder-decoder configs) [default: the preset's, else GPT-2's].
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = at_least::<0, usize>)]
     pub encoder_layers: Option<usize>,
     /// Decoder layers (decoder or encoder-decoder configs) [default: the preset's, else GPT-2's].
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = at_least::<0, usize>)]
     pub decoder_layers: Option<usize>,
     /// Vocabulary size V [default: the preset's, else GPT-2's].
-    #[arg(long, value_name = "V")]
+    #[arg(long, value_name = "V", value_parser = at_least::<0, usize>)]
     pub vocab: Option<usize>,
     /// Longest sequence (size of a learned position table) [default: the preset's, else GPT-2's].
-    #[arg(long, value_name = "T")]
+    #[arg(long, value_name = "T", value_parser = at_least::<0, usize>)]
     pub max_len: Option<usize>,
 }
 
@@ -74,8 +76,8 @@ impl ConfigArgs {
 /// One line describing a config's dimensions.
 pub fn describe(cfg: &ModelConfig) -> String {
     let kind = match cfg.kind {
-        ModelKind::Encoder => format!("encoder, {} layers", cfg.encoder_layers),
-        ModelKind::Decoder => format!("decoder, {} layers", cfg.decoder_layers),
+        ModelKind::Encoder => format!("encoder, {}", count(cfg.encoder_layers, "layer", "layers")),
+        ModelKind::Decoder => format!("decoder, {}", count(cfg.decoder_layers, "layer", "layers")),
         ModelKind::EncoderDecoder => format!(
             "encoder-decoder, {} + {} layers",
             cfg.encoder_layers, cfg.decoder_layers
@@ -84,10 +86,14 @@ pub fn describe(cfg: &ModelConfig) -> String {
     let kv = if cfg.n_kv_heads == cfg.n_heads {
         String::new()
     } else {
-        format!(" / {} kv heads", cfg.n_kv_heads)
+        format!(" / {}", count(cfg.n_kv_heads, "kv head", "kv heads"))
     };
     format!(
-        "{kind}, d {}, {} heads{kv} × d_k {}, d_ff {}, V {}",
-        cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.d_ff, cfg.vocab_size
+        "{kind}, d {}, {}{kv} × d_k {}, d_ff {}, V {}",
+        cfg.d_model,
+        count(cfg.n_heads, "head", "heads"),
+        cfg.head_dim,
+        cfg.d_ff,
+        cfg.vocab_size
     )
 }

@@ -74,3 +74,20 @@ pub fn json_matrix(m: &[Vec<f32>]) -> serde_json::Value {
             .collect(),
     )
 }
+
+/// `n` and the noun that goes with it: `1 text`, `2 texts` (`many` is the plural spelled
+/// out, for nouns that do not just take an `s`).
+pub fn count<N: std::fmt::Display + PartialEq + From<u8>>(n: N, one: &str, many: &str) -> String {
+    let noun = if n == N::from(1) { one } else { many };
+    format!("{n} {noun}")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn count_agrees_with_its_number() {
+        assert_eq!(super::count(1, "text", "texts"), "1 text");
+        assert_eq!(super::count(0, "text", "texts"), "0 texts");
+        assert_eq!(super::count(2, "head", "heads"), "2 heads");
+    }
+}

@@ -13,9 +13,14 @@
 //! sliders change the distribution exactly as the sampler would (the page's numbers
 //! against the server's `lucent::pipeline::generate::distribution`), the exported
 //! standalone HTML opened from file:// with the network off shows the same numbers,
-//! every view is photographed into `docs/img/explorer-*.png`, and the time from the
-//! request to the first heatmap on a 1,000-token text is measured and printed (not
-//! asserted: timings belong in BENCHMARKS.md).
+//! every view is photographed into `explorer-screenshots/explorer-*.png` under the cargo
+//! target directory (`CARGO_TARGET_DIR` when set), and the time from the request to the
+//! first heatmap on a 1,000-token text is measured and printed (not asserted: timings
+//! belong in BENCHMARKS.md).
+//!
+//! The test leaves the clone as it found it. The screenshots in `docs/img/` are
+//! refreshed only on request: `LUCENT_REFRESH_DOCS_IMG=1 cargo test --release -p
+//! lucent-cli --test explorer` also copies each one there (see docs/explorer.md).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -304,13 +309,29 @@ fn wait_for(tab: &Tab, js: &str, what: &str) {
     }
 }
 
+/// Where the screenshots go: `explorer-screenshots/` in the cargo target directory (the
+/// parent of `CARGO_TARGET_TMPDIR`, so `CARGO_TARGET_DIR` is respected), never the clone.
+fn screenshot_dir() -> PathBuf {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    tmp.parent().unwrap_or(tmp).join("explorer-screenshots")
+}
+
+/// Photograph the tab into `explorer-NAME.png` in [`screenshot_dir`]; with
+/// `LUCENT_REFRESH_DOCS_IMG=1`, also into the tracked `docs/img/` (the documented way to
+/// refresh the pictures in docs/explorer.md).
 fn screenshot(tab: &Tab, name: &str) {
     let png = tab
         .capture_screenshot(CaptureScreenshotFormatOption::Png, None, None, true)
         .unwrap();
-    let dir = root().join("docs/img");
+    let file = format!("explorer-{name}.png");
+    let dir = screenshot_dir();
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join(format!("explorer-{name}.png")), png).unwrap();
+    std::fs::write(dir.join(&file), &png).unwrap();
+    if std::env::var_os("LUCENT_REFRESH_DOCS_IMG").is_some_and(|v| v == "1") {
+        let docs = root().join("docs/img");
+        std::fs::create_dir_all(&docs).unwrap();
+        std::fs::write(docs.join(&file), &png).unwrap();
+    }
 }
 
 #[test]

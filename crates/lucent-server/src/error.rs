@@ -118,8 +118,16 @@ impl ApiError {
                 StatusCode::TOO_MANY_REQUESTS,
                 "rate_limit_error",
                 format!(
-                    "'{model}' is busy: all {slots} slots are generating and {queue} requests already wait \
-                     (lucent serve --parallel, --max-queue); retry after {retry_after} s"
+                    "'{model}' is busy: {} generating and {} \
+                     (lucent serve --parallel, --max-queue); retry after {retry_after} s",
+                    match slots {
+                        1 => "its one slot is".to_string(),
+                        n => format!("all {n} slots are"),
+                    },
+                    match queue {
+                        1 => "1 request already waits".to_string(),
+                        n => format!("{n} requests already wait"),
+                    },
                 ),
             )
             .with_code("rate_limit_exceeded")

@@ -1344,10 +1344,13 @@ fn token_index(q: &HashMap<String, String>, t: usize) -> Result<usize, ApiError>
     match num::<usize>(q, "token")? {
         Some(i) if i >= t => Err(ApiError::invalid_param(
             "token",
-            format!(
-                "token {i} does not exist: the text has {t} tokens (0..{})",
-                t - 1
-            ),
+            match t {
+                1 => format!("token {i} does not exist: the text has 1 token (0)"),
+                _ => format!(
+                    "token {i} does not exist: the text has {t} tokens (0..{})",
+                    t.saturating_sub(1)
+                ),
+            },
         )),
         Some(i) => Ok(i),
         None => Ok(t - 1),

@@ -90,6 +90,9 @@ pub struct ServeOptions {
     /// Stop by itself after this many seconds (draining as at SIGTERM); None: run until
     /// told to stop.
     pub exit_after_secs: Option<f64>,
+    /// What the server's log lines on stderr start with: the command the user ran
+    /// (`lucent serve`, or `lucent explore` when the explorer starts this server).
+    pub log_name: String,
 }
 
 impl Default for ServeOptions {
@@ -109,6 +112,7 @@ impl Default for ServeOptions {
             prefill_chunk: 64,
             max_inside_floats: 4_000_000,
             exit_after_secs: None,
+            log_name: "lucent serve".into(),
         }
     }
 }
@@ -338,7 +342,11 @@ pub fn load_models(opts: &ServeOptions, metrics: &Metrics) -> lucent::Result<Vec
                 Served::Decoder(Engine::start(&name, tm, config, metrics.model(&name))?)
             }
         };
-        eprintln!("lucent serve: {name} ready ({})", model.path().display());
+        eprintln!(
+            "{}: {name} ready ({})",
+            opts.log_name,
+            model.path().display()
+        );
         out.push(ServedModel {
             name,
             served,
@@ -396,7 +404,8 @@ pub async fn run_on(listener: tokio::net::TcpListener, opts: ServeOptions) -> lu
         .local_addr()
         .map_err(|e| lucent::Error::Argument(format!("cannot read the address bound: {e}")))?;
     eprintln!(
-        "lucent serve: listening on http://{addr} (pid {}); loading {} …",
+        "{}: listening on http://{addr} (pid {}); loading {} …",
+        opts.log_name,
         std::process::id(),
         opts.models.join(", ")
     );
@@ -410,7 +419,7 @@ pub async fn run_on(listener: tokio::net::TcpListener, opts: ServeOptions) -> lu
             Ok(models) => {
                 let _ = state.models.set(models);
                 state.metrics.ready.set(1);
-                eprintln!("lucent serve: ready on http://{addr}");
+                eprintln!("{}: ready on http://{addr}", state.opts.log_name);
             }
             Err(e) => {
                 *state.load_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
@@ -437,8 +446,8 @@ pub async fn run_on(listener: tokio::net::TcpListener, opts: ServeOptions) -> lu
                 _ = stop.notified() => {}
             }
             eprintln!(
-                "lucent serve: draining (up to {} s for the requests in flight) …",
-                state.opts.drain_secs
+                "{}: draining (up to {} s for the requests in flight) …",
+                state.opts.log_name, state.opts.drain_secs
             );
             state.draining.store(true, Ordering::Relaxed);
             state.metrics.draining.set(1);
@@ -453,7 +462,7 @@ pub async fn run_on(listener: tokio::net::TcpListener, opts: ServeOptions) -> lu
     };
     tokio::select! {
         r = server => r.map_err(|e| lucent::Error::Argument(format!("the server failed: {e}")))?,
-        _ = deadline => eprintln!("lucent serve: the drain deadline passed; ending the requests still running"),
+        _ = deadline => eprintln!("{}: the drain deadline passed; ending the requests still running", state.opts.log_name),
     }
     if let Some(models) = state.models.get() {
         for m in models {
@@ -469,10 +478,11 @@ pub async fn run_on(listener: tokio::net::TcpListener, opts: ServeOptions) -> lu
         .take()
     {
         return Err(lucent::Error::Argument(format!(
-            "lucent serve could not load its models: {e}"
+            "{} could not load its models: {e}",
+            state.opts.log_name
         )));
     }
-    eprintln!("lucent serve: stopped");
+    eprintln!("{}: stopped", state.opts.log_name);
     Ok(())
 }
 

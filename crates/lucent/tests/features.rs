@@ -2,10 +2,19 @@
 //! default feature and with each feature alone (`fetch`, `viz`, `train`,
 //! `chat-templates`), so a user who writes `default-features = false` gets a lean library
 //! that compiles. The checks run `cargo check` on this very crate into a target folder of
-//! their own (`target/features-check`), so they never wait on the suite's build lock.
+//! their own (`features-check/` inside the active target directory: `CARGO_TARGET_DIR`
+//! when set, else the workspace's `target/`), so they never wait on the suite's build lock
+//! and never write into the clone.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+
+/// `features-check/` in the target directory this test was built into (the parent of
+/// `CARGO_TARGET_TMPDIR`, which cargo places inside `CARGO_TARGET_DIR` when that is set).
+fn check_dir() -> PathBuf {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    tmp.parent().unwrap_or(tmp).join("features-check")
+}
 
 /// `cargo check -p lucent --no-default-features [--features F]`, warnings denied.
 fn check(features: Option<&str>) {
@@ -21,7 +30,7 @@ fn check(features: Option<&str>) {
             "--lib",
             "--no-default-features",
         ])
-        .env("CARGO_TARGET_DIR", root.join("target/features-check"))
+        .env("CARGO_TARGET_DIR", check_dir())
         .env("RUSTFLAGS", "-D warnings");
     if let Some(f) = features {
         cmd.args(["--features", f]);

@@ -11,6 +11,8 @@
 
 use std::time::Duration;
 
+use crate::commands::numbers::at_least;
+use crate::show::count;
 use lucent::Result;
 
 /// Arguments of `lucent bench`.
@@ -40,12 +42,13 @@ enum Target {
 
 /// Options of `lucent bench kernels`.
 #[derive(clap::Args)]
+#[command(allow_negative_numbers = true)]
 struct KernelArgs {
     /// Runs per kernel; the median is reported.
-    #[arg(long, default_value_t = 15)]
+    #[arg(long, default_value_t = 15, value_parser = at_least::<0, usize>)]
     runs: usize,
     /// Least time of one run, in milliseconds (calls are repeated to fill it).
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = at_least::<0, u64>)]
     min_ms: u64,
     /// Only kernels whose name contains this text (e.g. `matmul`) [default: all].
     #[arg(long)]
@@ -102,8 +105,9 @@ fn kernels(a: KernelArgs) -> Result<()> {
         return Ok(());
     }
     println!(
-        "lucent kernels, {threads} thread(s); median of {} runs of ≥ {} ms each\n",
-        a.runs, a.min_ms
+        "lucent kernels, {threads} thread(s); median of {} of ≥ {} ms each\n",
+        count(a.runs, "run", "runs"),
+        a.min_ms
     );
     println!(
         "{:<22} {:>10} {:>17} {:>17}  {:>10} {:>7}  shape",

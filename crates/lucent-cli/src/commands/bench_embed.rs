@@ -11,29 +11,32 @@ use std::time::Instant;
 
 use lucent::{Error, Result};
 
+use crate::commands::numbers::at_least;
 use crate::loader::embedder as load_embedder;
+use crate::show::count;
 
 /// The benchmark's 256 sentences, one per line.
 pub const SENTENCES: &str = include_str!("../../../../benches/sentences.txt");
 
 /// Arguments of `lucent bench embed`.
 #[derive(clap::Args)]
+#[command(allow_negative_numbers = true)]
 #[command(after_help = "Example: lucent bench embed --threads-list 1,2 --runs 5")]
 pub struct EmbedBenchArgs {
     /// A model name (see `lucent models`) or a local folder in Hugging Face layout.
     #[arg(long, short = 'm', default_value = "minilm")]
     pub model: String,
     /// Thread counts to measure, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    #[arg(long, value_delimiter = ',', default_value = "1,2", value_parser = at_least::<1, usize>)]
     pub threads_list: Vec<usize>,
     /// Sentences per forward pass.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = at_least::<1, usize>)]
     pub batch: usize,
     /// Timed passes per thread count (the median is reported).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = at_least::<1, usize>)]
     pub runs: usize,
     /// Single sentences timed for the latency figure.
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = 50, value_parser = at_least::<0, usize>)]
     pub latency_samples: usize,
     /// Print JSON.
     #[arg(long)]
@@ -105,11 +108,11 @@ pub fn run(args: EmbedBenchArgs) -> Result<()> {
         return Ok(());
     }
     println!(
-        "\n{} on {} sentences, batch {}, median of {} runs",
+        "\n{} on {} sentences, batch {}, median of {}",
         embedder.name(),
         sentences.len(),
         args.batch,
-        args.runs
+        count(args.runs, "run", "runs")
     );
     println!(
         "{:>8} {:>12} {:>14} {:>12}",

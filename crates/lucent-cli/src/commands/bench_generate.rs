@@ -19,6 +19,7 @@ use std::time::Instant;
 use lucent::pipeline::generate::argmax;
 use lucent::{Error, Result};
 
+use crate::commands::numbers::at_least;
 use crate::loader;
 
 /// The benchmark prompt (repeated as needed, then cut to the asked number of tokens).
@@ -31,6 +32,7 @@ than any courier. ";
 
 /// Arguments of `lucent bench generate`.
 #[derive(clap::Args)]
+#[command(allow_negative_numbers = true)]
 #[command(
     after_help = "Examples:\n  lucent bench generate -m smollm2 --threads-list 1,2\n  lucent bench generate -m smollm2 --threads-list 2 --batch-list 4,16 --gen-tokens 64 --json"
 )]
@@ -39,20 +41,20 @@ pub struct GenerateBenchArgs {
     #[arg(long, short = 'm', default_value = "smollm2")]
     pub model: String,
     /// Prompt length in tokens.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = at_least::<1, usize>)]
     pub prompt_tokens: usize,
     /// Tokens to decode.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = at_least::<0, usize>)]
     pub gen_tokens: usize,
     /// Thread counts to measure.
-    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    #[arg(long, value_delimiter = ',', default_value = "1,2", value_parser = at_least::<1, usize>)]
     pub threads_list: Vec<usize>,
     /// Batch sizes of the batched decode step to measure, comma-separated (B streams at
     /// once, as `lucent serve` runs them); default: none.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = at_least::<1, usize>)]
     pub batch_list: Vec<usize>,
     /// Runs per measurement (the median is reported).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = at_least::<1, usize>)]
     pub repeats: usize,
     /// Print the prompt's token ids (comma-separated) and exit.
     #[arg(long)]

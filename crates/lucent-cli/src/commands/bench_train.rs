@@ -8,6 +8,8 @@
 
 use std::time::Instant;
 
+use crate::commands::numbers::at_least;
+use crate::show::count;
 use lucent::model::DecoderModel;
 use lucent::train::models::{new_gpt, Dims};
 use lucent::train::optim::{clip_grad_norm, AdamW, DecayRule};
@@ -18,30 +20,39 @@ use rand::{Rng, SeedableRng};
 
 /// Arguments of `lucent bench train`.
 #[derive(clap::Args)]
+#[command(allow_negative_numbers = true)]
 pub struct Args {
-    /// Thread counts to measure.
-    #[arg(long = "thread-counts", value_delimiter = ',', default_value = "1,2")]
-    thread_counts: Vec<usize>,
+    // `--thread-counts`, this flag's name before it was spelled as the other benches
+    // spell it, still works (a hidden alias) so that old commands keep running.
+    /// Thread counts to measure, comma-separated.
+    #[arg(
+        long = "threads-list",
+        alias = "thread-counts",
+        value_delimiter = ',',
+        default_value = "1,2",
+        value_parser = at_least::<1, usize>
+    )]
+    threads_list: Vec<usize>,
     /// Timed steps per thread count (after 3 warm-up steps).
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, value_parser = at_least::<1, usize>)]
     steps: usize,
     /// Layers.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = at_least::<1, usize>)]
     layers: usize,
     /// Model width.
-    #[arg(long = "d-model", default_value_t = 128)]
+    #[arg(long = "d-model", default_value_t = 128, value_parser = at_least::<1, usize>)]
     d_model: usize,
     /// Heads.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = at_least::<1, usize>)]
     heads: usize,
     /// Context length.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = at_least::<1, usize>)]
     block: usize,
     /// Batch size.
-    #[arg(long, default_value_t = 12)]
+    #[arg(long, default_value_t = 12, value_parser = at_least::<1, usize>)]
     batch: usize,
     /// Vocabulary size.
-    #[arg(long, default_value_t = 80)]
+    #[arg(long, default_value_t = 80, value_parser = at_least::<1, usize>)]
     vocab: usize,
     /// Print JSON.
     #[arg(long)]
@@ -94,12 +105,16 @@ fn measure(a: &Args, threads: usize) -> Result<(f64, usize)> {
 /// Run `lucent bench train`.
 pub fn run(args: Args) -> Result<()> {
     let mut rows = Vec::new();
-    for &t in &args.thread_counts {
+    for &t in &args.threads_list {
         let (tok_s, params) = measure(&args, t.max(1))?;
         if !args.json {
             println!(
-                "lucent train  threads {t}  {tok_s:>8.0} tok/s  ({params} parameters, {} layers, d {}, {} heads, block {}, batch {})",
-                args.layers, args.d_model, args.heads, args.block, args.batch
+                "lucent train  threads {t}  {tok_s:>8.0} tok/s  ({params} parameters, {}, d {}, {}, block {}, batch {})",
+                count(args.layers, "layer", "layers"),
+                args.d_model,
+                count(args.heads, "head", "heads"),
+                args.block,
+                args.batch
             );
         }
         rows.push(serde_json::json!({"threads": t, "tok_s": tok_s, "parameters": params}));

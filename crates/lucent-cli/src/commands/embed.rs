@@ -8,6 +8,8 @@
 use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
 
+use crate::commands::numbers::at_least;
+use crate::show::count;
 use indicatif::{ProgressBar, ProgressStyle};
 use lucent::io::npy::NpyWriter;
 use lucent::pipeline::embed::{analogy, cosine, parse_terms, Embedder, DEFAULT_BATCH};
@@ -22,6 +24,7 @@ pub fn load_embedder(spec: &str) -> Result<std::sync::Arc<Embedder>> {
 
 /// Arguments of `lucent embed`.
 #[derive(clap::Args)]
+#[command(allow_negative_numbers = true)]
 #[command(
     after_help = "Examples:\n  lucent embed \"The cat sat on the mat.\" \"A dog slept on the rug.\"\n  lucent embed --file sentences.txt --json > vectors.json\n  lucent embed --file sentences.txt --out vectors.npy\n  lucent embed --file sentences.txt --out vectors.jsonl\n  echo hello | lucent embed --file -"
 )]
@@ -35,7 +38,7 @@ pub struct EmbedArgs {
     #[arg(long, value_name = "F")]
     file: Option<String>,
     /// Texts per forward pass.
-    #[arg(long, default_value_t = DEFAULT_BATCH)]
+    #[arg(long, default_value_t = DEFAULT_BATCH, value_parser = at_least::<0, usize>)]
     batch: usize,
     /// Print `{"model", "dim", "embeddings"}` as JSON (with --out: a summary).
     #[arg(long)]
@@ -112,9 +115,9 @@ pub fn run_embed(args: EmbedArgs) -> Result<()> {
     }
     let c = embedder.config();
     println!(
-        "{}: {} texts → {}-d vectors ({} pooling{}, max {} tokens)\n",
+        "{}: {} → {}-d vectors ({} pooling{}, max {} tokens)\n",
         embedder.name(),
-        vecs.len(),
+        count(vecs.len(), "text", "texts"),
         embedder.dim(),
         c.pooling.name(),
         if c.normalize { ", L2-normalised" } else { "" },
@@ -201,7 +204,7 @@ fn embed_to_file(args: &EmbedArgs, out: &Path) -> Result<()> {
             }
             done += chunk.texts.len() as u64;
             bar.set_position(chunk.bytes_read);
-            bar.set_message(format!("{done} texts"));
+            bar.set_message(count(done, "text", "texts"));
             Ok(())
         },
     )?;
@@ -230,8 +233,9 @@ fn embed_to_file(args: &EmbedArgs, out: &Path) -> Result<()> {
         println!("{v}");
     } else {
         println!(
-            "{}: {n} texts → {}-d vectors in {} ({secs:.1} s, {:.0} texts/s)",
+            "{}: {} → {}-d vectors in {} ({secs:.1} s, {:.0} texts/s)",
             embedder.name(),
+            count(n, "text", "texts"),
             embedder.dim(),
             out.display(),
             n as f64 / secs.max(1e-9)
@@ -242,6 +246,7 @@ fn embed_to_file(args: &EmbedArgs, out: &Path) -> Result<()> {
 
 /// Arguments of `lucent similarity`.
 #[derive(clap::Args)]
+#[command(allow_negative_numbers = true)]
 #[command(
     after_help = "Example:\n  lucent similarity king queen man woman \"The cat sat on the mat.\""
 )]
@@ -318,6 +323,7 @@ const DEFAULT_CANDIDATES: &str =
 
 /// Arguments of `lucent analogy`.
 #[derive(clap::Args)]
+#[command(allow_negative_numbers = true)]
 #[command(
     after_help = "Examples:\n  lucent analogy king - man + woman\n  lucent analogy paris - france + germany --candidates berlin,munich,london,rome"
 )]
@@ -332,7 +338,7 @@ pub struct AnalogyArgs {
     #[arg(long, short = 'm', default_value = "minilm")]
     model: String,
     /// How many candidates to show.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = at_least::<0, usize>)]
     top: usize,
     /// Print JSON.
     #[arg(long)]

@@ -11,7 +11,8 @@ use lucent::nn::mask::{bidirectional_mask, causal_mask, prefix_lm_mask, Mask};
 use lucent::viz::{heatmap, heatmap_grid, Panel};
 use lucent::{Error, Result};
 
-use crate::show::labels;
+use crate::commands::numbers::at_least;
+use crate::show::{count, labels};
 
 /// Which mask to show.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -26,6 +27,7 @@ pub enum Kind {
 
 /// Arguments of `lucent mask`.
 #[derive(clap::Args)]
+#[command(allow_negative_numbers = true)]
 #[command(after_help = "\
 Examples:
   lucent mask --kind causal --len 5
@@ -38,10 +40,10 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "causal")]
     kind: Kind,
     /// Sequence length (default: the number of --tokens).
-    #[arg(long, short = 'n', value_name = "N")]
+    #[arg(long, short = 'n', value_name = "N", value_parser = at_least::<0, usize>)]
     len: Option<usize>,
     /// Length of the bidirectional prefix for --kind prefix (default: half the length, rounded up).
-    #[arg(long, value_name = "P")]
+    #[arg(long, value_name = "P", value_parser = at_least::<0, usize>)]
     prefix: Option<usize>,
     /// Words to label the positions with, e.g. "The cat sat" (split on spaces) [default:
     /// none: positions are numbered].
@@ -85,7 +87,8 @@ pub fn run(args: Args) -> Result<()> {
         (Some(n), 0) => n,
         (Some(n), k) if n != k => {
             return Err(Error::Argument(format!(
-                "--len {n} but --tokens has {k} words; give one of them, or make them agree"
+                "--len {n} but --tokens has {}; give one of them, or make them agree",
+                count(k, "word", "words")
             )))
         }
         (Some(n), _) => n,
@@ -162,8 +165,9 @@ pub fn run(args: Args) -> Result<()> {
         + 1;
     for (&k, m) in kinds.iter().zip(&masks) {
         println!(
-            "{} mask, {len} positions  (✓ = may attend, · = hidden)\n",
-            title(k, prefix)
+            "{} mask, {}  (✓ = may attend, · = hidden)\n",
+            title(k, prefix),
+            count(len, "position", "positions")
         );
         print!("  {:w$}", "");
         for n in &names {

@@ -8,6 +8,7 @@ use lucent::model::memory::{human_bytes, thousands, MemoryEstimate};
 use lucent::model::ModelKind;
 use lucent::{Dtype, Result};
 
+use crate::commands::numbers::at_least;
 use crate::config_args::{describe, ConfigArgs};
 
 /// Element type for the estimate.
@@ -33,6 +34,7 @@ impl From<DtypeArg> for Dtype {
 
 /// Arguments of `lucent memory`.
 #[derive(clap::Args)]
+#[command(allow_negative_numbers = true)]
 #[command(
     after_help = "Examples:\n  lucent memory --preset gpt2 --seq 2048\n  lucent memory --preset smollm2 --seq 8192 --batch 4 --dtype bf16"
 )]
@@ -40,10 +42,10 @@ pub struct Args {
     #[command(flatten)]
     config: ConfigArgs,
     /// Sequence length T (tokens per sequence).
-    #[arg(long, short = 't', value_name = "T")]
+    #[arg(long, short = 't', value_name = "T", value_parser = at_least::<0, usize>)]
     seq: usize,
     /// Batch size b.
-    #[arg(long, short = 'b', default_value_t = 1)]
+    #[arg(long, short = 'b', default_value_t = 1, value_parser = at_least::<0, usize>)]
     batch: usize,
     /// Element type of weights, cache and scores.
     #[arg(long, value_enum, default_value = "f32")]

@@ -17,6 +17,7 @@ pub mod fetch;
 pub mod generate;
 pub mod mask;
 pub mod memory;
+pub mod numbers;
 pub mod params;
 pub mod pe;
 pub mod serve;

@@ -16,6 +16,7 @@ use crate::config_args::{describe, ConfigArgs};
 
 /// Arguments of `lucent params`.
 #[derive(clap::Args)]
+#[command(allow_negative_numbers = true)]
 #[command(
     after_help = "Examples:\n  lucent params --preset bert-base\n  lucent params --d-model 768 --heads 12 --d-ff 3072\n  lucent params --preset smollm2 --layers 12 --json\n  lucent params --list"
 )]

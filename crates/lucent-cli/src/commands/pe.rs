@@ -8,12 +8,15 @@
 
 use std::path::PathBuf;
 
+use crate::commands::numbers::at_least;
+use crate::show::count;
 use lucent::nn::position::SinusoidalEncoding;
 use lucent::viz::{heatmap, ColorMap, Panel};
 use lucent::{Error, Result};
 
 /// Arguments of `lucent pe`.
 #[derive(clap::Args)]
+#[command(allow_negative_numbers = true)]
 #[command(after_help = "\
 Examples:
   lucent pe --len 10 --dim 8                     the whole table (the guides' 10 × 8)
@@ -24,10 +27,22 @@ The heatmap puts position on x and dimension on y: the first dimensions change f
 (short wavelengths), the last ones slowly (wavelengths up to 10000·2π).")]
 pub struct Args {
     /// Number of positions (rows of the table).
-    #[arg(long, short = 'n', default_value = "10", value_name = "N")]
+    #[arg(
+        long,
+        short = 'n',
+        default_value = "10",
+        value_name = "N",
+        value_parser = at_least::<1, usize>
+    )]
     len: usize,
     /// Model width d (columns of the table).
-    #[arg(long, short = 'd', default_value = "8", value_name = "D")]
+    #[arg(
+        long,
+        short = 'd',
+        default_value = "8",
+        value_name = "D",
+        value_parser = at_least::<1, usize>
+    )]
     dim: usize,
     /// Draw the table as a heatmap to this file (.png or .svg).
     #[arg(long, value_name = "FILE")]
@@ -75,8 +90,9 @@ pub fn run(args: Args) -> Result<()> {
             .collect();
         let panel = Panel::new(
             format!(
-                "sinusoidal position encoding, {} positions × d = {}",
-                args.len, args.dim
+                "sinusoidal position encoding, {} × d = {}",
+                count(args.len, "position", "positions"),
+                args.dim
             ),
             m,
         )
@@ -99,8 +115,9 @@ pub fn run(args: Args) -> Result<()> {
     }
 
     println!(
-        "Sinusoidal position encoding, {} positions × d = {}",
-        args.len, args.dim
+        "Sinusoidal position encoding, {} × d = {}",
+        count(args.len, "position", "positions"),
+        args.dim
     );
     println!("PE(pos, 2i) = sin(pos / 10000^(2i/d)),  PE(pos, 2i+1) = cos(pos / 10000^(2i/d))\n");
     let show_cols: Vec<usize> = if args.dim <= 10 {

@@ -1,10 +1,12 @@
 //! `lucent serve`: the OpenAI-compatible server (`lucent-server`), with its flags.
 
+use crate::commands::numbers::{at_least, non_negative};
 use lucent::Result;
 use lucent_server::ServeOptions;
 
 /// Arguments of `lucent serve`.
 #[derive(clap::Args)]
+#[command(allow_negative_numbers = true)]
 #[command(
     after_help = "Run `lucent serve -m smollm2 -m minilm --parallel 8` and talk to it with any OpenAI client:\n  curl http://127.0.0.1:8080/v1/chat/completions -d '{\"model\": \"smollm2\", \"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}'\n\nRoutes: POST /v1/chat/completions, /v1/completions, /v1/embeddings, /tokenize, /detokenize; GET /v1/models, /health, /metrics. See docs/serving.md.\n\nExamples:\n  lucent serve -m smollm2 -m minilm --port 0 --exit-after 3   # any free port; drains and stops after 3 s"
 )]
@@ -16,41 +18,41 @@ pub struct Args {
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
     /// Port (0: any free port; the address is printed).
-    #[arg(long, default_value_t = 8080)]
+    #[arg(long, default_value_t = 8080, value_parser = at_least::<0, u16>)]
     pub port: u16,
     /// Require `Authorization: Bearer KEY` on every route but /health and /metrics [default: none, no key].
     #[arg(long, value_name = "KEY")]
     pub api_key: Option<String>,
     /// Slots per decoder model: requests generated at once (batched into one step).
-    #[arg(long, short = 'p', default_value_t = 4)]
+    #[arg(long, short = 'p', default_value_t = 4, value_parser = at_least::<0, usize>)]
     pub parallel: usize,
     /// KV-cache positions per slot (prompt and answer); 0: the model's context, at most 4096.
-    #[arg(long, short = 'c', default_value_t = 0)]
+    #[arg(long, short = 'c', default_value_t = 0, value_parser = at_least::<0, usize>)]
     pub ctx_size: usize,
     /// Requests that may wait for a slot (per model) before the server answers 429.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = at_least::<0, usize>)]
     pub max_queue: usize,
     /// Allow this browser origin (repeatable; `*` for any) [default: none, no CORS headers].
     #[arg(long, value_name = "ORIGIN")]
     pub cors: Vec<String>,
     /// Largest request body in bytes (413 above).
-    #[arg(long, default_value_t = 2 << 20)]
+    #[arg(long, default_value_t = 2 << 20, value_parser = at_least::<0, usize>)]
     pub max_body: usize,
     /// Seconds one request may take, waiting included (504 after).
-    #[arg(long, default_value_t = 600.0)]
+    #[arg(long, default_value_t = 600.0, value_parser = non_negative)]
     pub timeout: f64,
     /// Seconds SIGTERM waits for the requests in flight before exiting.
-    #[arg(long, default_value_t = 30.0)]
+    #[arg(long, default_value_t = 30.0, value_parser = non_negative)]
     pub drain: f64,
     /// About this many prompt tokens per prefill piece (others' decode steps wait at most one
     /// piece; larger: a lone long prompt reads a little faster, streams stall longer).
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = at_least::<0, usize>)]
     pub prefill_chunk: usize,
     /// Most numbers one request's "lucent" inside view may return.
-    #[arg(long, default_value_t = 4_000_000)]
+    #[arg(long, default_value_t = 4_000_000, value_parser = at_least::<0, u64>)]
     pub max_inside_floats: u64,
     /// Stop by itself after this many seconds, draining as at SIGTERM [default: none, run until stopped].
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", value_parser = non_negative)]
     pub exit_after: Option<f64>,
 }
 
@@ -71,5 +73,6 @@ pub fn run(args: Args) -> Result<()> {
         prefill_chunk: args.prefill_chunk,
         max_inside_floats: args.max_inside_floats,
         exit_after_secs: args.exit_after,
+        log_name: "lucent serve".into(),
     })
 }

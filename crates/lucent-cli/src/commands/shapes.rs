@@ -8,10 +8,12 @@
 use lucent::model::forward_shapes;
 use lucent::Result;
 
+use crate::commands::numbers::at_least;
 use crate::config_args::{describe, ConfigArgs};
 
 /// Arguments of `lucent shapes`.
 #[derive(clap::Args)]
+#[command(allow_negative_numbers = true)]
 #[command(
     after_help = "Examples:\n  lucent shapes --preset transformer-base --batch 4 --seq 10\n  lucent shapes --d-model 512 --heads 8 --d-ff 2048 --batch 4 --seq 10\n  lucent shapes --preset smollm2 --batch 1 --seq 16 --json"
 )]
@@ -19,13 +21,13 @@ pub struct Args {
     #[command(flatten)]
     config: ConfigArgs,
     /// Batch size b.
-    #[arg(long, short = 'b', default_value_t = 1)]
+    #[arg(long, short = 'b', default_value_t = 1, value_parser = at_least::<0, usize>)]
     batch: usize,
     /// Sequence length t (the target length for an encoder-decoder).
-    #[arg(long, short = 't', value_name = "T")]
+    #[arg(long, short = 't', value_name = "T", value_parser = at_least::<0, usize>)]
     seq: usize,
     /// Source length t_src for an encoder-decoder (default: --seq).
-    #[arg(long, value_name = "T_SRC")]
+    #[arg(long, value_name = "T_SRC", value_parser = at_least::<0, usize>)]
     src_seq: Option<usize>,
     /// Print JSON instead of a table.
     #[arg(long)]

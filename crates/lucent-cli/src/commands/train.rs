@@ -9,7 +9,9 @@ use lucent::train::data::Task;
 use lucent::train::{self, Job, Limits, Metrics, Observer, Summary, TrainConfig};
 use lucent::Result;
 
+use crate::commands::numbers::{at_least, non_negative};
 use crate::progress::Bars;
+use crate::show::count;
 
 /// Arguments of `lucent train`.
 #[derive(clap::Args)]
@@ -34,40 +36,41 @@ enum TrainJob {
 
 /// Settings shared by both jobs.
 #[derive(clap::Args)]
+#[command(allow_negative_numbers = true)]
 struct Common {
     /// Layers (of each stack) [default: lm 4, seq2seq 2].
-    #[arg(long)]
+    #[arg(long, value_parser = at_least::<0, usize>)]
     layers: Option<usize>,
     /// Model width d [default: lm 128, seq2seq 64].
-    #[arg(long = "d-model")]
+    #[arg(long = "d-model", value_parser = at_least::<0, usize>)]
     d_model: Option<usize>,
     /// Attention heads [default: 4].
-    #[arg(long)]
+    #[arg(long, value_parser = at_least::<0, usize>)]
     heads: Option<usize>,
     /// Sequences per batch [default: lm 12, seq2seq 32].
-    #[arg(long)]
+    #[arg(long, value_parser = at_least::<0, usize>)]
     batch: Option<usize>,
     /// Optimisation steps, the schedule's length [default: lm 14000, seq2seq 1500; with
     /// --minutes alone: as many as fit the time budget].
-    #[arg(long)]
+    #[arg(long, value_parser = at_least::<0, u64>)]
     steps: Option<u64>,
     /// Peak learning rate (AdamW; warm-up then cosine decay to a tenth) [default: lm 2e-3,
     /// seq2seq 1e-3].
     #[arg(long)]
     lr: Option<f32>,
     /// Warm-up steps [default: lm 200, seq2seq 100].
-    #[arg(long)]
+    #[arg(long, value_parser = at_least::<0, u64>)]
     warmup: Option<u64>,
     /// Time budget in minutes. Given alone, the run uses it whole: the step count and the
     /// learning-rate schedule are fitted to it. With --steps, the run stops at whichever
     /// comes first (and can be resumed) [default: none].
-    #[arg(long)]
+    #[arg(long, value_parser = non_negative)]
     minutes: Option<f64>,
     /// Seed of the initialisation and the batches [default: 1337].
-    #[arg(long)]
+    #[arg(long, value_parser = at_least::<0, u64>)]
     seed: Option<u64>,
     /// Evaluate and checkpoint every N steps [default: lm 200, seq2seq 250].
-    #[arg(long = "eval-every")]
+    #[arg(long = "eval-every", value_parser = at_least::<0, u64>)]
     eval_every: Option<u64>,
     /// Output folder [default: runs/lm, runs/TASK].
     #[arg(long, value_name = "DIR")]
@@ -82,6 +85,7 @@ struct Common {
 
 /// `lucent train lm`.
 #[derive(clap::Args)]
+#[command(allow_negative_numbers = true)]
 struct LmArgs {
     /// moby-dick, sotu, or a path to a text file (required unless --resume).
     #[arg(long, required_unless_present = "resume")]
@@ -90,10 +94,10 @@ struct LmArgs {
     #[arg(long, default_value = "char")]
     tokenizer: String,
     /// BPE vocabulary size.
-    #[arg(long = "bpe-vocab", default_value_t = 512)]
+    #[arg(long = "bpe-vocab", default_value_t = 512, value_parser = at_least::<0, usize>)]
     bpe_vocab: usize,
     /// Context length in tokens [default: 64].
-    #[arg(long)]
+    #[arg(long, value_parser = at_least::<0, usize>)]
     block: Option<usize>,
     /// Dropout on the embeddings while training.
     #[arg(long, default_value_t = 0.0)]
@@ -104,21 +108,22 @@ struct LmArgs {
 
 /// `lucent train seq2seq`.
 #[derive(clap::Args)]
+#[command(allow_negative_numbers = true)]
 struct Seq2SeqArgs {
     /// reverse, sort, copy or add.
     #[arg(long, default_value = "reverse")]
     task: String,
     /// Distinct symbols (reverse, sort, copy).
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = at_least::<0, usize>)]
     symbols: usize,
     /// Shortest input.
-    #[arg(long = "min-len", default_value_t = 8)]
+    #[arg(long = "min-len", default_value_t = 8, value_parser = at_least::<0, usize>)]
     min_len: usize,
     /// Longest input.
-    #[arg(long = "max-len", default_value_t = 16)]
+    #[arg(long = "max-len", default_value_t = 16, value_parser = at_least::<0, usize>)]
     max_len: usize,
     /// Held-out examples for the exact-match accuracy.
-    #[arg(long = "test-size", default_value_t = 500)]
+    #[arg(long = "test-size", default_value_t = 500, value_parser = at_least::<0, usize>)]
     test_size: usize,
     #[command(flatten)]
     common: Common,
@@ -231,7 +236,11 @@ fn report(s: &Summary, json: bool) {
         println!("{v}");
         return;
     }
-    println!("trained {} parameters for {} steps", s.parameters, s.step);
+    println!(
+        "trained {} parameters for {}",
+        s.parameters,
+        count(s.step, "step", "steps")
+    );
     if let Some(v) = s.last_val_loss() {
         println!("validation loss {v:.4} (perplexity {:.2})", v.exp());
     }
