@@ -56,6 +56,16 @@ fn a_negative_count_is_one_line_naming_the_flag_and_its_range() {
         (&["train", "seq2seq", "--min-len", "-1"], "--min-len", "≥ 0"),
         (&["serve", "--parallel", "-1"], "--parallel", "≥ 0"),
         (&["explore", "--exit-after", "-1"], "--exit-after", "≥ 0"),
+        (
+            &["attention", "-m", "minilm", "hi", "--layer", "-1"],
+            "--layer",
+            "≥ 0",
+        ),
+        (
+            &["bench", "transcribe", "x.wav", "--rounds", "-1"],
+            "--rounds",
+            "≥ 1",
+        ),
     ];
     for (args, flag, range) in cases {
         let (code, out, err) = lucent(args);
@@ -73,6 +83,22 @@ fn a_negative_count_is_one_line_naming_the_flag_and_its_range() {
             "lucent {args:?}: {err}"
         );
         assert!(!err.contains("'-- -"), "lucent {args:?}: clap's tip: {err}");
+    }
+}
+
+/// A negative where the library checks the range (a temperature): its one-line error,
+/// not clap's tip.
+#[test]
+fn a_negative_temperature_is_refused_by_the_sampler() {
+    for cmd in ["generate", "chat"] {
+        let mut args = vec![cmd, "--temperature", "-1"];
+        if cmd == "generate" {
+            args.push("hi");
+        }
+        let (code, _, err) = lucent(&args);
+        assert_eq!(code, 1, "lucent {args:?}: {err}");
+        assert!(err.contains("--temperature must be ≥ 0"), "{err}");
+        assert!(!err.contains("'-- -"), "clap's tip: {err}");
     }
 }
 

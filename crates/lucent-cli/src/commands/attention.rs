@@ -13,6 +13,7 @@ use lucent::ops::{attention, matmul_t, AttentionParams};
 use lucent::viz::{heatmap_grid, ColorMap, Panel};
 use lucent::{Error, Result, Tensor};
 
+use crate::commands::numbers::at_least;
 use crate::show::{json_matrix, print_matrix};
 
 /// Q of the seed-42 example (tests/data/seed_examples.json, `attention_seed42.Q`).
@@ -81,6 +82,7 @@ const V: [[f64; 4]; 3] = [
 
 /// Arguments of `lucent attention`.
 #[derive(clap::Args)]
+#[command(allow_negative_numbers = true)]
 #[command(after_help = "\
 Examples:
   lucent attention --demo                 the guides' seed-42 example, step by step
@@ -128,7 +130,7 @@ pub struct Args {
     /// With `-m`: the layer to show, from 0 (default: the last; an encoder-decoder with
     /// none of --layer, --stack, --head, --token, --steps: the mean cross-attention of
     /// every layer).
-    #[arg(long)]
+    #[arg(long, value_parser = at_least::<0, usize>)]
     layer: Option<usize>,
     /// With an encoder-decoder (Whisper, a `train seq2seq` run): which attention,
     /// `cross` (target tokens over the encoder's output), `encoder` or `decoder`
@@ -136,7 +138,7 @@ pub struct Args {
     #[arg(long, value_name = "cross|encoder|decoder")]
     stack: Option<String>,
     /// With `-m`: the head to show, from 0 (default: all heads; `--steps` takes head 0).
-    #[arg(long)]
+    #[arg(long, value_parser = at_least::<0, usize>)]
     head: Option<usize>,
     /// With `-m`: the query whose row to show, as a token (`it`) or a position
     /// [default: every row].

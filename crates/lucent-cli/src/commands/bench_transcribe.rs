@@ -16,8 +16,11 @@ use lucent::pipeline::transcribe::{DecodeOptions, Task, Transcriber};
 use lucent::{Error, Result, Tensor};
 use rand::SeedableRng;
 
+use crate::commands::numbers::at_least;
+
 /// Options of `lucent bench transcribe`.
 #[derive(clap::Args)]
+#[command(allow_negative_numbers = true)]
 #[command(
     after_help = "Example: lucent bench transcribe -m whisper-tiny.en examples/speech.wav --threads-list 1 --rounds 1"
 )]
@@ -34,10 +37,10 @@ pub struct Args {
     )]
     model: Vec<String>,
     /// Thread counts to measure (comma-separated).
-    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    #[arg(long, value_delimiter = ',', default_value = "1,2", value_parser = at_least::<1, usize>)]
     threads_list: Vec<usize>,
     /// Timed rounds (each runs every configuration once); medians reported.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = at_least::<1, usize>)]
     rounds: usize,
     /// Print JSON instead of a table.
     #[arg(long)]

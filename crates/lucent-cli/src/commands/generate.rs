@@ -137,6 +137,7 @@ fn fresh_seed() -> u64 {
 
 /// Arguments of `lucent generate`.
 #[derive(clap::Args)]
+#[command(allow_negative_numbers = true)]
 #[command(
     after_help = "An instruct model (SmolLM2) gets the prompt as a user message through its chat template; a base model (the packaged Gemma 3 270M has no template) continues the text.\n\nExamples:\n  lucent generate \"What is the capital of France?\"\n  lucent generate --raw --temperature 0 \"The capital of France is\" -n 16\n  lucent generate -m gemma3 \"The sky is blue because\" -n 60 --seed 1\n  lucent generate --template-system --temperature 0 \"What is the capital of France?\" -n 24\n  lucent generate -m runs/moby --top-p 0.9 \"Call me\""
 )]
@@ -259,6 +260,7 @@ pub fn run(args: Args) -> Result<()> {
 
 /// Arguments of `lucent chat`.
 #[derive(clap::Args)]
+#[command(allow_negative_numbers = true)]
 #[command(
     after_help = "Type a message and press Enter; /reset forgets the conversation, /exit (or Ctrl-D) ends; Ctrl-C stops a reply and keeps the conversation.\nThe model needs a chat template (SmolLM2 has one; a base model such as the packaged Gemma 3 needs --chat-template).\nExample: echo 'What is 2 + 2?' | lucent chat -m smollm2 --temperature 0"
 )]
@@ -349,6 +351,7 @@ pub fn run_chat(args: ChatArgs) -> Result<()> {
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();
     let base = args.sampling.sampling(max_tokens);
+    base.validate()?;
     eprintln!(
         "[chat with {}: /reset forgets the conversation, /exit or Ctrl-D ends, Ctrl-C stops a reply]",
         args.model
