@@ -72,7 +72,7 @@ pub fn gguf(data: &[u8]) {
                 let _ = s.push(&tok, id);
             }
         }
-        if let Ok(t) = ChatTemplate::from_gguf(&f, &tok) {
+        if let Ok(Some(t)) = ChatTemplate::from_gguf(&f, &tok) {
             let _ = t.encode_messages(&tok, &[Message::new("user", TEXT)], true);
         }
     }
