@@ -139,16 +139,7 @@ pub fn run_decoder(model: &lucent::Model, args: DecoderArgs) -> Result<()> {
             ),
         };
         let drawn = heatmap_grid_with(&panels, panels.len().clamp(1, 3), Some(&title), path)?;
-        v.extra
-            .insert("png".into(), serde_json::json!(path.display().to_string()));
-        v.extra
-            .insert("png_notes".into(), serde_json::json!(drawn.notes));
-        if !args.json {
-            eprintln!("wrote {}", path.display());
-            for n in &drawn.notes {
-                eprintln!("  (downsampled: {n})");
-            }
-        }
+        v.drew(path, &drawn, args.json);
     }
     if args.json {
         println!("{}", v.to_json());

@@ -118,16 +118,7 @@ pub fn run_model(model: &lucent::Model, args: ModelAttentionArgs) -> Result<()> 
             .collect::<Result<_>>()?;
         let title = format!("{}: layer {layer} attention weights", embedder.name());
         let drawn = heatmap_grid_with(&panels, 4, Some(&title), path)?;
-        v.extra
-            .insert("png".into(), serde_json::json!(path.display().to_string()));
-        v.extra
-            .insert("png_notes".into(), serde_json::json!(drawn.notes));
-        if !args.json {
-            eprintln!("wrote {}", path.display());
-            for n in &drawn.notes {
-                eprintln!("  (downsampled: {n})");
-            }
-        }
+        v.drew(path, &drawn, args.json);
     }
 
     if args.json {

@@ -80,7 +80,7 @@ pub fn run_attention(model: &lucent::Model, args: AttentionArgs) -> Result<()> {
     let drawn = lucent::viz::heatmap_grid(&panels, &args.out)?;
     let mut v = mean_view(model, &args, rows.clone(), cols, &maps_rows(&maps))?;
     v.extra.insert("output".into(), serde_json::json!(output));
-    add_png(&mut v, &args.out, &drawn);
+    v.drew(&args.out, &drawn, true);
     if args.json {
         println!("{}", v.to_json());
     } else {
@@ -133,14 +133,6 @@ fn mean_view(
         steps: None,
         extra: serde_json::Map::new(),
     })
-}
-
-/// `png` and `png_notes` (what downsampling did) in the JSON.
-fn add_png(v: &mut View, out: &std::path::Path, drawn: &lucent::viz::Drawn) {
-    v.extra
-        .insert("png".into(), serde_json::json!(out.display().to_string()));
-    v.extra
-        .insert("png_notes".into(), serde_json::json!(drawn.notes));
 }
 
 /// " (frames: 1500 → 750, mean of 2)" after a file name, when the picture is downsampled.
@@ -229,7 +221,7 @@ fn run_speech(model: &lucent::Model, args: AttentionArgs) -> Result<()> {
     )?;
     v.extra
         .insert("text".into(), serde_json::json!(text.trim()));
-    add_png(&mut v, &args.out, &drawn);
+    v.drew(&args.out, &drawn, true);
     if args.json {
         println!("{}", v.to_json());
     } else {
@@ -369,7 +361,7 @@ fn run_layer(model: &lucent::Model, args: AttentionArgs) -> Result<()> {
         steps,
         extra: serde_json::Map::new(),
     };
-    add_png(&mut v, &args.out, &drawn);
+    v.drew(&args.out, &drawn, true);
     if args.json {
         println!("{}", v.to_json());
         return Ok(());

@@ -142,6 +142,21 @@ pub struct View {
 }
 
 impl View {
+    /// Record a drawn picture in the JSON (`png`, and `png_notes`: what downsampling
+    /// did) and, unless `quiet`, say on stderr where it went.
+    pub fn drew(&mut self, path: &std::path::Path, drawn: &lucent::viz::Drawn, quiet: bool) {
+        self.extra
+            .insert("png".into(), serde_json::json!(path.display().to_string()));
+        self.extra
+            .insert("png_notes".into(), serde_json::json!(drawn.notes));
+        if !quiet {
+            eprintln!("wrote {}", path.display());
+            for n in &drawn.notes {
+                eprintln!("  (downsampled: {n})");
+            }
+        }
+    }
+
     /// The JSON of `--json` (module doc).
     pub fn to_json(&self) -> serde_json::Value {
         let heads: Vec<serde_json::Value> = self

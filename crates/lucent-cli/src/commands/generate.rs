@@ -42,7 +42,8 @@ pub struct SamplingArgs {
     #[arg(long)]
     pub special: bool,
     /// Add BIAS (-100 to 100) to token ID's logit before sampling, as OpenAI's
-    /// `logit_bias` (repeatable): -100 bans the token, 100 all but forces it.
+    /// `logit_bias` (repeatable): -100 bans the token, 100 all but forces it
+    /// [default: none].
     #[arg(long, value_name = "ID=BIAS", value_parser = parse_bias, allow_hyphen_values = true)]
     pub logit_bias: Vec<(u32, f32)>,
 }
@@ -97,9 +98,13 @@ impl TemplateArgs {
 }
 
 /// `-n` checked against the model's context: more new tokens than the context holds
-/// is refused in one line (never an allocation of that size).
-fn check_max_tokens(n: i64, tm: &TextModel) -> Result<usize> {
+/// is refused in one line (never an allocation of that size); without `-n`, `default`
+/// new tokens, or the context's worth if that is smaller (a small trained model).
+fn check_max_tokens(n: Option<i64>, default: usize, tm: &TextModel) -> Result<usize> {
     let context = tm.model.config.max_positions;
+    let Some(n) = n else {
+        return Ok(default.min(context));
+    };
     if n < 0 || n as u64 > context as u64 {
         return Err(Error::Argument(format!(
             "-n/--max-tokens {n}: give 0 to {context} (the model's context holds {context} positions)"
@@ -147,14 +152,10 @@ pub struct Args {
     /// Model: a known name (smollm2, gemma3), a .gguf file or a `lucent train` run folder.
     #[arg(long, short = 'm', default_value = "smollm2")]
     pub model: String,
-    /// Most new tokens: 0 up to the model's context (SmolLM2: 8192).
-    #[arg(
-        long = "max-tokens",
-        short = 'n',
-        default_value_t = 128,
-        allow_negative_numbers = true
-    )]
-    pub max_tokens: i64,
+    /// Most new tokens: 0 up to the model's context (SmolLM2: 8192) [default: 128, or
+    /// the context if it holds fewer].
+    #[arg(long = "max-tokens", short = 'n', allow_negative_numbers = true)]
+    pub max_tokens: Option<i64>,
     #[command(flatten)]
     pub sampling: SamplingArgs,
     #[command(flatten)]
@@ -199,7 +200,7 @@ pub fn run(args: Args) -> Result<()> {
         return Ok(());
     }
     let tm = args.template.apply(model.text_model()?)?;
-    let max_tokens = check_max_tokens(args.max_tokens, &tm)?;
+    let max_tokens = check_max_tokens(args.max_tokens, 128, &tm)?;
     // `--chat` on a model without a template is refused by `encode_chat`, naming why.
     let chat = !args.raw && (args.chat || tm.template.is_some());
     let mut gen = Generator::new(tm);
@@ -271,14 +272,10 @@ pub struct ChatArgs {
     /// A system message to begin with [default: none].
     #[arg(long)]
     pub system: Option<String>,
-    /// Most new tokens per reply: 0 up to the model's context.
-    #[arg(
-        long = "max-tokens",
-        short = 'n',
-        default_value_t = 512,
-        allow_negative_numbers = true
-    )]
-    pub max_tokens: i64,
+    /// Most new tokens per reply: 0 up to the model's context [default: 512, or the
+    /// context if it holds fewer].
+    #[arg(long = "max-tokens", short = 'n', allow_negative_numbers = true)]
+    pub max_tokens: Option<i64>,
     #[command(flatten)]
     pub sampling: SamplingArgs,
     #[command(flatten)]
@@ -330,7 +327,7 @@ impl Drop for ReplyInterrupt {
 /// Run `lucent chat`: keeps the conversation; each turn prefills only what is new.
 pub fn run_chat(args: ChatArgs) -> Result<()> {
     let tm = args.template.apply(loader::text_model(&args.model)?)?;
-    let max_tokens = check_max_tokens(args.max_tokens, &tm)?;
+    let max_tokens = check_max_tokens(args.max_tokens, 512, &tm)?;
     if tm.template.is_none() {
         return Err(Error::Argument(format!(
             "{} has no chat template (tokenizer.chat_template): it is a base model that continues \
