@@ -3,11 +3,12 @@
 //! `sh -c` in one scratch folder (so pipes and redirections work, and a run folder one
 //! example writes is there for the next), with the built `lucent` first on the PATH.
 //!
-//! Two things are changed, and only these: a training example gets `--minutes 0.05`
-//! (three seconds instead of its 5–15 minutes; the budget logic is the same), and the
-//! files an example reads (`notes.txt`, `sentences.txt`, `speech.wav`) are written into the folder
-//! first. Training examples run first, since `generate -m runs/moby` and
-//! `attention -m runs/reverse` read their runs.
+//! One thing is changed, and only this: a training example gets `--minutes 0.05` (three
+//! seconds instead of its 5–15 minutes; the budget logic is the same). The files an
+//! example reads (`examples/speech.wav`, `benches/sentences.txt`) are the repo's own,
+//! copied to the same relative paths: nothing is supplied by hand. Training examples
+//! run first, since `generate -m runs/moby` and `attention -m runs/reverse` read their
+//! runs.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -149,20 +150,21 @@ fn every_help_and_readme_example_runs() {
     let dir = std::env::temp_dir().join(format!("lucent-examples-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let sentences = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../benches/sentences.txt"),
-    )
-    .unwrap();
-    std::fs::write(dir.join("sentences.txt"), &sentences).unwrap();
-    std::fs::write(dir.join("notes.txt"), sentences.repeat(8)).unwrap();
-    // The repo's own shipped sample, at the same relative path as in a fresh clone
-    // (`lucent transcribe examples/speech.wav`; scripts/make-speech-sample.sh made it).
-    std::fs::create_dir_all(dir.join("examples")).unwrap();
-    std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/speech.wav"),
-        dir.join("examples/speech.wav"),
-    )
-    .unwrap();
+    // The files the examples read are the repo's own, at the same relative paths as in a
+    // fresh clone (`lucent transcribe examples/speech.wav`, made by
+    // scripts/make-speech-sample.sh; `lucent embed --file benches/sentences.txt`): none
+    // is written by hand.
+    for file in ["examples/speech.wav", "benches/sentences.txt"] {
+        let to = dir.join(file);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../..")
+                .join(file),
+            to,
+        )
+        .unwrap();
+    }
 
     let mut cmds = all_help_examples();
     cmds.extend(readme_examples());

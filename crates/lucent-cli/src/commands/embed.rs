@@ -26,7 +26,7 @@ pub fn load_embedder(spec: &str) -> Result<std::sync::Arc<Embedder>> {
 #[derive(clap::Args)]
 #[command(allow_negative_numbers = true)]
 #[command(
-    after_help = "Examples:\n  lucent embed \"The cat sat on the mat.\" \"A dog slept on the rug.\"\n  lucent embed --file sentences.txt --json > vectors.json\n  lucent embed --file sentences.txt --out vectors.npy\n  lucent embed --file sentences.txt --out vectors.jsonl\n  echo hello | lucent embed --file -"
+    after_help = "Examples:\n  lucent embed \"The cat sat on the mat.\" \"A dog slept on the rug.\"\n  lucent embed --file benches/sentences.txt --json > vectors.json\n  lucent embed --file benches/sentences.txt --out vectors.npy\n  lucent embed --file benches/sentences.txt --out vectors.jsonl\n  echo hello | lucent embed --file -"
 )]
 pub struct EmbedArgs {
     /// Texts to embed (each one input).

@@ -24,7 +24,7 @@ pub struct Args {
 enum TrainJob {
     /// A GPT language model on a text corpus (moby-dick, sotu or a text file).
     #[command(
-        after_help = "Examples:\n  lucent train lm --corpus moby-dick --minutes 15 --out runs/moby\n  lucent train lm --corpus notes.txt --tokenizer bpe --bpe-vocab 1024 --steps 3000\n  lucent train lm --resume runs/moby --steps 6000\n\nThe last 10% of the corpus is held out for the validation loss. The folder gets\nmodel.safetensors (weights + AdamW state + step + config), the tokenizer,\nhistory.json and loss.png. Sample with `lucent generate -m DIR \"prompt\"`."
+        after_help = "Examples:\n  lucent train lm --corpus moby-dick --minutes 15 --out runs/moby\n  lucent train lm --corpus benches/sentences.txt --tokenizer bpe --bpe-vocab 1024 --steps 3000\n  lucent train lm --resume runs/moby --steps 6000\n\nThe last 10% of the corpus is held out for the validation loss. The folder gets\nmodel.safetensors (weights + AdamW state + step + config), the tokenizer,\nhistory.json and loss.png. Sample with `lucent generate -m DIR \"prompt\"`."
     )]
     Lm(LmArgs),
     /// The guides' encoder-decoder on a synthetic task (reverse, sort, copy, add).
