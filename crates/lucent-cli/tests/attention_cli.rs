@@ -29,6 +29,13 @@ fn json(args: &[&str]) -> Value {
     serde_json::from_str(&out).unwrap()
 }
 
+/// SmolLM2's attention on TEXT as JSON, head 2, with `extra` flags.
+fn head_2(extra: &[&str]) -> Value {
+    let mut args = vec!["attention", "-m", "smollm2", TEXT, "--json", "--head", "2"];
+    args.extend_from_slice(extra);
+    json(&args)
+}
+
 fn fails(args: &[&str], needle: &str) {
     let (ok, _, err) = lucent(args);
     assert!(!ok, "lucent {args:?} should fail");
@@ -129,51 +136,20 @@ fn every_kind_prints_one_json_shape_and_head_filters() {
 
 #[test]
 fn a_decoder_takes_token_and_steps() {
-    let all = json(&["attention", "-m", "smollm2", TEXT, "--json", "--head", "2"]);
+    let all = head_2(&[]);
     assert_eq!(all["n_kv_heads"], 3);
     assert_eq!(all["heads"][0]["kv_head"], 0);
     let full = one_head(&all, 2);
     // --token cat: the row of " cat" (position 1), the same numbers as in the matrix.
-    let v = json(&[
-        "attention",
-        "-m",
-        "smollm2",
-        TEXT,
-        "--json",
-        "--head",
-        "2",
-        "--token",
-        "cat",
-    ]);
+    let v = head_2(&["--token", "cat"]);
     assert_eq!(v["rows"], serde_json::json!([1]));
     assert_eq!(one_head(&v, 2), vec![full[1].clone()]);
     // A position works too.
-    let v = json(&[
-        "attention",
-        "-m",
-        "smollm2",
-        TEXT,
-        "--json",
-        "--head",
-        "2",
-        "--token",
-        "4",
-    ]);
+    let v = head_2(&["--token", "4"]);
     assert_eq!(v["rows"], serde_json::json!([4]));
     assert_eq!(one_head(&v, 2), vec![full[4].clone()]);
     // --steps: the arithmetic of that row, recomputed by hand from q, k, v.
-    let v = json(&[
-        "attention",
-        "-m",
-        "smollm2",
-        TEXT,
-        "--json",
-        "--head",
-        "2",
-        "--token",
-        "cat",
-        "--steps",
-    ]);
+    let v = head_2(&["--token", "cat", "--steps"]);
     let s = &v["steps"];
     assert_eq!(s["token"], 1);
     assert_eq!(s["head"], 2);
