@@ -322,7 +322,13 @@ pub fn attention(
 
 /// The fused kernel behind [`attention`]: per (batch, head), blocks of queries as two
 /// small GEMMs (prompts) or one SIMD dot per key (decode steps); weights on request.
-fn fused(q: &Tensor, k: &Tensor, v: &Tensor, p: &AttentionParams) -> Result<AttentionOutput> {
+/// Crate-visible so the kernel tests hold it, causal or not, to the plain twin.
+pub(crate) fn fused(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    p: &AttentionParams,
+) -> Result<AttentionOutput> {
     let d = check_dims(q, k, v, p)?;
     let (bh, out_len, w_len) = (d.b * d.h, d.t_q * d.d_v, d.t_q * d.t_k);
     let mut out = vec![0.0f32; bh * out_len];

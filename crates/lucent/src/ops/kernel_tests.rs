@@ -353,7 +353,8 @@ fn check_attention(
             want_weights,
             ..AttentionParams::new(c.d_k)
         };
-        let fast = attention::attention(&q, &k, &v, &p).unwrap();
+        // the fused kernel itself: `attention::attention` sends causal attention to the twin
+        let fast = attention::fused(&q, &k, &v, &p).unwrap();
         let twin = attention::reference::attention(&q, &k, &v, &p).unwrap();
         let what = format!(
             "b={} h={} hkv={} tq={} tk={} dk={} dv={} causal={causal} window={window:?} bias={} weights={want_weights}",
@@ -576,7 +577,7 @@ fn segmented_attention_equals_each_segment_alone() {
                 want_weights: true,
                 ..AttentionParams::new(d)
             };
-            let fast = attention::attention(&q, &k, &v, &p).unwrap();
+            let fast = attention::fused(&q, &k, &v, &p).unwrap();
             let twin = attention::reference::attention(&q, &k, &v, &p).unwrap();
             let what = format!("segments causal={causal}");
             assert_close(&fast.output, &twin.output, 1e-5, &what);
@@ -592,7 +593,7 @@ fn segmented_attention_equals_each_segment_alone() {
                     causal,
                     ..AttentionParams::new(d)
                 };
-                let one = attention::attention(&part(&q), &part(&k), &part(&v), &alone).unwrap();
+                let one = attention::fused(&part(&q), &part(&k), &part(&v), &alone).unwrap();
                 assert_close(
                     &part(&fast.output),
                     &one.output,
@@ -644,7 +645,7 @@ fn attention_over_a_cache_store_equals_the_copied_keys() {
             };
             let want = attention::reference::attention(&q, &k_n, &v_n, &plain).unwrap();
             for got in [
-                attention::attention(&q, &k, &v, &in_place).unwrap(),
+                attention::fused(&q, &k, &v, &in_place).unwrap(),
                 attention::reference::attention(&q, &k, &v, &in_place).unwrap(),
             ] {
                 let what = format!("kv_len causal={causal}");
@@ -714,4 +715,43 @@ fn f16_matvec_equals_the_widened_f32_one_bit_for_bit() {
             }
         });
     }
+}
+
+/// The fused kernel's causal path: each query row of a prompt gives the same bits as
+/// that query alone over its visible prefix of the key store (a decode step after a
+/// KV cache), on every level, in blocks of any size: causal attention could be served by
+/// it without cached decoding drifting from the full forward.
+#[test]
+fn fused_causal_rows_equal_their_decode_steps() {
+    every_level(|| {
+        let mut rng = StdRng::seed_from_u64(33);
+        for &(h, h_kv, t, d) in &[(2, 1, 9, 8), (4, 2, 70, 24), (3, 3, 140, 64)] {
+            let q = Tensor::randn(&[1, h, t, d], 1.0, &mut rng); // (b, h, t_q, d_k)
+            let k = Tensor::randn(&[1, h_kv, t, d], 1.0, &mut rng); // (b, h_kv, t_k, d_k)
+            let v = Tensor::randn(&[1, h_kv, t, d], 1.0, &mut rng); // (b, h_kv, t_k, d_v)
+            let full = AttentionParams {
+                causal: true,
+                ..AttentionParams::new(d)
+            };
+            let all = attention::fused(&q, &k, &v, &full).unwrap().output; // (1, h, t, d)
+            for i in [0, 1, t / 2, t - 1] {
+                let step = AttentionParams {
+                    kv_len: Some(i + 1),
+                    ..full
+                };
+                let qi = q.narrow(2, i, 1).unwrap(); // (1, h, 1, d)
+                let one = attention::fused(&qi, &k, &v, &step).unwrap().output; // (1, h, 1, d)
+                for hi in 0..h {
+                    let want = &all.data()[(hi * t + i) * d..][..d];
+                    let got = &one.data()[hi * d..][..d];
+                    assert!(
+                        want.iter()
+                            .zip(got)
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "h={h} t={t} d={d}: row {i} of head {hi} differs as a decode step"
+                    );
+                }
+            }
+        }
+    });
 }
