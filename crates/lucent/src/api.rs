@@ -29,6 +29,7 @@ use crate::pipeline::embed::Embedder;
 use crate::pipeline::generate::TextModel;
 use crate::pipeline::generator::Generator;
 use crate::pipeline::transcribe::Transcriber;
+use crate::runtime::Precision;
 #[cfg(feature = "train")]
 use crate::train::TrainedModel;
 use crate::{Error, Result};
@@ -81,15 +82,71 @@ pub fn open(spec: &str) -> Result<Model> {
 
 /// [`open`], reporting the progress of a first fetch to `progress`.
 pub fn open_with(spec: &str, progress: &mut dyn Progress) -> Result<Model> {
-    let path = fetch::resolve(spec, progress)?;
-    let name = if fetch::KNOWN.iter().any(|m| m.name == spec) {
-        spec.to_string()
-    } else {
-        path.file_stem()
-            .map_or_else(|| spec.to_string(), |s| s.to_string_lossy().into_owned())
-    };
-    let inner = load(&path)?;
-    Ok(Model { name, path, inner })
+    OpenOptions::new().open_with(spec, progress)
+}
+
+/// How to open a model, beyond its name or path: the [`Precision`] of its products.
+///
+/// ```no_run
+/// let model = lucent::OpenOptions::new()
+///     .precision(lucent::Precision::Int8)
+///     .open("minilm")?;
+/// assert_eq!(model.precision(), lucent::Precision::Int8);
+/// # Ok::<(), lucent::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OpenOptions {
+    precision: Precision,
+}
+
+impl OpenOptions {
+    /// The defaults: exact arithmetic.
+    pub fn new() -> OpenOptions {
+        OpenOptions::default()
+    }
+
+    /// Compute the model's products in `precision` (exact by default). Encoders take
+    /// every precision; a decoder or Whisper model asked for anything but exact is
+    /// refused when opened, in one line.
+    pub fn precision(mut self, precision: Precision) -> OpenOptions {
+        self.precision = precision;
+        self
+    }
+
+    /// Open `spec` (as [`open`]) with these options.
+    pub fn open(&self, spec: &str) -> Result<Model> {
+        self.open_with(spec, &mut fetch::Silent)
+    }
+
+    /// [`OpenOptions::open`], reporting the progress of a first fetch to `progress`.
+    pub fn open_with(&self, spec: &str, progress: &mut dyn Progress) -> Result<Model> {
+        let path = fetch::resolve(spec, progress)?;
+        let name = if fetch::KNOWN.iter().any(|m| m.name == spec) {
+            spec.to_string()
+        } else {
+            path.file_stem()
+                .map_or_else(|| spec.to_string(), |s| s.to_string_lossy().into_owned())
+        };
+        let mut inner = load(&path)?;
+        match &mut inner {
+            Inner::Encoder(e) => {
+                if self.precision != Precision::Exact {
+                    if let Some(e) = Arc::get_mut(e) {
+                        e.set_precision(self.precision);
+                    }
+                }
+            }
+            _ if self.precision != Precision::Exact => {
+                return Err(Error::Argument(format!(
+                    "{name}: precision {} is built for encoders so far (minilm, mpnet, BERT-family folders); \
+                     decoders and Whisper run exact (precision exact)",
+                    self.precision
+                )));
+            }
+            _ => {}
+        }
+        Ok(Model { name, path, inner })
+    }
 }
 
 /// Load what `path` holds (module docs).
@@ -181,6 +238,14 @@ impl Model {
     /// The file or folder it was loaded from.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The precision its products are computed in ([`OpenOptions::precision`]).
+    pub fn precision(&self) -> Precision {
+        match &self.inner {
+            Inner::Encoder(e) => e.precision(),
+            _ => Precision::Exact,
+        }
     }
 
     /// Encoder, decoder or encoder-decoder.

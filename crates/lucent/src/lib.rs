@@ -39,7 +39,7 @@ pub mod train;
 #[cfg(feature = "viz")]
 pub mod viz;
 
-pub use api::{open, open_with, Model, Token};
+pub use api::{open, open_with, Model, OpenOptions, Token};
 pub use error::{Error, Result};
 pub use model::{ModelConfig, ModelKind};
 pub use nn::{Trace, TraceFilter};
@@ -48,6 +48,6 @@ pub use pipeline::embed::Embedder;
 pub use pipeline::generate::{Generation, Sampling, StopReason};
 pub use pipeline::generator::{Generator, Stream};
 pub use runtime::threads;
-pub use runtime::{Isa, Numerics, Runtime};
+pub use runtime::{Isa, Numerics, Precision, Runtime};
 pub use tensor::{Dtype, Tensor};
 pub use threads::{set_threads, threads};

@@ -18,7 +18,7 @@ use lucent::Result;
 /// Arguments of `lucent bench`.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Examples:\n  lucent bench kernels --threads 2 --json\n  lucent bench embed --threads-list 1,2\n  lucent bench train\n  lucent bench generate -m smollm2\n  lucent bench transcribe -m whisper-tiny.en examples/speech.wav --threads-list 1 --rounds 1"
+    after_help = "Examples:\n  lucent bench kernels --threads 2 --json\n  lucent bench embed --threads-list 1,2\n  lucent bench train\n  lucent bench generate -m smollm2\n  lucent bench transcribe -m whisper-tiny.en examples/speech.wav --threads-list 1 --rounds 1\n  lucent bench precision -m minilm --runs 3"
 )]
 pub struct Args {
     #[command(subcommand)]
@@ -38,6 +38,8 @@ enum Target {
     Generate(super::bench_generate::GenerateBenchArgs),
     /// Whisper transcription: real-time factor and ms per token, per 30-s window.
     Transcribe(super::bench_transcribe::Args),
+    /// Each precision (exact, int8) of an encoder side by side: speed and distance to exact.
+    Precision(super::bench_precision::Args),
 }
 
 /// Options of `lucent bench kernels`.
@@ -69,6 +71,7 @@ pub fn run(args: Args) -> Result<()> {
         Target::Train(a) => super::bench_train::run(a),
         Target::Generate(a) => super::bench_generate::run(a),
         Target::Transcribe(a) => super::bench_transcribe::run(a),
+        Target::Precision(a) => super::bench_precision::run(a),
     }
 }
 

@@ -14,7 +14,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use lucent::io::npy::NpyWriter;
 use lucent::pipeline::embed::{analogy, cosine, parse_terms, Embedder, DEFAULT_BATCH};
 use lucent::pipeline::embed_file::{embed_lines, DEFAULT_CHUNK_LINES};
-use lucent::{Error, Result};
+use lucent::{Error, Precision, Result};
 
 /// Load the embedding model `spec` (a known name, fetched on first use with progress
 /// bars, or a local folder in Hugging Face layout).
@@ -26,7 +26,7 @@ pub fn load_embedder(spec: &str) -> Result<std::sync::Arc<Embedder>> {
 #[derive(clap::Args)]
 #[command(allow_negative_numbers = true)]
 #[command(
-    after_help = "Examples:\n  lucent embed \"The cat sat on the mat.\" \"A dog slept on the rug.\"\n  lucent embed --file benches/sentences.txt --json > vectors.json\n  lucent embed --file benches/sentences.txt --out vectors.npy\n  lucent embed --file benches/sentences.txt --out vectors.jsonl\n  echo hello | lucent embed --file -"
+    after_help = "Examples:\n  lucent embed \"The cat sat on the mat.\" \"A dog slept on the rug.\"\n  lucent embed --precision int8 \"The cat sat on the mat.\"\n  lucent embed --file benches/sentences.txt --json > vectors.json\n  lucent embed --file benches/sentences.txt --out vectors.npy\n  lucent embed --file benches/sentences.txt --out vectors.jsonl\n  echo hello | lucent embed --file -"
 )]
 pub struct EmbedArgs {
     /// Texts to embed (each one input).
@@ -48,6 +48,16 @@ pub struct EmbedArgs {
     /// `.jsonl` (one `{"text", "embedding"}` object per line). Default: print.
     #[arg(long, value_name = "F")]
     out: Option<PathBuf>,
+    /// How the encoder's products are computed: `exact` (sentence-transformers' numbers)
+    /// or `int8` (8-bit integer products, faster; `lucent bench precision` measures how
+    /// close to exact).
+    #[arg(long, default_value = "exact", value_parser = parse_precision)]
+    precision: Precision,
+}
+
+/// `--precision`'s parser (the library's names and its one-line refusal).
+pub fn parse_precision(s: &str) -> std::result::Result<Precision, String> {
+    s.parse::<Precision>().map_err(|e| e.to_string())
 }
 
 fn read_inputs(texts: &[String], file: Option<&str>) -> Result<Vec<String>> {
@@ -101,12 +111,13 @@ pub fn run_embed(args: EmbedArgs) -> Result<()> {
         return embed_to_file(&args, out);
     }
     let texts = read_inputs(&args.texts, args.file.as_deref())?;
-    let embedder = load_embedder(&args.model)?;
+    let embedder = crate::loader::embedder_in(&args.model, args.precision)?;
     let refs: Vec<&str> = texts.iter().map(|s| s.as_str()).collect();
     let vecs = embedder.embed_batched(&refs, args.batch)?;
     if args.json {
         let v = serde_json::json!({
             "model": embedder.name(),
+            "precision": embedder.precision().name(),
             "dim": embedder.dim(),
             "embeddings": vecs,
         });
@@ -115,8 +126,12 @@ pub fn run_embed(args: EmbedArgs) -> Result<()> {
     }
     let c = embedder.config();
     println!(
-        "{}: {} → {}-d vectors ({} pooling{}, max {} tokens)\n",
+        "{}{}: {} → {}-d vectors ({} pooling{}, max {} tokens)\n",
         embedder.name(),
+        match embedder.precision() {
+            Precision::Exact => String::new(),
+            p => format!(" ({p} products)"),
+        },
         count(vecs.len(), "text", "texts"),
         embedder.dim(),
         c.pooling.name(),
@@ -150,7 +165,7 @@ fn embed_to_file(args: &EmbedArgs, out: &Path) -> Result<()> {
             "no input texts: give texts as arguments or --file F (`-`: standard input)".into(),
         ));
     }
-    let embedder = load_embedder(&args.model)?;
+    let embedder = crate::loader::embedder_in(&args.model, args.precision)?;
     // Arguments first, then the file's lines, as without --out.
     let mut head = std::io::Cursor::new(args.texts.join("\n").into_bytes());
     let (mut file_input, size): (Box<dyn BufRead>, Option<u64>) = match args.file.as_deref() {

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use rand::Rng;
 
 use crate::ops;
+use crate::ops::linear_int8::Int8Matrix;
 use crate::ops::linear_kernel::PackedNt;
 use crate::ops::quant::QMatrix;
 use crate::runtime::Numerics;
@@ -200,6 +201,10 @@ pub struct Linear {
     /// ([`Linear::keep_packed`]): a product of several rows reads these instead of
     /// packing W's blocks on every call, for the same numbers.
     packed: Option<Arc<PackedNt>>,
+    /// W quantised to 8 bits, when the model was opened with
+    /// [`Precision::Int8`](crate::Precision::Int8) ([`Linear::keep_int8`]): products
+    /// read these instead of W (not the same numbers: the distance is measured).
+    int8: Option<Arc<Int8Matrix>>,
 }
 
 impl Linear {
@@ -227,6 +232,7 @@ impl Linear {
             bias,
             half: None,
             packed: None,
+            int8: None,
         })
     }
 
@@ -243,6 +249,7 @@ impl Linear {
             bias: bias.then(|| Tensor::zeros(&[out_features])),
             half: None,
             packed: None,
+            int8: None,
         }
     }
 
@@ -282,6 +289,57 @@ impl Linear {
     pub fn forget_copies(&mut self) {
         self.half = None;
         self.packed = None;
+        self.int8 = None;
+    }
+
+    /// Keep W quantised to 8 bits ([`Int8Matrix`]: one scale per output channel) and
+    /// compute every product of an untrained pass from it: what
+    /// [`Precision::Int8`](crate::Precision::Int8) asks of a layer. A quantised (GGUF)
+    /// W is left as it is. Returns whether the copy was made.
+    pub fn keep_int8(&mut self) -> bool {
+        let Some(w) = self.weight.as_f32() else {
+            return false;
+        };
+        let Ok([out, inp]) = w.dims() else {
+            return false;
+        };
+        self.int8 = Some(Arc::new(Int8Matrix::quantize(w.data(), out, inp)));
+        true
+    }
+
+    /// Whether W is kept packed for the f32 kernel ([`Linear::keep_packed`]).
+    pub fn has_packed(&self) -> bool {
+        self.packed.is_some()
+    }
+
+    /// The 8-bit copy of W, if [`Linear::keep_int8`] made one.
+    pub fn int8(&self) -> Option<&Int8Matrix> {
+        self.int8.as_deref()
+    }
+
+    /// x · Wᵀ + b through the 8-bit copy: None where that is not the path (no copy, or
+    /// a pass that tracks gradients).
+    fn through_int8(&self, x: &Tensor, bias: Option<&Tensor>) -> Option<Result<Tensor>> {
+        let q = self.int8.as_ref()?;
+        if x.tracks_grad() || bias.is_some_and(Tensor::tracks_grad) {
+            return None;
+        }
+        let (inp, out) = (q.k(), q.n());
+        if x.rank() == 0 || x.last_dim() != inp {
+            return Some(Err(Error::mismatch(
+                "linear (x vs int8 weight (out, in))",
+                x.shape(),
+                &[out, inp],
+            )));
+        }
+        let rows = x.numel() / inp.max(1);
+        let mut y = vec![0.0f32; rows * out];
+        q.matmul(&mut y, x.data(), bias.map(Tensor::data), rows);
+        let mut shape = x.shape().to_vec();
+        if let Some(last) = shape.last_mut() {
+            *last = out;
+        }
+        Some(Tensor::new(y, &shape)) // (..., out)
     }
 
     /// One row through the f16 copy, as the f32 path computes it (the matrix-vector
@@ -350,6 +408,9 @@ impl Linear {
         match (&self.weight, &self.bias) {
             (Weight::F32(w), bias) => {
                 let bias = bias.as_ref();
+                if let Some(y) = self.through_int8(x, bias) {
+                    return y;
+                }
                 match self.one_row_f16(x, w, bias) {
                     Some(y) => y,
                     None => linear_f32(x, w, self.packed.as_deref(), bias, numerics),

@@ -8,6 +8,7 @@
 //! | --- | --- |
 //! | `matmul` | `matmul`, `matmul_t` (A·Bᵀ), `linear` (x·Wᵀ + b), batched, on the `gemm` crate |
 //! | `linear_kernel` | lucent's own x·Wᵀ + b kernel for many rows (AVX2 tiles, W in place, one summation order per number: batch-invariant) |
+//! | `linear_int8` | x·Wᵀ + b in 8-bit integers (`--precision int8`): W quantised once per output channel, rows of x per row, VNNI / AVX2 tiles with a plain twin |
 //! | `softmax` | softmax over the last axis, with temperature |
 //! | `norm` | LayerNorm (PyTorch semantics), RMSNorm |
 //! | `activation` | ReLU, GELU (erf and tanh), SiLU |
@@ -21,6 +22,7 @@ pub mod attention;
 pub(crate) mod ggml;
 #[cfg(test)]
 mod kernel_tests;
+pub mod linear_int8;
 pub mod linear_kernel;
 pub mod loss;
 pub mod matmul;

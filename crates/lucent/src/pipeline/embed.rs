@@ -23,6 +23,7 @@ use crate::io::tokenizer::{pad_right, Encoding, HfTokenizer};
 use crate::model::encoder::PositionIds;
 use crate::model::EncoderModel;
 use crate::nn::Trace;
+use crate::runtime::Precision;
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
@@ -313,6 +314,18 @@ impl Embedder {
     /// Set the display name (e.g. the known model's name).
     pub fn set_name(&mut self, name: impl Into<String>) {
         self.name = name.into();
+    }
+
+    /// Compute the encoder's products in `precision` ([`EncoderModel::set_precision`]):
+    /// [`Precision::Int8`] is faster and lands near exact (`lucent bench precision`
+    /// measures how near), [`Precision::Exact`] is sentence-transformers' numbers.
+    pub fn set_precision(&mut self, precision: Precision) {
+        self.model.set_precision(precision);
+    }
+
+    /// The precision its products are computed in.
+    pub fn precision(&self) -> Precision {
+        self.model.precision
     }
 
     /// Embedding width d.

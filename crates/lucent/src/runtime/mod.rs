@@ -8,12 +8,15 @@
 //! | `pool` | [`Runtime`]: a rayon pool of lucent's own with its thread count and level; the default runtime |
 //! | `threads` | how kernels share their work over a runtime's threads: the thread count, `serial`, the parallel loops, the decode team |
 //! | `numerics` | [`Numerics`]: lucent's f32 order, llama.cpp's, or llama.cpp's with every row alike |
+//! | `precision` | [`Precision`]: exact (the default) or 8-bit integer products, chosen when a model is opened |
 
 pub mod cpu;
 pub mod numerics;
 pub mod pool;
+pub mod precision;
 pub mod threads;
 
 pub use cpu::{CpuFeatures, Isa};
 pub use numerics::Numerics;
 pub use pool::{isa, max_threads, Runtime, RuntimeBuilder};
+pub use precision::Precision;

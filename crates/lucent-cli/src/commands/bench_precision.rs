@@ -1,0 +1,178 @@
+//! `lucent bench precision`: what each precision costs and buys, measured side by side
+//! on one model in one run — speed (sentences/s, rounds interleaved between the
+//! precisions, medians) and distance to exact (cosine of each sentence's embedding to
+//! the exact one: min and median; the largest difference of any number).
+//!
+//! Encoders today (MiniLM, MPNet, BERT-family folders); decoders and Whisper run exact
+//! only and are refused in one line.
+
+use std::time::Instant;
+
+use lucent::{Error, Precision, Result};
+
+use crate::commands::bench_embed::SENTENCES;
+use crate::commands::numbers::at_least;
+
+/// Arguments of `lucent bench precision`.
+#[derive(clap::Args)]
+#[command(allow_negative_numbers = true)]
+#[command(
+    after_help = "Examples:\n  lucent bench precision -m minilm --runs 3\n  lucent bench precision -m minilm --threads-list 1 --runs 1 --json"
+)]
+pub struct Args {
+    /// An encoder: a model name (see `lucent models`) or a Hugging Face folder.
+    #[arg(long, short = 'm', default_value = "minilm")]
+    model: String,
+    /// Thread counts to measure, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2", value_parser = at_least::<1, usize>)]
+    threads_list: Vec<usize>,
+    /// Sentences per forward pass.
+    #[arg(long, default_value_t = 32, value_parser = at_least::<1, usize>)]
+    batch: usize,
+    /// Timed rounds (each round times every precision once; medians are reported).
+    #[arg(long, default_value_t = 5, value_parser = at_least::<1, usize>)]
+    runs: usize,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// How far one precision's embeddings land from exact.
+struct Distance {
+    min_cosine: f64,
+    median_cosine: f64,
+    max_abs: f32,
+}
+
+fn distance(exact: &[Vec<f32>], other: &[Vec<f32>]) -> Distance {
+    let mut cos: Vec<f64> = exact
+        .iter()
+        .zip(other)
+        .map(|(a, b)| {
+            let dot: f64 = a
+                .iter()
+                .zip(b)
+                .map(|(x, y)| f64::from(*x) * f64::from(*y))
+                .sum();
+            let na: f64 = a.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+            let nb: f64 = b.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+            dot / (na * nb).max(f64::MIN_POSITIVE)
+        })
+        .collect();
+    cos.sort_by(f64::total_cmp);
+    let max_abs = exact
+        .iter()
+        .zip(other)
+        .flat_map(|(a, b)| a.iter().zip(b).map(|(x, y)| (x - y).abs()))
+        .fold(0.0f32, f32::max);
+    Distance {
+        min_cosine: cos.first().copied().unwrap_or(f64::NAN),
+        median_cosine: cos.get(cos.len() / 2).copied().unwrap_or(f64::NAN),
+        max_abs,
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// Run `lucent bench precision`.
+pub fn run(args: Args) -> Result<()> {
+    let model = crate::loader::open(&args.model)?;
+    let exact = model.embedder().map_err(|_| {
+        Error::Argument(format!(
+            "{} is a {:?} model; precisions other than exact are built for encoders so far (minilm, mpnet, BERT-family folders)",
+            model.name(),
+            model.kind()
+        ))
+    })?;
+    let sentences: Vec<&str> = SENTENCES.lines().filter(|l| !l.trim().is_empty()).collect();
+    let mut models = vec![(Precision::Exact, exact.clone())];
+    for p in Precision::ALL
+        .into_iter()
+        .filter(|&p| p != Precision::Exact)
+    {
+        let mut e = exact.as_ref().clone();
+        e.set_precision(p);
+        models.push((p, std::sync::Arc::new(e)));
+    }
+    let reference = exact.embed_batched(&sentences, args.batch)?;
+    let mut rows = Vec::new();
+    for (p, e) in &models {
+        let d = distance(&reference, &e.embed_batched(&sentences, args.batch)?);
+        rows.push((*p, d, Vec::new()));
+    }
+    for &n in &args.threads_list {
+        let pool = lucent::Runtime::builder().threads(n).build()?;
+        let times = pool.install(|| -> Result<Vec<Vec<f64>>> {
+            let mut times = vec![Vec::new(); models.len()];
+            for (_, e) in &models {
+                e.embed_batched(&sentences[..32.min(sentences.len())], args.batch)?;
+                // warm-up
+            }
+            for _ in 0..args.runs {
+                for (i, (_, e)) in models.iter().enumerate() {
+                    let t0 = Instant::now();
+                    e.embed_batched(&sentences, args.batch)?;
+                    times[i].push(t0.elapsed().as_secs_f64());
+                }
+            }
+            Ok(times)
+        })?;
+        for (row, t) in rows.iter_mut().zip(times) {
+            row.2.push((n, sentences.len() as f64 / median(t)));
+        }
+    }
+    let exact_speed: Vec<f64> = rows[0].2.iter().map(|&(_, s)| s).collect();
+    if args.json {
+        let v = serde_json::json!({
+            "model": model.name(),
+            "sentences": sentences.len(),
+            "batch": args.batch,
+            "runs": args.runs,
+            "int8_path": lucent::ops::linear_int8::int8_path(),
+            "precisions": rows.iter().map(|(p, d, speed)| serde_json::json!({
+                "precision": p.name(),
+                "min_cosine": d.min_cosine,
+                "median_cosine": d.median_cosine,
+                "max_abs_diff": d.max_abs,
+                "speed": speed.iter().zip(&exact_speed).map(|(&(n, s), e)| serde_json::json!({
+                    "threads": n, "sentences_per_s": s, "vs_exact": s / e,
+                })).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+        });
+        println!("{v}");
+        return Ok(());
+    }
+    println!(
+        "{} on {} sentences, batch {}, medians of {} interleaved rounds; int8 products: {}",
+        model.name(),
+        sentences.len(),
+        args.batch,
+        args.runs,
+        lucent::ops::linear_int8::int8_path()
+    );
+    print!(
+        "{:>9} {:>11} {:>11} {:>10}",
+        "precision", "min cos", "median cos", "max |Δ|"
+    );
+    for &n in &args.threads_list {
+        print!(" {:>14}", format!("sent/s ({n} thr)"));
+    }
+    println!();
+    for (p, d, speed) in &rows {
+        print!(
+            "{:>9} {:>11.6} {:>11.6} {:>10.2e}",
+            p.name(),
+            d.min_cosine,
+            d.median_cosine,
+            d.max_abs
+        );
+        for (&(_, s), e) in speed.iter().zip(&exact_speed) {
+            print!(" {:>14}", format!("{s:.1} ({:.2}×)", s / e));
+        }
+        println!();
+    }
+    Ok(())
+}

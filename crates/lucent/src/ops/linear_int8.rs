@@ -1,0 +1,670 @@
+//! 8-bit integer products for [`Precision::Int8`](crate::Precision::Int8):
+//! C = A · Wᵀ + b with W (out, in) quantised once at load and each row of A quantised as
+//! it arrives.
+//!
+//! # The arithmetic
+//!
+//! - W: one scale per output channel (row j of W), symmetric:
+//!   s_w[j] = max_p |W[j, p]| / 127, Wq[j, p] = round(W[j, p] / s_w[j]) ∈ [−127, 127].
+//! - A: one scale per row, symmetric, computed from the row alone (so a row's result
+//!   never depends on the rows beside it: batch invariance holds):
+//!   s_a[i] = max_p |A[i, p]| / 127, Aq[i, p] = round(A[i, p] · 127 / max) ∈ [−127, 127]
+//!   (rounding half to even).
+//! - C[i, j] = fma(float(Σ_p Aq[i, p] · Wq[j, p]), s_a[i] · s_w[j], b[j]).
+//!
+//! The sum is over integers, exact in i32 (|Σ| ≤ k · 127² < 2³¹ for k < 133,000), so
+//! every path gives the same integer whatever its order; the float steps after it are
+//! the same operations in every path. The result is therefore the same bits on every
+//! instruction-set level, for any number of rows, threads or tiles: the kernels and
+//! their plain twin ([`reference`]) are compared bit for bit.
+//!
+//! # The kernels
+//!
+//! W is packed once in panels of 16 columns: per group of 4 terms, 16 columns × 4
+//! bytes, one 64-byte vector. AVX-512 VNNI (`vpdpbusd`: four u8 × i8 products summed
+//! into each i32 lane) multiplies unsigned bytes by signed ones, so the activations go
+//! in shifted by 128 (Aq + 128 ∈ [1, 255]) and the shift comes back out through each
+//! column's sum: Σ (Aq + 128) · Wq = Σ Aq · Wq + 128 · Σ Wq. A tile is up to 8 rows × 32
+//! columns (16 accumulators; per group of 4 terms two loads of W and eight broadcasts
+//! of A). Without VNNI, AVX2 takes the signs of the activations onto the weights
+//! (`vpsignb`) and multiplies |Aq| (unsigned) by them with `vpmaddubsw`: each pair sums
+//! at most 2 · 127² = 32,258, inside i16, so nothing saturates.
+
+use std::sync::OnceLock;
+
+use crate::runtime::Isa;
+use crate::threads::threads;
+
+/// Columns of a packed panel (one 512-bit vector of i32 lanes).
+const NR: usize = 16;
+/// Rows of a tile.
+const MR: usize = 8;
+/// Multiply-adds from which a product is split over threads.
+const PARALLEL_MIN: usize = 1 << 20;
+
+/// A weight matrix W (n × k) quantised to 8 bits for [`matmul`](Int8Matrix::matmul):
+/// one scale per row (output channel), packed in 16-column panels.
+#[derive(Clone, Debug)]
+pub struct Int8Matrix {
+    n: usize,
+    k: usize,
+    /// k rounded up to a multiple of 4 (the groups of `vpdpbusd`).
+    kp: usize,
+    /// Panels: for panel P (columns 16P..16P+16) and group g (terms 4g..4g+4), 64
+    /// bytes at (P · kp/4 + g) · 64: column c's four terms at 4c.
+    data: Vec<i8>,
+    /// s_w[j], n of them (padded to whole panels with 0).
+    scales: Vec<f32>,
+    /// 128 · Σ_p Wq[j, p] (the VNNI path's shift), padded to whole panels with 0.
+    shift: Vec<i32>,
+    /// The largest |W − s_w · Wq| of the whole matrix (how far the copy is from W).
+    max_error: f32,
+}
+
+impl Int8Matrix {
+    /// Quantise W (n × k, row-major): one scale per row.
+    ///
+    /// Panics if `w.len() != n · k` (an internal invariant: callers pass a checked
+    /// tensor's dimensions).
+    ///
+    /// # Shapes
+    /// w: (n, k)
+    pub fn quantize(w: &[f32], n: usize, k: usize) -> Int8Matrix {
+        assert_eq!(w.len(), n * k, "Int8Matrix::quantize sizes"); // ok: internal invariant
+        let kp = k.next_multiple_of(4);
+        let panels = n.div_ceil(NR);
+        let mut data = vec![0i8; panels * NR * kp];
+        let mut scales = vec![0.0f32; panels * NR];
+        let mut shift = vec![0i32; panels * NR];
+        let mut max_error = 0.0f32;
+        let mut q = vec![0i8; kp];
+        for (j, row) in w.chunks_exact(k.max(1)).enumerate().take(n) {
+            let s = quantize_row_plain(row, &mut q);
+            scales[j] = s;
+            shift[j] = 128 * q.iter().map(|&x| i32::from(x)).sum::<i32>();
+            for (p, (&x, &qx)) in row.iter().zip(&q).enumerate() {
+                max_error = max_error.max((x - s * f32::from(qx)).abs());
+                let (panel, c, g, t) = (j / NR, j % NR, p / 4, p % 4);
+                data[(panel * (kp / 4) + g) * 64 + 4 * c + t] = qx;
+            }
+        }
+        Int8Matrix {
+            n,
+            k,
+            kp,
+            data,
+            scales,
+            shift,
+            max_error,
+        }
+    }
+
+    /// W's rows (out features).
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// W's columns (in features).
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// The largest |W − s_w · Wq| over the matrix: the weights' own rounding.
+    pub fn max_error(&self) -> f32 {
+        self.max_error
+    }
+
+    /// Bytes held (the packed weights, scales and shifts).
+    pub fn bytes(&self) -> usize {
+        self.data.len() + 4 * (self.scales.len() + self.shift.len())
+    }
+
+    /// Row j of Wq (k numbers), read out of the panels.
+    fn row(&self, j: usize) -> Vec<i8> {
+        (0..self.k)
+            .map(|p| self.data[((j / NR) * (self.kp / 4) + p / 4) * 64 + 4 * (j % NR) + p % 4])
+            .collect()
+    }
+
+    /// C (m × n) = A (m × k) · Wᵀ + bias in 8-bit integers (module docs), split over
+    /// the runtime's threads when large; the numbers do not depend on the split, the
+    /// level or m.
+    ///
+    /// Panics if a slice's length does not match (an internal invariant).
+    ///
+    /// # Shapes
+    /// c: (m, n), a: (m, k), bias: (n)
+    pub fn matmul(&self, c: &mut [f32], a: &[f32], bias: Option<&[f32]>, m: usize) {
+        let (n, k, kp) = (self.n, self.k, self.kp);
+        assert!(
+            c.len() == m * n && a.len() == m * k && bias.is_none_or(|b| b.len() == n),
+            "Int8Matrix::matmul sizes: c {}, a {} for m {m}, k {k}, n {n}",
+            c.len(),
+            a.len()
+        ); // ok: internal invariant
+        if m == 0 || n == 0 {
+            return;
+        }
+        // Each row quantised once for every column: (m, kp) bytes and m scales.
+        let mut aq = vec![0i8; m * kp];
+        let mut sa = vec![0.0f32; m];
+        for ((row, q), s) in a
+            .chunks_exact(k.max(1))
+            .zip(aq.chunks_exact_mut(kp.max(1)))
+            .zip(&mut sa)
+        {
+            *s = quantize_row(row, q);
+        }
+        let level = crate::runtime::isa();
+        let workers = threads();
+        let packed = self.packed();
+        let job = Job {
+            m: &packed,
+            aq: &aq,
+            sa: &sa,
+            bias,
+        };
+        if workers <= 1 || m * n * k < PARALLEL_MIN {
+            job.run(c, level, 0, m, 0, n);
+            return;
+        }
+        if m >= workers * MR * 2 {
+            // Row blocks: every task owns whole rows of C.
+            let rows = m.div_ceil(workers * 2).next_multiple_of(MR).max(MR);
+            crate::threads::for_each_chunk_mut(c, rows * n, |t, c| {
+                let i0 = t * rows;
+                job.run_rows(c, level, i0, i0 + c.len() / n);
+            });
+        } else {
+            // Few rows: column blocks (whole panels), every task owns whole columns.
+            let cols = n.div_ceil(workers).next_multiple_of(NR);
+            let out = SharedOut(c.as_mut_ptr());
+            crate::threads::for_each_index(n.div_ceil(cols), |t| {
+                let (j0, j1) = (t * cols, ((t + 1) * cols).min(n));
+                let out = &out;
+                // SAFETY: task t writes only columns j0..j1 of C's m rows (inside c,
+                // whose length was asserted), which no other task writes; c outlives
+                // the loop.
+                let c = unsafe { std::slice::from_raw_parts_mut(out.0, m * n) };
+                job.run(c, level, 0, m, j0, j1);
+            });
+        }
+    }
+
+    /// A view of the packed parts for the kernels.
+    fn packed(&self) -> Packed<'_> {
+        Packed {
+            n: self.n,
+            kp: self.kp,
+            data: &self.data,
+            scales: &self.scales,
+            shift: &self.shift,
+        }
+    }
+}
+
+/// The packed parts of an [`Int8Matrix`], borrowed by a product's tasks.
+#[derive(Clone, Copy)]
+struct Packed<'a> {
+    n: usize,
+    kp: usize,
+    data: &'a [i8],
+    scales: &'a [f32],
+    shift: &'a [i32],
+}
+
+/// One product's shared inputs: the packed W, the quantised rows and their scales.
+struct Job<'a> {
+    m: &'a Packed<'a>,
+    aq: &'a [i8],
+    sa: &'a [f32],
+    bias: Option<&'a [f32]>,
+}
+
+/// C's pointer shared by column tasks that write disjoint columns.
+struct SharedOut(*mut f32);
+// SAFETY: the tasks sharing it write disjoint columns (see `Int8Matrix::matmul`).
+unsafe impl Sync for SharedOut {}
+
+impl Job<'_> {
+    /// Rows i0..i1 of C, where `c` holds exactly those rows.
+    fn run_rows(&self, c: &mut [f32], level: Isa, i0: usize, i1: usize) {
+        let sub = Job {
+            m: self.m,
+            aq: &self.aq[i0 * self.m.kp..i1 * self.m.kp],
+            sa: &self.sa[i0..i1],
+            bias: self.bias,
+        };
+        sub.run(c, level, 0, i1 - i0, 0, self.m.n);
+    }
+
+    /// Rows i0..i1 and columns j0..j1 (j0 a multiple of 16) of C (m × n, all of it).
+    fn run(&self, c: &mut [f32], level: Isa, i0: usize, i1: usize, j0: usize, j1: usize) {
+        let n = self.m.n;
+        let mut j = j0;
+        while j < j1 {
+            let panels = if j + NR < j1 { 2 } else { 1 };
+            let jn = (j + panels * NR).min(j1);
+            let mut i = i0;
+            while i < i1 {
+                let rows = (i1 - i).min(MR);
+                let mut acc = [[0i32; 2 * NR]; MR];
+                tile(self.m, self.aq, i, rows, j / NR, panels, level, &mut acc);
+                for (r, acc) in acc.iter().enumerate().take(rows) {
+                    let out = &mut c[(i + r) * n + j..(i + r) * n + jn];
+                    finish(
+                        out,
+                        acc,
+                        self.sa[i + r],
+                        &self.m.scales[j..],
+                        &self.m.shift[j..],
+                        self.bias.map(|b| &b[j..]),
+                        level,
+                    );
+                }
+                i += rows;
+            }
+            j = jn;
+        }
+    }
+}
+
+/// The integer sums of `rows` rows (from row i) with `panels` panels (from panel p):
+/// acc[r][c] = Σ_p (Aq[i + r, p] + 128) · Wq[16P + c, p] on the VNNI path (the shift
+/// is taken out in [`finish`]), Σ Aq · Wq on the others — [`finish`] knows which.
+#[allow(clippy::too_many_arguments)]
+fn tile(
+    m: &Packed,
+    aq: &[i8],
+    i: usize,
+    rows: usize,
+    p: usize,
+    panels: usize,
+    level: Isa,
+    acc: &mut [[i32; 2 * NR]; MR],
+) {
+    let groups = m.kp / 4;
+    let w = &m.data[p * groups * 64..(p + panels) * groups * 64];
+    let a = &aq[i * m.kp..(i + rows) * m.kp];
+    #[cfg(target_arch = "x86_64")]
+    {
+        if level >= Isa::Avx512 {
+            // SAFETY: the Avx512 level includes AVX-512 F/BW/VL/VNNI (runtime::cpu);
+            // slices are whole groups of the packed layout.
+            unsafe { x86::tile_vnni(w, a, m.kp, rows, panels, acc) };
+            return;
+        }
+        if level >= Isa::Avx2 {
+            // SAFETY: the Avx2 level includes AVX2.
+            unsafe { x86::tile_avx2(w, a, m.kp, rows, panels, acc) };
+            return;
+        }
+    }
+    let _ = level;
+    for r in 0..rows {
+        let ar = &a[r * m.kp..(r + 1) * m.kp];
+        for pc in 0..panels * NR {
+            let (panel, c) = (pc / NR, pc % NR);
+            let mut s = 0i32;
+            for g in 0..groups {
+                let wg = &w[(panel * groups + g) * 64 + 4 * c..][..4];
+                for t in 0..4 {
+                    s += i32::from(ar[4 * g + t]) * i32::from(wg[t]);
+                }
+            }
+            acc[r][pc] = s;
+        }
+    }
+}
+
+/// One row's outputs from its integer sums: out[c] = fma(float(sum − shift), s_a ·
+/// s_w[c], b[c]) for the columns `out` holds (the same operations, one correctly
+/// rounded fused multiply-add each, on every level).
+fn finish(
+    out: &mut [f32],
+    acc: &[i32; 2 * NR],
+    sa: f32,
+    scales: &[f32],
+    shift: &[i32],
+    bias: Option<&[f32]>,
+    level: Isa,
+) {
+    let vnni = cfg!(target_arch = "x86_64") && level >= Isa::Avx512;
+    let mut sums = *acc;
+    if vnni {
+        for (s, &sh) in sums.iter_mut().zip(shift).take(out.len()) {
+            *s -= sh;
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if level >= Isa::Avx2 {
+        // SAFETY: the Avx2 level includes AVX2 and FMA; `out.len() ≤ 32` columns, each
+        // with its scale (and bias) at the same index.
+        unsafe { x86::finish(out, &sums, sa, scales, bias) };
+        return;
+    }
+    for (c, o) in out.iter_mut().enumerate() {
+        *o = (sums[c] as f32).mul_add(sa * scales[c], bias.map_or(0.0, |b| b[c]));
+    }
+}
+
+/// Quantise one row to 8 bits (module docs), writing `q` (its length rounded up to 4,
+/// the rest 0); returns the row's scale. Every level gives the same bytes.
+pub(crate) fn quantize_row(x: &[f32], q: &mut [i8]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if crate::runtime::isa() >= Isa::Avx2 {
+        // SAFETY: the Avx2 level includes AVX2; `q` holds at least x.len() bytes.
+        return unsafe { x86::quantize_row(x, q) };
+    }
+    quantize_row_plain(x, q)
+}
+
+/// [`quantize_row`]'s arithmetic, plainly: max |x|, then round-half-even(x · 127/max).
+fn quantize_row_plain(x: &[f32], q: &mut [i8]) -> f32 {
+    let max = x.iter().fold(0.0f32, |m, &v| m.max(v.abs()));
+    let inv = if max > 0.0 { 127.0 / max } else { 0.0 };
+    for (qv, &v) in q.iter_mut().zip(x) {
+        *qv = (v * inv).round_ties_even().clamp(-127.0, 127.0) as i8;
+    }
+    for qv in q.iter_mut().skip(x.len()) {
+        *qv = 0;
+    }
+    max / 127.0
+}
+
+/// Whether this CPU runs the VNNI path (the report of `lucent bench precision`).
+pub fn int8_path() -> &'static str {
+    static PATH: OnceLock<&'static str> = OnceLock::new();
+    PATH.get_or_init(|| match Isa::detected() {
+        Isa::Avx512 => "AVX-512 VNNI (vpdpbusd)",
+        Isa::Avx2 => "AVX2 (vpmaddubsw; no VNNI on this CPU)",
+        Isa::Scalar => "scalar (no AVX2 on this CPU)",
+    })
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{MR, NR};
+
+    /// [`super::quantize_row`] on AVX2: the same max, product, ties-to-even rounding
+    /// and clamp, eight numbers at a time.
+    ///
+    /// # Safety
+    /// AVX2; `q.len() >= x.len()`.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn quantize_row(x: &[f32], q: &mut [i8]) -> f32 {
+        let n = x.len();
+        let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+        let mut m8 = _mm256_setzero_ps();
+        let mut i = 0;
+        while i + 8 <= n {
+            m8 = _mm256_max_ps(m8, _mm256_and_ps(_mm256_loadu_ps(x.as_ptr().add(i)), abs));
+            i += 8;
+        }
+        let mut lanes = [0.0f32; 8];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), m8);
+        let mut max = lanes.iter().fold(0.0f32, |m, &v| m.max(v));
+        for &v in &x[i..] {
+            max = max.max(v.abs());
+        }
+        let inv = if max > 0.0 { 127.0 / max } else { 0.0 };
+        let (inv8, lo, hi) = (
+            _mm256_set1_ps(inv),
+            _mm256_set1_ps(-127.0),
+            _mm256_set1_ps(127.0),
+        );
+        let mut i = 0;
+        while i + 8 <= n {
+            let v = _mm256_mul_ps(_mm256_loadu_ps(x.as_ptr().add(i)), inv8);
+            let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v);
+            let r = _mm256_min_ps(_mm256_max_ps(r, lo), hi);
+            let w = _mm256_cvtps_epi32(r); // exact: r is a whole number in [-127, 127]
+            let mut ints = [0i32; 8];
+            _mm256_storeu_si256(ints.as_mut_ptr().cast(), w);
+            for (t, &v) in ints.iter().enumerate() {
+                q[i + t] = v as i8;
+            }
+            i += 8;
+        }
+        for (qv, &v) in q[i..].iter_mut().zip(&x[i..]) {
+            *qv = (v * inv).round_ties_even().clamp(-127.0, 127.0) as i8;
+        }
+        for qv in q.iter_mut().skip(n) {
+            *qv = 0;
+        }
+        max / 127.0
+    }
+
+    /// [`super::finish`]'s float steps on AVX2 + FMA, eight columns at a time.
+    ///
+    /// # Safety
+    /// AVX2 and FMA; `scales` (and `bias`) hold at least `out.len() ≤ 32` numbers.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn finish(
+        out: &mut [f32],
+        sums: &[i32; 2 * NR],
+        sa: f32,
+        scales: &[f32],
+        bias: Option<&[f32]>,
+    ) {
+        let n = out.len();
+        let sa8 = _mm256_set1_ps(sa);
+        let mut c = 0;
+        while c + 8 <= n {
+            let s = _mm256_cvtepi32_ps(_mm256_loadu_si256(sums.as_ptr().add(c).cast()));
+            let scale = _mm256_mul_ps(sa8, _mm256_loadu_ps(scales.as_ptr().add(c)));
+            let b = match bias {
+                Some(b) => _mm256_loadu_ps(b.as_ptr().add(c)),
+                None => _mm256_setzero_ps(),
+            };
+            _mm256_storeu_ps(out.as_mut_ptr().add(c), _mm256_fmadd_ps(s, scale, b));
+            c += 8;
+        }
+        for c in c..n {
+            let b = bias.map_or(0.0, |b| b[c]);
+            out[c] = _mm_cvtss_f32(_mm_fmadd_ss(
+                _mm_set_ss(sums[c] as f32),
+                _mm_set_ss(sa * scales[c]),
+                _mm_set_ss(b),
+            ));
+        }
+    }
+
+    /// [`super::tile`] with `vpdpbusd`: (Aq + 128) as u8 against Wq.
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/VL/VNNI; `w` holds `panels` panels of `kp / 4` groups, `a` `rows`
+    /// rows of `kp` bytes.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    pub(super) unsafe fn tile_vnni(
+        w: &[i8],
+        a: &[i8],
+        kp: usize,
+        rows: usize,
+        panels: usize,
+        acc: &mut [[i32; 2 * NR]; MR],
+    ) {
+        let groups = kp / 4;
+        let flip = _mm512_set1_epi32(0x8080_8080u32 as i32); // Aq ^ 0x80 = Aq + 128 as u8
+        let mut s = [[_mm512_setzero_si512(); 2]; MR];
+        let wp = w.as_ptr();
+        let ap = a.as_ptr();
+        for g in 0..groups {
+            let w0 = _mm512_loadu_si512(wp.add(g * 64).cast());
+            let w1 = if panels == 2 {
+                _mm512_loadu_si512(wp.add((groups + g) * 64).cast())
+            } else {
+                _mm512_setzero_si512()
+            };
+            for r in 0..MR {
+                if r < rows {
+                    let four = ap.add(r * kp + 4 * g).cast::<i32>().read_unaligned();
+                    let x = _mm512_xor_si512(_mm512_set1_epi32(four), flip);
+                    s[r][0] = _mm512_dpbusd_epi32(s[r][0], x, w0);
+                    s[r][1] = _mm512_dpbusd_epi32(s[r][1], x, w1);
+                }
+            }
+        }
+        for r in 0..rows {
+            _mm512_storeu_si512(acc[r].as_mut_ptr().cast(), s[r][0]);
+            _mm512_storeu_si512(acc[r].as_mut_ptr().add(NR).cast(), s[r][1]);
+        }
+    }
+
+    /// [`super::tile`] with `vpmaddubsw`: |Aq| against Wq carrying Aq's signs, pairs
+    /// summed in i16 (≤ 32,258: no saturation), then in i32.
+    ///
+    /// # Safety
+    /// AVX2; `w` holds `panels` panels of `kp / 4` groups, `a` `rows` rows of `kp`
+    /// bytes.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn tile_avx2(
+        w: &[i8],
+        a: &[i8],
+        kp: usize,
+        rows: usize,
+        panels: usize,
+        acc: &mut [[i32; 2 * NR]; MR],
+    ) {
+        let groups = kp / 4;
+        let ones = _mm256_set1_epi16(1);
+        let wp = w.as_ptr();
+        let ap = a.as_ptr();
+        for panel in 0..panels {
+            // four rows at a time: 4 rows × 16 columns = 8 accumulators
+            let mut r0 = 0;
+            while r0 < rows {
+                let rn = (rows - r0).min(4);
+                let mut s = [[_mm256_setzero_si256(); 2]; 4];
+                for g in 0..groups {
+                    let base = wp.add((panel * groups + g) * 64);
+                    let w0 = _mm256_loadu_si256(base.cast());
+                    let w1 = _mm256_loadu_si256(base.add(32).cast());
+                    for r in 0..4 {
+                        if r < rn {
+                            let four = ap.add((r0 + r) * kp + 4 * g).cast::<i32>().read_unaligned();
+                            let x = _mm256_set1_epi32(four);
+                            let ax = _mm256_abs_epi8(x);
+                            let p0 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(w0, x));
+                            let p1 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(w1, x));
+                            s[r][0] = _mm256_add_epi32(s[r][0], _mm256_madd_epi16(p0, ones));
+                            s[r][1] = _mm256_add_epi32(s[r][1], _mm256_madd_epi16(p1, ones));
+                        }
+                    }
+                }
+                for r in 0..rn {
+                    let row = acc[r0 + r].as_mut_ptr().add(panel * NR);
+                    _mm256_storeu_si256(row.cast(), s[r][0]);
+                    _mm256_storeu_si256(row.add(8).cast(), s[r][1]);
+                }
+                r0 += rn;
+            }
+        }
+    }
+}
+
+/// The plain twin: each row quantised, each output an integer dot product over k in
+/// order, then the same float steps.
+pub mod reference {
+    use super::{quantize_row_plain, Int8Matrix};
+
+    /// [`Int8Matrix::matmul`], one number at a time.
+    ///
+    /// # Shapes
+    /// c: (m, n), a: (m, k), bias: (n)
+    pub fn matmul(w: &Int8Matrix, c: &mut [f32], a: &[f32], bias: Option<&[f32]>, m: usize) {
+        let (n, k) = (w.n, w.k);
+        let rows: Vec<Vec<i8>> = (0..n).map(|j| w.row(j)).collect();
+        let mut q = vec![0i8; w.kp];
+        for i in 0..m {
+            let sa = quantize_row_plain(&a[i * k..(i + 1) * k], &mut q);
+            for (j, wq) in rows.iter().enumerate() {
+                let sum: i32 = q
+                    .iter()
+                    .zip(wq)
+                    .map(|(&x, &y)| i32::from(x) * i32::from(y))
+                    .sum();
+                c[i * n + j] = (sum as f32).mul_add(sa * w.scales[j], bias.map_or(0.0, |b| b[j]));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Runtime, Tensor};
+    use rand::{rngs::StdRng, SeedableRng};
+
+    /// Every level, thread count and row count gives the twin's bits, for shapes with
+    /// partial panels, k not a multiple of 4, one row and many.
+    #[test]
+    fn int8_products_equal_the_twin_on_every_level() {
+        let mut rng = StdRng::seed_from_u64(8);
+        for &(m, k, n) in &[
+            (1, 1, 1),
+            (1, 7, 5),
+            (3, 33, 17),
+            (9, 64, 48),
+            (17, 384, 384),
+            (130, 384, 1536),
+            (70, 1536, 384),
+        ] {
+            let w = Tensor::randn(&[n, k], 0.05, &mut rng);
+            let a = Tensor::randn(&[m, k], 1.0, &mut rng);
+            let b = Tensor::randn(&[n], 0.1, &mut rng);
+            let q = Int8Matrix::quantize(w.data(), n, k);
+            let mut want = vec![f32::NAN; m * n];
+            reference::matmul(&q, &mut want, a.data(), Some(b.data()), m);
+            for isa in Isa::available() {
+                for t in [1, 2] {
+                    let rt = Runtime::builder().threads(t).isa(isa).build().unwrap();
+                    let mut got = vec![f32::NAN; m * n];
+                    rt.install(|| q.matmul(&mut got, a.data(), Some(b.data()), m));
+                    assert!(
+                        got.iter()
+                            .zip(&want)
+                            .all(|(x, y)| x.to_bits() == y.to_bits()),
+                        "{isa:?} threads {t}: m {m} k {k} n {n}"
+                    );
+                    // one row alone = the same row in the batch
+                    let last = m - 1;
+                    let mut one = vec![f32::NAN; n];
+                    rt.install(|| q.matmul(&mut one, &a.data()[last * k..], Some(b.data()), 1));
+                    assert!(one
+                        .iter()
+                        .zip(&want[last * n..])
+                        .all(|(x, y)| x.to_bits() == y.to_bits()));
+                }
+            }
+            // and the result is near the f32 product
+            let exact = crate::ops::linear(&a, &w, Some(&b)).unwrap();
+            let scale = exact.data().iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            let worst = exact
+                .data()
+                .iter()
+                .zip(&want)
+                .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+            assert!(
+                worst <= 0.03 * scale,
+                "m {m} k {k} n {n}: {worst} of {scale}"
+            );
+        }
+    }
+
+    /// Rows of zeros, a column of zeros and extreme values quantise without a NaN.
+    #[test]
+    fn zero_rows_and_columns_are_exact() {
+        let (n, k) = (20, 10);
+        let mut w = vec![0.5f32; n * k];
+        w[..k].fill(0.0); // row 0 of W all zero
+        let q = Int8Matrix::quantize(&w, n, k);
+        let a = vec![0.0f32; 2 * k];
+        let mut c = vec![f32::NAN; 2 * n];
+        q.matmul(&mut c, &a, None, 2);
+        assert!(c.iter().all(|&x| x == 0.0));
+        assert!(q.max_error() <= 1e-6, "{}", q.max_error());
+    }
+}
