@@ -12,7 +12,7 @@ use std::time::Instant;
 use lucent::{Error, Result};
 
 use crate::commands::numbers::at_least;
-use crate::loader::embedder as load_embedder;
+use crate::loader::embedder_in as load_embedder;
 use crate::show::count;
 
 /// The benchmark's 256 sentences, one per line.
@@ -38,6 +38,10 @@ pub struct EmbedBenchArgs {
     /// Single sentences timed for the latency figure.
     #[arg(long, default_value_t = 50, value_parser = at_least::<0, usize>)]
     pub latency_samples: usize,
+    /// How the encoder's products are computed (`exact` or `int8`; `lucent bench
+    /// precision` puts them side by side with their distance to exact).
+    #[arg(long, default_value = "exact", value_parser = crate::commands::embed::parse_precision)]
+    pub precision: lucent::Precision,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -64,7 +68,7 @@ pub fn run(args: EmbedBenchArgs) -> Result<()> {
         ));
     }
     let sentences: Vec<&str> = SENTENCES.lines().filter(|l| !l.trim().is_empty()).collect();
-    let embedder = load_embedder(&args.model)?;
+    let embedder = load_embedder(&args.model, args.precision)?;
     let mut rows = Vec::new();
     for &n in &args.threads_list {
         let pool = lucent::Runtime::builder().threads(n).build()?;
@@ -97,6 +101,7 @@ pub fn run(args: EmbedBenchArgs) -> Result<()> {
     if args.json {
         let v = serde_json::json!({
             "model": embedder.name(),
+            "precision": embedder.precision().name(),
             "sentences": sentences.len(),
             "batch": args.batch,
             "runs": args.runs,
@@ -108,8 +113,9 @@ pub fn run(args: EmbedBenchArgs) -> Result<()> {
         return Ok(());
     }
     println!(
-        "\n{} on {} sentences, batch {}, median of {}",
+        "\n{} ({}) on {} sentences, batch {}, median of {}",
         embedder.name(),
+        embedder.precision(),
         sentences.len(),
         args.batch,
         count(args.runs, "run", "runs")

@@ -156,6 +156,12 @@ impl Int8Matrix {
             *s = quantize_row(row, q);
         }
         let level = crate::runtime::isa();
+        if cfg!(target_arch = "x86_64") && level >= Isa::Avx512 {
+            // vpdpbusd reads unsigned bytes: Aq + 128 (module docs), flipped once here
+            for b in &mut aq {
+                *b ^= i8::MIN;
+            }
+        }
         let workers = threads();
         let packed = self.packed();
         let job = Job {
@@ -248,6 +254,34 @@ impl Job<'_> {
             let mut i = i0;
             while i < i1 {
                 let rows = (i1 - i).min(MR);
+                #[cfg(target_arch = "x86_64")]
+                if level >= Isa::Avx512 {
+                    let groups = self.m.kp / 4;
+                    let p = j / NR;
+                    // SAFETY: the Avx512 level includes AVX-512 F/BW/VL/VNNI; W's
+                    // panels, the rows of Aq and C's rows i..i+rows, columns j..jn are
+                    // in bounds; scales and shifts are padded to whole panels.
+                    unsafe {
+                        x86::tile_vnni_out(
+                            &self.m.data[p * groups * 64..(p + panels) * groups * 64],
+                            &self.aq[i * self.m.kp..(i + rows) * self.m.kp],
+                            self.m.kp,
+                            rows,
+                            panels,
+                            x86::Epilogue {
+                                out: c[i * n + j..].as_mut_ptr(),
+                                ldc: n,
+                                cols: jn - j,
+                                sa: &self.sa[i..i + rows],
+                                scales: &self.m.scales[j..j + panels * NR],
+                                shift: &self.m.shift[j..j + panels * NR],
+                                bias: self.bias.map(|b| &b[j..jn]),
+                            },
+                        )
+                    };
+                    i += rows;
+                    continue;
+                }
                 let mut acc = [[0i32; 2 * NR]; MR];
                 tile(self.m, self.aq, i, rows, j / NR, panels, level, &mut acc);
                 for (r, acc) in acc.iter().enumerate().take(rows) {
@@ -257,7 +291,6 @@ impl Job<'_> {
                         acc,
                         self.sa[i + r],
                         &self.m.scales[j..],
-                        &self.m.shift[j..],
                         self.bias.map(|b| &b[j..]),
                         level,
                     );
@@ -269,9 +302,9 @@ impl Job<'_> {
     }
 }
 
-/// The integer sums of `rows` rows (from row i) with `panels` panels (from panel p):
-/// acc[r][c] = Σ_p (Aq[i + r, p] + 128) · Wq[16P + c, p] on the VNNI path (the shift
-/// is taken out in [`finish`]), Σ Aq · Wq on the others — [`finish`] knows which.
+/// The integer sums of `rows` rows (from row i) with `panels` panels (from panel p),
+/// below the VNNI level (which has its own tile, `x86::tile_vnni_out`):
+/// acc[r][c] = Σ_p Aq[i + r, p] · Wq[16P + c, p].
 #[allow(clippy::too_many_arguments)]
 fn tile(
     m: &Packed,
@@ -288,12 +321,6 @@ fn tile(
     let a = &aq[i * m.kp..(i + rows) * m.kp];
     #[cfg(target_arch = "x86_64")]
     {
-        if level >= Isa::Avx512 {
-            // SAFETY: the Avx512 level includes AVX-512 F/BW/VL/VNNI (runtime::cpu);
-            // slices are whole groups of the packed layout.
-            unsafe { x86::tile_vnni(w, a, m.kp, rows, panels, acc) };
-            return;
-        }
         if level >= Isa::Avx2 {
             // SAFETY: the Avx2 level includes AVX2.
             unsafe { x86::tile_avx2(w, a, m.kp, rows, panels, acc) };
@@ -317,30 +344,22 @@ fn tile(
     }
 }
 
-/// One row's outputs from its integer sums: out[c] = fma(float(sum − shift), s_a ·
-/// s_w[c], b[c]) for the columns `out` holds (the same operations, one correctly
-/// rounded fused multiply-add each, on every level).
+/// One row's outputs from its integer sums: out[c] = fma(float(sum), s_a · s_w[c],
+/// b[c]) for the columns `out` holds (the same operations, one correctly rounded fused
+/// multiply-add each, on every level; the VNNI tiles do them in their registers).
 fn finish(
     out: &mut [f32],
-    acc: &[i32; 2 * NR],
+    sums: &[i32; 2 * NR],
     sa: f32,
     scales: &[f32],
-    shift: &[i32],
     bias: Option<&[f32]>,
     level: Isa,
 ) {
-    let vnni = cfg!(target_arch = "x86_64") && level >= Isa::Avx512;
-    let mut sums = *acc;
-    if vnni {
-        for (s, &sh) in sums.iter_mut().zip(shift).take(out.len()) {
-            *s -= sh;
-        }
-    }
     #[cfg(target_arch = "x86_64")]
     if level >= Isa::Avx2 {
         // SAFETY: the Avx2 level includes AVX2 and FMA; `out.len() ≤ 32` columns, each
         // with its scale (and bias) at the same index.
-        unsafe { x86::finish(out, &sums, sa, scales, bias) };
+        unsafe { x86::finish(out, sums, sa, scales, bias) };
         return;
     }
     for (c, o) in out.iter_mut().enumerate() {
@@ -421,11 +440,13 @@ mod x86 {
             let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v);
             let r = _mm256_min_ps(_mm256_max_ps(r, lo), hi);
             let w = _mm256_cvtps_epi32(r); // exact: r is a whole number in [-127, 127]
-            let mut ints = [0i32; 8];
-            _mm256_storeu_si256(ints.as_mut_ptr().cast(), w);
-            for (t, &v) in ints.iter().enumerate() {
-                q[i + t] = v as i8;
-            }
+                                           // eight i32 → eight i8 (no saturation: each is in [-127, 127])
+            let w16 = _mm_packs_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256::<1>(w));
+            let w8 = _mm_packs_epi16(w16, w16);
+            q.as_mut_ptr()
+                .add(i)
+                .cast::<i64>()
+                .write_unaligned(_mm_cvtsi128_si64(w8));
             i += 8;
         }
         for (qv, &v) in q[i..].iter_mut().zip(&x[i..]) {
@@ -472,44 +493,90 @@ mod x86 {
         }
     }
 
-    /// [`super::tile`] with `vpdpbusd`: (Aq + 128) as u8 against Wq.
+    /// Where a VNNI tile writes its outputs, and what it needs to finish them.
+    pub(super) struct Epilogue<'a> {
+        /// C at the tile's first row and column.
+        pub out: *mut f32,
+        /// C's row stride.
+        pub ldc: usize,
+        /// Columns of the tile that are in C (≤ 32).
+        pub cols: usize,
+        /// The rows' scales.
+        pub sa: &'a [f32],
+        /// The columns' scales, whole panels.
+        pub scales: &'a [f32],
+        /// The columns' shifts (128 · Σ Wq), whole panels.
+        pub shift: &'a [i32],
+        /// The columns' biases (`cols` of them).
+        pub bias: Option<&'a [f32]>,
+    }
+
+    /// The integer sums of a tile with `vpdpbusd` (`a` holds Aq + 128 as bytes, against Wq; up to
+    /// 8 rows × 2 panels), then [`super::finish`]'s steps done in the registers:
+    /// C = fma(float(sum − shift), s_a · s_w, b), stored under a mask for a partial
+    /// panel. The same operations as the twin's, so the same bits.
     ///
     /// # Safety
     /// AVX-512 F/BW/VL/VNNI; `w` holds `panels` panels of `kp / 4` groups, `a` `rows`
-    /// rows of `kp` bytes.
+    /// rows of `kp` bytes; `e.out` points at `rows` rows of `e.ldc` floats with `e.cols`
+    /// writable columns each.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-    pub(super) unsafe fn tile_vnni(
+    pub(super) unsafe fn tile_vnni_out(
         w: &[i8],
         a: &[i8],
         kp: usize,
         rows: usize,
         panels: usize,
-        acc: &mut [[i32; 2 * NR]; MR],
+        e: Epilogue,
     ) {
         let groups = kp / 4;
-        let flip = _mm512_set1_epi32(0x8080_8080u32 as i32); // Aq ^ 0x80 = Aq + 128 as u8
         let mut s = [[_mm512_setzero_si512(); 2]; MR];
         let wp = w.as_ptr();
         let ap = a.as_ptr();
-        for g in 0..groups {
-            let w0 = _mm512_loadu_si512(wp.add(g * 64).cast());
-            let w1 = if panels == 2 {
-                _mm512_loadu_si512(wp.add((groups + g) * 64).cast())
-            } else {
-                _mm512_setzero_si512()
-            };
-            for r in 0..MR {
-                if r < rows {
-                    let four = ap.add(r * kp + 4 * g).cast::<i32>().read_unaligned();
-                    let x = _mm512_xor_si512(_mm512_set1_epi32(four), flip);
-                    s[r][0] = _mm512_dpbusd_epi32(s[r][0], x, w0);
-                    s[r][1] = _mm512_dpbusd_epi32(s[r][1], x, w1);
+        if panels == 2 {
+            for g in 0..groups {
+                let w0 = _mm512_loadu_si512(wp.add(g * 64).cast());
+                let w1 = _mm512_loadu_si512(wp.add((groups + g) * 64).cast());
+                for r in 0..MR {
+                    if r < rows {
+                        let four = ap.add(r * kp + 4 * g).cast::<i32>().read_unaligned();
+                        let x = _mm512_set1_epi32(four); // four bytes Aq + 128
+                        s[r][0] = _mm512_dpbusd_epi32(s[r][0], x, w0);
+                        s[r][1] = _mm512_dpbusd_epi32(s[r][1], x, w1);
+                    }
+                }
+            }
+        } else {
+            for g in 0..groups {
+                let w0 = _mm512_loadu_si512(wp.add(g * 64).cast());
+                for r in 0..MR {
+                    if r < rows {
+                        let four = ap.add(r * kp + 4 * g).cast::<i32>().read_unaligned();
+                        let x = _mm512_set1_epi32(four); // four bytes Aq + 128
+                        s[r][0] = _mm512_dpbusd_epi32(s[r][0], x, w0);
+                    }
                 }
             }
         }
-        for r in 0..rows {
-            _mm512_storeu_si512(acc[r].as_mut_ptr().cast(), s[r][0]);
-            _mm512_storeu_si512(acc[r].as_mut_ptr().add(NR).cast(), s[r][1]);
+        for h in 0..panels {
+            let c0 = h * NR;
+            if c0 >= e.cols {
+                break;
+            }
+            let n = (e.cols - c0).min(NR);
+            let mask: __mmask16 = if n == NR { 0xffff } else { (1u16 << n) - 1 };
+            let shift = _mm512_loadu_si512(e.shift.as_ptr().add(c0).cast());
+            let scales = _mm512_loadu_ps(e.scales.as_ptr().add(c0));
+            let bias = match e.bias {
+                Some(b) => _mm512_maskz_loadu_ps(mask, b.as_ptr().add(c0)),
+                None => _mm512_setzero_ps(),
+            };
+            for r in 0..rows {
+                let sum = _mm512_cvtepi32_ps(_mm512_sub_epi32(s[r][h], shift));
+                let scale = _mm512_mul_ps(_mm512_set1_ps(e.sa[r]), scales);
+                let y = _mm512_fmadd_ps(sum, scale, bias);
+                _mm512_mask_storeu_ps(e.out.add(r * e.ldc + c0), mask, y);
+            }
         }
     }
 
