@@ -18,7 +18,7 @@ use lucent::Result;
 /// Arguments of `lucent bench`.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Examples:\n  lucent bench kernels --threads 2 --json\n  lucent bench embed --threads-list 1,2\n  lucent bench train\n  lucent bench generate -m smollm2\n  lucent bench transcribe -m whisper-tiny.en examples/speech.wav --threads-list 1 --rounds 1\n  lucent bench precision -m minilm --runs 3"
+    after_help = "Examples:\n  lucent bench kernels --threads 2 --json\n  lucent bench embed --threads-list 1,2\n  lucent bench train\n  lucent bench generate -m smollm2\n  lucent bench transcribe -m whisper-tiny.en examples/speech.wav --threads-list 1 --rounds 1\n  lucent bench precision -m minilm --runs 1"
 )]
 pub struct Args {
     #[command(subcommand)]

@@ -17,7 +17,7 @@ use crate::commands::numbers::at_least;
 #[derive(clap::Args)]
 #[command(allow_negative_numbers = true)]
 #[command(
-    after_help = "Examples:\n  lucent bench precision -m minilm --runs 3\n  lucent bench precision -m minilm --threads-list 1 --runs 1 --json"
+    after_help = "Examples:\n  lucent bench precision -m minilm --runs 1\n  lucent bench precision -m minilm --threads-list 1 --runs 1 --json"
 )]
 pub struct Args {
     /// An encoder: a model name (see `lucent models`) or a Hugging Face folder.
