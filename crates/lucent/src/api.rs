@@ -129,11 +129,9 @@ impl OpenOptions {
         };
         let mut inner = load(&path)?;
         match &mut inner {
-            Inner::Encoder(e) => {
-                if self.precision != Precision::Exact {
-                    if let Some(e) = Arc::get_mut(e) {
-                        e.set_precision(self.precision);
-                    }
+            Inner::Encoder(e) if self.precision != Precision::Exact => {
+                if let Some(e) = Arc::get_mut(e) {
+                    e.set_precision(self.precision);
                 }
             }
             _ if self.precision != Precision::Exact => {

@@ -305,7 +305,7 @@ impl Job<'_> {
 /// The integer sums of `rows` rows (from row i) with `panels` panels (from panel p),
 /// below the VNNI level (which has its own tile, `x86::tile_vnni_out`):
 /// acc[r][c] = Σ_p Aq[i + r, p] · Wq[16P + c, p].
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
 fn tile(
     m: &Packed,
     aq: &[i8],
@@ -401,6 +401,8 @@ pub fn int8_path() -> &'static str {
     })
 }
 
+// The tiles index their register arrays by row and panel, as the layout reads.
+#[allow(clippy::needless_range_loop)]
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
