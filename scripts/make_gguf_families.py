@@ -1,10 +1,15 @@
 """Small random-weight GGUF files, one per architecture lucent reads, and llama.cpp's
 logits for them: the test bench of `crates/lucent/tests/gguf_families.rs`.
 
-    ~/.cache/lucent/bench-venv-llama/bin/python scripts/make_gguf_families.py [OUTDIR]
+    PYTHON scripts/make_gguf_families.py [OUTDIR]
 
-OUTDIR defaults to tests/data/gguf_families. Needs `gguf` and `numpy` (PyPI) and
-llama-cpp-python 0.3.36 (the reference engine). Run once; its outputs are committed.
+OUTDIR defaults to tests/data/gguf_families. PYTHON needs `gguf` and `numpy` (PyPI) and
+llama-cpp-python 0.3.36 built for AVX2 without AVX-512 (the venv that
+scripts/parity-llama-avx2.sh builds), the build that made the decoder golden files: an
+AVX-512 build sums its f16 products sixteen lanes at a time (tinyBLAS) and its softmax
+sixteen at a time, which moves the last bits, and lucent follows the AVX2 build at every
+instruction-set level. The script refuses an AVX-512 build. Run once; its outputs are
+committed.
 
 Each file: 3 layers, d_model 128, 4 query heads and 2 key/value heads of 32 features
 (grouped-query attention), a gated FFN of width 128, a byte-level BPE vocabulary (the
@@ -214,6 +219,32 @@ FAMILIES = [
 ]
 
 
+# Files whose metadata asks for what lucent does not do (metadata only, no tensors: the
+# refusal comes before any tensor is read): (file, architecture, key, value).
+REFUSED = [
+    ("qwen2-yarn", "qwen2", "rope.scaling.type", "yarn"),
+    ("qwen3-linear", "qwen3", "rope.scaling.type", "linear"),
+    ("olmo2-swa", "olmo2", "attention.sliding_window", 4096),
+    ("granite-norope", "granite", "rope.scaling.finetuned", False),
+]
+
+
+def write_refused(outdir):
+    for name, arch, key, value in REFUSED:
+        w = Writer(os.path.join(outdir, f"{name}.gguf"), arch, seed=0)
+        full = w.key(key)
+        if isinstance(value, bool):
+            w.w.add_bool(full, value)
+        elif isinstance(value, int):
+            w.w.add_uint32(full, value)
+        else:
+            w.w.add_string(full, value)
+        w.w.write_header_to_file()
+        w.w.write_kv_data_to_file()
+        w.w.write_tensors_to_file()
+        w.w.close()
+
+
 def prompts(n_normal):
     rng = np.random.default_rng(1234)
     return [[int(x) for x in rng.integers(0, n_normal, n)] for n in PROMPT_LENGTHS]
@@ -304,6 +335,8 @@ def main():
                 "greedy = argmax of the last logits, appended and decoded one at a time, never stopping",
     }, "files": {}}
     llama_cpp.llama_log_set(QUIET, None)
+    if "AVX512 = 1" in llama_cpp.llama_print_system_info().decode():
+        sys.exit("this llama-cpp-python is built with AVX-512; use the AVX2 build of scripts/parity-llama-avx2.sh")
     for seed, (arch, build, output, embedding_std) in enumerate(FAMILIES):
         path = os.path.join(outdir, f"{arch}.gguf")
         w = Writer(path, arch, seed=100 + seed)
@@ -312,6 +345,7 @@ def main():
         cases = run(path, prompts(w.n_normal))
         ref["files"][arch] = {"file": f"{arch}.gguf", "cases": cases}
         print(f"{arch}: {os.path.getsize(path)} bytes, greedy of prompt 0: {cases[0]['greedy_ids'][:8]}")
+    write_refused(outdir)
     with open(os.path.join(outdir, "reference.json"), "w") as f:
         json.dump(ref, f, indent=0)
         f.write("\n")

@@ -161,3 +161,113 @@ fn check_logits_move(arch: &str, feature: &str, edit: impl Fn(&mut ModelConfig))
 fn llama_equals_llama_cpp() {
     check_bit_exact("llama");
 }
+
+#[test]
+fn qwen2_equals_llama_cpp() {
+    check_bit_exact("qwen2");
+}
+
+#[test]
+fn qwen2_qkv_biases_bite() {
+    check_bites("qwen2", "Q/K/V biases", |c| c.qkv_bias = false);
+}
+
+#[test]
+fn qwen3_equals_llama_cpp() {
+    check_bit_exact("qwen3");
+}
+
+#[test]
+fn qwen3_qk_norm_bites() {
+    check_bites("qwen3", "QK-norm", |c| c.qk_norm = false);
+}
+
+#[test]
+fn gemma2_equals_llama_cpp() {
+    check_bit_exact("gemma2");
+}
+
+#[test]
+fn gemma2_attention_softcap_bites() {
+    check_bites("gemma2", "the attention soft-cap", |c| c.attn_softcap = None);
+}
+
+#[test]
+fn gemma2_sliding_window_bites() {
+    check_bites("gemma2", "the sliding window", |c| {
+        c.sliding_window = None;
+        c.global_every = None;
+    });
+}
+
+#[test]
+fn gemma2_post_norms_bite() {
+    check_bites("gemma2", "the post-norms (sandwich placement)", |c| {
+        c.norm_placement = lucent::model::NormPlacement::Pre
+    });
+}
+
+#[test]
+fn gemma2_final_softcap_moves_the_logits() {
+    check_logits_move("gemma2", "the final soft-cap", |c| c.final_softcap = None);
+}
+
+#[test]
+fn olmo2_equals_llama_cpp() {
+    check_bit_exact("olmo2");
+}
+
+#[test]
+fn olmo2_whole_vector_qk_norm_bites() {
+    check_bites("olmo2", "QK-norm", |c| {
+        c.qk_norm = false;
+        c.qk_norm_whole = false;
+    });
+}
+
+#[test]
+fn granite_equals_llama_cpp() {
+    check_bit_exact("granite");
+}
+
+#[test]
+fn granite_embedding_multiplier_bites() {
+    check_bites("granite", "embedding_scale", |c| c.embedding_scale = 1.0);
+}
+
+#[test]
+fn granite_residual_multiplier_bites() {
+    check_bites("granite", "residual_scale", |c| c.residual_scale = None);
+}
+
+#[test]
+fn granite_attention_multiplier_bites() {
+    check_bites("granite", "attention.scale", |c| {
+        c.attention_scale = None;
+        c.attention_scale_in_softmax = false;
+    });
+}
+
+#[test]
+fn granite_logit_divisor_moves_the_logits() {
+    check_logits_move("granite", "logit_scale", |c| c.logit_scale = None);
+}
+
+/// A file whose metadata asks for what lucent does not implement is refused, and the
+/// message names the key.
+#[test]
+fn unsupported_keys_are_refused_by_name() {
+    for (file, key) in [
+        ("qwen2-yarn.gguf", "qwen2.rope.scaling.type"),
+        ("qwen3-linear.gguf", "qwen3.rope.scaling.type"),
+        ("olmo2-swa.gguf", "olmo2.attention.sliding_window"),
+        ("granite-norope.gguf", "granite.rope.scaling.finetuned"),
+    ] {
+        let path = data_dir().join(file);
+        let err = match lucent::open(path.to_str().expect("utf-8 path")) {
+            Ok(_) => panic!("{file}: opened, but {key} asks for what lucent does not do"),
+            Err(e) => e.to_string(),
+        };
+        assert!(err.contains(key), "{file}: the error does not name {key}: {err}");
+    }
+}

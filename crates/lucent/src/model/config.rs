@@ -115,6 +115,33 @@ pub struct ModelConfig {
     /// all-MiniLM-L6-v2) and of their parameter counts; false for every decoder.
     #[serde(default)]
     pub pooler: bool,
+    /// With `qk_norm`: one RMSNorm over all query heads together (h·d_k features, one γ
+    /// of that width) and one over all key heads (h_kv·d_k), instead of one per head
+    /// (OLMo 2): q ← RMSNorm_{h·d_k}(q) before it is split into heads.
+    #[serde(default)]
+    pub qk_norm_whole: bool,
+    /// Soft-capping of the attention scores (Gemma 2): each scaled score s becomes
+    /// c·tanh(s / c) before the mask and the softmax, so no score leaves (−c, c).
+    /// Computed as llama.cpp does: s · (1/c), tanh, · c.
+    #[serde(default)]
+    pub attn_softcap: Option<f32>,
+    /// Soft-capping of the output logits (Gemma 2): z ← c·tanh(z / c), computed as
+    /// z · (1/c), tanh, · c.
+    #[serde(default)]
+    pub final_softcap: Option<f32>,
+    /// Each sub-layer's output is multiplied by this before the residual sum (Granite's
+    /// `residual_scale`): x ← x + s·f(norm(x)).
+    #[serde(default)]
+    pub residual_scale: Option<f32>,
+    /// The logits are divided by this (Granite's `logit_scale`): z ← z · (1/s).
+    #[serde(default)]
+    pub logit_scale: Option<f32>,
+    /// With `attention_scale`: llama.cpp applies it to the scores inside the softmax
+    /// (softmax(Q·Kᵀ · s); Granite's `attention.scale`) rather than to the queries before
+    /// the product (softmax((s·Q)·Kᵀ); Gemma's `query_pre_attn_scalar`). The same number
+    /// but for rounding, which llama.cpp's f16 steps make visible.
+    #[serde(default)]
+    pub attention_scale_in_softmax: bool,
 }
 
 impl ModelConfig {
@@ -198,6 +225,31 @@ impl ModelConfig {
         }
         if self.sliding_window == Some(0) || self.global_every == Some(0) {
             return bad("sliding_window and global_every must be > 0 when set".into());
+        }
+        if self.qk_norm_whole && !self.qk_norm {
+            return bad("qk_norm_whole is set but qk_norm is not".into());
+        }
+        let positive = |x: Option<f32>| x.is_none_or(|x| x.is_finite() && x > 0.0);
+        for (name, x) in [
+            ("attn_softcap", self.attn_softcap),
+            ("final_softcap", self.final_softcap),
+            ("residual_scale", self.residual_scale),
+            ("logit_scale", self.logit_scale),
+            ("attention_scale", self.attention_scale),
+        ] {
+            if !positive(x) {
+                return bad(format!("{name} must be a finite number > 0 when set, got {x:?}"));
+            }
+        }
+        if self.attention_scale_in_softmax && self.attention_scale.is_none() {
+            return bad("attention_scale_in_softmax is set but attention_scale is not".into());
+        }
+        if self.attn_softcap.is_some() && self.attention_scale_in_softmax {
+            return bad(
+                "attn_softcap caps the scaled scores, so the scale must be on the queries \
+                 (attention_scale_in_softmax = false), the order llama.cpp soft-caps in"
+                    .into(),
+            );
         }
         self.check_sizes()
     }
@@ -321,6 +373,12 @@ mod tests {
             global_every: None,
             attention_scale: None,
             pooler: false,
+            qk_norm_whole: false,
+            attn_softcap: None,
+            final_softcap: None,
+            residual_scale: None,
+            logit_scale: None,
+            attention_scale_in_softmax: false,
         }
     }
 

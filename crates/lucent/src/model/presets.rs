@@ -265,6 +265,12 @@ fn bert(layers: usize, d: usize, heads: usize, d_ff: usize) -> ModelConfig {
         global_every: None,
         attention_scale: None,
         pooler: true,
+        qk_norm_whole: false,
+        attn_softcap: None,
+        final_softcap: None,
+        residual_scale: None,
+        logit_scale: None,
+        attention_scale_in_softmax: false,
     }
 }
 
@@ -301,6 +307,12 @@ fn gpt2() -> ModelConfig {
         global_every: None,
         attention_scale: None,
         pooler: false,
+        qk_norm_whole: false,
+        attn_softcap: None,
+        final_softcap: None,
+        residual_scale: None,
+        logit_scale: None,
+        attention_scale_in_softmax: false,
     }
 }
 
@@ -354,6 +366,12 @@ fn llama(
         global_every: None,
         attention_scale: None,
         pooler: false,
+        qk_norm_whole: false,
+        attn_softcap: None,
+        final_softcap: None,
+        residual_scale: None,
+        logit_scale: None,
+        attention_scale_in_softmax: false,
     }
 }
 
@@ -406,6 +424,12 @@ fn gemma3() -> ModelConfig {
         // query_pre_attn_scalar = 256 = head_dim: the usual 1/√d_k.
         attention_scale: None,
         pooler: false,
+        qk_norm_whole: false,
+        attn_softcap: None,
+        final_softcap: None,
+        residual_scale: None,
+        logit_scale: None,
+        attention_scale_in_softmax: false,
     }
 }
 
@@ -443,6 +467,12 @@ fn transformer_base() -> ModelConfig {
         global_every: None,
         attention_scale: None,
         pooler: false,
+        qk_norm_whole: false,
+        attn_softcap: None,
+        final_softcap: None,
+        residual_scale: None,
+        logit_scale: None,
+        attention_scale_in_softmax: false,
     }
 }
 

@@ -155,6 +155,12 @@ pub fn config(hf: &HfGpt2Config) -> Result<ModelConfig> {
         global_every: None,
         attention_scale: None,
         pooler: false,
+        qk_norm_whole: false,
+        attn_softcap: None,
+        final_softcap: None,
+        residual_scale: None,
+        logit_scale: None,
+        attention_scale_in_softmax: false,
     };
     cfg.validate()?;
     Ok(cfg)
