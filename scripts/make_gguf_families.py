@@ -11,7 +11,7 @@ sixteen at a time, which moves the last bits, and lucent follows the AVX2 build 
 instruction-set level. The script refuses an AVX-512 build. Run once; its outputs are
 committed.
 
-Each file: 3 layers, d_model 128, 4 query heads and 2 key/value heads of 32 features
+Each file: 3 layers (SmolLM3's 4, so that its 4th has no RoPE), d_model 128, 4 query heads and 2 key/value heads of 32 features
 (grouped-query attention), a gated FFN of width 128, a byte-level BPE vocabulary (the
 256 bytes as GPT-2 writes them, 32 merges, one control token) of 289 tokens. Matrices
 are Q8_0 (quantised by `gguf.quants`), norms and biases F32; weights are N(0, 1/fan-in)
@@ -81,9 +81,10 @@ def vocabulary():
 class Writer:
     """A GGUF writer with the metadata every file shares and seeded random tensors."""
 
-    def __init__(self, path, arch, seed):
+    def __init__(self, path, arch, seed, layers=LAYERS):
         self.w = gguf.GGUFWriter(path, arch)
         self.arch = arch
+        self.layers = layers
         self.rng = np.random.default_rng(seed)
         tokens, types, merges = vocabulary()
         self.vocab = len(tokens)
@@ -91,7 +92,7 @@ class Writer:
         w, k = self.w, self.key
         w.add_uint32(k("context_length"), CONTEXT)
         w.add_uint32(k("embedding_length"), D)
-        w.add_uint32(k("block_count"), LAYERS)
+        w.add_uint32(k("block_count"), layers)
         w.add_uint32(k("feed_forward_length"), FF)
         w.add_uint32(k("attention.head_count"), HEADS)
         w.add_uint32(k("attention.head_count_kv"), KV_HEADS)
@@ -169,17 +170,17 @@ class Writer:
 
 
 def llama(w):
-    for i in range(LAYERS):
+    for i in range(w.layers):
         w.layer(i)
 
 
 def qwen2(w):
-    for i in range(LAYERS):
+    for i in range(w.layers):
         w.layer(i, qkv_bias=True)
 
 
 def qwen3(w):
-    for i in range(LAYERS):
+    for i in range(w.layers):
         w.layer(i, head_qk_norm=True)
 
 
@@ -187,12 +188,12 @@ def gemma2(w):
     w.w.add_float32(w.key("attn_logit_softcapping"), 1.5)
     w.w.add_float32(w.key("final_logit_softcapping"), 2.0)
     w.w.add_uint32(w.key("attention.sliding_window"), 4)
-    for i in range(LAYERS):
+    for i in range(w.layers):
         w.layer(i, post_norms=True)
 
 
 def olmo2(w):
-    for i in range(LAYERS):
+    for i in range(w.layers):
         w.layer(i, pre_norms=False, post_norms=True, whole_qk_norm=True)
 
 
@@ -201,7 +202,12 @@ def granite(w):
     w.w.add_float32(w.key("residual_scale"), 0.22)
     w.w.add_float32(w.key("attention.scale"), 0.5)
     w.w.add_float32(w.key("logit_scale"), 8.0)
-    for i in range(LAYERS):
+    for i in range(w.layers):
+        w.layer(i)
+
+
+def smollm3(w):
+    for i in range(w.layers):  # 4 layers: layer 3 has no RoPE
         w.layer(i)
 
 
@@ -216,7 +222,11 @@ FAMILIES = [
     ("gemma2", gemma2, False, 1.0 / D),
     ("olmo2", olmo2, True, 1.0 / np.sqrt(D)),
     ("granite", granite, True, 1.0 / D),
+    ("smollm3", smollm3, True, 1.0 / np.sqrt(D)),
 ]
+
+# Layers where an architecture needs more than LAYERS to show its feature.
+LAYERS_OF = {"smollm3": 4}
 
 
 # Files whose metadata asks for what lucent does not do (metadata only, no tensors: the
@@ -339,7 +349,7 @@ def main():
         sys.exit("this llama-cpp-python is built with AVX-512; use the AVX2 build of scripts/parity-llama-avx2.sh")
     for seed, (arch, build, output, embedding_std) in enumerate(FAMILIES):
         path = os.path.join(outdir, f"{arch}.gguf")
-        w = Writer(path, arch, seed=100 + seed)
+        w = Writer(path, arch, seed=100 + seed, layers=LAYERS_OF.get(arch, LAYERS))
         build(w)
         w.finish(output, embedding_std)
         cases = run(path, prompts(w.n_normal))

@@ -1,6 +1,7 @@
 //! Every GGUF architecture lucent reads, held to llama.cpp bit for bit on small
 //! random-weight files (`tests/data/gguf_families/*.gguf`, written with their llama.cpp
-//! reference by `scripts/make_gguf_families.py`, llama-cpp-python 0.3.36):
+//! reference by `scripts/make_gguf_families.py` with llama-cpp-python 0.3.36 built for
+//! AVX2, see docs/families.md):
 //!
 //! - each file opened through the public door (`lucent::open`), at 1 and at 2 threads:
 //!   the logits after each of three prompts (5, 17 and 40 token ids, run as one batch
@@ -9,7 +10,8 @@
 //!   at temperature 0) are llama.cpp's;
 //! - each architecture's distinguishing feature bites: the same file built with that
 //!   config field switched off gives other greedy tokens (QKV biases, QK-norm, the
-//!   attention soft-cap, the sliding window, the post-norms, Granite's multipliers), or,
+//!   attention soft-cap, the sliding window, the post-norms, Granite's multipliers,
+//!   SmolLM3's layers without RoPE), or,
 //!   for the features that cannot move an argmax (a final soft-cap, a logit divisor:
 //!   both monotonic), other logits;
 //! - a file whose metadata asks for what lucent does not do is refused naming the key.
@@ -136,7 +138,9 @@ fn check_bites(arch: &str, feature: &str, edit: impl Fn(&mut ModelConfig)) {
     let model = edited(arch, edit);
     let reference = reference();
     let case = reference.files[arch].cases.last().expect("cases");
-    let (_, ids) = on_threads(1, || greedy(&model, &case.prompt_ids, case.greedy_ids.len()));
+    let (_, ids) = on_threads(1, || {
+        greedy(&model, &case.prompt_ids, case.greedy_ids.len())
+    });
     assert_ne!(
         ids, case.greedy_ids,
         "{arch}: without {feature} the greedy tokens are still llama.cpp's, so the test cannot see the feature"
@@ -189,7 +193,9 @@ fn gemma2_equals_llama_cpp() {
 
 #[test]
 fn gemma2_attention_softcap_bites() {
-    check_bites("gemma2", "the attention soft-cap", |c| c.attn_softcap = None);
+    check_bites("gemma2", "the attention soft-cap", |c| {
+        c.attn_softcap = None
+    });
 }
 
 #[test]
@@ -268,6 +274,21 @@ fn unsupported_keys_are_refused_by_name() {
             Ok(_) => panic!("{file}: opened, but {key} asks for what lucent does not do"),
             Err(e) => e.to_string(),
         };
-        assert!(err.contains(key), "{file}: the error does not name {key}: {err}");
+        assert!(
+            err.contains(key),
+            "{file}: the error does not name {key}: {err}"
+        );
     }
+}
+
+#[test]
+fn smollm3_equals_llama_cpp() {
+    check_bit_exact("smollm3");
+}
+
+#[test]
+fn smollm3_layers_without_rope_bite() {
+    check_bites("smollm3", "its layers without RoPE", |c| {
+        c.no_rope_every = None
+    });
 }

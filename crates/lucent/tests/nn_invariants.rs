@@ -66,6 +66,7 @@ fn config(kind: ModelKind) -> ModelConfig {
         residual_scale: None,
         logit_scale: None,
         attention_scale_in_softmax: false,
+        no_rope_every: None,
     }
 }
 

@@ -24,19 +24,23 @@ use crate::nn::{
 use crate::{Error, Result};
 
 /// The attention of layer `layer` (`cross`: the decoder's cross-attention, which has no
-/// RoPE and no window). Local (windowed) layers use the local RoPE base.
+/// RoPE and no window). Local (windowed) layers use the local RoPE base; the
+/// config's NoPE layers (`no_rope_every`) have no RoPE.
 pub fn attention_config(cfg: &ModelConfig, layer: usize, cross: bool) -> AttentionConfig {
     let window = if cross {
         None
     } else {
         cfg.window_of_layer(layer)
     };
+    let no_rope = cfg
+        .no_rope_every
+        .is_some_and(|n| (layer + 1).is_multiple_of(n));
     let rope = match cfg.position {
         PositionKind::Rope {
             base,
             local_base,
             convention,
-        } if !cross => Some(RopeSpec {
+        } if !cross && !no_rope => Some(RopeSpec {
             base: if window.is_some() {
                 local_base.unwrap_or(base)
             } else {

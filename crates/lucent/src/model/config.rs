@@ -142,6 +142,10 @@ pub struct ModelConfig {
     /// but for rounding, which llama.cpp's f16 steps make visible.
     #[serde(default)]
     pub attention_scale_in_softmax: bool,
+    /// With RoPE: every n-th layer (layer i when (i + 1) mod n = 0) rotates nothing, its
+    /// attention position-free ("NoPE" layers; SmolLM3: n = 4, llama.cpp's rule).
+    #[serde(default)]
+    pub no_rope_every: Option<usize>,
 }
 
 impl ModelConfig {
@@ -238,8 +242,16 @@ impl ModelConfig {
             ("attention_scale", self.attention_scale),
         ] {
             if !positive(x) {
-                return bad(format!("{name} must be a finite number > 0 when set, got {x:?}"));
+                return bad(format!(
+                    "{name} must be a finite number > 0 when set, got {x:?}"
+                ));
             }
+        }
+        if self.no_rope_every == Some(0) {
+            return bad("no_rope_every must be > 0 when set".into());
+        }
+        if self.no_rope_every.is_some() && !matches!(self.position, PositionKind::Rope { .. }) {
+            return bad("no_rope_every is set but the positions are not RoPE".into());
         }
         if self.attention_scale_in_softmax && self.attention_scale.is_none() {
             return bad("attention_scale_in_softmax is set but attention_scale is not".into());
@@ -379,6 +391,7 @@ mod tests {
             residual_scale: None,
             logit_scale: None,
             attention_scale_in_softmax: false,
+            no_rope_every: None,
         }
     }
 

@@ -271,6 +271,7 @@ fn bert(layers: usize, d: usize, heads: usize, d_ff: usize) -> ModelConfig {
         residual_scale: None,
         logit_scale: None,
         attention_scale_in_softmax: false,
+        no_rope_every: None,
     }
 }
 
@@ -313,6 +314,7 @@ fn gpt2() -> ModelConfig {
         residual_scale: None,
         logit_scale: None,
         attention_scale_in_softmax: false,
+        no_rope_every: None,
     }
 }
 
@@ -372,6 +374,7 @@ fn llama(
         residual_scale: None,
         logit_scale: None,
         attention_scale_in_softmax: false,
+        no_rope_every: None,
     }
 }
 
@@ -430,6 +433,7 @@ fn gemma3() -> ModelConfig {
         residual_scale: None,
         logit_scale: None,
         attention_scale_in_softmax: false,
+        no_rope_every: None,
     }
 }
 
@@ -473,6 +477,7 @@ fn transformer_base() -> ModelConfig {
         residual_scale: None,
         logit_scale: None,
         attention_scale_in_softmax: false,
+        no_rope_every: None,
     }
 }
 

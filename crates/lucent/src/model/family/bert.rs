@@ -266,6 +266,7 @@ pub fn post_norm_encoder(s: EncoderSizes) -> Result<ModelConfig> {
         residual_scale: None,
         logit_scale: None,
         attention_scale_in_softmax: false,
+        no_rope_every: None,
     };
     cfg.validate()?;
     Ok(cfg)

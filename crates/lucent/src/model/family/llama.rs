@@ -145,6 +145,7 @@ impl GgufHparams {
             residual_scale: None,
             logit_scale: None,
             attention_scale_in_softmax: false,
+            no_rope_every: None,
         }
     }
 }

@@ -19,6 +19,7 @@ pub mod olmo2;
 pub mod qwen2;
 pub mod qwen3;
 pub mod registry;
+pub mod smollm3;
 pub mod whisper;
 
 use crate::io::gguf::GgufFile;
@@ -63,7 +64,8 @@ pub const GGUF_FAMILIES: &[GgufFamily] = &[
         arch: "gemma3",
         config_fn: gemma3::config,
         names: &gemma3::NAMES,
-    },    GgufFamily {
+    },
+    GgufFamily {
         arch: "qwen2",
         config_fn: qwen2::config,
         names: &qwen2::NAMES,
@@ -87,6 +89,11 @@ pub const GGUF_FAMILIES: &[GgufFamily] = &[
         arch: "granite",
         config_fn: granite::config,
         names: &granite::NAMES,
+    },
+    GgufFamily {
+        arch: "smollm3",
+        config_fn: smollm3::config,
+        names: &smollm3::NAMES,
     },
 ];
 

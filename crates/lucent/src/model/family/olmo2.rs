@@ -19,10 +19,8 @@ use crate::model::{ModelConfig, NormPlacement};
 use crate::Result;
 
 /// OLMo 2 metadata keys lucent does not implement (besides every GGUF decoder's).
-const UNSUPPORTED_KEYS: &[(&str, &str)] = &[(
-    "attention.sliding_window",
-    "sliding-window layers (OLMo 3)",
-)];
+const UNSUPPORTED_KEYS: &[(&str, &str)] =
+    &[("attention.sliding_window", "sliding-window layers (OLMo 3)")];
 
 /// Translate an `olmo2` GGUF's metadata into the generic [`ModelConfig`] (validated).
 pub fn config(f: &GgufFile) -> Result<ModelConfig> {

@@ -335,6 +335,7 @@ pub fn config(file: &Ct2File, used: &UsedKeys) -> Result<ModelConfig> {
         residual_scale: None,
         logit_scale: None,
         attention_scale_in_softmax: false,
+        no_rope_every: None,
     };
     cfg.validate().map_err(|e| {
         Error::format(
