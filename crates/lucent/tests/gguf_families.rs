@@ -123,7 +123,7 @@ fn check_bit_exact(arch: &str) {
 /// are left unread.
 fn edited(arch: &str, edit: impl Fn(&mut ModelConfig)) -> DecoderModel {
     let reference = reference();
-    let f = GgufFile::open(&data_dir().join(&reference.files[arch].file)).expect("open");
+    let f = GgufFile::open(data_dir().join(&reference.files[arch].file)).expect("open");
     let fam = gguf_family(&f).expect("family");
     let mut cfg = fam.config(&f).expect("config");
     edit(&mut cfg);

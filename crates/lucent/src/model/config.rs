@@ -122,7 +122,8 @@ pub struct ModelConfig {
     pub qk_norm_whole: bool,
     /// Soft-capping of the attention scores (Gemma 2): each scaled score s becomes
     /// c·tanh(s / c) before the mask and the softmax, so no score leaves (−c, c).
-    /// Computed as llama.cpp does: s · (1/c), tanh, · c.
+    /// Computed as llama.cpp does: s · (1/c), tanh, · c. Needs `attention_scale` on the
+    /// queries (the scaled scores are capped; llama.cpp caps Q·Kᵀ before its softmax scale).
     #[serde(default)]
     pub attn_softcap: Option<f32>,
     /// Soft-capping of the output logits (Gemma 2): z ← c·tanh(z / c), computed as
@@ -256,10 +257,13 @@ impl ModelConfig {
         if self.attention_scale_in_softmax && self.attention_scale.is_none() {
             return bad("attention_scale_in_softmax is set but attention_scale is not".into());
         }
-        if self.attn_softcap.is_some() && self.attention_scale_in_softmax {
+        if self.attn_softcap.is_some()
+            && (self.attention_scale.is_none() || self.attention_scale_in_softmax)
+        {
             return bad(
-                "attn_softcap caps the scaled scores, so the scale must be on the queries \
-                 (attention_scale_in_softmax = false), the order llama.cpp soft-caps in"
+                "attn_softcap caps the scaled scores, so it needs attention_scale applied to the \
+                 queries (attention_scale set, attention_scale_in_softmax = false), the order \
+                 llama.cpp soft-caps in (Gemma 2)"
                     .into(),
             );
         }
@@ -404,6 +408,42 @@ mod tests {
         assert!(e.contains("kv_heads (3)"), "{e}");
         let e = ModelConfig::head_dim_for(10, 3).unwrap_err().to_string();
         assert!(e.contains("d_model (10)") && e.contains("heads (3)"), "{e}");
+    }
+
+    #[test]
+    fn the_decoder_extras_are_checked_by_name() {
+        let refused = |edit: &dyn Fn(&mut ModelConfig), field: &str| {
+            let mut c = tiny();
+            edit(&mut c);
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains(field), "{field}: {e}");
+        };
+        refused(&|c| c.qk_norm_whole = true, "qk_norm_whole");
+        refused(&|c| c.attn_softcap = Some(0.0), "attn_softcap");
+        refused(&|c| c.attn_softcap = Some(50.0), "attn_softcap"); // no attention_scale
+        refused(&|c| c.final_softcap = Some(f32::NAN), "final_softcap");
+        refused(&|c| c.residual_scale = Some(-1.0), "residual_scale");
+        refused(&|c| c.logit_scale = Some(0.0), "logit_scale");
+        refused(
+            &|c| c.attention_scale_in_softmax = true,
+            "attention_scale_in_softmax",
+        );
+        refused(&|c| c.no_rope_every = Some(4), "no_rope_every"); // learned positions
+        refused(
+            &|c| {
+                c.attn_softcap = Some(50.0);
+                c.attention_scale = Some(0.5);
+                c.attention_scale_in_softmax = true;
+            },
+            "attn_softcap",
+        );
+        let mut c = tiny();
+        c.attn_softcap = Some(50.0);
+        c.attention_scale = Some(0.25);
+        c.final_softcap = Some(30.0);
+        c.residual_scale = Some(0.22);
+        c.logit_scale = Some(8.0);
+        assert!(c.validate().is_ok());
     }
 
     #[test]

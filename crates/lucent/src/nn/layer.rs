@@ -52,7 +52,7 @@ fn residual(
 }
 
 /// [`residual`], the sub-layer's output multiplied by `scale` (if any) before the sum:
-/// x ← x + s·f(…) (Granite's residual multiplier; Pre and OnOutput placements).
+/// x ← x + s·f(…) (Granite's residual multiplier).
 #[allow(clippy::too_many_arguments)]
 fn scaled_residual(
     placement: NormPlacement,
