@@ -236,6 +236,8 @@ REFUSED = [
     ("qwen3-linear", "qwen3", "rope.scaling.type", "linear"),
     ("olmo2-swa", "olmo2", "attention.sliding_window", 4096),
     ("granite-norope", "granite", "rope.scaling.finetuned", False),
+    # an architecture lucent does not read at all (the error lists those it reads)
+    ("mamba-unknown", "mamba", "ssm.conv_kernel", 4),
 ]
 
 

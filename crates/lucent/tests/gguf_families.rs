@@ -292,3 +292,21 @@ fn smollm3_layers_without_rope_bite() {
         c.no_rope_every = None
     });
 }
+
+/// An architecture lucent does not read is refused naming `general.architecture`, and
+/// the message lists every architecture of the family table (it is read from it).
+#[test]
+fn an_unknown_architecture_lists_the_families() {
+    let path = data_dir().join("mamba-unknown.gguf");
+    let err = match lucent::open(path.to_str().expect("utf-8 path")) {
+        Ok(_) => panic!("mamba-unknown.gguf opened, but lucent reads no mamba"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("'mamba'") && err.contains("general.architecture"),
+        "{err}"
+    );
+    for fam in lucent::model::family::GGUF_FAMILIES {
+        assert!(err.contains(&format!("\"{}\"", fam.arch)), "{err}");
+    }
+}
