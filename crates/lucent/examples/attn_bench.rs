@@ -29,6 +29,7 @@ fn main() -> lucent::Result<()> {
         let p = AttentionParams {
             causal: true,
             ggml: Some(F16Order::Dot),
+            softcap: None,
             ..AttentionParams::new(d)
         };
         let reps = 20_000 / t;

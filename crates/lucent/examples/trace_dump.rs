@@ -10,7 +10,7 @@
 //! path generation takes); `NOF16=1` turns llama.cpp's f16 arithmetic off.
 
 use lucent::io::gguf::GgufFile;
-use lucent::model::family::{gemma3, llama};
+use lucent::model::family::gguf_family;
 use lucent::model::DecoderModel;
 use lucent::nn::Trace;
 use lucent::tensor::Tensor;
@@ -23,13 +23,11 @@ fn main() -> Res<()> {
         return Err("usage: trace_dump MODEL.gguf OUTDIR ID [ID ...]".into());
     }
     let f = GgufFile::open(&args[1])?;
-    let cfg = DecoderModel::config_of(&f)?;
-    let w = if cfg.family == "gemma3" {
-        gemma3::weights(&f, &cfg)
-    } else {
-        llama::weights(&f, &cfg)
-    };
-    let mut m = DecoderModel::load(cfg.clone(), &w)?;
+    let fam = gguf_family(&f)?;
+    let cfg = fam.config(&f)?;
+    let w = fam.weights(&f, &cfg);
+    // llama.cpp's arithmetic, as `DecoderModel::from_gguf` runs a GGUF file.
+    let mut m = DecoderModel::load(cfg.clone(), &w)?.with_numerics(lucent::Numerics::LlamaCpp);
     if std::env::var("NOF16").is_ok() {
         // lucent's own f32 arithmetic instead of llama.cpp's f16 steps.
         m.numerics = lucent::Numerics::Lucent;

@@ -24,19 +24,23 @@ use crate::nn::{
 use crate::{Error, Result};
 
 /// The attention of layer `layer` (`cross`: the decoder's cross-attention, which has no
-/// RoPE and no window). Local (windowed) layers use the local RoPE base.
+/// RoPE and no window). Local (windowed) layers use the local RoPE base; the
+/// config's NoPE layers (`no_rope_every`) have no RoPE.
 pub fn attention_config(cfg: &ModelConfig, layer: usize, cross: bool) -> AttentionConfig {
     let window = if cross {
         None
     } else {
         cfg.window_of_layer(layer)
     };
+    let no_rope = cfg
+        .no_rope_every
+        .is_some_and(|n| (layer + 1).is_multiple_of(n));
     let rope = match cfg.position {
         PositionKind::Rope {
             base,
             local_base,
             convention,
-        } if !cross => Some(RopeSpec {
+        } if !cross && !no_rope => Some(RopeSpec {
             base: if window.is_some() {
                 local_base.unwrap_or(base)
             } else {
@@ -58,7 +62,8 @@ pub fn attention_config(cfg: &ModelConfig, layer: usize, cross: bool) -> Attenti
         rope,
         window,
         scale: cfg.score_scale(),
-        scale_queries: cfg.attention_scale.is_some(),
+        softcap: cfg.attn_softcap,
+        scale_queries: cfg.attention_scale.is_some() && !cfg.attention_scale_in_softmax,
     }
 }
 
@@ -158,6 +163,7 @@ pub fn random_decoder_layer(
         ffn,
         ffn_norm: fresh_norm(cfg),
         ffn_post_norm: fresh_sandwich(cfg),
+        residual_scale: cfg.residual_scale,
     };
     l.validate()?;
     Ok(l)
@@ -309,14 +315,43 @@ fn post_norms(cfg: &ModelConfig, w: &dyn WeightSource, i: usize) -> Result<(Norm
     ))
 }
 
+/// The parameters of a layer's two sub-layer norms (attention's, the FFN's): the
+/// post-norms' for [`NormPlacement::OnOutput`], whose only norms sit on the outputs
+/// (OLMo 2's `post_attention_norm`, `post_ffw_norm`), else the pre-norms'.
+fn sublayer_norms(cfg: &ModelConfig) -> (Param, Param) {
+    match cfg.norm_placement {
+        NormPlacement::OnOutput => (Param::AttnPostNormWeight, Param::FfnPostNormWeight),
+        _ => (Param::AttnNormWeight, Param::FfnNormWeight),
+    }
+}
+
+/// Refuse the fields only a decoder-only model honours (its layers' residual
+/// multiplier, its logits' soft-cap and divisor), naming them, for `what`.
+fn refuse_decoder_only_fields(cfg: &ModelConfig, what: &str) -> Result<()> {
+    for (field, set) in [
+        ("residual_scale", cfg.residual_scale.is_some()),
+        ("final_softcap", cfg.final_softcap.is_some()),
+        ("logit_scale", cfg.logit_scale.is_some()),
+    ] {
+        if set {
+            return Err(Error::Config(format!(
+                "{field}: {what} does not honour it; only decoder-only models (DecoderModel) do"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Encoder layer `i` read from `w`.
 pub fn encoder_layer(cfg: &ModelConfig, w: &dyn WeightSource, i: usize) -> Result<EncoderLayer> {
+    refuse_decoder_only_fields(cfg, "an encoder")?;
+    let (attn_norm, ffn_norm) = sublayer_norms(cfg);
     let layer = EncoderLayer::new(
         cfg.norm_placement,
         self_attention(cfg, w, i)?,
-        norm(cfg, w, Param::AttnNormWeight, Param::AttnNormBias, i)?,
+        norm(cfg, w, attn_norm, Param::AttnNormBias, i)?,
         feed_forward(cfg, w, i)?,
-        norm(cfg, w, Param::FfnNormWeight, Param::FfnNormBias, i)?,
+        norm(cfg, w, ffn_norm, Param::FfnNormBias, i)?,
     )?;
     if cfg.norm_placement == NormPlacement::Sandwich {
         let (a, f) = post_norms(cfg, w, i)?;
@@ -376,10 +411,15 @@ pub fn cross_decoder_layer(
     w: &dyn WeightSource,
     i: usize,
 ) -> Result<DecoderLayer> {
-    if cfg.norm_placement == NormPlacement::Sandwich {
-        return Err(Error::Config(
-            "norm_placement sandwich: no encoder-decoder family's name table has post-norms".into(),
-        ));
+    refuse_decoder_only_fields(cfg, "an encoder-decoder's decoder")?;
+    if matches!(
+        cfg.norm_placement,
+        NormPlacement::Sandwich | NormPlacement::OnOutput
+    ) {
+        return Err(Error::Config(format!(
+            "norm_placement {:?}: no encoder-decoder family's name table has post-norms",
+            cfg.norm_placement
+        )));
     }
     DecoderLayer::new(
         cfg.norm_placement,
@@ -413,14 +453,18 @@ pub fn cross_decoder(cfg: &ModelConfig, w: &dyn WeightSource) -> Result<Decoder>
 
 /// Decoder-only layer `i` read from `w` (no cross-attention).
 pub fn decoder_layer(cfg: &ModelConfig, w: &dyn WeightSource, i: usize) -> Result<DecoderLayer> {
-    let layer = DecoderLayer::new(
+    let (attn_norm, ffn_norm) = sublayer_norms(cfg);
+    let mut layer = DecoderLayer::new(
         cfg.norm_placement,
         self_attention(cfg, w, i)?,
-        norm(cfg, w, Param::AttnNormWeight, Param::AttnNormBias, i)?,
+        norm(cfg, w, attn_norm, Param::AttnNormBias, i)?,
         None,
         feed_forward(cfg, w, i)?,
-        norm(cfg, w, Param::FfnNormWeight, Param::FfnNormBias, i)?,
+        norm(cfg, w, ffn_norm, Param::FfnNormBias, i)?,
     )?;
+    if let Some(s) = cfg.residual_scale {
+        layer = layer.with_residual_scale(s);
+    }
     if cfg.norm_placement == NormPlacement::Sandwich {
         let (a, f) = post_norms(cfg, w, i)?;
         return layer.with_post_norms(a, None, f);

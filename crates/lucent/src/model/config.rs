@@ -115,6 +115,38 @@ pub struct ModelConfig {
     /// all-MiniLM-L6-v2) and of their parameter counts; false for every decoder.
     #[serde(default)]
     pub pooler: bool,
+    /// With `qk_norm`: one RMSNorm over all query heads together (h·d_k features, one γ
+    /// of that width) and one over all key heads (h_kv·d_k), instead of one per head
+    /// (OLMo 2): q ← RMSNorm_{h·d_k}(q) before it is split into heads.
+    #[serde(default)]
+    pub qk_norm_whole: bool,
+    /// Soft-capping of the attention scores (Gemma 2): each scaled score s becomes
+    /// c·tanh(s / c) before the mask and the softmax, so no score leaves (−c, c).
+    /// Computed as llama.cpp does: s · (1/c), tanh, · c. Needs `attention_scale` on the
+    /// queries (the scaled scores are capped; llama.cpp caps Q·Kᵀ before its softmax scale).
+    #[serde(default)]
+    pub attn_softcap: Option<f32>,
+    /// Soft-capping of the output logits (Gemma 2): z ← c·tanh(z / c), computed as
+    /// z · (1/c), tanh, · c.
+    #[serde(default)]
+    pub final_softcap: Option<f32>,
+    /// Each sub-layer's output is multiplied by this before the residual sum (Granite's
+    /// `residual_scale`): x ← x + s·f(norm(x)).
+    #[serde(default)]
+    pub residual_scale: Option<f32>,
+    /// The logits are divided by this (Granite's `logit_scale`): z ← z · (1/s).
+    #[serde(default)]
+    pub logit_scale: Option<f32>,
+    /// With `attention_scale`: llama.cpp applies it to the scores inside the softmax
+    /// (softmax(Q·Kᵀ · s); Granite's `attention.scale`) rather than to the queries before
+    /// the product (softmax((s·Q)·Kᵀ); Gemma's `query_pre_attn_scalar`). The same number
+    /// but for rounding, which llama.cpp's f16 steps make visible.
+    #[serde(default)]
+    pub attention_scale_in_softmax: bool,
+    /// With RoPE: every n-th layer (layer i when (i + 1) mod n = 0) rotates nothing, its
+    /// attention position-free ("NoPE" layers; SmolLM3: n = 4, llama.cpp's rule).
+    #[serde(default)]
+    pub no_rope_every: Option<usize>,
 }
 
 impl ModelConfig {
@@ -198,6 +230,42 @@ impl ModelConfig {
         }
         if self.sliding_window == Some(0) || self.global_every == Some(0) {
             return bad("sliding_window and global_every must be > 0 when set".into());
+        }
+        if self.qk_norm_whole && !self.qk_norm {
+            return bad("qk_norm_whole is set but qk_norm is not".into());
+        }
+        let positive = |x: Option<f32>| x.is_none_or(|x| x.is_finite() && x > 0.0);
+        for (name, x) in [
+            ("attn_softcap", self.attn_softcap),
+            ("final_softcap", self.final_softcap),
+            ("residual_scale", self.residual_scale),
+            ("logit_scale", self.logit_scale),
+            ("attention_scale", self.attention_scale),
+        ] {
+            if !positive(x) {
+                return bad(format!(
+                    "{name} must be a finite number > 0 when set, got {x:?}"
+                ));
+            }
+        }
+        if self.no_rope_every == Some(0) {
+            return bad("no_rope_every must be > 0 when set".into());
+        }
+        if self.no_rope_every.is_some() && !matches!(self.position, PositionKind::Rope { .. }) {
+            return bad("no_rope_every is set but the positions are not RoPE".into());
+        }
+        if self.attention_scale_in_softmax && self.attention_scale.is_none() {
+            return bad("attention_scale_in_softmax is set but attention_scale is not".into());
+        }
+        if self.attn_softcap.is_some()
+            && (self.attention_scale.is_none() || self.attention_scale_in_softmax)
+        {
+            return bad(
+                "attn_softcap caps the scaled scores, so it needs attention_scale applied to the \
+                 queries (attention_scale set, attention_scale_in_softmax = false), the order \
+                 llama.cpp soft-caps in (Gemma 2)"
+                    .into(),
+            );
         }
         self.check_sizes()
     }
@@ -321,6 +389,13 @@ mod tests {
             global_every: None,
             attention_scale: None,
             pooler: false,
+            qk_norm_whole: false,
+            attn_softcap: None,
+            final_softcap: None,
+            residual_scale: None,
+            logit_scale: None,
+            attention_scale_in_softmax: false,
+            no_rope_every: None,
         }
     }
 
@@ -333,6 +408,42 @@ mod tests {
         assert!(e.contains("kv_heads (3)"), "{e}");
         let e = ModelConfig::head_dim_for(10, 3).unwrap_err().to_string();
         assert!(e.contains("d_model (10)") && e.contains("heads (3)"), "{e}");
+    }
+
+    #[test]
+    fn the_decoder_extras_are_checked_by_name() {
+        let refused = |edit: &dyn Fn(&mut ModelConfig), field: &str| {
+            let mut c = tiny();
+            edit(&mut c);
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains(field), "{field}: {e}");
+        };
+        refused(&|c| c.qk_norm_whole = true, "qk_norm_whole");
+        refused(&|c| c.attn_softcap = Some(0.0), "attn_softcap");
+        refused(&|c| c.attn_softcap = Some(50.0), "attn_softcap"); // no attention_scale
+        refused(&|c| c.final_softcap = Some(f32::NAN), "final_softcap");
+        refused(&|c| c.residual_scale = Some(-1.0), "residual_scale");
+        refused(&|c| c.logit_scale = Some(0.0), "logit_scale");
+        refused(
+            &|c| c.attention_scale_in_softmax = true,
+            "attention_scale_in_softmax",
+        );
+        refused(&|c| c.no_rope_every = Some(4), "no_rope_every"); // learned positions
+        refused(
+            &|c| {
+                c.attn_softcap = Some(50.0);
+                c.attention_scale = Some(0.5);
+                c.attention_scale_in_softmax = true;
+            },
+            "attn_softcap",
+        );
+        let mut c = tiny();
+        c.attn_softcap = Some(50.0);
+        c.attention_scale = Some(0.25);
+        c.final_softcap = Some(30.0);
+        c.residual_scale = Some(0.22);
+        c.logit_scale = Some(8.0);
+        assert!(c.validate().is_ok());
     }
 
     #[test]

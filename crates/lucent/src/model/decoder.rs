@@ -20,7 +20,7 @@ use rand::Rng;
 
 use crate::io::gguf::GgufFile;
 use crate::model::build;
-use crate::model::config::{ModelKind, PositionKind};
+use crate::model::config::{ModelKind, NormPlacement, PositionKind};
 use crate::model::family::{self, Param, WeightSource};
 use crate::model::ModelConfig;
 use crate::nn::position::{AbsolutePositions, LearnedPositions, SinusoidalEncoding};
@@ -242,6 +242,18 @@ impl DecoderModel {
             Param::AttnOutBias => bias(&a.o_proj),
             Param::QueryNormWeight => Ok(a.q_norm.as_ref().map(|n| n.weight.clone())),
             Param::KeyNormWeight => Ok(a.k_norm.as_ref().map(|n| n.weight.clone())),
+            // OLMo 2's only norms sit on the outputs: they are its post-norms.
+            Param::AttnPostNormWeight if self.config.norm_placement == NormPlacement::OnOutput => {
+                Ok(gamma(&l.self_attn_norm))
+            }
+            Param::FfnPostNormWeight if self.config.norm_placement == NormPlacement::OnOutput => {
+                Ok(gamma(&l.ffn_norm))
+            }
+            Param::AttnNormWeight | Param::FfnNormWeight
+                if self.config.norm_placement == NormPlacement::OnOutput =>
+            {
+                Ok(None)
+            }
             Param::AttnNormWeight => Ok(gamma(&l.self_attn_norm)),
             Param::AttnNormBias => Ok(beta(&l.self_attn_norm)),
             Param::AttnPostNormWeight => Ok(l.self_attn_post_norm.as_ref().and_then(gamma)),
@@ -272,15 +284,45 @@ impl DecoderModel {
         self.config.max_positions
     }
 
-    /// Vocabulary logits of hidden states: the head, or the token table when tied.
+    /// Vocabulary logits of hidden states: the head, or the token table when tied, then
+    /// the config's logit divisor and soft-cap ([`DecoderModel::finish_logits`]).
     ///
     /// # Shapes
     /// h: (..., d) → (..., V)
     pub fn logits(&self, h: &Tensor) -> Result<Tensor> {
-        match &self.head {
-            Some(head) => head.logits_with(h, self.numerics),
-            None => self.embedding.table.matmul_t(h, self.numerics),
+        self.logits_with(h, self.numerics)
+    }
+
+    /// [`DecoderModel::logits`] with the products' `numerics`.
+    fn logits_with(&self, h: &Tensor, numerics: Numerics) -> Result<Tensor> {
+        let z = match &self.head {
+            Some(head) => head.logits_with(h, numerics)?,
+            None => self.embedding.table.matmul_t(h, numerics)?,
+        };
+        self.finish_logits(z)
+    }
+
+    /// The head's output made logits as the config says, in llama.cpp's order: divided
+    /// by `logit_scale` (z ← z · (1/s), Granite), then soft-capped by `final_softcap`
+    /// (z ← c·tanh(z · (1/c)), Gemma 2).
+    ///
+    /// # Shapes
+    /// z: (..., V) → (..., V)
+    fn finish_logits(&self, mut z: Tensor) -> Result<Tensor> {
+        if let Some(s) = self.config.logit_scale {
+            z = z.scale(1.0 / s);
         }
+        if let Some(c) = self.config.final_softcap {
+            if z.tracks_grad() {
+                return Err(Error::Config(
+                    "final_softcap has no backward rule yet; train without it".into(),
+                ));
+            }
+            z.data_mut()
+                .iter_mut()
+                .for_each(|x| *x = crate::ops::attention::softcap(*x, c));
+        }
+        Ok(z)
     }
 
     /// Embeddings (and absolute positions from `offset`) of a batch.
@@ -440,10 +482,7 @@ impl DecoderModel {
         let d = self.config.d_model;
         let h = self.decoder.decode_batch(&x, caches, &opts, traces)?; // (n, 1, d)
         let h = h.reshape(&[n, d])?; // (n, d)
-        match &self.head {
-            Some(head) => head.logits_with(&h, numerics), // (n, V)
-            None => self.embedding.table.matmul_t(&h, numerics),
-        }
+        self.logits_with(&h, numerics) // (n, V)
     }
 
     /// [`DecoderModel::forward`] on the calling thread.

@@ -231,7 +231,7 @@ impl ParamCount {
         let attention = attention_count(cfg)?;
         let ffn = ffn_count(cfg)?;
         let sublayer_norms = match cfg.norm_placement {
-            NormPlacement::Pre | NormPlacement::Post => 1,
+            NormPlacement::Pre | NormPlacement::Post | NormPlacement::OnOutput => 1,
             NormPlacement::Sandwich => 2,
         };
         let final_norm = if cfg.final_norm { norm_size } else { 0 };
@@ -367,10 +367,11 @@ fn attention_count(cfg: &ModelConfig) -> Result<AttentionCount> {
         v_bias: bias(cfg.qkv_bias, kv),
         o_weight: mul(&[q, d])?,
         o_bias: bias(cfg.attn_out_bias, d),
-        qk_norm: if cfg.qk_norm {
-            mul(&[2, norm_size])?
-        } else {
-            0
+        qk_norm: match (cfg.qk_norm, cfg.qk_norm_whole) {
+            (false, _) => 0,
+            // one γ over all query heads and one over all key heads (OLMo 2)
+            (true, true) => q.saturating_add(kv),
+            (true, false) => mul(&[2, norm_size])?,
         },
     })
 }

@@ -265,6 +265,13 @@ fn bert(layers: usize, d: usize, heads: usize, d_ff: usize) -> ModelConfig {
         global_every: None,
         attention_scale: None,
         pooler: true,
+        qk_norm_whole: false,
+        attn_softcap: None,
+        final_softcap: None,
+        residual_scale: None,
+        logit_scale: None,
+        attention_scale_in_softmax: false,
+        no_rope_every: None,
     }
 }
 
@@ -301,6 +308,13 @@ fn gpt2() -> ModelConfig {
         global_every: None,
         attention_scale: None,
         pooler: false,
+        qk_norm_whole: false,
+        attn_softcap: None,
+        final_softcap: None,
+        residual_scale: None,
+        logit_scale: None,
+        attention_scale_in_softmax: false,
+        no_rope_every: None,
     }
 }
 
@@ -354,6 +368,13 @@ fn llama(
         global_every: None,
         attention_scale: None,
         pooler: false,
+        qk_norm_whole: false,
+        attn_softcap: None,
+        final_softcap: None,
+        residual_scale: None,
+        logit_scale: None,
+        attention_scale_in_softmax: false,
+        no_rope_every: None,
     }
 }
 
@@ -406,6 +427,13 @@ fn gemma3() -> ModelConfig {
         // query_pre_attn_scalar = 256 = head_dim: the usual 1/√d_k.
         attention_scale: None,
         pooler: false,
+        qk_norm_whole: false,
+        attn_softcap: None,
+        final_softcap: None,
+        residual_scale: None,
+        logit_scale: None,
+        attention_scale_in_softmax: false,
+        no_rope_every: None,
     }
 }
 
@@ -443,6 +471,13 @@ fn transformer_base() -> ModelConfig {
         global_every: None,
         attention_scale: None,
         pooler: false,
+        qk_norm_whole: false,
+        attn_softcap: None,
+        final_softcap: None,
+        residual_scale: None,
+        logit_scale: None,
+        attention_scale_in_softmax: false,
+        no_rope_every: None,
     }
 }
 

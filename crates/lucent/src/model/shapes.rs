@@ -383,6 +383,7 @@ impl<'a> Steps<'a> {
             NormPlacement::Pre => format!("residual: x + {what}"),
             NormPlacement::Post => format!("residual + norm: norm(x + {what})"),
             NormPlacement::Sandwich => format!("residual: x + norm({what})"),
+            NormPlacement::OnOutput => format!("residual: x + norm({what}) (no norm before)"),
         };
         self.push(stage, n, &name, "(b, {t}, d)", &btd);
     }

@@ -134,6 +134,7 @@ pub fn scaled_dot_product_attention(
         segments: opts.segments,
         kv_len: None,
         ggml: None,
+        softcap: None,
     };
     let out = ops::attention(&as4(q)?, &as4(k)?, &as4(v)?, &params)?;
     let back = |t: Tensor| -> Result<Tensor> {
@@ -171,7 +172,8 @@ pub struct AttentionConfig {
     pub qkv_bias: bool,
     /// Bias on the output projection.
     pub out_bias: bool,
-    /// RMSNorm on each head's queries and keys (Gemma 3).
+    /// RMSNorm on each head's queries and keys (Gemma 3); a norm whose γ spans all heads
+    /// (h·d_k, h_kv·d_k) normalises all heads of a position together (OLMo 2).
     pub qk_norm: bool,
     /// ε of the QK-norm.
     pub norm_eps: f32,
@@ -181,6 +183,9 @@ pub struct AttentionConfig {
     pub window: Option<usize>,
     /// Multiplies Q·Kᵀ (usually 1/√d_k).
     pub scale: f32,
+    /// Soft-capping c of the scaled scores (Gemma 2): s ← c·tanh(s / c) before the mask
+    /// and the softmax ([`crate::ops::attention::softcap`]).
+    pub softcap: Option<f32>,
     /// With llama.cpp's numerics ([`AttentionOptions::numerics`]): multiply Q by `scale`
     /// before the product and leave the scores unscaled, as llama.cpp runs a model with
     /// an explicit attention scale (Gemma's `query_pre_attn_scalar`). Equal to scaling
@@ -210,6 +215,7 @@ impl AttentionConfig {
             rope: None,
             window: None,
             scale: 1.0 / (head_dim as f32).sqrt(),
+            softcap: None,
             scale_queries: false,
         })
     }
@@ -315,16 +321,25 @@ impl MultiHeadAttention {
                 )));
             }
         }
-        for (name, n) in [("q_norm", &q_norm), ("k_norm", &k_norm)] {
+        for (name, n, all) in [
+            ("q_norm", &q_norm, c.q_dim()),
+            ("k_norm", &k_norm, c.kv_dim()),
+        ] {
             if let Some(n) = n {
-                if n.weight.shape() != [c.head_dim] {
+                if n.weight.shape() != [c.head_dim] && n.weight.shape() != [all] {
                     return Err(Error::Weights(format!(
-                        "attention {name} weight has shape {:?}, expected [{}] (head_dim)",
+                        "attention {name} weight has shape {:?}, expected [{}] (head_dim) or [{all}] (all heads)",
                         n.weight.shape(),
                         c.head_dim
                     )));
                 }
             }
+        }
+        let whole = |n: &Option<RmsNorm>| n.as_ref().map(|n| n.weight.shape() != [c.head_dim]);
+        if whole(&q_norm) != whole(&k_norm) {
+            return Err(Error::Weights(
+                "QK-norm: q_norm and k_norm must both be per head or both over all heads".into(),
+            ));
         }
         if q_norm.is_some() != k_norm.is_some() {
             return Err(Error::Weights(
@@ -522,7 +537,7 @@ impl MultiHeadAttention {
         };
         let mut k = split(k)?;
         if let Some(kn) = &self.k_norm {
-            k = kn.forward(&k)?;
+            k = norm_heads(kn, &k)?;
         }
         Ok((k, split(v)?))
     }
@@ -564,7 +579,7 @@ impl MultiHeadAttention {
             .reshape(&[b, t_q, h, d_k])? // (b, t_q, h, d_k)
             .transpose(1, 2)?; // (b, h, t_q, d_k)
         if let Some(qn) = &self.q_norm {
-            q = qn.forward(&q)?;
+            q = norm_heads(qn, &q)?;
         }
         let params = AttentionParams {
             scale: c.scale,
@@ -575,6 +590,7 @@ impl MultiHeadAttention {
             segments: opts.segments,
             kv_len: None,
             ggml: None,
+            softcap: c.softcap,
         };
         let attended = ops::attention(&q, k, v, &params)?;
         if trace.is_some() {
@@ -612,8 +628,8 @@ impl MultiHeadAttention {
         let (t_q, t_k) = (q.shape()[2], k.shape()[2]);
         let (mut q, mut k, mut v) = (q, k, v);
         if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
-            q = qn.forward(&q)?;
-            k = kn.forward(&k)?;
+            q = norm_heads(qn, &q)?;
+            k = norm_heads(kn, &k)?;
         }
         let start = opts.position_offset + cache.as_ref().map_or(0, |c| c.len());
         // llama.cpp's f16 steps (its RoPE, Q, K and V rounded to f16, its attention).
@@ -669,6 +685,7 @@ impl MultiHeadAttention {
                     F16Order::for_rows(t_q)
                 }
             }),
+            softcap: c.softcap,
         };
         let attended = ops::attention(&q, &k, &v, &params)?;
         if trace.is_some() {
@@ -846,6 +863,24 @@ impl MultiHeadAttention {
         }
         Ok(())
     }
+}
+
+/// The QK-norm of queries or keys split into heads: per head when γ has d_k entries,
+/// over all heads of a position together when it has heads·d_k (OLMo 2).
+///
+/// # Shapes
+/// x: (b, heads, t, d_k) → (b, heads, t, d_k)
+fn norm_heads(norm: &RmsNorm, x: &Tensor) -> Result<Tensor> {
+    let [b, heads, t, d_k] = x.dims()?;
+    if norm.weight.numel() == d_k {
+        return norm.forward(x);
+    }
+    let whole = x
+        .transpose(1, 2)? // (b, t, heads, d_k)
+        .reshape(&[b, t, heads * d_k])?; // (b, t, heads·d_k)
+    norm.forward(&whole)?
+        .reshape(&[b, t, heads, d_k])? // (b, t, heads, d_k)
+        .transpose(1, 2) // (b, heads, t, d_k)
 }
 
 /// Repeat each of h_kv key/value heads h / h_kv times, so head j of the result is kv

@@ -5,6 +5,10 @@
 //! - Post (the paper, BERT):  x ← norm(x + f(x))
 //! - Pre (GPT-2, LLaMA):      x ← x + f(norm(x))        (the stack ends with a final norm)
 //! - Sandwich (Gemma 2/3):    x ← x + post_norm(f(pre_norm(x)))
+//! - OnOutput (OLMo 2):        x ← x + norm(f(x))            (the stack ends with a final norm)
+//!
+//! A decoder layer may also scale each sub-layer's output before the sum (Granite's
+//! residual multiplier s): x ← x + s·f(…).
 //!
 //! An encoder layer is self-attention then FFN. A decoder layer is masked (causal)
 //! self-attention, then cross-attention to the encoder output (the "memory"; absent in
@@ -29,6 +33,9 @@ pub enum NormPlacement {
     Post,
     /// x + norm₂(f(norm₁(x))): pre-norm plus a norm on the sub-layer's output (Gemma 2/3).
     Sandwich,
+    /// x + norm(f(x)): the norm on the sub-layer's output only (OLMo 2); a final norm
+    /// follows the stack.
+    OnOutput,
 }
 
 /// One residual sub-layer, with its norm placed per `placement`, inside trace `scope`.
@@ -41,17 +48,38 @@ fn residual(
     scope: &str,
     f: impl FnOnce(&Tensor, Option<&mut Trace>) -> Result<Tensor>,
 ) -> Result<Tensor> {
+    scaled_residual(placement, x, norm, post_norm, None, trace, scope, f)
+}
+
+/// [`residual`], the sub-layer's output multiplied by `scale` (if any) before the sum:
+/// x ← x + s·f(…) (Granite's residual multiplier).
+#[allow(clippy::too_many_arguments)]
+fn scaled_residual(
+    placement: NormPlacement,
+    x: &Tensor,
+    norm: &Norm,
+    post_norm: Option<&Norm>,
+    scale: Option<f32>,
+    trace: Option<&mut Trace>,
+    scope: &str,
+    f: impl FnOnce(&Tensor, Option<&mut Trace>) -> Result<Tensor>,
+) -> Result<Tensor> {
+    let scaled = |y: Tensor| match scale {
+        Some(s) => y.scale(s),
+        None => y,
+    };
     scoped(trace, scope, |tr| match placement {
-        NormPlacement::Pre => x.add(&f(&norm.forward(x)?, tr)?),
-        NormPlacement::Post => norm.forward(&x.add(&f(x, tr)?)?),
+        NormPlacement::Pre => x.add(&scaled(f(&norm.forward(x)?, tr)?)),
+        NormPlacement::Post => norm.forward(&x.add(&scaled(f(x, tr)?))?),
         NormPlacement::Sandwich => {
             let post = post_norm.ok_or_else(|| {
                 Error::Config(format!(
                     "{scope}: sandwich norm placement needs a post-norm on every sub-layer"
                 ))
             })?;
-            x.add(&post.forward(&f(&norm.forward(x)?, tr)?)?)
+            x.add(&scaled(post.forward(&f(&norm.forward(x)?, tr)?)?))
         }
+        NormPlacement::OnOutput => x.add(&scaled(norm.forward(&f(x, tr)?)?)),
     })
 }
 
@@ -232,6 +260,9 @@ pub struct DecoderLayer {
     pub ffn_norm: Norm,
     /// Sandwich only: the norm on its output.
     pub ffn_post_norm: Option<Norm>,
+    /// Each sub-layer's output multiplied by this before the residual sum, if set
+    /// (Granite): x ← x + s·f(…).
+    pub residual_scale: Option<f32>,
 }
 
 impl DecoderLayer {
@@ -260,11 +291,19 @@ impl DecoderLayer {
             ffn,
             ffn_norm,
             ffn_post_norm: None,
+            residual_scale: None,
         };
         if placement != NormPlacement::Sandwich {
             layer.validate()?;
         }
         Ok(layer)
+    }
+
+    /// This layer with each sub-layer's output multiplied by `scale` before the
+    /// residual sum (x ← x + s·f(…)).
+    pub fn with_residual_scale(mut self, scale: f32) -> Self {
+        self.residual_scale = Some(scale);
+        self
     }
 
     /// This layer in sandwich form (`cross_attn_post_norm` is needed iff it has
@@ -373,11 +412,12 @@ impl DecoderLayer {
             want_weights: false,
             ..*opts
         };
-        let x = residual(
+        let x = scaled_residual(
             self.placement,
             x,
             &self.self_attn_norm,
             self.self_attn_post_norm.as_ref(),
+            self.residual_scale,
             trace.as_deref_mut(),
             "attn",
             |h, tr| {
@@ -394,11 +434,12 @@ impl DecoderLayer {
                         bias: memory_bias,
                         ..AttentionOptions::none()
                     };
-                    residual(
+                    scaled_residual(
                         self.placement,
                         &x,
                         norm,
                         self.cross_attn_post_norm.as_ref(),
+                        self.residual_scale,
                         trace.as_deref_mut(),
                         "cross_attn",
                         |h, tr| {
@@ -434,11 +475,12 @@ impl DecoderLayer {
             }
             (true, t) => x.narrow(1, t - 1, 1)?, // (b, 1, d)
         };
-        let x = residual(
+        let x = scaled_residual(
             self.placement,
             &x,
             &self.ffn_norm,
             self.ffn_post_norm.as_ref(),
+            self.residual_scale,
             trace.as_deref_mut(),
             "ffn",
             |h, tr| self.ffn.forward(h, opts.numerics, tr),
@@ -473,11 +515,12 @@ impl DecoderLayer {
             want_weights: false,
             ..*opts
         };
-        let x = residual(
+        let x = scaled_residual(
             self.placement,
             x,
             &self.self_attn_norm,
             self.self_attn_post_norm.as_ref(),
+            self.residual_scale,
             None,
             "attn",
             |h, _| {
@@ -486,11 +529,12 @@ impl DecoderLayer {
                 })
             },
         )?;
-        let x = residual(
+        let x = scaled_residual(
             self.placement,
             &x,
             &self.ffn_norm,
             self.ffn_post_norm.as_ref(),
+            self.residual_scale,
             None,
             "ffn",
             |h, _| {

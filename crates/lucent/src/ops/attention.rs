@@ -2,6 +2,9 @@
 //!
 //! Attention(Q, K, V) = softmax(Q·Kᵀ · scale + bias) · V,   scale usually 1/√d_k
 //!
+//! optionally with the scaled scores soft-capped before the bias (Gemma 2):
+//! s ← c·tanh(s / c).
+//!
 //! with an optional causal rule (query i sees keys up to its own position), a sliding
 //! window (and only the last `window` of those), and an additive bias (a padding mask
 //! as 0 / −∞, ALiBi, or any float mask). Grouped-query attention is built in: with h
@@ -63,6 +66,16 @@ pub struct AttentionParams<'a> {
     /// are f16 values already; the products are summed in this order, the softmax uses
     /// its exp, and the weights are rounded to f16 before they weight V.
     pub ggml: Option<F16Order>,
+    /// Soft-capping c of the scaled scores, if set: s ← c·tanh(s / c) before the bias
+    /// and the softmax ([`softcap`]). Under `ggml` the cap is applied to Q·Kᵀ before
+    /// `scale`, as llama.cpp does (its soft-capped models scale Q instead, `scale` = 1).
+    pub softcap: Option<f32>,
+}
+
+/// The soft-cap of one score as llama.cpp computes it: s · (1/c), tanh, · c.
+#[inline(always)]
+pub fn softcap(s: f32, c: f32) -> f32 {
+    (s * (1.0 / c)).tanh() * c
 }
 
 impl AttentionParams<'_> {
@@ -77,6 +90,7 @@ impl AttentionParams<'_> {
             segments: None,
             kv_len: None,
             ggml: None,
+            softcap: None,
         }
     }
 }
@@ -469,13 +483,18 @@ fn head(
                 row[..a].fill(f32::NEG_INFINITY);
                 row[z..].fill(f32::NEG_INFINITY);
                 let seen = &mut row[a..z];
-                match bias {
-                    Some(b) => {
+                match (bias, p.softcap) {
+                    (b, Some(c)) => {
+                        for (j, s) in seen.iter_mut().enumerate() {
+                            *s = softcap(*s * p.scale, c) + b.map_or(0.0, |b| b[vis.start + j]);
+                        }
+                    }
+                    (Some(b), None) => {
                         for (s, &bj) in seen.iter_mut().zip(&b[vis]) {
                             *s = *s * p.scale + bj;
                         }
                     }
-                    None => simd::scale(seen, p.scale),
+                    (None, None) => simd::scale(seen, p.scale),
                 }
                 softmax::softmax_row(row, 1.0);
                 if let Some(ws) = weights.as_deref_mut() {
@@ -513,13 +532,18 @@ fn head(
             d.d_k,
             n_vis,
         );
-        match bias {
-            Some(b) => {
+        match (bias, p.softcap) {
+            (b, Some(c)) => {
+                for (j, s) in scores.iter_mut().enumerate() {
+                    *s = softcap(*s * p.scale, c) + b.map_or(0.0, |b| b[vis.start + j]);
+                }
+            }
+            (Some(b), None) => {
                 for (s, &bj) in scores.iter_mut().zip(&b[vis.clone()]) {
                     *s = *s * p.scale + bj;
                 }
             }
-            None => simd::scale(scores, p.scale),
+            (None, None) => simd::scale(scores, p.scale),
         }
         softmax::softmax_row(scores, 1.0);
         // out = weightsᵀ · V_vis
@@ -572,7 +596,11 @@ pub(crate) mod reference {
                         }
                         let krow = &kd[(kv * d.t_cap + j) * d.d_k..][..d.d_k];
                         let dot: f32 = qrow.iter().zip(krow).map(|(a, b)| a * b).sum();
-                        *s = dot * p.scale + bias.map_or(0.0, |b| b[j]);
+                        let scaled = match p.softcap {
+                            Some(c) => softcap(dot * p.scale, c),
+                            None => dot * p.scale,
+                        };
+                        *s = scaled + bias.map_or(0.0, |b| b[j]);
                     }
                     softmax_row(&mut row, 1.0);
                     let o = &mut out[((bi * d.h + hi) * d.t_q + i) * d.d_v..][..d.d_v];
@@ -619,6 +647,11 @@ pub(crate) fn record_attention(
             output: out.output.with_grad_node(None),
             weights: out.weights,
         });
+    }
+    if p.softcap.is_some() {
+        return Err(Error::Config(
+            "attention soft-capping has no backward rule yet; train without attn_softcap".into(),
+        ));
     }
     if let Some(n) = p.kv_len {
         // Keys in a larger store (a KV cache): record over exactly the keys.

@@ -494,6 +494,11 @@ impl Job<'_> {
                 &mut scores[vis.clone()],
             );
             dots(keys, qrow, order, seen);
+            if let Some(c) = p.softcap {
+                // llama.cpp's soft-cap of the product: ggml_scale(1/c), ggml_tanh, ggml_scale(c).
+                seen.iter_mut()
+                    .for_each(|s| *s = crate::ops::attention::softcap(*s, c));
+            }
             match bias {
                 Some(b) => {
                     for (s, &b) in seen.iter_mut().zip(&b[vis.clone()]) {
@@ -1355,6 +1360,7 @@ mod tests {
                 causal: true,
                 want_weights: true,
                 ggml: Some(order),
+                softcap: None,
                 ..AttentionParams::new(dk)
             };
             let scalar = crate::Runtime::builder()

@@ -260,6 +260,13 @@ pub fn post_norm_encoder(s: EncoderSizes) -> Result<ModelConfig> {
         global_every: None,
         attention_scale: None,
         pooler: s.pooler,
+        qk_norm_whole: false,
+        attn_softcap: None,
+        final_softcap: None,
+        residual_scale: None,
+        logit_scale: None,
+        attention_scale_in_softmax: false,
+        no_rope_every: None,
     };
     cfg.validate()?;
     Ok(cfg)

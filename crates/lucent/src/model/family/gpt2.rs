@@ -155,6 +155,13 @@ pub fn config(hf: &HfGpt2Config) -> Result<ModelConfig> {
         global_every: None,
         attention_scale: None,
         pooler: false,
+        qk_norm_whole: false,
+        attn_softcap: None,
+        final_softcap: None,
+        residual_scale: None,
+        logit_scale: None,
+        attention_scale_in_softmax: false,
+        no_rope_every: None,
     };
     cfg.validate()?;
     Ok(cfg)
@@ -213,6 +220,16 @@ pub fn hf_config(cfg: &ModelConfig) -> Result<serde_json::Value> {
     {
         return refuse(
             "embedding_scale / sliding_window / attention_scale / type_vocab_size / pooler",
+            "settings GPT-2 does not have".into(),
+        );
+    }
+    if cfg.attn_softcap.is_some()
+        || cfg.final_softcap.is_some()
+        || cfg.residual_scale.is_some()
+        || cfg.logit_scale.is_some()
+    {
+        return refuse(
+            "attn_softcap / final_softcap / residual_scale / logit_scale",
             "settings GPT-2 does not have".into(),
         );
     }

@@ -41,9 +41,15 @@ impl GgufHparams {
     /// Read `{arch}.block_count`, `embedding_length`, `feed_forward_length`,
     /// `attention.head_count(_kv)`, `attention.key_length`, `rope.freq_base`,
     /// `attention.layer_norm_rms_epsilon`, `context_length`; the vocabulary size from
-    /// `{arch}.vocab_size` or the token list.
+    /// `{arch}.vocab_size` or the token list. A key of [`UNSUPPORTED_KEYS`] is refused.
     pub fn read(f: &GgufFile, arch: &str) -> Result<GgufHparams> {
-        refuse_unsupported_keys(f, arch)?;
+        GgufHparams::read_honouring(f, arch, &[])
+    }
+
+    /// [`GgufHparams::read`] for a family that implements some of [`UNSUPPORTED_KEYS`]
+    /// itself (`honoured`, e.g. Gemma 2's soft-capping keys): those are not refused.
+    pub fn read_honouring(f: &GgufFile, arch: &str, honoured: &[&str]) -> Result<GgufHparams> {
+        refuse_unsupported_keys(f, arch, honoured)?;
         let k = |s: &str| format!("{arch}.{s}");
         let d_model = f.get_usize(&k("embedding_length"))?;
         let n_heads = f.get_usize(&k("attention.head_count"))?;
@@ -133,6 +139,13 @@ impl GgufHparams {
             global_every: None,
             attention_scale: None,
             pooler: false,
+            qk_norm_whole: false,
+            attn_softcap: None,
+            final_softcap: None,
+            residual_scale: None,
+            logit_scale: None,
+            attention_scale_in_softmax: false,
+            no_rope_every: None,
         }
     }
 }
@@ -174,11 +187,31 @@ const UNSUPPORTED_KEYS: &[(&str, &str)] = &[
 ];
 
 /// Refuse a file whose metadata asks for arithmetic lucent does not do (see
-/// [`UNSUPPORTED_KEYS`]); "off" values (no scaling, a factor of 1, zero experts,
-/// causal = true) pass.
-pub(crate) fn refuse_unsupported_keys(f: &GgufFile, arch: &str) -> Result<()> {
+/// [`UNSUPPORTED_KEYS`], less the keys its family `honoured`); "off" values (no scaling,
+/// a factor of 1, zero experts, causal = true) pass.
+pub(crate) fn refuse_unsupported_keys(f: &GgufFile, arch: &str, honoured: &[&str]) -> Result<()> {
+    refuse_keys(f, arch, UNSUPPORTED_KEYS, honoured)?;
+    if f.tensor_info("rope_freqs.weight").is_some() {
+        return Err(Error::Config(format!(
+            "{}: tensor rope_freqs.weight sets per-frequency RoPE factors (Llama 3.1-style RoPE scaling), \
+             which lucent does not implement",
+            f.path().display()
+        )));
+    }
+    Ok(())
+}
+
+/// Refuse a file that sets one of `keys` (under `{arch}.`, with what it asks for) to
+/// anything but its "off" value, unless the family `honoured` it; a family adds its
+/// own list of keys this way.
+pub(crate) fn refuse_keys(
+    f: &GgufFile,
+    arch: &str,
+    keys: &[(&str, &str)],
+    honoured: &[&str],
+) -> Result<()> {
     use crate::io::gguf::GgufValue;
-    for (key, what) in UNSUPPORTED_KEYS {
+    for (key, what) in keys.iter().filter(|(k, _)| !honoured.contains(k)) {
         let full = format!("{arch}.{key}");
         let Some((_, value)) = f.metadata().iter().find(|(k, _)| *k == full) else {
             continue;
@@ -200,12 +233,20 @@ pub(crate) fn refuse_unsupported_keys(f: &GgufFile, arch: &str) -> Result<()> {
             )));
         }
     }
-    if f.tensor_info("rope_freqs.weight").is_some() {
-        return Err(Error::Config(format!(
-            "{}: tensor rope_freqs.weight sets per-frequency RoPE factors (Llama 3.1-style RoPE scaling), \
-             which lucent does not implement",
-            f.path().display()
-        )));
+    Ok(())
+}
+
+/// Refuse partial RoPE: `{arch}.rope.dimension_count`, when present, must be the head
+/// width (every feature of a head rotated).
+pub(crate) fn check_full_rope(f: &GgufFile, arch: &str, head_dim: usize) -> Result<()> {
+    let key = format!("{arch}.rope.dimension_count");
+    if let Some(n) = f.opt_u32(&key)? {
+        if n as usize != head_dim {
+            return Err(Error::Config(format!(
+                "{}: {key} = {n} but heads have {head_dim} features; partial RoPE is not supported",
+                f.path().display()
+            )));
+        }
     }
     Ok(())
 }
@@ -220,15 +261,7 @@ pub fn config(f: &GgufFile) -> Result<ModelConfig> {
         local_base: None,
         convention: RopeConvention::Interleaved,
     };
-    if let Some(n) = f.opt_u32("llama.rope.dimension_count")? {
-        if n as usize != cfg.head_dim {
-            return Err(Error::Config(format!(
-                "{}: llama.rope.dimension_count = {n} but heads have {} features; partial RoPE is not supported",
-                f.path().display(),
-                cfg.head_dim
-            )));
-        }
-    }
+    check_full_rope(f, "llama", cfg.head_dim)?;
     cfg.validate()?;
     Ok(cfg)
 }

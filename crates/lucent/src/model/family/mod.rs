@@ -9,11 +9,17 @@
 
 pub mod bert;
 pub mod distilbert;
+pub mod gemma2;
 pub mod gemma3;
 pub mod gpt2;
+pub mod granite;
 pub mod llama;
 pub mod mpnet;
+pub mod olmo2;
+pub mod qwen2;
+pub mod qwen3;
 pub mod registry;
+pub mod smollm3;
 pub mod whisper;
 
 use crate::io::gguf::GgufFile;
@@ -58,6 +64,36 @@ pub const GGUF_FAMILIES: &[GgufFamily] = &[
         arch: "gemma3",
         config_fn: gemma3::config,
         names: &gemma3::NAMES,
+    },
+    GgufFamily {
+        arch: "qwen2",
+        config_fn: qwen2::config,
+        names: &qwen2::NAMES,
+    },
+    GgufFamily {
+        arch: "qwen3",
+        config_fn: qwen3::config,
+        names: &qwen3::NAMES,
+    },
+    GgufFamily {
+        arch: "gemma2",
+        config_fn: gemma2::config,
+        names: &gemma2::NAMES,
+    },
+    GgufFamily {
+        arch: "olmo2",
+        config_fn: olmo2::config,
+        names: &olmo2::NAMES,
+    },
+    GgufFamily {
+        arch: "granite",
+        config_fn: granite::config,
+        names: &granite::NAMES,
+    },
+    GgufFamily {
+        arch: "smollm3",
+        config_fn: smollm3::config,
+        names: &smollm3::NAMES,
     },
 ];
 
@@ -174,9 +210,11 @@ pub enum Param {
     FfnNormBias,
     /// W_gate of a gated feed-forward network (d_ff, d).
     FfnGateWeight,
-    /// γ of the QK-norm over each query head (d_k).
+    /// γ of the QK-norm over each query head (d_k), or over all of them (h·d_k) with
+    /// `qk_norm_whole`.
     QueryNormWeight,
-    /// γ of the QK-norm over each key head (d_k).
+    /// γ of the QK-norm over each key head (d_k), or over all of them (h_kv·d_k) with
+    /// `qk_norm_whole`.
     KeyNormWeight,
     /// γ of the norm on the attention's output (sandwich placement) (d).
     AttnPostNormWeight,
@@ -229,6 +267,8 @@ impl Param {
             PoolerBias => vec![d],
             RelativeAttentionBias => vec![32, cfg.n_heads],
             FfnGateWeight => vec![cfg.d_ff, d],
+            QueryNormWeight if cfg.qk_norm_whole => vec![cfg.q_dim()],
+            KeyNormWeight if cfg.qk_norm_whole => vec![cfg.kv_dim()],
             QueryNormWeight | KeyNormWeight => vec![cfg.head_dim],
             AttnPostNormWeight | FfnPostNormWeight | FinalNormWeight | FinalNormBias => vec![d],
             PositionEmbedding => vec![cfg.max_positions, d],

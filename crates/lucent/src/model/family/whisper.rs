@@ -329,6 +329,13 @@ pub fn config(file: &Ct2File, used: &UsedKeys) -> Result<ModelConfig> {
         global_every: None,
         attention_scale: None,
         pooler: false,
+        qk_norm_whole: false,
+        attn_softcap: None,
+        final_softcap: None,
+        residual_scale: None,
+        logit_scale: None,
+        attention_scale_in_softmax: false,
+        no_rope_every: None,
     };
     cfg.validate().map_err(|e| {
         Error::format(
