@@ -22,7 +22,7 @@ use crate::loader;
 /// `lucent ablate`.
 #[derive(clap::Args, Debug)]
 #[command(
-    after_help = "The target defaults to the model's greedy next token. Head L.H is zero-ablated by writing zeros into its rows of blocks.L.attn.hook_z (its output before the output projection); --mean writes the mean over the text's positions instead.\n\nExamples:\n  lucent ablate \"The Eiffel Tower is in\" --target \" Paris\" --heads 0.3,5.1\n  lucent ablate \"The Eiffel Tower is in\" --sweep --layers 26-29 --png heads.png\n  lucent ablate -m smollm2 \"The capital of France is\" --heads 29.4 --mean --json"
+    after_help = "The target defaults to the model's greedy next token. Head L.H is zero-ablated by writing zeros into its rows of blocks.L.attn.hook_z (its output before the output projection); --mean writes the mean over the text's positions instead.\n\nExamples:\n  lucent ablate \"The Eiffel Tower is in\" --target \" Paris\" --heads 0.3,5.1\n  lucent ablate \"The Eiffel Tower is in\" --sweep --layers 26-29 --png heads.png\n  lucent ablate -m smollm2 \"The capital of France is\" --heads 29.4 --mean --json\n  lucent ablate \"The Eiffel Tower is in\" --intervene '{\"hook\":\"blocks.3.mlp.hook_post\",\"op\":\"zero\"}'"
 )]
 pub struct AblateArgs {
     /// Model name or path (a decoder).
@@ -37,6 +37,11 @@ pub struct AblateArgs {
     /// Heads to ablate together, as LAYER.HEAD,... (e.g. 0.3,5.1).
     #[arg(long, value_delimiter = ',', conflicts_with = "sweep")]
     pub heads: Vec<String>,
+    /// Any interventions instead of head ablations: a JSON object or array
+    /// ({"hook": NAME, "op": zero|mean|add|set|scale|patch, "head", "unit", "positions",
+    /// "keys", "value", "from"}; docs/interventions.md), or @FILE holding one.
+    #[arg(long, value_name = "JSON|@FILE", conflicts_with = "heads")]
+    pub intervene: Option<String>,
     /// Ablate every head of every layer in turn, one at a time (the default without
     /// --heads).
     #[arg(long)]
@@ -48,7 +53,7 @@ pub struct AblateArgs {
     #[arg(long)]
     pub mean: bool,
     /// Print JSON: model, text, target, target_id, plain_logprob, op and results
-    /// [{heads, logprob, delta, top_token}] (with --sweep one per head).
+    /// [{heads, interventions, logprob, delta, top_token}] (with --sweep one per head).
     #[arg(long)]
     pub json: bool,
     /// With --sweep: write a layer × head heatmap of the change in log-probability.
@@ -201,6 +206,7 @@ fn layer_range(spec: Option<&str>, n: usize) -> Result<std::ops::RangeInclusive<
 #[derive(serde::Serialize)]
 struct Ablated {
     heads: Vec<(usize, usize)>,
+    interventions: Vec<Intervention>,
     logprob: f64,
     delta: f64,
     top_token: String,
@@ -213,7 +219,22 @@ pub fn run_ablate(a: AblateArgs) -> Result<()> {
     let plain = model.intervene(&[])?.next_token_logits(&a.text)?;
     let target = target_id(&model, a.target.as_deref(), "--target", &plain)?;
     let base = log_prob(&plain, target);
-    let op = if a.mean { "mean" } else { "zero" };
+    let op = match (&a.intervene, a.mean) {
+        (Some(_), _) => "interventions",
+        (None, true) => "mean",
+        (None, false) => "zero",
+    };
+    let run = |heads: &[(usize, usize)], ivs: Vec<Intervention>| -> Result<Ablated> {
+        let logits = model.intervene(&ivs)?.next_token_logits(&a.text)?;
+        let lp = log_prob(&logits, target);
+        Ok(Ablated {
+            heads: heads.to_vec(),
+            interventions: ivs,
+            logprob: lp,
+            delta: lp - base,
+            top_token: token_text(&model, lucent::pipeline::generate::argmax(&logits))?,
+        })
+    };
     let ablation = |heads: &[(usize, usize)]| -> Result<Ablated> {
         let ivs: Vec<Intervention> = heads
             .iter()
@@ -227,14 +248,7 @@ pub fn run_ablate(a: AblateArgs) -> Result<()> {
                 .head(h)
             })
             .collect();
-        let logits = model.intervene(&ivs)?.next_token_logits(&a.text)?;
-        let lp = log_prob(&logits, target);
-        Ok(Ablated {
-            heads: heads.to_vec(),
-            logprob: lp,
-            delta: lp - base,
-            top_token: token_text(&model, lucent::pipeline::generate::argmax(&logits))?,
-        })
+        run(heads, ivs)
     };
     let parse_head = |s: &str| -> Result<(usize, usize)> {
         let bad = || {
@@ -251,7 +265,22 @@ pub fn run_ablate(a: AblateArgs) -> Result<()> {
         }
         Ok((l, h))
     };
-    let (results, grid) = if a.heads.is_empty() {
+    let (results, grid) = if let Some(spec) = &a.intervene {
+        if a.png.is_some() || a.mean || a.sweep {
+            return Err(Error::Argument(
+                "--intervene gives its own interventions; leave out --sweep, --mean and --png"
+                    .into(),
+            ));
+        }
+        let text = match spec.strip_prefix('@') {
+            Some(path) => std::fs::read_to_string(path)
+                .map_err(|e| Error::io(std::path::Path::new(path), e))?,
+            None => spec.clone(),
+        };
+        let ivs = Intervention::parse_json(&text)
+            .map_err(|e| Error::Argument(format!("--intervene: {e}")))?;
+        (vec![run(&[], ivs)?], None)
+    } else if a.heads.is_empty() {
         let layers = layer_range(a.layers.as_deref(), cfg.decoder_layers.max(1))?;
         let n = (layers.end() - layers.start() + 1) * cfg.n_heads;
         let progress = bar(n, "ablating heads");
@@ -329,10 +358,17 @@ pub fn run_ablate(a: AblateArgs) -> Result<()> {
         }
         println!(
             "{:>12}  {:>9}  {:>9}  top token",
-            "heads", "log p", "Δ log p"
+            "ablated", "log p", "Δ log p"
         );
         for r in &sorted[..shown] {
-            let heads: Vec<String> = r.heads.iter().map(|(l, h)| format!("{l}.{h}")).collect();
+            let heads: Vec<String> = if r.heads.is_empty() {
+                r.interventions
+                    .iter()
+                    .map(|iv| format!("{:?}", iv.op).to_lowercase())
+                    .collect()
+            } else {
+                r.heads.iter().map(|(l, h)| format!("{l}.{h}")).collect()
+            };
             println!(
                 "{:>12}  {:>9.4}  {:>+9.4}  {:?}",
                 heads.join(","),

@@ -407,7 +407,7 @@ impl Intervention {
                 .collect();
             return bad(format!(
                 "hook: no hook point of this model is named '{}'; its names are {} (and the same for \
-                 every layer; `lucent ablate --help`, Model::hook_names)",
+                 every layer: Model::hook_names lists them, docs/interventions.md says what each holds)",
                 self.hook,
                 examples.join(", ")
             ));
