@@ -3,7 +3,8 @@
 //! - an empty intervention list, and patching every position of every hook point with
 //!   the run's own values, give the plain (untraced) run's logits to the bit: SmolLM2
 //!   (llama.cpp's arithmetic), random LLaMA-like and Gemma-like decoders and a random
-//!   encoder-decoder (lucent's), and MiniLM's hidden states;
+//!   encoder-decoder (lucent's), and MiniLM's hidden states; Whisper tiny.en's traced
+//!   logits equal its plain trace's;
 //! - patching every position of `blocks.0.hook_resid_pre` (or of a middle layer's) from
 //!   run B into run A gives run B's logits to the bit (same number of tokens);
 //! - SmolLM2 with head H of layer L zero-ablated (`hook_z`, an edit of the traced pass)
@@ -11,9 +12,11 @@
 //!   `attn_output.weight` columns for head H are zero blocks: an independent computation
 //!   that never touches the edit code (both add exact zeros for that head's part of the
 //!   output projection's sums);
+//! - mean, add, set, scale (a pattern knockout), the steering vector and generation do
+//!   what they say, checked against the plain trace's numbers by hand;
 //! - bad interventions are errors naming the field.
 //!
-//! SmolLM2 and MiniLM come from the cache (`lucent::open`, fetching if needed).
+//! SmolLM2, MiniLM and Whisper tiny.en come from the cache (`lucent::open`, fetching if needed).
 
 use lucent::model::config::{FfnKind, ModelKind, NormKind, NormPlacement, PositionKind};
 use lucent::model::hooks::hook_points;
@@ -170,7 +173,7 @@ fn zero_head_columns(w: &Weight, head: usize, d_k: usize) -> Weight {
     );
     let (rows, cols) = (matrix.rows(), matrix.cols());
     let (block, bytes) = (dtype.block_len(), dtype.block_bytes());
-    assert!(d_k % block == 0 && head * d_k + d_k <= cols);
+    assert!(d_k.is_multiple_of(block) && head * d_k + d_k <= cols);
     let row_bytes = bytes * cols / block;
     let mut raw = matrix.bytes().to_vec();
     for r in 0..rows {
@@ -550,6 +553,37 @@ fn minilm_self_patched_hidden_states_equal_the_plain_ones() -> TestResult {
         "minilm: head 3.5 zeroed",
         t.get("encoder.output").expect("output"),
         &plain,
+    );
+    Ok(())
+}
+
+#[test]
+fn whisper_self_patched_trace_equals_the_plain_trace() -> TestResult {
+    // Whisper's trace: the plain transcript, then a traced teacher-forced pass over the
+    // first window, which the edits reach (encoder, decoder, cross-attention).
+    let model = lucent::open("whisper-tiny.en")?;
+    let wav = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/speech.wav");
+    let plain = model.trace(wav)?;
+    let logits = plain.get("logits").expect("logits").clone();
+    let names = model.hook_names();
+    assert!(names
+        .iter()
+        .any(|n| n == "decoder.blocks.3.cross_attn.hook_z"));
+    let view = model.intervene(&patch_all_names(&model, wav))?;
+    let t = view.trace(wav)?;
+    assert_bits(
+        "whisper: every hook patched with its own values",
+        t.get("logits").expect("logits"),
+        &logits,
+    );
+    assert_eq!(t.target_tokens(), plain.target_tokens());
+    let t = model
+        .intervene(&[Intervention::zero("decoder.blocks.2.cross_attn.hook_z").head(1)])?
+        .trace(wav)?;
+    assert_changed(
+        "whisper: cross-attention head 2.1 zeroed",
+        t.get("logits").expect("logits"),
+        &logits,
     );
     Ok(())
 }
