@@ -47,6 +47,12 @@ enum Command {
     Analogy(commands::embed::AnalogyArgs),
     /// Attention step by step: `--demo` (the guides' example) or a real model's (`-m MODEL TEXT`).
     Attention(commands::attention::Args),
+    /// Ablate attention heads (one, several, or every head in turn) and see a target token's log-probability change.
+    Ablate(commands::intervene::AblateArgs),
+    /// Activation patching, layer × position: how much of a clean run's answer each patched point restores.
+    Patch(commands::intervene::PatchArgs),
+    /// Generate with a steering vector added to the residual stream (from a file or contrasting prompts).
+    Steer(commands::intervene::SteerArgs),
     /// Attention masks: causal, bidirectional, prefix-LM; which position sees which.
     Mask(commands::mask::Args),
     /// The sinusoidal position encoding table, its heatmap, nearby-vs-far similarity.
@@ -87,6 +93,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Attention(a) => commands::attention::run(a),
         Command::Mask(a) => commands::mask::run(a),
+        Command::Ablate(a) => commands::intervene::run_ablate(a),
+        Command::Patch(a) => commands::intervene::run_patch(a),
+        Command::Steer(a) => commands::intervene::run_steer(a),
         Command::Pe(a) => commands::pe::run(a),
         Command::Bench(a) => commands::bench::run(a),
         Command::Softmax(a) => commands::softmax::run(a),

@@ -27,6 +27,7 @@ mod api;
 pub mod autograd;
 pub mod bench;
 pub mod error;
+mod intervene;
 pub mod io;
 pub mod model;
 pub mod nn;
@@ -41,6 +42,8 @@ pub mod viz;
 
 pub use api::{open, open_with, Model, OpenOptions, Token};
 pub use error::{Error, Result};
+pub use intervene::Intervened;
+pub use model::hooks::{HookPoint, Intervention, InterventionOp, InterventionValue};
 pub use model::{ModelConfig, ModelKind};
 pub use nn::{Trace, TraceFilter};
 pub use pipeline::chat::Message;

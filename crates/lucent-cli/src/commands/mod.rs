@@ -16,6 +16,7 @@ pub mod explore;
 pub mod export;
 pub mod fetch;
 pub mod generate;
+pub mod intervene;
 pub mod mask;
 pub mod memory;
 pub mod numbers;

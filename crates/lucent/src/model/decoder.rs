@@ -432,6 +432,13 @@ impl DecoderModel {
                 )));
             }
         }
+        if traces.iter().flatten().any(|t| !t.edits().is_empty()) {
+            return Err(Error::Argument(
+                "decode_batch does not apply a trace's edits; run an intervened sequence through \
+                 DecoderModel::forward (Model::intervene does)"
+                    .into(),
+            ));
+        }
         let traced = traces.iter().any(Option::is_some);
         // As DecoderModel::forward: on the runtime's pool, one team for a whole untraced step.
         crate::tensor::tape::in_pool(|| {

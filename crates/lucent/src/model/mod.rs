@@ -8,11 +8,13 @@ pub mod decoder;
 pub mod encoder;
 pub mod encoder_decoder;
 pub mod family;
+pub mod hooks;
 
 pub use config::{FfnKind, ModelConfig, ModelKind, NormKind, NormPlacement, PositionKind};
 pub use decoder::DecoderModel;
 pub use encoder::EncoderModel;
 pub use encoder_decoder::EncoderDecoderModel;
+pub use hooks::{hook_points, HookPoint, Intervention, InterventionOp, InterventionValue};
 pub mod memory;
 pub mod params;
 pub mod presets;

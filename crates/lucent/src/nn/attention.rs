@@ -22,10 +22,11 @@
 
 use rand::Rng;
 
+use crate::nn::edit::{edit, edits};
 use crate::nn::kv_cache::LayerKvCache;
 use crate::nn::linear::Linear;
 use crate::nn::norm::RmsNorm;
-use crate::nn::trace::{record, record_rows, wants, Trace};
+use crate::nn::trace::{hook, record, record_rows, wants, Trace};
 use crate::ops::attention::{bias_row, check_dims, round_f16_in_place, visible_keys};
 use crate::ops::ggml::F16Order;
 use crate::ops::{self, AttentionParams, RopeConvention};
@@ -452,7 +453,9 @@ impl MultiHeadAttention {
             ));
         }
 
-        record(&mut trace, "input", x_q);
+        // The sub-layer's input (after a pre-norm): a hook point.
+        let x_q = &hook(&mut trace, "input", x_q.clone())?;
+        let kv_in = x_kv.unwrap_or(x_q);
         let split = |x: Tensor, heads: usize, t: usize| -> Result<Tensor> {
             x.reshape(&[b, t, heads, d_k])? // (b, t, heads, d_k)
                 .transpose(1, 2) // (b, heads, t, d_k)
@@ -506,7 +509,7 @@ impl MultiHeadAttention {
             .transpose(1, 2)? // (b, t_q, h, d_k)
             .reshape(&[b, t_q, h * d_k])?; // (b, t_q, h·d_k)
         let output = self.o_proj.forward_with(&concat, opts.numerics)?; // (b, t_q, d)
-        record(trace, "output", &output);
+        let output = hook(trace, "output", output)?;
         Ok(MhaOutput {
             output,
             weights: if opts.want_weights {
@@ -573,7 +576,7 @@ impl MultiHeadAttention {
                 "attention over precomputed K, V serves cross-attention without RoPE, in lucent's own numerics".into(),
             ));
         }
-        record(&mut trace, "input", x_q);
+        let x_q = &hook(&mut trace, "input", x_q.clone())?;
         let q = self.q_proj.forward_with(x_q, opts.numerics)?;
         let mut q = q
             .reshape(&[b, t_q, h, d_k])? // (b, t_q, h, d_k)
@@ -581,24 +584,25 @@ impl MultiHeadAttention {
         if let Some(qn) = &self.q_norm {
             q = norm_heads(qn, &q)?;
         }
+        // Hook points, recorded below with the steps.
+        let q = edit(&mut trace, "q", q)?;
+        let k = &edit(&mut trace, "k", k.clone())?;
+        let v = &edit(&mut trace, "v", v.clone())?;
         let params = AttentionParams {
             scale: c.scale,
             causal: opts.causal,
             window: opts.window.or(c.window),
             bias: opts.bias,
-            want_weights: opts.want_weights || wants(&trace, "weights"),
+            want_weights: opts.want_weights || wants(&trace, "weights") || edits(&trace, "weights"),
             segments: opts.segments,
             kv_len: None,
             ggml: None,
             softcap: c.softcap,
         };
-        let attended = ops::attention(&q, k, v, &params)?;
+        let mut attended = ops::attention(&q, k, v, &params)?;
         if trace.is_some() {
             self.record_steps(&mut trace, &q, k, v, &params)?;
-            if let Some(w) = &attended.weights {
-                record(&mut trace, "weights", w);
-            }
-            record(&mut trace, "context", &attended.output);
+            self.hook_pattern_and_context(&mut trace, &mut attended, v)?;
         }
         self.project_heads(attended, opts, &mut trace)
     }
@@ -660,6 +664,10 @@ impl MultiHeadAttention {
             round_f16_in_place(k.data_mut());
             round_f16_in_place(v.data_mut());
         }
+        // Hook points (recorded below with the steps): Q, K and V as attention reads them.
+        let q = edit(trace, "q", q)?;
+        let k = edit(trace, "k", k)?;
+        let v = edit(trace, "v", v)?;
         // With a cache, K and V are its whole store (b, h_kv, max_t, d_k), read in place
         // up to the cached length (`kv_len`), not copied out each step.
         let (k, v, kv_len) = match cache {
@@ -675,7 +683,7 @@ impl MultiHeadAttention {
             causal: opts.causal,
             window: opts.window.or(c.window),
             bias: opts.bias,
-            want_weights: opts.want_weights || wants(trace, "weights"),
+            want_weights: opts.want_weights || wants(trace, "weights") || edits(trace, "weights"),
             segments: opts.segments,
             kv_len,
             ggml: f16.then(|| {
@@ -687,7 +695,7 @@ impl MultiHeadAttention {
             }),
             softcap: c.softcap,
         };
-        let attended = ops::attention(&q, &k, &v, &params)?;
+        let mut attended = ops::attention(&q, &k, &v, &params)?;
         if trace.is_some() {
             // The step-by-step record works on exactly the keys: (b, h_kv, t_k, d_k).
             let (k, v) = match kv_len {
@@ -699,10 +707,7 @@ impl MultiHeadAttention {
                 ..params
             };
             self.record_steps(trace, &q, &k, &v, &plain)?;
-            if let Some(w) = &attended.weights {
-                record(trace, "weights", w);
-            }
-            record(trace, "context", &attended.output);
+            self.hook_pattern_and_context(trace, &mut attended, &v)?;
         }
         Ok(attended)
     }
@@ -837,6 +842,39 @@ impl MultiHeadAttention {
                 &[d],
             )),
         }
+    }
+
+    /// The hook points after attention: the softmax weights (`weights`) and the heads'
+    /// outputs (`context`), edited and recorded. A pattern an edit changed is applied
+    /// again, context = weights · V per head (the plain product, in f32), since the
+    /// kernel's output was computed from the unedited one; an edit that leaves every bit
+    /// as it was leaves the kernel's output as it was.
+    ///
+    /// # Shapes
+    /// attended: output (b, h, t_q, d_v), weights (b, h, t_q, t_k); v: (b, h_kv, t_k, d_v)
+    fn hook_pattern_and_context(
+        &self,
+        trace: &mut Option<&mut Trace>,
+        attended: &mut ops::AttentionOutput,
+        v: &Tensor,
+    ) -> Result<()> {
+        if let Some(w) = attended.weights.take() {
+            let edited = edit(trace, "weights", w.clone())?;
+            let same = edited
+                .data()
+                .iter()
+                .zip(w.data())
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            if !same {
+                let v = repeat_kv(v, self.config.n_heads)?; // (b, h, t_k, d_v)
+                attended.output = ops::matmul(&edited, &v)?; // (b, h, t_q, d_v)
+            }
+            record(trace, "weights", &edited);
+            attended.weights = Some(edited);
+        }
+        let context = std::mem::replace(&mut attended.output, Tensor::zeros(&[0]));
+        attended.output = hook(trace, "context", context)?;
+        Ok(())
     }
 
     /// Record Q, K, V and, when wanted, the raw and scaled scores and the mask (these

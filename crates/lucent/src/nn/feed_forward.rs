@@ -9,7 +9,7 @@
 use rand::Rng;
 
 use crate::nn::linear::Linear;
-use crate::nn::trace::{record, Trace};
+use crate::nn::trace::{hook, Trace};
 use crate::ops::{self, Activation};
 use crate::runtime::Numerics;
 use crate::tensor::Tensor;
@@ -147,8 +147,8 @@ impl FeedForward {
         }
     }
 
-    /// Apply the network to every position; records `hidden` (after the activation /
-    /// gating) and `output`. With llama.cpp's [`Numerics`], a gated network's activation
+    /// Apply the network to every position; records (and applies the trace's edits to)
+    /// `input`, `hidden` (after the activation / gating) and `output`. With llama.cpp's [`Numerics`], a gated network's activation
     /// is llama.cpp's own (tanh-GELU from its f16 table, [`ops::activation::gelu_tanh_f16`];
     /// SiLU with its vector exp, [`ops::ggml::silu`]; other activations are unaffected),
     /// and the products follow the numerics' orders.
@@ -162,12 +162,12 @@ impl FeedForward {
         trace: Option<&mut Trace>,
     ) -> Result<Tensor> {
         let mut trace = trace;
-        record(&mut trace, "input", x);
-        let (hidden, out) = match self {
+        let x = &hook(&mut trace, "input", x.clone())?;
+        let out = match self {
             FeedForward::Mlp { w1, w2, activation } => {
                 let hidden = activation.apply(&w1.forward_with(x, numerics)?); // (..., d_ff)
-                let out = w2.forward_with(&hidden, numerics)?;
-                (hidden, out)
+                let hidden = hook(&mut trace, "hidden", hidden)?;
+                w2.forward_with(&hidden, numerics)?
             }
             FeedForward::Gated {
                 gate,
@@ -197,13 +197,11 @@ impl FeedForward {
                     }
                     None => activation.apply(&g).mul(&u)?,
                 }; // (..., d_ff)
-                let out = down.forward_with(&hidden, numerics)?;
-                (hidden, out)
+                let hidden = hook(&mut trace, "hidden", hidden)?;
+                down.forward_with(&hidden, numerics)?
             }
         };
-        record(&mut trace, "hidden", &hidden);
-        record(&mut trace, "output", &out);
-        Ok(out)
+        hook(&mut trace, "output", out)
     }
 }
 

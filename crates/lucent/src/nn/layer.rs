@@ -18,7 +18,7 @@ use crate::nn::attention::{AttentionOptions, MultiHeadAttention};
 use crate::nn::feed_forward::FeedForward;
 use crate::nn::kv_cache::LayerKvCache;
 use crate::nn::norm::Norm;
-use crate::nn::trace::{record, record_rows, scoped, scoped_each, Trace};
+use crate::nn::trace::{hook, record_rows, scoped, scoped_each, Trace};
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
@@ -230,8 +230,7 @@ impl EncoderLayer {
             "ffn",
             |h, tr| self.ffn.forward(h, opts.numerics, tr),
         )?;
-        record(&mut trace, "output", &x);
-        Ok(x)
+        hook(&mut trace, "output", x)
     }
 }
 
@@ -485,8 +484,7 @@ impl DecoderLayer {
             "ffn",
             |h, tr| self.ffn.forward(h, opts.numerics, tr),
         )?;
-        record(&mut trace, "output", &x);
-        Ok(x)
+        hook(&mut trace, "output", x)
     }
 
     /// One decoding step of `n` sequences at once (decoder-only layers): row i of `x`

@@ -3,6 +3,7 @@
 //! | file | holds |
 //! | --- | --- |
 //! | `trace` | [`Trace`]: named intermediates of a forward pass (Q, K, V, scores, weights...) |
+//! | `edit` | [`Edit`]: writes at the trace's hook points (ablation, patching, steering) |
 //! | `linear` | [`Linear`]: y = x·Wᵀ + b |
 //! | `embedding` | [`Embedding`]: token ids → vectors |
 //! | `norm` | [`LayerNorm`], [`RmsNorm`], [`Norm`] |
@@ -22,6 +23,7 @@
 pub mod attention;
 pub mod conv;
 pub mod dropout;
+pub mod edit;
 pub mod embedding;
 pub mod feed_forward;
 pub mod kv_cache;
@@ -40,6 +42,7 @@ pub use attention::{
 };
 pub use conv::{Conv1d, ConvStem};
 pub use dropout::Dropout;
+pub use edit::{Edit, EditOp};
 pub use embedding::Embedding;
 pub use feed_forward::{FeedForward, FfnKind};
 pub use kv_cache::{KvCache, LayerKvCache};

@@ -24,8 +24,16 @@
 //! Heads are always index 1. A [`TraceFilter`] keeps real models from storing
 //! everything: only some leaves (e.g. just `weights`), only some layers, or only names
 //! under a prefix.
+//!
+//! The same points can be written: a trace may carry [`Edit`]s ([`Trace::with_edits`]),
+//! which [`hook`] applies to a tensor before recording it and handing it on, so the rest
+//! of the pass computes with the edited values (ablation, patching, steering; see
+//! `crate::nn::edit`). TransformerLens's names for these points (`blocks.3.attn.hook_z`)
+//! are mapped onto these in one table, `crate::model::hooks`.
 
+use crate::nn::edit::Edit;
 use crate::tensor::Tensor;
+use crate::Result;
 
 /// Which intermediates a [`Trace`] keeps. The default keeps everything.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -88,6 +96,8 @@ pub struct Trace {
     target_tokens: Vec<String>,
     /// Whether the pass may stop after the last layer the filter keeps.
     stop_when_done: bool,
+    /// Writes at hook points, applied in order where their names come up.
+    edits: Vec<Edit>,
 }
 
 impl Trace {
@@ -136,6 +146,40 @@ impl Trace {
                 .layers
                 .as_ref()
                 .is_some_and(|ls| ls.iter().all(|&l| l <= i))
+    }
+
+    /// This trace, also writing `edits` at their hook points (they apply in order; the
+    /// filter decides only what is recorded, never what is edited).
+    pub fn with_edits(mut self, edits: Vec<Edit>) -> Self {
+        self.edits = edits;
+        self
+    }
+
+    /// The edits this trace writes.
+    pub fn edits(&self) -> &[Edit] {
+        &self.edits
+    }
+
+    /// Whether an edit writes `leaf` in the current scope.
+    pub fn has_edit(&self, leaf: &str) -> bool {
+        !self.edits.is_empty() && {
+            let name = self.full_name(leaf);
+            self.edits.iter().any(|e| e.name == name)
+        }
+    }
+
+    /// `t` with every edit at `leaf` (in the current scope) applied; `t` itself when
+    /// none is.
+    pub fn edit(&self, leaf: &str, t: Tensor) -> Result<Tensor> {
+        if self.edits.is_empty() {
+            return Ok(t);
+        }
+        let name = self.full_name(leaf);
+        let mut t = t;
+        for e in self.edits.iter().filter(|e| e.name == name) {
+            e.apply(&mut t)?;
+        }
+        Ok(t)
     }
 
     /// The filter in use.
@@ -254,6 +298,19 @@ pub fn scoped<R>(
 pub fn record(trace: &mut Option<&mut Trace>, leaf: &str, t: &Tensor) {
     if let Some(tr) = trace.as_deref_mut() {
         tr.record(leaf, t);
+    }
+}
+
+/// A hook point: `t` with the trace's edits at `leaf` applied, recorded as `leaf`, and
+/// handed back for the pass to go on with. With `None`, `t` itself, at no cost.
+pub fn hook(trace: &mut Option<&mut Trace>, leaf: &str, t: Tensor) -> Result<Tensor> {
+    match trace.as_deref_mut() {
+        Some(tr) => {
+            let t = tr.edit(leaf, t)?;
+            tr.record(leaf, &t);
+            Ok(t)
+        }
+        None => Ok(t),
     }
 }
 

@@ -17,7 +17,7 @@ use crate::nn::kv_cache::{KvCache, LayerKvCache};
 use crate::nn::layer::{DecoderLayer, EncoderLayer};
 use crate::nn::linear::{Linear, Weight};
 use crate::nn::norm::Norm;
-use crate::nn::trace::{record, record_rows, scoped, scoped_each, Trace};
+use crate::nn::trace::{hook, record_rows, scoped, scoped_each, Trace};
 use crate::ops;
 use crate::runtime::Numerics;
 use crate::tensor::Tensor;
@@ -77,8 +77,8 @@ impl Encoder {
         trace: Option<&mut Trace>,
     ) -> Result<Tensor> {
         scoped(trace, "encoder", |mut trace| {
-            record(&mut trace, "input", x); // the residual stream's start
-            let mut x = x.clone();
+            // The residual stream's start (a hook point: edits apply here).
+            let mut x = hook(&mut trace, "input", x.clone())?;
             for (i, layer) in self.layers.iter().enumerate() {
                 x = scoped(trace.as_deref_mut(), &format!("layer.{i}"), |tr| {
                     layer.forward(&x, opts, tr)
@@ -90,7 +90,7 @@ impl Encoder {
             if let Some(n) = &self.final_norm {
                 x = n.forward(&x)?;
             }
-            record(&mut trace, "output", &x);
+            let x = hook(&mut trace, "output", x)?;
             Ok(x)
         })
     }
@@ -221,8 +221,8 @@ impl Decoder {
             }
         }
         scoped(trace, "decoder", |mut trace| {
-            record(&mut trace, "input", x); // the residual stream's start
-            let mut x = x.clone();
+            // The residual stream's start (a hook point: edits apply here).
+            let mut x = hook(&mut trace, "input", x.clone())?;
             for (i, layer) in self.layers.iter().enumerate() {
                 let layer_cache = match cache.as_deref_mut() {
                     Some(c) => Some(c.layer_mut(i)?),
@@ -245,7 +245,7 @@ impl Decoder {
             if let Some(n) = &self.final_norm {
                 x = n.forward(&x)?;
             }
-            record(&mut trace, "output", &x);
+            let x = hook(&mut trace, "output", x)?;
             Ok(x)
         })
     }

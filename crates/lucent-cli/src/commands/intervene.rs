@@ -1,0 +1,582 @@
+//! `lucent ablate`, `lucent patch` and `lucent steer`: interventions at a decoder's hook
+//! points (TransformerLens's names), through the library's `Model::intervene`.
+//!
+//! - ablate: zero (or mean) the output of attention heads (`blocks.L.attn.hook_z`, one
+//!   head) and report the change in the log-probability of a target next token; `--sweep`
+//!   does every head of every layer in turn (a layer × head heatmap with `--png`).
+//! - patch: activation patching, layer × position: the corrupted text's run with the
+//!   clean text's vector written at one layer's hook point and one position; how much of
+//!   the clean log-probability of the target that restores.
+//! - steer: generate with a steering vector added to the residual stream after a layer
+//!   (`blocks.L.hook_resid_post`), the vector read from a file or made from contrasting
+//!   prompts (their mean difference at the last position).
+
+use std::path::PathBuf;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use lucent::viz::{heatmap, ColorMap, Panel};
+use lucent::{Error, Intervention, Model, Result, Sampling};
+
+use crate::loader;
+
+/// `lucent ablate`.
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "The target defaults to the model's greedy next token. Head L.H is zero-ablated by writing zeros into its rows of blocks.L.attn.hook_z (its output before the output projection); --mean writes the mean over the text's positions instead.\n\nExamples:\n  lucent ablate \"The Eiffel Tower is in\" --target \" Paris\" --heads 0.3,5.1\n  lucent ablate \"The Eiffel Tower is in\" --sweep --layers 26-29 --png heads.png\n  lucent ablate -m smollm2 \"The capital of France is\" --heads 29.4 --mean --json\n  lucent ablate \"The Eiffel Tower is in\" --intervene '{\"hook\":\"blocks.3.mlp.hook_post\",\"op\":\"zero\"}'"
+)]
+pub struct AblateArgs {
+    /// Model name or path (a decoder).
+    #[arg(short, long, default_value = "smollm2")]
+    pub model: String,
+    /// The text whose next token is watched (the prompt as is, no chat template).
+    pub text: String,
+    /// The next token to watch, as text (e.g. " Paris", with its leading space); it
+    /// must be one token [default: the model's greedy next token].
+    #[arg(long, allow_hyphen_values = true)]
+    pub target: Option<String>,
+    /// Heads to ablate together, as LAYER.HEAD,... (e.g. 0.3,5.1).
+    #[arg(long, value_delimiter = ',', conflicts_with = "sweep")]
+    pub heads: Vec<String>,
+    /// Any interventions instead of head ablations: a JSON object or array
+    /// ({"hook": NAME, "op": zero|mean|add|set|scale|patch, "head", "unit", "positions",
+    /// "keys", "value", "from"}; docs/interventions.md), or @FILE holding one.
+    #[arg(long, value_name = "JSON|@FILE", conflicts_with = "heads")]
+    pub intervene: Option<String>,
+    /// Ablate every head of every layer in turn, one at a time (the default without
+    /// --heads).
+    #[arg(long)]
+    pub sweep: bool,
+    /// With --sweep: only these layers, FIRST-LAST (e.g. 20-29) [default: all].
+    #[arg(long, value_name = "FIRST-LAST")]
+    pub layers: Option<String>,
+    /// Mean-ablate (each head's mean over the text's positions) instead of zeroing.
+    #[arg(long)]
+    pub mean: bool,
+    /// Print JSON: model, text, target, target_id, plain_logprob, op and results
+    /// [{heads, interventions, logprob, delta, top_token}] (with --sweep one per head).
+    #[arg(long)]
+    pub json: bool,
+    /// With --sweep: write a layer × head heatmap of the change in log-probability.
+    #[arg(long, value_name = "FILE")]
+    pub png: Option<PathBuf>,
+}
+
+/// `lucent patch`.
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Both texts must have the same number of tokens. For each layer L and position p, the corrupted text runs with the clean run's vector at the hook point of layer L written at position p (blocks.L.hook_resid_pre by default); the table shows how much of the gap in log p(target) that restores: 0 = the corrupted run, 1 = the clean run.\n\nExamples:\n  lucent patch --clean \"The capital of France is\" --corrupt \"The capital of Spain is\"\n  lucent patch --clean \"Paris is in\" --corrupt \"Rome is in\" --target \" France\" --png patch.png\n  lucent patch --clean \"Paris is in\" --corrupt \"Rome is in\" --hook mlp_out --json"
+)]
+pub struct PatchArgs {
+    /// Model name or path (a decoder).
+    #[arg(short, long, default_value = "smollm2")]
+    pub model: String,
+    /// The clean text (whose values are patched in).
+    #[arg(long)]
+    pub clean: String,
+    /// The corrupted text (the run patched), of as many tokens as the clean one.
+    #[arg(long)]
+    pub corrupt: String,
+    /// The next token to watch, as text (one token) [default: the clean run's greedy
+    /// next token].
+    #[arg(long, allow_hyphen_values = true)]
+    pub target: Option<String>,
+    /// The hook point of each layer: resid_pre, attn_out, mlp_out or resid_post
+    /// (blocks.L.hook_<HOOK>).
+    #[arg(long, default_value = "resid_pre", value_parser = ["resid_pre", "attn_out", "mlp_out", "resid_post"])]
+    pub hook: String,
+    /// Print JSON: model, clean, corrupt, target, target_id, hook, tokens, clean_logprob,
+    /// corrupt_logprob, logprob [layer][position], restored [layer][position].
+    #[arg(long)]
+    pub json: bool,
+    /// Write a layer × position heatmap of the restored fraction.
+    #[arg(long, value_name = "FILE")]
+    pub png: Option<PathBuf>,
+}
+
+/// `lucent steer`.
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "The vector is added to the residual stream after block L (blocks.L.hook_resid_post) at every position, times --scale; the steered and the plain continuations are printed. --from \"A|B\" (repeatable) makes the vector: the mean over the pairs of the residual stream after block L at the last position of A minus that of B.\n\nExamples:\n  lucent steer \"You are\" --layer 12 --from \"I love you|I hate you\" --save-vector love.json\n  lucent steer \"I think that you are\" --layer 12 --vector love.json --scale 3 -n 12\n  lucent steer \"My weekend was\" --layer 10 --from \"Wonderful|Terrible\" -n 12 --json"
+)]
+pub struct SteerArgs {
+    /// Model name or path (a decoder).
+    #[arg(short, long, default_value = "smollm2")]
+    pub model: String,
+    /// The text to continue (as is, no chat template).
+    pub text: String,
+    /// The block after which the vector is added (0 = the first).
+    #[arg(long)]
+    pub layer: usize,
+    /// A JSON file holding the vector: an array of d_model numbers.
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with = "from",
+        required_unless_present = "from"
+    )]
+    pub vector: Option<PathBuf>,
+    /// A pair of contrasting prompts "A|B" (repeatable): the vector is the mean of A − B.
+    #[arg(long, value_name = "A|B")]
+    pub from: Vec<String>,
+    /// Multiply the vector by S.
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    pub scale: f32,
+    /// New tokens.
+    #[arg(short = 'n', long, default_value_t = 24)]
+    pub max_tokens: usize,
+    /// Temperature (0 = greedy).
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Random seed for a temperature above 0.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Write the vector (as a JSON array) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub save_vector: Option<PathBuf>,
+    /// Print JSON: model, text, layer, scale, norm (of the scaled vector), plain, steered.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// ln softmax(logits)[id], in f64.
+fn log_prob(logits: &[f32], id: u32) -> f64 {
+    let max = logits.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x)) as f64;
+    let sum: f64 = logits.iter().map(|&x| (x as f64 - max).exp()).sum();
+    logits[id as usize] as f64 - max - sum.ln()
+}
+
+/// The id of the one token `text` is (flag names it in errors), or the greedy next
+/// token of `plain` when none is given.
+fn target_id(model: &Model, text: Option<&str>, flag: &str, plain: &[f32]) -> Result<u32> {
+    let Some(text) = text else {
+        return Ok(lucent::pipeline::generate::argmax(plain));
+    };
+    let tm = model.text_model()?;
+    let ids = tm.tokenizer.encode_ids(text, false, false)?;
+    match ids.as_slice() {
+        [id] => Ok(*id),
+        _ => Err(Error::Argument(format!(
+            "{flag} {text:?} is {} tokens for this model; give one token (e.g. with its leading space, \" Paris\")",
+            ids.len()
+        ))),
+    }
+}
+
+/// The text of token `id`.
+fn token_text(model: &Model, id: u32) -> Result<String> {
+    let tm = model.text_model()?;
+    Ok(String::from_utf8_lossy(&tm.tokenizer.token_bytes(id, false)?).into_owned())
+}
+
+/// A progress bar of `n` steps on stderr (hidden when stderr is not a terminal).
+fn bar(n: usize, what: &str) -> ProgressBar {
+    let b = ProgressBar::new(n as u64).with_style(
+        ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} eta {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    b.set_message(what.to_string());
+    b
+}
+
+/// `FIRST-LAST` of `--layers`, checked against `n` layers.
+fn layer_range(spec: Option<&str>, n: usize) -> Result<std::ops::RangeInclusive<usize>> {
+    let Some(spec) = spec else {
+        return Ok(0..=n - 1);
+    };
+    let bad = || {
+        Error::Argument(format!(
+            "--layers {spec}: give FIRST-LAST within 0-{} (e.g. 20-{})",
+            n - 1,
+            n - 1
+        ))
+    };
+    let (a, b) = spec.split_once('-').unwrap_or((spec, spec));
+    let (a, b): (usize, usize) = (
+        a.trim().parse().map_err(|_| bad())?,
+        b.trim().parse().map_err(|_| bad())?,
+    );
+    if a > b || b >= n {
+        return Err(bad());
+    }
+    Ok(a..=b)
+}
+
+/// One ablation's result.
+#[derive(serde::Serialize)]
+struct Ablated {
+    heads: Vec<(usize, usize)>,
+    interventions: Vec<Intervention>,
+    logprob: f64,
+    delta: f64,
+    top_token: String,
+}
+
+/// `lucent ablate`.
+pub fn run_ablate(a: AblateArgs) -> Result<()> {
+    let model = loader::open(&a.model)?;
+    let cfg = model.config().clone();
+    let plain = model.intervene(&[])?.next_token_logits(&a.text)?;
+    let target = target_id(&model, a.target.as_deref(), "--target", &plain)?;
+    let base = log_prob(&plain, target);
+    let op = match (&a.intervene, a.mean) {
+        (Some(_), _) => "interventions",
+        (None, true) => "mean",
+        (None, false) => "zero",
+    };
+    let run = |heads: &[(usize, usize)], ivs: Vec<Intervention>| -> Result<Ablated> {
+        let logits = model.intervene(&ivs)?.next_token_logits(&a.text)?;
+        let lp = log_prob(&logits, target);
+        Ok(Ablated {
+            heads: heads.to_vec(),
+            interventions: ivs,
+            logprob: lp,
+            delta: lp - base,
+            top_token: token_text(&model, lucent::pipeline::generate::argmax(&logits))?,
+        })
+    };
+    let ablation = |heads: &[(usize, usize)]| -> Result<Ablated> {
+        let ivs: Vec<Intervention> = heads
+            .iter()
+            .map(|&(l, h)| {
+                let hook = format!("blocks.{l}.attn.hook_z");
+                if a.mean {
+                    Intervention::mean(hook)
+                } else {
+                    Intervention::zero(hook)
+                }
+                .head(h)
+            })
+            .collect();
+        run(heads, ivs)
+    };
+    let parse_head = |s: &str| -> Result<(usize, usize)> {
+        let bad = || {
+            Error::Argument(format!(
+                "--heads {s}: write LAYER.HEAD with layer 0-{} and head 0-{} (e.g. 5.1)",
+                cfg.decoder_layers.max(1) - 1,
+                cfg.n_heads - 1
+            ))
+        };
+        let (l, h) = s.trim().split_once('.').ok_or_else(bad)?;
+        let (l, h): (usize, usize) = (l.parse().map_err(|_| bad())?, h.parse().map_err(|_| bad())?);
+        if l >= cfg.decoder_layers || h >= cfg.n_heads {
+            return Err(bad());
+        }
+        Ok((l, h))
+    };
+    let (results, grid) = if let Some(spec) = &a.intervene {
+        if a.png.is_some() || a.mean || a.sweep {
+            return Err(Error::Argument(
+                "--intervene gives its own interventions; leave out --sweep, --mean and --png"
+                    .into(),
+            ));
+        }
+        let text = match spec.strip_prefix('@') {
+            Some(path) => std::fs::read_to_string(path)
+                .map_err(|e| Error::io(std::path::Path::new(path), e))?,
+            None => spec.clone(),
+        };
+        let ivs = Intervention::parse_json(&text)
+            .map_err(|e| Error::Argument(format!("--intervene: {e}")))?;
+        (vec![run(&[], ivs)?], None)
+    } else if a.heads.is_empty() {
+        let layers = layer_range(a.layers.as_deref(), cfg.decoder_layers.max(1))?;
+        let n = (layers.end() - layers.start() + 1) * cfg.n_heads;
+        let progress = bar(n, "ablating heads");
+        let mut results = Vec::with_capacity(n);
+        let mut grid = Vec::new();
+        for l in layers {
+            let mut row = Vec::with_capacity(cfg.n_heads);
+            for h in 0..cfg.n_heads {
+                let r = ablation(&[(l, h)])?;
+                row.push(r.delta as f32);
+                results.push(r);
+                progress.inc(1);
+            }
+            grid.push((l, row));
+        }
+        progress.finish_and_clear();
+        (results, Some(grid))
+    } else {
+        if a.png.is_some() {
+            return Err(Error::Argument(
+                "--png draws the layer × head heatmap of --sweep; leave out --heads".into(),
+            ));
+        }
+        let heads = a
+            .heads
+            .iter()
+            .map(|s| parse_head(s))
+            .collect::<Result<Vec<_>>>()?;
+        (vec![ablation(&heads)?], None)
+    };
+    let target_text = token_text(&model, target)?;
+    if let (Some(path), Some(grid)) = (&a.png, &grid) {
+        let panel = Panel::new(
+            format!("Δ log p({target_text:?}), {op}"),
+            grid.iter().map(|(_, r)| r.clone()).collect(),
+        )
+        .labels(
+            grid.iter().map(|(l, _)| l.to_string()).collect(),
+            (0..cfg.n_heads).map(|h| h.to_string()).collect(),
+        )
+        .axes("head", "layer")
+        .colormap(ColorMap::Diverging);
+        heatmap(&panel, path)?;
+    }
+    if a.json {
+        let out = serde_json::json!({
+            "model": model.name(),
+            "text": a.text,
+            "target": target_text,
+            "target_id": target,
+            "plain_logprob": base,
+            "op": op,
+            "results": results,
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&out).map_err(|e| Error::Argument(e.to_string()))?
+        );
+    } else {
+        println!(
+            "{}: {:?} → {target_text:?} (id {target}), log p = {base:.4} (p = {:.4})",
+            model.name(),
+            a.text,
+            base.exp()
+        );
+        let mut sorted: Vec<&Ablated> = results.iter().collect();
+        sorted.sort_by(|x, y| x.delta.total_cmp(&y.delta));
+        let shown = if grid.is_some() {
+            10.min(sorted.len())
+        } else {
+            sorted.len()
+        };
+        if grid.is_some() {
+            println!("the {shown} heads whose {op} ablation lowers log p({target_text:?}) most:");
+        }
+        println!(
+            "{:>12}  {:>9}  {:>9}  top token",
+            "ablated", "log p", "Δ log p"
+        );
+        for r in &sorted[..shown] {
+            let heads: Vec<String> = if r.heads.is_empty() {
+                r.interventions
+                    .iter()
+                    .map(|iv| format!("{:?}", iv.op).to_lowercase())
+                    .collect()
+            } else {
+                r.heads.iter().map(|(l, h)| format!("{l}.{h}")).collect()
+            };
+            println!(
+                "{:>12}  {:>9.4}  {:>+9.4}  {:?}",
+                heads.join(","),
+                r.logprob,
+                r.delta,
+                r.top_token
+            );
+        }
+        if let Some(path) = &a.png {
+            println!("wrote {}", path.display());
+        }
+    }
+    Ok(())
+}
+
+/// `lucent patch`.
+pub fn run_patch(a: PatchArgs) -> Result<()> {
+    let model = loader::open(&a.model)?;
+    let cfg = model.config().clone();
+    let tokens: Vec<String> = model
+        .tokens(&a.clean)?
+        .into_iter()
+        .map(|t| t.text)
+        .collect();
+    let n_corrupt = model.tokens(&a.corrupt)?.len();
+    if tokens.len() != n_corrupt {
+        return Err(Error::Argument(format!(
+            "--clean is {} tokens and --corrupt {n_corrupt}; patching goes position by position, so give texts of the same number of tokens",
+            tokens.len()
+        )));
+    }
+    // The clean run, recording every layer's point.
+    let clean_trace = model.trace_with(
+        &a.clean,
+        lucent::Trace::with_filter(lucent::TraceFilter {
+            leaves: Some(vec!["input".into(), "output".into(), "logits".into()]),
+            ..Default::default()
+        }),
+    )?;
+    let plain = model.intervene(&[])?;
+    let clean = plain.next_token_logits(&a.clean)?;
+    let corrupt = plain.next_token_logits(&a.corrupt)?;
+    let target = target_id(&model, a.target.as_deref(), "--target", &clean)?;
+    let (lp_clean, lp_corrupt) = (log_prob(&clean, target), log_prob(&corrupt, target));
+    let points = model.hook_points();
+    let (t, d) = (tokens.len(), cfg.d_model);
+    let progress = bar(cfg.decoder_layers * t, "patching");
+    let mut logprob = vec![vec![0.0f64; t]; cfg.decoder_layers];
+    let mut restored = vec![vec![0.0f32; t]; cfg.decoder_layers];
+    for l in 0..cfg.decoder_layers {
+        let hook = format!("blocks.{l}.hook_{}", a.hook);
+        let point = points.iter().find(|p| p.name == hook).ok_or_else(|| {
+            Error::Argument(format!("--hook {}: this model has no {hook}", a.hook))
+        })?;
+        let values = clean_trace.get(&point.trace_name).ok_or_else(|| {
+            Error::Argument(format!(
+                "the clean run recorded nothing at {hook} ({})",
+                point.trace_name
+            ))
+        })?;
+        for p in 0..t {
+            // The clean run's vector at (layer, position), written at that position: a
+            // patch from the clean text without running it again.
+            let v = values.data()[p * d..(p + 1) * d].to_vec();
+            let iv = Intervention::set(hook.as_str(), v).positions(vec![p]);
+            let logits = model.intervene(&[iv])?.next_token_logits(&a.corrupt)?;
+            let lp = log_prob(&logits, target);
+            logprob[l][p] = lp;
+            let gap = lp_clean - lp_corrupt;
+            restored[l][p] = if gap.abs() > 1e-12 {
+                ((lp - lp_corrupt) / gap) as f32
+            } else {
+                0.0
+            };
+            progress.inc(1);
+        }
+    }
+    progress.finish_and_clear();
+    let target_text = token_text(&model, target)?;
+    if let Some(path) = &a.png {
+        let panel = Panel::new(format!("hook_{}: share restored", a.hook), restored.clone())
+            .labels(
+                (0..cfg.decoder_layers).map(|l| l.to_string()).collect(),
+                tokens.clone(),
+            )
+            .axes("position", "layer")
+            .colormap(ColorMap::Diverging);
+        heatmap(&panel, path)?;
+    }
+    if a.json {
+        let out = serde_json::json!({
+            "model": model.name(),
+            "clean": a.clean,
+            "corrupt": a.corrupt,
+            "target": target_text,
+            "target_id": target,
+            "hook": format!("blocks.L.hook_{}", a.hook),
+            "tokens": tokens,
+            "clean_logprob": lp_clean,
+            "corrupt_logprob": lp_corrupt,
+            "logprob": logprob,
+            "restored": restored,
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&out).map_err(|e| Error::Argument(e.to_string()))?
+        );
+        return Ok(());
+    }
+    println!(
+        "{}: log p({target_text:?}) clean {lp_clean:.4}, corrupt {lp_corrupt:.4}; share restored by patching blocks.L.hook_{} at one position:",
+        model.name(),
+        a.hook
+    );
+    let width = tokens
+        .iter()
+        .map(|s| format!("{s:?}").chars().count())
+        .max()
+        .unwrap_or(4)
+        .clamp(5, 12);
+    print!("{:>5}", "layer");
+    for tok in &tokens {
+        let shown: String = format!("{tok:?}").chars().take(width).collect();
+        print!(" {shown:>width$}");
+    }
+    println!();
+    for (l, row) in restored.iter().enumerate() {
+        print!("{l:>5}");
+        for r in row {
+            print!(" {r:>width$.2}");
+        }
+        println!();
+    }
+    if let Some(path) = &a.png {
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// `lucent steer`.
+pub fn run_steer(a: SteerArgs) -> Result<()> {
+    let model = loader::open(&a.model)?;
+    let d = model.config().d_model;
+    let v = match &a.vector {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+            let v: Vec<f32> = serde_json::from_str(&text).map_err(|e| {
+                Error::format(path, format!("--vector: not a JSON array of numbers: {e}"))
+            })?;
+            v
+        }
+        None => {
+            let pairs = a
+                .from
+                .iter()
+                .map(|p| {
+                    p.split_once('|').ok_or_else(|| {
+                        Error::Argument(format!("--from {p:?}: write the two prompts as \"A|B\""))
+                    })
+                })
+                .collect::<Result<Vec<(&str, &str)>>>()?;
+            model.steering_vector(&pairs, a.layer)?
+        }
+    };
+    if v.len() != d {
+        return Err(Error::Argument(format!(
+            "--vector has {} numbers but this model's residual stream has {d}",
+            v.len()
+        )));
+    }
+    if let Some(path) = &a.save_vector {
+        let text = serde_json::to_string(&v).map_err(|e| Error::Argument(e.to_string()))?;
+        std::fs::write(path, text).map_err(|e| Error::io(path, e))?;
+    }
+    let scaled: Vec<f32> = v.iter().map(|x| x * a.scale).collect();
+    let norm = scaled.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let sampling = Sampling {
+        temperature: a.temperature,
+        seed: a.seed,
+        ..Sampling::greedy()
+    }
+    .max_tokens(a.max_tokens);
+    let hook = format!("blocks.{}.hook_resid_post", a.layer);
+    let steered = model
+        .intervene(&[Intervention::add(hook.as_str(), scaled)])?
+        .generate(&a.text, &sampling)?;
+    let plain = model.intervene(&[])?.generate(&a.text, &sampling)?;
+    if a.json {
+        let out = serde_json::json!({
+            "model": model.name(),
+            "text": a.text,
+            "layer": a.layer,
+            "scale": a.scale,
+            "norm": norm,
+            "plain": plain,
+            "steered": steered,
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&out).map_err(|e| Error::Argument(e.to_string()))?
+        );
+    } else {
+        println!("plain:   {}{plain}", a.text);
+        println!("steered: {}{steered}", a.text);
+        println!("(vector added at {hook}, every position; norm {norm:.2})");
+        if let Some(path) = &a.save_vector {
+            println!("wrote {}", path.display());
+        }
+    }
+    Ok(())
+}
