@@ -82,7 +82,7 @@ pub fn open(spec: &str) -> Result<Model> {
 /// [`open`], reporting the progress of a first fetch to `progress`.
 pub fn open_with(spec: &str, progress: &mut dyn Progress) -> Result<Model> {
     let path = fetch::resolve(spec, progress)?;
-    let name = if fetch::KNOWN.iter().any(|m| m.name == spec) {
+    let name = if crate::model::family::registry::known_model(spec).is_some() {
         spec.to_string()
     } else {
         path.file_stem()
