@@ -2,7 +2,7 @@
 the reference `lucent perplexity` is held to (tests/data/perplexity_reference.json).
 
     ~/.cache/lucent/bench-venv-llama/bin/python scripts/perplexity_reference.py \
-        [--ctx 512] [--chars 100000] [--threads 2] [--out tests/data/perplexity_reference.json]
+        [--ctx 512] [--chars 100000] [--chunks N] [--threads 2] [--out tests/data/perplexity_reference.json]
 
 llama-cpp-python 0.3.36 gives the logits (`logits_all=True`, a context of `--ctx`);
 llama-perplexity's procedure (vendor/llama.cpp/tools/perplexity/perplexity.cpp,
@@ -58,7 +58,7 @@ def log_softmax_nll(logits, tok):
     return -(float(np.float32(z[tok] - max_logit)) - math.log(sum_exp))
 
 
-def perplexity(name, text, n_ctx, threads):
+def perplexity(name, text, n_ctx, max_chunks, threads):
     path = model_path(name)
     llm = L.Llama(model_path=path, n_ctx=n_ctx, n_batch=512, n_threads=threads,
                   n_threads_batch=threads, logits_all=True, verbose=False)
@@ -69,6 +69,8 @@ def perplexity(name, text, n_ctx, threads):
     if len(tokens) < 2 * n_ctx:
         sys.exit(f"{name}: {len(tokens)} tokens, fewer than 2 windows of {n_ctx}")
     n_chunk = len(tokens) // n_ctx
+    if max_chunks is not None:  # llama-perplexity's --chunks
+        n_chunk = min(n_chunk, max_chunks)
     first = n_ctx // 2
     nll = nll2 = 0.0
     count = 0
@@ -115,6 +117,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ctx", type=int, default=512)
     ap.add_argument("--chars", type=int, default=100_000)
+    ap.add_argument("--chunks", type=int, default=None,
+                    help="score only the first N windows (llama-perplexity's --chunks)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--models", nargs="+", default=["smollm2", "gemma3"])
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "tests",
@@ -131,8 +135,9 @@ def main():
             "corpus": "moby-dick",
             "chars": args.chars,
             "ctx": args.ctx,
+            "chunks": args.chunks,
         },
-        "models": [perplexity(m, text, args.ctx, args.threads) for m in args.models],
+        "models": [perplexity(m, text, args.ctx, args.chunks, args.threads) for m in args.models],
     }
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)

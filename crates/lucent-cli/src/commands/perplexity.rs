@@ -28,6 +28,10 @@ pub struct Args {
     /// is scored; 16 up to the model's context.
     #[arg(long, default_value_t = 512)]
     pub ctx: i64,
+    /// Score only the first N windows (llama-perplexity's --chunks) [default: every
+    /// whole window of the text].
+    #[arg(long, value_name = "N")]
+    pub chunks: Option<i64>,
     /// Read only the first N characters of the text [default: all of it].
     #[arg(long, value_name = "N")]
     pub chars: Option<i64>,
@@ -47,9 +51,20 @@ pub fn run(args: Args) -> Result<()> {
     let chars = match args.chars {
         None => None,
         Some(n) if n > 0 => Some(n as usize),
-        Some(n) => return Err(Error::Argument(format!(
+        Some(n) => {
+            return Err(Error::Argument(format!(
             "--chars {n}: give a positive number of characters, or leave it out for the whole text"
-        ))),
+        )))
+        }
+    };
+    let max_chunks = match args.chunks {
+        None => None,
+        Some(n) if n > 0 => Some(n as usize),
+        Some(n) => {
+            return Err(Error::Argument(format!(
+                "--chunks {n}: give a positive number of windows, or leave it out for all of them"
+            )))
+        }
     };
     let path = corpus::resolve_corpus(&args.file, &mut Bars::default()).map_err(|e| match e {
         Error::Argument(_) => Error::Argument(format!(
@@ -81,11 +96,12 @@ pub fn run(args: Args) -> Result<()> {
             .progress_chars("=> "),
     );
     let start = std::time::Instant::now();
-    let result = perplexity::perplexity(&tm, &text, ctx, &mut |done, total, running| {
-        bar.set_length(total as u64);
-        bar.set_position(done as u64);
-        bar.set_message(format!("PPL {running:.4}"));
-    });
+    let result =
+        perplexity::perplexity(&tm, &text, ctx, max_chunks, &mut |done, total, running| {
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
+            bar.set_message(format!("PPL {running:.4}"));
+        });
     bar.finish_and_clear();
     let p = result?;
     let secs = start.elapsed().as_secs_f64();

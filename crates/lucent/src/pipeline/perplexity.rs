@@ -8,7 +8,7 @@
 //! - the whole text is tokenised once, BOS first where the vocabulary adds it (special
 //!   token text in the text stays text);
 //! - it is cut into n_chunk = ⌊n_tokens / n_ctx⌋ windows of n_ctx tokens (the tail is
-//!   dropped); each window runs from an empty KV cache, its first token replaced by BOS
+//!   dropped; `--chunks N` keeps the first N); each window runs from an empty KV cache, its first token replaced by BOS
 //!   (where the vocabulary adds BOS), in pieces of at most 512 tokens (llama.cpp's batch);
 //! - only the second half of a window is scored: the logits at positions
 //!   first = n_ctx / 2 … n_ctx − 2 predict the tokens after them, so that every scored
@@ -42,7 +42,7 @@ pub struct Perplexity {
     pub ctx: usize,
     /// Tokens of the whole text (BOS included).
     pub n_tokens: usize,
-    /// Windows evaluated: ⌊n_tokens / n_ctx⌋.
+    /// Windows evaluated: ⌊n_tokens / n_ctx⌋, or fewer when asked.
     pub chunks: usize,
     /// Tokens scored: chunks · (n_ctx − n_ctx/2 − 1).
     pub tokens_scored: usize,
@@ -92,13 +92,16 @@ pub fn check_ctx(model: &DecoderModel, ctx: usize) -> Result<()> {
 }
 
 /// The perplexity of `model` on `text` by llama-perplexity's procedure (module docs),
-/// with windows of `ctx` tokens. `on_chunk(done, chunks, running_ppl)` is called after
-/// each window. Errors, before any work, for an empty text, a `ctx` the model cannot
-/// run ([`check_ctx`]), or a text shorter than two windows.
+/// with windows of `ctx` tokens, at most `max_chunks` of them (llama-perplexity's
+/// `--chunks`; None: every whole window of the text). `on_chunk(done, chunks,
+/// running_ppl)` is called after each window. Errors, before any work, for an empty
+/// text, a `ctx` the model cannot run ([`check_ctx`]), a text shorter than two windows,
+/// or `max_chunks` of 0.
 pub fn perplexity(
     model: &TextModel,
     text: &str,
     ctx: usize,
+    max_chunks: Option<usize>,
     on_chunk: &mut dyn FnMut(usize, usize, f64),
 ) -> Result<Perplexity> {
     if text.trim().is_empty() {
@@ -114,7 +117,7 @@ pub fn perplexity(
         (true, Some(&b)) => Some(b),
         _ => None,
     };
-    perplexity_of_ids(&model.model, &ids, bos, ctx, on_chunk)
+    perplexity_of_ids(&model.model, &ids, bos, ctx, max_chunks, on_chunk)
 }
 
 /// [`perplexity`] of token ids already made: `ids` is the whole tokenised text and `bos`
@@ -124,9 +127,16 @@ pub fn perplexity_of_ids(
     ids: &[u32],
     bos: Option<u32>,
     ctx: usize,
+    max_chunks: Option<usize>,
     on_chunk: &mut dyn FnMut(usize, usize, f64),
 ) -> Result<Perplexity> {
     check_ctx(model, ctx)?;
+    if max_chunks == Some(0) {
+        return Err(Error::Argument(
+            "--chunks 0: give at least 1 window, or leave it out for every window of the text"
+                .into(),
+        ));
+    }
     let vocab = model.config.vocab_size;
     if let Some(&bad) = ids.iter().find(|&&i| i as usize >= vocab) {
         return Err(Error::Argument(format!(
@@ -141,7 +151,8 @@ pub fn perplexity_of_ids(
             2 * ctx
         )));
     }
-    let chunks = ids.len() / ctx;
+    // llama-perplexity: n_chunk = min(--chunks, n_tokens / n_ctx).
+    let chunks = (ids.len() / ctx).min(max_chunks.unwrap_or(usize::MAX));
     let first = ctx / 2;
     let mut cache = model.new_cache(ctx);
     let (mut nll, mut nll2, mut count) = (0.0f64, 0.0f64, 0usize);
