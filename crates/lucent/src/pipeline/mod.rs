@@ -1,6 +1,6 @@
 //! User tasks built on the models: sentence embeddings, similarity and analogies; text
 //! generation and chat with decoder models; generating from a training run;
-//! exporting a trained model for PyTorch.
+//! exporting a trained model for PyTorch; the perplexity of a decoder on a text; what a GGUF file holds.
 
 pub mod chat;
 pub mod embed;
@@ -9,6 +9,8 @@ pub mod embed_file;
 pub mod export;
 pub mod generate;
 pub mod generator;
+pub mod inspect;
+pub mod perplexity;
 #[cfg(feature = "train")]
 pub mod trained;
 pub mod transcribe;
