@@ -3,6 +3,7 @@
 //! exporting a trained model for PyTorch.
 
 pub mod chat;
+pub mod constrain;
 pub mod embed;
 pub mod embed_file;
 #[cfg(feature = "train")]
@@ -15,6 +16,7 @@ pub mod transcribe;
 pub mod words;
 
 pub use chat::{ChatTemplate, Message};
+pub use constrain::Constraint;
 pub use embed::{Embedder, Pooling};
 pub use generate::{
     generate, Decoding, Generation, Sampler, Sampling, Step, StopReason, TextModel, TokenLogprob,
