@@ -618,6 +618,37 @@ mod tests {
     }
 
     #[test]
+    fn response_format_in_openai_shapes_and_refusals_name_it() {
+        let c = |body: &str| {
+            let r: GenerateRequest = parse(body.as_bytes()).unwrap();
+            r.sampling(10, None).map(|s| s.constrain)
+        };
+        assert_eq!(c(r#"{}"#).unwrap(), None);
+        assert_eq!(c(r#"{"response_format": {"type": "text"}}"#).unwrap(), None);
+        assert_eq!(
+            c(r#"{"response_format": {"type": "json_object"}}"#).unwrap(),
+            Some(Constraint::JsonObject)
+        );
+        let schema =
+            serde_json::json!({"type": "object", "properties": {"a": {"type": "integer"}}});
+        let body = serde_json::json!({"response_format": {"type": "json_schema",
+            "json_schema": {"name": "x", "schema": schema, "strict": true}}});
+        assert_eq!(
+            c(&body.to_string()).unwrap(),
+            Some(Constraint::JsonSchema(schema))
+        );
+        for bad in [
+            r#"{"response_format": {"type": "yaml"}}"#,
+            r#"{"response_format": "json"}"#,
+            r#"{"response_format": {"type": "json_schema"}}"#,
+            r#"{"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}"#,
+        ] {
+            let e = c(bad).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some("response_format"), "{bad}");
+        }
+    }
+
+    #[test]
     fn prompts_in_every_shape() {
         let p = |v: Value| prompts(&Some(v));
         assert_eq!(

@@ -72,18 +72,27 @@ pub struct ConstraintArgs {
 }
 
 impl ConstraintArgs {
-    /// The constraint these flags ask for (None: free text); errors name the file.
-    pub fn constraint(&self) -> Result<Option<Constraint>> {
+    /// The constraint these flags ask for (None: free text), compiled once against
+    /// `tm`'s vocabulary as a check: errors name the flag and file, and what is wrong.
+    pub fn constraint(&self, tm: &TextModel) -> Result<Option<Constraint>> {
         let read = |p: &std::path::Path| std::fs::read_to_string(p).map_err(|e| Error::io(p, e));
-        if let Some(p) = &self.json_schema {
+        let (flag, c) = if let Some(p) = &self.json_schema {
             let c = Constraint::json_schema_str(&read(p)?)
                 .map_err(|e| Error::Argument(format!("--json-schema {}: {e}", p.display())))?;
-            return Ok(Some(c));
-        }
-        if let Some(p) = &self.grammar {
-            return Ok(Some(Constraint::Lark(read(p)?)));
-        }
-        Ok(self.regex.clone().map(Constraint::Regex))
+            (format!("--json-schema {}", p.display()), c)
+        } else if let Some(p) = &self.grammar {
+            (
+                format!("--grammar {}", p.display()),
+                Constraint::Lark(read(p)?),
+            )
+        } else if let Some(r) = &self.regex {
+            (format!("--regex {r:?}"), Constraint::Regex(r.clone()))
+        } else {
+            return Ok(None);
+        };
+        tm.compile(&c)
+            .map_err(|e| Error::Argument(format!("{flag}: {e}")))?;
+        Ok(Some(c))
     }
 }
 
@@ -249,7 +258,7 @@ pub fn run(args: Args) -> Result<()> {
         gen.encode(&args.prompt)?
     };
     let mut sampling = args.sampling.sampling(max_tokens);
-    sampling.constrain = args.sampling.constrain.constraint()?;
+    sampling.constrain = args.sampling.constrain.constraint(gen.model())?;
     sampling.stop = args.stop.clone();
     sampling.ignore_eos = args.ignore_eos;
     sampling.top_logits = args.top_logits;
@@ -388,7 +397,7 @@ pub fn run_chat(args: ChatArgs) -> Result<()> {
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();
     let mut base = args.sampling.sampling(max_tokens);
-    base.constrain = args.sampling.constrain.constraint()?;
+    base.constrain = args.sampling.constrain.constraint(gen.model())?;
     base.validate()?;
     eprintln!(
         "[chat with {}: /reset forgets the conversation, /exit or Ctrl-D ends, Ctrl-C stops a reply]",
