@@ -257,6 +257,9 @@ fn sampled_answers_always_validate() {
             let v: Value = serde_json::from_str(&g.text)
                 .unwrap_or_else(|e| panic!("schema {i} seed {seed}: {e}: {:?}", g.text));
             assert!(satisfies(i, &v), "schema {i} seed {seed}: {v}");
+            // Whitespace between tokens is bounded (JSON_WHITESPACE: at most two
+            // newlines in a gap; a raw newline is never inside a JSON string).
+            assert!(!g.text.contains("\n\n\n"), "{:?}", g.text);
             n += 1;
         }
     }

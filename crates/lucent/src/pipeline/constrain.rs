@@ -28,6 +28,11 @@ use serde_json::Value;
 use crate::io::tokenizer::Tokenizer;
 use crate::{Error, Result};
 
+/// The whitespace allowed between two JSON tokens: a space, or one or two newlines and
+/// up to 20 spaces or tabs (llama.cpp's JSON-schema grammars allow the same). Unbounded
+/// whitespace lets a small model loop on newlines until `max_tokens` cuts the document.
+pub const JSON_WHITESPACE: &str = r"(\x20|\n{1,2}[\x20\x09]{0,20})";
+
 /// What the generated text must match.
 ///
 /// ```
@@ -72,13 +77,19 @@ impl Constraint {
         }
     }
 
-    /// llguidance's form of it.
+    /// llguidance's form of it. JSON gets bounded whitespace ([`JSON_WHITESPACE`]) unless
+    /// the schema sets its own `x-guidance` options.
     fn grammar(&self) -> TopLevelGrammar {
-        match self {
-            Constraint::JsonSchema(v) => TopLevelGrammar::from_json_schema(v.clone()),
-            Constraint::JsonObject => {
-                TopLevelGrammar::from_json_schema(serde_json::json!({"type": "object"}))
+        let bounded = |mut v: Value| {
+            if let Value::Object(o) = &mut v {
+                o.entry("x-guidance")
+                    .or_insert_with(|| serde_json::json!({"whitespace_pattern": JSON_WHITESPACE}));
             }
+            TopLevelGrammar::from_json_schema(v)
+        };
+        match self {
+            Constraint::JsonSchema(v) => bounded(v.clone()),
+            Constraint::JsonObject => bounded(serde_json::json!({"type": "object"})),
             Constraint::Lark(g) => TopLevelGrammar::from_lark(g.clone()),
             Constraint::Regex(r) => TopLevelGrammar::from_regex(r),
         }
