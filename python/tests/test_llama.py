@@ -150,7 +150,9 @@ def test_response_format_and_logit_bias_equal_lucent_generate(smollm2):
         assert text == cli["text"]
         assert set(json.loads(text)) == set(schema["required"])
         assert r["choices"][0]["finish_reason"] == "stop"
-    obj = smollm2.create_chat_completion(ask, temperature=0, max_tokens=200, response_format={"type": "json_object"})
+    capital = [{"role": "user", "content": 'Give the capital of France as a JSON object with the keys "city" and "country".'}]
+    obj = smollm2.create_chat_completion(capital, temperature=0, max_tokens=200, response_format={"type": "json_object"})
+    assert obj["choices"][0]["finish_reason"] == "stop"
     assert isinstance(json.loads(obj["choices"][0]["message"]["content"]), dict)
     streamed = smollm2.create_chat_completion(
         ask, temperature=0, max_tokens=200, stream=True, response_format={"type": "json_schema", "json_schema": {"schema": schema}}
