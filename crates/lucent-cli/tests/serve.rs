@@ -1105,7 +1105,7 @@ fn constrained_streams_beside_free_ones_equal_their_solo_runs() {
     // Every other request carries a schema: the masks of a batch are each row's own.
     let request = |i: usize| {
         let mut r = sampled(i);
-        if i % 2 == 0 {
+        if i.is_multiple_of(2) {
             r["response_format"] = json!({"type": "json_schema", "json_schema": {"name": "t", "schema": {
                 "type": "object",
                 "properties": {"topic": {"type": "string", "maxLength": 20},

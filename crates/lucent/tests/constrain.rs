@@ -334,7 +334,7 @@ fn regexes_and_grammars_hold_on_both_vocabularies() {
 #[test]
 fn constraints_the_engine_cannot_use_are_errors_that_say_why() {
     let tm = smollm2();
-    let err = |c: Constraint| tm.compile(&c).err().expect("an error").to_string();
+    let err = |c: Constraint| tm.compile(&c).expect_err("an error").to_string();
     let e = err(Constraint::JsonSchema(json!({"type": "strin"})));
     assert!(e.contains("JSON schema") && e.contains("strin"), "{e}");
     // A keyword the engine does not implement, a reference to nowhere, a bad pattern:
