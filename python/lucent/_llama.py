@@ -22,6 +22,7 @@ Every call makes its own KV cache, so threads may share one ``Llama``.
 from __future__ import annotations
 
 import random
+import json
 import time
 import uuid
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
@@ -37,15 +38,44 @@ _UNSUPPORTED_OFF = {
     "tfs_z": 1.0,
     "mirostat_mode": 0,
     "grammar": None,
-    "logit_bias": None,
     "logits_processor": None,
     "stopping_criteria": None,
     "functions": None,
     "function_call": None,
     "tools": None,
     "tool_choice": None,
-    "response_format": None,
 }
+
+
+def _logit_bias(logit_bias: Optional[Dict[Any, float]]) -> List[Any]:
+    """llama-cpp-python's ``logit_bias`` (token id → bias, ids as ints or strings) as
+    ``[(id, bias), …]``: added to the logits before anything else; -100 bans."""
+    if not logit_bias:
+        return []
+    if not isinstance(logit_bias, dict):
+        raise ValueError(f"logit_bias must be a dict from token ids to biases, got {logit_bias!r}")
+    return [(int(k), float(v)) for k, v in logit_bias.items()]
+
+
+def _constraint(response_format: Optional[Dict[str, Any]]) -> Optional[Any]:
+    """``response_format`` as lucent's constraint ``(kind, text)``: llama-cpp-python's
+    ``{"type": "json_object"}`` (any object) or ``{"type": "json_object", "schema":
+    {...}}``, and OpenAI's ``{"type": "json_schema", "json_schema": {"schema": {...}}}``;
+    ``{"type": "text"}`` or None: free text."""
+    if response_format is None:
+        return None
+    kind = response_format.get("type") if isinstance(response_format, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        schema = response_format.get("schema")
+        return ("json_object", "") if schema is None else ("json_schema", json.dumps(schema))
+    if kind == "json_schema":
+        schema = (response_format.get("json_schema") or {}).get("schema")
+        if schema is None:
+            raise ValueError('response_format json_schema needs {"json_schema": {"schema": {...}}}')
+        return ("json_schema", json.dumps(schema))
+    raise ValueError(f'response_format type must be "text", "json_object" or "json_schema", got {response_format!r}')
 
 
 def _refuse_unsupported(options: Dict[str, Any]) -> None:
@@ -199,12 +229,14 @@ class Llama:
         stream: bool = False,
         seed: Optional[int] = None,
         model: Optional[str] = None,
+        logit_bias: Optional[Dict[Any, float]] = None,
         **unsupported: Any,
     ) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]:
         """Continue ``prompt`` (text, or token ids): a ``text_completion`` dict, or with
         ``stream=True`` an iterator of ``text_completion`` chunks (the last one carries
         ``finish_reason``). ``logprobs=k``: each token's log-probability and the k most
-        likely alternatives."""
+        likely alternatives. ``logit_bias``: token id → bias added to its logit (-100
+        bans it)."""
         _refuse_unsupported(dict(unsupported, suffix=suffix, typical_p=typical_p))
         if isinstance(prompt, str):
             prompt_ids = self._gen.prompt_ids(prompt) if prompt else []
@@ -218,6 +250,7 @@ class Llama:
             temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
             repeat_penalty=repeat_penalty, presence_penalty=presence_penalty,
             frequency_penalty=frequency_penalty, seed=seed, max_tokens=max_tokens, stop=stop or [],
+            logit_bias=_logit_bias(logit_bias),
         )
         cid = f"cmpl-{uuid.uuid4()}"
         created = int(time.time())
@@ -286,12 +319,18 @@ class Llama:
         model: Optional[str] = None,
         logprobs: Optional[bool] = None,
         top_logprobs: Optional[int] = None,
+        logit_bias: Optional[Dict[Any, float]] = None,
+        response_format: Optional[Dict[str, Any]] = None,
         **unsupported: Any,
     ) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]:
         """The assistant's reply to ``messages`` (``[{"role", "content"}, …]``) through
         the model's chat template: a ``chat.completion`` dict, or with ``stream=True``
         an iterator of ``chat.completion.chunk`` dicts (first the role, then the
-        content, last the ``finish_reason``)."""
+        content, last the ``finish_reason``). ``response_format``: ``{"type":
+        "json_object"}`` (any JSON object; with ``"schema": {...}``, valid under that
+        schema, as llama-cpp-python) or OpenAI's ``{"type": "json_schema",
+        "json_schema": {"schema": {...}}}``: the reply is constrained to it.
+        ``logit_bias``: token id → bias added to its logit (-100 bans it)."""
         _refuse_unsupported(dict(unsupported, typical_p=typical_p))
         pairs = []
         for i, m in enumerate(messages):
@@ -312,6 +351,7 @@ class Llama:
             temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
             repeat_penalty=repeat_penalty, presence_penalty=presence_penalty,
             frequency_penalty=frequency_penalty, seed=seed, max_tokens=max_tokens, stop=stop or [],
+            logit_bias=_logit_bias(logit_bias), constraint=_constraint(response_format),
         )
         cid = f"chatcmpl-{uuid.uuid4()}"
         created = int(time.time())

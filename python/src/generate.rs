@@ -10,7 +10,7 @@
 use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::{Arc, Mutex};
 
-use lucent::pipeline::{Message, TextModel, TokenLogprob};
+use lucent::pipeline::{Constraint, Message, TextModel, TokenLogprob};
 use lucent::{Generation, Sampling};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
@@ -62,7 +62,23 @@ fn sampling(
     max_tokens: usize,
     stop: Vec<String>,
     logprobs: Option<usize>,
+    logit_bias: Vec<(u32, f32)>,
+    constraint: Option<(String, String)>,
 ) -> lucent::Result<Sampling> {
+    let constrain = match constraint {
+        None => None,
+        Some((kind, text)) => Some(match kind.as_str() {
+            "json_schema" => Constraint::json_schema_str(&text)?,
+            "json_object" => Constraint::JsonObject,
+            "lark" => Constraint::Lark(text),
+            "regex" => Constraint::Regex(text),
+            other => {
+                return Err(lucent::Error::Argument(format!(
+                    "constraint kind {other:?}: give json_schema, json_object, lark or regex"
+                )))
+            }
+        }),
+    };
     let s = Sampling {
         temperature,
         top_k,
@@ -76,6 +92,8 @@ fn sampling(
         max_tokens,
         stop,
         logprobs,
+        logit_bias,
+        constrain,
         ..Sampling::greedy()
     };
     s.validate()?;
@@ -233,10 +251,14 @@ impl Generator {
     /// Generate after `prompt_ids`: a dict with `prompt_ids`, `ids`, `text`,
     /// `finish_reason` (`stop` or `length`), `stop` (why, in words), `logprobs`
     /// (`[(id, logprob, [(id, logprob), …]), …]` when `logprobs` is a number) and
-    /// `timings`. The GIL is released while it runs.
+    /// `timings`. `logit_bias`: `[(id, bias), …]` added to the logits first (-100
+    /// bans); `constraint`: `(kind, text)` with kind `json_schema` (the schema as JSON
+    /// text), `json_object`, `lark` or `regex` (structured outputs). The GIL is released
+    /// while it runs.
     #[pyo3(signature = (prompt_ids, *, temperature = 0.8, top_k = 40, top_p = 0.95, min_p = 0.05,
         repeat_penalty = 1.0, repeat_last_n = 64, presence_penalty = 0.0, frequency_penalty = 0.0,
-        seed = 0, max_tokens = 128, stop = Vec::new(), logprobs = None))]
+        seed = 0, max_tokens = 128, stop = Vec::new(), logprobs = None, logit_bias = Vec::new(),
+        constraint = None))]
     #[allow(clippy::too_many_arguments)]
     fn generate<'py>(
         &self,
@@ -254,6 +276,8 @@ impl Generator {
         max_tokens: usize,
         stop: Vec<String>,
         logprobs: Option<usize>,
+        logit_bias: Vec<(u32, f32)>,
+        constraint: Option<(String, String)>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let s = sampling(
             temperature,
@@ -268,6 +292,8 @@ impl Generator {
             max_tokens,
             stop,
             logprobs,
+            logit_bias,
+            constraint,
         )
         .or_py()?;
         let model = self.model.clone();
@@ -301,7 +327,8 @@ impl Generator {
     /// `{"finish_reason", "prompt_tokens", "completion_tokens"}`.
     #[pyo3(signature = (prompt_ids, *, temperature = 0.8, top_k = 40, top_p = 0.95, min_p = 0.05,
         repeat_penalty = 1.0, repeat_last_n = 64, presence_penalty = 0.0, frequency_penalty = 0.0,
-        seed = 0, max_tokens = 128, stop = Vec::new(), logprobs = None))]
+        seed = 0, max_tokens = 128, stop = Vec::new(), logprobs = None, logit_bias = Vec::new(),
+        constraint = None))]
     #[allow(clippy::too_many_arguments)]
     fn stream(
         &self,
@@ -318,6 +345,8 @@ impl Generator {
         max_tokens: usize,
         stop: Vec<String>,
         logprobs: Option<usize>,
+        logit_bias: Vec<(u32, f32)>,
+        constraint: Option<(String, String)>,
     ) -> PyResult<TokenStream> {
         let s = sampling(
             temperature,
@@ -332,6 +361,8 @@ impl Generator {
             max_tokens,
             stop,
             logprobs,
+            logit_bias,
+            constraint,
         )
         .or_py()?;
         let model = self.model.clone();

@@ -128,3 +128,54 @@ def test_export_hf_round_trip(tiny_run, tmp_path):
     want = lucent.Llama(str(tiny_run), n_ctx=0).create_completion("the ", temperature=0, max_tokens=20)
     got = lucent.Llama(str(out), n_ctx=0).create_completion("the ", temperature=0, max_tokens=20)
     assert got["choices"][0]["text"] == want["choices"][0]["text"]
+
+
+def test_response_format_and_logit_bias_equal_lucent_generate(smollm2):
+    import json
+    from pathlib import Path
+
+    schema_file = Path(__file__).resolve().parents[2] / "examples" / "city.schema.json"
+    ask = [{"role": "user", "content": "Describe Paris as JSON."}]
+    cli = run_cli_json(
+        "generate", "-m", "smollm2", "--temperature", "0", "-n", "200", "--json-schema", str(schema_file),
+        "--json", ask[0]["content"],
+    )
+    schema = json.loads(schema_file.read_text())
+    for fmt in (
+        {"type": "json_object", "schema": schema},  # llama-cpp-python's shape
+        {"type": "json_schema", "json_schema": {"name": "city", "schema": schema}},  # OpenAI's
+    ):
+        r = smollm2.create_chat_completion(ask, temperature=0, max_tokens=200, response_format=fmt)
+        text = r["choices"][0]["message"]["content"]
+        assert text == cli["text"]
+        assert set(json.loads(text)) == set(schema["required"])
+        assert r["choices"][0]["finish_reason"] == "stop"
+    capital = [{"role": "user", "content": 'Give the capital of France as a JSON object with the keys "city" and "country".'}]
+    obj = smollm2.create_chat_completion(capital, temperature=0, max_tokens=200, response_format={"type": "json_object"})
+    assert obj["choices"][0]["finish_reason"] == "stop"
+    assert isinstance(json.loads(obj["choices"][0]["message"]["content"]), dict)
+    streamed = smollm2.create_chat_completion(
+        ask, temperature=0, max_tokens=200, stream=True, response_format={"type": "json_schema", "json_schema": {"schema": schema}}
+    )
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in streamed) == cli["text"]
+    with pytest.raises(lucent.LucentError, match="uniqueItems"):
+        smollm2.create_chat_completion(
+            ask, max_tokens=8, response_format={"type": "json_object", "schema": {"type": "array", "uniqueItems": True}}
+        )
+    with pytest.raises(ValueError, match="response_format"):
+        smollm2.create_chat_completion(ask, response_format={"type": "yaml"})
+    # logit_bias bans the greedy first token, as `lucent generate --logit-bias` does.
+    free = run_cli_json("generate", "-m", "smollm2", "--chat", "--temperature", "0", "-n", "12", "--json", CHAT[0]["content"])
+    first = free["ids"][0]
+    banned = run_cli_json(
+        "generate", "-m", "smollm2", "--chat", "--temperature", "0", "-n", "12", "--logit-bias", f"{first}=-100",
+        "--json", CHAT[0]["content"],
+    )
+    r = smollm2.create_chat_completion(CHAT, temperature=0, max_tokens=12, logit_bias={first: -100})
+    assert r["choices"][0]["message"]["content"] == banned["text"] != free["text"]
+    raw = run_cli_json(
+        "generate", "-m", "smollm2", "--raw", "--temperature", "0", "-n", "4", "--logit-bias", f"{first}=-100",
+        "--json", "The capital of France is",
+    )
+    c = smollm2.create_completion("The capital of France is", temperature=0, max_tokens=4, logit_bias={str(first): -100})
+    assert c["choices"][0]["text"] == raw["text"]

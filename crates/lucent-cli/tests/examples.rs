@@ -152,9 +152,15 @@ fn every_help_and_readme_example_runs() {
     std::fs::create_dir_all(&dir).unwrap();
     // The files the examples read are the repo's own, at the same relative paths as in a
     // fresh clone (`lucent transcribe examples/speech.wav`, made by
-    // scripts/make-speech-sample.sh; `lucent embed --file benches/sentences.txt`): none
+    // scripts/make-speech-sample.sh; `lucent embed --file benches/sentences.txt`;
+    // `lucent generate --json-schema examples/city.schema.json`): none
     // is written by hand.
-    for file in ["examples/speech.wav", "benches/sentences.txt"] {
+    for file in [
+        "examples/speech.wav",
+        "benches/sentences.txt",
+        "examples/city.schema.json",
+        "examples/arithmetic.lark",
+    ] {
         let to = dir.join(file);
         std::fs::create_dir_all(to.parent().unwrap()).unwrap();
         std::fs::copy(

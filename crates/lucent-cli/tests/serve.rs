@@ -13,7 +13,13 @@
 //! - SIGTERM drains: a stream in flight finishes, new requests are refused, the process
 //!   exits 0; `--api-key` guards every route but /health and /metrics;
 //! - chat content that spells a control token stays text; the `"lucent"` inside view
-//!   returns the prompt's and each token's attention without changing the tokens.
+//!   returns the prompt's and each token's attention without changing the tokens;
+//! - structured outputs (`response_format`): the client's `chat.completions.parse`
+//!   returns a Pydantic object, a greedy `json_schema` answer equals `lucent generate
+//!   --json-schema`, a streamed one and every one of 40 sampled answers over five
+//!   schemas validate with `jsonschema`, a bad schema is a 400 naming `response_format`
+//!   and the server stays up; constrained streams beside unconstrained ones get exactly
+//!   the tokens they get alone (each request's mask touches only its own row).
 //!
 //! Every server is started under `timeout` (it stops by itself after 4 minutes at
 //! most) and is sent SIGTERM when its test ends.
@@ -233,12 +239,12 @@ fn lucent_json(args: &[&str]) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-/// A Python venv with the official `openai` client from PyPI, made once under
-/// target/tmp.
+/// A Python venv with the official `openai` client and `jsonschema` (to validate
+/// structured outputs) from PyPI, made once under target/tmp.
 fn openai_python() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("openai-venv");
     let python = dir.join("bin/python");
-    let marker = dir.join("openai-3.51.0.ok");
+    let marker = dir.join("openai-3.51.0-jsonschema-4.26.0.ok");
     if !marker.exists() {
         let ok = Command::new("python3")
             .args(["-m", "venv"])
@@ -254,6 +260,7 @@ fn openai_python() -> PathBuf {
                 "-q",
                 "--disable-pip-version-check",
                 "openai==3.51.0",
+                "jsonschema==4.26.0",
             ])
             .status()
             .unwrap();
@@ -1042,4 +1049,103 @@ fn the_openai_client_transcribes_as_lucent_transcribe_does() {
         server.metric("lucent_requests_total{route=\"/v1/audio/transcriptions\",status=\"200\"}")
             >= 5.0
     );
+}
+
+#[test]
+fn structured_outputs_validate_through_the_openai_client() {
+    let python = openai_python();
+    let server = Server::start(&["-m", "smollm2", "--parallel", "8", "--ctx-size", "512"]);
+    let schema_file =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/city.schema.json");
+    let out = run_script(
+        &python,
+        "openai_structured.py",
+        &[&server.base, "40", schema_file.to_str().unwrap()],
+    );
+    println!("{}", serde_json::to_string_pretty(&out).unwrap());
+    // chat.completions.parse: a Pydantic object.
+    let parsed = &out["parsed"];
+    assert_eq!(parsed["is_city"], true, "{parsed}");
+    assert_eq!(parsed["finish_reason"], "stop", "{parsed}");
+    // The server's greedy json_schema answer is `lucent generate --json-schema`'s.
+    let cli = lucent_json(&[
+        "generate",
+        "--temperature",
+        "0",
+        "-n",
+        "200",
+        "--json-schema",
+        schema_file.to_str().unwrap(),
+        "Describe Paris as JSON.",
+    ]);
+    assert_eq!(out["city_file"], cli["text"], "server vs CLI");
+    // A streamed answer and every sampled one validate.
+    assert_eq!(out["stream"]["valid"], true, "{}", out["stream"]);
+    assert_eq!(out["stream"]["finish_reason"], "stop");
+    assert_eq!(out["sampled"]["count"], 40);
+    assert_eq!(out["sampled"]["failures"], json!([]), "{}", out["sampled"]);
+    assert_eq!(out["json_object"], true, "{}", out["json_object"]);
+    assert_eq!(out["completion"], true, "{}", out["completion"]);
+    // A schema the engine cannot use: 400 naming response_format and the keyword.
+    let bad = &out["bad_schema"];
+    assert_eq!(bad["status"], 400, "{bad}");
+    assert_eq!(bad["param"], "response_format", "{bad}");
+    assert!(
+        bad["message"].as_str().unwrap().contains("uniqueItems"),
+        "{bad}"
+    );
+    assert_eq!(out["bad_type"]["param"], "response_format");
+    // And the server is still up.
+    assert_eq!(server.get("/health").0, 200);
+}
+
+#[test]
+fn constrained_streams_beside_free_ones_equal_their_solo_runs() {
+    let server = Server::start(&["-m", "smollm2", "--parallel", "8", "--ctx-size", "256"]);
+    // Every other request carries a schema: the masks of a batch are each row's own.
+    let request = |i: usize| {
+        let mut r = sampled(i);
+        if i.is_multiple_of(2) {
+            r["response_format"] = json!({"type": "json_schema", "json_schema": {"name": "t", "schema": {
+                "type": "object",
+                "properties": {"topic": {"type": "string", "maxLength": 20},
+                               "mood": {"enum": ["calm", "busy", "sad"]}},
+                "required": ["topic", "mood"], "additionalProperties": false}}});
+            r["max_tokens"] = json!(60);
+        }
+        r
+    };
+    let solo: Vec<Tokens> = (0..8)
+        .map(|i| tokens_of(&stream(&server.base, "/v1/chat/completions", &request(i))))
+        .collect();
+    let handles: Vec<_> = (0..8)
+        .map(|i| {
+            let base = server.base.clone();
+            let r = request(i);
+            std::thread::spawn(move || tokens_of(&stream(&base, "/v1/chat/completions", &r)))
+        })
+        .collect();
+    let together: Vec<Tokens> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    for (i, (a, b)) in solo.iter().zip(&together).enumerate() {
+        assert!(!a.0.is_empty(), "stream {i} produced nothing");
+        assert_eq!(
+            a, b,
+            "stream {i}: tokens or log-probabilities differ beside 7 others"
+        );
+    }
+    // The constrained ones wrote JSON that ends where the schema ends.
+    for i in (0..8).step_by(2) {
+        let bytes: Vec<u8> = solo[i]
+            .0
+            .iter()
+            .flat_map(|t| t.0.iter().map(|&b| b as u8))
+            .collect();
+        let text = String::from_utf8_lossy(&bytes);
+        assert_eq!(solo[i].1, "stop", "stream {i}: {text}");
+        let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+        assert!(
+            ["calm", "busy", "sad"].contains(&v["mood"].as_str().unwrap_or("")),
+            "{v}"
+        );
+    }
 }

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use lucent::pipeline::generate::Sampling;
-use lucent::pipeline::Message;
+use lucent::pipeline::{Constraint, Message};
 
 use crate::error::ApiError;
 use crate::inside::InsideRequest;
@@ -138,7 +138,8 @@ pub struct GenerateRequest {
     pub tools: Option<Value>,
     /// Not supported (refused when set).
     pub functions: Option<Value>,
-    /// Only `text` (refused otherwise).
+    /// `text` (the default), `json_object` (any JSON object) or `json_schema` (a JSON
+    /// document valid under `json_schema.schema`): structured outputs.
     pub response_format: Option<Value>,
     /// Seeing inside (lucent's extension).
     pub lucent: Option<InsideRequest>,
@@ -218,17 +219,6 @@ impl GenerateRequest {
                 return Err(ApiError::invalid_param(
                     name,
                     format!("{name} is not supported by lucent serve"),
-                ));
-            }
-        }
-        if let Some(f) = &self.response_format {
-            if f.get("type")
-                .and_then(Value::as_str)
-                .is_some_and(|t| t != "text")
-            {
-                return Err(ApiError::invalid_param(
-                    "response_format",
-                    "only response_format {\"type\": \"text\"} is supported by lucent serve",
                 ));
             }
         }
@@ -344,6 +334,46 @@ impl GenerateRequest {
         Ok(out)
     }
 
+    /// OpenAI's `response_format` as a constraint: `{"type": "text"}` (or none) is free
+    /// text, `{"type": "json_object"}` any JSON object, `{"type": "json_schema",
+    /// "json_schema": {"name", "schema", "strict"}}` a document valid under `schema`
+    /// (always enforced, whatever `strict` says). Any other shape is a 400 naming
+    /// `response_format` (a schema the grammar engine cannot use is refused when the
+    /// request is planned, with the engine's words).
+    pub fn constraint(&self) -> Result<Option<Constraint>, ApiError> {
+        let bad = |m: String| Err(ApiError::invalid_param("response_format", m));
+        let f = match &self.response_format {
+            None | Some(Value::Null) => return Ok(None),
+            Some(Value::Object(f)) => f,
+            Some(_) => return bad("response_format must be an object with a \"type\"".into()),
+        };
+        match f.get("type").and_then(Value::as_str) {
+            Some("text") => Ok(None),
+            Some("json_object") => Ok(Some(Constraint::JsonObject)),
+            Some("json_schema") => {
+                let Some(js) = f.get("json_schema").and_then(Value::as_object) else {
+                    return bad(
+                        "response_format json_schema needs \"json_schema\": {\"name\": ..., \"schema\": {...}}"
+                            .into(),
+                    );
+                };
+                match js.get("schema") {
+                    Some(schema @ (Value::Object(_) | Value::Bool(_))) => {
+                        Ok(Some(Constraint::JsonSchema(schema.clone())))
+                    }
+                    _ => bad(
+                        "response_format.json_schema.schema must be a JSON schema (an object)"
+                            .into(),
+                    ),
+                }
+            }
+            other => bad(format!(
+                "response_format type must be \"text\", \"json_object\" or \"json_schema\", got {}",
+                other.map_or("none".to_string(), |t| format!("{t:?}"))
+            )),
+        }
+    }
+
     /// The sampler settings, with at most `room` new tokens (what the slot's context
     /// leaves after the prompt) and `logprobs` alternatives.
     pub fn sampling(&self, room: usize, logprobs: Option<usize>) -> Result<Sampling, ApiError> {
@@ -390,6 +420,7 @@ impl GenerateRequest {
             context_shift: false,
             special: false,
             logit_bias: self.logit_bias()?,
+            constrain: self.constraint()?,
         };
         if !(s.top_p > 0.0 && s.top_p <= 1.0) {
             return Err(ApiError::invalid_param(
@@ -583,6 +614,37 @@ mod tests {
             let r: GenerateRequest = parse(bad.as_bytes()).unwrap();
             let e = r.sampling(10, None).unwrap_err();
             assert_eq!(e.param.as_deref(), Some("logit_bias"), "{bad}");
+        }
+    }
+
+    #[test]
+    fn response_format_in_openai_shapes_and_refusals_name_it() {
+        let c = |body: &str| {
+            let r: GenerateRequest = parse(body.as_bytes()).unwrap();
+            r.sampling(10, None).map(|s| s.constrain)
+        };
+        assert_eq!(c(r#"{}"#).unwrap(), None);
+        assert_eq!(c(r#"{"response_format": {"type": "text"}}"#).unwrap(), None);
+        assert_eq!(
+            c(r#"{"response_format": {"type": "json_object"}}"#).unwrap(),
+            Some(Constraint::JsonObject)
+        );
+        let schema =
+            serde_json::json!({"type": "object", "properties": {"a": {"type": "integer"}}});
+        let body = serde_json::json!({"response_format": {"type": "json_schema",
+            "json_schema": {"name": "x", "schema": schema, "strict": true}}});
+        assert_eq!(
+            c(&body.to_string()).unwrap(),
+            Some(Constraint::JsonSchema(schema))
+        );
+        for bad in [
+            r#"{"response_format": {"type": "yaml"}}"#,
+            r#"{"response_format": "json"}"#,
+            r#"{"response_format": {"type": "json_schema"}}"#,
+            r#"{"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}"#,
+        ] {
+            let e = c(bad).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some("response_format"), "{bad}");
         }
     }
 

@@ -353,7 +353,9 @@ impl Scheduler {
 
     /// Put `job` into slot `i`.
     fn start(&mut self, i: usize, job: Job) {
-        let decoding = match Decoding::new(&job.prompt, &job.sampling) {
+        // A constraint compiles against the model's vocabulary (the request was checked
+        // when it was planned).
+        let decoding = match self.model.decoding(&job.prompt, &job.sampling) {
             Ok(d) => d,
             Err(e) => {
                 job.send(Event::Failed(e.into()));

@@ -324,6 +324,15 @@ async fn generate(
     let (tx, rx) = mpsc::unbounded_channel();
     let arrived = Instant::now();
     let deadline = arrived + Duration::from_secs_f64(st.opts.timeout_secs.max(0.0));
+    // A schema, grammar or regex the grammar engine cannot use is the request's fault,
+    // found before anything is queued (the first one also builds the model's vocabulary
+    // trie, once).
+    if let Some(c) = req.constraint()? {
+        let tm = engine.model().clone();
+        blocking(move || tm.compile(&c).map(drop))
+            .await
+            .map_err(|e| e.with_param("response_format"))?;
+    }
     let mut jobs = Vec::new();
     for (p, ids) in plan.prompts.iter().enumerate() {
         if ids.is_empty() {

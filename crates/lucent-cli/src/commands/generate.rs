@@ -5,13 +5,15 @@
 //! An instruct model's prompt goes through its chat template unless `--raw` asks for a
 //! plain continuation; sampling defaults to llama.cpp's (T 0.8, top-k 40, top-p 0.95,
 //! min-p 0.05); `--temperature 0` is greedy and gives llama.cpp's exact tokens.
+//! `--json-schema`, `--grammar` and `--regex` constrain the text (structured outputs:
+//! `lucent::pipeline::constrain`).
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use lucent::pipeline::generate::TextModel;
-use lucent::pipeline::Message;
+use lucent::pipeline::{Constraint, Message};
 use lucent::{Error, Generator, Result, Sampling, StopReason};
 
 use crate::loader;
@@ -46,6 +48,52 @@ pub struct SamplingArgs {
     /// [default: none].
     #[arg(long, value_name = "ID=BIAS", value_parser = parse_bias, allow_hyphen_values = true)]
     pub logit_bias: Vec<(u32, f32)>,
+    #[command(flatten)]
+    pub constrain: ConstraintArgs,
+}
+
+/// Structured-output flags (at most one): the text must match a JSON schema, a Lark
+/// grammar or a regex; tokens that would leave it are never sampled.
+#[derive(clap::Args, Clone, Debug)]
+#[group(multiple = false)]
+pub struct ConstraintArgs {
+    /// The text is a JSON document valid under the JSON schema in FILE (properties in
+    /// the schema's order; `{"type": "object"}` for any object) [default: free text].
+    #[arg(long, value_name = "FILE")]
+    pub json_schema: Option<std::path::PathBuf>,
+    /// The text is in the language of the Lark grammar in FILE (llguidance's Lark: a
+    /// `start` rule, /regex/ terminals, `%json {...}` for an embedded schema).
+    #[arg(long, value_name = "FILE")]
+    pub grammar: Option<std::path::PathBuf>,
+    /// The text matches the regular expression RE as a whole (Rust regex syntax), e.g.
+    /// `--regex '(yes|no)'`.
+    #[arg(long, value_name = "RE")]
+    pub regex: Option<String>,
+}
+
+impl ConstraintArgs {
+    /// The constraint these flags ask for (None: free text), compiled once against
+    /// `tm`'s vocabulary as a check: errors name the flag and file, and what is wrong.
+    pub fn constraint(&self, tm: &TextModel) -> Result<Option<Constraint>> {
+        let read = |p: &std::path::Path| std::fs::read_to_string(p).map_err(|e| Error::io(p, e));
+        let (flag, c) = if let Some(p) = &self.json_schema {
+            let c = Constraint::json_schema_str(&read(p)?)
+                .map_err(|e| Error::Argument(format!("--json-schema {}: {e}", p.display())))?;
+            (format!("--json-schema {}", p.display()), c)
+        } else if let Some(p) = &self.grammar {
+            (
+                format!("--grammar {}", p.display()),
+                Constraint::Lark(read(p)?),
+            )
+        } else if let Some(r) = &self.regex {
+            (format!("--regex {r:?}"), Constraint::Regex(r.clone()))
+        } else {
+            return Ok(None);
+        };
+        tm.compile(&c)
+            .map_err(|e| Error::Argument(format!("{flag}: {e}")))?;
+        Ok(Some(c))
+    }
 }
 
 /// `ID=BIAS` of `--logit-bias`.
@@ -144,7 +192,7 @@ fn fresh_seed() -> u64 {
 #[derive(clap::Args)]
 #[command(allow_negative_numbers = true)]
 #[command(
-    after_help = "An instruct model (SmolLM2) gets the prompt as a user message through its chat template; a base model (the packaged Gemma 3 270M has no template) continues the text.\n\nExamples:\n  lucent generate \"What is the capital of France?\"\n  lucent generate --raw --temperature 0 \"The capital of France is\" -n 16\n  lucent generate -m gemma3 \"The sky is blue because\" -n 60 --seed 1\n  lucent generate --template-system --temperature 0 \"What is the capital of France?\" -n 24\n  lucent generate -m runs/moby --top-p 0.9 \"Call me\""
+    after_help = "An instruct model (SmolLM2) gets the prompt as a user message through its chat template; a base model (the packaged Gemma 3 270M has no template) continues the text.\n\nExamples:\n  lucent generate \"What is the capital of France?\"\n  lucent generate --raw --temperature 0 \"The capital of France is\" -n 16\n  lucent generate -m gemma3 \"The sky is blue because\" -n 60 --seed 1\n  lucent generate --template-system --temperature 0 \"What is the capital of France?\" -n 24\n  lucent generate -m runs/moby --top-p 0.9 \"Call me\"\n  lucent generate --temperature 0 --json-schema examples/city.schema.json \"Describe Paris as JSON.\"\n  lucent generate --temperature 0 --regex \"(yes|no)\" \"Is the sky blue? Answer yes or no.\"\n  lucent generate --temperature 0 --grammar examples/arithmetic.lark \"Write a sum of two numbers.\""
 )]
 pub struct Args {
     /// The prompt (an instruct model gets it as a user message; see --raw).
@@ -210,6 +258,7 @@ pub fn run(args: Args) -> Result<()> {
         gen.encode(&args.prompt)?
     };
     let mut sampling = args.sampling.sampling(max_tokens);
+    sampling.constrain = args.sampling.constrain.constraint(gen.model())?;
     sampling.stop = args.stop.clone();
     sampling.ignore_eos = args.ignore_eos;
     sampling.top_logits = args.top_logits;
@@ -347,7 +396,8 @@ pub fn run_chat(args: ChatArgs) -> Result<()> {
     let tty = std::io::stdin().is_terminal();
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();
-    let base = args.sampling.sampling(max_tokens);
+    let mut base = args.sampling.sampling(max_tokens);
+    base.constrain = args.sampling.constrain.constraint(gen.model())?;
     base.validate()?;
     eprintln!(
         "[chat with {}: /reset forgets the conversation, /exit or Ctrl-D ends, Ctrl-C stops a reply]",

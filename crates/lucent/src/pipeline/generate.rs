@@ -10,6 +10,9 @@
 //!    this order (llama.cpp's):
 //!    - logit bias (OpenAI's `logit_bias`): z ← z + b for the listed tokens; b = -100
 //!      bans the token (z ← -∞);
+//!    - the constraint's mask (a JSON schema, a grammar or a regex; see
+//!      [`constrain`](crate::pipeline::constrain)): z ← -∞ for every token that would
+//!      take the text out of the grammar;
 //!    - repetition penalty r over the last `repeat_last_n` tokens (CTRL, Keskar et al.
 //!      2019): z ← z / r if z > 0, else z · r; then OpenAI's presence and frequency
 //!      penalties: z ← z − count · α_f − α_p;
@@ -20,7 +23,8 @@
 //!    - p = softmax(z / T) over what is left; draw one token with a seeded RNG (the same
 //!      `--seed` gives the same text).
 //! 4. **Stopping**: at an end-of-generation token (EOS, `<|im_end|>`, `<end_of_turn>`;
-//!    unless `ignore_eos`), when the text contains a stop string (cut before it), after
+//!    unless `ignore_eos`), when a constraint's text is complete and only an end token
+//!    may follow, when the text contains a stop string (cut before it), after
 //!    `max_tokens`, or when the context is full.
 //!
 //! Text streams out as tokens arrive: bytes of a character split across tokens are held
@@ -33,7 +37,7 @@
 //! for one sequence, and a server can run many sequences' steps as one batch.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use rand::rngs::StdRng;
@@ -45,6 +49,7 @@ use crate::io::tokenizer::{HfTokenizer, TokenStream, Tokenizer};
 use crate::model::DecoderModel;
 use crate::nn::KvCache;
 use crate::pipeline::chat::{ChatTemplate, Message};
+use crate::pipeline::constrain::{Constraint, Mask, Vocabulary};
 use crate::{Error, Result};
 
 /// A decoder model ready to write text: the network, its tokenizer, and the chat
@@ -65,6 +70,10 @@ pub struct TextModel {
     pub add_bos: bool,
     /// The BOS and EOS token texts a chat template may write (empty where none).
     pub special_texts: (String, String),
+    /// The vocabulary as the grammar engine of constraints sees it, built on the first
+    /// constrained generation ([`TextModel::vocabulary`]) and shared by clones (start
+    /// empty: `Default::default()`).
+    pub vocabulary: Arc<OnceLock<Arc<Vocabulary>>>,
 }
 
 impl std::fmt::Debug for TextModel {
@@ -92,6 +101,7 @@ impl TextModel {
             special_texts: crate::pipeline::chat::special_texts(&tokenizer),
             tokenizer: Arc::new(tokenizer),
             template,
+            vocabulary: Default::default(),
         })
     }
 
@@ -142,6 +152,7 @@ impl TextModel {
             template: None,
             add_bos: false,
             special_texts: Default::default(),
+            vocabulary: Default::default(),
         })
     }
 
@@ -171,6 +182,32 @@ impl TextModel {
         template.encode_messages(self.tokenizer.as_ref(), messages, true)
     }
 
+    /// The tokenizer's vocabulary as the grammar engine sees it (a trie of every token's
+    /// bytes), built on first use and kept: constraints compile against it.
+    pub fn vocabulary(&self) -> Result<Arc<Vocabulary>> {
+        if let Some(v) = self.vocabulary.get() {
+            return Ok(v.clone());
+        }
+        let v = Arc::new(Vocabulary::new(self.tokenizer.as_ref())?);
+        Ok(self.vocabulary.get_or_init(|| v).clone())
+    }
+
+    /// Compile `c` against this model's vocabulary (a check before a generation: errors
+    /// say what is wrong with the schema, grammar or regex).
+    pub fn compile(&self, c: &Constraint) -> Result<Mask> {
+        self.vocabulary()?.compile(c)
+    }
+
+    /// A [`Decoding`] of this model after `prompt_ids` with `opts`; a constraint in
+    /// `opts` is compiled against the model's vocabulary.
+    pub fn decoding(&self, prompt_ids: &[u32], opts: &Sampling) -> Result<Decoding> {
+        let vocab = match &opts.constrain {
+            Some(_) => Some(self.vocabulary()?),
+            None => None,
+        };
+        Decoding::with_vocabulary(prompt_ids, opts, vocab.as_deref())
+    }
+
     /// A KV cache for up to `max_t` positions (capped at the model's context).
     pub fn new_cache(&self, max_t: usize) -> KvCache {
         self.model.new_cache(max_t)
@@ -191,8 +228,8 @@ impl TextModel {
 }
 
 /// How to generate: the sampler chain (applied to the logits in llama.cpp's order:
-/// penalties, then temperature 0 = greedy, else top-k, top-p, min-p and a seeded draw
-/// at temperature T) and when to stop.
+/// logit bias, the constraint's mask, penalties, then temperature 0 = greedy, else
+/// top-k, top-p, min-p and a seeded draw at temperature T) and when to stop.
 ///
 /// ```
 /// let s = lucent::Sampling::greedy().max_tokens(16);
@@ -242,6 +279,11 @@ pub struct Sampling {
     /// before anything else of the chain (as llama.cpp orders it); a bias of -100 bans
     /// the token outright (its logit becomes -∞), +100 all but forces it.
     pub logit_bias: Vec<(u32, f32)>,
+    /// Structured output: the text must match this JSON schema, grammar or regex
+    /// (None = free text). Tokens that would leave it get -∞ right after the logit bias;
+    /// generation ends once the text is complete. Needs the model's vocabulary:
+    /// [`TextModel::decoding`] (or [`Sampler::with_vocabulary`]).
+    pub constrain: Option<Constraint>,
 }
 
 impl Default for Sampling {
@@ -280,6 +322,7 @@ impl Sampling {
             context_shift: false,
             special: false,
             logit_bias: Vec::new(),
+            constrain: None,
         }
     }
 
@@ -355,17 +398,46 @@ pub struct Sampler {
     rng: StdRng,
     /// (logit, id) of the candidates still in play.
     cand: Vec<(f32, u32)>,
+    /// The constraint's mask (a link of the chain), fed each chosen token.
+    mask: Option<Mask>,
 }
 
 impl Sampler {
-    /// A sampler seeded with `params.seed`; errors if a parameter is out of range.
+    /// A sampler seeded with `params.seed`; errors if a parameter is out of range, or
+    /// if `params` has a constraint (it needs a vocabulary: [`Sampler::with_vocabulary`]).
     pub fn new(params: &Sampling) -> Result<Self> {
+        Sampler::with_vocabulary(params, None)
+    }
+
+    /// A sampler whose constraint (if `params` has one) is compiled against `vocab`, the
+    /// model's vocabulary ([`TextModel::vocabulary`]).
+    pub fn with_vocabulary(params: &Sampling, vocab: Option<&Vocabulary>) -> Result<Self> {
         params.validate()?;
+        let mask = match (&params.constrain, vocab) {
+            (None, _) => None,
+            (Some(c), Some(v)) => Some(v.compile(c)?),
+            (Some(c), None) => {
+                return Err(Error::Argument(format!(
+                    "a {} constraint needs the model's vocabulary (TextModel::decoding)",
+                    c.kind()
+                )))
+            }
+        };
         Ok(Sampler {
             rng: StdRng::seed_from_u64(params.seed),
             params: params.clone(),
             cand: Vec::new(),
+            mask,
         })
+    }
+
+    /// The end token to stop with, when a constraint's text is complete and only an end
+    /// token may follow (None without a constraint, or while it can go on).
+    pub fn finished(&mut self) -> Result<Option<u32>> {
+        match &mut self.mask {
+            Some(m) => m.finished(),
+            None => Ok(None),
+        }
     }
 
     /// The parameters.
@@ -419,13 +491,26 @@ impl Sampler {
         Ok(())
     }
 
-    /// Choose the next token from `logits` (modified in place by the logit bias and the
-    /// penalties), given the tokens so far (for the penalties).
+    /// Choose the next token from `logits` (modified in place by the logit bias, the
+    /// constraint's mask and the penalties), given the tokens so far (for the
+    /// penalties). The chosen token is fed to the constraint.
     pub fn sample(&mut self, logits: &mut [f32], history: &[u32]) -> Result<u32> {
+        let next = self.choose(logits, history)?;
+        if let Some(m) = &mut self.mask {
+            m.accept(next)?;
+        }
+        Ok(next)
+    }
+
+    /// The chain without feeding the constraint.
+    fn choose(&mut self, logits: &mut [f32], history: &[u32]) -> Result<u32> {
         if logits.is_empty() {
             return Err(Error::Argument("no logits to sample from".into()));
         }
         self.bias(logits)?;
+        if let Some(m) = &mut self.mask {
+            m.apply(logits)?;
+        }
         self.penalize(logits, history);
         let p = &self.params;
         if p.temperature == 0.0 {
@@ -433,7 +518,20 @@ impl Sampler {
         }
         let cand = &mut self.cand;
         cand.clear();
-        cand.extend(logits.iter().enumerate().map(|(i, &z)| (z, i as u32)));
+        // Banned and masked tokens (-∞) are no candidates: a draw never returns one.
+        cand.extend(
+            logits
+                .iter()
+                .enumerate()
+                .filter(|(_, &z)| z > f32::NEG_INFINITY)
+                .map(|(i, &z)| (z, i as u32)),
+        );
+        if cand.is_empty() {
+            return Err(Error::Argument(
+                "every token is banned (logit_bias -100 or the constraint): nothing to sample"
+                    .into(),
+            ));
+        }
         keep_candidates(p, cand);
         let total: f32 = cand.iter().map(|c| c.0).sum();
         let mut u = self.rng.random::<f32>() * total;
@@ -720,13 +818,23 @@ pub struct Decoding {
 impl Decoding {
     /// A generation after `prompt_ids` (which the repetition penalty sees) with `opts`.
     pub fn new(prompt_ids: &[u32], opts: &Sampling) -> Result<Self> {
+        Decoding::with_vocabulary(prompt_ids, opts, None)
+    }
+
+    /// [`Decoding::new`] with the model's vocabulary, against which a constraint in
+    /// `opts` is compiled ([`TextModel::decoding`] passes its own).
+    pub fn with_vocabulary(
+        prompt_ids: &[u32],
+        opts: &Sampling,
+        vocab: Option<&Vocabulary>,
+    ) -> Result<Self> {
         // Room for the new ids up front, but never more than a context's worth: a
         // `max_tokens` of 10^10 is a limit, not an allocation.
         let room = opts.max_tokens.min(RESERVE_LIMIT);
         let mut history = prompt_ids.to_vec();
         history.reserve(room + 1);
         Ok(Decoding {
-            sampler: Sampler::new(opts)?,
+            sampler: Sampler::with_vocabulary(opts, vocab)?,
             max_tokens: opts.max_tokens,
             ignore_eos: opts.ignore_eos,
             logprobs: opts.logprobs,
@@ -810,7 +918,11 @@ impl Decoding {
             return Ok(self.step(Some(next), text, lp));
         }
         let mut text = self.watch.ready(false).to_string();
-        if self.ids.len() >= self.max_tokens {
+        // A constraint whose text is complete ends here: the next forward pass could only
+        // give an end token.
+        if let Some(end) = self.sampler.finished()? {
+            text.push_str(&self.end(tok, StopReason::EndOfGeneration(end))?);
+        } else if self.ids.len() >= self.max_tokens {
             text.push_str(&self.end(tok, StopReason::MaxTokens)?);
         }
         Ok(self.step(Some(next), text, lp))
@@ -934,7 +1046,7 @@ pub fn continue_generation(
 ) -> Result<Generation> {
     let model = &tm.model;
     let tok = tm.tokenizer.as_ref();
-    let mut decoding = Decoding::new(new_ids, opts)?;
+    let mut decoding = tm.decoding(new_ids, opts)?;
     let capacity = cache
         .layer(0)
         .map_or(0, |l| l.capacity())

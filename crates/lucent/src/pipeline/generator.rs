@@ -153,7 +153,7 @@ impl Generator {
     /// cache holding the prompt and every token fed so far ([`Generator::cached`]).
     pub fn stream_continue(&mut self, new_ids: &[u32], sampling: &Sampling) -> Result<Stream<'_>> {
         self.make_room(new_ids.len(), sampling.max_tokens)?;
-        let decoding = Decoding::new(new_ids, sampling)?;
+        let decoding = self.model.decoding(new_ids, sampling)?;
         let row = self
             .model
             .model

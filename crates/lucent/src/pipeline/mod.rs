@@ -3,6 +3,7 @@
 //! exporting a trained model for PyTorch; the perplexity of a decoder on a text; what a GGUF file holds.
 
 pub mod chat;
+pub mod constrain;
 pub mod embed;
 pub mod embed_file;
 #[cfg(feature = "train")]
@@ -17,6 +18,7 @@ pub mod transcribe;
 pub mod words;
 
 pub use chat::{ChatTemplate, Message};
+pub use constrain::Constraint;
 pub use embed::{Embedder, Pooling};
 pub use generate::{
     generate, Decoding, Generation, Sampler, Sampling, Step, StopReason, TextModel, TokenLogprob,

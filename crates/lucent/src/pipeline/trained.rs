@@ -23,6 +23,7 @@ impl TrainedModel {
                 template: None,
                 add_bos: false,
                 special_texts: Default::default(),
+                vocabulary: Default::default(),
             }),
             TrainedModel::Seq2Seq { .. } => Err(Error::Argument(format!(
                 "{} is an encoder-decoder trained on a task; it transforms an input (lucent train sample) \
