@@ -411,6 +411,13 @@ fn small(kind: ModelKind) -> ModelConfig {
         global_every: None,
         attention_scale: None,
         pooler: false,
+        qk_norm_whole: false,
+        attn_softcap: None,
+        final_softcap: None,
+        residual_scale: None,
+        logit_scale: None,
+        attention_scale_in_softmax: false,
+        no_rope_every: None,
     }
 }
 
