@@ -56,7 +56,9 @@ pub fn export_hf(run_dir: &Path, out_dir: &Path) -> Result<Exported> {
     std::fs::create_dir_all(out_dir).map_err(|e| Error::io(out_dir, e))?;
 
     let config_path = out_dir.join("config.json");
-    let json = serde_json::to_string_pretty(&config)
+    // Keys in sorted order, whatever order serde_json's maps keep (llguidance turns on
+    // its `preserve_order`): the same file for the same model, key for key.
+    let json = serde_json::to_string_pretty(&sorted_keys(config))
         .map_err(|e| Error::format(&config_path, e.to_string()))?;
     std::fs::write(&config_path, json + "\n").map_err(|e| Error::io(&config_path, e))?;
 
@@ -131,5 +133,25 @@ mod tests {
         assert_eq!(back.decode_ids(&ids, false)?, text);
         std::fs::remove_dir_all(&dir)?;
         Ok(())
+    }
+}
+
+/// `v` with every object's keys in sorted order (arrays keep theirs).
+fn sorted_keys(v: serde_json::Value) -> serde_json::Value {
+    match v {
+        serde_json::Value::Object(map) => {
+            let mut entries: Vec<(String, serde_json::Value)> = map.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            serde_json::Value::Object(
+                entries
+                    .into_iter()
+                    .map(|(k, v)| (k, sorted_keys(v)))
+                    .collect(),
+            )
+        }
+        serde_json::Value::Array(items) => {
+            serde_json::Value::Array(items.into_iter().map(sorted_keys).collect())
+        }
+        other => other,
     }
 }
