@@ -62,11 +62,12 @@ pub struct ConstraintArgs {
     #[arg(long, value_name = "FILE")]
     pub json_schema: Option<std::path::PathBuf>,
     /// The text is in the language of the Lark grammar in FILE (llguidance's Lark: a
-    /// `start` rule, /regex/ terminals, `%json {...}` for an embedded schema).
+    /// `start` rule, /regex/ terminals, `%json {...}` for an embedded schema) [default:
+    /// free text].
     #[arg(long, value_name = "FILE")]
     pub grammar: Option<std::path::PathBuf>,
     /// The text matches the regular expression RE as a whole (Rust regex syntax), e.g.
-    /// `--regex '(yes|no)'`.
+    /// `--regex '(yes|no)'` [default: free text].
     #[arg(long, value_name = "RE")]
     pub regex: Option<String>,
 }

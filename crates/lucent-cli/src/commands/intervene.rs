@@ -34,12 +34,14 @@ pub struct AblateArgs {
     /// must be one token [default: the model's greedy next token].
     #[arg(long, allow_hyphen_values = true)]
     pub target: Option<String>,
-    /// Heads to ablate together, as LAYER.HEAD,... (e.g. 0.3,5.1).
+    /// Heads to ablate together, as LAYER.HEAD,... (e.g. 0.3,5.1) [default: every head
+    /// of --layers, one at a time].
     #[arg(long, value_delimiter = ',', conflicts_with = "sweep")]
     pub heads: Vec<String>,
     /// Any interventions instead of head ablations: a JSON object or array
     /// ({"hook": NAME, "op": zero|mean|add|set|scale|patch, "head", "unit", "positions",
-    /// "keys", "value", "from"}; docs/interventions.md), or @FILE holding one.
+    /// "keys", "value", "from"}; docs/interventions.md), or @FILE holding one [default:
+    /// none].
     #[arg(long, value_name = "JSON|@FILE", conflicts_with = "heads")]
     pub intervene: Option<String>,
     /// Ablate every head of every layer in turn, one at a time (the default without
@@ -107,7 +109,8 @@ pub struct SteerArgs {
     /// The block after which the vector is added (0 = the first).
     #[arg(long)]
     pub layer: usize,
-    /// A JSON file holding the vector: an array of d_model numbers.
+    /// A JSON file holding the vector: an array of d_model numbers [default: none;
+    /// required unless --from].
     #[arg(
         long,
         value_name = "FILE",
@@ -115,7 +118,8 @@ pub struct SteerArgs {
         required_unless_present = "from"
     )]
     pub vector: Option<PathBuf>,
-    /// A pair of contrasting prompts "A|B" (repeatable): the vector is the mean of A − B.
+    /// A pair of contrasting prompts "A|B" (repeatable): the vector is the mean of A − B
+    /// [default: none; required unless --vector].
     #[arg(long, value_name = "A|B")]
     pub from: Vec<String>,
     /// Multiply the vector by S.
@@ -130,7 +134,7 @@ pub struct SteerArgs {
     /// Random seed for a temperature above 0.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Write the vector (as a JSON array) to FILE.
+    /// Write the vector (as a JSON array) to FILE [default: not written].
     #[arg(long, value_name = "FILE")]
     pub save_vector: Option<PathBuf>,
     /// Print JSON: model, text, layer, scale, norm (of the scaled vector), plain, steered.
