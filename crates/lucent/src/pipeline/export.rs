@@ -109,6 +109,26 @@ fn char_tokenizer(c: &CharTokenizer) -> Result<HfTokenizer> {
     HfTokenizer::from_tokenizers(tok)
 }
 
+/// `v` with every object's keys in sorted order (arrays keep theirs).
+fn sorted_keys(v: serde_json::Value) -> serde_json::Value {
+    match v {
+        serde_json::Value::Object(map) => {
+            let mut entries: Vec<(String, serde_json::Value)> = map.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            serde_json::Value::Object(
+                entries
+                    .into_iter()
+                    .map(|(k, v)| (k, sorted_keys(v)))
+                    .collect(),
+            )
+        }
+        serde_json::Value::Array(items) => {
+            serde_json::Value::Array(items.into_iter().map(sorted_keys).collect())
+        }
+        other => other,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,25 +153,5 @@ mod tests {
         assert_eq!(back.decode_ids(&ids, false)?, text);
         std::fs::remove_dir_all(&dir)?;
         Ok(())
-    }
-}
-
-/// `v` with every object's keys in sorted order (arrays keep theirs).
-fn sorted_keys(v: serde_json::Value) -> serde_json::Value {
-    match v {
-        serde_json::Value::Object(map) => {
-            let mut entries: Vec<(String, serde_json::Value)> = map.into_iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(&b.0));
-            serde_json::Value::Object(
-                entries
-                    .into_iter()
-                    .map(|(k, v)| (k, sorted_keys(v)))
-                    .collect(),
-            )
-        }
-        serde_json::Value::Array(items) => {
-            serde_json::Value::Array(items.into_iter().map(sorted_keys).collect())
-        }
-        other => other,
     }
 }
