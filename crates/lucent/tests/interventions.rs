@@ -17,6 +17,7 @@
 //! - bad interventions are errors naming the field.
 //!
 //! SmolLM2, MiniLM and Whisper tiny.en come from the cache (`lucent::open`, fetching if needed).
+mod common;
 
 use lucent::model::config::{FfnKind, ModelKind, NormKind, NormPlacement, PositionKind};
 use lucent::model::hooks::hook_points;
@@ -374,51 +375,7 @@ fn smollm2_bad_interventions_are_errors_naming_the_field() -> TestResult {
 
 /// A small config of `kind` (as tests/nn_invariants.rs builds them).
 fn small(kind: ModelKind) -> ModelConfig {
-    let (enc, dec) = match kind {
-        ModelKind::Encoder => (2, 0),
-        ModelKind::Decoder => (0, 3),
-        ModelKind::EncoderDecoder => (2, 2),
-    };
-    ModelConfig {
-        family: "test".into(),
-        kind,
-        vocab_size: 50,
-        d_model: 24,
-        encoder_layers: enc,
-        decoder_layers: dec,
-        n_heads: 4,
-        n_kv_heads: 4,
-        head_dim: 6,
-        d_ff: 40,
-        max_positions: 64,
-        type_vocab_size: 0,
-        position: PositionKind::Sinusoidal,
-        norm: NormKind::LayerNorm,
-        norm_placement: NormPlacement::Post,
-        norm_eps: 1e-5,
-        embedding_norm: false,
-        final_norm: false,
-        ffn: FfnKind::Mlp,
-        activation: Activation::Gelu,
-        qkv_bias: true,
-        attn_out_bias: true,
-        ffn_bias: true,
-        norm_bias: true,
-        qk_norm: false,
-        tie_embeddings: false,
-        embedding_scale: 1.0,
-        sliding_window: None,
-        global_every: None,
-        attention_scale: None,
-        pooler: false,
-        qk_norm_whole: false,
-        attn_softcap: None,
-        final_softcap: None,
-        residual_scale: None,
-        logit_scale: None,
-        attention_scale_in_softmax: false,
-        no_rope_every: None,
-    }
+    common::small_config(kind, PositionKind::Sinusoidal)
 }
 
 fn llama_like() -> ModelConfig {

@@ -2,6 +2,7 @@
 //! cached decoding equals the full causal forward (1e-5); padding never changes the rows
 //! it does not touch (1e-5); a batch of N equals N batches of one (1e-5); bad input gives
 //! errors that name the shapes, not panics.
+mod common;
 
 use lucent::model::build;
 use lucent::model::config::{FfnKind, ModelKind, NormKind, NormPlacement, PositionKind};
@@ -23,51 +24,7 @@ fn assert_close(what: &str, got: &Tensor, want: &Tensor, tol: f32) {
 
 /// A small config; `kind` and the family's choices are set by each test.
 fn config(kind: ModelKind) -> ModelConfig {
-    let (enc, dec) = match kind {
-        ModelKind::Encoder => (2, 0),
-        ModelKind::Decoder => (0, 3),
-        ModelKind::EncoderDecoder => (2, 2),
-    };
-    ModelConfig {
-        family: "test".into(),
-        kind,
-        vocab_size: 50,
-        d_model: 24,
-        encoder_layers: enc,
-        decoder_layers: dec,
-        n_heads: 4,
-        n_kv_heads: 4,
-        head_dim: 6,
-        d_ff: 40,
-        max_positions: 64,
-        type_vocab_size: 0,
-        position: PositionKind::None,
-        norm: NormKind::LayerNorm,
-        norm_placement: NormPlacement::Post,
-        norm_eps: 1e-5,
-        embedding_norm: false,
-        final_norm: false,
-        ffn: FfnKind::Mlp,
-        activation: Activation::Gelu,
-        qkv_bias: true,
-        attn_out_bias: true,
-        ffn_bias: true,
-        norm_bias: true,
-        qk_norm: false,
-        tie_embeddings: false,
-        embedding_scale: 1.0,
-        sliding_window: None,
-        global_every: None,
-        attention_scale: None,
-        pooler: false,
-        qk_norm_whole: false,
-        attn_softcap: None,
-        final_softcap: None,
-        residual_scale: None,
-        logit_scale: None,
-        attention_scale_in_softmax: false,
-        no_rope_every: None,
-    }
+    common::small_config(kind, PositionKind::None)
 }
 
 /// LLaMA-like: pre-norm RMSNorm, SwiGLU, GQA, RoPE rotate-half, no biases, final norm.
