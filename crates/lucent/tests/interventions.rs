@@ -19,12 +19,12 @@
 //! SmolLM2, MiniLM and Whisper tiny.en come from the cache (`lucent::open`, fetching if needed).
 mod common;
 
-use lucent::model::config::{FfnKind, ModelKind, NormKind, NormPlacement, PositionKind};
+use lucent::model::config::{ModelKind, NormPlacement, PositionKind};
 use lucent::model::hooks::hook_points;
 use lucent::model::{DecoderModel, EncoderDecoderModel};
 use lucent::nn::{Edit, Linear, Trace, Weight};
 use lucent::ops::quant::QMatrix;
-use lucent::ops::{Activation, RopeConvention};
+use lucent::ops::Activation;
 use lucent::tensor::quant::GgmlType;
 use lucent::{Intervention, InterventionOp, InterventionValue, ModelConfig, Tensor};
 use rand::rngs::StdRng;
@@ -379,20 +379,7 @@ fn small(kind: ModelKind) -> ModelConfig {
 }
 
 fn llama_like() -> ModelConfig {
-    let mut c = small(ModelKind::Decoder);
-    c.n_kv_heads = 2;
-    c.position = PositionKind::Rope {
-        base: 10_000.0,
-        local_base: None,
-        convention: RopeConvention::RotateHalf,
-    };
-    c.norm = NormKind::RmsNorm;
-    c.norm_placement = NormPlacement::Pre;
-    c.final_norm = true;
-    c.ffn = FfnKind::Gated;
-    c.activation = Activation::Silu;
-    (c.qkv_bias, c.attn_out_bias, c.ffn_bias, c.norm_bias) = (false, false, false, false);
-    c
+    common::llama_like()
 }
 
 fn gemma_like() -> ModelConfig {

@@ -29,20 +29,7 @@ fn config(kind: ModelKind) -> ModelConfig {
 
 /// LLaMA-like: pre-norm RMSNorm, SwiGLU, GQA, RoPE rotate-half, no biases, final norm.
 fn llama_like() -> ModelConfig {
-    let mut c = config(ModelKind::Decoder);
-    c.n_kv_heads = 2;
-    c.position = PositionKind::Rope {
-        base: 10_000.0,
-        local_base: None,
-        convention: RopeConvention::RotateHalf,
-    };
-    c.norm = NormKind::RmsNorm;
-    c.norm_placement = NormPlacement::Pre;
-    c.final_norm = true;
-    c.ffn = FfnKind::Gated;
-    c.activation = Activation::Silu;
-    (c.qkv_bias, c.attn_out_bias, c.ffn_bias, c.norm_bias) = (false, false, false, false);
-    c
+    common::llama_like()
 }
 
 /// Gemma-3-like: sandwich norms, GeGLU, multi-query, QK-norm, local/global layers with

@@ -4,7 +4,7 @@
 //! forward hands them over (`crate::nn::trace::hook`): the values flow on edited, so
 //! every later step of the pass sees them. This is how ablation, activation patching and
 //! steering work; the model-level values (`lucent::Intervention`, under TransformerLens's
-//! hook names) are translated into edits by `crate::model::hooks`.
+//! hook names) are translated into edits by the model layer's hook table (`model/hooks.rs`, which depends on this module, not the other way).
 //!
 //! An edit names a tensor by its full dotted trace name (`decoder.layer.3.attn.context`)
 //! and selects elements by the axes of that leaf:

@@ -29,7 +29,7 @@
 //! which [`hook`] applies to a tensor before recording it and handing it on, so the rest
 //! of the pass computes with the edited values (ablation, patching, steering; see
 //! `crate::nn::edit`). TransformerLens's names for these points (`blocks.3.attn.hook_z`)
-//! are mapped onto these in one table, `crate::model::hooks`.
+//! are mapped onto these in one table in the model layer (`model/hooks.rs`).
 
 use crate::nn::edit::Edit;
 use crate::tensor::Tensor;

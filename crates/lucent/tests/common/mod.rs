@@ -3,7 +3,7 @@
 //! changes.
 
 use lucent::model::config::{FfnKind, ModelKind, NormKind, NormPlacement, PositionKind};
-use lucent::ops::Activation;
+use lucent::ops::{Activation, RopeConvention};
 use lucent::ModelConfig;
 
 /// A small post-norm LayerNorm / GELU-MLP model of `kind` with `position`: d 24, 4
@@ -55,4 +55,23 @@ pub fn small_config(kind: ModelKind, position: PositionKind) -> ModelConfig {
         attention_scale_in_softmax: false,
         no_rope_every: None,
     }
+}
+
+/// LLaMA-like: pre-norm RMSNorm, SwiGLU, GQA (2 KV heads), RoPE rotate-half, no biases, a
+/// final norm, on [`small_config`]'s decoder.
+pub fn llama_like() -> ModelConfig {
+    let mut c = small_config(ModelKind::Decoder, PositionKind::None);
+    c.n_kv_heads = 2;
+    c.position = PositionKind::Rope {
+        base: 10_000.0,
+        local_base: None,
+        convention: RopeConvention::RotateHalf,
+    };
+    c.norm = NormKind::RmsNorm;
+    c.norm_placement = NormPlacement::Pre;
+    c.final_norm = true;
+    c.ffn = FfnKind::Gated;
+    c.activation = Activation::Silu;
+    (c.qkv_bias, c.attn_out_bias, c.ffn_bias, c.norm_bias) = (false, false, false, false);
+    c
 }
