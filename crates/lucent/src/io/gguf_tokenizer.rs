@@ -33,6 +33,7 @@ use std::collections::{BinaryHeap, HashMap};
 use aho_corasick::AhoCorasick;
 
 use crate::io::gguf::GgufFile;
+use crate::io::pre_tokenizers::{self, pre_tokenizer, PreTokenizer};
 use crate::io::tokenizer::{byte_to_unicode, Tokenizer};
 use crate::{Error, Result};
 
@@ -206,9 +207,15 @@ impl GgufTokenizer {
         let unk = id_key("tokenizer.ggml.unknown_token_id")?;
         let eot = id_key("tokenizer.ggml.eot_token_id")?;
         let eom = id_key("tokenizer.ggml.eom_token_id")?;
+        // Absent the key, llama.cpp adds BOS for SentencePiece and for the BPE
+        // pre-tokenizers that say so (Llama 3, Tekken, Chameleon).
+        let bos_by_default = match kind {
+            TokenizerKind::SentencePiece => true,
+            TokenizerKind::ByteLevelBpe => pre_tokenizer_of(f)?.add_bos,
+        };
         let add_bos = f
             .opt_bool("tokenizer.ggml.add_bos_token")?
-            .unwrap_or(kind == TokenizerKind::SentencePiece);
+            .unwrap_or(bos_by_default);
         let add_eos = f.opt_bool("tokenizer.ggml.add_eos_token")?.unwrap_or(false);
         let add_space_prefix = f
             .opt_bool("tokenizer.ggml.add_space_prefix")?
@@ -808,7 +815,23 @@ impl Ord for Bigram {
     }
 }
 
-/// Build the `tokenizers` BPE with the pre-tokeniser `tokenizer.ggml.pre` names.
+/// The pre-tokenizer `tokenizer.ggml.pre` names (`default` when the key is missing, as
+/// llama.cpp reads it); an unknown name is refused with the list lucent reads.
+fn pre_tokenizer_of(f: &GgufFile) -> Result<&'static PreTokenizer> {
+    let name = f.opt_str("tokenizer.ggml.pre")?.unwrap_or("default");
+    pre_tokenizer(name).ok_or_else(|| {
+        tok_err(
+            f,
+            format!(
+                "tokenizer.ggml.pre = '{name}' is a pre-tokenizer lucent does not read; it reads {}",
+                pre_tokenizers::names().join(", ")
+            ),
+        )
+    })
+}
+
+/// Build the `tokenizers` BPE with the pre-tokenizer `tokenizer.ggml.pre` names
+/// (`io::pre_tokenizers`).
 fn build_bpe(f: &GgufFile, tokens: &[String]) -> Result<tokenizers::Tokenizer> {
     use tokenizers::models::bpe::BPE;
     use tokenizers::pre_tokenizers::byte_level::ByteLevel;
@@ -816,6 +839,7 @@ fn build_bpe(f: &GgufFile, tokens: &[String]) -> Result<tokenizers::Tokenizer> {
     use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
     use tokenizers::{PreTokenizerWrapper, SplitDelimiterBehavior};
 
+    let pre = pre_tokenizer_of(f)?;
     let merges_raw = f.get_str_array("tokenizer.ggml.merges")?;
     let mut merges = Vec::with_capacity(merges_raw.len());
     for (i, m) in merges_raw.iter().enumerate() {
@@ -836,30 +860,30 @@ fn build_bpe(f: &GgufFile, tokens: &[String]) -> Result<tokenizers::Tokenizer> {
         .collect();
     let model = BPE::builder()
         .vocab_and_merges(vocab, merges)
+        .ignore_merges(pre.ignore_merges)
         .build()
         .map_err(|e| tok_err(f, format!("cannot build the BPE model: {e}")))?;
 
-    let pre = f.opt_str("tokenizer.ggml.pre")?.unwrap_or("default");
-    let byte_level = PreTokenizerWrapper::ByteLevel(ByteLevel::new(false, false, true));
-    let pre_tok = match pre {
-        // llama.cpp: "\p{N}" then the GPT-2 regex.
-        "smollm" | "starcoder" | "refact" | "command-r" | "codeshell" | "exaone" | "minerva" => {
-            let digits = Split::new(SplitPattern::Regex(r"\p{N}".into()), SplitDelimiterBehavior::Isolated, false)
-                .map_err(|e| tok_err(f, format!("pre-tokeniser regex: {e}")))?;
-            PreTokenizerWrapper::Sequence(Sequence::new(vec![PreTokenizerWrapper::Split(digits), byte_level]))
-        }
-        // llama.cpp: the GPT-2 regex alone.
-        "gpt2" | "mpt" | "olmo" | "jais" | "default" => byte_level,
-        other => {
-            return Err(tok_err(
+    let mut steps = Vec::with_capacity(pre.regexes.len() + 1);
+    for r in pre.regexes {
+        let split = Split::new(
+            SplitPattern::Regex((*r).into()),
+            SplitDelimiterBehavior::Isolated,
+            false,
+        )
+        .map_err(|e| {
+            tok_err(
                 f,
-                format!(
-                    "tokenizer.ggml.pre = '{other}' is not supported yet; lucent knows smollm, starcoder, \
-                     refact, command-r, codeshell, exaone, minerva, gpt2, mpt, olmo, jais"
-                ),
-            ))
-        }
-    };
+                format!("pre-tokenizer '{}': regex {r:?}: {e}", pre.names[0]),
+            )
+        })?;
+        steps.push(PreTokenizerWrapper::Split(split));
+    }
+    // The pieces, byte-encoded (GPT-2's byte → character table); no regex of its own.
+    steps.push(PreTokenizerWrapper::ByteLevel(ByteLevel::new(
+        false, false, false,
+    )));
+    let pre_tok = PreTokenizerWrapper::Sequence(Sequence::new(steps));
     let mut tk = tokenizers::Tokenizer::new(model);
     tk.with_pre_tokenizer(Some(pre_tok));
     Ok(tk)

@@ -11,6 +11,7 @@ pub mod gguf;
 pub mod gguf_tokenizer;
 pub mod mel;
 pub mod npy;
+pub mod pre_tokenizers;
 pub mod safetensors;
 pub mod tokenizer;
 
