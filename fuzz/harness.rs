@@ -31,7 +31,7 @@ use lucent::io::gguf_tokenizer::{GgufTokenizer, TokenType};
 use lucent::io::mel::{MelStream, N_FRAMES};
 use lucent::io::tokenizer::TokenStream;
 use lucent::io::{HfTokenizer as Tokenizer, SafetensorsFile};
-use lucent::model::family::{bert, gemma3, llama, whisper, Weights};
+use lucent::model::family::{bert, whisper, Weights, GGUF_FAMILIES};
 use lucent::model::{DecoderModel, EncoderModel};
 use lucent::pipeline::chat::{CHATML, GEMMA};
 use lucent::pipeline::{ChatTemplate, Message};
@@ -44,7 +44,7 @@ const TEXT: &str = "Hello <|im_start|>user\n  world<end_of_turn> 42\n\n é 日�
 /// Tensors up to this many elements are widened to f32 (larger ones are only viewed).
 const WIDEN_LIMIT: usize = 1 << 20;
 
-/// A GGUF file: metadata, tensor table and views, the `llama` / `gemma3` config, the
+/// A GGUF file: metadata, tensor table and views, every GGUF family's config, the
 /// tokenizer and chat template it carries (encoding, decoding, a rendered chat), and
 /// the decoder model built from it.
 pub fn gguf(data: &[u8]) {
@@ -62,8 +62,11 @@ pub fn gguf(data: &[u8]) {
         }
         let _ = f.qmatrix(&t.name);
     }
-    let _ = llama::config(&f);
-    let _ = gemma3::config(&f);
+    // Every registered family's config translation (whatever the file says its
+    // architecture is), so a new family is fuzzed the day it is registered.
+    for family in GGUF_FAMILIES {
+        let _ = family.config(&f);
+    }
     if let Ok(tok) = GgufTokenizer::from_gguf(&f) {
         if let Ok(ids) = tok.encode(TEXT, true) {
             let _ = tok.decode(&ids, false);

@@ -2,7 +2,8 @@
 //! docs/reliability.md): `cargo run --release -p lucent --example fuzz_seeds`.
 //!
 //! Seeds are small crafted files that reach deep (tiny but complete `llama` and `gemma3`
-//! GGUF models with tokenizers and chat templates, a tiny BERT folder, tokenizer.json
+//! GGUF models with tokenizers and chat templates, the test benches' small GGUF files of
+//! other families and pre-tokenizers, a tiny BERT folder, tokenizer.json
 //! files of each model kind, hostile chat messages) and truncated copies of the real
 //! models' files from the cache (the first 256 KiB of SmolLM2's and Gemma 3's GGUF, the
 //! first 64 KiB of MiniLM's safetensors, MiniLM's config.json and its tokenizer.json cut
@@ -412,6 +413,18 @@ fn main() -> Res {
     put("gguf", "tiny-llama.gguf", &tiny_decoder("llama")?)?;
     put("gguf", "tiny-gemma3.gguf", &tiny_decoder("gemma3")?)?;
     put("gguf", "bpe-tokenizer.gguf", &bpe_tokenizer_gguf())?;
+    // The test benches' small files: families whose config the fuzzer should reach (an
+    // unknown architecture, OLMo 2 with a window, Granite without RoPE) and vocabularies
+    // of three pre-tokenizers (tests/data/gguf_families, tests/data/gguf_tokenizers).
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data");
+    for name in ["mamba-unknown", "olmo2-swa", "granite-norope"] {
+        let bytes = std::fs::read(data.join("gguf_families").join(format!("{name}.gguf")))?;
+        put("gguf", &format!("family-{name}.gguf"), &bytes)?;
+    }
+    for name in ["qwen2", "tekken", "deepseek-llm"] {
+        let bytes = std::fs::read(data.join("gguf_tokenizers").join(format!("{name}.gguf")))?;
+        put("gguf", &format!("pre-{name}.gguf"), &bytes)?;
+    }
     for (name, n) in [("smollm2", 256 << 10), ("gemma3", 256 << 10)] {
         let path = fetch::ensure(name, &mut Silent)?;
         put("gguf", &format!("{name}-head.gguf"), &head(&path, n)?)?;

@@ -64,6 +64,23 @@ fn every_fuzz_finding_stays_fixed() {
     println!("{n} findings replayed");
 }
 
+/// The GGUF test benches' files (every family, every pre-tokenizer): whole models the
+/// `gguf` target's body takes apart without a panic.
+const GGUF_BENCHES: [&str; 2] = ["tests/data/gguf_families", "tests/data/gguf_tokenizers"];
+
+#[test]
+fn every_bench_gguf_passes_the_gguf_target() {
+    for dir in GGUF_BENCHES {
+        let mut ggufs = files(&root().join(dir));
+        ggufs.retain(|p| p.extension().is_some_and(|e| e == "gguf"));
+        assert!(!ggufs.is_empty(), "{dir} has no .gguf files");
+        for f in ggufs {
+            println!("gguf: {}", f.display());
+            harness::gguf(&std::fs::read(&f).unwrap());
+        }
+    }
+}
+
 #[test]
 fn seeds_reach_the_models() {
     for name in ["tiny-llama.gguf", "tiny-gemma3.gguf"] {
