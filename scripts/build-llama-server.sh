@@ -6,10 +6,12 @@
 #   - `pip download --no-deps --no-binary :all: --no-build-isolation llama-cpp-python==0.3.36`;
 #   - cmake -DLLAMA_CURL=OFF -DGGML_NATIVE=ON, AMX off (-mno-amx-*: AMX crashes on this
 #     machine), --target llama-server.
-# Prints the path of the binary. Re-running reuses what is there.
+# Prints the path of the binary. Re-running reuses what is there. An argument names another
+# llama.cpp tool to build the same way (`scripts/build-llama-server.sh llama-quantize`).
 set -euo pipefail
 ROOT="${LUCENT_LLAMA_DIR:-$HOME/.cache/lucent/llama-server-0.3.36}"
-BIN="$ROOT/build/bin/llama-server"
+TARGET="${1:-llama-server}"
+BIN="$ROOT/build/bin/$TARGET"
 if [ -x "$BIN" ]; then echo "$BIN"; exit 0; fi
 mkdir -p "$ROOT"
 cd "$ROOT"
@@ -26,5 +28,5 @@ NOAMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 PATH="$ROOT/venv/bin:$PATH" cmake -S src/vendor/llama.cpp -B build -G Ninja \
   -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DGGML_NATIVE=ON \
   -DCMAKE_C_FLAGS="$NOAMX" -DCMAKE_CXX_FLAGS="$NOAMX" >&2
-PATH="$ROOT/venv/bin:$PATH" nice -n 10 cmake --build build --target llama-server -j "${LUCENT_BUILD_JOBS:-2}" >&2
+PATH="$ROOT/venv/bin:$PATH" nice -n 10 cmake --build build --target "$TARGET" -j "${LUCENT_BUILD_JOBS:-2}" >&2
 echo "$BIN"

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# lucent against llama.cpp on a random-weight file of a real model's shape (the issue's
+# "Qwen3-0.6B-shaped Q4_K_M" benchmark): prefill and decode tok/s, same prompt ids, same
+# threads, interleaved rounds (scripts/bench-generate-peer.sh does the measuring).
+#
+#   scripts/bench-shape-peer.sh                                  # qwen3-0.6b, Q4_K_M
+#   SHAPE=qwen3moe-a3b-8 QUANT=Q4_K_M REPEATS=5 scripts/bench-shape-peer.sh
+#
+# The file is made once into ${LUCENT_SHAPES:-$HOME/.cache/lucent/shapes}:
+# scripts/make_gguf_shape.py writes the shape with Q8_0 matrices, llama.cpp's own
+# llama-quantize (built by scripts/build-llama-server.sh from the llama-cpp-python 0.3.36
+# sources) makes the QUANT mix. Speed depends on shapes and block types only, so random
+# weights measure what the real file would. THREADS, REPEATS, PROMPT, GEN as in
+# bench-generate-peer.sh.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+SHAPE="${SHAPE:-qwen3-0.6b}"
+QUANT="${QUANT:-Q4_K_M}"
+DIR="${LUCENT_SHAPES:-$HOME/.cache/lucent/shapes}"
+VENV="${LUCENT_BENCH_VENV:-$HOME/.cache/lucent/bench-venv-llama}"
+FILE="$DIR/$SHAPE-$QUANT.gguf"
+mkdir -p "$DIR"
+if [ ! -s "$FILE" ]; then
+    [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+    "$VENV/bin/python" -c "import gguf, numpy" 2>/dev/null || "$VENV/bin/python" -m pip install --quiet gguf numpy
+    QUANTIZE="$(bash "$ROOT/scripts/build-llama-server.sh" llama-quantize)"
+    echo "writing $SHAPE (Q8_0) and quantising it to $QUANT with $QUANTIZE ..." >&2
+    "$VENV/bin/python" "$ROOT/scripts/make_gguf_shape.py" "$SHAPE" "$DIR/$SHAPE-Q8_0.gguf"
+    "$QUANTIZE" --allow-requantize "$DIR/$SHAPE-Q8_0.gguf" "$FILE.part" "$QUANT" >&2
+    mv "$FILE.part" "$FILE"
+    rm -f "$DIR/$SHAPE-Q8_0.gguf"
+fi
+MODEL="$FILE" exec bash "$ROOT/scripts/bench-generate-peer.sh"
