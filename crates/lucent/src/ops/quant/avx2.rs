@@ -51,13 +51,16 @@ pub(crate) fn tiled_kernels(dtype: GgmlType) -> Option<(DotFn, Dot4Fn)> {
             |r, a| unsafe { q6_k(r, a, true) },
             |r, a| std::array::from_fn(|k| unsafe { q6_k(r, a[k], true) }),
         )),
-        _ => None,
+        _ => reference::tiled_kernels(dtype),
     }
 }
 
-/// Q4_K in the order of llama.cpp's repacked kernels ([`KOrder::Gemv`] for one row,
-/// [`KOrder::Gemm`] for each of four).
-pub(crate) fn repacked_kernels() -> (DotFn, Dot4Fn) {
+/// The kernels in the order of llama.cpp's repacked kernels: Q4_K's ([`KOrder::Gemv`]
+/// for one row, [`KOrder::Gemm`] for each of four), IQ4_NL's.
+pub(crate) fn repacked_kernels(dtype: GgmlType) -> (DotFn, Dot4Fn) {
+    if dtype != GgmlType::Q4_K {
+        return reference::repacked_kernels(dtype);
+    }
     (
         // SAFETY (both): AVX2+FMA detected; the callers check rows and acts.
         |r, a| unsafe { q45_k(r, a, false, KOrder::Gemv) },

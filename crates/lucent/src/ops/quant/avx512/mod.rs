@@ -199,13 +199,17 @@ pub(crate) fn tiled_kernels(dtype: GgmlType) -> Option<(DotFn, Dot4Fn)> {
             |r, a| unsafe { kquant::q6_k(r, a, true) },
             |r, a| unsafe { kquant::q6_k_rows::<4>(r, a, true) },
         )),
-        _ => None,
+        _ => avx2::tiled_kernels(dtype),
     }
 }
 
-/// Q4_K in the order of llama.cpp's repacked kernels ([`KOrder::Gemv`] for one row
-/// at a time, [`KOrder::Gemm`] for the four-row kernel).
-pub(crate) fn repacked_kernels() -> (DotFn, Dot4Fn) {
+/// The kernels in the order of llama.cpp's repacked kernels: Q4_K's ([`KOrder::Gemv`]
+/// for one row at a time, [`KOrder::Gemm`] for the four-row kernel); IQ4_NL's from
+/// [`super::avx2`].
+pub(crate) fn repacked_kernels(dtype: GgmlType) -> (DotFn, Dot4Fn) {
+    if dtype != GgmlType::Q4_K {
+        return avx2::repacked_kernels(dtype);
+    }
     (
         // SAFETY (both): available() said yes; the callers check rows and acts.
         |r, a| unsafe { kquant::q45_k(r, a, false, KOrder::Gemv) },
