@@ -202,3 +202,35 @@ fn a_row_that_is_not_whole_blocks_is_refused_naming_the_tensor() {
         );
     }
 }
+
+/// `lucent inspect`'s report of each file: lucent runs it, and its type mix is the one
+/// llama-quantize wrote, with each type's bytes its blocks' (rows × row bytes).
+#[test]
+fn inspect_reports_each_mix_and_runs_it() {
+    let reference = reference();
+    for (mix, file) in &reference.files {
+        let path = data_dir().join(&file.file);
+        let r = lucent::pipeline::inspect::inspect_gguf(&path).expect("inspect");
+        assert!(r.runs, "{mix}: inspect refuses it: {:?}", r.refusal);
+        let got: BTreeMap<String, usize> = r
+            .types
+            .iter()
+            .map(|t| (t.dtype.clone(), t.tensors))
+            .collect();
+        assert_eq!(got, file.types, "{mix}: the type mix");
+        let f = GgufFile::open(&path).expect("open");
+        for t in &r.types {
+            let bytes: u64 = f
+                .tensor_infos()
+                .iter()
+                .filter(|i| i.dtype.name() == t.dtype)
+                .map(|i| {
+                    let cols = i.shape.last().copied().unwrap_or(1);
+                    let rows = i.shape.iter().product::<usize>() / cols;
+                    (i.dtype.row_bytes(cols).expect("whole blocks") * rows) as u64
+                })
+                .sum();
+            assert_eq!(t.bytes, bytes, "{mix}: bytes of {}", t.dtype);
+        }
+    }
+}

@@ -153,5 +153,60 @@ fn kernels_equal_the_twin(isa: Isa) -> Result<()> {
             }
         }
     }
+    // The low-bit types on extreme blocks: every quant byte 0xFF, 0x80 or random, the
+    // scales at f16's largest magnitude, its smallest subnormal, or zero, against
+    // activations at full scale of either sign: the 16-bit pair sums must not saturate.
+    for t in [
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
+        GgmlType::IQ4_XS,
+        GgmlType::IQ4_NL,
+    ] {
+        let cols = 3 * QK_K;
+        for (case, fill) in [Some(0xFFu8), Some(0x80), None].into_iter().enumerate() {
+            let mut m = random_matrix(t, 8, cols, &mut rng)?.bytes().to_vec();
+            if let Some(f) = fill {
+                m.fill(f);
+            }
+            for (k, blk) in m.chunks_exact_mut(t.block_bytes()).enumerate() {
+                for &at in scale_offsets(t) {
+                    let v = [65504.0f32, -65504.0, 6e-8, 0.0][(k + at + case) % 4];
+                    blk[at..at + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes());
+                }
+            }
+            let m = QMatrix::from_vec(t, 8, cols, m)?;
+            for sign in [1.0f32, -1.0] {
+                let x: Vec<f32> = (0..cols).map(|j| sign * (1.0 + (j % 7) as f32)).collect();
+                let a = m.prepare(&x)?;
+                for i in 0..8 {
+                    let row = m.row_bytes_of(i);
+                    let what = format!("{isa}: extreme {t} fill {fill:?} sign {sign} row {i}");
+                    let twin = reference::kernel(t)(row, &a);
+                    assert_eq!(
+                        dot_kernel(t, isa)(row, &a).to_bits(),
+                        twin.to_bits(),
+                        "{what}"
+                    );
+                    let others = match t {
+                        GgmlType::IQ4_NL => {
+                            let (v1, v4) = repacked_kernels(t, isa);
+                            (reference::dot_iq4_nl_repacked(row, &a), v1, v4)
+                        }
+                        _ => {
+                            let Some((k1, k4)) = tiled_kernels(t, isa) else {
+                                panic!("{t}: no tiled kernels at {isa}");
+                            };
+                            let tw = reference::tiled_kernels(t).map(|k| k.0(row, &a));
+                            (tw.unwrap_or_else(|| panic!("{t}: no tiled twin")), k1, k4)
+                        }
+                    };
+                    let (want, k1, k4) = others;
+                    for v in std::iter::once(k1(row, &a)).chain(k4(row, [&a; 4])) {
+                        assert_eq!(v.to_bits(), want.to_bits(), "{what}: tiled or repacked");
+                    }
+                }
+            }
+        }
+    }
     Ok(())
 }
