@@ -6,8 +6,8 @@
 //! part of a block is eight i32 lanes (lane k: numbers 4k..4k+3 of every 32, times
 //! their group's scale), exact, as the twins' [`k16_parts`](super::reference::k16_parts)
 //! hold it; the f32 steps around it are the twins'. Selected only at
-//! [`Isa::Avx2`](crate::runtime::Isa::Avx2) or above (the AVX-512 level uses these too:
-//! llama.cpp's AVX2 build has no other order to follow); the wrappers' `unsafe` blocks
+//! [`Isa::Avx2`](crate::runtime::Isa::Avx2) or above (the AVX-512 level takes IQ4_NL's
+//! from here, and `avx512::lowbit`'s for the other three); the wrappers' `unsafe` blocks
 //! rely on that.
 
 use std::arch::x86_64::*;
