@@ -267,7 +267,7 @@ fn bad_headers_give_clear_errors() {
     }
 
     // Unknown and unsupported dtypes name the tensor.
-    for (id, want) in [(99u32, "unknown type id 99"), (10, "Q2_K")] {
+    for (id, want) in [(99u32, "unknown type id 99"), (16, "IQ2_XXS")] {
         let mut b = good.clone();
         let at = tensor_field(&b, "proj.weight", 2);
         b[at..at + 4].copy_from_slice(&id.to_le_bytes());

@@ -1,6 +1,6 @@
 //! Quantised storage of GGUF files (ggml's formats): the storage types ([`GgmlType`]),
 //! their blocks as `#[repr(C, packed)]` structs whose sizes are checked at compile time
-//! ([`BlockQ4_0`] … [`BlockQ6_K`]), the unpacking of the K-quants' 6-bit scales, and the
+//! ([`BlockQ4_0`] … [`BlockIQ4_XS`]), the unpacking of the K-quants' 6-bit scales, and the
 //! bytes a quantised matrix reads ([`QBytes`]).
 //!
 //! A quantised row of `n` numbers is `n / B` blocks of `B` numbers. Each block stores
@@ -10,7 +10,14 @@
 //! - `Q4_1`, `Q5_1` (B = 32):          `x = d · q + m`,
 //! - `Q4_K`, `Q5_K` (B = 256, eight sub-blocks of 32 with 6-bit scale `sc` and min `mn`):
 //!   `x = d · sc_j · q − dmin · mn_j`,
-//! - `Q6_K` (B = 256, sixteen groups of 16 with an i8 scale): `x = d · sc_g · (q − 32)`.
+//! - `Q6_K` (B = 256, sixteen groups of 16 with an i8 scale): `x = d · sc_g · (q − 32)`,
+//! - `Q2_K` (B = 256, sixteen groups of 16 with 4-bit scale `sc` and min `mn`):
+//!   `x = d · sc_g · q − dmin · mn_g` (q of 2 bits),
+//! - `Q3_K` (B = 256, sixteen groups of 16 with a 6-bit scale): `x = d · (sc_g − 32) · (q − 4)`
+//!   (q of 3 bits),
+//! - `IQ4_NL` (B = 32): `x = d · K[q]`, and `IQ4_XS` (B = 256, eight sub-blocks of 32 with
+//!   a 6-bit scale): `x = d · (sc_j − 32) · K[q]`, where K is ggml's non-linear grid of
+//!   sixteen values ([`KVALUES_IQ4NL`]) and q of 4 bits picks one.
 //!
 //! The block structs are the one statement of each layout: every kernel reads a block
 //! through its fields (or, for pointer-walking SIMD code, through `offset_of!` on them),
@@ -28,7 +35,7 @@ use crate::{Error, Result};
 
 /// Numbers per block of the 32-blocks (`Q4_0` ... `Q8_0`).
 pub const QK: usize = 32;
-/// Numbers per block of the K-quants (`Q4_K`, `Q5_K`, `Q6_K`) and of `Q8_K` activations.
+/// Numbers per block of the K-quants (`Q2_K` … `Q6_K`, `IQ4_XS`) and of `Q8_K` activations.
 pub const QK_K: usize = 256;
 
 /// A storage type of GGUF tensors that lucent reads. The discriminants are ggml's ids.
@@ -57,11 +64,19 @@ pub enum GgmlType {
     Q5_K,
     /// 256-blocks: 128 bytes low nibbles, 64 bytes high 2-bit pairs, 16 i8 scales, f16 `d`. 210 bytes.
     Q6_K,
+    /// 256-blocks: 16 bytes of 4-bit scales and mins, 64 bytes of 2-bit `q`, f16 `d`, f16 `dmin`. 84 bytes.
+    Q2_K,
+    /// 256-blocks: 32 bytes of third bits, 64 bytes of low 2-bit pairs, 12 bytes of 6-bit scales, f16 `d`. 110 bytes.
+    Q3_K,
+    /// 32-blocks: f16 `d`, 16 bytes of 4-bit indices into the grid [`KVALUES_IQ4NL`]. 18 bytes.
+    IQ4_NL,
+    /// 256-blocks: f16 `d`, 2 + 4 bytes of 6-bit scales, 128 bytes of 4-bit grid indices. 136 bytes.
+    IQ4_XS,
 }
 
 impl GgmlType {
     /// Every type lucent reads.
-    pub const ALL: [GgmlType; 11] = [
+    pub const ALL: [GgmlType; 15] = [
         GgmlType::F32,
         GgmlType::F16,
         GgmlType::BF16,
@@ -73,6 +88,10 @@ impl GgmlType {
         GgmlType::Q4_K,
         GgmlType::Q5_K,
         GgmlType::Q6_K,
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
+        GgmlType::IQ4_NL,
+        GgmlType::IQ4_XS,
     ];
 
     /// The type with ggml id `id`, or `None` if lucent does not read it
@@ -94,6 +113,10 @@ impl GgmlType {
             GgmlType::Q4_K => 12,
             GgmlType::Q5_K => 13,
             GgmlType::Q6_K => 14,
+            GgmlType::Q2_K => 10,
+            GgmlType::Q3_K => 11,
+            GgmlType::IQ4_NL => 20,
+            GgmlType::IQ4_XS => 23,
             GgmlType::BF16 => 30,
         }
     }
@@ -112,6 +135,10 @@ impl GgmlType {
             GgmlType::Q4_K => "Q4_K",
             GgmlType::Q5_K => "Q5_K",
             GgmlType::Q6_K => "Q6_K",
+            GgmlType::Q2_K => "Q2_K",
+            GgmlType::Q3_K => "Q3_K",
+            GgmlType::IQ4_NL => "IQ4_NL",
+            GgmlType::IQ4_XS => "IQ4_XS",
         }
     }
 
@@ -119,10 +146,18 @@ impl GgmlType {
     pub fn block_len(self) -> usize {
         match self {
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 1,
-            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => {
-                QK
-            }
-            GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => QK_K,
+            GgmlType::Q4_0
+            | GgmlType::Q4_1
+            | GgmlType::Q5_0
+            | GgmlType::Q5_1
+            | GgmlType::Q8_0
+            | GgmlType::IQ4_NL => QK,
+            GgmlType::Q4_K
+            | GgmlType::Q5_K
+            | GgmlType::Q6_K
+            | GgmlType::Q2_K
+            | GgmlType::Q3_K
+            | GgmlType::IQ4_XS => QK_K,
         }
     }
 
@@ -139,6 +174,10 @@ impl GgmlType {
             GgmlType::Q4_K => std::mem::size_of::<BlockQ4_K>(),
             GgmlType::Q5_K => std::mem::size_of::<BlockQ5_K>(),
             GgmlType::Q6_K => std::mem::size_of::<BlockQ6_K>(),
+            GgmlType::Q2_K => std::mem::size_of::<BlockQ2_K>(),
+            GgmlType::Q3_K => std::mem::size_of::<BlockQ3_K>(),
+            GgmlType::IQ4_NL => std::mem::size_of::<BlockIQ4_NL>(),
+            GgmlType::IQ4_XS => std::mem::size_of::<BlockIQ4_XS>(),
         }
     }
 
@@ -161,10 +200,18 @@ impl GgmlType {
     pub fn activation_kind(self) -> ActKind {
         match self {
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => ActKind::F32,
-            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => {
-                ActKind::Q8_0
-            }
-            GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => ActKind::Q8_K,
+            GgmlType::Q4_0
+            | GgmlType::Q4_1
+            | GgmlType::Q5_0
+            | GgmlType::Q5_1
+            | GgmlType::Q8_0
+            | GgmlType::IQ4_NL => ActKind::Q8_0,
+            GgmlType::Q4_K
+            | GgmlType::Q5_K
+            | GgmlType::Q6_K
+            | GgmlType::Q2_K
+            | GgmlType::Q3_K
+            | GgmlType::IQ4_XS => ActKind::Q8_K,
         }
     }
 }
@@ -182,17 +229,13 @@ pub fn ggml_type_name(id: u32) -> Option<&'static str> {
     }
     Some(match id {
         9 => "Q8_1",
-        10 => "Q2_K",
-        11 => "Q3_K",
         15 => "Q8_K",
         16 => "IQ2_XXS",
         17 => "IQ2_XS",
         18 => "IQ3_XXS",
         19 => "IQ1_S",
-        20 => "IQ4_NL",
         21 => "IQ3_S",
         22 => "IQ2_S",
-        23 => "IQ4_XS",
         24 => "I8",
         25 => "I16",
         26 => "I32",
@@ -319,6 +362,101 @@ pub struct BlockQ6_K {
     pub d: f16,
 }
 
+/// A `Q2_K` block: 256 numbers `x = d · sc_g · q − dmin · mn_g` in sixteen groups of
+/// 16, q of 2 bits. Number `i = 128 n + 32 k + l` (n half, k quarter, l < 32) is bits
+/// 2k, 2k + 1 of `qs[32 n + l]`; group g = i / 16 has scale `scales[g] & 15` and
+/// minimum `scales[g] >> 4`.
+#[repr(C, packed)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct BlockQ2_K {
+    /// The groups' 4-bit scales (low nibbles) and minimums (high nibbles).
+    pub scales: [u8; 16],
+    /// The 2-bit numbers, four a byte.
+    pub qs: [u8; 64],
+    /// The scale of the groups' scales.
+    pub d: f16,
+    /// The scale of the groups' minimums.
+    pub dmin: f16,
+}
+
+/// A `Q3_K` block: 256 numbers `x = d · (sc_g − 32) · (q − 4)` in sixteen groups of 16,
+/// q of 3 bits. Number `i = 128 n + 32 k + l` takes its low two bits from bits 2k,
+/// 2k + 1 of `qs[32 n + l]` and its third bit from bit `4 n + k` of `hmask[l]`; group
+/// g = i / 16 has the 6-bit scale `sc_g` packed in `scales` ([`q3_k_scales`]).
+#[repr(C, packed)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct BlockQ3_K {
+    /// The third bits.
+    pub hmask: [u8; 32],
+    /// The low two bits, four numbers a byte.
+    pub qs: [u8; 64],
+    /// Sixteen 6-bit scales.
+    pub scales: [u8; 12],
+    /// The scale of the scales.
+    pub d: f16,
+}
+
+/// An `IQ4_NL` block: 32 numbers `x = d · K[q]` ([`KVALUES_IQ4NL`]); `qs[j]` holds the
+/// index of number j in its low nibble and of number j + 16 in its high nibble.
+#[repr(C, packed)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct BlockIQ4_NL {
+    /// The scale.
+    pub d: f16,
+    /// The 4-bit grid indices, two a byte.
+    pub qs: [u8; 16],
+}
+
+/// An `IQ4_XS` block: 256 numbers `x = d · (sc_j − 32) · K[q]` ([`KVALUES_IQ4NL`]) in
+/// eight sub-blocks of 32. Sub-block j's indices are laid out as an [`BlockIQ4_NL`]'s in
+/// `qs[16 j .. 16 j + 16]`; its 6-bit scale has its low four bits in nibble `j % 2` of
+/// `scales_l[j / 2]` and its top two in bits 2j, 2j + 1 of the little-endian `scales_h`
+/// ([`BlockIQ4_XS::sub_scales`]).
+#[repr(C, packed)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct BlockIQ4_XS {
+    /// The scale of the sub-blocks' scales.
+    pub d: f16,
+    /// The scales' top two bits, a little-endian u16.
+    pub scales_h: [u8; 2],
+    /// The scales' low four bits, two a byte.
+    pub scales_l: [u8; 4],
+    /// The 4-bit grid indices, two a byte.
+    pub qs: [u8; 128],
+}
+
+/// ggml's non-linear 4-bit grid (`kvalues_iq4nl`): the values `IQ4_NL` and `IQ4_XS`
+/// indices stand for.
+pub const KVALUES_IQ4NL: [i8; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
+
+/// The sixteen signed scales `sc_g − 32` of a Q3_K block, unpacked from its 12 scale
+/// bytes s: group g keeps its low four bits in the low nibble of s[g] (g < 8) or the
+/// high nibble of s[g − 8] (g ≥ 8), and its top two bits in bits 2 (g / 4),
+/// 2 (g / 4) + 1 of s[8 + g % 4].
+#[inline]
+pub fn q3_k_scales(s: &[u8; 12]) -> [i8; 16] {
+    std::array::from_fn(|g| {
+        let low = if g < 8 { s[g] & 0x0F } else { s[g - 8] >> 4 };
+        let high = (s[8 + g % 4] >> (2 * (g / 4))) & 3;
+        ((low | (high << 4)) as i32 - 32) as i8
+    })
+}
+
+impl BlockIQ4_XS {
+    /// The eight signed scales `sc_j − 32` of the sub-blocks.
+    #[inline]
+    pub fn sub_scales(&self) -> [i8; 8] {
+        let h = u16::from_le_bytes(self.scales_h);
+        std::array::from_fn(|j| {
+            let low = (self.scales_l[j / 2] >> (4 * (j % 2))) & 0x0F;
+            let high = ((h >> (2 * j)) & 3) as u8;
+            ((low | (high << 4)) as i32 - 32) as i8
+        })
+    }
+}
+
 // The layouts are ggml's, byte for byte.
 const _: () = assert!(std::mem::size_of::<BlockQ4_0>() == 18);
 const _: () = assert!(std::mem::size_of::<BlockQ4_1>() == 20);
@@ -328,6 +466,10 @@ const _: () = assert!(std::mem::size_of::<BlockQ8_0>() == 34);
 const _: () = assert!(std::mem::size_of::<BlockQ4_K>() == 144);
 const _: () = assert!(std::mem::size_of::<BlockQ5_K>() == 176);
 const _: () = assert!(std::mem::size_of::<BlockQ6_K>() == 210);
+const _: () = assert!(std::mem::size_of::<BlockQ2_K>() == 84);
+const _: () = assert!(std::mem::size_of::<BlockQ3_K>() == 110);
+const _: () = assert!(std::mem::size_of::<BlockIQ4_NL>() == 18);
+const _: () = assert!(std::mem::size_of::<BlockIQ4_XS>() == 136);
 
 /// A block type: its [`GgmlType`], for [`blocks`] and the sizes' checks.
 pub trait Block: bytemuck::Pod {
@@ -358,6 +500,18 @@ impl Block for BlockQ5_K {
 }
 impl Block for BlockQ6_K {
     const TYPE: GgmlType = GgmlType::Q6_K;
+}
+impl Block for BlockQ2_K {
+    const TYPE: GgmlType = GgmlType::Q2_K;
+}
+impl Block for BlockQ3_K {
+    const TYPE: GgmlType = GgmlType::Q3_K;
+}
+impl Block for BlockIQ4_NL {
+    const TYPE: GgmlType = GgmlType::IQ4_NL;
+}
+impl Block for BlockIQ4_XS {
+    const TYPE: GgmlType = GgmlType::IQ4_XS;
 }
 
 /// The whole blocks of type `B` in `bytes` (a trailing part of a block is left out):

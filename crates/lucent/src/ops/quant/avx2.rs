@@ -1,7 +1,7 @@
 //! AVX2 + FMA (+ F16C) kernels of the quantised dot products: the 32-block types' dots
 //! and their tile kernel (several weight rows × several activation rows), the K-quant
 //! dots in each of llama.cpp's orders ([`K45Acc`]), and the helpers the AVX-512 kernels
-//! share (`f16p`, `hsum_ps`, `hsum_epi32`). Each is selected by [`kernel`] only at
+//! and [`super::avx2_lowbit`] share (`f16p`, `hsum_ps`, `hsum_epi32`). Each is selected by [`kernel`] only at
 //! [`Isa::Avx2`](crate::runtime::Isa::Avx2) or above (a level the runtime caps to the
 //! CPU's); the wrappers' `unsafe` blocks rely on that. Every result equals its twin in
 //! [`super::reference`] bit for bit.
@@ -12,7 +12,7 @@ use half::f16;
 
 use crate::ops::quant::activations::QuantizedActs;
 use crate::ops::quant::dispatch::{Dot4Fn, DotFn, KOrder};
-use crate::ops::quant::reference;
+use crate::ops::quant::{avx2_lowbit, reference};
 use crate::tensor::quant::{
     k_scales_mins, BlockQ4_0, BlockQ4_1, BlockQ4_K, BlockQ5_0, BlockQ5_1, BlockQ5_K, BlockQ6_K,
     BlockQ8_0, GgmlType,
@@ -30,7 +30,7 @@ pub(crate) fn kernel(dtype: GgmlType) -> DotFn {
         GgmlType::Q4_K => |r, a| unsafe { q45_k(r, a, false, KOrder::Dot) },
         GgmlType::Q5_K => |r, a| unsafe { q45_k(r, a, true, KOrder::Dot) },
         GgmlType::Q6_K => |r, a| unsafe { q6_k(r, a, false) }, // SAFETY: AVX2+FMA detected
-        _ => reference::kernel(dtype),
+        _ => avx2_lowbit::kernel(dtype).unwrap_or_else(|| reference::kernel(dtype)),
     }
 }
 
@@ -51,13 +51,16 @@ pub(crate) fn tiled_kernels(dtype: GgmlType) -> Option<(DotFn, Dot4Fn)> {
             |r, a| unsafe { q6_k(r, a, true) },
             |r, a| std::array::from_fn(|k| unsafe { q6_k(r, a[k], true) }),
         )),
-        _ => None,
+        _ => avx2_lowbit::tiled_kernels(dtype),
     }
 }
 
-/// Q4_K in the order of llama.cpp's repacked kernels ([`KOrder::Gemv`] for one row,
-/// [`KOrder::Gemm`] for each of four).
-pub(crate) fn repacked_kernels() -> (DotFn, Dot4Fn) {
+/// The kernels in the order of llama.cpp's repacked kernels: Q4_K's ([`KOrder::Gemv`]
+/// for one row, [`KOrder::Gemm`] for each of four), IQ4_NL's.
+pub(crate) fn repacked_kernels(dtype: GgmlType) -> (DotFn, Dot4Fn) {
+    if dtype == GgmlType::IQ4_NL {
+        return avx2_lowbit::iq4_nl_repacked_kernels();
+    }
     (
         // SAFETY (both): AVX2+FMA detected; the callers check rows and acts.
         |r, a| unsafe { q45_k(r, a, false, KOrder::Gemv) },

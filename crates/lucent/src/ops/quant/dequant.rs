@@ -5,8 +5,9 @@
 use half::{bf16, f16};
 
 use crate::tensor::quant::{
-    blocks, f16_value, k_scale_min, Block, BlockQ4_0, BlockQ4_1, BlockQ4_K, BlockQ5_0, BlockQ5_1,
-    BlockQ5_K, BlockQ6_K, BlockQ8_0, GgmlType,
+    blocks, f16_value, k_scale_min, q3_k_scales, Block, BlockIQ4_NL, BlockIQ4_XS, BlockQ2_K,
+    BlockQ3_K, BlockQ4_0, BlockQ4_1, BlockQ4_K, BlockQ5_0, BlockQ5_1, BlockQ5_K, BlockQ6_K,
+    BlockQ8_0, GgmlType, KVALUES_IQ4NL,
 };
 use crate::{Error, Result};
 
@@ -56,6 +57,10 @@ pub(crate) fn dequantize(dtype: GgmlType, bytes: &[u8], out: &mut [f32]) -> Resu
             )
         }),
         GgmlType::Q6_K => each::<BlockQ6_K>(bytes, out, q6_k),
+        GgmlType::Q2_K => each::<BlockQ2_K>(bytes, out, q2_k),
+        GgmlType::Q3_K => each::<BlockQ3_K>(bytes, out, q3_k),
+        GgmlType::IQ4_NL => each::<BlockIQ4_NL>(bytes, out, iq4_nl),
+        GgmlType::IQ4_XS => each::<BlockIQ4_XS>(bytes, out, iq4_xs),
     }
     Ok(())
 }
@@ -160,6 +165,63 @@ fn q6_k(b: &BlockQ6_K, y: &mut [f32]) {
                 let i = 128 * n + 32 * k + l;
                 y[i] = d * sc[i / 16] as f32 * q as f32;
             }
+        }
+    }
+}
+
+/// `x = dl · q − ml` with `dl = d · sc_g`, `ml = dmin · mn_g` (the layout: [`BlockQ2_K`]).
+fn q2_k(b: &BlockQ2_K, y: &mut [f32]) {
+    let (d, dmin) = (f16_value(b.d), f16_value(b.dmin));
+    for (i, y) in y.iter_mut().enumerate() {
+        let (n, k, l) = (i / 128, (i % 128) / 32, i % 32);
+        let q = (b.qs[32 * n + l] >> (2 * k)) & 3;
+        let sc = b.scales[i / 16];
+        let dl = d * (sc & 0x0F) as f32;
+        let ml = dmin * (sc >> 4) as f32;
+        *y = dl * q as f32 - ml;
+    }
+}
+
+/// `x = dl · (q − 4)` with `dl = d · (sc_g − 32)` (the layout: [`BlockQ3_K`]).
+fn q3_k(b: &BlockQ3_K, y: &mut [f32]) {
+    let d = f16_value(b.d);
+    let sc = q3_k_scales(&b.scales);
+    for (i, y) in y.iter_mut().enumerate() {
+        let (n, k, l) = (i / 128, (i % 128) / 32, i % 32);
+        let low = ((b.qs[32 * n + l] >> (2 * k)) & 3) as i32;
+        let high = ((b.hmask[l] >> (4 * n + k)) & 1) as i32;
+        let dl = d * sc[i / 16] as f32;
+        *y = dl * (low - 4 * (1 - high)) as f32;
+    }
+}
+
+/// The 32 grid indices of a 32-number run (low nibbles first), as [`BlockIQ4_NL`] lays them.
+pub(crate) fn iq4_indices(qs: &[u8]) -> [u8; 32] {
+    std::array::from_fn(|j| {
+        if j < 16 {
+            qs[j] & 0x0F
+        } else {
+            qs[j - 16] >> 4
+        }
+    })
+}
+
+/// `x = d · K[q]`.
+fn iq4_nl(b: &BlockIQ4_NL, y: &mut [f32]) {
+    let d = f16_value(b.d);
+    for (y, q) in y.iter_mut().zip(iq4_indices(&b.qs)) {
+        *y = d * KVALUES_IQ4NL[q as usize] as f32;
+    }
+}
+
+/// `x = dl · K[q]` with `dl = d · (sc_j − 32)`.
+fn iq4_xs(b: &BlockIQ4_XS, y: &mut [f32]) {
+    let d = f16_value(b.d);
+    let sc = b.sub_scales();
+    for (j, y) in y.chunks_exact_mut(32).enumerate() {
+        let dl = d * sc[j] as f32;
+        for (y, q) in y.iter_mut().zip(iq4_indices(&b.qs[16 * j..16 * j + 16])) {
+            *y = dl * KVALUES_IQ4NL[q as usize] as f32;
         }
     }
 }

@@ -96,21 +96,26 @@ pub(crate) enum KOrder {
 /// it has not repacked with its tiled kernel ([`KOrder::Tiled`]).
 pub(crate) const TILED_MIN_ROWS: usize = 8;
 
-/// The kernels of a repacked Q4_K matrix at `isa`: one activation row
-/// ([`KOrder::Gemv`]) and four ([`KOrder::Gemm`]).
-pub(crate) fn repacked_kernels(isa: Isa) -> (DotFn, Dot4Fn) {
+/// Whether llama.cpp keeps a `dtype` matrix of `rows` rows repacked on an AVX2 CPU
+/// (interleaved eight rows at a time and multiplied with its own kernels): Q4_K and
+/// IQ4_NL with a multiple of 8 rows.
+pub(crate) fn is_repacked(dtype: GgmlType, rows: usize) -> bool {
+    matches!(dtype, GgmlType::Q4_K | GgmlType::IQ4_NL) && rows.is_multiple_of(8)
+}
+
+/// The kernels of a repacked matrix ([`is_repacked`]) at `isa`: one activation row and
+/// four (Q4_K: [`KOrder::Gemv`] and [`KOrder::Gemm`]; IQ4_NL: one chain per output in
+/// both, [`reference::dot_iq4_nl_repacked`]).
+pub(crate) fn repacked_kernels(dtype: GgmlType, isa: Isa) -> (DotFn, Dot4Fn) {
     #[cfg(target_arch = "x86_64")]
     if isa >= Isa::Avx512 {
-        return avx512::repacked_kernels();
+        return avx512::repacked_kernels(dtype);
     }
     #[cfg(target_arch = "x86_64")]
     if isa >= Isa::Avx2 {
-        return avx2::repacked_kernels();
+        return avx2::repacked_kernels(dtype);
     }
-    (
-        |r, a| reference::dot_q4_k_repacked(r, a, false),
-        |r, a| std::array::from_fn(|k| reference::dot_q4_k_repacked(r, a[k], true)),
-    )
+    reference::repacked_kernels(dtype)
 }
 
 /// The K-quant kernels of `dtype` in llama.cpp's tiled order ([`KOrder::Tiled`]) on

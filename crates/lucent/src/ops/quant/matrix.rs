@@ -18,7 +18,7 @@ use crate::ops::quant::dequant::dequantize;
 #[cfg(target_arch = "x86_64")]
 use crate::ops::quant::dispatch::Tile;
 use crate::ops::quant::dispatch::{
-    dot_kernel, repacked_kernels, tiled_kernels, Dot4Fn, DotFn, TILED_MIN_ROWS,
+    dot_kernel, is_repacked, repacked_kernels, tiled_kernels, Dot4Fn, DotFn, TILED_MIN_ROWS,
 };
 #[cfg(target_arch = "x86_64")]
 use crate::ops::quant::{avx2, avx512};
@@ -348,7 +348,7 @@ impl QMatrix {
     pub(crate) fn matvec_reference(&self, x: &[f32]) -> Result<Vec<f32>> {
         let a = self.prepare(x)?;
         let k: DotFn = if self.repacked() {
-            |r, a| super::reference::dot_q4_k_repacked(r, a, false)
+            super::reference::repacked_kernels(self.dtype).0
         } else {
             super::reference::kernel(self.dtype)
         };
@@ -390,19 +390,19 @@ impl QMatrix {
         })
     }
 
-    /// Whether llama.cpp keeps this matrix repacked: a Q4_K matrix with a multiple of 8
-    /// rows, which it interleaves eight rows at a time on an AVX2 CPU and multiplies
-    /// with its own kernels. lucent sums such a matrix's products in their order
-    /// ([`KOrder::Gemv`], [`KOrder::Gemm`]).
+    /// Whether llama.cpp keeps this matrix repacked: a Q4_K or IQ4_NL matrix with a
+    /// multiple of 8 rows, which it interleaves eight rows at a time on an AVX2 CPU and
+    /// multiplies with its own kernels ([`is_repacked`]). lucent sums such a matrix's
+    /// products in their order ([`KOrder::Gemv`], [`KOrder::Gemm`] for Q4_K).
     fn repacked(&self) -> bool {
-        self.dtype == GgmlType::Q4_K && self.rows.is_multiple_of(8)
+        is_repacked(self.dtype, self.rows)
     }
 
     /// The dot kernel of one weight row with one activation row: a token's products,
     /// and a prompt's rows outside whole fours.
     fn row_kernel(&self, isa: Isa) -> DotFn {
         if self.repacked() {
-            repacked_kernels(isa).0
+            repacked_kernels(self.dtype, isa).0
         } else {
             dot_kernel(self.dtype, isa)
         }
@@ -414,7 +414,7 @@ impl QMatrix {
     /// alike).
     fn row_kernel4(&self, isa: Isa, numerics: Numerics) -> Option<Dot4Fn> {
         if self.repacked() {
-            return (!numerics.row_invariant()).then(|| repacked_kernels(isa).1);
+            return (!numerics.row_invariant()).then(|| repacked_kernels(self.dtype, isa).1);
         }
         #[cfg(target_arch = "x86_64")]
         if avx512::available(isa) {
@@ -946,7 +946,8 @@ impl QMatrix {
         // all four (the K-quants on AVX-512; the same numbers as one row at a time) or
         // where llama.cpp sums rows in fours its own way (repacked Q4_K).
         #[cfg(target_arch = "x86_64")]
-        if self.repacked() && k4.is_some() && avx512::available(isa) {
+        if self.dtype == GgmlType::Q4_K && self.repacked() && k4.is_some() && avx512::available(isa)
+        {
             // Repacked Q4_K on AVX-512: each block of rows decoded once, then met by
             // every four activation rows.
             let nb = self.cols / QK_K;

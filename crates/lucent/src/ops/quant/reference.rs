@@ -8,10 +8,12 @@ use half::{bf16, f16};
 
 use crate::ops::ggml::hsum8;
 use crate::ops::quant::activations::QuantizedActs;
+use crate::ops::quant::dequant::iq4_indices;
 use crate::ops::quant::dispatch::{Dot4Fn, DotFn};
 use crate::tensor::quant::{
-    blocks, f16_value, k_scale_min, Block, BlockQ4_0, BlockQ4_1, BlockQ4_K, BlockQ5_0, BlockQ5_1,
-    BlockQ5_K, BlockQ6_K, BlockQ8_0, GgmlType,
+    blocks, f16_value, k_scale_min, q3_k_scales, Block, BlockIQ4_NL, BlockIQ4_XS, BlockQ2_K,
+    BlockQ3_K, BlockQ4_0, BlockQ4_1, BlockQ4_K, BlockQ5_0, BlockQ5_1, BlockQ5_K, BlockQ6_K,
+    BlockQ8_0, GgmlType, KVALUES_IQ4NL,
 };
 
 /// [`crate::ops::quant::quantize_activations`] one number at a time: the twin the
@@ -42,6 +44,10 @@ pub(crate) fn kernel(dtype: GgmlType) -> DotFn {
         GgmlType::Q4_K => dot_q4_k,
         GgmlType::Q5_K => dot_q5_k,
         GgmlType::Q6_K => dot_q6_k,
+        GgmlType::Q2_K => dot_q2_k,
+        GgmlType::Q3_K => dot_q3_k,
+        GgmlType::IQ4_NL => dot_iq4_nl,
+        GgmlType::IQ4_XS => dot_iq4_xs,
     }
 }
 
@@ -317,6 +323,22 @@ pub(crate) fn dot_k45_tiled(row: &[u8], a: &QuantizedActs, five: bool) -> f32 {
     acc
 }
 
+/// The twins in the order of llama.cpp's repacked kernels
+/// ([`repacked_kernels`](crate::ops::quant::dispatch::repacked_kernels)): Q4_K's
+/// ([`dot_q4_k_repacked`]) and IQ4_NL's ([`dot_iq4_nl_repacked`]), one activation row
+/// and four.
+pub(crate) fn repacked_kernels(dtype: GgmlType) -> (DotFn, Dot4Fn) {
+    if dtype == GgmlType::IQ4_NL {
+        return (dot_iq4_nl_repacked, |r, a| {
+            std::array::from_fn(|k| dot_iq4_nl_repacked(r, a[k]))
+        });
+    }
+    (
+        |r, a| dot_q4_k_repacked(r, a, false),
+        |r, a| std::array::from_fn(|k| dot_q4_k_repacked(r, a[k], true)),
+    )
+}
+
 /// The twins in llama.cpp's tiled order ([`KOrder::Tiled`](crate::ops::quant::dispatch::KOrder::Tiled)):
 /// one activation row and four; None for the types it does not tile.
 pub(crate) fn tiled_kernels(dtype: GgmlType) -> Option<(DotFn, Dot4Fn)> {
@@ -332,6 +354,18 @@ pub(crate) fn tiled_kernels(dtype: GgmlType) -> Option<(DotFn, Dot4Fn)> {
         GgmlType::Q6_K => Some((dot_q6_k_tiled, |r, a| {
             std::array::from_fn(|k| dot_q6_k_tiled(r, a[k]))
         })),
+        GgmlType::Q2_K => Some((
+            |r, a| dot_k16_tiled::<BlockQ2_K>(r, a),
+            |r, a| std::array::from_fn(|k| dot_k16_tiled::<BlockQ2_K>(r, a[k])),
+        )),
+        GgmlType::Q3_K => Some((
+            |r, a| dot_k16_tiled::<BlockQ3_K>(r, a),
+            |r, a| std::array::from_fn(|k| dot_k16_tiled::<BlockQ3_K>(r, a[k])),
+        )),
+        GgmlType::IQ4_XS => Some((
+            |r, a| dot_k16_tiled::<BlockIQ4_XS>(r, a),
+            |r, a| std::array::from_fn(|k| dot_k16_tiled::<BlockIQ4_XS>(r, a[k])),
+        )),
         _ => None,
     }
 }
@@ -392,4 +426,210 @@ fn dot_q6_k(row: &[u8], a: &QuantizedActs) -> f32 {
         }
     }
     hsum8(&acc)
+}
+
+/// A 256-block whose number i stands for `d · sc_(i/16) · w_i − dmin · mn_(i/16)`, with
+/// small signed integers `w` and `sc` (and `mn`, zero where the type has none): Q2_K,
+/// Q3_K and IQ4_XS (whose sub-blocks of 32 give both their groups of 16 one scale), as
+/// the dots read them.
+pub(crate) trait K16Block: Block {
+    /// Whether the type has minimums (Q2_K).
+    const HAS_MIN: bool;
+    /// `(d, dmin)` as f32 (`dmin` 0 for the types without minimums).
+    fn scales_f32(&self) -> (f32, f32);
+    /// The 256 weight integers `w` (Q2_K: q; Q3_K: q − 4; IQ4_XS: K[q]).
+    fn ints(&self) -> [i32; 256];
+    /// The sixteen groups' scales and minimums.
+    fn groups(&self) -> ([i32; 16], [i32; 16]);
+}
+
+impl K16Block for BlockQ2_K {
+    const HAS_MIN: bool = true;
+    fn scales_f32(&self) -> (f32, f32) {
+        (f16_value(self.d), f16_value(self.dmin))
+    }
+    fn ints(&self) -> [i32; 256] {
+        std::array::from_fn(|i| {
+            let (n, k, l) = (i / 128, (i % 128) / 32, i % 32);
+            ((self.qs[32 * n + l] >> (2 * k)) & 3) as i32
+        })
+    }
+    fn groups(&self) -> ([i32; 16], [i32; 16]) {
+        (
+            self.scales.map(|s| (s & 0x0F) as i32),
+            self.scales.map(|s| (s >> 4) as i32),
+        )
+    }
+}
+
+impl K16Block for BlockQ3_K {
+    const HAS_MIN: bool = false;
+    fn scales_f32(&self) -> (f32, f32) {
+        (f16_value(self.d), 0.0)
+    }
+    fn ints(&self) -> [i32; 256] {
+        std::array::from_fn(|i| {
+            let (n, k, l) = (i / 128, (i % 128) / 32, i % 32);
+            let low = ((self.qs[32 * n + l] >> (2 * k)) & 3) as i32;
+            let high = ((self.hmask[l] >> (4 * n + k)) & 1) as i32;
+            (low | (high << 2)) - 4
+        })
+    }
+    fn groups(&self) -> ([i32; 16], [i32; 16]) {
+        (q3_k_scales(&self.scales).map(|s| s as i32), [0; 16])
+    }
+}
+
+impl K16Block for BlockIQ4_XS {
+    const HAS_MIN: bool = false;
+    fn scales_f32(&self) -> (f32, f32) {
+        (f16_value(self.d), 0.0)
+    }
+    fn ints(&self) -> [i32; 256] {
+        let mut w = [0i32; 256];
+        for (j, run) in w.chunks_exact_mut(32).enumerate() {
+            for (w, q) in run
+                .iter_mut()
+                .zip(iq4_indices(&self.qs[16 * j..16 * j + 16]))
+            {
+                *w = KVALUES_IQ4NL[q as usize] as i32;
+            }
+        }
+        w
+    }
+    fn groups(&self) -> ([i32; 16], [i32; 16]) {
+        let sc = self.sub_scales();
+        (std::array::from_fn(|g| sc[g / 2] as i32), [0; 16])
+    }
+}
+
+/// The integer parts of one [`K16Block`] against its 256 activations `xq` and their
+/// 16-sums `bsums`, as llama.cpp's AVX2 dots hold them: eight i32 lanes (lane k:
+/// `Σ sc · w · qx` over numbers 4k..4k+3 of every 32) and, per pair of groups
+/// (2k, 2k + 1), `mn_2k · s_2k + mn_2k+1 · s_2k+1`. All exact integers.
+pub(crate) fn k16_parts<B: K16Block>(b: &B, xq: &[i8], bsums: &[i32]) -> ([i32; 8], [i32; 8]) {
+    let w = b.ints();
+    let (sc, mn) = b.groups();
+    let mut lanes = [0i32; 8];
+    for (e, (&w, &x)) in w.iter().zip(xq).enumerate() {
+        lanes[(e % 32) / 4] += sc[e / 16] * w * x as i32;
+    }
+    let mins = std::array::from_fn(|k| mn[2 * k] * bsums[2 * k] + mn[2 * k + 1] * bsums[2 * k + 1]);
+    (lanes, mins)
+}
+
+/// Block `i` of `a` (a Q8_K row): its 256 values and sixteen 16-sums.
+fn q8_k_block(a: &QuantizedActs, i: usize) -> (&[i8], &[i32]) {
+    (&a.qs[256 * i..256 * i + 256], &a.bsums[16 * i..16 * i + 16])
+}
+
+/// Q2_K in llama.cpp's `ggml_vec_dot_q2_K_q8_K` order (AVX2): per block, each of
+/// eight lanes first `fma(−dx · dmin, M_k, acc_k)` with `M_k` the minimums' pair sum
+/// ([`k16_parts`]), then `fma(dx · d, S_k, acc_k)`; the lanes summed by [`hsum8`].
+fn dot_q2_k(row: &[u8], a: &QuantizedActs) -> f32 {
+    let mut acc = [0.0f32; 8];
+    for (i, b) in blocks::<BlockQ2_K>(row).iter().enumerate() {
+        let (xq, bs) = q8_k_block(a, i);
+        let (lanes, mins) = k16_parts(b, xq, bs);
+        let (dw, dminw) = b.scales_f32();
+        let d = a.d[i] * dw;
+        let dmin = -a.d[i] * dminw;
+        for ((l, &s), &m) in acc.iter_mut().zip(&lanes).zip(&mins) {
+            *l = dmin.mul_add(m as f32, *l);
+            *l = d.mul_add(s as f32, *l);
+        }
+    }
+    hsum8(&acc)
+}
+
+/// Q3_K and IQ4_XS in llama.cpp's `ggml_vec_dot_q3_K_q8_K` / `_iq4_xs_q8_K` order
+/// (AVX2): per block, each of eight lanes `fma(dx · d, S_k, acc_k)` ([`k16_parts`]);
+/// the lanes summed by [`hsum8`].
+pub(crate) fn dot_k16_lanes<B: K16Block>(row: &[u8], a: &QuantizedActs) -> f32 {
+    let mut acc = [0.0f32; 8];
+    for (i, b) in blocks::<B>(row).iter().enumerate() {
+        let (xq, bs) = q8_k_block(a, i);
+        let (lanes, _) = k16_parts(b, xq, bs);
+        let d = a.d[i] * b.scales_f32().0;
+        for (l, &s) in acc.iter_mut().zip(&lanes) {
+            *l = d.mul_add(s as f32, *l);
+        }
+    }
+    hsum8(&acc)
+}
+
+fn dot_q3_k(row: &[u8], a: &QuantizedActs) -> f32 {
+    dot_k16_lanes::<BlockQ3_K>(row, a)
+}
+
+fn dot_iq4_xs(row: &[u8], a: &QuantizedActs) -> f32 {
+    dot_k16_lanes::<BlockIQ4_XS>(row, a)
+}
+
+/// Q2_K, Q3_K and IQ4_XS in the order of llama.cpp's tiled product (see
+/// [`dot_k45_tiled`]): per block `r = fma(−dmin, M, d · S)` (`r = d · S` without
+/// minimums) with `S`, `M` the block's exact totals, then `acc = fma(r, dx, acc)`.
+pub(crate) fn dot_k16_tiled<B: K16Block>(row: &[u8], a: &QuantizedActs) -> f32 {
+    let mut acc = 0.0f32;
+    for (i, b) in blocks::<B>(row).iter().enumerate() {
+        let (xq, bs) = q8_k_block(a, i);
+        let (lanes, mins) = k16_parts(b, xq, bs);
+        let (d, dmin) = b.scales_f32();
+        let s: i32 = lanes.iter().sum();
+        let m: i32 = mins.iter().sum();
+        let r = if B::HAS_MIN {
+            (-dmin).mul_add(m as f32, d * s as f32)
+        } else {
+            d * s as f32
+        };
+        acc = r.mul_add(a.d[i], acc);
+    }
+    acc
+}
+
+/// `Σ K[q] · qx` of one IQ4_NL block, in eight lanes (lane k: numbers 4k..4k+3).
+fn iq4_nl_lanes(b: &BlockIQ4_NL, xq: &[i8]) -> [i32; 8] {
+    let mut lanes = [0i32; 8];
+    for (e, (q, &x)) in iq4_indices(&b.qs).into_iter().zip(xq).enumerate() {
+        lanes[e / 4] += KVALUES_IQ4NL[q as usize] as i32 * x as i32;
+    }
+    lanes
+}
+
+/// IQ4_NL in llama.cpp's `ggml_vec_dot_iq4_nl_q8_0` order (AVX2): blocks in pairs, the
+/// first of each pair into one eight-lane accumulator and the second into another, each
+/// lane `fma(dx · d, S_k, acc_k)`; the two accumulators added lane by lane and summed
+/// by [`hsum8`]; a last unpaired block added as `fma(dx · d, S, sum)`.
+fn dot_iq4_nl(row: &[u8], a: &QuantizedActs) -> f32 {
+    let bl = blocks::<BlockIQ4_NL>(row);
+    let mut acc = [[0.0f32; 8]; 2];
+    let pairs = bl.len() / 2 * 2;
+    for (i, b) in bl[..pairs].iter().enumerate() {
+        let lanes = iq4_nl_lanes(b, &a.qs[32 * i..32 * i + 32]);
+        let d = a.d[i] * f16_value(b.d);
+        for (l, &s) in acc[i % 2].iter_mut().zip(&lanes) {
+            *l = d.mul_add(s as f32, *l);
+        }
+    }
+    let both: [f32; 8] = std::array::from_fn(|k| acc[0][k] + acc[1][k]);
+    let mut sum = hsum8(&both);
+    for (i, b) in bl.iter().enumerate().skip(pairs) {
+        let s: i32 = iq4_nl_lanes(b, &a.qs[32 * i..32 * i + 32]).iter().sum();
+        sum = (a.d[i] * f16_value(b.d)).mul_add(s as f32, sum);
+    }
+    sum
+}
+
+/// IQ4_NL in the order of llama.cpp's repacked kernels (its weights interleaved eight
+/// rows at a time, `ggml_gemv_iq4_nl_8x8_q8_0` and `ggml_gemm_iq4_nl_8x8_q8_0`, which
+/// it uses for every IQ4_NL matrix whose row count is a multiple of 8 on an AVX2 CPU;
+/// one activation row and four sum alike): one f32 chain, per block
+/// `acc = fma(S, d · dx, acc)` with `S` the block's exact `Σ K[q] · qx`.
+pub(crate) fn dot_iq4_nl_repacked(row: &[u8], a: &QuantizedActs) -> f32 {
+    let mut acc = 0.0f32;
+    for (i, b) in blocks::<BlockIQ4_NL>(row).iter().enumerate() {
+        let s: i32 = iq4_nl_lanes(b, &a.qs[32 * i..32 * i + 32]).iter().sum();
+        acc = (s as f32).mul_add(f16_value(b.d) * a.d[i], acc);
+    }
+    acc
 }

@@ -15,12 +15,14 @@
 //! | --- | --- |
 //! | `mod` | the level check, the blocks' layouts as the kernels walk them, the unsigned weights of a block, the kernel tables, the shared lane shuffles |
 //! | `kquant` | the K-quant dots (Q4_K, Q5_K, Q6_K), one activation row or four, and the repacked Q4_K rows decoded once per prompt |
+//! | `lowbit` | the dots of Q2_K, Q3_K, IQ4_XS, one activation row or four (IQ4_NL takes the AVX2 kernels) |
 //! | `decode` | a decoded token's tiles of the 32-block types: four rows as interleaved pairs, one row two blocks a register |
 //! | `prefill` | a prompt's tiles of the 32-block types: activation rows in pairs against weight rows decoded once |
 //! | `quantize` | activation rows quantised to Q8_0 / Q8_K blocks, 16 numbers a step |
 
 pub(crate) mod decode;
 pub(crate) mod kquant;
+pub(crate) mod lowbit;
 pub(crate) mod prefill;
 pub(crate) mod quantize;
 
@@ -162,10 +164,13 @@ pub(crate) unsafe fn weights<const K: u8, const TWO: bool>(b: *const u8) -> __m5
 /// The dot kernel for `dtype`: the K-quants here, the rest from [`super::avx2`].
 pub(crate) fn kernel(dtype: GgmlType) -> DotFn {
     match dtype {
-        // SAFETY (all three): available() said yes.
+        // SAFETY (all): available() said yes.
         GgmlType::Q4_K => |r, a| unsafe { kquant::q45_k(r, a, false, KOrder::Dot) },
         GgmlType::Q5_K => |r, a| unsafe { kquant::q45_k(r, a, true, KOrder::Dot) },
         GgmlType::Q6_K => |r, a| unsafe { kquant::q6_k(r, a, false) },
+        GgmlType::Q2_K => |r, a| unsafe { lowbit::rows::<1>(GgmlType::Q2_K, r, [a], false)[0] },
+        GgmlType::Q3_K => |r, a| unsafe { lowbit::rows::<1>(GgmlType::Q3_K, r, [a], false)[0] },
+        GgmlType::IQ4_XS => |r, a| unsafe { lowbit::rows::<1>(GgmlType::IQ4_XS, r, [a], false)[0] },
         _ => avx2::kernel(dtype),
     }
 }
@@ -174,10 +179,15 @@ pub(crate) fn kernel(dtype: GgmlType) -> DotFn {
 /// product), each result equal to [`kernel`]'s; None for the other types.
 pub(crate) fn kernel4(dtype: GgmlType) -> Option<Dot4Fn> {
     match dtype {
-        // SAFETY (all three): available() said yes; the callers check rows and acts.
+        // SAFETY (all): available() said yes; the callers check rows and acts.
         GgmlType::Q4_K => Some(|r, a| unsafe { kquant::q45_k_rows::<4>(r, a, false, KOrder::Dot) }),
         GgmlType::Q5_K => Some(|r, a| unsafe { kquant::q45_k_rows::<4>(r, a, true, KOrder::Dot) }),
         GgmlType::Q6_K => Some(|r, a| unsafe { kquant::q6_k_rows::<4>(r, a, false) }),
+        GgmlType::Q2_K => Some(|r, a| unsafe { lowbit::rows::<4>(GgmlType::Q2_K, r, a, false) }),
+        GgmlType::Q3_K => Some(|r, a| unsafe { lowbit::rows::<4>(GgmlType::Q3_K, r, a, false) }),
+        GgmlType::IQ4_XS => {
+            Some(|r, a| unsafe { lowbit::rows::<4>(GgmlType::IQ4_XS, r, a, false) })
+        }
         _ => None,
     }
 }
@@ -199,13 +209,29 @@ pub(crate) fn tiled_kernels(dtype: GgmlType) -> Option<(DotFn, Dot4Fn)> {
             |r, a| unsafe { kquant::q6_k(r, a, true) },
             |r, a| unsafe { kquant::q6_k_rows::<4>(r, a, true) },
         )),
-        _ => None,
+        GgmlType::Q2_K => Some((
+            |r, a| unsafe { lowbit::rows::<1>(GgmlType::Q2_K, r, [a], true)[0] },
+            |r, a| unsafe { lowbit::rows::<4>(GgmlType::Q2_K, r, a, true) },
+        )),
+        GgmlType::Q3_K => Some((
+            |r, a| unsafe { lowbit::rows::<1>(GgmlType::Q3_K, r, [a], true)[0] },
+            |r, a| unsafe { lowbit::rows::<4>(GgmlType::Q3_K, r, a, true) },
+        )),
+        GgmlType::IQ4_XS => Some((
+            |r, a| unsafe { lowbit::rows::<1>(GgmlType::IQ4_XS, r, [a], true)[0] },
+            |r, a| unsafe { lowbit::rows::<4>(GgmlType::IQ4_XS, r, a, true) },
+        )),
+        _ => avx2::tiled_kernels(dtype),
     }
 }
 
-/// Q4_K in the order of llama.cpp's repacked kernels ([`KOrder::Gemv`] for one row
-/// at a time, [`KOrder::Gemm`] for the four-row kernel).
-pub(crate) fn repacked_kernels() -> (DotFn, Dot4Fn) {
+/// The kernels in the order of llama.cpp's repacked kernels: Q4_K's ([`KOrder::Gemv`]
+/// for one row at a time, [`KOrder::Gemm`] for the four-row kernel); IQ4_NL's from
+/// [`super::avx2`].
+pub(crate) fn repacked_kernels(dtype: GgmlType) -> (DotFn, Dot4Fn) {
+    if dtype != GgmlType::Q4_K {
+        return avx2::repacked_kernels(dtype);
+    }
     (
         // SAFETY (both): available() said yes; the callers check rows and acts.
         |r, a| unsafe { kquant::q45_k(r, a, false, KOrder::Gemv) },

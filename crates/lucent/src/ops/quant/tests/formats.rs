@@ -5,7 +5,9 @@
 #![cfg(test)]
 
 use crate::ops::quant::{dequantize, quantize_activations, reference, vec_dot, QMatrix};
-use crate::tensor::quant::{k_scale_min, k_scales_mins, GgmlType, QK_K};
+use crate::tensor::quant::{
+    k_scale_min, k_scales_mins, BlockIQ4_XS, BlockQ2_K, BlockQ3_K, GgmlType, QK_K,
+};
 use crate::{Isa, Numerics, Runtime};
 use half::f16;
 use rand::rngs::StdRng;
@@ -44,6 +46,10 @@ fn block_sizes_match_ggml() {
         (GgmlType::Q4_K, 12, 256, 144),
         (GgmlType::Q5_K, 13, 256, 176),
         (GgmlType::Q6_K, 14, 256, 210),
+        (GgmlType::Q2_K, 10, 256, 84),
+        (GgmlType::Q3_K, 11, 256, 110),
+        (GgmlType::IQ4_NL, 20, 32, 18),
+        (GgmlType::IQ4_XS, 23, 256, 136),
     ];
     for (t, id, bl, bb) in expect {
         assert_eq!(
@@ -53,7 +59,7 @@ fn block_sizes_match_ggml() {
         );
         assert_eq!(GgmlType::from_id(id), Some(t));
     }
-    assert_eq!(GgmlType::from_id(10), None); // Q2_K: not read
+    assert_eq!(GgmlType::from_id(16), None); // IQ2_XXS: not read
     assert!(GgmlType::Q4_K.row_bytes(100).is_err());
 }
 
@@ -204,6 +210,73 @@ fn q6_k_block_by_definition() {
     assert_eq!((y[0], y[112], y[1]), (5.0, -37.5, -32.0));
 }
 
+#[test]
+fn q2_k_block_by_definition() {
+    // x = d·sc_g·q − dmin·mn_g; number 162 = 128 + 32·1 + 2: bits 2..3 of qs[32 + 2].
+    let mut scales = [0u8; 16];
+    scales[0] = 0x23; // sc 3, mn 2
+    scales[10] = 0x15; // sc 5, mn 1
+    let mut qs = [0u8; 64];
+    qs[0] = 0b11;
+    qs[34] = 0b10_00;
+    let b = [&scales[..], &qs[..], &h(0.5)[..], &h(0.25)[..]].concat();
+    let y = deq(GgmlType::Q2_K, &b);
+    assert_eq!((y[0], y[162], y[1], y[160]), (4.0, 4.75, -0.5, -0.25));
+}
+
+#[test]
+fn q3_k_block_by_definition() {
+    // x = d·(sc_g − 32)·(q − 4); q's third bit from hmask, bit 4n + k for number 128n + 32k + l.
+    let mut hmask = [0u8; 32];
+    hmask[0] = 1;
+    let mut qs = [0u8; 64];
+    qs[0] = 0b11;
+    qs[54] = 0b01; // number 150 = 128 + 22: low bits of qs[32 + 22], third bit clear
+    let mut s = [0u8; 12];
+    s[0] = 0x01; // group 0: low nibble 1 ...
+    s[8] = 0b10; // ... top bits 2: sc 33, scale 1
+    s[1] = 0x40; // group 9: low nibble 4 (high nibble of s[1]) ...
+    s[9] = 0b01_0000; // ... top bits 1 (bits 4..5 of s[8 + 1]): sc 20, scale −12
+    let b = [&hmask[..], &qs[..], &s[..], &h(0.5)[..]].concat();
+    let y = deq(GgmlType::Q3_K, &b);
+    assert_eq!((y[0], y[150], y[1]), (1.5, 18.0, -2.0));
+}
+
+#[test]
+fn iq4_nl_block_by_definition() {
+    // x = d·K[q]; K = −127, −104, …, 1 (index 8), …, 113 (index 15).
+    let mut qs = [0u8; 16];
+    qs[0] = 0xF0;
+    qs[1] = 0x08;
+    let b = [&h(0.5)[..], &qs[..]].concat();
+    let y = deq(GgmlType::IQ4_NL, &b);
+    assert_eq!((y[0], y[16], y[1], y[17]), (-63.5, 56.5, 0.5, -63.5));
+}
+
+#[test]
+fn iq4_xs_block_by_definition() {
+    // x = d·(sc_j − 32)·K[q]; sub-block 3's scale: high nibble of scales_l[1], bits 6..7 of scales_h.
+    let scales_h = 0x0080u16.to_le_bytes(); // sub-block 3: top bits 2
+    let scales_l = [0u8, 0x20, 0, 0]; // sub-block 3: low nibble 2 → sc 34, scale 2
+    let mut qs = [0u8; 128];
+    qs[48] = 0x1E; // number 96: index 14 (89); number 112: index 1 (−104)
+    let b = [&h(0.25)[..], &scales_h[..], &scales_l[..], &qs[..]].concat();
+    let y = deq(GgmlType::IQ4_XS, &b);
+    // Sub-block 0: scale 0 − 32, index 0 (−127).
+    assert_eq!((y[96], y[112], y[0]), (44.5, -52.0, 1016.0));
+}
+
+/// The byte offsets of a block's f16 scales (and minimums) in type `t`.
+pub(super) fn scale_offsets(t: GgmlType) -> &'static [usize] {
+    match t {
+        GgmlType::Q6_K => &[208],
+        GgmlType::Q2_K => &[80, 82],
+        GgmlType::Q3_K => &[108],
+        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        _ => &[0],
+    }
+}
+
 /// Random blocks of `t` with finite scales (random bytes elsewhere).
 fn random_row(t: GgmlType, n: usize, rng: &mut StdRng) -> Vec<u8> {
     let mut b: Vec<u8> = (0..t.row_bytes(n).unwrap()).map(|_| rng.random()).collect();
@@ -217,12 +290,11 @@ fn random_row(t: GgmlType, n: usize, rng: &mut StdRng) -> Vec<u8> {
                     .to_bits()
                     .to_le_bytes(),
             ),
-            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => blk[0..2].copy_from_slice(&sc(rng)),
-            GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => {
-                blk[0..2].copy_from_slice(&sc(rng));
-                blk[2..4].copy_from_slice(&sc(rng));
+            _ => {
+                for &at in scale_offsets(t) {
+                    blk[at..at + 2].copy_from_slice(&sc(rng));
+                }
             }
-            GgmlType::Q6_K => blk[208..210].copy_from_slice(&sc(rng)),
         }
     }
     b
@@ -386,13 +458,8 @@ fn extreme_blocks_do_not_saturate() {
             for fill in [0xFFu8, 0x80] {
                 let mut row = vec![fill; t.row_bytes(512).unwrap()];
                 for blk in row.chunks_exact_mut(t.block_bytes()) {
-                    let at = if t == GgmlType::Q6_K { 208 } else { 0 };
-                    blk[at..at + 2].copy_from_slice(&h(1.0));
-                    if matches!(
-                        t,
-                        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K
-                    ) {
-                        blk[2..4].copy_from_slice(&h(0.5));
+                    for (k, &at) in scale_offsets(t).iter().enumerate() {
+                        blk[at..at + 2].copy_from_slice(&h(if k == 0 { 1.0 } else { 0.5 }));
                     }
                 }
                 for sign in [1.0f32, -1.0] {
@@ -540,7 +607,14 @@ fn tile_kernels_on_extreme_blocks() {
 fn k_quant_dots_equal_their_twins() {
     every_level(1, |_| {
         let mut rng = StdRng::seed_from_u64(17);
-        for t in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
+        for t in [
+            GgmlType::Q4_K,
+            GgmlType::Q5_K,
+            GgmlType::Q6_K,
+            GgmlType::Q2_K,
+            GgmlType::Q3_K,
+            GgmlType::IQ4_XS,
+        ] {
             for &blocks in &[1usize, 2, 3, 5, 8] {
                 let n = QK_K * blocks;
                 for _ in 0..16 {
@@ -709,8 +783,17 @@ fn k_quant_prefill_equals_decode_bit_for_bit() {
     let mut rng = StdRng::seed_from_u64(17);
     for threads in [1, 2] {
         every_level(threads, |_| {
-            for t in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
-                // 8 and 64 rows: repacked Q4_K (llama.cpp's grouped order for whole fours).
+            for t in [
+                GgmlType::Q4_K,
+                GgmlType::Q5_K,
+                GgmlType::Q6_K,
+                GgmlType::Q2_K,
+                GgmlType::Q3_K,
+                GgmlType::IQ4_XS,
+                GgmlType::IQ4_NL,
+            ] {
+                // 8 and 64 rows: repacked Q4_K (llama.cpp's grouped order for whole fours)
+                // and IQ4_NL (one order for any number of prompt rows).
                 for &(rows, blocks) in &[(1usize, 1usize), (5, 2), (8, 1), (9, 3), (64, 4)] {
                     let cols = 256 * blocks;
                     let bytes: Vec<u8> = (0..rows)
@@ -754,6 +837,10 @@ fn check_prompt_rows(m: &QMatrix, xs: &[f32], n: usize, what: &str) {
                 GgmlType::Q4_K if !grouped && n >= 8 => reference::dot_k45_tiled(w, &a, false),
                 GgmlType::Q5_K if n >= 8 => reference::dot_k45_tiled(w, &a, true),
                 GgmlType::Q6_K if n >= 8 => reference::dot_q6_k_tiled(w, &a),
+                GgmlType::Q2_K if n >= 8 => reference::dot_k16_tiled::<BlockQ2_K>(w, &a),
+                GgmlType::Q3_K if n >= 8 => reference::dot_k16_tiled::<BlockQ3_K>(w, &a),
+                GgmlType::IQ4_XS if n >= 8 => reference::dot_k16_tiled::<BlockIQ4_XS>(w, &a),
+                GgmlType::IQ4_NL if rows % 8 == 0 => reference::dot_iq4_nl_repacked(w, &a),
                 _ => y[i],
             };
             assert_eq!(

@@ -5,6 +5,7 @@
 use half::f16;
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
+use super::formats::scale_offsets;
 use crate::ops::quant::dispatch::{dot_kernel, repacked_kernels, tiled_kernels};
 use crate::ops::quant::{avx512, reference, QMatrix};
 use crate::runtime::Isa;
@@ -17,17 +18,9 @@ fn random_matrix(t: GgmlType, rows: usize, cols: usize, rng: &mut StdRng) -> Res
         .map(|_| rng.random())
         .collect();
     for blk in b.chunks_exact_mut(t.block_bytes()) {
-        let mut put = |at: usize, rng: &mut StdRng| {
+        for &at in scale_offsets(t) {
             let v = f16::from_f32(rng.random_range(-0.1f32..0.1)).to_le_bytes();
             blk[at..at + 2].copy_from_slice(&v);
-        };
-        match t {
-            GgmlType::Q6_K => put(208, rng),
-            GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => {
-                put(0, rng);
-                put(2, rng);
-            }
-            _ => put(0, rng),
         }
     }
     QMatrix::from_vec(t, rows, cols, b)
@@ -94,7 +87,14 @@ fn kernels_equal_the_twin(isa: Isa) -> Result<()> {
             }
         }
     }
-    for t in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
+    for t in [
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
+        GgmlType::IQ4_XS,
+    ] {
         for blocks in [1usize, 2, 3, 5] {
             let cols = QK_K * blocks;
             let m = random_matrix(t, 4, cols, &mut rng)?;
@@ -123,12 +123,86 @@ fn kernels_equal_the_twin(isa: Isa) -> Result<()> {
                 }
                 if t == GgmlType::Q4_K {
                     // The repacked orders, token and grouped prompt rows.
-                    let (v1, g4) = repacked_kernels(isa);
+                    let (v1, g4) = repacked_kernels(t, isa);
                     let v = reference::dot_q4_k_repacked(row, &a, false);
                     let g = reference::dot_q4_k_repacked(row, &a, true);
                     assert_eq!(v1(row, &a).to_bits(), v.to_bits(), "{what}: repacked");
                     for x in g4(row, [&a; 4]) {
                         assert_eq!(x.to_bits(), g.to_bits(), "{what}: grouped");
+                    }
+                }
+            }
+        }
+    }
+    // IQ4_NL: its dot (blocks in pairs, odd counts included) and its repacked order.
+    let t = GgmlType::IQ4_NL;
+    for blocks in [1usize, 2, 3, 8, 9] {
+        let cols = QK * blocks;
+        let m = random_matrix(t, 4, cols, &mut rng)?;
+        let x: Vec<f32> = (0..cols).map(|_| rng.random_range(-3.0..3.0)).collect();
+        let a = m.prepare(&x)?;
+        for i in 0..4 {
+            let row = m.row_bytes_of(i);
+            let what = format!("{isa}: {t} {cols} row {i}");
+            let (got, twin) = (dot_kernel(t, isa)(row, &a), reference::kernel(t)(row, &a));
+            assert_eq!(got.to_bits(), twin.to_bits(), "{what}");
+            let (v1, v4) = repacked_kernels(t, isa);
+            let r = reference::dot_iq4_nl_repacked(row, &a);
+            for v in std::iter::once(v1(row, &a)).chain(v4(row, [&a; 4])) {
+                assert_eq!(v.to_bits(), r.to_bits(), "{what}: repacked");
+            }
+        }
+    }
+    // The low-bit types on extreme blocks: every quant byte 0xFF, 0x80 or random, the
+    // scales at f16's largest magnitude, its smallest subnormal, or zero, against
+    // activations at full scale of either sign: the 16-bit pair sums must not saturate.
+    for t in [
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
+        GgmlType::IQ4_XS,
+        GgmlType::IQ4_NL,
+    ] {
+        let cols = 3 * QK_K;
+        for (case, fill) in [Some(0xFFu8), Some(0x80), None].into_iter().enumerate() {
+            let mut m = random_matrix(t, 8, cols, &mut rng)?.bytes().to_vec();
+            if let Some(f) = fill {
+                m.fill(f);
+            }
+            for (k, blk) in m.chunks_exact_mut(t.block_bytes()).enumerate() {
+                for &at in scale_offsets(t) {
+                    let v = [65504.0f32, -65504.0, 6e-8, 0.0][(k + at + case) % 4];
+                    blk[at..at + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes());
+                }
+            }
+            let m = QMatrix::from_vec(t, 8, cols, m)?;
+            for sign in [1.0f32, -1.0] {
+                let x: Vec<f32> = (0..cols).map(|j| sign * (1.0 + (j % 7) as f32)).collect();
+                let a = m.prepare(&x)?;
+                for i in 0..8 {
+                    let row = m.row_bytes_of(i);
+                    let what = format!("{isa}: extreme {t} fill {fill:?} sign {sign} row {i}");
+                    let twin = reference::kernel(t)(row, &a);
+                    assert_eq!(
+                        dot_kernel(t, isa)(row, &a).to_bits(),
+                        twin.to_bits(),
+                        "{what}"
+                    );
+                    let others = match t {
+                        GgmlType::IQ4_NL => {
+                            let (v1, v4) = repacked_kernels(t, isa);
+                            (reference::dot_iq4_nl_repacked(row, &a), v1, v4)
+                        }
+                        _ => {
+                            let Some((k1, k4)) = tiled_kernels(t, isa) else {
+                                panic!("{t}: no tiled kernels at {isa}");
+                            };
+                            let tw = reference::tiled_kernels(t).map(|k| k.0(row, &a));
+                            (tw.unwrap_or_else(|| panic!("{t}: no tiled twin")), k1, k4)
+                        }
+                    };
+                    let (want, k1, k4) = others;
+                    for v in std::iter::once(k1(row, &a)).chain(k4(row, [&a; 4])) {
+                        assert_eq!(v.to_bits(), want.to_bits(), "{what}: tiled or repacked");
                     }
                 }
             }

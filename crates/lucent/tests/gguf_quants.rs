@@ -1,0 +1,236 @@
+//! The low-bit block types held to llama.cpp bit for bit on small random-weight files
+//! (`tests/data/gguf_quants/*.gguf`: one F32 `llama` model quantised by llama.cpp's own
+//! `llama-quantize` to the `Q2_K`, `Q3_K_S`, `Q3_K_M`, `IQ4_NL` and `IQ4_XS` mixes, with
+//! llama.cpp's logits, by `scripts/make_gguf_quants.py` with llama-cpp-python 0.3.36
+//! built for AVX2; see docs/quantization.md):
+//!
+//! - each file opened through the public door (`lucent::open`), at 1 and at 2 threads:
+//!   the logits after each of three prompts (5, 17 and 40 token ids, one batch, so the
+//!   prompt products take llama.cpp's tiled and repacked orders) equal llama.cpp's to
+//!   the bit, and the 32 greedy tokens after it (one decode step each: the token
+//!   products) are llama.cpp's;
+//! - each file holds the block types its mix names (so a file that fell back to other
+//!   types cannot pass for the mix);
+//! - a file whose tensor type contradicts its shape (a row that is not a whole number of
+//!   blocks) is refused, naming the tensor.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use lucent::io::gguf::{GgufFile, GgufValue, GgufWriter};
+use lucent::model::DecoderModel;
+use lucent::pipeline::generate::argmax;
+use lucent::tensor::quant::GgmlType;
+use lucent::Runtime;
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+struct Reference {
+    files: BTreeMap<String, File>,
+}
+
+#[derive(Deserialize)]
+struct File {
+    file: String,
+    /// Block type name → tensor count, as llama-quantize chose them.
+    types: BTreeMap<String, usize>,
+    cases: Vec<Case>,
+}
+
+#[derive(Deserialize)]
+struct Case {
+    prompt_ids: Vec<u32>,
+    /// Thread count → the logits after the prompt, as f32 bit patterns.
+    logits_bits: BTreeMap<String, Vec<u32>>,
+    greedy_ids: Vec<u32>,
+}
+
+fn data_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/gguf_quants")
+}
+
+fn reference() -> Reference {
+    let text = std::fs::read_to_string(data_dir().join("reference.json")).expect("reference");
+    serde_json::from_str(&text).expect("reference json")
+}
+
+/// The logits after the prompt and the greedy tokens that follow, as `generate` runs
+/// them at temperature 0 (without its stop at EOS).
+fn greedy(model: &DecoderModel, prompt: &[u32], n: usize) -> (Vec<f32>, Vec<u32>) {
+    let mut cache = model.new_cache(prompt.len() + n);
+    let first = model
+        .forward(prompt, Some(&mut cache), true, None)
+        .expect("prompt")
+        .into_vec();
+    let mut row = first.clone();
+    let mut ids = Vec::with_capacity(n);
+    for _ in 0..n {
+        let id = argmax(&row);
+        ids.push(id);
+        row = model
+            .forward(&[id], Some(&mut cache), true, None)
+            .expect("decode step")
+            .into_vec();
+    }
+    (first, ids)
+}
+
+fn on_threads<T: Send>(threads: usize, f: impl FnOnce() -> T + Send) -> T {
+    Runtime::builder()
+        .threads(threads)
+        .build()
+        .expect("runtime")
+        .install(f)
+}
+
+/// The file of `mix` holds the block types `want` (and those llama-quantize recorded),
+/// and equals llama.cpp at 1 and 2 threads.
+fn check_bit_exact(mix: &str, want: &[GgmlType]) {
+    let reference = reference();
+    let file = &reference.files[mix];
+    let path = data_dir().join(&file.file);
+    let f = GgufFile::open(&path).expect("open");
+    let mut types: BTreeMap<String, usize> = BTreeMap::new();
+    for t in f.tensor_infos() {
+        *types.entry(t.dtype.name().to_string()).or_default() += 1;
+    }
+    assert_eq!(
+        types, file.types,
+        "{mix}: the block types llama-quantize wrote"
+    );
+    for t in want {
+        assert!(
+            types.contains_key(t.name()),
+            "{mix}: no {t} tensor in {types:?}"
+        );
+    }
+    let model = lucent::open(path.to_str().expect("utf-8 path")).expect("open");
+    let tm = model.text_model().expect("a decoder");
+    for threads in [1usize, 2] {
+        for case in &file.cases {
+            let want = &case.logits_bits[&threads.to_string()];
+            let (first, ids) = on_threads(threads, || {
+                greedy(&tm.model, &case.prompt_ids, case.greedy_ids.len())
+            });
+            let got: Vec<u32> = first.iter().map(|x| x.to_bits()).collect();
+            let worst = first
+                .iter()
+                .zip(want)
+                .map(|(a, &b)| (a - f32::from_bits(b)).abs())
+                .fold(0.0f32, f32::max);
+            assert!(
+                &got == want,
+                "{mix}, {threads} thread(s), prompt of {}: logits differ from llama.cpp's (largest |difference| {worst})",
+                case.prompt_ids.len()
+            );
+            assert_eq!(
+                ids,
+                case.greedy_ids,
+                "{mix}, {threads} thread(s), prompt of {}: greedy tokens",
+                case.prompt_ids.len()
+            );
+        }
+    }
+}
+
+#[test]
+fn q2_k_equals_llama_cpp() {
+    check_bit_exact("q2-k", &[GgmlType::Q2_K, GgmlType::Q3_K]);
+}
+
+#[test]
+fn q3_k_s_equals_llama_cpp() {
+    check_bit_exact("q3-k-s", &[GgmlType::Q3_K]);
+}
+
+#[test]
+fn q3_k_m_equals_llama_cpp() {
+    check_bit_exact("q3-k-m", &[GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K]);
+}
+
+#[test]
+fn iq4_nl_equals_llama_cpp() {
+    check_bit_exact("iq4-nl", &[GgmlType::IQ4_NL]);
+}
+
+#[test]
+fn iq4_xs_equals_llama_cpp() {
+    check_bit_exact("iq4-xs", &[GgmlType::IQ4_XS]);
+}
+
+/// Where the tensor `name`'s first dimension (ne[0], its row length) is stored in the
+/// bytes of a GGUF file: after the name's bytes and the u32 dimension count.
+fn row_length_field(bytes: &[u8], name: &str) -> usize {
+    let at = bytes
+        .windows(name.len())
+        .position(|w| w == name.as_bytes())
+        .expect("tensor name in the file");
+    at + name.len() + 4
+}
+
+#[test]
+fn a_row_that_is_not_whole_blocks_is_refused_naming_the_tensor() {
+    for (dtype, cols) in [
+        (GgmlType::Q2_K, 256),
+        (GgmlType::Q3_K, 256),
+        (GgmlType::IQ4_NL, 32),
+        (GgmlType::IQ4_XS, 256),
+    ] {
+        let mut w = GgufWriter::new();
+        w.add("general.architecture", GgufValue::String("llama".into()));
+        let bytes = vec![0u8; dtype.row_bytes(cols).expect("whole blocks") * 2];
+        w.add_tensor("blk.0.ffn_down.weight", &[2, cols], dtype, bytes)
+            .expect("a well-formed tensor");
+        let mut b = w.to_bytes();
+        assert!(
+            GgufFile::from_bytes(&b, "good.gguf").is_ok(),
+            "{dtype}: the good file"
+        );
+        // The row made half a block shorter: the type contradicts the shape.
+        let at = row_length_field(&b, "blk.0.ffn_down.weight");
+        let half = (cols - dtype.block_len() / 2) as u64;
+        b[at..at + 8].copy_from_slice(&half.to_le_bytes());
+        let e = GgufFile::from_bytes(&b, "bad.gguf")
+            .err()
+            .unwrap_or_else(|| panic!("{dtype}: a row of {half} numbers was accepted"))
+            .to_string();
+        assert!(
+            e.contains("blk.0.ffn_down.weight")
+                && e.contains(dtype.name())
+                && e.contains("multiple of"),
+            "{dtype}: {e}"
+        );
+    }
+}
+
+/// `lucent inspect`'s report of each file: lucent runs it, and its type mix is the one
+/// llama-quantize wrote, with each type's bytes its blocks' (rows × row bytes).
+#[test]
+fn inspect_reports_each_mix_and_runs_it() {
+    let reference = reference();
+    for (mix, file) in &reference.files {
+        let path = data_dir().join(&file.file);
+        let r = lucent::pipeline::inspect::inspect_gguf(&path).expect("inspect");
+        assert!(r.runs, "{mix}: inspect refuses it: {:?}", r.refusal);
+        let got: BTreeMap<String, usize> = r
+            .types
+            .iter()
+            .map(|t| (t.dtype.clone(), t.tensors))
+            .collect();
+        assert_eq!(got, file.types, "{mix}: the type mix");
+        let f = GgufFile::open(&path).expect("open");
+        for t in &r.types {
+            let bytes: u64 = f
+                .tensor_infos()
+                .iter()
+                .filter(|i| i.dtype.name() == t.dtype)
+                .map(|i| {
+                    let cols = i.shape.last().copied().unwrap_or(1);
+                    let rows = i.shape.iter().product::<usize>() / cols;
+                    (i.dtype.row_bytes(cols).expect("whole blocks") * rows) as u64
+                })
+                .sum();
+            assert_eq!(t.bytes, bytes, "{mix}: bytes of {}", t.dtype);
+        }
+    }
+}
