@@ -13,7 +13,7 @@
 //! - the trace: the experts recorded for every position and layer are the top-2 of the
 //!   recorded router logits, and their weights the renormalised softmax of those logits;
 //! - expert arithmetic lucent does not do (sigmoid gating, shared experts) is refused
-//!   naming the key.
+//!   naming the key; `lucent inspect`'s report shows the expert counts the script wrote.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -28,7 +28,16 @@ use serde::Deserialize;
 
 #[derive(Deserialize)]
 struct Reference {
+    meta: Meta,
     files: BTreeMap<String, File>,
+}
+
+#[derive(Deserialize)]
+struct Meta {
+    /// n, the experts per layer the script wrote.
+    experts: u64,
+    /// k, the experts used per token.
+    used: u64,
 }
 
 #[derive(Deserialize)]
@@ -292,4 +301,33 @@ fn unsupported_expert_keys_are_refused_by_name() {
         };
         assert!(err.contains(key), "{file}: {err}");
     }
+}
+
+/// `lucent inspect`'s report of each file shows n and k as the script wrote them, and
+/// Qwen3-MoE's expert width; a dense file shows none.
+#[test]
+fn inspect_shows_the_experts() {
+    let reference = reference();
+    for (name, width) in [("qwen3moe", Some(64)), ("mixtral", None)] {
+        let r = lucent::pipeline::inspect::inspect_gguf(&data_dir().join(format!("{name}.gguf")))
+            .expect("inspect");
+        let h = &r.hparams;
+        assert_eq!(
+            (
+                h.expert_count,
+                h.expert_used_count,
+                h.expert_feed_forward_length
+            ),
+            (
+                Some(reference.meta.experts),
+                Some(reference.meta.used),
+                width
+            ),
+            "{name}"
+        );
+    }
+    let dense =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/gguf_families/qwen3.gguf");
+    let r = lucent::pipeline::inspect::inspect_gguf(&dense).expect("inspect");
+    assert_eq!(r.hparams.expert_count, None);
 }
