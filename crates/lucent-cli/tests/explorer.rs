@@ -850,3 +850,64 @@ fn explorer_in_chromium() {
     assert!(errs.is_empty(), "1,000 tokens: console errors {errs:?}");
     println!("explorer test: {:.1} s", t0.elapsed().as_secs_f64());
 }
+
+/// A mixture of experts in the path view (no browser needed): `lucent explore` on the
+/// random-weight Qwen3-MoE bench file (`tests/data/gguf_moe/qwen3moe.gguf`, 3 layers, 8
+/// experts, 2 per token) answers, for every layer, the two experts each token chose
+/// (distinct, in 0..8), and at the query token the same two with weights that sum to 1,
+/// most probable first.
+#[test]
+fn path_view_shows_each_tokens_experts() {
+    let server = Server::start(&["tests/data/gguf_moe/qwen3moe.gguf"]);
+    let models = server.get("/explore/api/models");
+    let name = models["models"][0]["name"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no model served: {models}"))
+        .to_string();
+    let token = 2;
+    let p = server.get(&format!(
+        "/explore/api/path?model={}&text={}&token={token}",
+        enc(&name),
+        enc(TEXT)
+    ));
+    let layers = p["experts"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no experts: {p}"));
+    assert_eq!(layers.len(), 3, "{p}");
+    let t = p["t"].as_u64().unwrap() as usize;
+    for (l, ex) in layers.iter().enumerate() {
+        assert_eq!(ex["k"], 2, "layer {l}: {ex}");
+        let per_token = ex["per_token"].as_array().unwrap();
+        assert_eq!(per_token.len(), t, "layer {l}");
+        for es in per_token {
+            let es: Vec<u64> = es
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e.as_u64().unwrap())
+                .collect();
+            assert!(
+                es.len() == 2 && es[0] != es[1] && es.iter().all(|&e| e < 8),
+                "layer {l}: {es:?}"
+            );
+        }
+        let at: Vec<(u64, f64)> = ex["at_token"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|u| (u[0].as_u64().unwrap(), u[1].as_f64().unwrap()))
+            .collect();
+        let chosen: Vec<u64> = at.iter().map(|u| u.0).collect();
+        assert_eq!(json_ids(&per_token[token]), chosen, "layer {l}");
+        assert!(at[0].1 >= at[1].1, "layer {l}: {at:?}");
+        assert!((at[0].1 + at[1].1 - 1.0).abs() < 1e-5, "layer {l}: {at:?}");
+    }
+}
+
+fn json_ids(v: &Value) -> Vec<u64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_u64().unwrap())
+        .collect()
+}

@@ -586,16 +586,29 @@
     }
     v.append(el("div", { class: "legend" }, "‖x‖ of the residual stream after each layer (rows) at each token (columns), log colour scale; brightest = " + max.toFixed(1)), c);
     const tbl = el("table", { class: "num", id: "path-table" });
-    tbl.append(el("tr", {}, ...["layer", "‖residual‖ at token", "‖attention out‖", "‖FFN out‖", "FFN mean |a|", "FFN active", "top FFN units at token", "logit lens: top next tokens"].map((h) => el("th", {}, h))));
-    const rows = [["layer", "residual", "attn_out", "ffn_out", "ffn_mean_abs", "ffn_active", "lens"]];
+    const moe = (p.experts || []).some((x) => x);
+    tbl.append(el("tr", {}, ...["layer", "‖residual‖ at token", "‖attention out‖", "‖FFN out‖", "FFN mean |a|", "FFN active", moe ? "experts chosen at token (weight)" : "top FFN units at token", "logit lens: top next tokens"].map((h) => el("th", {}, h))));
+    const rows = [["layer", "residual", "attn_out", "ffn_out", "ffn_mean_abs", "ffn_active"].concat(moe ? ["experts"] : [], ["lens"])];
     for (let l = 0; l < L - 1; l++) {
       const f = p.ffn[l] || {};
       const lens = p.lens ? p.lens[l].map((x) => label(x.text) + " " + (100 * x.p).toFixed(1) + "%").join("  ") : "—";
       const r = [l, fmt4(p.residual_norms[l + 1][q]), p.attn_out_norms[l].length ? fmt4(p.attn_out_norms[l][q]) : "—", p.ffn_out_norms[l].length ? fmt4(p.ffn_out_norms[l][q]) : "—", f.mean_abs !== undefined ? fmt4(f.mean_abs) : "—", f.active !== undefined ? (100 * f.active).toFixed(1) + "%" : "—"];
-      rows.push(r.concat([lens]));
-      tbl.append(el("tr", {}, ...r.map((x) => el("td", {}, x)), el("td", { style: "text-align:left" }, f.top_at_token ? f.top_at_token.slice(0, 4).map((u) => "#" + u[0] + " " + u[1].toFixed(2)).join(" ") : "—"), el("td", { style: "text-align:left" }, lens)));
+      const ex = (p.experts || [])[l];
+      const chosen = ex ? ex.at_token.map((u) => "E" + u[0] + " " + u[1].toFixed(3)).join("  ") : null;
+      rows.push(r.concat(moe ? [chosen || "—"] : [], [lens]));
+      const units = moe ? (chosen || "—") : (f.top_at_token ? f.top_at_token.slice(0, 4).map((u) => "#" + u[0] + " " + u[1].toFixed(2)).join(" ") : "—");
+      tbl.append(el("tr", {}, ...r.map((x) => el("td", {}, x)), el("td", { style: "text-align:left" }, units), el("td", { style: "text-align:left" }, lens)));
     }
     v.append(el("h3", {}, "at query token " + q + " " + label(p.tokens[q]) + (p.lens ? "; the logit lens reads each layer out through the final norm and the head" : "")), el("div", { class: "scroll" }, tbl));
+    if (moe) {
+      // Every token's experts in every layer (most probable first).
+      const et = el("table", { class: "num", id: "experts-table" });
+      et.append(el("tr", {}, el("th", {}, "layer"), ...p.tokens.map((t, i) => el("th", { title: t }, i + " " + label(t)))));
+      p.experts.forEach((ex, l) => {
+        if (ex) et.append(el("tr", {}, el("td", {}, l), ...ex.per_token.map((es, i) => el("td", { style: i === q ? "font-weight:bold" : "" }, es.join(",")))));
+      });
+      v.append(el("h3", {}, "experts each token chose, per layer (mixture of experts: the router's top-" + p.experts.find((x) => x).k + ")"), el("div", { class: "scroll" }, et));
+    }
     current = { name: "path-T" + q, canvas: c, rows: () => rows, data: () => p };
   }
 

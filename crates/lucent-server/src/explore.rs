@@ -10,7 +10,7 @@
 //! | `/explore/api/tokens?model&text` | ids, pieces, texts and bytes of the tokens (an encoder-decoder: its source and its greedily decoded target) |
 //! | `/explore/api/attention?model&text&layer&head[&stack][&thumb=N]` | one head's softmax weights (rows, cols) as little-endian f32 in base64; `thumb` max-pools them to at most N × N |
 //! | `/explore/api/steps?model&text&layer&head&token[&stack]` | the arithmetic of one query row: q, K, V, q·k, ·1/√d_k, mask, softmax, Σ w·v |
-//! | `/explore/api/path?model&text&token` | residual-stream norms per layer and token, FFN activation summaries, the logit lens, the final logits |
+//! | `/explore/api/path?model&text&token` | residual-stream norms per layer and token, FFN activation summaries (a mixture of experts: the experts each token chose, with their weights), the logit lens, the final logits |
 //! | `/explore/api/distribution?model&text&token&temperature&top_k&top_p&min_p` | the sampler's filtered next-token distribution ([`lucent::pipeline::generate::distribution`]) |
 //! | `/explore/api/positions?model&t` | the sinusoidal table and RoPE's frequencies and angles |
 //! | `/explore/api/masks?t&window&prefix&pad` | BERT (padding), GPT (causal), T5 (encoder, decoder, cross), prefix-LM and sliding-window masks |
@@ -1226,6 +1226,7 @@ fn path_view(st: &AppState, s: &Subject, text: &str, i: usize) -> Result<Arc<Val
     let mut attn_norm = vec![Vec::new(); n];
     let mut ffn_norm = vec![Vec::new(); n];
     let mut ffn = vec![Value::Null; n];
+    let mut experts = vec![Value::Null; n];
     let mut lens = vec![Value::Null; n];
     let mut logits_at: Option<Vec<f32>> = None;
     let mut start = 0;
@@ -1237,6 +1238,8 @@ fn path_view(st: &AppState, s: &Subject, text: &str, i: usize) -> Result<Arc<Val
                 "hidden".into(),
                 "embeddings".into(),
                 "input".into(),
+                "experts".into(),
+                "expert_weights".into(),
             ]),
             layers: Some(layers.clone()),
             prefix: Some(format!("{stack}.")),
@@ -1282,6 +1285,24 @@ fn path_view(st: &AppState, s: &Subject, text: &str, i: usize) -> Result<Arc<Val
                     "top_at_token": top.iter().map(|&j| json!([j, row[j]])).collect::<Vec<_>>(),
                 });
             }
+            // A mixture of experts: which experts each token chose (most probable first)
+            // and, at the query token, their weights.
+            if let (Some(ex), Some(w)) = (
+                trace.get(&format!("{p}.ffn.experts")),
+                trace.get(&format!("{p}.ffn.expert_weights")),
+            ) {
+                let k = ex.last_dim().max(1);
+                let at = |v: &Tensor| v.data().get(i * k..(i + 1) * k).map(<[f32]>::to_vec);
+                if let (Some(e), Some(wt)) = (at(ex), at(w)) {
+                    experts[l] = json!({
+                        "k": k,
+                        "at_token": e.iter().zip(&wt).map(|(&e, &w)| json!([e as usize, w])).collect::<Vec<_>>(),
+                        "per_token": ex.data().chunks(k)
+                            .map(|r| r.iter().map(|&e| e as usize).collect::<Vec<_>>())
+                            .collect::<Vec<_>>(),
+                    });
+                }
+            }
             if let Some(tm) = &s.text {
                 let d = out.last_dim();
                 let lg = read_out(tm, &out.data()[i * d..(i + 1) * d])?;
@@ -1309,6 +1330,7 @@ fn path_view(st: &AppState, s: &Subject, text: &str, i: usize) -> Result<Arc<Val
         "attn_out_norms": attn_norm,
         "ffn_out_norms": ffn_norm,
         "ffn": ffn,
+        "experts": experts,
         "lens": if s.text.is_some() { json!(lens) } else { Value::Null },
         "logits_f32": logits_at.as_ref().map(|l| b64(l)),
         "vocab": logits_at.as_ref().map(Vec::len),

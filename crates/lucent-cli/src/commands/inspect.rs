@@ -82,6 +82,13 @@ fn print_report(r: &GgufReport) {
         opt(&h.head_dim)
     );
     println!("  FFN           {}", opt(&h.feed_forward_length));
+    if let Some(n) = h.expert_count {
+        println!(
+            "  experts       {n}, {} per token, each of width {}",
+            opt(&h.expert_used_count),
+            opt(&h.expert_feed_forward_length.or(h.feed_forward_length))
+        );
+    }
     println!("  vocabulary    {}", opt(&h.vocab_size));
     println!(
         "  RoPE          base {}, dimensions {}, scaling {}",

@@ -1066,6 +1066,51 @@ impl GgufFile {
         self.qmatrix(name)
     }
 
+    /// Tensor `name`, of lucent shape `(n, rows, cols)` (`ne = [cols, rows, n]`: a stack
+    /// of n matrices, such as a mixture's experts), as n [`QMatrix`]es over windows of
+    /// its bytes (matrix e: rows e·rows … (e+1)·rows − 1, nothing copied); errors name
+    /// the tensor and both shapes.
+    pub fn qmatrix_stack_shaped(
+        &self,
+        name: &str,
+        n: usize,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Vec<QMatrix>> {
+        self.check_shape(name, &[n, rows, cols])?;
+        let t = self.tensor(name)?;
+        let bad =
+            |e: Error| Error::Weights(format!("{}: tensor '{name}': {e}", self.path.display()));
+        let slab = t
+            .info
+            .dtype
+            .row_bytes(cols)
+            .map_err(bad)?
+            .checked_mul(rows)
+            .ok_or_else(|| bad(Error::Shape(format!("{n} × {rows} × {cols} is too large"))))?;
+        if slab.checked_mul(n) != Some(t.info.len) {
+            return Err(bad(Error::Shape(format!(
+                "{} bytes do not hold {n} matrices of {rows} × {cols} {}",
+                t.info.len, t.info.dtype
+            ))));
+        }
+        (0..n)
+            .map(|e| {
+                QMatrix::new(
+                    t.info.dtype,
+                    rows,
+                    cols,
+                    QBytes::Mapped {
+                        map: self.map.clone(),
+                        start: t.info.start + e * slab,
+                        len: slab,
+                    },
+                )
+                .map_err(bad)
+            })
+            .collect()
+    }
+
     /// Tensor `name` as f32, checked to have lucent `shape`; the error names the tensor
     /// and both shapes.
     pub fn tensor_f32_shaped(&self, name: &str, shape: &[usize]) -> Result<Tensor> {

@@ -19,7 +19,7 @@ use crate::nn::attention::RopeSpec;
 use crate::nn::feed_forward::residual_std;
 use crate::nn::{
     AttentionConfig, Decoder, DecoderLayer, Embedding, Encoder, EncoderLayer, FeedForward, KvCache,
-    LayerNorm, Linear, MultiHeadAttention, Norm, RmsNorm, Transformer,
+    LayerNorm, Linear, MixtureOfExperts, MultiHeadAttention, Norm, RmsNorm, Transformer,
 };
 use crate::{Error, Result};
 
@@ -96,6 +96,18 @@ pub fn random_embedding(cfg: &ModelConfig, rng: &mut impl Rng) -> Embedding {
 
 /// A feed-forward network of `cfg` in a stack of `n_layers` (out_std = 0.02/√(2N)).
 pub fn random_feed_forward(cfg: &ModelConfig, n_layers: usize, rng: &mut impl Rng) -> FeedForward {
+    if let Some(ex) = &cfg.experts {
+        return FeedForward::Experts(Box::new(MixtureOfExperts::new_random(
+            ex.n_experts,
+            ex.top_k,
+            ex.normalize_weights,
+            cfg.activation,
+            cfg.d_model,
+            ex.d_ff,
+            residual_std(n_layers),
+            rng,
+        )));
+    }
     FeedForward::new_random(
         cfg.ffn,
         cfg.activation,
@@ -274,8 +286,30 @@ pub fn self_attention(
     )
 }
 
-/// Layer `i`'s feed-forward network read from `w`.
+/// Layer `i`'s feed-forward network read from `w` (its mixture of experts, when `cfg`
+/// has experts).
 pub fn feed_forward(cfg: &ModelConfig, w: &dyn WeightSource, i: usize) -> Result<FeedForward> {
+    if let Some(ex) = &cfg.experts {
+        let router = Linear::new(w.matrix(Param::FfnRouterWeight, i)?, None)?;
+        let gates = w.experts(Param::FfnGateExpsWeight, i)?;
+        let ups = w.experts(Param::FfnUpExpsWeight, i)?;
+        let downs = w.experts(Param::FfnDownExpsWeight, i)?;
+        let experts = gates
+            .into_iter()
+            .zip(ups)
+            .zip(downs)
+            .map(|((g, u), d)| {
+                FeedForward::gated(
+                    Linear::new(g, None)?,
+                    Linear::new(u, None)?,
+                    Linear::new(d, None)?,
+                    cfg.activation,
+                )
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let moe = MixtureOfExperts::new(router, experts, ex.top_k, ex.normalize_weights)?;
+        return Ok(FeedForward::Experts(Box::new(moe)));
+    }
     let fb = cfg.ffn_bias;
     let ffn = match cfg.ffn {
         crate::model::FfnKind::Mlp => FeedForward::mlp(
@@ -325,10 +359,11 @@ fn sublayer_norms(cfg: &ModelConfig) -> (Param, Param) {
     }
 }
 
-/// Refuse the fields only a decoder-only model honours (its layers' residual
+/// Refuse the fields only a decoder-only model honours (its layers' experts and residual
 /// multiplier, its logits' soft-cap and divisor), naming them, for `what`.
 fn refuse_decoder_only_fields(cfg: &ModelConfig, what: &str) -> Result<()> {
     for (field, set) in [
+        ("experts", cfg.experts.is_some()),
         ("residual_scale", cfg.residual_scale.is_some()),
         ("final_softcap", cfg.final_softcap.is_some()),
         ("logit_scale", cfg.logit_scale.is_some()),

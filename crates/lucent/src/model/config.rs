@@ -147,6 +147,26 @@ pub struct ModelConfig {
     /// attention position-free ("NoPE" layers; SmolLM3: n = 4, llama.cpp's rule).
     #[serde(default)]
     pub no_rope_every: Option<usize>,
+    /// A Mixture-of-Experts FFN in every layer in place of the one FFN of `d_ff`
+    /// (Mixtral, Qwen3-MoE; [`crate::nn::MixtureOfExperts`]): MoE(x) = Σ_j w_j ·
+    /// FFN_{E_j}(x) over the top-k of softmax(W_g x). `None`: the dense FFN.
+    #[serde(default)]
+    pub experts: Option<ExpertsConfig>,
+}
+
+/// The shape of a Mixture-of-Experts FFN ([`ModelConfig::experts`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExpertsConfig {
+    /// n: the experts of each layer.
+    pub n_experts: usize,
+    /// k: the experts used per position (1 ≤ k ≤ n).
+    pub top_k: usize,
+    /// Each expert's hidden width d_ff (Qwen3-MoE: `expert_feed_forward_length`, not
+    /// the model's `d_ff`).
+    pub d_ff: usize,
+    /// Whether the k chosen probabilities are renormalised to sum to 1 (Mixtral and
+    /// Qwen3-MoE: yes).
+    pub normalize_weights: bool,
 }
 
 impl ModelConfig {
@@ -253,6 +273,23 @@ impl ModelConfig {
         }
         if self.no_rope_every.is_some() && !matches!(self.position, PositionKind::Rope { .. }) {
             return bad("no_rope_every is set but the positions are not RoPE".into());
+        }
+        if let Some(ex) = &self.experts {
+            if ex.n_experts == 0 || ex.top_k == 0 || ex.top_k > ex.n_experts {
+                return bad(format!(
+                    "experts: top_k = {} of n_experts = {}; needs 1 ≤ top_k ≤ n_experts",
+                    ex.top_k, ex.n_experts
+                ));
+            }
+            if ex.d_ff == 0 {
+                return bad("experts: d_ff must be > 0".into());
+            }
+            if self.ffn != FfnKind::Gated || self.ffn_bias {
+                return bad(
+                    "experts: lucent's experts are gated FFNs without biases (ffn = gated, ffn_bias = false)"
+                        .into(),
+                );
+            }
         }
         if self.attention_scale_in_softmax && self.attention_scale.is_none() {
             return bad("attention_scale_in_softmax is set but attention_scale is not".into());
@@ -396,6 +433,7 @@ mod tests {
             logit_scale: None,
             attention_scale_in_softmax: false,
             no_rope_every: None,
+            experts: None,
         }
     }
 

@@ -228,8 +228,34 @@ impl DecoderModel {
         })?;
         let a = &l.self_attn;
         let (up, down, gate) = match &l.ffn {
-            FeedForward::Mlp { w1, w2, .. } => (w1, w2, None),
-            FeedForward::Gated { gate, up, down, .. } => (up, down, Some(gate)),
+            FeedForward::Mlp { w1, w2, .. } => (Some(w1), Some(w2), None),
+            FeedForward::Gated { gate, up, down, .. } => (Some(up), Some(down), Some(gate)),
+            FeedForward::Experts(m) => {
+                // Each expert's W_gate, W_up or W_down (`which` 0, 1, 2), stacked
+                // (n, rows, cols).
+                let stack = |which: usize| -> Result<Option<Tensor>> {
+                    let mut data = Vec::new();
+                    let mut shape = vec![m.n_experts()];
+                    for e in &m.experts {
+                        let FeedForward::Gated { gate, up, down, .. } = e else {
+                            return Ok(None);
+                        };
+                        let w = [gate, up, down][which].weight.to_f32()?;
+                        if shape.len() == 1 {
+                            shape.extend_from_slice(w.shape());
+                        }
+                        data.extend_from_slice(w.data());
+                    }
+                    Tensor::new(data, &shape).map(Some)
+                };
+                match param {
+                    Param::FfnRouterWeight => return weight(&m.router),
+                    Param::FfnGateExpsWeight => return stack(0),
+                    Param::FfnUpExpsWeight => return stack(1),
+                    Param::FfnDownExpsWeight => return stack(2),
+                    _ => (None, None, None),
+                }
+            }
         };
         match param {
             Param::QueryWeight => weight(&a.q_proj),
@@ -257,10 +283,10 @@ impl DecoderModel {
             Param::AttnNormWeight => Ok(gamma(&l.self_attn_norm)),
             Param::AttnNormBias => Ok(beta(&l.self_attn_norm)),
             Param::AttnPostNormWeight => Ok(l.self_attn_post_norm.as_ref().and_then(gamma)),
-            Param::FfnUpWeight => weight(up),
-            Param::FfnUpBias => bias(up),
-            Param::FfnDownWeight => weight(down),
-            Param::FfnDownBias => bias(down),
+            Param::FfnUpWeight => up.map_or(Ok(None), weight),
+            Param::FfnUpBias => up.map_or(Ok(None), bias),
+            Param::FfnDownWeight => down.map_or(Ok(None), weight),
+            Param::FfnDownBias => down.map_or(Ok(None), bias),
             Param::FfnGateWeight => match gate {
                 Some(g) => weight(g),
                 None => Ok(None),

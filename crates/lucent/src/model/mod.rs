@@ -10,7 +10,9 @@ pub mod encoder_decoder;
 pub mod family;
 pub mod hooks;
 
-pub use config::{FfnKind, ModelConfig, ModelKind, NormKind, NormPlacement, PositionKind};
+pub use config::{
+    ExpertsConfig, FfnKind, ModelConfig, ModelKind, NormKind, NormPlacement, PositionKind,
+};
 pub use decoder::DecoderModel;
 pub use encoder::EncoderModel;
 pub use encoder_decoder::EncoderDecoderModel;

@@ -79,12 +79,25 @@ pub struct FfnCount {
     pub down_weight: u64,
     /// b₂: d.
     pub down_bias: u64,
+    /// W_g, a mixture of experts' router: n · d (0 without experts; the three weights
+    /// above are then those of all n experts).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub router_weight: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl FfnCount {
     /// The weight matrices.
     pub fn weights(&self) -> u64 {
-        sum_sat(&[self.up_weight, self.gate_weight, self.down_weight])
+        sum_sat(&[
+            self.up_weight,
+            self.gate_weight,
+            self.down_weight,
+            self.router_weight,
+        ])
     }
 
     /// The biases.
@@ -379,6 +392,17 @@ fn attention_count(cfg: &ModelConfig) -> Result<AttentionCount> {
 /// One feed-forward network of `cfg`.
 fn ffn_count(cfg: &ModelConfig) -> Result<FfnCount> {
     let d = cfg.d_model as u64;
+    if let Some(ex) = &cfg.experts {
+        // n gated experts of width d_ff_e, no biases, and the router.
+        let (n, f) = (ex.n_experts as u64, ex.d_ff as u64);
+        return Ok(FfnCount {
+            up_weight: mul(&[n, d, f])?,
+            gate_weight: mul(&[n, d, f])?,
+            down_weight: mul(&[n, f, d])?,
+            router_weight: mul(&[n, d])?,
+            ..FfnCount::default()
+        });
+    }
     let f = cfg.d_ff as u64;
     let bias = |n: u64| if cfg.ffn_bias { n } else { 0 };
     let gated = cfg.ffn == FfnKind::Gated;
@@ -389,6 +413,7 @@ fn ffn_count(cfg: &ModelConfig) -> Result<FfnCount> {
         gate_bias: if gated { bias(f) } else { 0 },
         down_weight: mul(&[f, d])?,
         down_bias: bias(d),
+        router_weight: 0,
     })
 }
 

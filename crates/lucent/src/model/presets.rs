@@ -272,6 +272,7 @@ fn bert(layers: usize, d: usize, heads: usize, d_ff: usize) -> ModelConfig {
         logit_scale: None,
         attention_scale_in_softmax: false,
         no_rope_every: None,
+        experts: None,
     }
 }
 
@@ -315,6 +316,7 @@ fn gpt2() -> ModelConfig {
         logit_scale: None,
         attention_scale_in_softmax: false,
         no_rope_every: None,
+        experts: None,
     }
 }
 
@@ -375,6 +377,7 @@ fn llama(
         logit_scale: None,
         attention_scale_in_softmax: false,
         no_rope_every: None,
+        experts: None,
     }
 }
 
@@ -434,6 +437,7 @@ fn gemma3() -> ModelConfig {
         logit_scale: None,
         attention_scale_in_softmax: false,
         no_rope_every: None,
+        experts: None,
     }
 }
 
@@ -478,6 +482,7 @@ fn transformer_base() -> ModelConfig {
         logit_scale: None,
         attention_scale_in_softmax: false,
         no_rope_every: None,
+        experts: None,
     }
 }
 

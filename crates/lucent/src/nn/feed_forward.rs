@@ -5,10 +5,15 @@
 //! LLaMA, GeGLU with tanh-GELU in Gemma)
 //!
 //! Applied to every position alone; d_ff is usually 4·d (MLP) or about 8/3·d (gated).
+//!
+//! Experts: MoE(x) = Σ_j w_j · FFN_{E_j}(x) over the k experts a router picks
+//! ([`MixtureOfExperts`], `nn/moe.rs`), each a gated FFN; a layer holds it where it would
+//! hold one FFN.
 
 use rand::Rng;
 
 use crate::nn::linear::Linear;
+use crate::nn::moe::MixtureOfExperts;
 use crate::nn::trace::{hook, Trace};
 use crate::ops::{self, Activation};
 use crate::runtime::Numerics;
@@ -49,14 +54,25 @@ pub enum FeedForward {
         /// act (SiLU: SwiGLU, GELU: GeGLU)
         activation: Activation,
     },
+    /// Σ_j w_j · FFN_{E_j}(x): a router's top-k of n gated experts ([`MixtureOfExperts`]).
+    Experts(Box<MixtureOfExperts>),
 }
 
 impl FeedForward {
-    /// Its linear layers (W₁, W₂; or gate, up, down), to adjust them after loading.
+    /// Its linear layers (W₁, W₂; or gate, up, down; or the router and every expert's
+    /// gate, up, down), to adjust them after loading.
     pub fn linears_mut(&mut self) -> Vec<&mut Linear> {
         match self {
             FeedForward::Mlp { w1, w2, .. } => vec![w1, w2],
             FeedForward::Gated { gate, up, down, .. } => vec![gate, up, down],
+            FeedForward::Experts(m) => {
+                let m = &mut **m;
+                let mut all = vec![&mut m.router];
+                for e in &mut m.experts {
+                    all.extend(e.linears_mut());
+                }
+                all
+            }
         }
     }
 
@@ -123,11 +139,11 @@ impl FeedForward {
         }
     }
 
-    /// Plain or gated.
+    /// Plain or gated (a mixture of experts is gated: each of its experts is).
     pub fn kind(&self) -> FfnKind {
         match self {
             FeedForward::Mlp { .. } => FfnKind::Mlp,
-            FeedForward::Gated { .. } => FfnKind::Gated,
+            FeedForward::Gated { .. } | FeedForward::Experts(_) => FfnKind::Gated,
         }
     }
 
@@ -136,14 +152,24 @@ impl FeedForward {
         match self {
             FeedForward::Mlp { w1, .. } => w1.in_features(),
             FeedForward::Gated { gate, .. } => gate.in_features(),
+            FeedForward::Experts(m) => m.d_model(),
         }
     }
 
-    /// The hidden width d_ff.
+    /// The hidden width d_ff (of each expert, in a mixture of experts).
     pub fn d_ff(&self) -> usize {
         match self {
             FeedForward::Mlp { w1, .. } => w1.out_features(),
             FeedForward::Gated { gate, .. } => gate.out_features(),
+            FeedForward::Experts(m) => m.d_ff(),
+        }
+    }
+
+    /// The mixture of experts, if this FFN is one.
+    pub fn experts(&self) -> Option<&MixtureOfExperts> {
+        match self {
+            FeedForward::Experts(m) => Some(m),
+            _ => None,
         }
     }
 
@@ -151,7 +177,8 @@ impl FeedForward {
     /// `input`, `hidden` (after the activation / gating) and `output`. With llama.cpp's [`Numerics`], a gated network's activation
     /// is llama.cpp's own (tanh-GELU from its f16 table, [`ops::activation::gelu_tanh_f16`];
     /// SiLU with its vector exp, [`ops::ggml::silu`]; other activations are unaffected),
-    /// and the products follow the numerics' orders.
+    /// and the products follow the numerics' orders. A mixture of experts records its
+    /// own leaves instead of `hidden` ([`MixtureOfExperts::forward`]).
     ///
     /// # Shapes
     /// x: (..., d) → (..., d); hidden (..., d_ff)
@@ -161,6 +188,9 @@ impl FeedForward {
         numerics: Numerics,
         trace: Option<&mut Trace>,
     ) -> Result<Tensor> {
+        if let FeedForward::Experts(m) = self {
+            return m.forward(x, numerics, trace);
+        }
         let mut trace = trace;
         let x = &hook(&mut trace, "input", x.clone())?;
         let out = match self {
@@ -200,6 +230,7 @@ impl FeedForward {
                 let hidden = hook(&mut trace, "hidden", hidden)?;
                 down.forward_with(&hidden, numerics)?
             }
+            FeedForward::Experts(m) => return m.forward(x, numerics, trace),
         };
         hook(&mut trace, "output", out)
     }

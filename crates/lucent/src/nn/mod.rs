@@ -10,6 +10,7 @@
 //! | `dropout` | [`Dropout`]: inverted dropout, active only in training mode |
 //! | `attention` | [`scaled_dot_product_attention`], [`MultiHeadAttention`] (GQA, QK-norm, RoPE, cross) |
 //! | `feed_forward` | [`FeedForward`]: MLP and gated (SwiGLU, GeGLU) |
+//! | `moe` | [`MixtureOfExperts`]: a router's top-k of n gated expert FFNs, weighted |
 //! | `layer` | [`EncoderLayer`], [`DecoderLayer`] in pre-, post- and sandwich-norm form |
 //! | `transformer` | [`Encoder`], [`Decoder`], [`Transformer`], [`Head`] |
 //! | `mask` | `causal_mask`, `padding_mask`, `prefix_lm_mask`, bidirectional; boolean ↔ additive masks |
@@ -30,6 +31,7 @@ pub mod kv_cache;
 pub mod layer;
 pub mod linear;
 pub mod mask;
+pub mod moe;
 pub mod norm;
 pub mod position;
 pub mod relative_position;
@@ -48,6 +50,7 @@ pub use feed_forward::{FeedForward, FfnKind};
 pub use kv_cache::{KvCache, LayerKvCache};
 pub use layer::{DecoderLayer, EncoderLayer, NormPlacement};
 pub use linear::{Linear, Weight};
+pub use moe::{MixtureOfExperts, Routing};
 pub use norm::{LayerNorm, Norm, NormKind, RmsNorm};
 pub use relative_position::{RelativePositionBias, RelativePositionConfig};
 pub use trace::{Trace, TraceFilter};

@@ -20,6 +20,8 @@
 //! | `weights` | softmax(scaled + mask) | (b, h, t_q, t_k) |
 //! | `context` | weights · V, per head | (b, h, t_q, d_v) |
 //! | `output` | the sub-layer's or layer's output | (b, t, d) |
+//! | `router_logits`, `router_probs` | a mixture of experts' router logits W_g·x and their softmax (`nn/moe.rs`) | (b, t, n_experts) |
+//! | `experts`, `expert_weights` | the k experts each position chose (indices as f32, most probable first) and their weights | (b, t, k) |
 //!
 //! Heads are always index 1. A [`TraceFilter`] keeps real models from storing
 //! everything: only some leaves (e.g. just `weights`), only some layers, or only names

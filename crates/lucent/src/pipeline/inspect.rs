@@ -49,6 +49,16 @@ pub struct Hparams {
     pub feed_forward_length: Option<u64>,
     /// Tokens in the vocabulary (`tokenizer.ggml.tokens`).
     pub vocab_size: Option<u64>,
+    /// `expert_count` (n experts of a mixture; absent in a dense model).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expert_count: Option<u64>,
+    /// `expert_used_count` (k experts per token).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expert_used_count: Option<u64>,
+    /// `expert_feed_forward_length` (each expert's d_ff, where it differs from
+    /// `feed_forward_length`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expert_feed_forward_length: Option<u64>,
 }
 
 /// RoPE as the file sets it.
@@ -177,6 +187,10 @@ pub fn report(f: &GgufFile) -> GgufReport {
             GgufValue::Array(a) => Some(a.len() as u64),
             _ => None,
         }),
+        expert_count: int("expert_count").filter(|&n| n > 0),
+        expert_used_count: int("expert_used_count")
+            .filter(|_| int("expert_count").unwrap_or(0) > 0),
+        expert_feed_forward_length: int("expert_feed_forward_length"),
     };
     let text = |key: &str| match f.get(key) {
         Some(GgufValue::String(s)) => Some(s.clone()),

@@ -148,6 +148,12 @@ impl Parameters for FeedForward {
                 up.visit_params(&join(prefix, "up"), f);
                 down.visit_params(&join(prefix, "down"), f);
             }
+            FeedForward::Experts(m) => {
+                m.router.visit_params(&join(prefix, "router"), f);
+                for (e, ffn) in m.experts.iter_mut().enumerate() {
+                    ffn.visit_params(&join(prefix, &format!("experts.{e}")), f);
+                }
+            }
         }
     }
 }

@@ -54,6 +54,7 @@ pub fn small_config(kind: ModelKind, position: PositionKind) -> ModelConfig {
         logit_scale: None,
         attention_scale_in_softmax: false,
         no_rope_every: None,
+        experts: None,
     }
 }
 

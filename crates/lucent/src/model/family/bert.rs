@@ -267,6 +267,7 @@ pub fn post_norm_encoder(s: EncoderSizes) -> Result<ModelConfig> {
         logit_scale: None,
         attention_scale_in_softmax: false,
         no_rope_every: None,
+        experts: None,
     };
     cfg.validate()?;
     Ok(cfg)

@@ -162,6 +162,7 @@ pub fn config(hf: &HfGpt2Config) -> Result<ModelConfig> {
         logit_scale: None,
         attention_scale_in_softmax: false,
         no_rope_every: None,
+        experts: None,
     };
     cfg.validate()?;
     Ok(cfg)

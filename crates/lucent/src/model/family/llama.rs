@@ -19,7 +19,9 @@
 
 use super::{GgufWeights, NameTable, Param};
 use crate::io::gguf::GgufFile;
-use crate::model::{FfnKind, ModelConfig, ModelKind, NormKind, NormPlacement, PositionKind};
+use crate::model::{
+    ExpertsConfig, FfnKind, ModelConfig, ModelKind, NormKind, NormPlacement, PositionKind,
+};
 use crate::ops::{Activation, RopeConvention};
 use crate::{Error, Result};
 
@@ -146,6 +148,7 @@ impl GgufHparams {
             logit_scale: None,
             attention_scale_in_softmax: false,
             no_rope_every: None,
+            experts: None,
         }
     }
 }
@@ -236,6 +239,102 @@ pub(crate) fn refuse_keys(
     Ok(())
 }
 
+/// Expert keys (under `{arch}.`) asking for mixture arithmetic lucent does not do, with
+/// what they ask for; refused by [`read_experts`] unless "off".
+const UNSUPPORTED_EXPERT_KEYS: &[(&str, &str)] = &[
+    (
+        "expert_shared_count",
+        "shared experts beside the routed ones",
+    ),
+    (
+        "expert_shared_feed_forward_length",
+        "shared experts beside the routed ones",
+    ),
+    (
+        "expert_group_count",
+        "expert groups (DeepSeek-V3-style routing)",
+    ),
+    (
+        "expert_group_used_count",
+        "expert groups (DeepSeek-V3-style routing)",
+    ),
+    ("expert_chunk_feed_forward_length", "chunked experts"),
+    ("experts_per_group", "expert groups"),
+];
+
+/// The mixture of experts a GGUF decoder's metadata describes, read under `{arch}.`:
+/// `expert_count` (n; `None` when absent or 0: a dense FFN), `expert_used_count` (k),
+/// each expert's width from `expert_feed_forward_length` or else `default_d_ff`, and
+/// the weights renormalised over the k (what llama.cpp's `build_moe_ffn` does for
+/// `llama` and `qwen3moe` files, whatever `expert_weights_norm` says: a file that sets
+/// it to false is refused). Refused by key: another gating function than the softmax
+/// (`expert_gating_func` ≠ 1), a weight scale (`expert_weights_scale` ≠ 0, 1), and
+/// [`UNSUPPORTED_EXPERT_KEYS`]. Reads nothing else, so a family calls it first: its
+/// refusals come before any check of the file's tensors.
+pub(crate) fn read_experts(
+    f: &GgufFile,
+    arch: &str,
+    default_d_ff: impl Fn(usize) -> Result<usize>,
+) -> Result<Option<ExpertsConfig>> {
+    use crate::io::gguf::GgufValue;
+    let k = |s: &str| format!("{arch}.{s}");
+    let n = f.opt_u32(&k("expert_count"))?.unwrap_or(0) as usize;
+    if n == 0 {
+        return Ok(None);
+    }
+    refuse_keys(f, arch, UNSUPPORTED_EXPERT_KEYS, &[])?;
+    let refuse = |key: &str, what: &str, value: &GgufValue| {
+        Err(Error::Config(format!(
+            "{}: {} = {} asks for {what}, which lucent does not implement;              it refuses the file rather than compute something else than the model's authors did",
+            f.path().display(),
+            k(key),
+            value.describe()
+        )))
+    };
+    for (key, value) in f.metadata() {
+        let Some(name) = key.strip_prefix(&format!("{arch}.")) else {
+            continue;
+        };
+        match (name, value) {
+            // 0 (none given) or 1: the softmax.
+            ("expert_gating_func", GgufValue::U32(0 | 1) | GgufValue::I32(0 | 1)) => {}
+            ("expert_gating_func", v) => {
+                return refuse(name, "another expert gating function than the softmax (1)", v)
+            }
+            ("expert_weights_scale", GgufValue::F32(x)) if *x == 0.0 || *x == 1.0 => {}
+            ("expert_weights_scale", v) => return refuse(name, "a scale on the experts' weights", v),
+            ("expert_weights_norm", GgufValue::Bool(true)) => {}
+            ("expert_weights_norm", v) => {
+                return refuse(
+                    name,
+                    "experts' weights not renormalised (llama.cpp renormalises them for this architecture regardless)",
+                    v,
+                )
+            }
+            _ => {}
+        }
+    }
+    let used_key = k("expert_used_count");
+    let top_k = f.get_usize(&used_key)?;
+    if top_k == 0 || top_k > n {
+        return Err(Error::Config(format!(
+            "{}: {used_key} = {top_k} with {} = {n}; each token must use 1 to {n} experts",
+            f.path().display(),
+            k("expert_count")
+        )));
+    }
+    let d_ff = match f.opt_u32(&k("expert_feed_forward_length"))? {
+        Some(w) if w > 0 => w as usize,
+        _ => default_d_ff(top_k)?,
+    };
+    Ok(Some(ExpertsConfig {
+        n_experts: n,
+        top_k,
+        d_ff,
+        normalize_weights: true,
+    }))
+}
+
 /// Refuse partial RoPE: `{arch}.rope.dimension_count`, when present, must be the head
 /// width (every feature of a head rotated).
 pub(crate) fn check_full_rope(f: &GgufFile, arch: &str, head_dim: usize) -> Result<()> {
@@ -252,9 +351,15 @@ pub(crate) fn check_full_rope(f: &GgufFile, arch: &str, head_dim: usize) -> Resu
 }
 
 /// Translate a `llama` GGUF's metadata into the generic [`ModelConfig`] (validated).
+/// A file with `llama.expert_count` > 0 (the Mixtral layout) has a mixture of experts in
+/// every layer: `llama.expert_used_count` of them per token, each of width
+/// `llama.feed_forward_length`, the router `blk.{i}.ffn_gate_inp` and the experts
+/// `ffn_{gate,up,down}_exps` in place of the dense FFN ([`read_experts`]).
 pub fn config(f: &GgufFile) -> Result<ModelConfig> {
-    let hp = GgufHparams::read(f, "llama")?;
+    let experts = read_experts(f, "llama", |_| f.get_usize("llama.feed_forward_length"))?;
+    let hp = GgufHparams::read_honouring(f, "llama", &["expert_count"])?;
     let mut cfg = hp.base_config("llama", f);
+    cfg.experts = experts;
     // GGUF rows are permuted for the interleaved rotation (module docs).
     cfg.position = PositionKind::Rope {
         base: hp.rope_base,
@@ -281,6 +386,10 @@ pub const NAMES: NameTable = NameTable {
         (Param::FfnUpWeight, "blk.{i}.ffn_up.weight"),
         (Param::FfnDownWeight, "blk.{i}.ffn_down.weight"),
         (Param::FfnNormWeight, "blk.{i}.ffn_norm.weight"),
+        (Param::FfnRouterWeight, "blk.{i}.ffn_gate_inp.weight"),
+        (Param::FfnGateExpsWeight, "blk.{i}.ffn_gate_exps.weight"),
+        (Param::FfnUpExpsWeight, "blk.{i}.ffn_up_exps.weight"),
+        (Param::FfnDownExpsWeight, "blk.{i}.ffn_down_exps.weight"),
         (Param::FinalNormWeight, "output_norm.weight"),
         (Param::OutputWeight, "output.weight"),
     ],

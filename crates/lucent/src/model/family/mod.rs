@@ -18,6 +18,7 @@ pub mod mpnet;
 pub mod olmo2;
 pub mod qwen2;
 pub mod qwen3;
+pub mod qwen3moe;
 pub mod registry;
 pub mod smollm3;
 pub mod whisper;
@@ -94,6 +95,11 @@ pub const GGUF_FAMILIES: &[GgufFamily] = &[
         arch: "smollm3",
         config_fn: smollm3::config,
         names: &smollm3::NAMES,
+    },
+    GgufFamily {
+        arch: "qwen3moe",
+        config_fn: qwen3moe::config,
+        names: &qwen3moe::NAMES,
     },
 ];
 
@@ -210,6 +216,14 @@ pub enum Param {
     FfnNormBias,
     /// W_gate of a gated feed-forward network (d_ff, d).
     FfnGateWeight,
+    /// W_g, the router of a mixture of experts (n_experts, d).
+    FfnRouterWeight,
+    /// Every expert's W_gate, stacked (n_experts, d_ff_expert, d).
+    FfnGateExpsWeight,
+    /// Every expert's W_up, stacked (n_experts, d_ff_expert, d).
+    FfnUpExpsWeight,
+    /// Every expert's W_down, stacked (n_experts, d, d_ff_expert).
+    FfnDownExpsWeight,
     /// γ of the QK-norm over each query head (d_k), or over all of them (h·d_k) with
     /// `qk_norm_whole`.
     QueryNormWeight,
@@ -256,6 +270,14 @@ pub enum Param {
     CrossNormBias,
 }
 
+/// The experts' shape of a config without experts (their parameters are then empty).
+const NO_EXPERTS: crate::model::ExpertsConfig = crate::model::ExpertsConfig {
+    n_experts: 0,
+    top_k: 0,
+    d_ff: 0,
+    normalize_weights: false,
+};
+
 impl Param {
     /// The shape this parameter must have under `cfg`.
     pub fn shape(self, cfg: &ModelConfig) -> Vec<usize> {
@@ -267,6 +289,15 @@ impl Param {
             PoolerBias => vec![d],
             RelativeAttentionBias => vec![32, cfg.n_heads],
             FfnGateWeight => vec![cfg.d_ff, d],
+            FfnRouterWeight => vec![cfg.experts.map_or(0, |e| e.n_experts), d],
+            FfnGateExpsWeight | FfnUpExpsWeight => {
+                let e = cfg.experts.unwrap_or(NO_EXPERTS);
+                vec![e.n_experts, e.d_ff, d]
+            }
+            FfnDownExpsWeight => {
+                let e = cfg.experts.unwrap_or(NO_EXPERTS);
+                vec![e.n_experts, d, e.d_ff]
+            }
             QueryNormWeight if cfg.qk_norm_whole => vec![cfg.q_dim()],
             KeyNormWeight if cfg.qk_norm_whole => vec![cfg.kv_dim()],
             QueryNormWeight | KeyNormWeight => vec![cfg.head_dim],
@@ -353,6 +384,15 @@ pub trait WeightSource {
     fn matrix(&self, param: Param, layer: usize) -> Result<Weight>;
     /// A parameter as f32 (dequantised if stored quantised), checked against the shape.
     fn tensor(&self, param: Param, layer: usize) -> Result<Tensor>;
+    /// A stack of matrices, one per expert (`param` of shape (n_experts, rows, cols)),
+    /// checked against the config's shape: quantised blocks stay quantised. Only GGUF
+    /// files hold experts; other formats refuse, naming the parameter.
+    fn experts(&self, param: Param, layer: usize) -> Result<Vec<Weight>> {
+        Err(Error::Weights(format!(
+            "{}: {param:?} of layer {layer}: lucent reads experts' weights from GGUF files only",
+            self.path().display()
+        )))
+    }
     /// The checkpoint's tensors never read, sorted.
     fn unused(&self) -> Vec<String>;
     /// The checkpoint's path, for messages.
@@ -572,6 +612,38 @@ impl<'a> GgufWeights<'a> {
         }
     }
 
+    /// A stack of per-expert matrices (n_experts, rows, cols), checked against the
+    /// config's shape: each expert's rows a window of the file's blocks (quantised types
+    /// stay quantised and mapped), F32/F16/BF16 widened to f32.
+    pub fn experts(&self, param: Param, layer: usize) -> Result<Vec<Weight>> {
+        let key = self.key(param, layer)?;
+        let want = param.shape(self.cfg);
+        let [n, rows, cols] = want[..] else {
+            return Err(Error::Weights(format!(
+                "{key}: {param:?} is not a stack of expert matrices"
+            )));
+        };
+        let info = self.file.tensor(&key)?.info;
+        self.used.note(&key);
+        match info.dtype {
+            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
+                let all = self.file.tensor_f32_shaped(&key, &want)?; // (n, rows, cols)
+                (0..n)
+                    .map(|e| {
+                        let part = all.data()[e * rows * cols..(e + 1) * rows * cols].to_vec();
+                        Ok(Weight::F32(Tensor::new(part, &[rows, cols])?))
+                    })
+                    .collect()
+            }
+            _ => Ok(self
+                .file
+                .qmatrix_stack_shaped(&key, n, rows, cols)?
+                .into_iter()
+                .map(Weight::from)
+                .collect()),
+        }
+    }
+
     /// A vector or matrix parameter as f32 (dequantised if stored quantised).
     pub fn tensor(&self, param: Param, layer: usize) -> Result<Tensor> {
         let key = self.key(param, layer)?;
@@ -596,6 +668,10 @@ impl WeightSource for GgufWeights<'_> {
 
     fn tensor(&self, param: Param, layer: usize) -> Result<Tensor> {
         GgufWeights::tensor(self, param, layer)
+    }
+
+    fn experts(&self, param: Param, layer: usize) -> Result<Vec<Weight>> {
+        GgufWeights::experts(self, param, layer)
     }
 
     fn unused(&self) -> Vec<String> {

@@ -336,6 +336,7 @@ pub fn config(file: &Ct2File, used: &UsedKeys) -> Result<ModelConfig> {
         logit_scale: None,
         attention_scale_in_softmax: false,
         no_rope_every: None,
+        experts: None,
     };
     cfg.validate().map_err(|e| {
         Error::format(
