@@ -82,7 +82,10 @@ fn ftz(x: f32) -> f32 {
 /// member first.
 #[inline(always)]
 fn pair_step(acc: f32, a: u32, w: u32) -> f32 {
-    let (a_hi, w_hi) = (f32::from_bits(a & 0xffff_0000), f32::from_bits(w & 0xffff_0000));
+    let (a_hi, w_hi) = (
+        f32::from_bits(a & 0xffff_0000),
+        f32::from_bits(w & 0xffff_0000),
+    );
     let (a_lo, w_lo) = (f32::from_bits(a << 16), f32::from_bits(w << 16));
     let acc = ftz(a_hi.mul_add(w_hi, acc));
     ftz(a_lo.mul_add(w_lo, acc))
@@ -644,7 +647,7 @@ mod tests {
                     let (e, sign) = match regime {
                         0 => (rng.random_range(-70..-58), rng.random::<bool>()), // denormal products
                         1 => (rng.random_range(-130..-120), rng.random::<bool>()), // denormal inputs
-                        2 => (rng.random_range(58..66), false),               // overflowing products
+                        2 => (rng.random_range(58..66), false), // overflowing products
                         _ => (rng.random_range(-3..3), rng.random::<bool>()),
                     };
                     let s = if sign { -1.0 } else { 1.0 };
