@@ -17,9 +17,12 @@ fn data(path: &str) -> String {
     format!("{}/../../{path}", env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The embedders opened so far, by model and precision.
+type Opened = HashMap<(String, Precision), Arc<Embedder>>;
+
 /// `model` opened in `precision`, once per test binary.
 fn embedder(model: &str, precision: Precision) -> Arc<Embedder> {
-    static ALL: OnceLock<Mutex<HashMap<(String, Precision), Arc<Embedder>>>> = OnceLock::new();
+    static ALL: OnceLock<Mutex<Opened>> = OnceLock::new();
     let all = ALL.get_or_init(Default::default);
     let mut all = all.lock().unwrap_or_else(|e| e.into_inner());
     all.entry((model.to_string(), precision))

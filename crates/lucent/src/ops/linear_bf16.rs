@@ -34,8 +34,8 @@
 //! one broadcast of the row's pair and two `vdpbf16ps` per row. Without AVX512-BF16 (an
 //! AVX2 or AVX-512 CPU of an older generation) the same tile runs **emulated**: the pairs
 //! widened to f32 (a shift), two AVX2 FMAs per pair in the instruction's order and a
-//! flush of denormals after each, so the same bits, at about a quarter of the speed
-//! ([`bf16_path`] says which runs).
+//! flush of denormals after each, so the same bits, slower (speed unmeasured;
+//! [`bf16_path`] says which runs).
 
 use std::sync::OnceLock;
 
