@@ -1,19 +1,29 @@
 #!/usr/bin/env bash
-# lucent's int8 encoder against ONNX Runtime's, side by side in one run: lucent exact,
-# lucent int8, ONNX Runtime float32 and ONNX Runtime int8 take turns pass by pass on the
-# 256 benchmark sentences (benches/sentences.txt), batch 32, at 1 and 2 threads; medians.
-# Also each int8's distance to its own exact mode (min and median cosine).
+# lucent's bf16 and int8 encoders against ONNX Runtime's, side by side in one run: lucent
+# exact, lucent in each precision asked for, ONNX Runtime float32 and ONNX Runtime int8 take
+# turns pass by pass on the 256 benchmark sentences (benches/sentences.txt), batch 32, at 1
+# and 2 threads; medians. Also each precision's distance to its own exact mode (min and
+# median cosine).
 #
 # The ONNX Runtime int8 peer is what sentence-transformers' export_dynamic_quantized_onnx_model
 # makes: onnxruntime.quantization.quantize_dynamic(weight_type=QInt8, per_channel=True) of
 # the float32 export (scripts/ort_export_minilm.py), made once and cached beside it.
 #
 # Needs what scripts/bench-embed-peer.sh needs (it shares its venv and ONNX export).
-# Usage: scripts/bench-precision-peer.sh [--runs N] [--model minilm|mpnet]
+# Usage: [PRECISION=bf16|int8|all] scripts/bench-precision-peer.sh [--runs N] [--model minilm|mpnet]
+# (PRECISION: the lucent precisions timed beside exact, comma-separated; default all = bf16,int8)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=5
 MODEL=minilm
+PRECISION="${PRECISION:-all}"
+[[ "$PRECISION" == all ]] && PRECISION=bf16,int8
+for p in ${PRECISION//,/ }; do
+  case "$p" in
+    bf16|int8) ;;
+    *) echo "PRECISION=$PRECISION: each must be bf16 or int8 (or PRECISION=all)" >&2; exit 2 ;;
+  esac
+done
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --runs) RUNS="$2"; shift 2 ;;
@@ -49,14 +59,15 @@ quantize_dynamic(sys.argv[1], sys.argv[2] + ".tmp", weight_type=QuantType.QInt8,
 import os; os.replace(sys.argv[2] + ".tmp", sys.argv[2])' "$ONNX" "$ONNX8" >&2
 fi
 
-"$VENV/bin/python" - "$MODEL_DIR" benches/sentences.txt "$RUNS" "$LUCENT" "$MODEL" "$ONNX" "$ONNX8" <<'PY'
+"$VENV/bin/python" - "$MODEL_DIR" benches/sentences.txt "$RUNS" "$LUCENT" "$MODEL" "$ONNX" "$ONNX8" "$PRECISION" <<'PY'
 import json, os, statistics, subprocess, sys, time
 import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
-model_dir, path, runs, lucent, name, f32_path, i8_path = sys.argv[1:8]
+model_dir, path, runs, lucent, name, f32_path, i8_path, precisions = sys.argv[1:9]
 runs = int(runs)
+precisions = precisions.split(",")
 sentences = [l.rstrip("\n") for l in open(path, encoding="utf-8") if l.strip()]
 max_len = json.load(open(os.path.join(model_dir, "sentence_bert_config.json")))["max_seq_length"]
 tok = Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
@@ -121,19 +132,23 @@ def ort_pass(kind, n):
     return time.perf_counter() - t0
 
 print(f"{name}, {len(sentences)} sentences, batch 32, sentences/s, median of {runs} interleaved rounds"
-      f" (onnxruntime {ort.__version__})")
-print(f"{'threads':>7} {'lucent exact':>13} {'lucent int8':>12} {'ORT f32':>9} {'ORT int8':>9}"
-      f" {'int8÷ORT f32':>13} {'int8÷ORT int8':>14}")
+      f" (onnxruntime {ort.__version__}; bf16 products: {lj.get('bf16_path', '?')})")
+head = f"{'threads':>7} {'lucent exact':>13}" + "".join(f" {'lucent ' + p:>12}" for p in precisions)
+head += f" {'ORT f32':>9} {'ORT int8':>9}"
+head += "".join(f" {p + '÷ORT f32':>13} {p + '÷ORT int8':>14}" for p in precisions)
+print(head)
 for n in (1, 2):
     for kind in ("f32", "int8"):
         ort_encode(sessions[(kind, n)], sentences[:64])  # warm-up
-    t = {k: [] for k in ("le", "li", "of", "oi")}
+    t = {k: [] for k in ["exact", *precisions, "of", "oi"]}
     for _ in range(runs):
-        t["le"].append(lucent_pass(n, "exact"))
-        t["li"].append(lucent_pass(n, "int8"))
+        for p in ["exact", *precisions]:
+            t[p].append(lucent_pass(n, p))
         t["of"].append(ort_pass("f32", n))
         t["oi"].append(ort_pass("int8", n))
     r = {k: len(sentences) / statistics.median(v) for k, v in t.items()}
-    print(f"{n:>7} {r['le']:>13.1f} {r['li']:>12.1f} {r['of']:>9.1f} {r['oi']:>9.1f}"
-          f" {r['li'] / r['of']:>12.2f}x {r['li'] / r['oi']:>13.2f}x", flush=True)
+    line = f"{n:>7} {r['exact']:>13.1f}" + "".join(f" {r[p]:>12.1f}" for p in precisions)
+    line += f" {r['of']:>9.1f} {r['oi']:>9.1f}"
+    line += "".join(f" {r[p] / r['of']:>12.2f}x {r[p] / r['oi']:>13.2f}x" for p in precisions)
+    print(line, flush=True)
 PY

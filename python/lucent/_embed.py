@@ -87,7 +87,10 @@ class SentenceTransformer:
     model.safetensors, tokenizer.json, modules.json …). ``device`` is accepted for
     compatibility and must be ``None`` or ``"cpu"``. ``n_threads``: kernel threads of a
     runtime of this model's own (``None``: lucent's default runtime, the machine's
-    physical cores unless :func:`lucent.set_threads` said otherwise).
+    physical cores unless :func:`lucent.set_threads` said otherwise). ``precision``: how
+    the encoder's products are computed, ``"exact"`` (sentence-transformers' numbers, the
+    default), ``"bf16"`` or ``"int8"`` (faster, their distance to exact in
+    docs/precision.md); not ``encode``'s ``precision``, which is about the output.
     """
 
     _ALIASES = {
@@ -101,11 +104,12 @@ class SentenceTransformer:
         device: Optional[str] = None,
         *,
         n_threads: Optional[int] = None,
+        precision: str = "exact",
     ) -> None:
         if device not in (None, "cpu"):
             raise ValueError(f"device {device!r}: lucent runs on the CPU; pass device=None or 'cpu'")
         spec = self._ALIASES.get(model_name_or_path, model_name_or_path)
-        self._model = _lucent.Embedder(spec, n_threads)
+        self._model = _lucent.Embedder(spec, n_threads, precision)
         self.similarity_fn_name = "cosine"
 
     # -- what the model is -------------------------------------------------------------
@@ -114,6 +118,11 @@ class SentenceTransformer:
     def max_seq_length(self) -> int:
         """Longest input in tokens (special tokens included); longer inputs are cut."""
         return self._model.max_seq_length
+
+    @property
+    def precision(self) -> str:
+        """How the encoder's products are computed: ``exact``, ``bf16`` or ``int8``."""
+        return self._model.precision
 
     @property
     def n_threads(self) -> int:

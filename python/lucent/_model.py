@@ -143,12 +143,17 @@ class Model:
     """A model lucent runs, of a known kind (``encoder``, ``decoder``,
     ``encoder_decoder``), opened by name or path."""
 
-    def __init__(self, name_or_path: str, n_threads: Optional[int] = None) -> None:
-        self._raw = _lucent.Model(name_or_path, n_threads)
+    def __init__(self, name_or_path: str, n_threads: Optional[int] = None, precision: str = "exact") -> None:
+        self._raw = _lucent.Model(name_or_path, n_threads, precision)
 
     @property
     def name(self) -> str:
         return self._raw.name
+
+    @property
+    def precision(self) -> str:
+        """How its products are computed: ``exact``, ``bf16`` or ``int8`` (docs/precision.md)."""
+        return self._raw.precision
 
     @property
     def path(self) -> str:
@@ -190,8 +195,11 @@ class Model:
         return f"lucent.Model({self.name!r}, {self.kind}, family {self.config.get('family')!r})"
 
 
-def open(name_or_path: str, n_threads: Optional[int] = None) -> Model:  # noqa: A001 - as lucent::open
+def open(  # noqa: A001 - as lucent::open
+    name_or_path: str, n_threads: Optional[int] = None, precision: str = "exact"
+) -> Model:
     """Open a model by name (``minilm``, ``smollm2``, ``gemma3``; fetched on first use)
     or by path (a ``.gguf`` file, a Hugging Face folder, a ``lucent train`` run);
-    ``n_threads``: a runtime of that many kernel threads for it alone."""
-    return Model(name_or_path, n_threads)
+    ``n_threads``: a runtime of that many kernel threads for it alone; ``precision``:
+    ``exact`` (default), ``bf16`` or ``int8`` products (encoders; docs/precision.md)."""
+    return Model(name_or_path, n_threads, precision)

@@ -22,12 +22,23 @@ impl Embedder {
     /// Open an encoder by name (`minilm`, fetched into the cache on first use) or by a
     /// folder in Hugging Face / sentence-transformers layout. `n_threads`: a runtime
     /// of that many kernel threads for this model alone (None: lucent's default).
+    /// `precision`: how its products are computed (`exact`, `bf16` or `int8`;
+    /// [`lucent::Precision`]).
     #[new]
-    #[pyo3(signature = (name_or_path, n_threads = None))]
-    fn new(py: Python<'_>, name_or_path: String, n_threads: Option<usize>) -> PyResult<Self> {
+    #[pyo3(signature = (name_or_path, n_threads = None, precision = None))]
+    fn new(
+        py: Python<'_>,
+        name_or_path: String,
+        n_threads: Option<usize>,
+        precision: Option<String>,
+    ) -> PyResult<Self> {
         let threads = Threads::new(n_threads)?;
+        let precision: lucent::Precision =
+            precision.as_deref().unwrap_or("exact").parse().or_py()?;
         let inner = py.detach(|| -> lucent::Result<_> {
-            let model = lucent::open(&name_or_path)?;
+            let model = lucent::OpenOptions::new()
+                .precision(precision)
+                .open(&name_or_path)?;
             model.embedder()
         });
         Ok(Embedder {
@@ -46,6 +57,12 @@ impl Embedder {
     #[getter]
     fn name(&self) -> String {
         self.inner.name().to_string()
+    }
+
+    /// How its products are computed: `exact`, `bf16` or `int8`.
+    #[getter]
+    fn precision(&self) -> &'static str {
+        self.inner.precision().name()
     }
 
     /// Embedding width d.

@@ -36,12 +36,26 @@ impl Model {
     /// Open a model by name (`minilm`, `smollm2`, `gemma3`; fetched on first use) or by
     /// path (a `.gguf` file, a Hugging Face folder, a `lucent train` run). `n_threads`:
     /// a runtime of that many kernel threads for this model alone (None: lucent's
-    /// default).
+    /// default). `precision`: how its products are computed (`exact`, `bf16` or `int8`
+    /// for encoders; [`lucent::OpenOptions::precision`] refuses the others in one line).
     #[new]
-    #[pyo3(signature = (name_or_path, n_threads = None))]
-    fn new(py: Python<'_>, name_or_path: String, n_threads: Option<usize>) -> PyResult<Self> {
+    #[pyo3(signature = (name_or_path, n_threads = None, precision = None))]
+    fn new(
+        py: Python<'_>,
+        name_or_path: String,
+        n_threads: Option<usize>,
+        precision: Option<String>,
+    ) -> PyResult<Self> {
         let threads = Threads::new(n_threads)?;
-        let inner = py.detach(|| lucent::open(&name_or_path)).or_py()?;
+        let precision: lucent::Precision =
+            precision.as_deref().unwrap_or("exact").parse().or_py()?;
+        let inner = py
+            .detach(|| {
+                lucent::OpenOptions::new()
+                    .precision(precision)
+                    .open(&name_or_path)
+            })
+            .or_py()?;
         Ok(Model {
             inner: Arc::new(inner),
             threads,
@@ -52,6 +66,12 @@ impl Model {
     #[getter]
     fn name(&self) -> String {
         self.inner.name().to_string()
+    }
+
+    /// How its products are computed: `exact`, `bf16` or `int8`.
+    #[getter]
+    fn precision(&self) -> &'static str {
+        self.inner.precision().name()
     }
 
     /// The file or folder it was loaded from.

@@ -109,6 +109,26 @@ def test_a_model_with_a_runtime_of_its_own(minilm, sentences):
     lucent.set_threads(lucent.threads())  # the same settings: fine
 
 
+def test_precision_is_chosen_when_opened(minilm, sentences):
+    """precision= at construction: bf16 equals `lucent embed --precision bf16` bit for bit
+    and lands within the issue's cosine 0.9999 of exact (tests/precision.rs holds the
+    same bound on every set); the model says which it runs; an unknown one is refused."""
+    bf16 = lucent.SentenceTransformer("minilm", precision="bf16")
+    assert bf16.precision == "bf16" and minilm.precision == "exact"
+    texts = sentences[:40]
+    cli = json.loads(run_cli("embed", "--precision", "bf16", "--json", *texts))
+    assert cli["precision"] == "bf16"
+    want = np.array(cli["embeddings"], dtype=np.float32)
+    got = bf16.encode(texts)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), np.abs(got - want).max()
+    exact = minilm.encode(texts)
+    cos = (got * exact).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(exact, axis=1)
+    assert 0.9999 <= cos.min() < 1.0, cos.min()
+    assert lucent.open("minilm", precision="int8").precision == "int8"
+    with pytest.raises(lucent.LucentError, match="exact, bf16, int8"):
+        lucent.SentenceTransformer("minilm", precision="fp4")
+
+
 def test_errors_carry_lucents_message():
     with pytest.raises(lucent.LucentError, match="no-such-model"):
         lucent.SentenceTransformer("/no-such-model")

@@ -38,7 +38,7 @@ enum Target {
     Generate(super::bench_generate::GenerateBenchArgs),
     /// Whisper transcription: real-time factor and ms per token, per 30-s window.
     Transcribe(super::bench_transcribe::Args),
-    /// Each precision (exact, int8) of an encoder side by side: speed and distance to exact.
+    /// Each precision (exact, bf16, int8) of an encoder side by side: speed and distance to exact.
     Precision(super::bench_precision::Args),
 }
 

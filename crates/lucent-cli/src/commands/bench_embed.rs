@@ -38,7 +38,7 @@ pub struct EmbedBenchArgs {
     /// Single sentences timed for the latency figure.
     #[arg(long, default_value_t = 50, value_parser = at_least::<0, usize>)]
     pub latency_samples: usize,
-    /// How the encoder's products are computed (`exact` or `int8`; `lucent bench
+    /// How the encoder's products are computed (`exact`, `bf16` or `int8`; `lucent bench
     /// precision` puts them side by side with their distance to exact).
     #[arg(long, default_value = "exact", value_parser = crate::commands::embed::parse_precision)]
     pub precision: lucent::Precision,

@@ -132,6 +132,7 @@ pub fn run(args: Args) -> Result<()> {
             "batch": args.batch,
             "runs": args.runs,
             "int8_path": lucent::ops::linear_int8::int8_path(),
+            "bf16_path": lucent::ops::linear_bf16::bf16_path(),
             "precisions": rows.iter().map(|(p, d, speed)| serde_json::json!({
                 "precision": p.name(),
                 "min_cosine": d.min_cosine,
@@ -146,12 +147,13 @@ pub fn run(args: Args) -> Result<()> {
         return Ok(());
     }
     println!(
-        "{} on {} sentences, batch {}, medians of {} interleaved rounds; int8 products: {}",
+        "{} on {} sentences, batch {}, medians of {} interleaved rounds; int8 products: {}; bf16 products: {}",
         model.name(),
         sentences.len(),
         args.batch,
         args.runs,
-        lucent::ops::linear_int8::int8_path()
+        lucent::ops::linear_int8::int8_path(),
+        lucent::ops::linear_bf16::bf16_path()
     );
     print!(
         "{:>9} {:>11} {:>11} {:>10}",

@@ -48,9 +48,9 @@ pub struct EmbedArgs {
     /// `.jsonl` (one `{"text", "embedding"}` object per line). Default: print.
     #[arg(long, value_name = "F")]
     out: Option<PathBuf>,
-    /// How the encoder's products are computed: `exact` (sentence-transformers' numbers)
-    /// or `int8` (8-bit integer products, faster; `lucent bench precision` measures how
-    /// close to exact).
+    /// How the encoder's products are computed: `exact` (sentence-transformers' numbers),
+    /// `bf16` (bf16 products with f32 sums) or `int8` (8-bit integer products, faster;
+    /// `lucent bench precision` measures how close to exact each lands).
     #[arg(long, default_value = "exact", value_parser = parse_precision)]
     precision: Precision,
 }

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use rand::Rng;
 
 use crate::ops;
+use crate::ops::linear_bf16::Bf16Matrix;
 use crate::ops::linear_int8::Int8Matrix;
 use crate::ops::linear_kernel::PackedNt;
 use crate::ops::quant::QMatrix;
@@ -205,6 +206,10 @@ pub struct Linear {
     /// [`Precision::Int8`](crate::Precision::Int8) ([`Linear::keep_int8`]): products
     /// read these instead of W (not the same numbers: the distance is measured).
     int8: Option<Arc<Int8Matrix>>,
+    /// W rounded to bf16, when the model was opened with
+    /// [`Precision::Bf16`](crate::Precision::Bf16) ([`Linear::keep_bf16`]): products
+    /// read these instead of W (not the same numbers: the distance is measured).
+    bf16: Option<Arc<Bf16Matrix>>,
 }
 
 impl Linear {
@@ -233,6 +238,7 @@ impl Linear {
             half: None,
             packed: None,
             int8: None,
+            bf16: None,
         })
     }
 
@@ -250,6 +256,7 @@ impl Linear {
             half: None,
             packed: None,
             int8: None,
+            bf16: None,
         }
     }
 
@@ -290,6 +297,7 @@ impl Linear {
         self.half = None;
         self.packed = None;
         self.int8 = None;
+        self.bf16 = None;
     }
 
     /// Keep W quantised to 8 bits ([`Int8Matrix`]: one scale per output channel) and
@@ -305,6 +313,50 @@ impl Linear {
         };
         self.int8 = Some(Arc::new(Int8Matrix::quantize(w.data(), out, inp)));
         true
+    }
+
+    /// Keep W rounded to bf16 ([`Bf16Matrix`]) and compute every product of an
+    /// untrained pass from it: what [`Precision::Bf16`](crate::Precision::Bf16) asks of a
+    /// layer. A quantised (GGUF) W is left as it is. Returns whether the copy was made.
+    pub fn keep_bf16(&mut self) -> bool {
+        let Some(w) = self.weight.as_f32() else {
+            return false;
+        };
+        let Ok([out, inp]) = w.dims() else {
+            return false;
+        };
+        self.bf16 = Some(Arc::new(Bf16Matrix::round(w.data(), out, inp)));
+        true
+    }
+
+    /// The bf16 copy of W, if [`Linear::keep_bf16`] made one.
+    pub fn bf16(&self) -> Option<&Bf16Matrix> {
+        self.bf16.as_deref()
+    }
+
+    /// x · Wᵀ + b through the bf16 copy: None where that is not the path (no copy, or a
+    /// pass that tracks gradients).
+    fn through_bf16(&self, x: &Tensor, bias: Option<&Tensor>) -> Option<Result<Tensor>> {
+        let q = self.bf16.as_ref()?;
+        if x.tracks_grad() || bias.is_some_and(Tensor::tracks_grad) {
+            return None;
+        }
+        let (inp, out) = (q.k(), q.n());
+        if x.rank() == 0 || x.last_dim() != inp {
+            return Some(Err(Error::mismatch(
+                "linear (x vs bf16 weight (out, in))",
+                x.shape(),
+                &[out, inp],
+            )));
+        }
+        let rows = x.numel() / inp.max(1);
+        let mut y = vec![0.0f32; rows * out];
+        q.matmul(&mut y, x.data(), bias.map(Tensor::data), rows);
+        let mut shape = x.shape().to_vec();
+        if let Some(last) = shape.last_mut() {
+            *last = out;
+        }
+        Some(Tensor::new(y, &shape)) // (..., out)
     }
 
     /// Whether W is kept packed for the f32 kernel ([`Linear::keep_packed`]).
@@ -409,6 +461,9 @@ impl Linear {
             (Weight::F32(w), bias) => {
                 let bias = bias.as_ref();
                 if let Some(y) = self.through_int8(x, bias) {
+                    return y;
+                }
+                if let Some(y) = self.through_bf16(x, bias) {
                     return y;
                 }
                 match self.one_row_f16(x, w, bias) {

@@ -8,6 +8,7 @@
 //! | --- | --- |
 //! | `matmul` | `matmul`, `matmul_t` (A·Bᵀ), `linear` (x·Wᵀ + b), batched, on the `gemm` crate |
 //! | `linear_kernel` | lucent's own x·Wᵀ + b kernel for many rows (AVX2 tiles, W in place, one summation order per number: batch-invariant) |
+//! | `linear_bf16` | x·Wᵀ + b in bf16 products with f32 sums (`--precision bf16`): W rounded once, rows of x per row, `vdpbf16ps` (AVX512-BF16) tiles, emulated on AVX2 with the same bits, a plain twin |
 //! | `linear_int8` | x·Wᵀ + b in 8-bit integers (`--precision int8`): W quantised once per output channel, rows of x per row, VNNI / AVX2 tiles with a plain twin |
 //! | `softmax` | softmax over the last axis, with temperature |
 //! | `norm` | LayerNorm (PyTorch semantics), RMSNorm |
@@ -22,6 +23,7 @@ pub mod attention;
 pub(crate) mod ggml;
 #[cfg(test)]
 mod kernel_tests;
+pub mod linear_bf16;
 pub mod linear_int8;
 pub mod linear_kernel;
 pub mod loss;

@@ -348,6 +348,12 @@ impl Embedder {
         &self.model
     }
 
+    /// The encoder, to change in place (one layer's product in another precision, to
+    /// measure what each costs); the tokenizer and the pooling stay as they are.
+    pub fn model_mut(&mut self) -> &mut EncoderModel {
+        &mut self.model
+    }
+
     /// Tokenize texts (with special tokens, truncated).
     pub fn encode(&self, texts: &[&str]) -> Result<Vec<Encoding>> {
         self.tokenizer.encode_batch(texts, true)

@@ -121,6 +121,9 @@ pub struct CpuFeatures {
     pub gfni: bool,
     /// Bit deposit and extract (`pdep` spreads the fifth bits of Q5 blocks).
     pub bmi2: bool,
+    /// AVX512-BF16 (`vdpbf16ps`: pairs of bf16 products summed into f32 lanes), used by
+    /// `ops::linear_bf16` at the Avx512 level; without it that kernel is emulated.
+    pub avx512bf16: bool,
 }
 
 impl CpuFeatures {
@@ -143,6 +146,7 @@ impl CpuFeatures {
             avx512vnni: is_x86_feature_detected!("avx512vnni"),
             gfni: is_x86_feature_detected!("gfni"),
             bmi2: is_x86_feature_detected!("bmi2"),
+            avx512bf16: is_x86_feature_detected!("avx512bf16"),
         }
     }
 

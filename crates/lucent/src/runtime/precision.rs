@@ -17,19 +17,27 @@ pub enum Precision {
     Exact,
     /// Weight products in 8-bit integers: weights quantised once at load (symmetric, one
     /// scale per output channel), activations per row as they arrive, integer sums
-    /// (`ops::linear_int8`). Softmax, norms, attention and residual adds stay f32.
+    /// (`ops::linear_int8`). Softmax, norms, attention and residual adds stay f32; an
+    /// encoder keeps V and its feed-forward's down projection in bf16, where int8 costs
+    /// the most accuracy (`EncoderModel::set_precision`, docs/precision.md).
     Int8,
+    /// Weight products in bf16 with f32 sums: weights rounded to bf16 once at load
+    /// (to nearest, ties to even), activations per row as they arrive, `vdpbf16ps`
+    /// (AVX512-BF16; emulated with the same bits on a CPU without it) in one fixed order
+    /// (`ops::linear_bf16`). Softmax, norms, attention and residual adds stay f32.
+    Bf16,
 }
 
 impl Precision {
     /// Every precision, in the order `--help` lists them.
-    pub const ALL: [Precision; 2] = [Precision::Exact, Precision::Int8];
+    pub const ALL: [Precision; 3] = [Precision::Exact, Precision::Bf16, Precision::Int8];
 
-    /// The name the CLI, the server and Python use (`"int8"`).
+    /// The name the CLI, the server and Python use (`"bf16"`, `"int8"`).
     pub fn name(self) -> &'static str {
         match self {
             Precision::Exact => "exact",
             Precision::Int8 => "int8",
+            Precision::Bf16 => "bf16",
         }
     }
 }
@@ -50,13 +58,8 @@ impl std::str::FromStr for Precision {
             .find(|p| p.name() == s)
             .ok_or_else(|| {
                 let names: Vec<&str> = Precision::ALL.iter().map(|p| p.name()).collect();
-                let bf16 = if s == "bf16" {
-                    " (bf16 is not built yet: issue #32)"
-                } else {
-                    ""
-                };
                 Error::Argument(format!(
-                    "precision '{s}' is not one lucent has{bf16}; choose one of {}",
+                    "precision '{s}' is not one lucent has; choose one of {}",
                     names.join(", ")
                 ))
             })
@@ -75,6 +78,7 @@ mod tests {
         assert_eq!(" INT8 ".parse::<Precision>().unwrap(), Precision::Int8);
         assert_eq!(Precision::default(), Precision::Exact);
         let e = "fp4".parse::<Precision>().unwrap_err().to_string();
-        assert!(e.contains("exact, int8"), "{e}");
+        assert!(e.contains("exact, bf16, int8"), "{e}");
+        assert_eq!("BF16".parse::<Precision>().unwrap(), Precision::Bf16);
     }
 }

@@ -1,0 +1,698 @@
+//! bf16 products for [`Precision::Bf16`](crate::Precision::Bf16): C = A · Wᵀ + b with
+//! W (out, in) rounded to bf16 once at load and each row of A rounded as it arrives,
+//! products summed in f32.
+//!
+//! # The arithmetic
+//!
+//! - bf16 is f32's upper 16 bits (8 exponent bits, 7 stored mantissa bits). A number is
+//!   rounded to it to nearest, ties to even ([`to_bf16`]); a denormal becomes a zero of
+//!   its sign (what `vcvtne2ps2bf16` does), a NaN stays a (quiet) NaN.
+//! - W: rounded once at load, packed in the order the tiles read it.
+//! - A: each row rounded on its own (so a row's result never depends on the rows beside
+//!   it: batch invariance holds).
+//! - The terms go in pairs (2g, 2g + 1); C[i, j] starts at +0 and for g = 0, 1, … takes
+//!   acc ← ftz(fma(A[i, 2g+1], W[j, 2g+1], acc)), then acc ← ftz(fma(A[i, 2g], W[j, 2g],
+//!   acc)), where ftz flushes a denormal to a zero of its sign; then C = acc + b[j] (an
+//!   IEEE f32 add). That is `vdpbf16ps` (AVX512-BF16) as Intel's pseudo-code writes it:
+//!   per 32-bit lane the odd pair member first, each step a fused multiply-add rounded to
+//!   nearest even with denormal inputs read as zero and denormal results flushed, MXCSR
+//!   ignored (a bf16 × bf16 product is exact in f32, so the fused and the unfused step
+//!   round the same). On this CPU the instruction matches that order bit for bit on
+//!   millions of random lanes, denormals included; `bf16_products_equal_the_twin_on_every_level`
+//!   holds it there on every build.
+//! - A k that is odd is padded with a zero term (in A and W), in every path alike.
+//!
+//! Every path performs these operations in this order, so the result is the same bits on
+//! every instruction-set level, for any number of rows, threads or tiles; the plain twin
+//! ([`reference`]) is compared with each bit for bit.
+//!
+//! # The kernels
+//!
+//! W is packed once in panels of 16 columns: per pair of terms, 16 columns × 2 bf16, one
+//! 64-byte vector (column c's pair in 32-bit lane c, the even term in the low half, as
+//! `vdpbf16ps` reads it). A tile is up to 8 rows × 32 columns: per pair, two loads of W,
+//! one broadcast of the row's pair and two `vdpbf16ps` per row. Without AVX512-BF16 (an
+//! AVX2 or AVX-512 CPU of an older generation) the same tile runs **emulated**: the pairs
+//! widened to f32 (a shift), two AVX2 FMAs per pair in the instruction's order and a
+//! flush of denormals after each, so the same bits, slower (speed unmeasured;
+//! [`bf16_path`] says which runs).
+
+use std::sync::OnceLock;
+
+use crate::runtime::{CpuFeatures, Isa};
+use crate::threads::threads;
+
+/// Columns of a packed panel (one 512-bit vector of f32 lanes).
+const NR: usize = 16;
+/// Rows of a tile.
+const MR: usize = 8;
+/// Multiply-adds from which a product is split over threads.
+const PARALLEL_MIN: usize = 1 << 20;
+
+/// `x` rounded to bf16 (its upper 16 bits), to nearest with ties to even; a denormal
+/// gives a zero of its sign, a NaN a quiet NaN.
+pub fn to_bf16(x: f32) -> u16 {
+    let b = x.to_bits();
+    if x.is_nan() {
+        return ((b >> 16) | 0x0040) as u16;
+    }
+    if b & 0x7f80_0000 == 0 {
+        return ((b >> 16) & 0x8000) as u16; // zero or denormal: a zero of its sign
+    }
+    // ties to even: add 0x7fff plus the lowest kept bit, then truncate
+    (b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16) as u16
+}
+
+/// A bf16 number widened back to f32 (exact).
+pub fn from_bf16(h: u16) -> f32 {
+    f32::from_bits(u32::from(h) << 16)
+}
+
+/// A denormal flushed to a zero of its sign (what `vdpbf16ps` does to each result).
+#[inline(always)]
+fn ftz(x: f32) -> f32 {
+    if x.is_subnormal() {
+        0.0f32.copysign(x)
+    } else {
+        x
+    }
+}
+
+/// One pair of terms into `acc` as `vdpbf16ps` does it (module docs): the odd (high)
+/// member first.
+#[inline(always)]
+fn pair_step(acc: f32, a: u32, w: u32) -> f32 {
+    let (a_hi, w_hi) = (
+        f32::from_bits(a & 0xffff_0000),
+        f32::from_bits(w & 0xffff_0000),
+    );
+    let (a_lo, w_lo) = (f32::from_bits(a << 16), f32::from_bits(w << 16));
+    let acc = ftz(a_hi.mul_add(w_hi, acc));
+    ftz(a_lo.mul_add(w_lo, acc))
+}
+
+/// Round one row to bf16 pairs: `pairs[g]` holds terms 2g (low half) and 2g + 1 (high
+/// half); a missing last term is +0.
+fn round_row(x: &[f32], pairs: &mut [u32]) {
+    for (g, p) in pairs.iter_mut().enumerate() {
+        let lo = x.get(2 * g).map_or(0, |&v| to_bf16(v));
+        let hi = x.get(2 * g + 1).map_or(0, |&v| to_bf16(v));
+        *p = u32::from(lo) | (u32::from(hi) << 16);
+    }
+}
+
+/// A weight matrix W (n × k) rounded to bf16 for [`matmul`](Bf16Matrix::matmul),
+/// packed in 16-column panels of term pairs.
+#[derive(Clone, Debug)]
+pub struct Bf16Matrix {
+    n: usize,
+    k: usize,
+    /// Pairs per row: k / 2 rounded up.
+    kh: usize,
+    /// Panels: for panel P (columns 16P..16P+16) and pair g (terms 2g, 2g+1), 16 lanes
+    /// at (P · kh + g) · 16: column c's pair in lane c (term 2g in the low half).
+    data: Vec<u32>,
+    /// The largest |W − bf16(W)| of the whole matrix (how far the copy is from W).
+    max_error: f32,
+}
+
+impl Bf16Matrix {
+    /// Round W (n × k, row-major) to bf16 and pack it.
+    ///
+    /// Panics if `w.len() != n · k` (an internal invariant: callers pass a checked
+    /// tensor's dimensions).
+    ///
+    /// # Shapes
+    /// w: (n, k)
+    pub fn round(w: &[f32], n: usize, k: usize) -> Bf16Matrix {
+        assert_eq!(w.len(), n * k, "Bf16Matrix::round sizes"); // ok: internal invariant
+        let kh = k.div_ceil(2);
+        let panels = n.div_ceil(NR);
+        let mut data = vec![0u32; panels * NR * kh];
+        let mut max_error = 0.0f32;
+        let mut pairs = vec![0u32; kh];
+        for (j, row) in w.chunks_exact(k.max(1)).enumerate().take(n) {
+            round_row(row, &mut pairs);
+            for (p, &x) in row.iter().enumerate() {
+                let h = (pairs[p / 2] >> (16 * (p % 2))) as u16;
+                max_error = max_error.max((x - from_bf16(h)).abs());
+            }
+            let (panel, c) = (j / NR, j % NR);
+            for (g, &pair) in pairs.iter().enumerate() {
+                data[(panel * kh + g) * NR + c] = pair;
+            }
+        }
+        Bf16Matrix {
+            n,
+            k,
+            kh,
+            data,
+            max_error,
+        }
+    }
+
+    /// W's rows (out features).
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// W's columns (in features).
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// The largest |W − bf16(W)| over the matrix: the weights' own rounding.
+    pub fn max_error(&self) -> f32 {
+        self.max_error
+    }
+
+    /// Bytes held (the packed weights).
+    pub fn bytes(&self) -> usize {
+        4 * self.data.len()
+    }
+
+    /// Row j of W as bf16 pairs (kh of them), read out of the panels.
+    fn row(&self, j: usize) -> Vec<u32> {
+        (0..self.kh)
+            .map(|g| self.data[((j / NR) * self.kh + g) * NR + j % NR])
+            .collect()
+    }
+
+    /// C (m × n) = A (m × k) · Wᵀ + bias in bf16 products with f32 sums (module docs),
+    /// split over the runtime's threads when large; the numbers do not depend on the
+    /// split, the level or m.
+    ///
+    /// Panics if a slice's length does not match (an internal invariant).
+    ///
+    /// # Shapes
+    /// c: (m, n), a: (m, k), bias: (n)
+    pub fn matmul(&self, c: &mut [f32], a: &[f32], bias: Option<&[f32]>, m: usize) {
+        let (n, k, kh) = (self.n, self.k, self.kh);
+        assert!(
+            c.len() == m * n && a.len() == m * k && bias.is_none_or(|b| b.len() == n),
+            "Bf16Matrix::matmul sizes: c {}, a {} for m {m}, k {k}, n {n}",
+            c.len(),
+            a.len()
+        ); // ok: internal invariant
+        if m == 0 || n == 0 {
+            return;
+        }
+        // Each row rounded once for every column: (m, kh) pairs.
+        let mut ah = vec![0u32; m * kh];
+        if kh > 0 {
+            for (row, pairs) in a.chunks_exact(k).zip(ah.chunks_exact_mut(kh)) {
+                round_row(row, pairs);
+            }
+        }
+        let path = Path::at(crate::runtime::isa());
+        let workers = threads();
+        let job = Job {
+            m: self,
+            ah: &ah,
+            bias,
+        };
+        if workers <= 1 || m * n * k < PARALLEL_MIN {
+            job.run(c, path, 0, m, 0, n);
+            return;
+        }
+        if m >= workers * MR * 2 {
+            // Row blocks: every task owns whole rows of C.
+            let rows = m.div_ceil(workers * 2).next_multiple_of(MR).max(MR);
+            crate::threads::for_each_chunk_mut(c, rows * n, |t, c| {
+                let i0 = t * rows;
+                job.run_rows(c, path, i0, i0 + c.len() / n);
+            });
+        } else {
+            // Few rows: column blocks (whole panels), every task owns whole columns.
+            let cols = n.div_ceil(workers).next_multiple_of(NR);
+            let out = SharedOut(c.as_mut_ptr());
+            crate::threads::for_each_index(n.div_ceil(cols), |t| {
+                let (j0, j1) = (t * cols, ((t + 1) * cols).min(n));
+                let out = &out;
+                // SAFETY: task t writes only columns j0..j1 of C's m rows (inside c,
+                // whose length was asserted), which no other task writes; c outlives
+                // the loop.
+                let c = unsafe { std::slice::from_raw_parts_mut(out.0, m * n) };
+                job.run(c, path, 0, m, j0, j1);
+            });
+        }
+    }
+}
+
+/// Which tile a product runs: the instruction, its emulation on AVX2, or plain code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Path {
+    /// `vdpbf16ps` (AVX512-BF16, at the Avx512 level on a CPU that has it).
+    Native,
+    /// AVX2 FMAs on widened pairs, in the instruction's order.
+    Emulated,
+    /// Plain code, in the same order.
+    Plain,
+}
+
+impl Path {
+    /// The path at instruction-set level `isa` on this CPU.
+    fn at(isa: Isa) -> Path {
+        if !cfg!(target_arch = "x86_64") {
+            Path::Plain
+        } else if isa >= Isa::Avx512 && CpuFeatures::get().avx512bf16 {
+            Path::Native
+        } else if isa >= Isa::Avx2 {
+            Path::Emulated
+        } else {
+            Path::Plain
+        }
+    }
+}
+
+/// One product's shared inputs: the packed W and the rounded rows.
+struct Job<'a> {
+    m: &'a Bf16Matrix,
+    ah: &'a [u32],
+    bias: Option<&'a [f32]>,
+}
+
+/// C's pointer shared by column tasks that write disjoint columns.
+struct SharedOut(*mut f32);
+// SAFETY: the tasks sharing it write disjoint columns (see `Bf16Matrix::matmul`).
+unsafe impl Sync for SharedOut {}
+
+impl Job<'_> {
+    /// Rows i0..i1 of C, where `c` holds exactly those rows.
+    fn run_rows(&self, c: &mut [f32], path: Path, i0: usize, i1: usize) {
+        let sub = Job {
+            m: self.m,
+            ah: &self.ah[i0 * self.m.kh..i1 * self.m.kh],
+            bias: self.bias,
+        };
+        sub.run(c, path, 0, i1 - i0, 0, self.m.n);
+    }
+
+    /// Rows i0..i1 and columns j0..j1 (j0 a multiple of 16) of C (m × n, all of it).
+    fn run(&self, c: &mut [f32], path: Path, i0: usize, i1: usize, j0: usize, j1: usize) {
+        let (n, kh) = (self.m.n, self.m.kh);
+        let mut j = j0;
+        while j < j1 {
+            let panels = if j + NR < j1 { 2 } else { 1 };
+            let jn = (j + panels * NR).min(j1);
+            let p = j / NR;
+            let w = &self.m.data[p * kh * NR..(p + panels) * kh * NR];
+            let mut i = i0;
+            while i < i1 {
+                let rows = (i1 - i).min(MR);
+                let a = &self.ah[i * kh..(i + rows) * kh];
+                #[cfg(target_arch = "x86_64")]
+                if path == Path::Native {
+                    // SAFETY: the Native path is taken only where the CPU has AVX-512
+                    // F/BW/VL and BF16; W's panels, the rows' pairs and C's rows
+                    // i..i+rows, columns j..jn are in bounds.
+                    unsafe {
+                        x86::tile_bf16_out(
+                            w,
+                            a,
+                            kh,
+                            rows,
+                            panels,
+                            c[i * n + j..].as_mut_ptr(),
+                            n,
+                            jn - j,
+                            self.bias.map(|b| &b[j..jn]),
+                        )
+                    };
+                    i += rows;
+                    continue;
+                }
+                let mut acc = [[0.0f32; 2 * NR]; MR];
+                tile(w, a, kh, rows, panels, path, &mut acc);
+                for (r, acc) in acc.iter().enumerate().take(rows) {
+                    let out = &mut c[(i + r) * n + j..(i + r) * n + jn];
+                    match self.bias {
+                        Some(b) => {
+                            for ((o, &s), &b) in out.iter_mut().zip(acc).zip(&b[j..jn]) {
+                                *o = s + b;
+                            }
+                        }
+                        None => out.copy_from_slice(&acc[..jn - j]),
+                    }
+                }
+                i += rows;
+            }
+            j = jn;
+        }
+    }
+}
+
+/// The f32 sums of `rows` rows of pairs `a` with `panels` panels `w`, below the native
+/// path (which has its own tile, `x86::tile_bf16_out`): acc[r][c] as the module docs
+/// define it.
+#[allow(clippy::needless_range_loop)]
+fn tile(
+    w: &[u32],
+    a: &[u32],
+    kh: usize,
+    rows: usize,
+    panels: usize,
+    path: Path,
+    acc: &mut [[f32; 2 * NR]; MR],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if path == Path::Emulated {
+        // SAFETY: the Emulated path is taken at the Avx2 level or above (AVX2 and FMA).
+        unsafe { x86::tile_emulated(w, a, kh, rows, panels, acc) };
+        return;
+    }
+    let _ = path;
+    for r in 0..rows {
+        let ar = &a[r * kh..(r + 1) * kh];
+        for pc in 0..panels * NR {
+            let (panel, c) = (pc / NR, pc % NR);
+            let mut s = 0.0f32;
+            for (g, &x) in ar.iter().enumerate() {
+                s = pair_step(s, x, w[(panel * kh + g) * NR + c]);
+            }
+            acc[r][pc] = s;
+        }
+    }
+}
+
+/// Which bf16 path this CPU runs (the report of `lucent bench precision`): the
+/// instruction, or its emulation (the same numbers, slower).
+pub fn bf16_path() -> &'static str {
+    static PATH: OnceLock<&'static str> = OnceLock::new();
+    PATH.get_or_init(|| match Path::at(Isa::detected()) {
+        Path::Native => "AVX512-BF16 (vdpbf16ps)",
+        Path::Emulated => {
+            "emulated with AVX2 FMAs (no AVX512-BF16 on this CPU: the same numbers, slower)"
+        }
+        Path::Plain => "emulated in plain code (no AVX2 on this CPU: the same numbers, slower)",
+    })
+}
+
+// The tiles index their register arrays by row and panel, as the layout reads.
+#[allow(clippy::needless_range_loop)]
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{MR, NR};
+
+    /// The f32 sums of a tile with `vdpbf16ps` (up to 8 rows × 2 panels), then the bias
+    /// added in the registers (C = acc + b, or C = acc without one) and stored under a
+    /// mask for a partial panel: the twin's operations, so the same bits.
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/VL and BF16; `w` holds `panels` panels of `kh` pairs, `a` `rows`
+    /// rows of `kh` pairs; `out` points at `rows` rows of `ldc` floats with `cols ≤ 32`
+    /// writable columns each; `bias` holds `cols` numbers.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+    pub(super) unsafe fn tile_bf16_out(
+        w: &[u32],
+        a: &[u32],
+        kh: usize,
+        rows: usize,
+        panels: usize,
+        out: *mut f32,
+        ldc: usize,
+        cols: usize,
+        bias: Option<&[f32]>,
+    ) {
+        let mut s = [[_mm512_setzero_ps(); 2]; MR];
+        let wp = w.as_ptr();
+        let ap = a.as_ptr();
+        if panels == 2 {
+            for g in 0..kh {
+                let w0: __m512bh = std::mem::transmute(_mm512_loadu_si512(wp.add(g * NR).cast()));
+                let w1: __m512bh =
+                    std::mem::transmute(_mm512_loadu_si512(wp.add((kh + g) * NR).cast()));
+                for r in 0..MR {
+                    if r < rows {
+                        let x: __m512bh =
+                            std::mem::transmute(_mm512_set1_epi32(*ap.add(r * kh + g) as i32));
+                        s[r][0] = _mm512_dpbf16_ps(s[r][0], x, w0);
+                        s[r][1] = _mm512_dpbf16_ps(s[r][1], x, w1);
+                    }
+                }
+            }
+        } else {
+            for g in 0..kh {
+                let w0: __m512bh = std::mem::transmute(_mm512_loadu_si512(wp.add(g * NR).cast()));
+                for r in 0..MR {
+                    if r < rows {
+                        let x: __m512bh =
+                            std::mem::transmute(_mm512_set1_epi32(*ap.add(r * kh + g) as i32));
+                        s[r][0] = _mm512_dpbf16_ps(s[r][0], x, w0);
+                    }
+                }
+            }
+        }
+        for h in 0..panels {
+            let c0 = h * NR;
+            if c0 >= cols {
+                break;
+            }
+            let n = (cols - c0).min(NR);
+            let mask: __mmask16 = if n == NR { 0xffff } else { (1u16 << n) - 1 };
+            let b = bias.map(|b| _mm512_maskz_loadu_ps(mask, b.as_ptr().add(c0)));
+            for r in 0..rows {
+                let y = match b {
+                    Some(b) => _mm512_add_ps(s[r][h], b),
+                    None => s[r][h],
+                };
+                _mm512_mask_storeu_ps(out.add(r * ldc + c0), mask, y);
+            }
+        }
+    }
+
+    /// A denormal lane flushed to a zero of its sign.
+    #[inline(always)]
+    unsafe fn ftz(x: __m256, abs: __m256, sign: __m256, tiny: __m256) -> __m256 {
+        let small = _mm256_cmp_ps::<_CMP_LT_OQ>(_mm256_and_ps(x, abs), tiny);
+        _mm256_blendv_ps(x, _mm256_and_ps(x, sign), small)
+    }
+
+    /// [`super::tile`] emulated on AVX2: each pair widened to f32 (the odd term's bits
+    /// are the lane's upper half, the even term's the lower half shifted up), the odd
+    /// product fused into the sum first, then the even one, each result's denormals
+    /// flushed: `vdpbf16ps`'s steps, so its bits.
+    ///
+    /// # Safety
+    /// AVX2 and FMA; `w` holds `panels` panels of `kh` pairs, `a` `rows` rows of `kh`
+    /// pairs.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn tile_emulated(
+        w: &[u32],
+        a: &[u32],
+        kh: usize,
+        rows: usize,
+        panels: usize,
+        acc: &mut [[f32; 2 * NR]; MR],
+    ) {
+        let hi_mask = _mm256_set1_epi32(0xffff_0000u32 as i32);
+        let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+        let sign = _mm256_castsi256_ps(_mm256_set1_epi32(i32::MIN));
+        let tiny = _mm256_set1_ps(f32::MIN_POSITIVE);
+        let wp = w.as_ptr();
+        let ap = a.as_ptr();
+        for panel in 0..panels {
+            // four rows at a time: 4 rows × 16 columns = 8 accumulators
+            let mut r0 = 0;
+            while r0 < rows {
+                let rn = (rows - r0).min(4);
+                let mut s = [[_mm256_setzero_ps(); 2]; 4];
+                for g in 0..kh {
+                    let base = wp.add((panel * kh + g) * NR);
+                    let w0 = _mm256_loadu_si256(base.cast());
+                    let w1 = _mm256_loadu_si256(base.add(8).cast());
+                    let (w0h, w0l) = (
+                        _mm256_castsi256_ps(_mm256_and_si256(w0, hi_mask)),
+                        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(w0)),
+                    );
+                    let (w1h, w1l) = (
+                        _mm256_castsi256_ps(_mm256_and_si256(w1, hi_mask)),
+                        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(w1)),
+                    );
+                    for r in 0..4 {
+                        if r < rn {
+                            let pair = *ap.add((r0 + r) * kh + g);
+                            let xh = _mm256_set1_ps(f32::from_bits(pair & 0xffff_0000));
+                            let xl = _mm256_set1_ps(f32::from_bits(pair << 16));
+                            let t0 = ftz(_mm256_fmadd_ps(xh, w0h, s[r][0]), abs, sign, tiny);
+                            let t1 = ftz(_mm256_fmadd_ps(xh, w1h, s[r][1]), abs, sign, tiny);
+                            s[r][0] = ftz(_mm256_fmadd_ps(xl, w0l, t0), abs, sign, tiny);
+                            s[r][1] = ftz(_mm256_fmadd_ps(xl, w1l, t1), abs, sign, tiny);
+                        }
+                    }
+                }
+                for r in 0..rn {
+                    let row = acc[r0 + r].as_mut_ptr().add(panel * NR);
+                    _mm256_storeu_ps(row, s[r][0]);
+                    _mm256_storeu_ps(row.add(8), s[r][1]);
+                }
+                r0 += rn;
+            }
+        }
+    }
+}
+
+/// The plain twin: each row rounded, each output the pairs taken in order as the
+/// instruction takes them, then the bias added.
+pub mod reference {
+    use super::{pair_step, round_row, Bf16Matrix};
+
+    /// [`Bf16Matrix::matmul`], one number at a time.
+    ///
+    /// # Shapes
+    /// c: (m, n), a: (m, k), bias: (n)
+    pub fn matmul(w: &Bf16Matrix, c: &mut [f32], a: &[f32], bias: Option<&[f32]>, m: usize) {
+        let (n, k) = (w.n, w.k);
+        let rows: Vec<Vec<u32>> = (0..n).map(|j| w.row(j)).collect();
+        let mut x = vec![0u32; w.kh];
+        for i in 0..m {
+            round_row(&a[i * k..(i + 1) * k], &mut x);
+            for (j, wj) in rows.iter().enumerate() {
+                let acc = x
+                    .iter()
+                    .zip(wj)
+                    .fold(0.0f32, |acc, (&x, &w)| pair_step(acc, x, w));
+                c[i * n + j] = match bias {
+                    Some(b) => acc + b[j],
+                    None => acc,
+                };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Runtime, Tensor};
+    use rand::{rngs::StdRng, Rng, SeedableRng};
+
+    fn same_bits(a: &[f32], b: &[f32]) -> bool {
+        a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+    }
+
+    /// Every level (the instruction, its AVX2 emulation, plain code), thread count and
+    /// row count gives the twin's bits, for shapes with partial panels, k odd, one row
+    /// and many, with and without a bias.
+    #[test]
+    fn bf16_products_equal_the_twin_on_every_level() {
+        let mut rng = StdRng::seed_from_u64(16);
+        for &(m, k, n) in &[
+            (1, 1, 1),
+            (1, 7, 5),
+            (3, 33, 17),
+            (9, 64, 48),
+            (17, 384, 384),
+            (130, 384, 1536),
+            (70, 1536, 384),
+        ] {
+            let w = Tensor::randn(&[n, k], 0.05, &mut rng);
+            let a = Tensor::randn(&[m, k], 1.0, &mut rng);
+            let b = Tensor::randn(&[n], 0.1, &mut rng);
+            let q = Bf16Matrix::round(w.data(), n, k);
+            for bias in [Some(b.data()), None] {
+                let mut want = vec![f32::NAN; m * n];
+                reference::matmul(&q, &mut want, a.data(), bias, m);
+                for isa in Isa::available() {
+                    for t in [1, 2] {
+                        let rt = Runtime::builder().threads(t).isa(isa).build().unwrap();
+                        let mut got = vec![f32::NAN; m * n];
+                        rt.install(|| q.matmul(&mut got, a.data(), bias, m));
+                        assert!(
+                            same_bits(&got, &want),
+                            "{isa:?} ({:?}) threads {t}: m {m} k {k} n {n}",
+                            Path::at(isa)
+                        );
+                        // one row alone = the same row in the batch
+                        let last = m - 1;
+                        let mut one = vec![f32::NAN; n];
+                        rt.install(|| q.matmul(&mut one, &a.data()[last * k..], bias, 1));
+                        assert!(same_bits(&one, &want[last * n..]));
+                    }
+                }
+            }
+            // and the result is near the f32 product: each term's two roundings are
+            // within 2⁻⁸ of it, relative
+            let exact = crate::ops::linear(&a, &w, Some(&b)).unwrap();
+            let mut want = vec![f32::NAN; m * n];
+            reference::matmul(&q, &mut want, a.data(), Some(b.data()), m);
+            for i in 0..m {
+                for j in 0..n {
+                    let bound: f32 = (0..k)
+                        .map(|p| (a.data()[i * k + p] * w.data()[j * k + p]).abs())
+                        .sum::<f32>()
+                        * (2.0 / 256.0)
+                        + 1e-6;
+                    let d = (exact.data()[i * n + j] - want[i * n + j]).abs();
+                    assert!(d <= bound, "m {m} k {k} n {n} ({i}, {j}): {d} > {bound}");
+                }
+            }
+        }
+    }
+
+    /// Numbers at the edges of f32 (tiny ones whose products and sums are denormal,
+    /// denormal inputs, huge ones whose products overflow, zeros of both signs) give the
+    /// twin's bits on every level: the flushes and the order are the instruction's. Each
+    /// row of A and of W keeps to one regime, so every pair of regimes meets.
+    #[test]
+    fn tiny_and_huge_numbers_equal_the_twin_on_every_level() {
+        let mut rng = StdRng::seed_from_u64(17);
+        let (m, k, n) = (12, 37, 40);
+        let row = |regime: usize, rng: &mut StdRng| -> Vec<f32> {
+            (0..k)
+                .map(|_| {
+                    let (e, sign) = match regime {
+                        0 => (rng.random_range(-70..-58), rng.random::<bool>()), // denormal products
+                        1 => (rng.random_range(-130..-120), rng.random::<bool>()), // denormal inputs
+                        2 => (rng.random_range(58..66), false), // overflowing products
+                        _ => (rng.random_range(-3..3), rng.random::<bool>()),
+                    };
+                    let s = if sign { -1.0 } else { 1.0 };
+                    if rng.random_range(0..8) == 0 {
+                        0.0 * s
+                    } else {
+                        s * rng.random_range(1.0f32..2.0) * 2f32.powi(e)
+                    }
+                })
+                .collect()
+        };
+        let w: Vec<f32> = (0..n).flat_map(|j| row(j % 4, &mut rng)).collect();
+        let a: Vec<f32> = (0..m).flat_map(|i| row(i % 4, &mut rng)).collect();
+        let q = Bf16Matrix::round(&w, n, k);
+        let mut want = vec![f32::NAN; m * n];
+        reference::matmul(&q, &mut want, &a, None, m);
+        // denormal inputs read as zeros, huge × huge overflows, tiny × tiny is partly flushed
+        assert!(want[n] == 0.0 && want[2 * n + 2].is_infinite(), "{want:?}");
+        for isa in Isa::available() {
+            let rt = Runtime::builder().threads(1).isa(isa).build().unwrap();
+            let mut got = vec![f32::NAN; m * n];
+            rt.install(|| q.matmul(&mut got, &a, None, m));
+            for (x, y) in got.iter().zip(&want) {
+                assert!(
+                    x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()),
+                    "{isa:?}: {x:e} vs the twin's {y:e}"
+                );
+            }
+        }
+    }
+
+    /// Rounding to bf16: ties to even, denormals to signed zeros, overflow to
+    /// infinity, NaN kept.
+    #[test]
+    fn rounding_to_bf16_is_to_nearest_even() {
+        assert_eq!(to_bf16(1.0), 0x3f80);
+        // 1 + 2⁻⁸ is halfway between 1 and 1 + 2⁻⁷: ties to the even one (1)
+        assert_eq!(to_bf16(1.0 + 2f32.powi(-8)), 0x3f80);
+        // 1 + 3·2⁻⁸ is halfway between 1 + 2⁻⁷ and 1 + 2⁻⁶: ties to 1 + 2⁻⁶
+        assert_eq!(to_bf16(1.0 + 3.0 * 2f32.powi(-8)), 0x3f82);
+        assert_eq!(to_bf16(1.0 + 2f32.powi(-8) + 2f32.powi(-20)), 0x3f81);
+        assert_eq!(to_bf16(-f32::from_bits(1)), 0x8000);
+        assert_eq!(to_bf16(f32::MAX), 0x7f80);
+        assert!(from_bf16(to_bf16(f32::NAN)).is_nan());
+        let q = Bf16Matrix::round(&[0.1, -3.0, 1e-3], 1, 3);
+        assert!(q.max_error() > 0.0 && q.max_error() <= 0.1 / 256.0);
+    }
+}
