@@ -24,11 +24,12 @@ from __future__ import annotations
 from lucent._lucent import LucentError, __version__, known_models, set_threads, threads
 from lucent._embed import SentenceTransformer, cos_sim, dot_score
 from lucent._llama import Llama
-from lucent._model import Model, Trace, open
+from lucent._model import Intervened, Model, Trace, open
 from lucent._whisper import Whisper
 from lucent import tools
 
 __all__ = [
+    "Intervened",
     "LucentError",
     "Llama",
     "Model",

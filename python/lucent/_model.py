@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from lucent import _lucent
 
-__all__ = ["Model", "Trace", "open"]
+__all__ = ["Intervened", "Model", "Trace", "open"]
 
 _LAYER = re.compile(r"^(encoder|decoder)\.layer\.(\d+)\.(attn|cross_attn)\.([a-z_]+)$")
 
@@ -191,8 +191,124 @@ class Model:
             )
         )
 
+    # --- TransformerLens-style hooks and interventions (issue #34) -------------------
+
+    def hook_points(self) -> List[Tuple[str, str, str]]:
+        """Every hook point in pass order: ``(TransformerLens name, trace name, kind)``,
+        kind ``rows`` (batch, pos, x), ``heads`` or ``pattern``."""
+        return self._raw.hook_points()
+
+    def hook_names(self) -> List[str]:
+        """TransformerLens's names of this model's hook points, in pass order."""
+        return [p[0] for p in self.hook_points()]
+
+    def _point(self, name: str) -> Tuple[str, str]:
+        for tl, trace_name, kind in self.hook_points():
+            if tl == name:
+                return trace_name, kind
+        raise KeyError(f"no hook point named {name!r}; Model.hook_names() lists them")
+
+    def run_with_cache(self, text: str) -> Tuple[np.ndarray, Dict[str, np.ndarray]]:
+        """One plain pass over ``text``: ``(logits, cache)``. ``logits`` is
+        ``(batch 1, pos, d_vocab)``; ``cache`` maps every TransformerLens hook name to a
+        numpy array in TransformerLens's shape (``hook_pattern`` (batch, head, q, k);
+        ``hook_q/k/v/z`` (batch, pos, head, d_head); the residual stream and the other
+        rows (batch, pos, d))."""
+        return _logits_and_cache(self, self._raw.run_edited(text, None, [], None))
+
+    def run_with_hooks(
+        self,
+        text: str,
+        fwd_hooks: Sequence[Tuple[str, Callable[..., Optional[np.ndarray]]]] = (),
+    ) -> np.ndarray:
+        """The logits ``(1, pos, d_vocab)`` of a pass over ``text`` in which each hook
+        ``(name, fn)`` sees its point's value (TransformerLens's shape, a read-only
+        array) as ``fn(value, hook)`` (``hook.name`` is the name) and may return a new
+        array of that shape, which the pass then carries on with.
+
+        How: the hooks run in pass order, each on a pass that already carries the
+        values written by the hooks before it; a returned array becomes an exact write
+        of that point (a patch of every element), so a hook that returns its input
+        unchanged leaves every bit as it was. A pass per hook, then the final one."""
+        order = {n: i for i, n in enumerate(self.hook_names())}
+        for name, _ in fwd_hooks:
+            self._point(name)
+        hooks = sorted(fwd_hooks, key=lambda h: order[h[0]])
+        patches: List[Tuple[str, np.ndarray]] = []
+        for name, fn in hooks:
+            trace_name, kind = self._point(name)
+            leaf = trace_name.rsplit(".", 1)[-1]
+            tr = self._raw.run_edited(text, None, patches, [leaf])
+            value = _to_tl(tr[trace_name], kind)
+            out = fn(value, _Hook(name))
+            if out is None:
+                continue
+            out = np.asarray(out, dtype=np.float32)
+            if out.shape != value.shape:
+                raise ValueError(f"hook {name}: returned shape {out.shape}, the point holds {value.shape}")
+            patches = [p for p in patches if p[0] != trace_name]
+            patches.append((trace_name, np.ascontiguousarray(_from_tl(out, kind))))
+        tr = self._raw.run_edited(text, None, patches, [])
+        return np.asarray(tr["logits"])[None]
+
+    def intervene(self, interventions: Sequence[Dict[str, Any]]) -> "Intervened":
+        """This model seen through ``interventions``: dicts of lucent's Intervention
+        shape ``{"hook", "op", "head", "unit", "positions", "keys", "value", "from"}``
+        (the CLI's ``--intervene``, the server's ``lucent.interventions``)."""
+        return Intervened(self, list(interventions))
+
     def __repr__(self) -> str:
         return f"lucent.Model({self.name!r}, {self.kind}, family {self.config.get('family')!r})"
+
+
+class _Hook:
+    """What a ``run_with_hooks`` function gets as its ``hook`` argument."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"HookPoint({self.name!r})"
+
+
+def _to_tl(a: np.ndarray, kind: str) -> np.ndarray:
+    """lucent's (b, h, t, d) per-head layout → TransformerLens's (b, t, h, d)."""
+    return a.transpose(0, 2, 1, 3) if kind == "heads" else a
+
+
+def _from_tl(a: np.ndarray, kind: str) -> np.ndarray:
+    return a.transpose(0, 2, 1, 3) if kind == "heads" else a
+
+
+def _logits_and_cache(model: Model, tr: "_lucent.Trace") -> Tuple[np.ndarray, Dict[str, np.ndarray]]:
+    cache = {}
+    for tl, trace_name, kind in model.hook_points():
+        if trace_name in tr:
+            cache[tl] = _to_tl(tr[trace_name], kind)
+    return np.asarray(tr["logits"])[None], cache
+
+
+class Intervened:
+    """A model seen through interventions (``Model.intervene``)."""
+
+    def __init__(self, model: Model, interventions: List[Dict[str, Any]]) -> None:
+        self.model = model
+        self.interventions = interventions
+        self._json = json.dumps(interventions)
+
+    def logits(self, text: str) -> np.ndarray:
+        """The intervened pass's logits, ``(1, pos, d_vocab)``."""
+        tr = self.model._raw.run_edited(text, self._json, [], [])
+        return np.asarray(tr["logits"])[None]
+
+    def run_with_cache(self, text: str) -> Tuple[np.ndarray, Dict[str, np.ndarray]]:
+        """``Model.run_with_cache`` of the intervened pass (the cache holds the written
+        values)."""
+        return _logits_and_cache(self.model, self.model._raw.run_edited(text, self._json, [], None))
+
+    def generate(self, text: str, max_tokens: int = 16) -> str:
+        """Greedy continuation under the interventions (KV-cached)."""
+        return self.model._raw.generate_intervened(text, self._json, max_tokens)
 
 
 def open(  # noqa: A001 - as lucent::open

@@ -140,6 +140,112 @@ impl Model {
             target_tokens: tr.target_tokens().to_vec(),
         })
     }
+
+    /// Every hook point, in the order a pass reaches them: (TransformerLens name, trace
+    /// name, `rows` | `heads` | `pattern`).
+    fn hook_points(&self) -> Vec<(String, String, &'static str)> {
+        self.inner
+            .hook_points()
+            .into_iter()
+            .map(|p| {
+                let kind = match p.shape {
+                    lucent::model::hooks::PointShape::Rows { .. } => "rows",
+                    lucent::model::hooks::PointShape::Heads { .. } => "heads",
+                    lucent::model::hooks::PointShape::Pattern { .. } => "pattern",
+                };
+                (p.name, p.trace_name, kind)
+            })
+            .collect()
+    }
+
+    /// One pass over `text` with `interventions_json` (lucent's Intervention JSON) and
+    /// `patches` ((trace name, array of that point's lucent shape): every element
+    /// written, as a patch from a run that had those values), recording the `leaves`
+    /// (None: everything) and the logits. The GIL is released while it runs.
+    #[pyo3(signature = (text, interventions_json = None, patches = Vec::new(), leaves = None))]
+    fn run_edited<'py>(
+        &self,
+        py: Python<'py>,
+        text: String,
+        interventions_json: Option<String>,
+        patches: Vec<(String, numpy::PyReadonlyArrayDyn<'py, f32>)>,
+        leaves: Option<Vec<String>>,
+    ) -> PyResult<Trace> {
+        let ivs = interventions_of(interventions_json.as_deref())?;
+        let mut written = Vec::with_capacity(patches.len());
+        for (name, a) in &patches {
+            written.push(lucent::nn::Edit {
+                name: name.clone(),
+                op: lucent::nn::EditOp::Patch(tensor_of(a)?),
+                head: None,
+                positions: None,
+                keys: None,
+                unit: None,
+            });
+        }
+        let inner = self.inner.clone();
+        let threads = self.threads.clone();
+        let filter = TraceFilter {
+            leaves: leaves.map(|mut l| {
+                l.push("logits".into());
+                l
+            }),
+            ..TraceFilter::default()
+        };
+        let tr = py
+            .detach(move || {
+                threads.run(move || {
+                    let view = inner.intervene(&ivs)?;
+                    let mut edits = view.edits().to_vec();
+                    edits.extend(written);
+                    inner.trace_with(&text, lucent::Trace::with_filter(filter).with_edits(edits))
+                })
+            })
+            .or_py()?;
+        Ok(Trace {
+            entries: tr.entries().to_vec(),
+            tokens: tr.tokens().to_vec(),
+            target_tokens: tr.target_tokens().to_vec(),
+        })
+    }
+
+    /// Greedy continuation of `text` under `interventions_json` (`max_tokens` new
+    /// tokens at most; KV-cached, `lucent::Intervened::generate`).
+    #[pyo3(signature = (text, interventions_json, max_tokens = 16))]
+    fn generate_intervened(
+        &self,
+        py: Python<'_>,
+        text: String,
+        interventions_json: String,
+        max_tokens: usize,
+    ) -> PyResult<String> {
+        let ivs = interventions_of(Some(&interventions_json))?;
+        let inner = self.inner.clone();
+        let threads = self.threads.clone();
+        py.detach(move || {
+            threads.run(move || {
+                inner
+                    .intervene(&ivs)?
+                    .generate(&text, &lucent::Sampling::greedy().max_tokens(max_tokens))
+            })
+        })
+        .or_py()
+    }
+}
+
+/// A read-only f32 numpy array as a lucent tensor of the same shape (a copy).
+fn tensor_of(a: &numpy::PyReadonlyArrayDyn<'_, f32>) -> PyResult<Tensor> {
+    let view = a.as_array();
+    let shape = view.shape().to_vec();
+    Tensor::new(view.iter().copied().collect(), &shape).or_py()
+}
+
+/// The interventions of a JSON text (one object or a list), none for `None`.
+fn interventions_of(json: Option<&str>) -> PyResult<Vec<lucent::Intervention>> {
+    match json {
+        Some(j) => lucent::Intervention::parse_json(j).or_py(),
+        None => Ok(Vec::new()),
+    }
 }
 
 /// The named intermediates of one forward pass, in the order they were produced.

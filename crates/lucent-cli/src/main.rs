@@ -53,6 +53,8 @@ enum Command {
     Patch(commands::intervene::PatchArgs),
     /// Generate with a steering vector added to the residual stream (from a file or contrasting prompts).
     Steer(commands::intervene::SteerArgs),
+    /// Direct logit attribution: each head's and FFN's share of a target token's logit.
+    Attribute(commands::intervene::AttributeArgs),
     /// Attention masks: causal, bidirectional, prefix-LM; which position sees which.
     Mask(commands::mask::Args),
     /// The sinusoidal position encoding table, its heatmap, nearby-vs-far similarity.
@@ -100,6 +102,7 @@ fn main() -> ExitCode {
         Command::Ablate(a) => commands::intervene::run_ablate(a),
         Command::Patch(a) => commands::intervene::run_patch(a),
         Command::Steer(a) => commands::intervene::run_steer(a),
+        Command::Attribute(a) => commands::intervene::run_attribute(a),
         Command::Pe(a) => commands::pe::run(a),
         Command::Bench(a) => commands::bench::run(a),
         Command::Softmax(a) => commands::softmax::run(a),

@@ -1149,3 +1149,138 @@ fn constrained_streams_beside_free_ones_equal_their_solo_runs() {
         );
     }
 }
+
+/// A greedy chat stream with log-probabilities; `interventions` in `lucent` when given.
+fn greedy_chat(content: &str, interventions: Option<&Value>) -> Value {
+    let mut r = json!({
+        "model": "smollm2",
+        "messages": [{"role": "user", "content": content}],
+        "temperature": 0, "max_tokens": 16,
+        "stream": true, "logprobs": true, "top_logprobs": 2,
+    });
+    if let Some(ivs) = interventions {
+        r["lucent"] = json!({"interventions": ivs});
+    }
+    r
+}
+
+#[test]
+fn a_steered_request_beside_seven_plain_ones_equals_its_solo_run() {
+    // The steering vector from `lucent steer --save-vector` (layer 10, two pairs), times 2
+    // (at every position of the chat prompt; times 8 ends the answer at once).
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("serve-steer");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("vector.json");
+    let file_arg = file.to_str().unwrap();
+    lucent_json(&[
+        "steer",
+        "-m",
+        "smollm2",
+        "My day was",
+        "--layer",
+        "10",
+        "-n",
+        "1",
+        "--from",
+        "I love it|I hate it",
+        "--from",
+        "Wonderful|Terrible",
+        "--save-vector",
+        file_arg,
+    ]);
+    let v: Vec<f32> = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(v.len(), 576);
+    let steer = json!([{"hook": "blocks.10.hook_resid_post", "op": "add",
+                        "value": v.iter().map(|x| x * 2.0).collect::<Vec<f32>>()}]);
+    let server = Server::start(&["-m", "smollm2", "--parallel", "8", "--ctx-size", "256"]);
+    let prompts = [
+        "Tell me about your day.",
+        "Write one sentence about the sea.",
+        "What is the capital of France?",
+        "Name a colour.",
+        "Write one sentence about winter.",
+        "What is two plus two?",
+        "Say hello.",
+        "Write one sentence about a cat.",
+    ];
+    let request = |i: usize| greedy_chat(prompts[i], (i == 0).then_some(&steer));
+    let solo: Vec<Tokens> = (0..8)
+        .map(|i| tokens_of(&stream(&server.base, "/v1/chat/completions", &request(i))))
+        .collect();
+    let plain0 = tokens_of(&stream(
+        &server.base,
+        "/v1/chat/completions",
+        &greedy_chat(prompts[0], None),
+    ));
+    assert!(!solo[0].0.is_empty() && !plain0.0.is_empty());
+    let bytes = |t: &Tokens| -> Vec<Vec<u64>> { t.0.iter().map(|x| x.0.clone()).collect() };
+    assert_ne!(
+        bytes(&solo[0]),
+        bytes(&plain0),
+        "the 2x steering vector changes the greedy answer"
+    );
+    let (sum0, count0) = (
+        server.metric("lucent_decode_batch_size_sum"),
+        server.metric("lucent_decode_batch_size_count"),
+    );
+    let handles: Vec<_> = (0..8)
+        .map(|i| {
+            let base = server.base.clone();
+            let r = request(i);
+            std::thread::spawn(move || tokens_of(&stream(&base, "/v1/chat/completions", &r)))
+        })
+        .collect();
+    let together: Vec<Tokens> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    for (i, (a, b)) in solo.iter().zip(&together).enumerate() {
+        assert!(!a.0.is_empty(), "stream {i} produced nothing");
+        assert_eq!(
+            a,
+            b,
+            "stream {i} ({}): tokens or log-probabilities differ beside 7 others",
+            if i == 0 { "steered" } else { "plain" }
+        );
+    }
+    let sum = server.metric("lucent_decode_batch_size_sum") - sum0;
+    let count = server.metric("lucent_decode_batch_size_count") - count0;
+    println!(
+        "concurrent decode steps: {count}, {:.1} sequences each",
+        sum / count
+    );
+    assert!(sum > count * 2.0, "{sum} sequences in {count} steps");
+    // Bad interventions: 400 naming the field, and the server stays up.
+    let bad = |ivs: Value, want: &str| {
+        let mut r = greedy_chat("Hi", Some(&ivs));
+        r["stream"] = json!(false);
+        let (status, _, body) = server.post("/v1/chat/completions", &r);
+        let msg = body["error"]["message"].as_str().unwrap_or("").to_string();
+        assert_eq!(status, 400, "{ivs}: {body}");
+        let param = body["error"]["param"].as_str().unwrap_or("");
+        assert!(param.starts_with("lucent.interventions"), "{body}");
+        assert!(msg.contains(want), "{ivs}: {msg} (wanted {want:?})");
+    };
+    bad(
+        json!([{"hook": "blocks.0.hook_nothing", "op": "zero"}]),
+        "no hook point",
+    );
+    bad(
+        json!([{"hook": "blocks.30.hook_resid_post", "op": "zero"}]),
+        "layer 30 is out of range",
+    );
+    bad(
+        json!([{"hook": "blocks.3.attn.hook_z", "op": "zero", "head": 9}]),
+        "head: 9 is out of range",
+    );
+    bad(
+        json!([{"hook": "blocks.3.hook_resid_post", "op": "add", "value": [1.0, 2.0]}]),
+        "a vector of 2 numbers",
+    );
+    bad(
+        json!([{"hook": "blocks.3.attn.hook_z", "op": "mean"}]),
+        "mean",
+    );
+    bad(
+        json!([{"hook": "blocks.3.attn.hook_z", "op": "sideways"}]),
+        "sideways",
+    );
+    assert_eq!(server.get("/health").0, 200);
+}

@@ -31,7 +31,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use lucent::nn::{KvCache, Trace};
+use lucent::nn::{Edit, KvCache, Trace};
 use lucent::pipeline::generate::{
     prompt_chunks, Decoding, Sampling, StopReason, TextModel, TokenLogprob,
 };
@@ -62,6 +62,9 @@ pub struct Job {
     pub sampling: Sampling,
     /// What to show of the computation, if asked.
     pub inside: Option<Arc<InsideSpec>>,
+    /// The request's interventions as whole-sequence edits (cut to each pass's
+    /// positions when it runs), if any.
+    pub edits: Option<Arc<Vec<Edit>>>,
     /// Which choice of its request this is (the tag of its events).
     pub index: usize,
     /// Where the engine reports, tagged with `index`; the request is cancelled when
@@ -364,7 +367,13 @@ impl Scheduler {
         };
         let slot = &mut self.slots[i];
         slot.cache.clear();
-        let trace = job.inside.as_ref().map(|s| Trace::with_filter(s.filter()));
+        // A request with interventions always runs traced: its trace carries the edits
+        // (and records nothing unless the request also asks to see inside).
+        let trace = match (&job.inside, &job.edits) {
+            (Some(s), _) => Some(Trace::with_filter(s.filter())),
+            (None, Some(_)) => Some(Trace::only(&[])),
+            (None, None) => None,
+        };
         let prompt_view = job
             .inside
             .as_ref()
@@ -422,6 +431,7 @@ impl Scheduler {
                 slot.active = None;
             }
         }
+        self.cut_edits_for_decode();
         let mut ids = Vec::new();
         let mut caches: Vec<&mut KvCache> = Vec::new();
         let mut traces: Vec<Option<&mut Trace>> = Vec::new();
@@ -481,6 +491,27 @@ impl Scheduler {
             };
             if self.sample(i, row, inside) {
                 self.slots[i].active = None;
+            }
+        }
+    }
+
+    /// Give each generating slot with interventions its edits for this decode step (the
+    /// position its cache reaches); a slot whose edits cannot be cut fails.
+    fn cut_edits_for_decode(&mut self) {
+        for slot in &mut self.slots {
+            let Slot { cache, active } = slot;
+            let Some(a) = active.as_mut().filter(|a| a.next.is_some()) else {
+                continue;
+            };
+            let (Some(edits), Some(tr)) = (&a.job.edits, a.trace.as_mut()) else {
+                continue;
+            };
+            match lucent::edits_for_positions(edits, cache.len(), 1) {
+                Ok(cut) => set_edits(tr, cut),
+                Err(e) => {
+                    a.job.send(Event::Failed(e.into()));
+                    *active = None;
+                }
             }
         }
     }
@@ -565,13 +596,35 @@ impl Scheduler {
         };
         let range = a.chunks[a.done_chunks].clone();
         let len = range.len();
+        // With interventions, this piece's edits; the pass computes every row's logits
+        // (an edit may select any of its positions, the last layer's included) and the
+        // last row is kept.
+        let edited = match (&a.job.edits, a.trace.as_mut()) {
+            (Some(edits), Some(tr)) => match lucent::edits_for_positions(edits, range.start, len) {
+                Ok(cut) => {
+                    set_edits(tr, cut);
+                    true
+                }
+                Err(e) => {
+                    a.job.send(Event::Failed(e.into()));
+                    slot.active = None;
+                    return len;
+                }
+            },
+            _ => false,
+        };
         let result = self.model.model.forward(
             &a.job.prompt[range.clone()],
             Some(&mut slot.cache),
-            true,
+            !edited,
             a.trace.as_mut(),
         );
         let row = match result {
+            Ok(l) if edited => {
+                let v = l.shape().last().copied().unwrap_or(0);
+                let mut all = l.into_vec(); // (t, V)
+                all.split_off(all.len() - v) // (V)
+            }
             Ok(l) => l.into_vec(), // (V)
             Err(e) => {
                 a.job.send(Event::Failed(e.into()));
@@ -614,6 +667,11 @@ impl Scheduler {
         self.metrics.busy_slots.set(busy as i64);
         self.shared.busy.store(busy, Ordering::Relaxed);
     }
+}
+
+/// Make `edits` the ones `trace` writes (its filter and records kept).
+fn set_edits(trace: &mut Trace, edits: Vec<Edit>) {
+    *trace = std::mem::take(trace).with_edits(edits);
 }
 
 /// Report the end of `a`'s generation.

@@ -17,6 +17,9 @@
 //!   (data flat, row-major); the prompt's also name the positions they cover
 //!   (`"positions": [start, end]`: a long prompt is read in pieces).
 //!
+//! - `interventions`: a list of `lucent::Intervention`s applied to this request's own
+//!   passes (see [`crate::intervene`]); with nothing else asked, no view is returned.
+//!
 //! These are recorded from the same pass that computes the answer (a traced pass is
 //! the same arithmetic: the tokens do not change). A request whose view would hold
 //! more numbers than the server's cap (`--max-inside-floats`) is refused up front
@@ -47,6 +50,19 @@ pub struct InsideRequest {
     pub trace: Option<Vec<String>>,
     /// Layers of the trace when no `attention` names them (default: all).
     pub layers: Option<Vec<usize>>,
+    /// Interventions on this request's own passes (`lucent::Intervention`'s JSON shape,
+    /// as the CLI's `--intervene`): see [`crate::intervene`].
+    pub interventions: Option<Vec<lucent::Intervention>>,
+}
+
+impl InsideRequest {
+    /// Whether the request asks to see inside (anything but interventions alone).
+    pub fn wants_view(&self) -> bool {
+        self.interventions.is_none()
+            || self.attention.is_some()
+            || self.trace.is_some()
+            || self.layers.is_some()
+    }
 }
 
 /// Which attention weights to return.

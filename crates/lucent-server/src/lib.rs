@@ -40,6 +40,7 @@ pub mod engine;
 pub mod error;
 pub mod explore;
 pub mod inside;
+pub mod intervene;
 pub mod metrics;
 pub mod routes;
 pub mod speech;

@@ -242,7 +242,7 @@ async fn chat_inner(st: Arc<AppState>, body: Body) -> Result<Response, ApiError>
         logprobs,
         stream: req.streaming(),
         include_usage: req.include_usage(),
-        inside: req.lucent.is_some(),
+        inside: req.lucent.as_ref().is_some_and(|l| l.wants_view()),
     };
     generate(&st, &engine, &req, plan).await
 }
@@ -308,7 +308,7 @@ async fn completions_inner(st: Arc<AppState>, body: Body) -> Result<Response, Ap
         logprobs,
         stream: req.streaming(),
         include_usage: req.include_usage(),
-        inside: req.lucent.is_some(),
+        inside: req.lucent.as_ref().is_some_and(|l| l.wants_view()),
     };
     generate(&st, &engine, &req, plan).await
 }
@@ -333,6 +333,7 @@ async fn generate(
             .await
             .map_err(|e| e.with_param("response_format"))?;
     }
+    let edits = request_interventions(engine, req).await?;
     let mut jobs = Vec::new();
     for (p, ids) in plan.prompts.iter().enumerate() {
         if ids.is_empty() {
@@ -366,7 +367,7 @@ async fn generate(
             ));
         }
         let inside = match &req.lucent {
-            Some(r) => {
+            Some(r) if r.wants_view() => {
                 let pieces = lucent::pipeline::generate::prompt_chunks(
                     ids.len(),
                     engine.config().prefill_chunk,
@@ -381,7 +382,7 @@ async fn generate(
                     st.opts.max_inside_floats,
                 )?))
             }
-            None => None,
+            _ => None,
         };
         let seed = sampling.seed;
         for j in 0..plan.n {
@@ -390,6 +391,7 @@ async fn generate(
                 prompt: ids.clone(),
                 sampling: sampling.clone(),
                 inside: inside.clone(),
+                edits: edits.clone(),
                 index: p * plan.n + j,
                 events: tx.clone(),
                 arrived,
@@ -405,6 +407,21 @@ async fn generate(
     } else {
         collect(plan, rx, tok).await
     }
+}
+
+/// The edits of the request's `lucent.interventions`, checked against the engine's
+/// model (their `patch` texts run off the async threads); `None` for none.
+async fn request_interventions(
+    engine: &Arc<Engine>,
+    req: &GenerateRequest,
+) -> Result<Option<Arc<Vec<lucent::nn::Edit>>>, ApiError> {
+    let Some(ivs) = req.lucent.as_ref().and_then(|l| l.interventions.clone()) else {
+        return Ok(None);
+    };
+    let tm = engine.model().clone();
+    tokio::task::spawn_blocking(move || crate::intervene::request_edits(&tm, Some(&ivs)))
+        .await
+        .map_err(|e| ApiError::internal(format!("the interventions' check failed: {e}")))?
 }
 
 /// What one choice has gathered.

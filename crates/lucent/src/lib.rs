@@ -42,7 +42,7 @@ pub mod viz;
 
 pub use api::{open, open_with, Model, OpenOptions, Token};
 pub use error::{Error, Result};
-pub use intervene::Intervened;
+pub use intervene::{decoder_edits, edits_for_positions, CachedDecoding, Intervened};
 pub use model::hooks::{HookPoint, Intervention, InterventionOp, InterventionValue};
 pub use model::{ModelConfig, ModelKind};
 pub use nn::{Trace, TraceFilter};

@@ -538,3 +538,127 @@ fn whisper_self_patched_trace_equals_the_plain_trace() -> TestResult {
     );
     Ok(())
 }
+
+/// Cached generation under each op (prefill with the edits, then one token at a time over
+/// the KV cache, the edits at their absolute positions) equals the generation that
+/// recomputes the whole sequence at every step, token for token; the prefill's logits
+/// equal the recomputed pass's last row to the bit. Positions past the prompt and a
+/// patch from a shorter text are included (an edit there applies from the step that
+/// reaches it); mean ablation is refused by the cache and recomputed by `generate`.
+///
+/// Only the first step is compared to the bit: under llama.cpp's arithmetic the
+/// attention's f16 summation order depends on how many query rows a pass has, so a
+/// cached step (one row) and a recomputed one (all rows) may differ in their last bits
+/// even with no intervention at all (SmolLM2 plain, 14 tokens: 6e-3 at layer 4's
+/// attention output). Each op alone keeps the greedy tokens here; a pile-up of strong
+/// edits can turn such a difference into another token at a near tie, as it would for
+/// the plain model.
+#[test]
+fn smollm2_cached_generation_under_each_op_equals_recomputing() -> TestResult {
+    let model = lucent::open("smollm2")?;
+    let text = "The capital of France is";
+    let n = model.tokens(text)?.len();
+    let sampling = lucent::Sampling::greedy().max_tokens(8);
+    let plain = model.generator()?.complete(text, &sampling)?;
+    let v = model.steering_vector(&[("I love it", "I hate it"), ("Wonderful", "Terrible")], 10)?;
+    let steer: Vec<f32> = v.iter().map(|x| x * 8.0).collect();
+    let cases: Vec<(&str, Vec<Intervention>)> = vec![
+        (
+            "zero a head",
+            vec![Intervention::zero("blocks.3.attn.hook_z").head(2)],
+        ),
+        (
+            "zero a layer's MLP at a prompt and a generated position",
+            vec![Intervention::zero("blocks.5.hook_mlp_out").positions(vec![1, n + 2])],
+        ),
+        (
+            "steer the generated positions only",
+            vec![
+                Intervention::add("blocks.10.hook_resid_post", steer.clone())
+                    .positions((n..n + 8).collect()),
+            ],
+        ),
+        (
+            "steer everywhere",
+            vec![Intervention::add("blocks.10.hook_resid_post", steer)],
+        ),
+        (
+            "set an FFN unit",
+            vec![
+                Intervention::new("blocks.2.mlp.hook_post", InterventionOp::Set)
+                    .value(InterventionValue::Number(3.0))
+                    .unit(7),
+            ],
+        ),
+        (
+            "scale the residual stream at a prompt and a generated position",
+            vec![Intervention::scale("blocks.4.hook_resid_pre", 0.5).positions(vec![0, n])],
+        ),
+        (
+            "knock out key 0 in every query of a layer",
+            vec![Intervention::scale("blocks.6.attn.hook_pattern", 0.0).keys(vec![0])],
+        ),
+        (
+            "patch K of a layer from a shorter text",
+            vec![Intervention::patch(
+                "blocks.1.attn.hook_k",
+                "The capital of",
+            )],
+        ),
+        (
+            "patch the residual stream from a longer text",
+            vec![Intervention::patch(
+                "blocks.8.hook_resid_pre",
+                "The capital city of Germany is not",
+            )],
+        ),
+    ];
+    let mut changed = 0;
+    for (what, ivs) in &cases {
+        let view = model.intervene(ivs)?;
+        let cached = view.generate(text, &sampling)?;
+        let recomputed = view.generate_recomputed(text, &sampling)?;
+        assert_eq!(cached, recomputed, "{what}: cached vs recomputed tokens");
+        changed += usize::from(cached != plain);
+        let ids = model.text_model()?.encode(text)?;
+        let first = view.cached(ids.len() + 1)?.feed(&ids)?;
+        // The recomputed pass over the prompt: Intervened::logits_of, or, for a patch
+        // source longer than the prompt (logits_of wants texts of equal length), the
+        // forward with the edits cut to the prompt, as generate_recomputed's first step.
+        let want = match view.logits_of(&ids) {
+            Ok(l) => l,
+            Err(_) => {
+                let edits = lucent::edits_for_positions(view.edits(), 0, n)?;
+                let mut trace = Trace::only(&[]).with_edits(edits);
+                model
+                    .text_model()?
+                    .model
+                    .forward(&ids, None, false, Some(&mut trace))?
+            }
+        };
+        let v = want.shape()[1];
+        let want = Tensor::new(want.data()[(n - 1) * v..].to_vec(), &[v])?;
+        let got = Tensor::new(first, &[v])?;
+        assert_bits(&format!("{what}: first step"), &got, &want);
+    }
+    assert!(
+        changed >= 4,
+        "only {changed} of the ops changed the greedy text"
+    );
+    // Mean: the cache refuses it, naming the point; generate recomputes.
+    let mean = model.intervene(&[Intervention::mean("blocks.3.attn.hook_z").head(1)])?;
+    let err = mean
+        .cached(16)
+        .err()
+        .expect("a cached mean ablation is refused")
+        .to_string();
+    assert!(
+        err.contains("decoder.layer.3.attn.context") && err.contains("mean"),
+        "{err}"
+    );
+    assert_eq!(
+        mean.generate(text, &sampling)?,
+        mean.generate_recomputed(text, &sampling)?
+    );
+    Ok(())
+}

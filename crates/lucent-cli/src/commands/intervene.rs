@@ -584,3 +584,235 @@ pub fn run_steer(a: SteerArgs) -> Result<()> {
     }
     Ok(())
 }
+
+/// `lucent attribute`.
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Direct logit attribution at the last position, as TransformerLens's logit_attrs with the cached scale: the final norm's scale s (1 / RMS of the final residual stream, or 1 / its standard deviation for LayerNorm, which also centres each term) is taken from the run and held fixed, so the target's logit from the final residual, s · (γ ⊙ W_U[target]) · x, splits exactly into the embeddings' term, each head's (its hook_z rows times its slice of W_O, in f32), each FFN's (hook_mlp_out) and the rest: per layer, the attention output as the engine computed it minus the sum of its heads (the quantised product's rounding), the norm's bias, and the f32 rounding of the residual sums. The engine's own logit (quantised head) is printed beside it.\n\nExamples:\n  lucent attribute \"The Eiffel Tower is in\" --target \" Paris\"\n  lucent attribute \"The capital of France is\" --png dla.png --json"
+)]
+pub struct AttributeArgs {
+    /// Model name or path (a decoder).
+    #[arg(short, long, default_value = "smollm2")]
+    pub model: String,
+    /// The text whose next token is attributed (the prompt as is, no chat template).
+    pub text: String,
+    /// The next token, as text (one token, e.g. " Paris") [default: the model's greedy
+    /// next token].
+    #[arg(long, allow_hyphen_values = true)]
+    pub target: Option<String>,
+    /// Print JSON: model, text, target, target_id, logit (the engine's), logit_f32 (from
+    /// the final residual in f32), scale, embed, heads [layer][head], mlp [layer],
+    /// attn_rest [layer], rest, sum (every term added).
+    #[arg(long)]
+    pub json: bool,
+    /// Write a heatmap: layers × (heads, then the FFN as the last column).
+    #[arg(long, value_name = "FILE")]
+    pub png: Option<PathBuf>,
+}
+
+/// Direct logit attribution of one token at the last position (see `lucent attribute
+/// --help` for the exact decomposition).
+#[derive(serde::Serialize)]
+struct Attribution {
+    logit: f32,
+    logit_f32: f64,
+    scale: f64,
+    embed: f64,
+    heads: Vec<Vec<f64>>,
+    mlp: Vec<f64>,
+    attn_rest: Vec<f64>,
+    rest: f64,
+    sum: f64,
+}
+
+/// The direct logit attribution of `target` after `text` (decoders without a logit
+/// scale or soft-cap, whose layers add their attention and FFN outputs to the
+/// residual stream).
+fn attribute(model: &Model, text: &str, target: u32) -> Result<Attribution> {
+    use lucent::model::family::Param;
+    use lucent::nn::NormKind;
+    let cfg = model.config().clone();
+    let tm = model.text_model()?;
+    let dm = &tm.model;
+    if cfg.logit_scale.is_some() || cfg.final_softcap.is_some() || !cfg.final_norm {
+        return Err(Error::Argument(format!(
+            "{}: direct logit attribution here needs a final norm and no logit scale or soft-cap",
+            model.name()
+        )));
+    }
+    let trace = model.trace_with(
+        text,
+        lucent::Trace::with_filter(lucent::TraceFilter {
+            leaves: Some(vec!["input".into(), "context".into(), "output".into()]),
+            prefix: Some("decoder.".into()),
+            ..Default::default()
+        }),
+    )?;
+    let get = |name: &str| {
+        trace
+            .get(name)
+            .ok_or_else(|| Error::Argument(format!("attribute: the trace has no {name}")))
+    };
+    let (d, h, dk, layers) = (cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.decoder_layers);
+    let last_row = |t: &lucent::Tensor| -> Result<Vec<f64>> {
+        let [_, n, w] = t.dims()?; // (1, t, w)
+        Ok(t.data()[(n - 1) * w..n * w]
+            .iter()
+            .map(|&x| x as f64)
+            .collect())
+    };
+    let x_final = last_row(get(&format!("decoder.layer.{}.output", layers - 1))?)?;
+    // The final norm's scale, cached from the run, and u = γ ⊙ W_U[target].
+    let mean = match cfg.norm {
+        NormKind::LayerNorm => x_final.iter().sum::<f64>() / d as f64,
+        NormKind::RmsNorm => 0.0,
+    };
+    let var = x_final.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / d as f64;
+    let scale = 1.0 / (var + cfg.norm_eps as f64).sqrt();
+    let gamma = dm
+        .parameter(Param::FinalNormWeight, 0)?
+        .ok_or_else(|| Error::Argument("attribute: the model has no final norm weight".into()))?;
+    let table = match dm.parameter(Param::OutputWeight, 0)? {
+        Some(w) => w,
+        None => dm
+            .parameter(Param::TokenEmbedding, 0)?
+            .ok_or_else(|| Error::Argument("attribute: no unembedding".into()))?,
+    }; // (V, d)
+    let row = &table.data()[target as usize * d..(target as usize + 1) * d];
+    let u: Vec<f64> = row
+        .iter()
+        .zip(gamma.data())
+        .map(|(&w, &g)| w as f64 * g as f64)
+        .collect();
+    // A term's share of the logit: s · u · (c − mean(c) for LayerNorm).
+    let project = |c: &[f64]| -> f64 {
+        let m = match cfg.norm {
+            NormKind::LayerNorm => c.iter().sum::<f64>() / d as f64,
+            NormKind::RmsNorm => 0.0,
+        };
+        scale * c.iter().zip(&u).map(|(x, w)| (x - m) * w).sum::<f64>()
+    };
+    let logit_f32 = project(&x_final);
+    let x0 = last_row(get("decoder.input")?)?;
+    let embed = project(&x0);
+    let (mut heads, mut mlp, mut attn_rest) = (Vec::new(), Vec::new(), Vec::new());
+    let mut summed = x0.clone(); // the residual rebuilt from its terms
+    for l in 0..layers {
+        let z = get(&format!("decoder.layer.{l}.attn.context"))?; // (1, h, t, d_k)
+        let [_, _, n, _] = z.dims()?;
+        let w_o = dm
+            .parameter(Param::AttnOutWeight, l)?
+            .ok_or_else(|| Error::Argument(format!("attribute: layer {l} has no W_O")))?; // (d, h·d_k)
+        let mut row = Vec::with_capacity(h);
+        let mut heads_sum = 0.0;
+        for hi in 0..h {
+            let zh = &z.data()[(hi * n + n - 1) * dk..(hi * n + n) * dk];
+            let c: Vec<f64> = (0..d)
+                .map(|i| {
+                    let w = &w_o.data()[i * h * dk + hi * dk..i * h * dk + (hi + 1) * dk];
+                    zh.iter().zip(w).map(|(&a, &b)| a as f64 * b as f64).sum()
+                })
+                .collect();
+            let v = project(&c);
+            heads_sum += v;
+            row.push(v);
+        }
+        heads.push(row);
+        let attn_out = last_row(get(&format!("decoder.layer.{l}.attn.output"))?)?;
+        attn_rest.push(project(&attn_out) - heads_sum);
+        let mlp_out = last_row(get(&format!("decoder.layer.{l}.ffn.output"))?)?;
+        mlp.push(project(&mlp_out));
+        for i in 0..d {
+            summed[i] += attn_out[i] + mlp_out[i];
+        }
+    }
+    // What the terms miss: the f32 rounding of the residual sums (and any norm bias
+    // or residual scaling a family has): the final residual minus the rebuilt one.
+    let gap: Vec<f64> = x_final.iter().zip(&summed).map(|(a, b)| a - b).collect();
+    let rest = project(&gap);
+    let sum = embed
+        + heads.iter().flatten().sum::<f64>()
+        + mlp.iter().sum::<f64>()
+        + attn_rest.iter().sum::<f64>()
+        + rest;
+    let logits = model.intervene(&[])?.next_token_logits(text)?;
+    Ok(Attribution {
+        logit: logits[target as usize],
+        logit_f32,
+        scale,
+        embed,
+        heads,
+        mlp,
+        attn_rest,
+        rest,
+        sum,
+    })
+}
+
+/// `lucent attribute`.
+pub fn run_attribute(a: AttributeArgs) -> Result<()> {
+    let model = loader::open(&a.model)?;
+    let plain = model.intervene(&[])?.next_token_logits(&a.text)?;
+    let target = target_id(&model, a.target.as_deref(), "--target", &plain)?;
+    let target_text = token_text(&model, target)?;
+    let r = attribute(&model, &a.text, target)?;
+    if let Some(path) = &a.png {
+        let layers = r.heads.len();
+        let n_heads = r.heads.first().map_or(0, Vec::len);
+        let matrix: Vec<Vec<f32>> = (0..layers)
+            .map(|l| {
+                let mut row: Vec<f32> = r.heads[l].iter().map(|&x| x as f32).collect();
+                row.push(r.mlp[l] as f32);
+                row
+            })
+            .collect();
+        let mut cols: Vec<String> = (0..n_heads).map(|h| h.to_string()).collect();
+        cols.push("FFN".into());
+        let panel = Panel::new(
+            format!("direct logit attribution to {target_text:?}"),
+            matrix,
+        )
+        .labels((0..layers).map(|l| l.to_string()).collect(), cols)
+        .axes("head (FFN last)", "layer")
+        .colormap(ColorMap::Diverging);
+        heatmap(&panel, path)?;
+    }
+    if a.json {
+        let mut out = serde_json::to_value(&r).map_err(|e| Error::Argument(e.to_string()))?;
+        out["model"] = model.name().into();
+        out["text"] = a.text.clone().into();
+        out["target"] = target_text.into();
+        out["target_id"] = target.into();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&out).map_err(|e| Error::Argument(e.to_string()))?
+        );
+        return Ok(());
+    }
+    println!(
+        "logit of {target_text:?}: {:.4} (engine), {:.4} from the final residual in f32; scale {:.4}",
+        r.logit, r.logit_f32, r.scale
+    );
+    let mut terms: Vec<(String, f64)> = vec![("embeddings".into(), r.embed)];
+    for (l, row) in r.heads.iter().enumerate() {
+        for (h, &v) in row.iter().enumerate() {
+            terms.push((format!("head {l}.{h}"), v));
+        }
+        terms.push((format!("FFN {l}"), r.mlp[l]));
+    }
+    terms.sort_by(|x, y| y.1.abs().total_cmp(&x.1.abs()));
+    println!("largest terms:");
+    for (name, v) in terms.iter().take(15) {
+        println!("  {name:<12} {v:+.4}");
+    }
+    println!(
+        "rest: attention rounding {:+.4}, residual rounding {:+.4}; all terms {:.4}",
+        r.attn_rest.iter().sum::<f64>(),
+        r.rest,
+        r.sum
+    );
+    if let Some(path) = &a.png {
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}

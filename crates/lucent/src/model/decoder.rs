@@ -425,8 +425,11 @@ impl DecoderModel {
     /// position), so row i equals sequence i's lone decode step bit for bit, whatever
     /// else is in the batch. `traces` is empty or holds one optional trace per sequence,
     /// which gets what a lone token's traced forward records in the decoder
-    /// (`decoder.layer.L.attn.weights`, `q`, `k`, … and each layer's `output`).
-    /// Errors (before any work) if a cache is full.
+    /// (`decoder.layer.L.attn.weights`, `q`, `k`, … and each layer's `output`); a trace
+    /// that carries edits (cut to this step's position, `lucent::edits_for_positions`)
+    /// has its row run alone, as a lone token's step, the edits applied at its hook
+    /// points ([`DecoderModel::decode_batch_edited`]). Errors (before any work) if a
+    /// cache is full.
     ///
     /// # Shapes
     /// ids: n → (n, V)
@@ -459,11 +462,7 @@ impl DecoderModel {
             }
         }
         if traces.iter().flatten().any(|t| !t.edits().is_empty()) {
-            return Err(Error::Argument(
-                "decode_batch does not apply a trace's edits; run an intervened sequence through \
-                 DecoderModel::forward (Model::intervene does)"
-                    .into(),
-            ));
+            return self.decode_batch_edited(ids, caches, traces);
         }
         let traced = traces.iter().any(Option::is_some);
         // As DecoderModel::forward: on the runtime's pool, one team for a whole untraced step.
@@ -473,6 +472,65 @@ impl DecoderModel {
             }
             self.decode_batch_here(ids, caches, traces)
         })
+    }
+
+    /// [`DecoderModel::decode_batch`] where some rows' traces carry edits (a request's
+    /// interventions, cut to this step's position): each such row runs alone through
+    /// [`DecoderModel::forward`] (a lone token's step, whose hook points apply the
+    /// edits), the others together as a plain batch. No row's numbers depend on the
+    /// others: an edited row's are its lone step's, a plain row's are what the plain
+    /// batch gives it (batch invariance, as without edits).
+    ///
+    /// # Shapes
+    /// ids: n → (n, V)
+    fn decode_batch_edited(
+        &self,
+        ids: &[u32],
+        caches: &mut [&mut KvCache],
+        traces: &mut [Option<&mut Trace>],
+    ) -> Result<Tensor> {
+        let n = ids.len();
+        let mut rows: Vec<Option<Tensor>> = vec![None; n];
+        let (mut plain_ids, mut plain_at) = (Vec::new(), Vec::new());
+        let (mut plain_caches, mut plain_traces) = (Vec::new(), Vec::new());
+        for (i, (cache, trace)) in caches.iter_mut().zip(traces.iter_mut()).enumerate() {
+            match trace.as_deref_mut() {
+                Some(tr) if !tr.edits().is_empty() => {
+                    rows[i] =
+                        Some(self.forward(&ids[i..i + 1], Some(&mut **cache), true, Some(tr))?);
+                    // (1, V)
+                }
+                tr => {
+                    plain_ids.push(ids[i]);
+                    plain_at.push(i);
+                    plain_caches.push(&mut **cache);
+                    plain_traces.push(tr);
+                }
+            }
+        }
+        if !plain_ids.is_empty() {
+            let traced = plain_traces.iter().any(Option::is_some);
+            let mut no_traces: Vec<Option<&mut Trace>> = Vec::new();
+            let logits = self.decode_batch(
+                &plain_ids,
+                &mut plain_caches,
+                if traced {
+                    &mut plain_traces
+                } else {
+                    &mut no_traces
+                },
+            )?; // (m, V)
+            for (r, &i) in plain_at.iter().enumerate() {
+                rows[i] = Some(logits.narrow(0, r, 1)?); // (1, V)
+            }
+        }
+        let rows = rows
+            .into_iter()
+            .map(|r| {
+                r.ok_or_else(|| Error::Argument("decode_batch: a row was not computed".into()))
+            })
+            .collect::<Result<Vec<Tensor>>>()?;
+        Tensor::cat(&rows.iter().collect::<Vec<_>>(), 0) // (n, V)
     }
 
     /// [`DecoderModel::decode_batch`] on the calling thread.

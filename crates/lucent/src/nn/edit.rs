@@ -19,8 +19,9 @@
 //! elements: 0 ([`EditOp::Zero`]), the mean over all positions of the same batch row,
 //! head and feature ([`EditOp::Mean`]), x + v, v, x · v ([`EditOp::Add`], [`EditOp::Set`],
 //! [`EditOp::Scale`]: v is one number, or one per element of the last axis), or the same
-//! element of another run's tensor ([`EditOp::Patch`]). Elements outside the selection keep
-//! their bits.
+//! element of another run's tensor ([`EditOp::Patch`]; that run may be shorter, as when a
+//! generation goes on past the text it patches from: only its own positions are copied).
+//! Elements outside the selection keep their bits.
 
 use crate::nn::trace::Trace;
 use crate::tensor::Tensor;
@@ -40,7 +41,8 @@ pub enum EditOp {
     /// x · v (as for `Add`).
     Scale(Vec<f32>),
     /// The same element of this tensor, recorded at the same point of another run; its
-    /// shape must equal the edited tensor's.
+    /// shape must equal the edited tensor's, except that it may cover fewer positions
+    /// (and, for `weights`, fewer keys): the elements beyond it are not patched.
     Patch(Tensor),
 }
 
@@ -144,16 +146,31 @@ impl Edit {
                 )));
             }
         }
-        if let EditOp::Patch(src) = &self.op {
-            if src.shape() != shape.as_slice() {
-                return Err(Error::Argument(format!(
-                    "edit at {}: the patch source has shape {:?} but this run's tensor has {shape:?}; \
-                     patch from a text of the same number of tokens",
-                    self.name,
-                    src.shape()
-                )));
+        // A patch source may cover fewer positions (and, for a pattern, fewer keys) than
+        // this run: a generation continues past the text it was recorded from, and only
+        // the source's own positions are patched. (ns, xs): its extent.
+        let (ns, xs) = match &self.op {
+            EditOp::Patch(src) => {
+                let s = src.shape();
+                let fits = match (per_head(leaf), s) {
+                    (true, &[sb, sh, sn, sx]) => (sb == b
+                        && sh == h
+                        && sn <= n
+                        && (sx == x || (leaf == "weights" && sx <= x)))
+                        .then_some((sn, sx)),
+                    (false, &[sb, sn, sx]) => (sb == b && sn <= n && sx == x).then_some((sn, sx)),
+                    _ => None,
+                };
+                fits.ok_or_else(|| {
+                    Error::Argument(format!(
+                        "edit at {}: the patch source has shape {s:?} but this run's tensor has {shape:?}; \
+                         patch from a text of the same number of tokens",
+                        self.name
+                    ))
+                })?
             }
-        }
+            _ => (n, x),
+        };
         // The means are taken over the values as they were, before any write.
         let means: Option<Vec<f32>> = matches!(self.op, EditOp::Mean).then(|| {
             let d = t.data();
@@ -189,7 +206,10 @@ impl Edit {
                             EditOp::Add(v) => *e + value(v, xi),
                             EditOp::Set(v) => value(v, xi),
                             EditOp::Scale(v) => *e * value(v, xi),
-                            EditOp::Patch(_) => src.map_or(*e, |s| s[row + xi]),
+                            EditOp::Patch(_) if ti < ns && xi < xs => {
+                                src.map_or(*e, |s| s[((bi * h + hi) * ns + ti) * xs + xi])
+                            }
+                            EditOp::Patch(_) => *e,
                         };
                     }
                 }
@@ -270,6 +290,22 @@ mod tests {
         e.positions = Some(vec![1]);
         e.apply(&mut r)?;
         assert_eq!(r.data(), &[0.0, 1.0, 2.0, 7.0, 7.0, 7.0]);
+        // A shorter source (one position) patches only its own position.
+        let mut r = r0.clone();
+        edit(
+            "decoder.input",
+            EditOp::Patch(Tensor::full(&[1, 1, 3], 7.0)),
+        )
+        .apply(&mut r)?;
+        assert_eq!(r.data(), &[7.0, 7.0, 7.0, 3.0, 4.0, 5.0]);
+        // A pattern (b 1, h 1, t_q 3, t_k 3) patched from a 2-token run's (1, 1, 2, 2).
+        let mut w = Tensor::full(&[1, 1, 3, 3], 0.5);
+        edit(
+            "decoder.layer.0.attn.weights",
+            EditOp::Patch(Tensor::from_fn(&[1, 1, 2, 2], |i| i as f32)),
+        )
+        .apply(&mut w)?;
+        assert_eq!(w.data(), &[0.0, 1.0, 0.5, 2.0, 3.0, 0.5, 0.5, 0.5, 0.5]);
 
         // Knock out key 0 in a pattern (b 1, h 1, t_q 2, t_k 2).
         let mut w = Tensor::full(&[1, 1, 2, 2], 0.5);
