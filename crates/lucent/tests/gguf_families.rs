@@ -1,4 +1,4 @@
-//! Every GGUF architecture lucent reads, held to llama.cpp bit for bit on small
+//! Every GGUF architecture lucent reads, and every RoPE scaling, held to llama.cpp bit for bit on small
 //! random-weight files (`tests/data/gguf_families/*.gguf`, written with their llama.cpp
 //! reference by `scripts/make_gguf_families.py` with llama-cpp-python 0.3.36 built for
 //! AVX2, see docs/families.md):
@@ -11,7 +11,8 @@
 //! - each architecture's distinguishing feature bites: the same file built with that
 //!   config field switched off gives other greedy tokens (QKV biases, QK-norm, the
 //!   attention soft-cap, the sliding window, the post-norms, Granite's multipliers,
-//!   SmolLM3's layers without RoPE), or,
+//!   SmolLM3's layers without RoPE, each RoPE scaling: linear, YaRN, Llama 3.1's
+//!   frequency factors), or,
 //!   for the features that cannot move an argmax (a final soft-cap, a logit divisor:
 //!   both monotonic), other logits;
 //! - a file whose metadata asks for what lucent does not do is refused naming the key.
@@ -21,7 +22,9 @@ use std::path::PathBuf;
 
 use lucent::io::gguf::GgufFile;
 use lucent::model::family::gguf_family;
+use lucent::model::config::PositionKind;
 use lucent::model::DecoderModel;
+use lucent::ops::RopeScaling;
 use lucent::pipeline::generate::argmax;
 use lucent::{ModelConfig, Numerics, Runtime};
 use serde::Deserialize;
@@ -89,7 +92,9 @@ fn check_bit_exact(arch: &str) {
     let file = &reference.files[arch];
     let path = data_dir().join(&file.file);
     let model = lucent::open(path.to_str().expect("utf-8 path")).expect("open");
-    assert_eq!(model.config().family, arch);
+    // A feature's variant ("llama-linear") is a file of its architecture ("llama").
+    let family = arch.split('-').next().unwrap_or(arch);
+    assert_eq!(model.config().family, family);
     let tm = model.text_model().expect("a decoder");
     for threads in [1usize, 2] {
         for case in &file.cases {
@@ -260,7 +265,8 @@ fn granite_logit_divisor_moves_the_logits() {
 }
 
 /// A file whose metadata asks for what lucent does not implement is refused, and the
-/// message names the key.
+/// message names the key (for a RoPE scaling type lucent does not read, the key and
+/// the value; `qwen2-yarn` and `qwen3-linear` name a type without its factor).
 #[test]
 fn unsupported_keys_are_refused_by_name() {
     for (file, key) in [
@@ -268,6 +274,7 @@ fn unsupported_keys_are_refused_by_name() {
         ("qwen3-linear.gguf", "qwen3.rope.scaling.type"),
         ("olmo2-swa.gguf", "olmo2.attention.sliding_window"),
         ("granite-norope.gguf", "granite.rope.scaling.finetuned"),
+        ("qwen2-longrope.gguf", "longrope"),
     ] {
         let path = data_dir().join(file);
         let err = match lucent::open(path.to_str().expect("utf-8 path")) {
@@ -278,6 +285,9 @@ fn unsupported_keys_are_refused_by_name() {
             err.contains(key),
             "{file}: the error does not name {key}: {err}"
         );
+        if key == "longrope" {
+            assert!(err.contains("qwen2.rope.scaling.type"), "{err}");
+        }
     }
 }
 
@@ -309,4 +319,85 @@ fn an_unknown_architecture_lists_the_families() {
     for fam in lucent::model::family::GGUF_FAMILIES {
         assert!(err.contains(&format!("\"{}\"", fam.arch)), "{err}");
     }
+}
+
+/// The config with RoPE's scaling switched off (its factors are still read).
+fn without_scaling(c: &mut ModelConfig) {
+    if let PositionKind::Rope { scaling, .. } = &mut c.position {
+        *scaling = RopeScaling::None;
+    }
+}
+
+#[test]
+fn llama_linear_rope_scaling_equals_llama_cpp() {
+    check_bit_exact("llama-linear");
+}
+
+#[test]
+fn llama_linear_rope_scaling_bites() {
+    check_bites("llama-linear", "linear RoPE scaling", without_scaling);
+}
+
+#[test]
+fn qwen3_yarn_rope_scaling_equals_llama_cpp() {
+    check_bit_exact("qwen3-yarn");
+}
+
+#[test]
+fn qwen3_yarn_rope_scaling_bites() {
+    check_bites("qwen3-yarn", "YaRN RoPE scaling", without_scaling);
+}
+
+#[test]
+fn llama_rope_freq_factors_equal_llama_cpp() {
+    check_bit_exact("llama-ropefreqs");
+}
+
+#[test]
+fn llama_rope_freq_factors_bite() {
+    check_bites("llama-ropefreqs", "the RoPE frequency factors", |c| {
+        if let PositionKind::Rope { freq_factors, .. } = &mut c.position {
+            *freq_factors = false;
+        }
+    });
+}
+
+/// The scalings are read from the files as llama.cpp reads them: the config says so.
+#[test]
+fn rope_scalings_are_read_from_the_files() {
+    let position = |name: &str| {
+        let f = GgufFile::open(data_dir().join(format!("{name}.gguf"))).expect("open");
+        gguf_family(&f)
+            .expect("family")
+            .config(&f)
+            .expect("config")
+            .position
+    };
+    assert!(matches!(
+        position("llama-linear"),
+        PositionKind::Rope {
+            scaling: RopeScaling::Linear { factor: 8.0 },
+            freq_factors: false,
+            ..
+        }
+    ));
+    assert!(matches!(
+        position("qwen3-yarn"),
+        PositionKind::Rope {
+            scaling: RopeScaling::Yarn {
+                factor: 4.0,
+                original_context: 64,
+                attn_factor: 1.0
+            },
+            ..
+        }
+    ));
+    assert!(matches!(
+        position("llama-ropefreqs"),
+        PositionKind::Rope {
+            scaling: RopeScaling::None,
+            freq_factors: true,
+            ..
+        }
+    ));
 }

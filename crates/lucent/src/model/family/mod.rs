@@ -222,6 +222,9 @@ pub enum Param {
     FfnPostNormWeight,
     /// γ of the norm after the last layer (d).
     FinalNormWeight,
+    /// RoPE's frequency factors fᵢ (d_k/2), dividing the angles (Llama 3.1's
+    /// `rope_freqs.weight`); one tensor shared by every layer.
+    RopeFreqFactors,
     /// β of the norm after the last layer (d), for a LayerNorm.
     FinalNormBias,
     /// The output head W_vocab (V, d), when not tied to the token embedding.
@@ -267,6 +270,7 @@ impl Param {
             PoolerBias => vec![d],
             RelativeAttentionBias => vec![32, cfg.n_heads],
             FfnGateWeight => vec![cfg.d_ff, d],
+            RopeFreqFactors => vec![cfg.head_dim / 2],
             QueryNormWeight if cfg.qk_norm_whole => vec![cfg.q_dim()],
             KeyNormWeight if cfg.qk_norm_whole => vec![cfg.kv_dim()],
             QueryNormWeight | KeyNormWeight => vec![cfg.head_dim],
@@ -299,6 +303,7 @@ impl Param {
                 | EmbeddingNormBias
                 | FinalNormWeight
                 | FinalNormBias
+                | RopeFreqFactors
                 | OutputWeight
                 | PoolerWeight
                 | PoolerBias
