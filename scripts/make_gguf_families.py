@@ -212,6 +212,22 @@ def smollm3(w):
         w.layer(i)
 
 
+def phi3(w):
+    # Fused matrices: attn_qkv = W_q, W_k, W_v stacked by rows; ffn_up = gate, then up.
+    # llama.cpp reads phi3.attention.sliding_window and switches Phi's window off: a
+    # window of 4 here would change the logits if it were honoured.
+    w.w.add_uint32(w.key("attention.sliding_window"), 4)
+    q, kv = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
+    for i in range(w.layers):
+        b = f"blk.{i}."
+        w.matrix(b + "attn_qkv.weight", q + 2 * kv, D)
+        w.matrix(b + "attn_output.weight", D, q)
+        w.norm(b + "attn_norm.weight", D)
+        w.norm(b + "ffn_norm.weight", D)
+        w.matrix(b + "ffn_up.weight", 2 * FF, D)
+        w.matrix(b + "ffn_down.weight", D, FF)
+
+
 # RoPE scalings. Positions reach 72 (a 40-token prompt and 32 greedy tokens), so the
 # factors are strong: every angle divided by 8 (linear); YaRN stretching a 64-token
 # original context 4 times (its ramp spans pairs 0 to 5 of 16, the others are
@@ -254,6 +270,7 @@ FAMILIES = [
     ("llama-linear", llama_linear, False, 1.0 / np.sqrt(D)),
     ("qwen3-yarn", qwen3_yarn, True, 1.0 / np.sqrt(D)),
     ("llama-ropefreqs", llama_ropefreqs, False, 1.0 / np.sqrt(D)),
+    ("phi3", phi3, True, 1.0 / np.sqrt(D)),
 ]
 
 # The architecture of a bench file whose name is not one (a feature's variant).

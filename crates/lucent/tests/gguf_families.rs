@@ -15,14 +15,16 @@
 //!   frequency factors), or,
 //!   for the features that cannot move an argmax (a final soft-cap, a logit divisor:
 //!   both monotonic), other logits;
+//! - Phi-3's fused matrices are read in their row order (swapping the gate and up halves
+//!   changes the greedy tokens);
 //! - a file whose metadata asks for what lucent does not do is refused naming the key.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use lucent::io::gguf::GgufFile;
-use lucent::model::family::gguf_family;
 use lucent::model::config::PositionKind;
+use lucent::model::family::{gguf_family, GgufWeights, NameTable, Param};
 use lucent::model::DecoderModel;
 use lucent::ops::RopeScaling;
 use lucent::pipeline::generate::argmax;
@@ -400,4 +402,77 @@ fn rope_scalings_are_read_from_the_files() {
             ..
         }
     ));
+}
+
+/// Phi-3: fused attn_qkv and ffn_up split at load into row ranges (W_q, W_k, W_v; gate,
+/// up), Q scaled by 1/√d_k before the product, and its sliding-window key ignored as
+/// llama.cpp ignores it: bit for bit, so a wrong split or order would show.
+#[test]
+fn phi3_equals_llama_cpp() {
+    check_bit_exact("phi3");
+}
+
+/// The row order of the fused gate-and-up matrix matters: read the other way round
+/// (up first), the greedy tokens change.
+#[test]
+fn phi3_gate_up_order_bites() {
+    let reference = reference();
+    let f = GgufFile::open(data_dir().join(&reference.files["phi3"].file)).expect("open");
+    let cfg = gguf_family(&f).expect("family").config(&f).expect("config");
+    let mut keys = lucent::model::family::phi3::NAMES.keys.to_vec();
+    for (p, _) in keys.iter_mut() {
+        *p = match *p {
+            Param::FfnGateWeight => Param::FfnUpWeight,
+            Param::FfnUpWeight => Param::FfnGateWeight,
+            other => other,
+        };
+    }
+    let swapped = NameTable {
+        family: "phi3",
+        prefixes: &[""],
+        keys: Box::leak(keys.into_boxed_slice()),
+    };
+    let model = DecoderModel::load(cfg.clone(), &GgufWeights::new(&f, &swapped, &cfg))
+        .expect("build")
+        .with_numerics(Numerics::LlamaCpp);
+    let case = reference.files["phi3"].cases.last().expect("cases");
+    let (_, ids) = on_threads(1, || {
+        greedy(&model, &case.prompt_ids, case.greedy_ids.len())
+    });
+    assert_ne!(
+        ids, case.greedy_ids,
+        "phi3: with gate and up swapped the greedy tokens are still llama.cpp's"
+    );
+}
+
+/// Phi-3's LongRoPE factor tensors are refused naming the tensor.
+#[test]
+fn phi3_longrope_factors_are_refused_by_name() {
+    use lucent::io::gguf::{GgufValue, GgufWriter};
+    let mut w = GgufWriter::new();
+    w.add("general.architecture", GgufValue::String("phi3".into()));
+    for (key, v) in [
+        ("phi3.block_count", 1),
+        ("phi3.context_length", 64),
+        ("phi3.embedding_length", 8),
+        ("phi3.feed_forward_length", 16),
+        ("phi3.attention.head_count", 2),
+    ] {
+        w.add(key, GgufValue::U32(v));
+    }
+    w.add(
+        "phi3.attention.layer_norm_rms_epsilon",
+        GgufValue::F32(1e-6),
+    );
+    w.add_f32("token_embd.weight", &[5, 8], &[0.5; 40])
+        .expect("tensor");
+    w.add_f32("rope_factors_long.weight", &[2], &[1.0, 2.0])
+        .expect("tensor");
+    let f = GgufFile::from_bytes(&w.to_bytes(), "phi3-longrope.gguf").expect("gguf");
+    let err = gguf_family(&f)
+        .expect("family")
+        .config(&f)
+        .expect_err("LongRoPE refused")
+        .to_string();
+    assert!(err.contains("rope_factors_long.weight"), "{err}");
 }

@@ -301,7 +301,8 @@ fn rope_rows_with(
         } => {
             let fs = 1.0 / factor;
             let corr = yarn_corr_dims(d, original_context, freqs.base);
-            let m = llama_cpp_yarn_attn_factor(freqs.scaling) * 0.1f32.mul_add((1.0 / fs).ln(), 1.0);
+            let m =
+                llama_cpp_yarn_attn_factor(freqs.scaling) * 0.1f32.mul_add((1.0 / fs).ln(), 1.0);
             (fs, Some((corr, m)))
         }
     };

@@ -95,6 +95,27 @@ impl RopeScaling {
     }
 }
 
+impl std::fmt::Display for RopeScaling {
+    /// "none", "linear, factor s", or "YaRN, factor s, original context L, attn factor a
+    /// (cos and sin × m)" with m = a·(1 + 0.1 ln s).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            RopeScaling::None => write!(f, "none"),
+            RopeScaling::Linear { factor } => write!(f, "linear, factor {factor}"),
+            RopeScaling::Yarn {
+                factor,
+                original_context,
+                attn_factor,
+            } => write!(
+                f,
+                "YaRN, factor {factor}, original context {original_context}, attn factor \
+                 {attn_factor} (cos and sin × {:.4})",
+                attn_factor as f64 * (1.0 + 0.1 * (factor as f64).ln())
+            ),
+        }
+    }
+}
+
 /// Everything that sets RoPE's angles: the base, a scaling and optional per-frequency
 /// factors (the module docs give the formulas).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -159,7 +180,11 @@ pub fn yarn_corr_dims(d: usize, original_context: usize, base: f32) -> [f32; 2] 
     let hi = dim(1.0).ceil();
     [
         if 0.0 > lo { 0.0 } else { lo },
-        if (d as f32 - 1.0) < hi { d as f32 - 1.0 } else { hi },
+        if (d as f32 - 1.0) < hi {
+            d as f32 - 1.0
+        } else {
+            hi
+        },
     ]
 }
 
@@ -390,8 +415,9 @@ pub(crate) mod reference {
                 attn_factor,
             } => {
                 let s = factor as f64;
-                let gamma = super::yarn_ramp(super::yarn_corr_dims(d, original_context, freqs.base), i)
-                    as f64;
+                let gamma =
+                    super::yarn_ramp(super::yarn_corr_dims(d, original_context, freqs.base), i)
+                        as f64;
                 let angle = theta / s * (1.0 - gamma) + theta * gamma;
                 (angle, attn_factor as f64 * (1.0 + 0.1 * s.ln()))
             }
@@ -400,6 +426,7 @@ pub(crate) mod reference {
 
     /// In place: rotate one row of d features at position `pos` with the angles of
     /// `freqs`.
+    #[cfg(test)]
     pub fn rotate_row_with(
         row: &mut [f32],
         pos: usize,

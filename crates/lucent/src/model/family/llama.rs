@@ -66,9 +66,8 @@ impl GgufHparams {
         refuse_unsupported_keys(f, arch, honoured)?;
         let k = |s: &str| format!("{arch}.{s}");
         // The scaling first: a refused one is refused before the tensors are looked at.
-        let context = f.get_usize(&k("context_length"))?;
         let rope_scaling = if ROPE_SCALING_KEYS.iter().all(|k| honoured.contains(k)) {
-            read_rope_scaling(f, arch, context)?
+            read_rope_scaling(f, arch)?
         } else {
             RopeScaling::None
         };
@@ -116,7 +115,7 @@ impl GgufHparams {
             n_kv_heads,
             head_dim,
             d_ff: f.get_usize(&k("feed_forward_length"))?,
-            context,
+            context: f.get_usize(&k("context_length"))?,
             rope_base: f.opt_f32(&k("rope.freq_base"))?.unwrap_or(10_000.0),
             eps: f.get_f32(&k("attention.layer_norm_rms_epsilon"))?,
         })
@@ -254,7 +253,7 @@ pub(crate) const ROPE_FREQS_TENSOR: &str = "rope_freqs.weight";
 ///   β_fast = 32, β_slow = 1 and ext_factor = 1 (it reads no other YaRN key for these
 ///   architectures; the `yarn_*` keys are refused unless 0);
 /// - `{arch}.rope.scaling.attn_factor` ≠ 1 without YaRN is refused.
-pub(crate) fn read_rope_scaling(f: &GgufFile, arch: &str, context: usize) -> Result<RopeScaling> {
+pub(crate) fn read_rope_scaling(f: &GgufFile, arch: &str) -> Result<RopeScaling> {
     let k = |s: &str| format!("{arch}.{s}");
     let (type_key, factor_key) = (k("rope.scaling.type"), k("rope.scaling.factor"));
     let kind = f.opt_str(&type_key)?;
@@ -293,7 +292,7 @@ pub(crate) fn read_rope_scaling(f: &GgufFile, arch: &str, context: usize) -> Res
         (Some("yarn"), Some(factor)) => {
             let orig_key = k("rope.scaling.original_context_length");
             let original_context = match f.opt_u32(&orig_key)? {
-                Some(0) | None => context,
+                Some(0) | None => f.get_usize(&k("context_length"))?,
                 Some(n) => n as usize,
             };
             if original_context == 0 {
