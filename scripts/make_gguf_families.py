@@ -11,7 +11,8 @@ sixteen at a time, which moves the last bits, and lucent follows the AVX2 build 
 instruction-set level. The script refuses an AVX-512 build. Run once; its outputs are
 committed.
 
-Each file: 3 layers (SmolLM3's 4, so that its 4th has no RoPE), d_model 128, 4 query heads and 2 key/value heads of 32 features
+Each file (one per architecture, and one per RoPE scaling: `llama-linear`,
+`qwen3-yarn`, `llama-ropefreqs`): 3 layers (SmolLM3's 4, so that its 4th has no RoPE), d_model 128, 4 query heads and 2 key/value heads of 32 features
 (grouped-query attention), a gated FFN of width 128, a byte-level BPE vocabulary (the
 256 bytes as GPT-2 writes them, 32 merges, one control token) of 289 tokens. Matrices
 are Q8_0 (quantised by `gguf.quants`), norms and biases F32; weights are N(0, 1/fan-in)
@@ -211,6 +212,49 @@ def smollm3(w):
         w.layer(i)
 
 
+def phi3(w):
+    # Fused matrices: attn_qkv = W_q, W_k, W_v stacked by rows; ffn_up = gate, then up.
+    # llama.cpp reads phi3.attention.sliding_window and switches Phi's window off: a
+    # window of 4 here would change the logits if it were honoured.
+    w.w.add_uint32(w.key("attention.sliding_window"), 4)
+    q, kv = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
+    for i in range(w.layers):
+        b = f"blk.{i}."
+        w.matrix(b + "attn_qkv.weight", q + 2 * kv, D)
+        w.matrix(b + "attn_output.weight", D, q)
+        w.norm(b + "attn_norm.weight", D)
+        w.norm(b + "ffn_norm.weight", D)
+        w.matrix(b + "ffn_up.weight", 2 * FF, D)
+        w.matrix(b + "ffn_down.weight", D, FF)
+
+
+# RoPE scalings. Positions reach 72 (a 40-token prompt and 32 greedy tokens), so the
+# factors are strong: every angle divided by 8 (linear); YaRN stretching a 64-token
+# original context 4 times (its ramp spans pairs 0 to 5 of 16, the others are
+# interpolated, and q·k grows by (1 + 0.1 ln 4)²); frequency factors between 1/2 and 8.
+
+def llama_linear(w):
+    w.w.add_string(w.key("rope.scaling.type"), "linear")
+    w.w.add_float32(w.key("rope.scaling.factor"), 8.0)
+    for i in range(w.layers):
+        w.layer(i)
+
+
+def qwen3_yarn(w):
+    w.w.add_string(w.key("rope.scaling.type"), "yarn")
+    w.w.add_float32(w.key("rope.scaling.factor"), 4.0)
+    w.w.add_uint32(w.key("rope.scaling.original_context_length"), 64)
+    for i in range(w.layers):
+        w.layer(i, head_qk_norm=True)
+
+
+def llama_ropefreqs(w):
+    # Llama 3.1's frequency bands: one rope_freqs.weight of d_k/2 divisors of θᵢ.
+    w.vector("rope_freqs.weight", np.exp(w.rng.uniform(np.log(0.5), np.log(8.0), HEAD_DIM // 2)))
+    for i in range(w.layers):
+        w.layer(i)
+
+
 # (architecture, builder, whether it has an untied output head, the token table's std).
 # A tied head reads the token table, whose row of the last token then dominates the
 # logits (the model repeats its input) unless the layers' outputs outweigh it: Gemma 2
@@ -223,7 +267,14 @@ FAMILIES = [
     ("olmo2", olmo2, True, 1.0 / np.sqrt(D)),
     ("granite", granite, True, 1.0 / D),
     ("smollm3", smollm3, True, 1.0 / np.sqrt(D)),
+    ("llama-linear", llama_linear, False, 1.0 / np.sqrt(D)),
+    ("qwen3-yarn", qwen3_yarn, True, 1.0 / np.sqrt(D)),
+    ("llama-ropefreqs", llama_ropefreqs, False, 1.0 / np.sqrt(D)),
+    ("phi3", phi3, True, 1.0 / np.sqrt(D)),
 ]
+
+# The architecture of a bench file whose name is not one (a feature's variant).
+ARCH_OF = {"llama-linear": "llama", "qwen3-yarn": "qwen3", "llama-ropefreqs": "llama"}
 
 # Layers where an architecture needs more than LAYERS to show its feature.
 LAYERS_OF = {"smollm3": 4}
@@ -236,6 +287,7 @@ REFUSED = [
     ("qwen3-linear", "qwen3", "rope.scaling.type", "linear"),
     ("olmo2-swa", "olmo2", "attention.sliding_window", 4096),
     ("granite-norope", "granite", "rope.scaling.finetuned", False),
+    ("qwen2-longrope", "qwen2", "rope.scaling.type", "longrope"),
     # an architecture lucent does not read at all (the error lists those it reads)
     ("mamba-unknown", "mamba", "ssm.conv_kernel", 4),
 ]
@@ -349,14 +401,15 @@ def main():
     llama_cpp.llama_log_set(QUIET, None)
     if "AVX512 = 1" in llama_cpp.llama_print_system_info().decode():
         sys.exit("this llama-cpp-python is built with AVX-512; use the AVX2 build of scripts/parity-llama-avx2.sh")
-    for seed, (arch, build, output, embedding_std) in enumerate(FAMILIES):
-        path = os.path.join(outdir, f"{arch}.gguf")
+    for seed, (name, build, output, embedding_std) in enumerate(FAMILIES):
+        path = os.path.join(outdir, f"{name}.gguf")
+        arch = ARCH_OF.get(name, name)
         w = Writer(path, arch, seed=100 + seed, layers=LAYERS_OF.get(arch, LAYERS))
         build(w)
         w.finish(output, embedding_std)
         cases = run(path, prompts(w.n_normal))
-        ref["files"][arch] = {"file": f"{arch}.gguf", "cases": cases}
-        print(f"{arch}: {os.path.getsize(path)} bytes, greedy of prompt 0: {cases[0]['greedy_ids'][:8]}")
+        ref["files"][name] = {"file": f"{name}.gguf", "cases": cases}
+        print(f"{name}: {os.path.getsize(path)} bytes, greedy of prompt 0: {cases[0]['greedy_ids'][:8]}")
     write_refused(outdir)
     with open(os.path.join(outdir, "reference.json"), "w") as f:
         json.dump(ref, f, indent=0)

@@ -278,9 +278,12 @@ fn gguf_metadata_that_changes_the_arithmetic_is_refused_by_name() {
     for (key, value) in [
         (
             "llama.rope.scaling.type",
-            GgufValue::String("linear".into()),
+            GgufValue::String("longrope".into()),
         ),
-        ("llama.rope.scaling.factor", GgufValue::F32(4.0)),
+        (
+            "llama.rope.scaling.yarn_log_multiplier",
+            GgufValue::F32(0.1),
+        ),
         ("llama.final_logit_softcapping", GgufValue::F32(30.0)),
         ("llama.expert_count", GgufValue::U32(8)),
     ] {

@@ -1,4 +1,4 @@
-//! Every GGUF architecture lucent reads, held to llama.cpp bit for bit on small
+//! Every GGUF architecture lucent reads, and every RoPE scaling, held to llama.cpp bit for bit on small
 //! random-weight files (`tests/data/gguf_families/*.gguf`, written with their llama.cpp
 //! reference by `scripts/make_gguf_families.py` with llama-cpp-python 0.3.36 built for
 //! AVX2, see docs/families.md):
@@ -11,17 +11,22 @@
 //! - each architecture's distinguishing feature bites: the same file built with that
 //!   config field switched off gives other greedy tokens (QKV biases, QK-norm, the
 //!   attention soft-cap, the sliding window, the post-norms, Granite's multipliers,
-//!   SmolLM3's layers without RoPE), or,
+//!   SmolLM3's layers without RoPE, each RoPE scaling: linear, YaRN, Llama 3.1's
+//!   frequency factors), or,
 //!   for the features that cannot move an argmax (a final soft-cap, a logit divisor:
 //!   both monotonic), other logits;
+//! - Phi-3's fused matrices are read in their row order (swapping the gate and up halves
+//!   changes the greedy tokens);
 //! - a file whose metadata asks for what lucent does not do is refused naming the key.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use lucent::io::gguf::GgufFile;
-use lucent::model::family::gguf_family;
+use lucent::model::config::PositionKind;
+use lucent::model::family::{gguf_family, GgufWeights, NameTable, Param};
 use lucent::model::DecoderModel;
+use lucent::ops::RopeScaling;
 use lucent::pipeline::generate::argmax;
 use lucent::{ModelConfig, Numerics, Runtime};
 use serde::Deserialize;
@@ -89,7 +94,9 @@ fn check_bit_exact(arch: &str) {
     let file = &reference.files[arch];
     let path = data_dir().join(&file.file);
     let model = lucent::open(path.to_str().expect("utf-8 path")).expect("open");
-    assert_eq!(model.config().family, arch);
+    // A feature's variant ("llama-linear") is a file of its architecture ("llama").
+    let family = arch.split('-').next().unwrap_or(arch);
+    assert_eq!(model.config().family, family);
     let tm = model.text_model().expect("a decoder");
     for threads in [1usize, 2] {
         for case in &file.cases {
@@ -260,7 +267,8 @@ fn granite_logit_divisor_moves_the_logits() {
 }
 
 /// A file whose metadata asks for what lucent does not implement is refused, and the
-/// message names the key.
+/// message names the key (for a RoPE scaling type lucent does not read, the key and
+/// the value; `qwen2-yarn` and `qwen3-linear` name a type without its factor).
 #[test]
 fn unsupported_keys_are_refused_by_name() {
     for (file, key) in [
@@ -268,6 +276,7 @@ fn unsupported_keys_are_refused_by_name() {
         ("qwen3-linear.gguf", "qwen3.rope.scaling.type"),
         ("olmo2-swa.gguf", "olmo2.attention.sliding_window"),
         ("granite-norope.gguf", "granite.rope.scaling.finetuned"),
+        ("qwen2-longrope.gguf", "longrope"),
     ] {
         let path = data_dir().join(file);
         let err = match lucent::open(path.to_str().expect("utf-8 path")) {
@@ -278,6 +287,9 @@ fn unsupported_keys_are_refused_by_name() {
             err.contains(key),
             "{file}: the error does not name {key}: {err}"
         );
+        if key == "longrope" {
+            assert!(err.contains("qwen2.rope.scaling.type"), "{err}");
+        }
     }
 }
 
@@ -309,4 +321,158 @@ fn an_unknown_architecture_lists_the_families() {
     for fam in lucent::model::family::GGUF_FAMILIES {
         assert!(err.contains(&format!("\"{}\"", fam.arch)), "{err}");
     }
+}
+
+/// The config with RoPE's scaling switched off (its factors are still read).
+fn without_scaling(c: &mut ModelConfig) {
+    if let PositionKind::Rope { scaling, .. } = &mut c.position {
+        *scaling = RopeScaling::None;
+    }
+}
+
+#[test]
+fn llama_linear_rope_scaling_equals_llama_cpp() {
+    check_bit_exact("llama-linear");
+}
+
+#[test]
+fn llama_linear_rope_scaling_bites() {
+    check_bites("llama-linear", "linear RoPE scaling", without_scaling);
+}
+
+#[test]
+fn qwen3_yarn_rope_scaling_equals_llama_cpp() {
+    check_bit_exact("qwen3-yarn");
+}
+
+#[test]
+fn qwen3_yarn_rope_scaling_bites() {
+    check_bites("qwen3-yarn", "YaRN RoPE scaling", without_scaling);
+}
+
+#[test]
+fn llama_rope_freq_factors_equal_llama_cpp() {
+    check_bit_exact("llama-ropefreqs");
+}
+
+#[test]
+fn llama_rope_freq_factors_bite() {
+    check_bites("llama-ropefreqs", "the RoPE frequency factors", |c| {
+        if let PositionKind::Rope { freq_factors, .. } = &mut c.position {
+            *freq_factors = false;
+        }
+    });
+}
+
+/// The scalings are read from the files as llama.cpp reads them: the config says so.
+#[test]
+fn rope_scalings_are_read_from_the_files() {
+    let position = |name: &str| {
+        let f = GgufFile::open(data_dir().join(format!("{name}.gguf"))).expect("open");
+        gguf_family(&f)
+            .expect("family")
+            .config(&f)
+            .expect("config")
+            .position
+    };
+    assert!(matches!(
+        position("llama-linear"),
+        PositionKind::Rope {
+            scaling: RopeScaling::Linear { factor: 8.0 },
+            freq_factors: false,
+            ..
+        }
+    ));
+    assert!(matches!(
+        position("qwen3-yarn"),
+        PositionKind::Rope {
+            scaling: RopeScaling::Yarn {
+                factor: 4.0,
+                original_context: 64,
+                attn_factor: 1.0
+            },
+            ..
+        }
+    ));
+    assert!(matches!(
+        position("llama-ropefreqs"),
+        PositionKind::Rope {
+            scaling: RopeScaling::None,
+            freq_factors: true,
+            ..
+        }
+    ));
+}
+
+/// Phi-3: fused attn_qkv and ffn_up split at load into row ranges (W_q, W_k, W_v; gate,
+/// up), Q scaled by 1/√d_k before the product, and its sliding-window key ignored as
+/// llama.cpp ignores it: bit for bit, so a wrong split or order would show.
+#[test]
+fn phi3_equals_llama_cpp() {
+    check_bit_exact("phi3");
+}
+
+/// The row order of the fused gate-and-up matrix matters: read the other way round
+/// (up first), the greedy tokens change.
+#[test]
+fn phi3_gate_up_order_bites() {
+    let reference = reference();
+    let f = GgufFile::open(data_dir().join(&reference.files["phi3"].file)).expect("open");
+    let cfg = gguf_family(&f).expect("family").config(&f).expect("config");
+    let mut keys = lucent::model::family::phi3::NAMES.keys.to_vec();
+    for (p, _) in keys.iter_mut() {
+        *p = match *p {
+            Param::FfnGateWeight => Param::FfnUpWeight,
+            Param::FfnUpWeight => Param::FfnGateWeight,
+            other => other,
+        };
+    }
+    let swapped = NameTable {
+        family: "phi3",
+        prefixes: &[""],
+        keys: Box::leak(keys.into_boxed_slice()),
+    };
+    let model = DecoderModel::load(cfg.clone(), &GgufWeights::new(&f, &swapped, &cfg))
+        .expect("build")
+        .with_numerics(Numerics::LlamaCpp);
+    let case = reference.files["phi3"].cases.last().expect("cases");
+    let (_, ids) = on_threads(1, || {
+        greedy(&model, &case.prompt_ids, case.greedy_ids.len())
+    });
+    assert_ne!(
+        ids, case.greedy_ids,
+        "phi3: with gate and up swapped the greedy tokens are still llama.cpp's"
+    );
+}
+
+/// Phi-3's LongRoPE factor tensors are refused naming the tensor.
+#[test]
+fn phi3_longrope_factors_are_refused_by_name() {
+    use lucent::io::gguf::{GgufValue, GgufWriter};
+    let mut w = GgufWriter::new();
+    w.add("general.architecture", GgufValue::String("phi3".into()));
+    for (key, v) in [
+        ("phi3.block_count", 1),
+        ("phi3.context_length", 64),
+        ("phi3.embedding_length", 8),
+        ("phi3.feed_forward_length", 16),
+        ("phi3.attention.head_count", 2),
+    ] {
+        w.add(key, GgufValue::U32(v));
+    }
+    w.add(
+        "phi3.attention.layer_norm_rms_epsilon",
+        GgufValue::F32(1e-6),
+    );
+    w.add_f32("token_embd.weight", &[5, 8], &[0.5; 40])
+        .expect("tensor");
+    w.add_f32("rope_factors_long.weight", &[2], &[1.0, 2.0])
+        .expect("tensor");
+    let f = GgufFile::from_bytes(&w.to_bytes(), "phi3-longrope.gguf").expect("gguf");
+    let err = gguf_family(&f)
+        .expect("family")
+        .config(&f)
+        .expect_err("LongRoPE refused")
+        .to_string();
+    assert!(err.contains("rope_factors_long.weight"), "{err}");
 }

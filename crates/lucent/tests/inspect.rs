@@ -195,16 +195,47 @@ fn an_unknown_architecture_is_refused_by_name() {
 
 #[test]
 fn an_unknown_rope_scaling_type_is_refused_naming_the_key() {
-    let yarn = [("llama.rope.scaling.type", GgufValue::String("yarn".into()))];
-    let r = report(&tiny("llama", &yarn));
+    let longrope = [(
+        "llama.rope.scaling.type",
+        GgufValue::String("longrope".into()),
+    )];
+    let r = report(&tiny("llama", &longrope));
     assert!(!r.runs);
     let why = r.refusal.unwrap();
     assert!(
-        why.contains("llama.rope.scaling.type") && why.contains("yarn"),
+        why.contains("llama.rope.scaling.type") && why.contains("longrope"),
         "{why}"
     );
     assert_eq!(
         r.rope.scaling,
-        vec![("llama.rope.scaling.type".to_string(), "yarn".to_string())]
+        vec![(
+            "llama.rope.scaling.type".to_string(),
+            "longrope".to_string()
+        )]
     );
+    assert_eq!(r.rope.computed, None);
+}
+
+/// A scaling lucent reads is shown as it computes it, next to the file's keys.
+#[test]
+fn a_rope_scaling_is_shown_as_computed() {
+    let yarn = [
+        ("llama.rope.scaling.type", GgufValue::String("yarn".into())),
+        ("llama.rope.scaling.factor", GgufValue::F32(4.0)),
+        (
+            "llama.rope.scaling.original_context_length",
+            GgufValue::U32(16),
+        ),
+    ];
+    let r = report(&tiny("llama", &yarn));
+    assert!(r.runs, "{:?}", r.refusal);
+    let shown = r.rope.computed.unwrap();
+    assert!(
+        shown.contains("YaRN")
+            && shown.contains("factor 4")
+            && shown.contains("original context 16"),
+        "{shown}"
+    );
+    let r = report(&tiny("llama", &[]));
+    assert_eq!(r.rope.computed.as_deref(), Some("none"));
 }

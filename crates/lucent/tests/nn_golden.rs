@@ -254,10 +254,10 @@ fn gqa_with_rope_matches_pytorch() {
     assert_eq!(cfg.head_dim, st.meta_f64("head_dim").unwrap() as usize);
     cfg.qkv_bias = false;
     cfg.out_bias = false;
-    cfg.rope = Some(RopeSpec {
-        base: st.meta_f64("rope_theta").unwrap() as f32,
-        convention: RopeConvention::RotateHalf,
-    });
+    cfg.rope = Some(RopeSpec::plain(
+        st.meta_f64("rope_theta").unwrap() as f32,
+        RopeConvention::RotateHalf,
+    ));
     let lin = |n: &str| Linear::new(t(n), None).unwrap();
     let mha = MultiHeadAttention::new(cfg, lin("wq"), lin("wk"), lin("wv"), lin("wo"), None, None)
         .unwrap();

@@ -10,7 +10,7 @@ use lucent::nn::{
     AttentionConfig, AttentionOptions, Decoder, Dropout, Embedding, FeedForward, Head, KvCache,
     Linear, MultiHeadAttention, Norm, RmsNorm, Trace,
 };
-use lucent::ops::{Activation, RopeConvention};
+use lucent::ops::{Activation, RopeConvention, RopeScaling};
 use lucent::{ModelConfig, Tensor};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -44,6 +44,8 @@ fn gemma_like() -> ModelConfig {
         base: 1_000_000.0,
         local_base: Some(10_000.0),
         convention: RopeConvention::RotateHalf,
+        scaling: RopeScaling::None,
+        freq_factors: false,
     };
     c.sliding_window = Some(3);
     c.global_every = Some(3);

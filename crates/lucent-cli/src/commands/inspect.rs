@@ -106,6 +106,9 @@ fn print_report(r: &GgufReport) {
             keys.join(", ")
         }
     );
+    if let Some(computed) = &r.rope.computed {
+        println!("  RoPE scaling  {computed} (as lucent computes it)");
+    }
     println!(
         "  tokenizer     {} (pre-tokenizer {})",
         opt(&r.tokenizer.model),

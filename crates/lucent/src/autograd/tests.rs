@@ -167,6 +167,19 @@ fn rope_both_conventions() -> TestResult {
         check("rope", &[x.clone()], &move |x| {
             ops::rope(&x[0], &[3, 4, 9], 10000.0, c)
         })?;
+        // YaRN's magnitude and frequency factors: the backward is the same rotation.
+        check("rope (YaRN, factors)", &[x.clone()], &move |x| {
+            let freqs = ops::RopeFreqs {
+                base: 10000.0,
+                scaling: ops::RopeScaling::Yarn {
+                    factor: 4.0,
+                    original_context: 16,
+                    attn_factor: 1.2,
+                },
+                freq_factors: Some(&[1.0, 2.0, 0.5, 4.0]),
+            };
+            ops::rope_with(&x[0], &[3, 4, 9], &freqs, c)
+        })?;
     }
     Ok(())
 }

@@ -1111,6 +1111,41 @@ impl GgufFile {
             .collect()
     }
 
+    /// Rows `first .. first + rows` of tensor `name`, checked to have lucent shape
+    /// `(total_rows, cols)`, as a [`QMatrix`] that views those rows of the mapped file
+    /// (no copy: a row of a quantised matrix is whole blocks, so a row range is a byte
+    /// range). For fused matrices (Phi-3's `attn_qkv`, `ffn_up`).
+    pub fn qmatrix_rows(
+        &self,
+        name: &str,
+        first: usize,
+        rows: usize,
+        total_rows: usize,
+        cols: usize,
+    ) -> Result<QMatrix> {
+        self.check_shape(name, &[total_rows, cols])?;
+        let t = self.tensor(name)?;
+        if first + rows > total_rows || total_rows == 0 {
+            return Err(Error::Weights(format!(
+                "{}: tensor '{name}': rows {first}..{} asked of {total_rows}",
+                self.path.display(),
+                first + rows
+            )));
+        }
+        let row_bytes = t.info.len / total_rows;
+        QMatrix::new(
+            t.info.dtype,
+            rows,
+            cols,
+            QBytes::Mapped {
+                map: self.map.clone(),
+                start: t.info.start + first * row_bytes,
+                len: rows * row_bytes,
+            },
+        )
+        .map_err(|e| Error::Weights(format!("{}: tensor '{name}': {e}", self.path.display())))
+    }
+
     /// Tensor `name` as f32, checked to have lucent `shape`; the error names the tensor
     /// and both shapes.
     pub fn tensor_f32_shaped(&self, name: &str, shape: &[usize]) -> Result<Tensor> {

@@ -25,7 +25,9 @@ use crate::{Error, Result};
 
 /// The attention of layer `layer` (`cross`: the decoder's cross-attention, which has no
 /// RoPE and no window). Local (windowed) layers use the local RoPE base; the
-/// config's NoPE layers (`no_rope_every`) have no RoPE.
+/// config's NoPE layers (`no_rope_every`) have no RoPE. RoPE's frequency factors are
+/// weights, not config: [`self_attention`] reads them into the spec (a config with
+/// `freq_factors` gets none here).
 pub fn attention_config(cfg: &ModelConfig, layer: usize, cross: bool) -> AttentionConfig {
     let window = if cross {
         None
@@ -40,6 +42,8 @@ pub fn attention_config(cfg: &ModelConfig, layer: usize, cross: bool) -> Attenti
             base,
             local_base,
             convention,
+            scaling,
+            ..
         } if !cross && !no_rope => Some(RopeSpec {
             base: if window.is_some() {
                 local_base.unwrap_or(base)
@@ -47,6 +51,8 @@ pub fn attention_config(cfg: &ModelConfig, layer: usize, cross: bool) -> Attenti
                 base
             },
             convention,
+            scaling,
+            freq_factors: None,
         }),
         _ => None,
     };
@@ -119,12 +125,25 @@ pub fn random_feed_forward(cfg: &ModelConfig, n_layers: usize, rng: &mut impl Rn
     )
 }
 
+/// RoPE frequency factors are read from a checkpoint; fresh weights have none to read.
+fn refuse_fresh_freq_factors(cfg: &ModelConfig) -> Result<()> {
+    if cfg.rope_freq_factors() {
+        return Err(Error::Config(
+            "position.freq_factors: RoPE frequency factors come from a checkpoint \
+             (rope_freqs.weight); a model with fresh weights has none, so set it to false"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 /// Random weights for layer `layer` of `cfg`'s encoder stack.
 pub fn random_encoder_layer(
     cfg: &ModelConfig,
     layer: usize,
     rng: &mut impl Rng,
 ) -> Result<EncoderLayer> {
+    refuse_fresh_freq_factors(cfg)?;
     let n = cfg.encoder_layers;
     let attn =
         MultiHeadAttention::new_random(&attention_config(cfg, layer, false), residual_std(n), rng)?;
@@ -150,6 +169,7 @@ pub fn random_decoder_layer(
     cross: bool,
     rng: &mut impl Rng,
 ) -> Result<DecoderLayer> {
+    refuse_fresh_freq_factors(cfg)?;
     let n = cfg.decoder_layers;
     let out_std = residual_std(n);
     let self_attn =
@@ -270,8 +290,13 @@ pub fn self_attention(
     } else {
         (None, None)
     };
+    let mut config = attention_config(cfg, i, false);
+    if let (Some(rope), true) = (&mut config.rope, cfg.rope_freq_factors()) {
+        let f = w.tensor(Param::RopeFreqFactors, i)?; // (d_k/2)
+        rope.freq_factors = Some(f.data().into());
+    }
     MultiHeadAttention::new(
-        attention_config(cfg, i, false),
+        config,
         linear(w, Param::QueryWeight, qb.then_some(Param::QueryBias), i)?,
         linear(w, Param::KeyWeight, qb.then_some(Param::KeyBias), i)?,
         linear(w, Param::ValueWeight, qb.then_some(Param::ValueBias), i)?,

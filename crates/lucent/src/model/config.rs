@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 pub use crate::nn::{FfnKind, NormKind, NormPlacement};
-use crate::ops::{Activation, RopeConvention};
+use crate::ops::{Activation, RopeConvention, RopeScaling};
 use crate::{Error, Result};
 
 /// Which stacks the model has.
@@ -41,6 +41,15 @@ pub enum PositionKind {
         local_base: Option<f32>,
         /// Which features are paired.
         convention: RopeConvention,
+        /// Linear or YaRN scaling of the angles of every RoPE layer: θᵢ ← θᵢ / s, or YaRN's ramp between θᵢ / s and θᵢ with cos and sin
+        /// times a·(1 + 0.1 ln s) (formulas in [`crate::ops::rope`]).
+        #[serde(default)]
+        scaling: RopeScaling,
+        /// The checkpoint carries d_k/2 frequency factors fᵢ that divide θᵢ (Llama
+        /// 3.1's frequency bands; GGUF's `rope_freqs.weight`, read by the builder as
+        /// `Param::RopeFreqFactors`).
+        #[serde(default)]
+        freq_factors: bool,
     },
     /// Linear biases on the attention scores, one slope per head (Press et al. 2021).
     Alibi,
@@ -220,9 +229,15 @@ impl ModelConfig {
             _ => {}
         }
         if let PositionKind::Rope {
-            base, local_base, ..
+            base,
+            local_base,
+            scaling,
+            ..
         } = self.position
         {
+            if let Err(e) = scaling.check() {
+                return bad(format!("position.scaling: {e}"));
+            }
             if !self.head_dim.is_multiple_of(2) {
                 return bad(format!(
                     "RoPE needs an even head_dim, got {}",
@@ -305,6 +320,18 @@ impl ModelConfig {
             );
         }
         self.check_sizes()
+    }
+
+    /// Whether RoPE reads frequency factors from the checkpoint
+    /// (`PositionKind::Rope { freq_factors: true, .. }`).
+    pub fn rope_freq_factors(&self) -> bool {
+        matches!(
+            self.position,
+            PositionKind::Rope {
+                freq_factors: true,
+                ..
+            }
+        )
     }
 
     /// Every weight matrix's element count must be a number (no product overflows) and

@@ -19,7 +19,7 @@
 use crate::model::config::{
     FfnKind, ModelConfig, ModelKind, NormKind, NormPlacement, PositionKind,
 };
-use crate::ops::{Activation, RopeConvention};
+use crate::ops::{Activation, RopeConvention, RopeScaling};
 use crate::{Error, Result};
 
 /// A named preset and what it is.
@@ -351,6 +351,8 @@ fn llama(
             base: rope_base,
             local_base: None,
             convention: RopeConvention::RotateHalf,
+            scaling: RopeScaling::None,
+            freq_factors: false,
         },
         norm: NormKind::RmsNorm,
         norm_placement: NormPlacement::Pre,
@@ -410,6 +412,8 @@ fn gemma3() -> ModelConfig {
             base: 1_000_000.0,
             local_base: Some(10_000.0),
             convention: RopeConvention::RotateHalf,
+            scaling: RopeScaling::None,
+            freq_factors: false,
         },
         norm: NormKind::RmsNorm,
         norm_placement: NormPlacement::Sandwich,

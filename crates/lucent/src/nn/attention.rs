@@ -29,6 +29,7 @@ use crate::nn::norm::RmsNorm;
 use crate::nn::trace::{hook, record, record_rows, wants, Trace};
 use crate::ops::attention::{bias_row, check_dims, round_f16_in_place, visible_keys};
 use crate::ops::ggml::F16Order;
+use crate::ops::rope::{RopeFreqs, RopeScaling};
 use crate::ops::{self, AttentionParams, RopeConvention};
 use crate::runtime::Numerics;
 use crate::tensor::Tensor;
@@ -150,12 +151,37 @@ pub fn scaled_dot_product_attention(
 }
 
 /// RoPE settings of an attention layer.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct RopeSpec {
     /// θ base (10 000 in the paper).
     pub base: f32,
     /// Which features are rotated together.
     pub convention: RopeConvention,
+    /// Linear or YaRN scaling of the angles, if any ([`crate::ops::rope`]'s formulas).
+    pub scaling: RopeScaling,
+    /// (d_k/2) divisors fᵢ of the angles (Llama 3.1's `rope_freqs`), if any.
+    pub freq_factors: Option<std::sync::Arc<[f32]>>,
+}
+
+impl RopeSpec {
+    /// Plain RoPE at `base`: no scaling, no frequency factors.
+    pub fn plain(base: f32, convention: RopeConvention) -> RopeSpec {
+        RopeSpec {
+            base,
+            convention,
+            scaling: RopeScaling::None,
+            freq_factors: None,
+        }
+    }
+
+    /// The angles this spec sets, for the RoPE ops.
+    pub fn freqs(&self) -> RopeFreqs<'_> {
+        RopeFreqs {
+            base: self.base,
+            scaling: self.scaling,
+            freq_factors: self.freq_factors.as_deref(),
+        }
+    }
 }
 
 /// The shape of a [`MultiHeadAttention`] and the variants it uses.
@@ -643,17 +669,19 @@ impl MultiHeadAttention {
                 "packed segments with RoPE would rotate by positions across segments; run the sequences as a padded batch".into(),
             ));
         }
-        if let Some(r) = c.rope {
+        if let Some(r) = &c.rope {
             let q_pos: Vec<usize> = (start..start + t_q).collect();
             let k_start = if cross { 0 } else { start };
             let k_pos: Vec<usize> = (k_start..k_start + t_k).collect();
+            let freqs = r.freqs();
+            freqs.check(d_k)?;
             if f16 {
                 // llama.cpp's angles and rounding (the f16 path reproduces its numbers).
-                ops::ggml::rope_rows(q.data_mut(), d_k, &q_pos, r.base, r.convention);
-                ops::ggml::rope_rows(k.data_mut(), d_k, &k_pos, r.base, r.convention);
+                ops::ggml::rope_rows(q.data_mut(), d_k, &q_pos, &freqs, r.convention);
+                ops::ggml::rope_rows(k.data_mut(), d_k, &k_pos, &freqs, r.convention);
             } else {
-                q = ops::rope(&q, &q_pos, r.base, r.convention)?;
-                k = ops::rope(&k, &k_pos, r.base, r.convention)?;
+                q = ops::rope::rope_with(&q, &q_pos, &freqs, r.convention)?;
+                k = ops::rope::rope_with(&k, &k_pos, &freqs, r.convention)?;
             }
         }
         if f16 {

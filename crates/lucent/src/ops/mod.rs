@@ -66,5 +66,5 @@ pub use attention::{attention, AttentionOutput, AttentionParams};
 pub use loss::{cross_entropy, log_softmax};
 pub use matmul::{linear, linear_packed, matmul, matmul_t};
 pub use norm::{layer_norm, rms_norm};
-pub use rope::{rope, RopeConvention};
+pub use rope::{rope, rope_with, RopeConvention, RopeFreqs, RopeScaling};
 pub use softmax::{softmax, softmax_with_temperature};

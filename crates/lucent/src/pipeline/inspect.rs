@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use crate::io::gguf::{GgufFile, GgufValue};
 use crate::io::gguf_tokenizer::GgufTokenizer;
+use crate::model::config::PositionKind;
 use crate::model::family::gguf_family;
 use crate::pipeline::chat::ChatTemplate;
 use crate::Result;
@@ -70,6 +71,10 @@ pub struct RopeInfo {
     pub dimension_count: Option<u64>,
     /// Every `rope.scaling.*` key present, with its value.
     pub scaling: Vec<(String, String)>,
+    /// The scaling as lucent computes it (from the family's config: linear, YaRN with
+    /// its magnitude, frequency factors from `rope_freqs.weight`), when the family reads
+    /// the file's config; `None` when it refuses it.
+    pub computed: Option<String>,
 }
 
 /// The tokenizer as the file names it.
@@ -169,6 +174,24 @@ pub fn report(f: &GgufFile) -> GgufReport {
             .filter(|(k, _)| k.starts_with(&scaling_prefix))
             .map(|(k, v)| (k.clone(), show(v)))
             .collect(),
+        computed: gguf_family(f)
+            .and_then(|fam| fam.config(f))
+            .ok()
+            .map(|cfg| match cfg.position {
+                PositionKind::Rope {
+                    scaling,
+                    freq_factors,
+                    ..
+                } => {
+                    let factors = if freq_factors {
+                        ", frequency factors from rope_freqs.weight"
+                    } else {
+                        ""
+                    };
+                    format!("{scaling}{factors}")
+                }
+                _ => "no RoPE".into(),
+            }),
     };
     let hparams = Hparams {
         context_length: int("context_length"),

@@ -3,7 +3,7 @@
 //! changes.
 
 use lucent::model::config::{FfnKind, ModelKind, NormKind, NormPlacement, PositionKind};
-use lucent::ops::{Activation, RopeConvention};
+use lucent::ops::{Activation, RopeConvention, RopeScaling};
 use lucent::ModelConfig;
 
 /// A small post-norm LayerNorm / GELU-MLP model of `kind` with `position`: d 24, 4
@@ -67,6 +67,8 @@ pub fn llama_like() -> ModelConfig {
         base: 10_000.0,
         local_base: None,
         convention: RopeConvention::RotateHalf,
+        scaling: RopeScaling::None,
+        freq_factors: false,
     };
     c.norm = NormKind::RmsNorm;
     c.norm_placement = NormPlacement::Pre;

@@ -24,7 +24,7 @@ use super::llama::GgufHparams;
 use super::{NameTable, Param};
 use crate::io::gguf::{GgufFile, GgufValue};
 use crate::model::{ModelConfig, NormPlacement, PositionKind};
-use crate::ops::{Activation, RopeConvention};
+use crate::ops::{Activation, RopeConvention, RopeScaling};
 use crate::{Error, Result};
 
 /// llama.cpp's soft-cap of the attention scores when the file does not set one.
@@ -48,6 +48,8 @@ pub fn config(f: &GgufFile) -> Result<ModelConfig> {
         base: hp.rope_base,
         local_base: f.opt_f32("gemma2.rope.freq_base_swa")?,
         convention: RopeConvention::RotateHalf,
+        scaling: RopeScaling::None,
+        freq_factors: false,
     };
     cfg.norm_placement = NormPlacement::Sandwich;
     cfg.activation = Activation::GeluTanh;

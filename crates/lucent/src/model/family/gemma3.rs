@@ -20,7 +20,7 @@ use super::llama::GgufHparams;
 use super::{GgufWeights, NameTable, Param};
 use crate::io::gguf::GgufFile;
 use crate::model::{ModelConfig, NormPlacement, PositionKind};
-use crate::ops::{Activation, RopeConvention};
+use crate::ops::{Activation, RopeConvention, RopeScaling};
 use crate::Result;
 
 /// RoPE base of the local (sliding-window) layers; llama.cpp fixes it for Gemma 3.
@@ -36,6 +36,8 @@ pub fn config(f: &GgufFile) -> Result<ModelConfig> {
         base: hp.rope_base,
         local_base: Some(LOCAL_ROPE_BASE),
         convention: RopeConvention::RotateHalf,
+        scaling: RopeScaling::None,
+        freq_factors: false,
     };
     cfg.norm_placement = NormPlacement::Sandwich;
     cfg.activation = Activation::GeluTanh;

@@ -20,7 +20,7 @@ use super::llama::{check_full_rope, GgufHparams};
 use super::{NameTable, Param};
 use crate::io::gguf::GgufFile;
 use crate::model::{ModelConfig, PositionKind};
-use crate::ops::RopeConvention;
+use crate::ops::{RopeConvention, RopeScaling};
 use crate::{Error, Result};
 
 /// Translate a `granite` GGUF's metadata into the generic [`ModelConfig`] (validated).
@@ -39,6 +39,8 @@ pub fn config(f: &GgufFile) -> Result<ModelConfig> {
         base: hp.rope_base,
         local_base: None,
         convention: RopeConvention::Interleaved,
+        scaling: RopeScaling::None,
+        freq_factors: false,
     };
     let nonzero = |x: Option<f32>| x.filter(|x| *x != 0.0);
     if let Some(m) = nonzero(f.opt_f32("granite.embedding_scale")?) {

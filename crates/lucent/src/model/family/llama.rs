@@ -16,13 +16,21 @@
 //! rows as they are (no copy, quantised blocks untouched) and runs RoPE with
 //! [`RopeConvention::Interleaved`]: q·k is then exactly the HF model's. A `llama` model
 //! read from safetensors would use [`RopeConvention::RotateHalf`] with its own rows.
+//!
+//! # RoPE scaling
+//!
+//! `llama.rope.scaling.*` (linear, YaRN: [`read_rope_scaling`]) and Llama 3.1/3.2's
+//! frequency bands, which GGUF carries as one `rope_freqs.weight` tensor of d_k/2
+//! divisors of θᵢ (llama.cpp's `freq_factors`, shared by every layer), are read into the
+//! config's position ([`PositionKind::Rope`]'s `scaling` and `freq_factors`); the
+//! formulas are in [`crate::ops::rope`].
 
 use super::{GgufWeights, NameTable, Param};
 use crate::io::gguf::GgufFile;
 use crate::model::{
     ExpertsConfig, FfnKind, ModelConfig, ModelKind, NormKind, NormPlacement, PositionKind,
 };
-use crate::ops::{Activation, RopeConvention};
+use crate::ops::{Activation, RopeConvention, RopeScaling};
 use crate::{Error, Result};
 
 /// The metadata every GGUF decoder shares, read under `{arch}.`; errors name the key.
@@ -36,6 +44,9 @@ pub(crate) struct GgufHparams {
     pub d_ff: usize,
     pub context: usize,
     pub rope_base: f32,
+    /// The RoPE scaling, when the family honours [`ROPE_SCALING_KEYS`] (else none: the
+    /// keys are refused).
+    pub rope_scaling: RopeScaling,
     pub eps: f32,
 }
 
@@ -49,10 +60,19 @@ impl GgufHparams {
     }
 
     /// [`GgufHparams::read`] for a family that implements some of [`UNSUPPORTED_KEYS`]
-    /// itself (`honoured`, e.g. Gemma 2's soft-capping keys): those are not refused.
+    /// itself (`honoured`, e.g. Gemma 2's soft-capping keys): those are not refused. A
+    /// family that honours [`ROPE_SCALING_KEYS`] gets them read into `rope_scaling`
+    /// ([`read_rope_scaling`]); one that honours [`ROPE_FREQS_TENSOR`] may hold that
+    /// tensor.
     pub fn read_honouring(f: &GgufFile, arch: &str, honoured: &[&str]) -> Result<GgufHparams> {
         refuse_unsupported_keys(f, arch, honoured)?;
         let k = |s: &str| format!("{arch}.{s}");
+        // The scaling first: a refused one is refused before the tensors are looked at.
+        let rope_scaling = if ROPE_SCALING_KEYS.iter().all(|k| honoured.contains(k)) {
+            read_rope_scaling(f, arch)?
+        } else {
+            RopeScaling::None
+        };
         let d_model = f.get_usize(&k("embedding_length"))?;
         let n_heads = f.get_usize(&k("attention.head_count"))?;
         let n_kv_heads = match f.opt_u32(&k("attention.head_count_kv"))? {
@@ -89,6 +109,7 @@ impl GgufHparams {
             ));
         }
         Ok(GgufHparams {
+            rope_scaling,
             vocab_size,
             d_model,
             layers,
@@ -122,6 +143,8 @@ impl GgufHparams {
                 base: self.rope_base,
                 local_base: None,
                 convention: RopeConvention::RotateHalf,
+                scaling: self.rope_scaling,
+                freq_factors: false,
             },
             norm: NormKind::RmsNorm,
             norm_placement: NormPlacement::Pre,
@@ -163,6 +186,7 @@ const UNSUPPORTED_KEYS: &[(&str, &str)] = &[
         "RoPE scaling (linear, YaRN, LongRoPE …)",
     ),
     ("rope.scaling.factor", "RoPE scaling"),
+    ("rope.scale_linear", "linear RoPE scaling"),
     (
         "rope.scaling.attn_factor",
         "RoPE scaling's attention factor",
@@ -194,14 +218,115 @@ const UNSUPPORTED_KEYS: &[(&str, &str)] = &[
 /// a factor of 1, zero experts, causal = true) pass.
 pub(crate) fn refuse_unsupported_keys(f: &GgufFile, arch: &str, honoured: &[&str]) -> Result<()> {
     refuse_keys(f, arch, UNSUPPORTED_KEYS, honoured)?;
-    if f.tensor_info("rope_freqs.weight").is_some() {
+    if !honoured.contains(&ROPE_FREQS_TENSOR) && f.tensor_info(ROPE_FREQS_TENSOR).is_some() {
         return Err(Error::Config(format!(
             "{}: tensor rope_freqs.weight sets per-frequency RoPE factors (Llama 3.1-style RoPE scaling), \
-             which lucent does not implement",
+             which lucent implements for the llama architecture only, not for {arch}",
             f.path().display()
         )));
     }
     Ok(())
+}
+
+/// The RoPE scaling keys (under `{arch}.`) a family honours by passing them to
+/// [`GgufHparams::read_honouring`]: read by [`read_rope_scaling`].
+pub(crate) const ROPE_SCALING_KEYS: &[&str] = &[
+    "rope.scaling.type",
+    "rope.scaling.factor",
+    "rope.scale_linear",
+    "rope.scaling.attn_factor",
+    "rope.scaling.original_context_length",
+];
+
+/// The tensor of per-frequency RoPE factors (Llama 3.1/3.2); a family that reads it
+/// (`Param::RopeFreqFactors`) passes this name among its honoured keys.
+pub(crate) const ROPE_FREQS_TENSOR: &str = "rope_freqs.weight";
+
+/// The RoPE scaling a GGUF file asks for, as llama.cpp reads it (`llama_model::
+/// load_hparams` and the context's defaults, llama-cpp-python 0.3.36):
+///
+/// - `{arch}.rope.scaling.type`: `none`, `linear` or `yarn` (absent: `linear`, which
+///   with no factor is no scaling); anything else (`longrope` …) is refused naming the
+///   key and value;
+/// - `{arch}.rope.scaling.factor` (or the older `{arch}.rope.scale_linear`): s, the
+///   context stretch (0 or absent: none); `linear` and `yarn` without one are refused
+///   (a scaling that scales nothing is a broken file, not a model);
+/// - `yarn`: `{arch}.rope.scaling.original_context_length` (default the
+///   `context_length`) and `{arch}.rope.scaling.attn_factor` (default 1); llama.cpp's
+///   β_fast = 32, β_slow = 1 and ext_factor = 1 (it reads no other YaRN key for these
+///   architectures; the `yarn_*` keys are refused unless 0);
+/// - `{arch}.rope.scaling.attn_factor` ≠ 1 without YaRN is refused.
+pub(crate) fn read_rope_scaling(f: &GgufFile, arch: &str) -> Result<RopeScaling> {
+    let k = |s: &str| format!("{arch}.{s}");
+    let (type_key, factor_key) = (k("rope.scaling.type"), k("rope.scaling.factor"));
+    let kind = f.opt_str(&type_key)?;
+    let mut factor = f.opt_f32(&factor_key)?.map(|x| (factor_key.clone(), x));
+    if factor.is_none() {
+        let old = k("rope.scale_linear");
+        factor = f.opt_f32(&old)?.map(|x| (old, x));
+    }
+    if let Some((key, x)) = &factor {
+        if !(x.is_finite() && *x >= 0.0) {
+            return Err(Error::Config(format!(
+                "{}: {key} = {x}: a RoPE scaling factor must be a finite number > 0 (0: none)",
+                f.path().display()
+            )));
+        }
+    }
+    let factor = factor.map(|(_, x)| x).filter(|x| *x != 0.0);
+    let attn_key = k("rope.scaling.attn_factor");
+    let attn_factor = f.opt_f32(&attn_key)?.unwrap_or(1.0);
+    if !(attn_factor.is_finite() && attn_factor > 0.0) {
+        return Err(Error::Config(format!(
+            "{}: {attn_key} = {attn_factor} must be a finite number > 0",
+            f.path().display()
+        )));
+    }
+    let no_factor = |kind: &str| {
+        Error::Config(format!(
+            "{}: {type_key} = {kind} without {factor_key}: a scaling with nothing to scale by; \
+             lucent refuses the file rather than guess",
+            f.path().display()
+        ))
+    };
+    let scaling = match (kind, factor) {
+        (None, None) | (Some("none"), _) => RopeScaling::None,
+        (None | Some("linear"), Some(factor)) => RopeScaling::Linear { factor },
+        (Some("yarn"), Some(factor)) => {
+            let orig_key = k("rope.scaling.original_context_length");
+            let original_context = match f.opt_u32(&orig_key)? {
+                Some(0) | None => f.get_usize(&k("context_length"))?,
+                Some(n) => n as usize,
+            };
+            if original_context == 0 {
+                return Err(Error::Config(format!(
+                    "{}: YaRN needs {orig_key} or {arch}.context_length > 0",
+                    f.path().display()
+                )));
+            }
+            return Ok(RopeScaling::Yarn {
+                factor,
+                original_context,
+                attn_factor,
+            });
+        }
+        (Some(kind @ ("linear" | "yarn")), None) => return Err(no_factor(kind)),
+        (Some(other), _) => {
+            return Err(Error::Config(format!(
+                "{}: {type_key} = \"{other}\" asks for a RoPE scaling lucent does not implement; \
+                 it reads \"none\", \"linear\" and \"yarn\" (and Llama 3.1's rope_freqs.weight)",
+                f.path().display()
+            )))
+        }
+    };
+    if attn_factor != 1.0 {
+        return Err(Error::Config(format!(
+            "{}: {attn_key} = {attn_factor} multiplies RoPE's cos and sin without YaRN, which \
+             lucent does not implement",
+            f.path().display()
+        )));
+    }
+    Ok(scaling)
 }
 
 /// Refuse a file that sets one of `keys` (under `{arch}.`, with what it asks for) to
@@ -357,7 +482,12 @@ pub(crate) fn check_full_rope(f: &GgufFile, arch: &str, head_dim: usize) -> Resu
 /// `ffn_{gate,up,down}_exps` in place of the dense FFN ([`read_experts`]).
 pub fn config(f: &GgufFile) -> Result<ModelConfig> {
     let experts = read_experts(f, "llama", |_| f.get_usize("llama.feed_forward_length"))?;
-    let hp = GgufHparams::read_honouring(f, "llama", &["expert_count"])?;
+    let honoured: Vec<&str> = ROPE_SCALING_KEYS
+        .iter()
+        .copied()
+        .chain([ROPE_FREQS_TENSOR, "expert_count"])
+        .collect();
+    let hp = GgufHparams::read_honouring(f, "llama", &honoured)?;
     let mut cfg = hp.base_config("llama", f);
     cfg.experts = experts;
     // GGUF rows are permuted for the interleaved rotation (module docs).
@@ -365,6 +495,8 @@ pub fn config(f: &GgufFile) -> Result<ModelConfig> {
         base: hp.rope_base,
         local_base: None,
         convention: RopeConvention::Interleaved,
+        scaling: hp.rope_scaling,
+        freq_factors: f.tensor_info(ROPE_FREQS_TENSOR).is_some(),
     };
     check_full_rope(f, "llama", cfg.head_dim)?;
     cfg.validate()?;
@@ -392,6 +524,7 @@ pub const NAMES: NameTable = NameTable {
         (Param::FfnDownExpsWeight, "blk.{i}.ffn_down_exps.weight"),
         (Param::FinalNormWeight, "output_norm.weight"),
         (Param::OutputWeight, "output.weight"),
+        (Param::RopeFreqFactors, ROPE_FREQS_TENSOR),
     ],
 };
 

@@ -16,6 +16,7 @@ pub mod granite;
 pub mod llama;
 pub mod mpnet;
 pub mod olmo2;
+pub mod phi3;
 pub mod qwen2;
 pub mod qwen3;
 pub mod qwen3moe;
@@ -100,6 +101,11 @@ pub const GGUF_FAMILIES: &[GgufFamily] = &[
         arch: "qwen3moe",
         config_fn: qwen3moe::config,
         names: &qwen3moe::NAMES,
+    },
+    GgufFamily {
+        arch: "phi3",
+        config_fn: phi3::config,
+        names: &phi3::NAMES,
     },
 ];
 
@@ -236,6 +242,9 @@ pub enum Param {
     FfnPostNormWeight,
     /// γ of the norm after the last layer (d).
     FinalNormWeight,
+    /// RoPE's frequency factors fᵢ (d_k/2), dividing the angles (Llama 3.1's
+    /// `rope_freqs.weight`); one tensor shared by every layer.
+    RopeFreqFactors,
     /// β of the norm after the last layer (d), for a LayerNorm.
     FinalNormBias,
     /// The output head W_vocab (V, d), when not tied to the token embedding.
@@ -298,6 +307,7 @@ impl Param {
                 let e = cfg.experts.unwrap_or(NO_EXPERTS);
                 vec![e.n_experts, d, e.d_ff]
             }
+            RopeFreqFactors => vec![cfg.head_dim / 2],
             QueryNormWeight if cfg.qk_norm_whole => vec![cfg.q_dim()],
             KeyNormWeight if cfg.qk_norm_whole => vec![cfg.kv_dim()],
             QueryNormWeight | KeyNormWeight => vec![cfg.head_dim],
@@ -330,6 +340,7 @@ impl Param {
                 | EmbeddingNormBias
                 | FinalNormWeight
                 | FinalNormBias
+                | RopeFreqFactors
                 | OutputWeight
                 | PoolerWeight
                 | PoolerBias
@@ -341,6 +352,11 @@ impl Param {
 /// A family's weight-name table: the checkpoint key of each role, `{i}` standing for
 /// the layer index, and an optional prefix that some checkpoints put in front of every
 /// key (e.g. `bert.` in a BertForMaskedLM file).
+///
+/// Several roles under one key are one fused matrix holding their matrices stacked by
+/// rows, in the table's order (Phi-3's `attn_qkv`: W_q, then W_k, then W_v): each role
+/// reads its own row range ([`NameTable::stacked`]), so the generic model sees the
+/// separate matrices.
 pub struct NameTable {
     /// Family name, for messages.
     pub family: &'static str,
@@ -354,6 +370,29 @@ impl NameTable {
     /// The key pattern of `param`, or `None` if the family has no such parameter.
     pub fn pattern(&self, param: Param) -> Option<&'static str> {
         self.keys.iter().find(|(p, _)| *p == param).map(|(_, k)| *k)
+    }
+
+    /// For a role that shares its key with others (a fused matrix): its first row and
+    /// the fused matrix's row count under `cfg` (rows from [`Param::shape`], in the
+    /// table's order); `None` for a role with a key of its own.
+    pub fn stacked(&self, param: Param, cfg: &ModelConfig) -> Option<(usize, usize)> {
+        let key = self.pattern(param)?;
+        let parts: Vec<Param> = self
+            .keys
+            .iter()
+            .filter(|(_, k)| *k == key)
+            .map(|(p, _)| *p)
+            .collect();
+        if parts.len() < 2 {
+            return None;
+        }
+        let rows = |p: Param| p.shape(cfg).first().copied().unwrap_or(0);
+        let first = parts
+            .iter()
+            .take_while(|p| **p != param)
+            .map(|p| rows(*p))
+            .sum();
+        Some((first, parts.iter().map(|p| rows(*p)).sum()))
     }
 
     /// The name of `param` in layer `layer` (ignored for global parameters), or an
@@ -604,6 +643,20 @@ impl<'a> GgufWeights<'a> {
         let [rows, cols] = [want[0], want[1]];
         let info = self.file.tensor(&key)?.info;
         self.used.note(&key);
+        if let Some((first, total)) = self.table.stacked(param, self.cfg) {
+            // One part of a fused matrix: its rows.
+            return match info.dtype {
+                GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => Ok(Weight::F32(
+                    self.file
+                        .tensor_f32_shaped(&key, &[total, cols])?
+                        .narrow(0, first, rows)?, // (rows, cols)
+                )),
+                _ => Ok(self
+                    .file
+                    .qmatrix_rows(&key, first, rows, total, cols)?
+                    .into()),
+            };
+        }
         match info.dtype {
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
                 Ok(Weight::F32(self.file.tensor_f32_shaped(&key, &want)?))
@@ -647,7 +700,18 @@ impl<'a> GgufWeights<'a> {
     /// A vector or matrix parameter as f32 (dequantised if stored quantised).
     pub fn tensor(&self, param: Param, layer: usize) -> Result<Tensor> {
         let key = self.key(param, layer)?;
-        let t = self.file.tensor_f32_shaped(&key, &param.shape(self.cfg))?;
+        let want = param.shape(self.cfg);
+        let t = match self.table.stacked(param, self.cfg) {
+            // One part of a fused matrix: its rows.
+            Some((first, total)) => {
+                let mut shape = want.clone();
+                shape[0] = total;
+                self.file
+                    .tensor_f32_shaped(&key, &shape)?
+                    .narrow(0, first, want[0])?
+            }
+            None => self.file.tensor_f32_shaped(&key, &want)?,
+        };
         self.used.note(&key);
         Ok(t)
     }

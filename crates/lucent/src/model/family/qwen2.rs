@@ -9,11 +9,13 @@
 //! - rotate-half RoPE (llama.cpp's NEOX mode: unlike `llama`, Qwen's converter does not
 //!   permute the rows of W_Q and W_K, so feature i turns with feature i + d_k/2).
 //!
-//! The head is tied to the token table when the file has no `output.weight`. RoPE
-//! scaling keys (`qwen2.rope.scaling.type` = `yarn`, `linear`) are refused with the
-//! other keys lucent does not implement.
+//! The head is tied to the token table when the file has no `output.weight`.
+//!
+//! RoPE scaling (`qwen2.rope.scaling.type` = `linear` or `yarn`, Qwen's long-context
+//! setting, with `.factor` and `.original_context_length`) is read as llama.cpp reads
+//! it (`read_rope_scaling` in `llama.rs`); other types are refused naming the key.
 
-use super::llama::{check_full_rope, GgufHparams};
+use super::llama::{check_full_rope, GgufHparams, ROPE_SCALING_KEYS};
 use super::{NameTable, Param};
 use crate::io::gguf::GgufFile;
 use crate::model::ModelConfig;
@@ -21,7 +23,7 @@ use crate::Result;
 
 /// Translate a `qwen2` GGUF's metadata into the generic [`ModelConfig`] (validated).
 pub fn config(f: &GgufFile) -> Result<ModelConfig> {
-    let hp = GgufHparams::read(f, "qwen2")?;
+    let hp = GgufHparams::read_honouring(f, "qwen2", ROPE_SCALING_KEYS)?; // linear, YaRN
     let mut cfg = hp.base_config("qwen2", f); // rotate-half RoPE
     cfg.qkv_bias = true;
     check_full_rope(f, "qwen2", cfg.head_dim)?;

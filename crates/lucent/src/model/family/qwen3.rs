@@ -9,10 +9,11 @@
 //! - rotate-half RoPE (llama.cpp's NEOX mode; the rows of W_Q and W_K are not permuted);
 //! - no biases; heads may be wider than d / h (`qwen3.attention.key_length`).
 //!
-//! RoPE scaling keys (`qwen3.rope.scaling.type` = `yarn`, `linear`) are refused with the
-//! other keys lucent does not implement.
+//! RoPE scaling (`qwen3.rope.scaling.type` = `linear` or `yarn`, Qwen's long-context
+//! setting, with `.factor` and `.original_context_length`) is read as llama.cpp reads
+//! it (`read_rope_scaling` in `llama.rs`); other types are refused naming the key.
 
-use super::llama::{check_full_rope, GgufHparams};
+use super::llama::{check_full_rope, GgufHparams, ROPE_SCALING_KEYS};
 use super::{NameTable, Param};
 use crate::io::gguf::GgufFile;
 use crate::model::ModelConfig;
@@ -20,7 +21,7 @@ use crate::Result;
 
 /// Translate a `qwen3` GGUF's metadata into the generic [`ModelConfig`] (validated).
 pub fn config(f: &GgufFile) -> Result<ModelConfig> {
-    let hp = GgufHparams::read(f, "qwen3")?;
+    let hp = GgufHparams::read_honouring(f, "qwen3", ROPE_SCALING_KEYS)?; // linear, YaRN
     let mut cfg = hp.base_config("qwen3", f); // rotate-half RoPE
     cfg.qk_norm = true;
     check_full_rope(f, "qwen3", cfg.head_dim)?;

@@ -11,7 +11,7 @@ use super::llama::{check_full_rope, GgufHparams};
 use super::{NameTable, Param};
 use crate::io::gguf::GgufFile;
 use crate::model::{ModelConfig, PositionKind};
-use crate::ops::RopeConvention;
+use crate::ops::{RopeConvention, RopeScaling};
 use crate::Result;
 
 /// Every n-th layer has no RoPE (llama.cpp's `n_no_rope_layer_step` for SmolLM3).
@@ -26,6 +26,8 @@ pub fn config(f: &GgufFile) -> Result<ModelConfig> {
         base: hp.rope_base,
         local_base: None,
         convention: RopeConvention::Interleaved,
+        scaling: RopeScaling::None,
+        freq_factors: false,
     };
     cfg.no_rope_every = Some(NO_ROPE_EVERY);
     check_full_rope(f, "smollm3", cfg.head_dim)?;
