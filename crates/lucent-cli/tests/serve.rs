@@ -1236,7 +1236,7 @@ fn tool_calls_hold(server: &Server, model: &str, n: usize) {
 fn tool_calls_validate_through_the_openai_client() {
     let server = Server::start_for(
         600,
-        &["-m", "smollm2", "--parallel", "4", "--ctx-size", "1024"],
+        &["-m", "smollm2", "--parallel", "4", "--ctx-size", "2048"],
     );
     tool_calls_hold(&server, "smollm2", 20);
     drop(server);
@@ -1251,7 +1251,7 @@ fn tool_calls_validate_through_the_openai_client() {
             "--parallel",
             "4",
             "--ctx-size",
-            "1024",
+            "2048",
         ],
     );
     tool_calls_hold(&server, "gemma3", 20);

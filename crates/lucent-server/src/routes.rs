@@ -343,7 +343,7 @@ async fn generate(
             .await
             .map_err(|e| e.with_param("response_format"))?;
     }
-    check_tool_schemas(engine, plan.tools.as_deref()).await?;
+    check_tool_schemas(engine, req, plan.tools.as_deref()).await?;
     let mut jobs = Vec::new();
     for (p, ids) in plan.prompts.iter().enumerate() {
         if ids.is_empty() {
@@ -739,13 +739,32 @@ fn stream(
 
 /// A `parameters` schema the grammar engine cannot use is the request's fault: found
 /// before anything is queued, naming `tools[i].function.parameters`.
-async fn check_tool_schemas(engine: &Arc<Engine>, tools: Option<&[Tool]>) -> Result<(), ApiError> {
-    for (i, t) in tools.unwrap_or_default().iter().enumerate() {
+async fn check_tool_schemas(
+    engine: &Arc<Engine>,
+    req: &GenerateRequest,
+    tools: Option<&[Tool]>,
+) -> Result<(), ApiError> {
+    let Some(tools) = tools else {
+        return Ok(());
+    };
+    for (i, t) in tools.iter().enumerate() {
         let tm = engine.model().clone();
         let c = lucent::pipeline::Constraint::JsonSchema(t.parameters.clone());
         blocking(move || tm.compile(&c).map(drop))
             .await
             .map_err(|e| e.with_param(&format!("tools[{i}].function.parameters")))?;
+    }
+    // The whole grammar too (each schema compiles, so this one should).
+    if let Some(c) = req
+        .tool_plan()?
+        .map(|p| p.constraint())
+        .transpose()?
+        .flatten()
+    {
+        let tm = engine.model().clone();
+        blocking(move || tm.compile(&c).map(drop))
+            .await
+            .map_err(|e| e.with_param("tools"))?;
     }
     Ok(())
 }

@@ -248,7 +248,7 @@ fn greedy_constrained_answers_keep_the_free_tokens_the_grammar_allows() {
         );
         let free = run(tm, &p, &Sampling::greedy().max_tokens(200));
         for choice in [ToolChoice::Auto, ToolChoice::Required] {
-            let c = grammar(&tools, choice.clone(), true);
+            let c = grammar(&tools, choice.clone(), false);
             let g = run(
                 tm,
                 &p,
