@@ -409,8 +409,10 @@ class Llama:
         created = int(time.time())
         name = model if model is not None else self.model_path
         result = self._run(prompt_ids, stream and not offered, n_top, sampling)
-        message = {"role": "assistant", "content": result["text"]} if not stream or not offered else None
-        finish = None if stream and not offered else result["finish_reason"]
+        if stream and not offered:
+            return self._chat_chunks(result, cid, created, name, n_top)
+        message = {"role": "assistant", "content": result["text"]}
+        finish = result["finish_reason"]
         if offered:
             calls = _lucent.tool_parse(result["text"], lucent_tools)
             if calls is not None:
@@ -418,12 +420,8 @@ class Llama:
                     {"id": _lucent.tool_call_id(), "type": "function", "function": {"name": n, "arguments": a}}
                     for n, a in calls]}
                 finish = "tool_calls" if finish == "stop" else finish
-            else:
-                message = {"role": "assistant", "content": result["text"]}
-        if stream and offered:
-            return self._tool_chunks(message, finish, cid, created, name)
         if stream:
-            return self._chat_chunks(result, cid, created, name, n_top)
+            return self._tool_chunks(message, finish, cid, created, name)
         lp = None
         if n_top is not None:
             lp = self._chat_logprobs(self._completion_logprobs(0, result["logprobs"]))
