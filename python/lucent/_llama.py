@@ -42,8 +42,6 @@ _UNSUPPORTED_OFF = {
     "stopping_criteria": None,
     "functions": None,
     "function_call": None,
-    "tools": None,
-    "tool_choice": None,
 }
 
 
@@ -76,6 +74,31 @@ def _constraint(response_format: Optional[Dict[str, Any]]) -> Optional[Any]:
             raise ValueError('response_format json_schema needs {"json_schema": {"schema": {...}}}')
         return ("json_schema", json.dumps(schema))
     raise ValueError(f'response_format type must be "text", "json_object" or "json_schema", got {response_format!r}')
+
+
+def _tools(tools: Optional[List[Dict[str, Any]]]) -> List[Any]:
+    """OpenAI's ``tools`` (``[{"type": "function", "function": {"name", "description",
+    "parameters"}}]``) as lucent's ``[(name, description, parameters JSON), …]``."""
+    out = []
+    for i, t in enumerate(tools or []):
+        f = t.get("function") if isinstance(t, dict) else None
+        if not isinstance(f, dict) or t.get("type", "function") != "function":
+            raise ValueError(f'tools[{i}] must be {{"type": "function", "function": {{"name": ..., "parameters": {{...}}}}}}')
+        if not isinstance(f.get("name"), str):
+            raise ValueError(f"tools[{i}].function.name: a tool needs a name")
+        out.append((f["name"], f.get("description"), json.dumps(f.get("parameters") or {"type": "object"})))
+    return out
+
+
+def _tool_choice(tool_choice: Any) -> Any:
+    """``tool_choice`` as ``(choice, function name)``."""
+    if tool_choice is None:
+        return ("auto", None)
+    if isinstance(tool_choice, str):
+        return (tool_choice, None)
+    if isinstance(tool_choice, dict) and isinstance((tool_choice.get("function") or {}).get("name"), str):
+        return ("function", tool_choice["function"]["name"])
+    raise ValueError(f'tool_choice must be "auto", "none", "required" or {{"type": "function", "function": {{"name": ...}}}}, got {tool_choice!r}')
 
 
 def _refuse_unsupported(options: Dict[str, Any]) -> None:
@@ -321,6 +344,9 @@ class Llama:
         top_logprobs: Optional[int] = None,
         logit_bias: Optional[Dict[Any, float]] = None,
         response_format: Optional[Dict[str, Any]] = None,
+        tools: Optional[List[Dict[str, Any]]] = None,
+        tool_choice: Optional[Union[str, Dict[str, Any]]] = None,
+        parallel_tool_calls: bool = True,
         **unsupported: Any,
     ) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]:
         """The assistant's reply to ``messages`` (``[{"role", "content"}, …]``) through
@@ -330,11 +356,33 @@ class Llama:
         "json_object"}`` (any JSON object; with ``"schema": {...}``, valid under that
         schema, as llama-cpp-python) or OpenAI's ``{"type": "json_schema",
         "json_schema": {"schema": {...}}}``: the reply is constrained to it.
-        ``logit_bias``: token id → bias added to its logit (-100 bans it)."""
+        ``logit_bias``: token id → bias added to its logit (-100 bans it).
+        ``tools`` / ``tool_choice`` (``"auto"``, ``"none"``, ``"required"`` or
+        ``{"type": "function", "function": {"name": ...}}``) / ``parallel_tool_calls``:
+        OpenAI's function calling in lucent's generic form (docs/tool-calls.md); a reply
+        that is calls has ``message.tool_calls`` (``[{"id", "type": "function",
+        "function": {"name", "arguments"}}]``), ``content`` None and ``finish_reason``
+        ``"tool_calls"``. Messages may carry an assistant's ``tool_calls`` and
+        ``{"role": "tool", "content"}`` results. A stream with tools sends the reply
+        once it is complete (text or calls, then the ``finish_reason``)."""
         _refuse_unsupported(dict(unsupported, typical_p=typical_p))
+        lucent_tools = _tools(tools)
+        choice, function = _tool_choice(tool_choice)
+        if tool_choice is not None and not lucent_tools:
+            raise ValueError("tool_choice needs tools")
+        offered = bool(lucent_tools) and choice != "none"
+        if offered and response_format is not None and response_format.get("type") != "text":
+            raise ValueError("response_format cannot be combined with tools the reply may call")
         pairs = []
         for i, m in enumerate(messages):
             content = m.get("content")
+            if m.get("role") == "tool":
+                pairs.append(_lucent.tool_result(content if isinstance(content, str) else json.dumps(content)))
+                continue
+            if m.get("role") == "assistant" and m.get("tool_calls"):
+                calls = [(c["function"]["name"], c["function"]["arguments"]) for c in m["tool_calls"]]
+                pairs.append(_lucent.tool_assistant(content or "", calls))
+                continue
             if isinstance(content, list):  # OpenAI content parts: keep the text ones
                 parts = []
                 for part in content:
@@ -345,20 +393,35 @@ class Llama:
             if "role" not in m or not isinstance(content, str):
                 raise ValueError(f"message {i} needs a 'role' and a text 'content', got {m!r}")
             pairs.append((m["role"], content))
+        constraint = _constraint(response_format)
+        if offered:
+            pairs = _lucent.tool_messages(pairs, lucent_tools)
+            constraint = ("lark", _lucent.tool_grammar(lucent_tools, choice, function, parallel_tool_calls))
         prompt_ids = self._gen.chat_ids(pairs)
         n_top = (top_logprobs or 0) if logprobs else None
         sampling = dict(
             temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
             repeat_penalty=repeat_penalty, presence_penalty=presence_penalty,
             frequency_penalty=frequency_penalty, seed=seed, max_tokens=max_tokens, stop=stop or [],
-            logit_bias=_logit_bias(logit_bias), constraint=_constraint(response_format),
+            logit_bias=_logit_bias(logit_bias), constraint=constraint,
         )
         cid = f"chatcmpl-{uuid.uuid4()}"
         created = int(time.time())
         name = model if model is not None else self.model_path
-        result = self._run(prompt_ids, stream, n_top, sampling)
-        if stream:
+        result = self._run(prompt_ids, stream and not offered, n_top, sampling)
+        if stream and not offered:
             return self._chat_chunks(result, cid, created, name, n_top)
+        message = {"role": "assistant", "content": result["text"]}
+        finish = result["finish_reason"]
+        if offered:
+            calls = _lucent.tool_parse(result["text"], lucent_tools)
+            if calls is not None:
+                message = {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": _lucent.tool_call_id(), "type": "function", "function": {"name": n, "arguments": a}}
+                    for n, a in calls]}
+                finish = "tool_calls" if finish == "stop" else finish
+        if stream:
+            return self._tool_chunks(message, finish, cid, created, name)
         lp = None
         if n_top is not None:
             lp = self._chat_logprobs(self._completion_logprobs(0, result["logprobs"]))
@@ -370,9 +433,9 @@ class Llama:
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": result["text"]},
+                    "message": message,
                     "logprobs": lp,
-                    "finish_reason": result["finish_reason"],
+                    "finish_reason": finish,
                 }
             ],
             "usage": {
@@ -397,6 +460,27 @@ class Llama:
             ],
             "refusal": None,
         }
+
+    @staticmethod
+    def _tool_chunks(message, finish, cid, created, name):
+        """A finished reply with tools offered as ``chat.completion.chunk`` dicts: the
+        role, then the content or each call (with its ``index``), then the finish."""
+        def chunk(delta, finish_reason):
+            return {
+                "id": cid,
+                "model": name,
+                "created": created,
+                "object": "chat.completion.chunk",
+                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+            }
+
+        yield chunk({"role": "assistant"}, None)
+        if message.get("tool_calls"):
+            for k, c in enumerate(message["tool_calls"]):
+                yield chunk({"tool_calls": [dict(c, index=k)]}, None)
+        else:
+            yield chunk({"content": message["content"]}, None)
+        yield chunk({}, finish)
 
     def _chat_chunks(self, pieces, cid, created, name, n_top):
         def chunk(delta, lp, finish):

@@ -25,6 +25,7 @@
 mod embed;
 mod generate;
 mod model;
+mod tool_calls;
 mod tools;
 mod transcribe;
 
@@ -128,5 +129,6 @@ fn _lucent(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<model::Trace>()?;
     m.add_class::<transcribe::Transcriber>()?;
     tools::register(m)?;
+    tool_calls::register(m)?;
     Ok(())
 }

@@ -179,3 +179,48 @@ def test_response_format_and_logit_bias_equal_lucent_generate(smollm2):
     )
     c = smollm2.create_completion("The capital of France is", temperature=0, max_tokens=4, logit_bias={str(first): -100})
     assert c["choices"][0]["text"] == raw["text"]
+
+
+def test_tool_calls_in_openai_shape(smollm2):
+    import json
+    import pathlib
+
+    tools = json.loads((pathlib.Path(__file__).parents[2] / "examples" / "tools.json").read_text())
+    params = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+    ask = [{"role": "user", "content": "Book a flight from Paris (CDG) to Tokyo (HND) for Ann, 34."}]
+    for seed in range(5):
+        r = smollm2.create_chat_completion(
+            ask, tools=tools, tool_choice="required", temperature=1, seed=seed, max_tokens=300,
+            parallel_tool_calls=seed % 2 == 0,
+        )
+        choice = r["choices"][0]
+        assert choice["finish_reason"] == "tool_calls", choice
+        assert choice["message"]["content"] is None
+        calls = choice["message"]["tool_calls"]
+        assert calls and (seed % 2 == 0 or len(calls) == 1), calls
+        for c in calls:
+            assert c["id"].startswith("call_") and c["type"] == "function"
+            schema = params[c["function"]["name"]]
+            args = json.loads(c["function"]["arguments"])
+            assert set(schema["required"]) <= set(args) <= set(schema["properties"]), args
+    # A named function is the one called; a stream gives the same calls as the same seed.
+    kw = dict(tools=tools, tool_choice={"type": "function", "function": {"name": "set_alarm"}},
+              temperature=1, seed=3, max_tokens=300)
+    plain = smollm2.create_chat_completion(ask, **kw)
+    calls = plain["choices"][0]["message"]["tool_calls"]
+    assert {c["function"]["name"] for c in calls} == {"set_alarm"}
+    chunks = list(smollm2.create_chat_completion(ask, stream=True, **kw))
+    streamed = [d for ch in chunks for d in ch["choices"][0]["delta"].get("tool_calls", [])]
+    assert [(d["index"], d["function"]) for d in streamed] == [(k, c["function"]) for k, c in enumerate(calls)]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+    # The calls and their results go back into the conversation; tool_choice "none" is text.
+    follow = ask + [plain["choices"][0]["message"]] + [
+        {"role": "tool", "tool_call_id": c["id"], "content": '{"ok": true}'} for c in calls
+    ]
+    r = smollm2.create_chat_completion(follow, tools=tools, tool_choice="none", temperature=0, max_tokens=20)
+    assert isinstance(r["choices"][0]["message"]["content"], str)
+    assert "tool_calls" not in r["choices"][0]["message"]
+    with pytest.raises(ValueError, match="tool_choice"):
+        smollm2.create_chat_completion(ask, tool_choice="required")
+    with pytest.raises(ValueError, match="name"):
+        smollm2.create_chat_completion(ask, tools=[{"type": "function", "function": {"name": "bad name"}}])

@@ -19,10 +19,15 @@
 //!   --json-schema`, a streamed one and every one of 40 sampled answers over five
 //!   schemas validate with `jsonschema`, a bad schema is a 400 naming `response_format`
 //!   and the server stays up; constrained streams beside unconstrained ones get exactly
-//!   the tokens they get alone (each request's mask touches only its own row).
+//!   the tokens they get alone (each request's mask touches only its own row);
+//! - tool calls (`tools`, `tool_choice`): with SmolLM2 and Gemma 3 (`--chat-template
+//!   gemma`), every sampled `required` call and every named one names a given tool with
+//!   arguments that validate with `jsonschema`, a stream's `delta.tool_calls` assemble
+//!   into the plain answer's calls, a follow-up with the calls and their results
+//!   answers, and bad tools or choices are 400s naming the field.
 //!
 //! Every server is started under `timeout` (it stops by itself after 4 minutes at
-//! most) and is sent SIGTERM when its test ends.
+//! most; 10 for the tool-call test's) and is sent SIGTERM when its test ends.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -47,8 +52,13 @@ struct Server {
 impl Server {
     /// Start `lucent serve --port 0 ARGS` and wait until /health says ready.
     fn start(args: &[&str]) -> Server {
+        Server::start_for(240, args)
+    }
+
+    /// [`Server::start`] with the server stopping by itself after `secs` seconds.
+    fn start_for(secs: u32, args: &[&str]) -> Server {
         let mut child = Command::new("timeout")
-            .args(["-s", "TERM", "-k", "10", "240"])
+            .args(["-s", "TERM", "-k", "10", &secs.to_string()])
             .arg(lucent())
             .args(["serve", "--port", "0"])
             .args(args)
@@ -1283,4 +1293,101 @@ fn a_steered_request_beside_seven_plain_ones_equals_its_solo_run() {
         "sideways",
     );
     assert_eq!(server.get("/health").0, 200);
+}
+
+/// The tool-call checks of `openai_tools.py` against one server: every sampled
+/// `required` call and every named one names a given tool with arguments that validate;
+/// a stream assembles into the plain answer's calls; a follow-up answers; bad input is a
+/// 400 naming the field.
+fn tool_calls_hold(server: &Server, model: &str, n: usize) {
+    let tools_file = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/tools.json");
+    let out = run_script(
+        &openai_python(),
+        "openai_tools.py",
+        &[
+            &server.base,
+            model,
+            &n.to_string(),
+            tools_file.to_str().unwrap(),
+        ],
+    );
+    println!("{model}: {}", serde_json::to_string_pretty(&out).unwrap());
+    let s = &out["sampled"];
+    assert_eq!(s["count"], n);
+    assert_eq!(s["failures"], json!([]), "{model}: {s}");
+    assert_eq!(s["single_with_one_call"], true, "{model}: {s}");
+    assert_eq!(s["ids_unique"], true, "{model}: {s}");
+    assert_eq!(
+        out["named"]["failures"],
+        json!([]),
+        "{model}: {}",
+        out["named"]
+    );
+    let st = &out["stream"];
+    assert!(!st["plain"].as_array().unwrap().is_empty(), "{st}");
+    assert_eq!(st["plain"], st["streamed"], "{model}: stream vs plain");
+    assert_eq!(st["ids"], true);
+    assert_eq!(
+        st["finish_reason"],
+        json!(["tool_calls", "tool_calls"]),
+        "{st}"
+    );
+    // The follow-up renders the calls and their results and answers.
+    let f = &out["follow_up"];
+    assert!(
+        ["stop", "length", "tool_calls"].contains(&f["finish_reason"].as_str().unwrap()),
+        "{f}"
+    );
+    assert!(
+        f["content"].is_string() || f["tool_calls"].as_u64() > Some(0),
+        "{f}"
+    );
+    assert!(out["follow_up_without_tools"]["content"].is_string());
+    assert_eq!(out["auto"]["wrong"], json!([]), "{}", out["auto"]);
+    assert!(out["none"]["content"].is_string(), "{}", out["none"]);
+    assert_eq!(out["none"]["tool_calls"], Value::Null);
+    let bad = &out["bad"];
+    for (case, param) in [
+        ("no_name", "tools[0].function.name"),
+        ("bad_name", "tools[0].function.name"),
+        ("bad_schema", "tools[1].function.parameters"),
+        ("unknown_choice", "tool_choice"),
+        ("choice_without_tools", "tool_choice"),
+        (
+            "bad_call_arguments",
+            "messages[1].tool_calls[0].function.arguments",
+        ),
+        ("completions", "tools"),
+    ] {
+        assert_eq!(bad[case]["status"], 400, "{case}: {}", bad[case]);
+        assert_eq!(bad[case]["param"], param, "{case}: {}", bad[case]);
+    }
+    let m = bad["bad_schema"]["message"].as_str().unwrap();
+    assert!(m.contains("uniqueItems"), "{m}");
+    assert_eq!(server.get("/health").0, 200);
+}
+
+#[test]
+fn tool_calls_validate_through_the_openai_client() {
+    let server = Server::start_for(
+        600,
+        &["-m", "smollm2", "--parallel", "4", "--ctx-size", "2048"],
+    );
+    tool_calls_hold(&server, "smollm2", 20);
+    drop(server);
+    // Gemma 3 270M is a base file without a template: the built-in `gemma` one.
+    let server = Server::start_for(
+        600,
+        &[
+            "-m",
+            "gemma3",
+            "--chat-template",
+            "gemma",
+            "--parallel",
+            "4",
+            "--ctx-size",
+            "2048",
+        ],
+    );
+    tool_calls_hold(&server, "gemma3", 20);
 }

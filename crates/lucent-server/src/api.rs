@@ -13,6 +13,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use lucent::pipeline::generate::Sampling;
+use lucent::pipeline::tools::{self, Tool, ToolCall, ToolChoice};
 use lucent::pipeline::{Constraint, Message};
 
 use crate::error::ApiError;
@@ -74,10 +75,36 @@ pub struct ContentPart {
 /// One chat message.
 #[derive(Clone, Debug, Deserialize)]
 pub struct ChatMessage {
-    /// `system`, `developer`, `user` or `assistant`.
+    /// `system`, `developer`, `user`, `assistant` or `tool`.
     pub role: String,
-    /// Its content.
+    /// Its content (`null` for an assistant message that only calls tools).
     pub content: Option<Content>,
+    /// Assistant: the tools it called.
+    pub tool_calls: Option<Vec<MessageToolCall>>,
+    /// Tool: the call this is the result of.
+    pub tool_call_id: Option<String>,
+}
+
+/// One call of an assistant message (`{"id", "type": "function", "function": {"name",
+/// "arguments"}}`).
+#[derive(Clone, Debug, Deserialize)]
+pub struct MessageToolCall {
+    /// The call's id.
+    pub id: Option<String>,
+    /// `function`.
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    /// The function called.
+    pub function: MessageFunctionCall,
+}
+
+/// The function of a [`MessageToolCall`].
+#[derive(Clone, Debug, Deserialize)]
+pub struct MessageFunctionCall {
+    /// The tool's name.
+    pub name: String,
+    /// Its arguments, as JSON text.
+    pub arguments: String,
 }
 
 /// The body of `/v1/chat/completions` and `/v1/completions` (one struct: most fields
@@ -134,9 +161,15 @@ pub struct GenerateRequest {
     pub best_of: Option<i64>,
     /// Not supported (refused when set).
     pub logit_bias: Option<Value>,
-    /// Not supported (refused when set).
+    /// Chat: the functions the model may call (`[{"type": "function", "function":
+    /// {"name", "description", "parameters", "strict"}}]`); see [`GenerateRequest::tool_plan`].
     pub tools: Option<Value>,
-    /// Not supported (refused when set).
+    /// Chat: `"auto"` (default with tools), `"none"`, `"required"` or `{"type":
+    /// "function", "function": {"name": …}}`.
+    pub tool_choice: Option<Value>,
+    /// Chat: whether an answer may make several calls (default true).
+    pub parallel_tool_calls: Option<bool>,
+    /// OpenAI's deprecated function calling (refused when set; use `tools`).
     pub functions: Option<Value>,
     /// `text` (the default), `json_object` (any JSON object) or `json_schema` (a JSON
     /// document valid under `json_schema.schema`): structured outputs.
@@ -214,13 +247,11 @@ impl GenerateRequest {
             v.as_ref()
                 .is_some_and(|v| !v.is_null() && v != &Value::Object(Default::default()))
         };
-        for (name, v) in [("tools", &self.tools), ("functions", &self.functions)] {
-            if set(v) {
-                return Err(ApiError::invalid_param(
-                    name,
-                    format!("{name} is not supported by lucent serve"),
-                ));
-            }
+        if set(&self.functions) {
+            return Err(ApiError::invalid_param(
+                "functions",
+                "functions (deprecated by OpenAI) is not supported by lucent serve; use tools",
+            ));
         }
         if self.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
             return Err(ApiError::invalid_param(
@@ -420,7 +451,10 @@ impl GenerateRequest {
             context_shift: false,
             special: false,
             logit_bias: self.logit_bias()?,
-            constrain: self.constraint()?,
+            constrain: match self.tool_plan()? {
+                Some(plan) if plan.offered() => plan.constraint()?,
+                _ => self.constraint()?,
+            },
         };
         if !(s.top_p > 0.0 && s.top_p <= 1.0) {
             return Err(ApiError::invalid_param(
@@ -454,10 +488,11 @@ impl GenerateRequest {
                     "system" | "developer" => "system",
                     "user" => "user",
                     "assistant" => "assistant",
+                    "tool" => "tool",
                     other => {
                         return Err(ApiError::invalid_param(
                             &format!("messages[{i}].role"),
-                            format!("role '{other}' is not supported; use system, developer, user or assistant"),
+                            format!("role '{other}' is not supported; use system, developer, user, assistant or tool"),
                         ))
                     }
                 };
@@ -480,9 +515,249 @@ impl GenerateRequest {
                         text
                     }
                 };
-                Ok(Message::new(role, &content))
+                tool_message(i, m, role, &content)
             })
             .collect()
+    }
+}
+
+// ------------------------------------------------------------------ tool calls
+
+/// A chat request's tools, checked: what the prompt lists and the answer may call.
+#[derive(Clone, Debug)]
+pub struct ToolPlan {
+    /// The tools given.
+    pub tools: Vec<Tool>,
+    /// `tool_choice`.
+    pub choice: ToolChoice,
+    /// `parallel_tool_calls`: one call or several.
+    pub parallel: bool,
+}
+
+impl ToolPlan {
+    /// Whether the tools are offered at all (written into the prompt, and the answer
+    /// read back as calls): every choice but `none`.
+    pub fn offered(&self) -> bool {
+        self.choice != ToolChoice::None
+    }
+
+    /// The grammar that holds the answer to the calls allowed (None for `none`).
+    pub fn constraint(&self) -> Result<Option<Constraint>, ApiError> {
+        tools::constraint(&self.tools, &self.choice, self.parallel)
+            .map_err(|e| ApiError::invalid_param("tool_choice", e.to_string()))
+    }
+}
+
+impl GenerateRequest {
+    /// The request's `tools`, `tool_choice` and `parallel_tool_calls`, checked (None
+    /// without tools). Errors name the field: `tools[1].function.name` for a tool
+    /// without a good name, `tool_choice` for a choice that names no tool given or comes
+    /// without tools, `response_format` when it is asked for beside tools the answer
+    /// may call. (A `parameters` schema the grammar engine cannot use is refused when
+    /// the request is planned, naming `tools[i].function.parameters`.)
+    pub fn tool_plan(&self) -> Result<Option<ToolPlan>, ApiError> {
+        let given = |v: &Option<Value>| v.as_ref().is_some_and(|v| !v.is_null());
+        if !given(&self.tools) {
+            if given(&self.tool_choice) {
+                return Err(ApiError::invalid_param(
+                    "tool_choice",
+                    "tool_choice needs tools: give the functions in \"tools\"",
+                ));
+            }
+            return Ok(None);
+        }
+        let tools = self.tool_list()?;
+        let choice = self.tool_choice(&tools)?;
+        if choice != ToolChoice::None && self.constraint()?.is_some() {
+            return Err(ApiError::invalid_param(
+                "response_format",
+                "response_format cannot be combined with tools the answer may call; use tool_choice \"none\", or drop one of them",
+            ));
+        }
+        Ok(Some(ToolPlan {
+            tools,
+            choice,
+            parallel: self.parallel_tool_calls.unwrap_or(true),
+        }))
+    }
+
+    /// `tools` as lucent's tools; errors name `tools[i]…`.
+    fn tool_list(&self) -> Result<Vec<Tool>, ApiError> {
+        let list = match &self.tools {
+            Some(Value::Array(a)) if !a.is_empty() => a,
+            _ => {
+                return Err(ApiError::invalid_param(
+                    "tools",
+                    "tools must be a non-empty list of {\"type\": \"function\", \"function\": {\"name\": ..., \"parameters\": {...}}}",
+                ))
+            }
+        };
+        let mut out: Vec<Tool> = Vec::with_capacity(list.len());
+        for (i, t) in list.iter().enumerate() {
+            let bad = |field: &str, m: String| {
+                let path = format!("tools[{i}]{field}");
+                Err(ApiError::invalid_param(&path, format!("{path}: {m}")))
+            };
+            let Some(t) = t.as_object() else {
+                return bad(
+                    "",
+                    "a tool must be an object {\"type\": \"function\", \"function\": {...}}".into(),
+                );
+            };
+            match t.get("type") {
+                None | Some(Value::Null) => {}
+                Some(Value::String(k)) if k == "function" => {}
+                Some(k) => {
+                    return bad(
+                        ".type",
+                        format!("only \"function\" tools are supported, got {k}"),
+                    )
+                }
+            }
+            let Some(f) = t.get("function").and_then(Value::as_object) else {
+                return bad(
+                    ".function",
+                    "a tool needs \"function\": {\"name\": ..., \"parameters\": {...}}".into(),
+                );
+            };
+            let name = match f.get("name") {
+                Some(Value::String(n)) => n,
+                None | Some(Value::Null) => {
+                    return bad(".function.name", "a tool needs a name".into())
+                }
+                Some(n) => {
+                    return bad(
+                        ".function.name",
+                        format!("the name must be a string, got {n}"),
+                    )
+                }
+            };
+            if let Err(e) = tools::check_name(name) {
+                return bad(".function.name", e.to_string());
+            }
+            if out.iter().any(|o| &o.name == name) {
+                return bad(".function.name", format!("two tools are named {name:?}"));
+            }
+            let description = match f.get("description") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(d)) => Some(d.as_str()),
+                Some(d) => {
+                    return bad(
+                        ".function.description",
+                        format!("must be a string, got {d}"),
+                    )
+                }
+            };
+            let parameters = match f.get("parameters") {
+                None | Some(Value::Null) => None,
+                Some(p @ Value::Object(_)) => Some(p.clone()),
+                Some(p) => {
+                    return bad(
+                        ".function.parameters",
+                        format!("must be a JSON schema (an object), got {p}"),
+                    )
+                }
+            };
+            match Tool::new(name, description, parameters) {
+                Ok(t) => out.push(t),
+                Err(e) => return bad(".function", e.to_string()),
+            }
+        }
+        Ok(out)
+    }
+
+    /// `tool_choice` over `tools` (default `auto`).
+    fn tool_choice(&self, tools: &[Tool]) -> Result<ToolChoice, ApiError> {
+        let bad = |m: String| Err(ApiError::invalid_param("tool_choice", m));
+        match &self.tool_choice {
+            None | Some(Value::Null) => Ok(ToolChoice::Auto),
+            Some(Value::String(s)) => match s.as_str() {
+                "auto" => Ok(ToolChoice::Auto),
+                "none" => Ok(ToolChoice::None),
+                "required" => Ok(ToolChoice::Required),
+                other => bad(format!("tool_choice must be \"auto\", \"none\", \"required\" or {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}, got {other:?}")),
+            },
+            Some(Value::Object(o)) => {
+                let name = o
+                    .get("function")
+                    .and_then(|f| f.get("name"))
+                    .and_then(Value::as_str);
+                match name {
+                    Some(n) if tools.iter().any(|t| t.name == n) => Ok(ToolChoice::Function(n.into())),
+                    Some(n) => bad(format!(
+                        "tool_choice names the function {n:?}, which is not one of the tools ({})",
+                        tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
+                    )),
+                    None => bad("tool_choice as an object must be {\"type\": \"function\", \"function\": {\"name\": ...}}".into()),
+                }
+            }
+            Some(v) => bad(format!("tool_choice must be a string or an object, got {v}")),
+        }
+    }
+
+    /// Completions: tools are chat's; refused by name.
+    pub fn refuse_tools(&self) -> Result<(), ApiError> {
+        for (name, set) in [
+            ("tools", self.tools.as_ref().is_some_and(|v| !v.is_null())),
+            (
+                "tool_choice",
+                self.tool_choice.as_ref().is_some_and(|v| !v.is_null()),
+            ),
+            ("parallel_tool_calls", self.parallel_tool_calls.is_some()),
+        ] {
+            if set {
+                return Err(ApiError::invalid_param(
+                    name,
+                    format!("{name} applies to chat completions (/v1/chat/completions), not to completions"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Message `i` (role `role` as lucent names it, text `content`) as the prompt writes it:
+/// an assistant's calls and a tool's result in the generic form
+/// ([`lucent::pipeline::tools`]). Errors name `messages[i]…`.
+fn tool_message(i: usize, m: &ChatMessage, role: &str, content: &str) -> Result<Message, ApiError> {
+    let calls = m.tool_calls.as_deref().unwrap_or_default();
+    if !calls.is_empty() && role != "assistant" {
+        return Err(ApiError::invalid_param(
+            &format!("messages[{i}].tool_calls"),
+            "only assistant messages carry tool_calls",
+        ));
+    }
+    match role {
+        "tool" => Ok(tools::result_message(content)),
+        "assistant" if !calls.is_empty() => {
+            let mut read = Vec::with_capacity(calls.len());
+            for (j, c) in calls.iter().enumerate() {
+                let path = |f: &str| format!("messages[{i}].tool_calls[{j}]{f}");
+                if c.kind.as_deref().is_some_and(|k| k != "function") {
+                    return Err(ApiError::invalid_param(
+                        &path(".type"),
+                        "only \"function\" calls are supported",
+                    ));
+                }
+                tools::check_name(&c.function.name)
+                    .map_err(|e| ApiError::invalid_param(&path(".function.name"), e.to_string()))?;
+                let args: Value = serde_json::from_str(&c.function.arguments).map_err(|e| {
+                    ApiError::invalid_param(
+                        &path(".function.arguments"),
+                        format!(
+                            "{}: the arguments must be JSON text: {e}",
+                            path(".function.arguments")
+                        ),
+                    )
+                })?;
+                read.push(ToolCall {
+                    name: c.function.name.clone(),
+                    arguments: args.to_string(),
+                });
+            }
+            Ok(tools::assistant_message(content, &read))
+        }
+        _ => Ok(Message::new(role, content)),
     }
 }
 

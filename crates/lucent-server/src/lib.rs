@@ -94,6 +94,9 @@ pub struct ServeOptions {
     /// What the server's log lines on stderr start with: the command the user ran
     /// (`lucent serve`, or `lucent explore` when the explorer starts this server).
     pub log_name: String,
+    /// The chat template of every decoder served: `chatml`, `gemma` or a Jinja file
+    /// (`TextModel::with_chat_template`); None: each file's own.
+    pub chat_template: Option<String>,
 }
 
 impl Default for ServeOptions {
@@ -114,6 +117,7 @@ impl Default for ServeOptions {
             max_inside_floats: 4_000_000,
             exit_after_secs: None,
             log_name: "lucent serve".into(),
+            chat_template: None,
         }
     }
 }
@@ -329,7 +333,10 @@ pub fn load_models(opts: &ServeOptions, metrics: &Metrics) -> lucent::Result<Vec
                 Err(_) => Served::Seq2Seq,
             },
             lucent::ModelKind::Decoder => {
-                let tm = model.text_model()?;
+                let tm = match &opts.chat_template {
+                    Some(spec) => Arc::new(model.text_model()?.with_chat_template(spec)?),
+                    None => model.text_model()?,
+                };
                 let ctx = match opts.ctx_size {
                     0 => tm.model.context_len().min(4096),
                     n => n.min(tm.model.context_len()),

@@ -34,6 +34,7 @@ use base64::Engine as _;
 use futures_util::StreamExt;
 use lucent::io::tokenizer::Tokenizer;
 use lucent::pipeline::generate::TokenLogprob;
+use lucent::pipeline::tools::{self, Tool, ToolCall};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
@@ -209,6 +210,8 @@ struct Plan {
     stream: bool,
     include_usage: bool,
     inside: bool,
+    /// Chat with tools offered: the answers are read back as calls where they are.
+    tools: Option<Vec<Tool>>,
 }
 
 async fn chat(State(st): St, body: Body) -> Response {
@@ -227,7 +230,11 @@ async fn chat_inner(st: Arc<AppState>, body: Body) -> Result<Response, ApiError>
     }
     let (name, engine) = st.decoder(req.model.as_deref())?;
     let (name, engine) = (name.to_string(), engine.clone());
-    let messages = req.conversation()?;
+    let mut messages = req.conversation()?;
+    let tools = req.tool_plan()?.filter(|p| p.offered()).map(|p| p.tools);
+    if let Some(t) = &tools {
+        messages = lucent::pipeline::tools::with_tools(&messages, t);
+    }
     let logprobs = req.chat_logprobs()?;
     let tm = engine.model().clone();
     let ids = blocking(move || tm.encode_chat(&messages)).await?;
@@ -243,6 +250,7 @@ async fn chat_inner(st: Arc<AppState>, body: Body) -> Result<Response, ApiError>
         stream: req.streaming(),
         include_usage: req.include_usage(),
         inside: req.lucent.as_ref().is_some_and(|l| l.wants_view()),
+        tools,
     };
     generate(&st, &engine, &req, plan).await
 }
@@ -255,6 +263,7 @@ async fn completions_inner(st: Arc<AppState>, body: Body) -> Result<Response, Ap
     st.accepting()?;
     let req: GenerateRequest = api::parse(&read_body(body, st.opts.max_body).await?)?;
     req.refuse_unsupported()?;
+    req.refuse_tools()?;
     if req.messages.is_some() {
         return Err(ApiError::invalid_param(
             "messages",
@@ -309,6 +318,7 @@ async fn completions_inner(st: Arc<AppState>, body: Body) -> Result<Response, Ap
         stream: req.streaming(),
         include_usage: req.include_usage(),
         inside: req.lucent.as_ref().is_some_and(|l| l.wants_view()),
+        tools: None,
     };
     generate(&st, &engine, &req, plan).await
 }
@@ -334,6 +344,7 @@ async fn generate(
             .map_err(|e| e.with_param("response_format"))?;
     }
     let edits = request_interventions(engine, req).await?;
+    check_tool_schemas(engine, req, plan.tools.as_deref()).await?;
     let mut jobs = Vec::new();
     for (p, ids) in plan.prompts.iter().enumerate() {
         if ids.is_empty() {
@@ -530,12 +541,15 @@ async fn collect(
         .enumerate()
         .map(|(i, c)| {
             let mut v = match plan.flavor {
-                Flavor::Chat => json!({
-                    "index": i,
-                    "message": {"role": "assistant", "content": c.text, "refusal": null},
-                    "logprobs": plan.logprobs.map(|_| json!({"content": chat_logprobs(tok.as_ref(), &c.logprobs), "refusal": null})),
-                    "finish_reason": c.finish,
-                }),
+                Flavor::Chat => {
+                    let (message, finish) = chat_message(&c.text, c.finish, plan.tools.as_deref());
+                    json!({
+                        "index": i,
+                        "message": message,
+                        "logprobs": plan.logprobs.map(|_| json!({"content": chat_logprobs(tok.as_ref(), &c.logprobs), "refusal": null})),
+                        "finish_reason": finish,
+                    })
+                }
                 Flavor::Completion => {
                     let echo = plan.echo.get(i / plan.n).map_or("", String::as_str);
                     json!({
@@ -584,6 +598,8 @@ fn stream(
         offsets: Vec<usize>,
         /// Whether a choice has had its first chunk.
         started: Vec<bool>,
+        /// Chat with tools: each choice's text while it may be calls.
+        calls: Vec<CallStream>,
         ended: bool,
     }
     let total = plan.prompts.len() * plan.n;
@@ -592,6 +608,7 @@ fn stream(
             .map(|i| plan.echo.get(i / plan.n).map_or(0, String::len))
             .collect(),
         started: vec![false; total],
+        calls: (0..total).map(|_| CallStream::default()).collect(),
         left: total,
         completion: 0,
         ended: false,
@@ -665,8 +682,17 @@ fn stream(
                     out.push(chunk(&s, c));
                 }
                 Event::Step { text, logprob, inside, .. } => {
+                    let (text, calls) = match &s.plan.tools {
+                        Some(t) => s.calls[i].feed(&text, t),
+                        None => (text, Vec::new()),
+                    };
                     if text.is_empty() && logprob.is_none() && inside.is_none() {
-                        continue;
+                        if calls.is_empty() {
+                            continue;
+                        }
+                        let from = s.calls[i].sent - calls.len();
+                        out.extend(call_chunks(i, from, &calls).into_iter().map(|c| chunk(&s, c)));
+                        return Some((out, s));
                     }
                     let lps: Vec<TokenLogprob> = logprob.into_iter().collect();
                     let mut c = match flavor {
@@ -689,10 +715,24 @@ fn stream(
                         c["lucent"] = json!({"generated": [v]});
                     }
                     out.push(chunk(&s, c));
+                    let from = s.calls[i].sent - calls.len();
+                    out.extend(call_chunks(i, from, &calls).into_iter().map(|c| chunk(&s, c)));
                 }
                 Event::Done { finish_reason, completion_tokens, .. } => {
                     s.left -= 1;
                     s.completion += completion_tokens;
+                    let mut finish_reason = finish_reason;
+                    if let Some(t) = &s.plan.tools {
+                        let (rest, calls, were_calls) = s.calls[i].finish(t);
+                        if !rest.is_empty() {
+                            out.push(chunk(&s, json!({"index": i, "delta": {"content": rest}, "logprobs": null, "finish_reason": null})));
+                        }
+                        let from = s.calls[i].sent - calls.len();
+                        out.extend(call_chunks(i, from, &calls).into_iter().map(|c| chunk(&s, c)));
+                        if were_calls && finish_reason == "stop" {
+                            finish_reason = "tool_calls";
+                        }
+                    }
                     let c = match flavor {
                         Flavor::Chat => json!({"index": i, "delta": {}, "logprobs": null, "finish_reason": finish_reason}),
                         Flavor::Completion => json!({"index": i, "text": "", "logprobs": null, "finish_reason": finish_reason}),
@@ -710,6 +750,153 @@ fn stream(
     })
     .flat_map(|v| futures_util::stream::iter(v.into_iter().map(Ok::<_, Infallible>)));
     Sse::new(events).into_response()
+}
+
+// ------------------------------------------------------------------ tool calls
+
+/// A `parameters` schema the grammar engine cannot use is the request's fault: found
+/// before anything is queued, naming `tools[i].function.parameters`.
+async fn check_tool_schemas(
+    engine: &Arc<Engine>,
+    req: &GenerateRequest,
+    tools: Option<&[Tool]>,
+) -> Result<(), ApiError> {
+    let Some(tools) = tools else {
+        return Ok(());
+    };
+    for (i, t) in tools.iter().enumerate() {
+        let tm = engine.model().clone();
+        let c = lucent::pipeline::Constraint::JsonSchema(t.parameters.clone());
+        blocking(move || tm.compile(&c).map(drop))
+            .await
+            .map_err(|e| e.with_param(&format!("tools[{i}].function.parameters")))?;
+    }
+    // The whole grammar too (each schema compiles, so this one should).
+    if let Some(c) = req
+        .tool_plan()?
+        .map(|p| p.constraint())
+        .transpose()?
+        .flatten()
+    {
+        let tm = engine.model().clone();
+        blocking(move || tm.compile(&c).map(drop))
+            .await
+            .map_err(|e| e.with_param("tools"))?;
+    }
+    Ok(())
+}
+
+/// OpenAI's `tool_calls` entries for `calls` (each with a fresh `call_…` id).
+fn tool_calls_json(calls: &[ToolCall]) -> Value {
+    calls
+        .iter()
+        .map(|c| json!({"id": tools::call_id(), "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
+        .collect()
+}
+
+/// A chat answer's `message` and `finish_reason`: with tools offered and a text that
+/// is calls, `content: null`, the `tool_calls` and `finish_reason: "tool_calls"`;
+/// otherwise the text as content.
+fn chat_message(
+    text: &str,
+    finish: Option<&'static str>,
+    offered: Option<&[Tool]>,
+) -> (Value, Option<&'static str>) {
+    if let Some(calls) = offered.and_then(|t| tools::parse_calls(text, t)) {
+        let finish = if finish == Some("stop") {
+            Some("tool_calls")
+        } else {
+            finish
+        };
+        return (
+            json!({"role": "assistant", "content": null, "refusal": null, "tool_calls": tool_calls_json(&calls)}),
+            finish,
+        );
+    }
+    (
+        json!({"role": "assistant", "content": text, "refusal": null}),
+        finish,
+    )
+}
+
+/// The stream chunks' choices of calls `from..` of choice `i`: for each call, one
+/// delta with its id, name and empty arguments, then one with the arguments (clients
+/// join the pieces of a call by its `index`).
+fn call_chunks(i: usize, from: usize, calls: &[ToolCall]) -> Vec<Value> {
+    let mut out = Vec::with_capacity(2 * calls.len());
+    for (k, c) in calls.iter().enumerate() {
+        let index = from + k;
+        out.push(json!({"index": i, "delta": {"tool_calls": [{"index": index, "id": tools::call_id(), "type": "function",
+            "function": {"name": c.name, "arguments": ""}}]}, "logprobs": null, "finish_reason": null}));
+        out.push(json!({"index": i, "delta": {"tool_calls": [{"index": index,
+            "function": {"arguments": c.arguments}}]}, "logprobs": null, "finish_reason": null}));
+    }
+    out
+}
+
+/// A streamed chat choice's text while tools are offered: held while it may still be
+/// calls (it is a prefix of `<tool_call>`, or starts with one), sent as content as soon
+/// as it cannot be; each call is sent when its closing tag arrives.
+#[derive(Default)]
+struct CallStream {
+    /// Text not sent yet.
+    held: String,
+    /// The answer is text: pieces go out as they come.
+    text: bool,
+    /// Calls sent so far.
+    sent: usize,
+}
+
+impl CallStream {
+    /// Take a step's text: what to send as content now, and the calls completed now.
+    fn feed(&mut self, piece: &str, offered: &[Tool]) -> (String, Vec<ToolCall>) {
+        if self.text {
+            return (piece.to_string(), Vec::new());
+        }
+        self.held.push_str(piece);
+        let t = self.held.trim_start();
+        if t.starts_with(tools::CALL_OPEN) {
+            let done = t
+                .rfind(tools::CALL_CLOSE)
+                .and_then(|end| tools::parse_calls(&t[..end + tools::CALL_CLOSE.len()], offered));
+            return match done {
+                Some(calls) if calls.len() > self.sent => {
+                    let new = calls[self.sent..].to_vec();
+                    self.sent = calls.len();
+                    (String::new(), new)
+                }
+                _ => (String::new(), Vec::new()),
+            };
+        }
+        if tools::CALL_OPEN.starts_with(t) {
+            return (String::new(), Vec::new());
+        }
+        self.text = true;
+        (std::mem::take(&mut self.held), Vec::new())
+    }
+
+    /// At the end: text still to send, the calls not sent yet, and whether the answer
+    /// was calls (as [`chat_message`] reads the whole text).
+    fn finish(&mut self, offered: &[Tool]) -> (String, Vec<ToolCall>, bool) {
+        if self.text {
+            return (String::new(), Vec::new(), false);
+        }
+        match tools::parse_calls(&self.held, offered) {
+            Some(calls) => {
+                let new = calls.get(self.sent..).unwrap_or_default().to_vec();
+                self.sent = calls.len();
+                (String::new(), new, true)
+            }
+            None => {
+                // Not calls after all (cut short): what was not sent as a call is text.
+                let rest = match self.held.rfind(tools::CALL_CLOSE) {
+                    Some(end) if self.sent > 0 => &self.held[end + tools::CALL_CLOSE.len()..],
+                    _ => &self.held,
+                };
+                (rest.to_string(), Vec::new(), false)
+            }
+        }
+    }
 }
 
 // ------------------------------------------------------------------ embeddings

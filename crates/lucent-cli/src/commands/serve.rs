@@ -54,6 +54,9 @@ pub struct Args {
     /// Stop by itself after this many seconds, draining as at SIGTERM [default: none, run until stopped].
     #[arg(long, value_name = "SECS", value_parser = non_negative)]
     pub exit_after: Option<f64>,
+    /// The chat template of every decoder served: a Jinja file, or the built-in `chatml` or `gemma` [default: each file's own].
+    #[arg(long, value_name = "FILE|chatml|gemma")]
+    pub chat_template: Option<String>,
 }
 
 /// Run `lucent serve` until SIGTERM or Ctrl-C.
@@ -74,5 +77,6 @@ pub fn run(args: Args) -> Result<()> {
         max_inside_floats: args.max_inside_floats,
         exit_after_secs: args.exit_after,
         log_name: "lucent serve".into(),
+        chat_template: args.chat_template,
     })
 }

@@ -12,6 +12,7 @@ pub mod generate;
 pub mod generator;
 pub mod inspect;
 pub mod perplexity;
+pub mod tools;
 #[cfg(feature = "train")]
 pub mod trained;
 pub mod transcribe;
