@@ -64,9 +64,15 @@ fn every_fuzz_finding_stays_fixed() {
     println!("{n} findings replayed");
 }
 
-/// The GGUF test benches' files (every family, every pre-tokenizer): whole models the
+/// The GGUF test benches' files (every family, pre-tokenizer, low-bit block type and
+/// mixture of experts): whole models the
 /// `gguf` target's body takes apart without a panic.
-const GGUF_BENCHES: [&str; 2] = ["tests/data/gguf_families", "tests/data/gguf_tokenizers"];
+const GGUF_BENCHES: [&str; 4] = [
+    "tests/data/gguf_families",
+    "tests/data/gguf_tokenizers",
+    "tests/data/gguf_quants",
+    "tests/data/gguf_moe",
+];
 
 #[test]
 fn every_bench_gguf_passes_the_gguf_target() {
