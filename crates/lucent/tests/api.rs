@@ -275,21 +275,32 @@ fn a_trained_seq2seq_shows_cross_attention_through_the_trace() {
 fn gguf_metadata_that_changes_the_arithmetic_is_refused_by_name() {
     use lucent::io::gguf::{GgufValue, GgufWriter};
     let dir = scratch("gguf");
-    for (key, value) in [
+    // Each case: the key that must be named, its value, and keys it needs beside it
+    // (shared experts are refused only in a file that has experts).
+    for (key, value, beside) in [
         (
             "llama.rope.scaling.type",
             GgufValue::String("longrope".into()),
+            None,
         ),
         (
             "llama.rope.scaling.yarn_log_multiplier",
             GgufValue::F32(0.1),
+            None,
         ),
-        ("llama.final_logit_softcapping", GgufValue::F32(30.0)),
-        ("llama.expert_count", GgufValue::U32(8)),
+        ("llama.final_logit_softcapping", GgufValue::F32(30.0), None),
+        (
+            "llama.expert_shared_count",
+            GgufValue::U32(2),
+            Some(("llama.expert_count", GgufValue::U32(8))),
+        ),
     ] {
         let mut w = GgufWriter::new();
         w.add("general.architecture", GgufValue::String("llama".into()));
         w.add(key, value);
+        if let Some((k, v)) = beside {
+            w.add(k, v);
+        }
         let p = dir.join("m.gguf");
         w.write(&p).unwrap();
         let e = lucent::model::DecoderModel::load_gguf(&p)

@@ -410,7 +410,8 @@ pub(crate) fn read_experts(
     refuse_keys(f, arch, UNSUPPORTED_EXPERT_KEYS, &[])?;
     let refuse = |key: &str, what: &str, value: &GgufValue| {
         Err(Error::Config(format!(
-            "{}: {} = {} asks for {what}, which lucent does not implement;              it refuses the file rather than compute something else than the model's authors did",
+            "{}: {} = {} asks for {what}, which lucent does not implement; it refuses the file \
+             rather than compute something else than the model's authors did",
             f.path().display(),
             k(key),
             value.describe()
