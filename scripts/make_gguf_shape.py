@@ -24,27 +24,14 @@ import numpy as np
 import gguf
 from gguf import GGMLQuantizationType as Q
 
+from make_gguf_families import byte_chars  # GPT-2's byte → character table
+
 SHAPES = {
     "qwen3-0.6b": dict(arch="qwen3", d=1024, layers=28, heads=16, kv=8, hd=128, ff=3072,
                        vocab=151936, experts=0, used=0),
     "qwen3moe-a3b-8": dict(arch="qwen3moe", d=2048, layers=8, heads=32, kv=4, hd=128, ff=768,
                            vocab=151936, experts=128, used=8),
 }
-
-
-def byte_chars():
-    """GPT-2's byte → printable character table (bytes_to_unicode)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) \
-        + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    table = dict(zip(bs, cs))
-    return [chr(table[b]) for b in range(256)]
 
 
 def main():

@@ -36,6 +36,8 @@ import gguf
 
 import llama_cpp
 
+from make_gguf_families import byte_chars  # GPT-2's byte → character table
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MERGES = 900
 
@@ -50,21 +52,6 @@ PRE = [
 ]
 
 WHOLE_WORDS = [" World", "Hello", " Transformer", "123", "!!!", " the", " Мир", "世界", " 😀"]
-
-
-def byte_chars():
-    """GPT-2's byte → printable character table (bytes_to_unicode)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) \
-        + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    table = dict(zip(bs, cs))
-    return [chr(table[b]) for b in range(256)]
 
 
 def learn_merges(text, n):

@@ -27,9 +27,12 @@ use lucent::model::config::PositionKind;
 use lucent::model::family::{gguf_family, GgufWeights, NameTable, Param};
 use lucent::model::DecoderModel;
 use lucent::ops::RopeScaling;
-use lucent::pipeline::generate::argmax;
-use lucent::{ModelConfig, Numerics, Runtime};
+use lucent::{ModelConfig, Numerics};
 use serde::Deserialize;
+
+#[path = "common/gguf_bench.rs"]
+mod gguf_bench;
+use gguf_bench::{greedy, on_threads, Case};
 
 #[derive(Deserialize)]
 struct Reference {
@@ -42,14 +45,6 @@ struct File {
     cases: Vec<Case>,
 }
 
-#[derive(Deserialize)]
-struct Case {
-    prompt_ids: Vec<u32>,
-    /// Thread count → the logits after the prompt, as f32 bit patterns.
-    logits_bits: BTreeMap<String, Vec<u32>>,
-    greedy_ids: Vec<u32>,
-}
-
 fn data_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/gguf_families")
 }
@@ -57,35 +52,6 @@ fn data_dir() -> PathBuf {
 fn reference() -> Reference {
     let text = std::fs::read_to_string(data_dir().join("reference.json")).expect("reference");
     serde_json::from_str(&text).expect("reference json")
-}
-
-/// The logits after the prompt and the greedy tokens that follow, as `generate` runs
-/// them at temperature 0 (without its stop at EOS).
-fn greedy(model: &DecoderModel, prompt: &[u32], n: usize) -> (Vec<f32>, Vec<u32>) {
-    let mut cache = model.new_cache(prompt.len() + n);
-    let first = model
-        .forward(prompt, Some(&mut cache), true, None)
-        .expect("prompt")
-        .into_vec();
-    let mut row = first.clone();
-    let mut ids = Vec::with_capacity(n);
-    for _ in 0..n {
-        let id = argmax(&row);
-        ids.push(id);
-        row = model
-            .forward(&[id], Some(&mut cache), true, None)
-            .expect("decode step")
-            .into_vec();
-    }
-    (first, ids)
-}
-
-fn on_threads<T: Send>(threads: usize, f: impl FnOnce() -> T + Send) -> T {
-    Runtime::builder()
-        .threads(threads)
-        .build()
-        .expect("runtime")
-        .install(f)
 }
 
 /// `arch`'s file, opened through `lucent::open`, equals llama.cpp at 1 and 2 threads.
