@@ -238,3 +238,40 @@ fn cached_decoding_equals_the_full_forward() {
     }
     assert!(worst < 1e-4, "cached vs full logits differ by {worst}");
 }
+
+/// Sampled decoding (the temperature fallback's windows) draws through the one
+/// `Sampler` of every decoding loop: a seed gives the same tokens twice, a different
+/// seed at T = 1 gives other tokens, every drawn token is one Whisper's rules allow
+/// (its log-probability is finite), and at a temperature near 0 the draws are the
+/// greedy tokens (softmax(z / T) puts all its mass on the argmax).
+#[test]
+fn sampled_windows_draw_through_the_one_sampler() {
+    use rand::SeedableRng;
+    let r = reference();
+    let m = &r.models["whisper-tiny.en"];
+    let t = transcriber("whisper-tiny.en");
+    let clip = &m.clips["01"];
+    let memory = memory_of(&t, "01");
+    let prompt = &clip.notimestamps.prompt;
+    let decode = |temperature: f32, seed: u64| {
+        let opts = DecodeOptions {
+            timestamps: false,
+            temperature,
+            ..DecodeOptions::default()
+        };
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        t.decode_window(&memory, prompt, &opts, &mut rng).unwrap()
+    };
+    let a = decode(1.0, 7);
+    let b = decode(1.0, 7);
+    assert_eq!(a.tokens, b.tokens, "the same seed draws the same tokens");
+    assert!(a.sum_logprob.is_finite(), "a drawn token the rules ban");
+    let others: Vec<Vec<u32>> = (8..12).map(|s| decode(1.0, s).tokens).collect();
+    assert!(
+        others.iter().any(|o| *o != a.tokens),
+        "five seeds at T = 1 drew the same {} tokens",
+        a.tokens.len()
+    );
+    let cold = decode(1e-4, 3);
+    assert_eq!(cold.tokens, clip.notimestamps.ids, "T → 0 draws the greedy ids");
+}

@@ -953,11 +953,27 @@ impl Decoding {
     }
 }
 
+/// log Σ exp(z) of `logits`: the largest z plus the log of the exps' sum taken in f64
+/// (−∞ when every z is −∞). Every decoding loop's log-probabilities (the `logprobs` of
+/// generation and the server, Whisper's scores and beam search) use this one.
+pub fn logsumexp(logits: &[f32]) -> f32 {
+    let zmax = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    if zmax == f32::NEG_INFINITY {
+        return zmax;
+    }
+    let sum: f64 = logits.iter().map(|&z| ((z - zmax) as f64).exp()).sum();
+    zmax + sum.ln() as f32
+}
+
+/// log softmax of `logits`: z − [`logsumexp`]`(z)` for each (−∞ stays −∞).
+pub fn log_softmax(logits: &[f32]) -> Vec<f32> {
+    let lse = logsumexp(logits);
+    logits.iter().map(|&z| z - lse).collect()
+}
+
 /// log Σ exp(z) of `logits` and the `k` most likely tokens as (id, log p).
 fn logprobs_of(logits: &[f32], k: usize) -> (f32, Vec<(u32, f32)>) {
-    let zmax = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f64 = logits.iter().map(|&z| ((z - zmax) as f64).exp()).sum();
-    let lse = zmax + sum.ln() as f32;
+    let lse = logsumexp(logits);
     let top = top_logits(logits, k)
         .into_iter()
         .map(|(id, z)| (id, z - lse))

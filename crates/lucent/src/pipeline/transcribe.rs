@@ -40,6 +40,7 @@ use crate::io::tokenizer::HfTokenizer;
 use crate::model::family::whisper;
 use crate::model::EncoderDecoderModel;
 use crate::nn::KvCache;
+use crate::pipeline::generate::{log_softmax, logsumexp, Sampler, Sampling};
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
@@ -314,35 +315,6 @@ impl std::fmt::Debug for Transcriber {
             .field("multilingual", &self.is_multilingual())
             .finish()
     }
-}
-
-/// `log_softmax` of a row, in f64 sums (−∞ stays −∞).
-fn log_softmax(row: &[f32]) -> Vec<f32> {
-    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f64 = row.iter().map(|&x| f64::from((x - max).exp())).sum();
-    let lse = max + sum.ln() as f32;
-    row.iter().map(|&x| x - lse).collect()
-}
-
-/// log Σ exp of a row.
-fn logsumexp(row: &[f32]) -> f32 {
-    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    if max == f32::NEG_INFINITY {
-        return max;
-    }
-    let sum: f64 = row.iter().map(|&x| f64::from((x - max).exp())).sum();
-    max + sum.ln() as f32
-}
-
-/// The index of the largest value (the first of equals).
-fn argmax(row: &[f32]) -> usize {
-    let mut best = 0;
-    for (i, &x) in row.iter().enumerate() {
-        if x > row[best] {
-            best = i;
-        }
-    }
-    best
 }
 
 /// Bytes of `text` over bytes of its zlib compression (Whisper's repetition measure).
@@ -663,25 +635,20 @@ impl Transcriber {
             mut logits,
             mut sum_logprob,
         } = start;
+        // The one sampler of every decoding loop (`pipeline::generate`): greedy at T = 0,
+        // else a draw from softmax(z / T) over every token Whisper's rules leave (no
+        // top-k / top-p / min-p: Whisper samples from the whole distribution), seeded
+        // from the transcription's RNG so that a seed gives the same transcript.
+        let sampling = Sampling {
+            temperature: opts.temperature,
+            seed: rng.random(),
+            ..Sampling::greedy()
+        };
+        let mut sampler = Sampler::new(&sampling)?;
         for _ in 0..max_tokens {
             self.apply_rules(&mut logits, &tokens, opts);
             let lp = log_softmax(&logits);
-            let next = if opts.temperature > 0.0 {
-                let scaled: Vec<f32> = logits.iter().map(|&x| x / opts.temperature).collect();
-                let p: Vec<f32> = log_softmax(&scaled).iter().map(|l| l.exp()).collect();
-                let mut u: f32 = rng.random();
-                let mut pick = argmax(&p);
-                for (i, &pi) in p.iter().enumerate() {
-                    if u < pi {
-                        pick = i;
-                        break;
-                    }
-                    u -= pi;
-                }
-                pick
-            } else {
-                argmax(&logits)
-            };
+            let next = sampler.sample(&mut logits, &tokens)? as usize;
             sum_logprob += lp[next];
             let next = next as u32;
             if next == self.tokens.eot {
