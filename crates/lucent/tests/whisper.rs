@@ -273,5 +273,8 @@ fn sampled_windows_draw_through_the_one_sampler() {
         a.tokens.len()
     );
     let cold = decode(1e-4, 3);
-    assert_eq!(cold.tokens, clip.notimestamps.ids, "T → 0 draws the greedy ids");
+    assert_eq!(
+        cold.tokens, clip.notimestamps.ids,
+        "T → 0 draws the greedy ids"
+    );
 }

@@ -719,7 +719,8 @@ fn f16_matvec_equals_the_widened_f32_one_bit_for_bit() {
 
 /// The fused kernel's causal path: each query row of a prompt gives the same bits as
 /// that query alone over its visible prefix of the key store (a decode step after a
-/// KV cache), on every level, in blocks of any size: causal attention could be served by
+/// KV cache), and as part of a later piece of the prompt (a prefill in pieces), on every
+/// level, in blocks of any size: causal attention could be served by
 /// it without cached decoding drifting from the full forward.
 #[test]
 fn fused_causal_rows_equal_their_decode_steps() {
@@ -734,21 +735,33 @@ fn fused_causal_rows_equal_their_decode_steps() {
                 ..AttentionParams::new(d)
             };
             let all = attention::fused(&q, &k, &v, &full).unwrap().output; // (1, h, t, d)
-            for i in [0, 1, t / 2, t - 1] {
+                                                                           // (i0, i1): the queries i0..i1 over the keys 0..i1: one decode step after a
+                                                                           // cache of i0 positions (i1 = i0 + 1), or a prompt's later piece (a prefill in
+                                                                           // pieces through the cache).
+            let (half, last) = (t / 2, t - 1);
+            for (i0, i1) in [
+                (0, 1),
+                (1, 2),
+                (half, half + 1),
+                (last, t),
+                (1, half),
+                (half, t),
+            ] {
+                let n = i1 - i0;
                 let step = AttentionParams {
-                    kv_len: Some(i + 1),
+                    kv_len: Some(i1),
                     ..full
                 };
-                let qi = q.narrow(2, i, 1).unwrap(); // (1, h, 1, d)
-                let one = attention::fused(&qi, &k, &v, &step).unwrap().output; // (1, h, 1, d)
+                let qi = q.narrow(2, i0, n).unwrap(); // (1, h, n, d)
+                let got = attention::fused(&qi, &k, &v, &step).unwrap().output; // (1, h, n, d)
                 for hi in 0..h {
-                    let want = &all.data()[(hi * t + i) * d..][..d];
-                    let got = &one.data()[hi * d..][..d];
+                    let want = &all.data()[(hi * t + i0) * d..][..n * d];
+                    let got = &got.data()[hi * n * d..][..n * d];
                     assert!(
                         want.iter()
                             .zip(got)
                             .all(|(a, b)| a.to_bits() == b.to_bits()),
-                        "h={h} t={t} d={d}: row {i} of head {hi} differs as a decode step"
+                        "h={h} t={t} d={d}: rows {i0}..{i1} of head {hi} differ over a cache of {i0}"
                     );
                 }
             }

@@ -14,6 +14,19 @@ use crate::tensor::tape::{needs_grad, record};
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
+/// The index of the largest value of `row` (the first of equal ones; 0 for an empty
+/// row): the limit T → 0 of softmax(x / T), greedy decoding's choice. Every greedy loop
+/// (generation, the server, Whisper, trained encoder-decoders) picks with this one.
+pub fn argmax(row: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &v) in row.iter().enumerate() {
+        if v > row[best] {
+            best = i;
+        }
+    }
+    best
+}
+
 /// Elements below which a softmax stays on one thread.
 const PARALLEL_MIN: usize = 1 << 16;
 

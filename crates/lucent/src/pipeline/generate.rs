@@ -616,15 +616,10 @@ pub fn distribution(params: &Sampling, logits: &[f32]) -> Result<Vec<(u32, f32)>
     Ok(cand.into_iter().map(|(p, id)| (id, p / total)).collect())
 }
 
-/// The index of the largest logit (the first, on ties).
+/// The index of the largest logit (the first, on ties): [`crate::ops::softmax::argmax`]
+/// as a token id.
 pub fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in logits.iter().enumerate() {
-        if v > logits[best] {
-            best = i;
-        }
-    }
-    best as u32
+    crate::ops::softmax::argmax(logits) as u32
 }
 
 /// The `k` largest logits as (id, logit), largest first.

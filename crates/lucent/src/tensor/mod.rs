@@ -585,23 +585,13 @@ impl Tensor {
             .fold(0.0, f32::max))
     }
 
-    /// The index of the largest element of each row (last dimension).
+    /// The index of the largest element of each row (last dimension; the first of equal
+    /// ones: [`crate::ops::softmax::argmax`]).
     pub fn argmax_rows(&self) -> Vec<usize> {
         let d = self.last_dim().max(1);
         self.data()
             .chunks(d)
-            .map(|row| {
-                row.iter()
-                    .enumerate()
-                    .fold((0, f32::NEG_INFINITY), |(bi, bv), (i, &v)| {
-                        if v > bv {
-                            (i, v)
-                        } else {
-                            (bi, bv)
-                        }
-                    })
-                    .0
-            })
+            .map(crate::ops::softmax::argmax)
             .collect()
     }
 }
