@@ -1064,6 +1064,37 @@ fn explorer_interventions() {
         );
     }
     screenshot(&tab, "patch");
+    // Texts of different lengths: the page says so (and sweeps nothing); the route is a
+    // 400 naming `corrupt`.
+    const LONGER: &str = "The Colosseum in Rome is in";
+    open(
+        &tab,
+        &format!(
+            "{}/?model=smollm2&text={}&view=patch&corrupt={}",
+            server.url,
+            enc(EIFFEL),
+            enc(LONGER)
+        ),
+    );
+    let said = eval(
+        &tab,
+        "document.getElementById('patch-progress').textContent",
+    );
+    assert!(
+        said.as_str()
+            .is_some_and(|m| m.contains("same number of tokens")),
+        "{said}"
+    );
+    let (code, body) = server.status(&format!(
+        "/explore/api/patch?model=smollm2&text={}&corrupt={}",
+        enc(EIFFEL),
+        enc(LONGER)
+    ));
+    assert_eq!(
+        (code, &body["error"]["param"]),
+        (400, &Value::from("corrupt")),
+        "{body}"
+    );
 
     // 3. The steering view against lucent steer.
     const YOU: &str = "I think that you are";

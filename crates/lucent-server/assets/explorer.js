@@ -896,6 +896,13 @@
       el("div", { class: "ablate-bar" }, el("label", {}, "corrupted text ", textInput("corrupt", "corrupt", "e.g. The Colosseum is in")), " ",
         el("label", {}, "target ", textInput("patch-target", "target", "the clean run's top token")), " ", el("label", {}, "point ", hook)));
     if (!state.corrupt) { v.append(el("p", {}, "Type a corrupted text (as many tokens as the clean one) and press Enter.")); current = null; return; }
+    const ct = await api("tokens", Object.assign(baseParams(), { text: state.corrupt }));
+    if (seq !== renderSeq) return;
+    if (ct.tokens.length !== tokens.length) {
+      v.append(el("p", { id: "patch-progress", class: "error" }, "the corrupted text is " + ct.tokens.length + " tokens (" + ct.tokens.map((t) => label(t.text)).join(" | ") + ") and the clean text " + tokens.length + ": patching copies position by position, so give texts of the same number of tokens"));
+      current = null;
+      return;
+    }
     const prog = el("p", { id: "patch-progress", class: "muted" }, "starting the sweep …");
     v.append(prog);
     let polling = true;
