@@ -911,3 +911,233 @@ fn json_ids(v: &Value) -> Vec<u64> {
         .map(|e| e.as_u64().unwrap())
         .collect()
 }
+
+/// `lucent ARGS... --json` (with `-m smollm2`): its JSON.
+fn cli_json(args: &[&str]) -> Value {
+    let out = Command::new(lucent())
+        .current_dir(root())
+        .args(args)
+        .args(["-m", "smollm2", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "lucent {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Interventions in the page, on SmolLM2 (docs/interventions.md): in the model view's
+/// ablate mode a click on head 23.4 zero-ablates it, and the next-token table shows, side
+/// by side, the clean run's and the ablated run's probabilities: the top tokens' equal
+/// `exp(logprob)` of `lucent ablate --heads 23.4 --target TOKEN --json` (ablated) and
+/// of its `plain_logprob` (clean) to 4 decimals, and the ablated run's top token is the
+/// CLI's `top_token`. The patching view's every cell equals `lucent patch --json`'s
+/// log-probability and restored share to 4 decimals; the steering view's continuations
+/// equal `lucent steer --from "A|B" --scale C --json`'s, character for character. A bad
+/// `iv=` is a 400 naming `iv` and the field. No console errors; each view photographed.
+#[test]
+fn explorer_interventions() {
+    const EIFFEL: &str = "The Eiffel Tower is in";
+    let server = Server::start(&["smollm2"]);
+    let (code, body) = server.status(&format!(
+        "/explore/api/distribution?model=smollm2&text={}&iv={}",
+        enc(EIFFEL),
+        enc(r#"[{"hook":"blocks.5.attn.hook_z","op":"zero","head":99}]"#)
+    ));
+    assert_eq!(code, 400, "{body}");
+    assert_eq!(body["error"]["param"], "iv", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("head")),
+        "{body}"
+    );
+    let b = browser();
+    let (tab, errors) = watched_tab(&b);
+
+    // 1. Click a head in ablate mode.
+    open(
+        &tab,
+        &format!(
+            "{}/?model=smollm2&text={}&view=model&abmode=1",
+            server.url,
+            enc(EIFFEL)
+        ),
+    );
+    eval(
+        &tab,
+        "document.querySelector('canvas.thumb[data-layer=\"23\"][data-head=\"4\"]').click(); true",
+    );
+    wait_for(
+        &tab,
+        "!!document.getElementById('ablate-table')",
+        "the ablation table",
+    );
+    wait_ready(&tab);
+    let url = eval(&tab, "location.search");
+    assert!(
+        url.as_str().is_some_and(|u| u.contains("ablate=23.4")),
+        "{url}"
+    );
+    let rows: Vec<Value> = serde_json::from_str(
+        eval(
+            &tab,
+            "JSON.stringify(Array.from(document.querySelectorAll('#ablate-table tr[data-id]')).map(r => ({id: +r.dataset.id, text: r.dataset.text, clean: Array.from(r.cells)[2].textContent, ablated: Array.from(r.cells)[3].textContent, pa: +r.dataset.ablated})))",
+        )
+        .as_str()
+        .unwrap(),
+    )
+    .unwrap();
+    let mut by_ablated: Vec<&Value> = rows
+        .iter()
+        .filter(|r| !r["ablated"].as_str().unwrap().starts_with('<'))
+        .collect();
+    by_ablated.sort_by(|x, y| {
+        y["pa"]
+            .as_f64()
+            .unwrap()
+            .total_cmp(&x["pa"].as_f64().unwrap())
+    });
+    assert!(by_ablated.len() >= 3, "{rows:?}");
+    for (rank, r) in by_ablated.iter().take(3).enumerate() {
+        let tok = r["text"].as_str().unwrap();
+        let j = cli_json(&["ablate", EIFFEL, "--heads", "23.4", "--target", tok]);
+        assert_eq!(j["target_id"], r["id"], "{tok:?}");
+        let want_ablated = j["results"][0]["logprob"].as_f64().unwrap().exp();
+        let want_clean = j["plain_logprob"].as_f64().unwrap().exp();
+        let shown: f64 = r["ablated"].as_str().unwrap().parse().unwrap();
+        assert!(
+            (shown - want_ablated).abs() <= 0.5e-4 + 1e-6,
+            "{tok:?} ablated: page {shown} vs lucent ablate {want_ablated}"
+        );
+        let shown: f64 = r["clean"].as_str().unwrap().parse().unwrap();
+        assert!(
+            (shown - want_clean).abs() <= 0.5e-4 + 1e-6,
+            "{tok:?} clean: page {shown} vs lucent ablate's plain run {want_clean}"
+        );
+        if rank == 0 {
+            assert_eq!(j["results"][0]["top_token"].as_str(), Some(tok));
+        }
+        println!(
+            "ablated 23.4: {tok:?} p = {want_ablated:.4} (clean {want_clean:.4}), as lucent ablate"
+        );
+    }
+    screenshot(&tab, "ablate");
+
+    // 2. The patching view against lucent patch.
+    const CORRUPT: &str = "The Colosseum is in";
+    open(
+        &tab,
+        &format!(
+            "{}/?model=smollm2&text={}&view=patch&corrupt={}",
+            server.url,
+            enc(EIFFEL),
+            enc(CORRUPT)
+        ),
+    );
+    wait_for(
+        &tab,
+        "!!document.getElementById('patch-table')",
+        "the patching table",
+    );
+    let cells: Vec<Vec<f64>> = serde_json::from_str(
+        eval(
+            &tab,
+            "JSON.stringify(Array.from(document.querySelectorAll('#patch-table td[data-layer]')).map(td => [+td.dataset.layer, +td.dataset.pos, +td.dataset.logprob, +td.dataset.restored]))",
+        )
+        .as_str()
+        .unwrap(),
+    )
+    .unwrap();
+    let j = cli_json(&["patch", "--clean", EIFFEL, "--corrupt", CORRUPT]);
+    let t = j["tokens"].as_array().unwrap().len();
+    assert_eq!(cells.len(), 30 * t);
+    for c in &cells {
+        let (l, p) = (c[0] as usize, c[1] as usize);
+        let lp = j["logprob"][l][p].as_f64().unwrap();
+        let r = j["restored"][l][p].as_f64().unwrap();
+        assert!(
+            (c[2] - lp).abs() <= 0.5e-4 && (c[3] - r).abs() <= 0.5e-4,
+            "cell ({l}, {p}): page {c:?} vs lucent patch log p {lp}, restored {r}"
+        );
+    }
+    screenshot(&tab, "patch");
+    // Texts of different lengths: the page says so (and sweeps nothing); the route is a
+    // 400 naming `corrupt`.
+    const LONGER: &str = "The Colosseum in Rome is in";
+    open(
+        &tab,
+        &format!(
+            "{}/?model=smollm2&text={}&view=patch&corrupt={}",
+            server.url,
+            enc(EIFFEL),
+            enc(LONGER)
+        ),
+    );
+    let said = eval(
+        &tab,
+        "document.getElementById('patch-progress').textContent",
+    );
+    assert!(
+        said.as_str()
+            .is_some_and(|m| m.contains("same number of tokens")),
+        "{said}"
+    );
+    let (code, body) = server.status(&format!(
+        "/explore/api/patch?model=smollm2&text={}&corrupt={}",
+        enc(EIFFEL),
+        enc(LONGER)
+    ));
+    assert_eq!(
+        (code, &body["error"]["param"]),
+        (400, &Value::from("corrupt")),
+        "{body}"
+    );
+
+    // 3. The steering view against lucent steer.
+    const YOU: &str = "I think that you are";
+    open(
+        &tab,
+        &format!(
+            "{}/?model=smollm2&text={}&view=steer&sa={}&sb={}&slayer=12&coef=3",
+            server.url,
+            enc(YOU),
+            enc("I love you"),
+            enc("I hate you")
+        ),
+    );
+    wait_for(
+        &tab,
+        "!!document.getElementById('steer-steered')",
+        "the steered continuation",
+    );
+    let page = |id: &str| {
+        eval(
+            &tab,
+            &format!("document.getElementById('{id}').textContent"),
+        )
+        .as_str()
+        .unwrap()
+        .to_string()
+    };
+    let j = cli_json(&[
+        "steer",
+        YOU,
+        "--layer",
+        "12",
+        "--from",
+        "I love you|I hate you",
+        "--scale",
+        "3",
+        "-n",
+        "16",
+    ]);
+    assert_eq!(Some(page("steer-steered").as_str()), j["steered"].as_str());
+    assert_eq!(Some(page("steer-plain").as_str()), j["plain"].as_str());
+    assert_ne!(page("steer-steered"), page("steer-plain"));
+    screenshot(&tab, "steer");
+    let errs = errors.lock().unwrap().clone();
+    assert!(errs.is_empty(), "interventions: console errors {errs:?}");
+}

@@ -9,10 +9,15 @@
   const STANDALONE = typeof window.LUCENT_DATA === "object" && window.LUCENT_DATA !== null;
   const memo = STANDALONE ? Object.assign({}, window.LUCENT_DATA) : {};
   const $ = (id) => document.getElementById(id);
-  const VIEWS = ["heatmap", "table", "model", "lines", "steps", "architecture", "path", "distribution", "positions", "demos"];
+  const VIEWS = ["heatmap", "table", "model", "lines", "steps", "architecture", "path", "distribution", "positions", "demos", "patch", "steer"];
   const state = {
     model: "", text: "", audio: "", stack: "", layer: 0, head: 0, token: -1, view: "heatmap",
     temperature: 0.8, top_k: 40, top_p: 0.95, min_p: 0.05, seed: 1, preset: "", sqrt: false, row0: 0,
+    // Interventions: heads zero-ablated in the model view ("L.H,L.H"), whether a click
+    // there ablates; the patching view's corrupted text, target and point; the steering
+    // view's two prompts, layer and coefficient.
+    ablate: "", abmode: false, corrupt: "", target: "", hook: "resid_pre",
+    sa: "I love you", sb: "I hate you", slayer: -1, coef: 4,
   };
   let models = [];
   let tokens = []; // the input's tokens (an encoder-decoder's source side)
@@ -172,6 +177,10 @@
     const p = new URLSearchParams();
     for (const k of ["model", isAudio() ? "audio" : "text"].concat(isSeq2Seq() ? ["stack"] : [], ["layer", "head", "token", "view"])) p.set(k, state[k]);
     if (state.view === "distribution") for (const k of ["temperature", "top_k", "top_p", "min_p"]) p.set(k, state[k]);
+    if (state.ablate) p.set("ablate", state.ablate);
+    if (state.view === "model" && state.abmode) p.set("abmode", "1");
+    if (state.view === "patch") for (const k of ["corrupt", "target", "hook"]) if (state[k]) p.set(k, state[k]);
+    if (state.view === "steer") for (const k of ["sa", "sb", "slayer", "coef"]) p.set(k, state[k]);
     if (state.preset) p.set("preset", state.preset);
     history.replaceState(null, "", "?" + p.toString());
   }
@@ -206,7 +215,7 @@
     $("run").hidden = isAudio();
     $("next-token").disabled = STANDALONE || !isDecoder();
     for (const b of document.querySelectorAll("#views button")) {
-      const off = isSeq2Seq() && (b.dataset.view === "path" || b.dataset.view === "distribution");
+      const off = isSeq2Seq() && ["path", "distribution", "patch", "steer"].includes(b.dataset.view);
       b.disabled = off;
       b.title = off ? "the residual stream, logit lens and next-token views are drawn for encoders and decoders; an encoder-decoder shows its three attentions" : "";
     }
@@ -389,13 +398,20 @@
     for (let l = 0; l < layers; l++) {
       grid.append(el("div", { class: "muted" }, "layer " + l + (m.windows[l] ? " w" + m.windows[l] : "")));
       for (let h = 0; h < m.heads; h++) {
-        const slot = el("canvas", { width: px, height: px, class: "thumb" + (l === state.layer && h === state.head ? " sel" : ""), "data-layer": l, "data-head": h, title: "layer " + l + ", head " + h, tabindex: "0", role: "button" });
-        slot.addEventListener("click", () => { state.layer = l; state.head = h; state.view = "heatmap"; update(); });
+        const off = ablated().includes(l + "." + h);
+        const slot = el("canvas", { width: px, height: px, class: "thumb" + (l === state.layer && h === state.head ? " sel" : "") + (off ? " ablated" : ""), "data-layer": l, "data-head": h, title: "layer " + l + ", head " + h + (off ? " (zero-ablated)" : ""), tabindex: "0", role: "button" });
+        slot.addEventListener("click", () => {
+          if (state.abmode) { toggleAblation(l, h); update(); return; }
+          state.layer = l; state.head = h; state.view = "heatmap"; update();
+        });
         grid.append(slot);
         pending.push(slot);
       }
     }
-    v.append(el("div", { class: "legend" }, "every layer × head (bertviz's model view); heads sharing a K/V head are grouped; thumbnails are fetched as they scroll into view" + (tokens.length > 48 ? " and max-pooled to 48 × 48" : "") + (isSeq2Seq() ? "; " + stack().title + " (pick the attention above)" : "")), el("div", { class: "scroll", id: "model-scroll" }, grid));
+    v.append(el("div", { class: "legend" }, "every layer × head (bertviz's model view); heads sharing a K/V head are grouped; thumbnails (the clean run) are fetched as they scroll into view" + (tokens.length > 48 ? " and max-pooled to 48 × 48" : "") + (isSeq2Seq() ? "; " + stack().title + " (pick the attention above)" : "")));
+    if (isDecoder() && !isSeq2Seq()) await ablationPanel(v, seq);
+    if (seq !== renderSeq) return;
+    v.append(el("div", { class: "scroll", id: "model-scroll" }, grid));
     const draw = async (slot) => {
       const l = +slot.dataset.layer, h = +slot.dataset.head;
       try {
@@ -418,6 +434,63 @@
     };
     pending.forEach((s) => io.observe(s));
     current = { name: "model-view", canvas: null, rows: () => [["layer", "head"]].concat(pending.map((s) => [s.dataset.layer, s.dataset.head])), data: () => ({ stack: stack().name, layers, heads: m.heads, kv_heads: m.kv_heads }) };
+  }
+
+  // ------------------------------------------------------------ ablation (model view)
+  // Heads are zero-ablated by writing zeros into their rows of blocks.L.attn.hook_z (the
+  // heads' outputs before W_O), through the routes' iv= (lucent::Intervention's JSON).
+  function ablated() { return state.ablate ? state.ablate.split(",").filter((x) => /^\d+\.\d+$/.test(x)) : []; }
+  function toggleAblation(l, h) {
+    const key = l + "." + h, list = ablated();
+    state.ablate = (list.includes(key) ? list.filter((x) => x !== key) : list.concat([key])).join(",");
+  }
+  function ablationIv() {
+    return JSON.stringify(ablated().map((x) => { const [l, h] = x.split(".").map(Number); return { hook: "blocks." + l + ".attn.hook_z", op: "zero", head: h }; }));
+  }
+  const FULL = { temperature: 1, top_k: 0, top_p: 1, min_p: 0 }; // the model's own softmax
+  async function ablationPanel(v, seq) {
+    const mode = el("input", { type: "checkbox", id: "ablate-mode", ...(state.abmode ? { checked: "" } : {}) });
+    mode.addEventListener("change", () => { state.abmode = mode.checked; writeState(); });
+    const clear = el("button", { id: "ablate-clear", onclick: () => { state.ablate = ""; update(); } }, "restore all heads");
+    const list = ablated();
+    v.append(el("div", { class: "ablate-bar" }, el("label", {}, mode, " ablate mode: a click on a head zero-ablates it (its output rows of blocks.L.attn.hook_z set to 0), a second click restores it; off, a click opens the head's heatmap"),
+      " ", list.length ? clear : null, el("span", { class: "muted" }, list.length ? " ablated: " + list.join(", ") : " no head ablated")));
+    if (!list.length) return;
+    const last = tokens.length - 1;
+    const iv = ablationIv();
+    const base = Object.assign(baseParams(), FULL, { token: last, limit: 200 });
+    const [dc, da, pc, pa] = await Promise.all([api("distribution", base), api("distribution", Object.assign({}, base, { iv })),
+      api("path", Object.assign(baseParams(), { token: last })), api("path", Object.assign(baseParams(), { token: last, iv }))]);
+    if (seq !== renderSeq) return;
+    const pOf = (d) => { const m = new Map(); for (const x of d.top) m.set(x.id, x); return m; };
+    const mc = pOf(dc), ma = pOf(da);
+    const ids = [];
+    for (const x of dc.top.slice(0, 8).concat(da.top.slice(0, 8))) if (!ids.includes(x.id)) ids.push(x.id);
+    const t = el("table", { class: "num", id: "ablate-table" });
+    t.append(el("tr", {}, ...["token", "id", "p clean", "p ablated", "Δp"].map((h) => el("th", {}, h))));
+    const rows = [["token", "id", "p_clean", "p_ablated", "delta"]];
+    const pc4 = (x) => x === undefined ? "< " + fmt4(dc.top[dc.top.length - 1].p) : fmt4(x.p);
+    const pa4 = (x) => x === undefined ? "< " + fmt4(da.top[da.top.length - 1].p) : fmt4(x.p);
+    for (const id of ids) {
+      const c = mc.get(id), a = ma.get(id);
+      const text = (c || a).text;
+      const delta = c && a ? a.p - c.p : null;
+      const r = [label(text), id, pc4(c), pa4(a), delta === null ? "—" : (delta >= 0 ? "+" : "") + delta.toFixed(4)];
+      rows.push(r);
+      t.append(el("tr", { "data-id": id, "data-text": text, "data-clean": c ? c.p : "", "data-ablated": a ? a.p : "" }, ...r.map((x) => el("td", {}, x)),
+        el("td", { style: "text-align:left" }, el("span", { class: "bar", style: "width:" + Math.round(120 * (c ? c.p : 0)) + "px" }), el("br"), el("span", { class: "bar ablated", style: "width:" + Math.round(120 * (a ? a.p : 0)) + "px" }))));
+    }
+    const lens = el("table", { class: "num", id: "lens-compare" });
+    lens.append(el("tr", {}, el("th", {}, "layer"), el("th", {}, "logit lens, clean"), el("th", {}, "logit lens, ablated")));
+    const top3 = (l) => l.slice(0, 3).map((x) => label(x.text) + " " + (100 * x.p).toFixed(1) + "%").join("  ");
+    (pc.lens || []).forEach((l, i) => {
+      const b = pa.lens[i];
+      lens.append(el("tr", { class: l[0].id !== b[0].id ? "hl" : "" }, el("td", {}, i), el("td", { style: "text-align:left" }, top3(l)), el("td", { style: "text-align:left" }, top3(b))));
+    });
+    v.append(el("div", { class: "row", id: "ablate-panel" },
+      el("div", { class: "panel" }, el("h3", {}, "next token after " + label(tokens[last].text) + ": clean run vs heads " + list.join(", ") + " zero-ablated"), t),
+      el("div", { class: "panel" }, el("h3", {}, "logit lens at the last token (rows where the top token differs are marked)"), el("div", { class: "scroll", style: "max-height:300px" }, lens))));
+    current = { name: "ablate-" + list.join("_"), canvas: null, rows: () => rows, data: () => ({ ablated: list, clean: dc, ablated_run: da }) };
   }
 
   // ------------------------------------------------------------ head view (lines)
@@ -805,8 +878,122 @@
     current = { name: "masks", canvas: null, rows: () => m.masks.flatMap((mk) => [[mk.name]].concat(mk.rows)), data: () => m };
   }
 
+  // ------------------------------------------------------------ patching
+  // The patching sweep (lucent::Model::patching_sweep, what `lucent patch` prints): the
+  // corrupted text's run with the clean run's blocks.L.hook_<point> written at one layer
+  // and position; each cell is the share of the gap in log p(target) it restores.
+  function textInput(id, key, placeholder) {
+    const i = el("input", { id, value: state[key], placeholder, "aria-label": placeholder, size: 36 });
+    i.addEventListener("change", () => { state[key] = i.value; update(); });
+    return i;
+  }
+  async function viewPatch(v, seq) {
+    if (!isDecoder() || isSeq2Seq()) { v.append(el("p", {}, state.model + " is not a decoder: the patching view watches a next token.")); current = null; return; }
+    const hook = el("select", { id: "patch-hook", "aria-label": "patched point" }, ...["resid_pre", "attn_out", "mlp_out", "resid_post"].map((h) => el("option", { value: h }, "blocks.L.hook_" + h)));
+    hook.value = state.hook;
+    hook.addEventListener("change", () => { state.hook = hook.value; update(); });
+    v.append(el("div", { class: "legend" }, "activation patching: the clean text is the one above; the corrupted text must have as many tokens. Each cell runs the corrupted text with the clean run's vector at one layer's point and one position (layers × positions passes, as `lucent patch`): 0 = the corrupted run, 1 = the clean run."),
+      el("div", { class: "ablate-bar" }, el("label", {}, "corrupted text ", textInput("corrupt", "corrupt", "e.g. The Colosseum is in")), " ",
+        el("label", {}, "target ", textInput("patch-target", "target", "the clean run's top token")), " ", el("label", {}, "point ", hook)));
+    if (!state.corrupt) { v.append(el("p", {}, "Type a corrupted text (as many tokens as the clean one) and press Enter.")); current = null; return; }
+    const ct = await api("tokens", Object.assign(baseParams(), { text: state.corrupt }));
+    if (seq !== renderSeq) return;
+    if (ct.tokens.length !== tokens.length) {
+      v.append(el("p", { id: "patch-progress", class: "error" }, "the corrupted text is " + ct.tokens.length + " tokens (" + ct.tokens.map((t) => label(t.text)).join(" | ") + ") and the clean text " + tokens.length + ": patching copies position by position, so give texts of the same number of tokens"));
+      current = null;
+      return;
+    }
+    const prog = el("p", { id: "patch-progress", class: "muted" }, "starting the sweep …");
+    v.append(prog);
+    let polling = true;
+    const poll = async () => {
+      while (polling) {
+        try {
+          const r = await fetch("/explore/api/progress", { headers: authHeaders() });
+          const p = await r.json();
+          if (polling && p.total) { prog.textContent = "patching: " + p.done + " of " + p.total + " passes"; setStatus("patching " + p.done + "/" + p.total + " …"); }
+        } catch (e) { /* the sweep's answer says what went wrong */ }
+        await new Promise((r) => setTimeout(r, 250));
+      }
+    };
+    const params = Object.assign(baseParams(), { corrupt: state.corrupt, target: state.target, hook: state.hook });
+    let s;
+    try {
+      if (!STANDALONE && !(apiPath("patch", params) in memo)) poll();
+      s = await api("patch", params);
+    } catch (e) {
+      polling = false;
+      if (seq === renderSeq) { prog.textContent = e.message; prog.className = "error"; }
+      current = null;
+      return;
+    } finally { polling = false; }
+    if (seq !== renderSeq) return;
+    prog.textContent = "target " + label(s.target) + " (id " + s.target_id + "): log p clean " + fmt4(s.clean_logprob) + ", corrupted " + fmt4(s.corrupt_logprob) + "; " + s.restored.length + " layers × " + s.tokens.length + " positions";
+    const L = s.restored.length, T = s.tokens.length;
+    const cw = Math.max(24, Math.min(72, Math.floor(640 / T))), ch = 14, padL = 50, padT = 90;
+    const c = el("canvas", { width: padL + T * cw, height: padT + L * ch, role: "img", "aria-label": "share restored, layer × position" });
+    const g = c.getContext("2d");
+    g.fillStyle = "#fff"; g.fillRect(0, 0, c.width, c.height);
+    for (let l = 0; l < L; l++) for (let p = 0; p < T; p++) {
+      const rgb = diverging(s.restored[l][p], 1);
+      g.fillStyle = "rgb(" + rgb.map(Math.round).join(",") + ")";
+      g.fillRect(padL + p * cw, padT + l * ch, cw - 1, ch - 1);
+    }
+    g.fillStyle = "#222"; g.font = "11px monospace"; g.textBaseline = "middle";
+    for (let l = 0; l < L; l++) { g.textAlign = "right"; g.fillText("L" + l, padL - 4, padT + l * ch + ch / 2); }
+    for (let p = 0; p < T; p++) {
+      g.save(); g.translate(padL + p * cw + cw / 2, padT - 4); g.rotate(-Math.PI / 2); g.textAlign = "left";
+      g.fillText(label(s.tokens[p]).slice(0, 10) + (s.corrupt_tokens[p] !== s.tokens[p] ? " / " + label(s.corrupt_tokens[p]).slice(0, 10) : ""), 0, 0); g.restore();
+    }
+    const info = el("div", { class: "muted", id: "patch-info" }, "hover a cell; red = restores the clean answer, blue = pushes away from it");
+    c.addEventListener("mousemove", (e) => {
+      const r = c.getBoundingClientRect();
+      const x = (e.clientX - r.left) * c.width / r.width - padL, y = (e.clientY - r.top) * c.height / r.height - padT;
+      const l = Math.floor(y / ch), p = Math.floor(x / cw);
+      if (l >= 0 && p >= 0 && l < L && p < T) info.textContent = "layer " + l + ", position " + p + " " + label(s.tokens[p]) + ": log p " + fmt4(s.logprob[l][p]) + ", restored " + s.restored[l][p].toFixed(3);
+    });
+    const t = el("table", { class: "num", id: "patch-table" });
+    t.append(el("tr", {}, el("th", {}, "layer"), ...s.tokens.map((x, p) => el("th", { title: "corrupted: " + s.corrupt_tokens[p] }, p + " " + label(x)))));
+    s.restored.forEach((row, l) => t.append(el("tr", {}, el("td", {}, l), ...row.map((r, p) => el("td", { "data-layer": l, "data-pos": p, "data-logprob": s.logprob[l][p], "data-restored": r, title: "log p " + fmt4(s.logprob[l][p]) }, r.toFixed(2))))));
+    v.append(el("div", { class: "row" }, c, el("div", { class: "scroll", style: "max-height:520px" }, t)), info);
+    current = { name: "patch-" + state.hook, canvas: c, rows: () => [["layer"].concat(s.tokens)].concat(s.restored.map((r, l) => [l].concat(r))), data: () => s };
+  }
+
+  // ------------------------------------------------------------ steering
+  // The steering vector of two contrasting prompts (lucent::Model::steering_vector: the
+  // residual stream after block L at A's last position minus B's) × a coefficient, added
+  // to blocks.L.hook_resid_post at every position, as `lucent steer --from "A|B"`.
+  async function viewSteer(v, seq) {
+    if (!isDecoder() || isSeq2Seq()) { v.append(el("p", {}, state.model + " is not a decoder: the steering view continues a text.")); current = null; return; }
+    const layers = stack().layers;
+    if (state.slayer < 0 || state.slayer >= layers) state.slayer = Math.floor(layers / 2);
+    const layerSel = el("select", { id: "steer-layer", "aria-label": "steering layer" });
+    for (let l = 0; l < layers; l++) layerSel.append(el("option", { value: l }, l));
+    layerSel.value = state.slayer;
+    layerSel.addEventListener("change", () => { state.slayer = +layerSel.value; update(); });
+    const coef = el("input", { type: "range", id: "s-coef", min: -16, max: 16, step: 0.5, value: state.coef, "aria-label": "coefficient" });
+    const coefVal = el("span", { id: "v-coef" }, state.coef);
+    coef.addEventListener("input", () => { coefVal.textContent = coef.value; });
+    coef.addEventListener("change", () => { state.coef = Number(coef.value); update(); });
+    v.append(el("div", { class: "legend" }, "steering: the vector (residual stream after block L at the last token of A) − (the same for B), × the coefficient, is added to blocks.L.hook_resid_post at every position of the text above; the next-token distribution and 16 greedy tokens, plain and steered (as `lucent steer --from \"A|B\" --scale C`)."),
+      el("div", { class: "ablate-bar" }, el("label", {}, "A ", textInput("steer-a", "sa", "prompt A")), " ", el("label", {}, "B ", textInput("steer-b", "sb", "prompt B")), " ",
+        el("label", {}, "layer ", layerSel), " ", el("label", {}, "coefficient ", coef, " ", coefVal)));
+    if (!state.sa || !state.sb) { v.append(el("p", {}, "Give both prompts.")); current = null; return; }
+    const s = await api("steer", Object.assign(baseParams(), { a: state.sa, b: state.sb, layer: state.slayer, coef: state.coef, n: 16 }));
+    if (seq !== renderSeq) return;
+    const side = (title, r, id) => {
+      const t = el("table", { class: "num", id: id + "-top" });
+      t.append(el("tr", {}, el("th", {}, "token"), el("th", {}, "p"), el("th", {}, "")));
+      for (const x of r.top) t.append(el("tr", { "data-id": x.id, "data-p": x.p }, el("td", {}, label(x.text)), el("td", {}, fmt4(x.p)), el("td", { style: "text-align:left" }, el("span", { class: "bar", style: "width:" + Math.round(160 * x.p) + "px" }))));
+      return el("div", { class: "panel" }, el("h3", {}, title), el("p", { class: "continuation" }, el("span", { class: "muted" }, state.text), el("span", { id }, r.continuation)), t);
+    };
+    v.append(el("p", { class: "muted" }, "vector norm × coefficient: " + s.norm.toFixed(2) + " at " + s.hook),
+      el("div", { class: "row" }, side("plain", s.plain, "steer-plain"), side("steered (× " + s.coef + ")", s.steered, "steer-steered")));
+    current = { name: "steer-L" + s.layer + "-x" + s.coef, canvas: null, rows: () => [["run", "continuation"], ["plain", s.plain.continuation], ["steered", s.steered.continuation]], data: () => s };
+  }
+
   // ------------------------------------------------------------ render loop
-  const RENDER = { heatmap: viewHeatmap, table: viewTable, model: viewModel, lines: viewLines, steps: viewSteps, architecture: viewArchitecture, path: viewPath, distribution: viewDistribution, positions: viewPositions, demos: viewDemos };
+  const RENDER = { heatmap: viewHeatmap, table: viewTable, model: viewModel, lines: viewLines, steps: viewSteps, architecture: viewArchitecture, path: viewPath, distribution: viewDistribution, positions: viewPositions, demos: viewDemos, patch: viewPatch, steer: viewSteer };
   async function update(reloadTokens) {
     const seq = ++renderSeq;
     try {

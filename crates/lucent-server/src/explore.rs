@@ -12,6 +12,9 @@
 //! | `/explore/api/steps?model&text&layer&head&token[&stack]` | the arithmetic of one query row: q, K, V, q·k, ·1/√d_k, mask, softmax, Σ w·v |
 //! | `/explore/api/path?model&text&token` | residual-stream norms per layer and token, FFN activation summaries (a mixture of experts: the experts each token chose, with their weights), the logit lens, the final logits |
 //! | `/explore/api/distribution?model&text&token&temperature&top_k&top_p&min_p` | the sampler's filtered next-token distribution ([`lucent::pipeline::generate::distribution`]) |
+//! | `/explore/api/patch?model&text&corrupt[&target][&hook]` | the patching sweep ([`lucent::Model::patching_sweep`]): the corrupted text's run with the clean text's `blocks.L.hook_<hook>` written at one layer and position, for every layer × position; the target's log-probability and the share of the gap restored |
+//! | `/explore/api/progress` | how far the running sweep is (`done` of `total` passes); never waits for the gate |
+//! | `/explore/api/steer?model&text&a&b&layer&coef[&n]` | steering: the vector `coef` × (residual after block `layer` at the last position of `a` − that of `b`) added to `blocks.{layer}.hook_resid_post`; the next-token distribution and an `n`-token greedy continuation, plain and steered |
 //! | `/explore/api/positions?model&t` | the sinusoidal table and RoPE's frequencies and angles |
 //! | `/explore/api/masks?t&window&prefix&pad` | BERT (padding), GPT (causal), T5 (encoder, decoder, cross), prefix-LM and sliding-window masks |
 //!
@@ -23,6 +26,15 @@
 //! speech model reads `audio=ID` (an upload) instead of `text`: its first 30-second
 //! window, with the audio positions (20 ms each) shown up to a little past the audio's
 //! end, as `lucent attention -m whisper-tiny.en FILE.wav` draws them.
+//!
+//! The attention, path and distribution routes take interventions: `iv=` holds a JSON
+//! array of [`lucent::Intervention`]s (the one shape of the CLI's `--intervene` and the
+//! server's `"lucent": {"interventions": [..]}`), URL-encoded, e.g.
+//! `iv=[{"hook":"blocks.5.attn.hook_z","op":"zero","head":3}]`. They are checked against
+//! the model (400 naming the field) and the pass runs through
+//! [`lucent::Model::intervene`]; the cache keeps the intervened run apart from the clean
+//! one. The page's model view zero-ablates the heads clicked in "ablate" mode this way
+//! and shows the clean and the ablated run side by side.
 //!
 //! Every input is bounded (text bytes and tokens, layer, head and token ranges; 400 with
 //! the numbers otherwise). Traces are computed on blocking threads, one at a time, and
@@ -48,7 +60,7 @@ use lucent::nn::position::{Rope, SinusoidalEncoding};
 use lucent::ops::rope::RopeConvention;
 use lucent::pipeline::generate::{distribution, TextModel};
 use lucent::pipeline::transcribe::audio_positions;
-use lucent::{Sampling, Tensor, Token, Trace, TraceFilter};
+use lucent::{Intervention, Sampling, Tensor, Token, Trace, TraceFilter};
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
@@ -91,6 +103,9 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/explore/api/steps", get(steps))
         .route("/explore/api/path", get(path))
         .route("/explore/api/distribution", get(dist))
+        .route("/explore/api/patch", get(patch))
+        .route("/explore/api/progress", get(progress))
+        .route("/explore/api/steer", get(steer))
         .route("/explore/api/positions", get(positions))
         .route("/explore/api/masks", get(masks))
 }
@@ -136,6 +151,8 @@ pub struct Cache {
     cap: usize,
     gate: tokio::sync::Semaphore,
     waiting: AtomicUsize,
+    /// The running sweep: what, passes done, passes in all.
+    progress: Mutex<(String, usize, usize)>,
 }
 
 impl Default for Cache {
@@ -153,6 +170,7 @@ impl Cache {
             cap,
             gate: tokio::sync::Semaphore::new(1),
             waiting: AtomicUsize::new(0),
+            progress: Mutex::new((String::new(), 0, 0)),
         }
     }
 
@@ -487,16 +505,23 @@ fn read_tokens(s: &Subject, text: &str) -> Result<Vec<Token>, ApiError> {
 /// Trace the forward pass over `text` with `filter` (decoders: every position's
 /// attention; with `last_only` the head only at the last position). `stop_early` ends
 /// the pass after the last layer the filter keeps ([`Trace::stop_when_done`]).
+///
+/// With interventions the pass is [`lucent::Intervened::trace_with`]'s (the same
+/// forward, writing them at their hook points; every position's logits).
 fn run_trace(
     s: &Subject,
     text: &str,
     filter: TraceFilter,
     last_only: bool,
     stop_early: bool,
+    ivs: &[Intervention],
 ) -> Result<Trace, ApiError> {
     let mut trace = Trace::with_filter(filter);
     if stop_early {
         trace = trace.stop_when_done();
+    }
+    if !ivs.is_empty() {
+        return Ok(s.model.intervene(ivs)?.trace_with(text, trace)?);
     }
     match &s.text {
         Some(tm) => {
@@ -524,6 +549,39 @@ fn b64(v: &[f32]) -> String {
 
 fn key(s: &Subject, text: &str, what: &str) -> String {
     format!("{}\u{0}{text}\u{0}{what}", s.name)
+}
+
+/// The interventions of `iv=` (a JSON array, or one object, in [`Intervention`]'s
+/// shape), checked against the model: 400 naming `iv` and the intervention's field.
+fn iv_param(s: &Subject, q: &HashMap<String, String>) -> Result<Vec<Intervention>, ApiError> {
+    let Some(text) = q.get("iv").filter(|t| !t.trim().is_empty()) else {
+        return Ok(Vec::new());
+    };
+    let bad = |e: lucent::Error| ApiError::invalid_param("iv", format!("iv: {e}"));
+    let ivs = Intervention::parse_json(text).map_err(bad)?;
+    if !ivs.is_empty() && s.seq2seq() {
+        return Err(ApiError::invalid_param(
+            "iv",
+            format!(
+                "{} is an encoder-decoder: the explorer applies interventions to encoders and decoders \
+                 (the CLI's --intervene and the library take them for every model kind)",
+                s.name
+            ),
+        ));
+    }
+    let points = s.model.hook_points();
+    for iv in &ivs {
+        iv.check(&points).map_err(bad)?;
+    }
+    Ok(ivs)
+}
+
+/// What interventions add to a cache key (nothing for none: the clean run's entries).
+fn iv_key(ivs: &[Intervention]) -> String {
+    if ivs.is_empty() {
+        return String::new();
+    }
+    format!("\u{0}iv{}", serde_json::to_string(ivs).unwrap_or_default())
 }
 
 // ------------------------------------------------------------------ routes
@@ -766,8 +824,10 @@ fn layer_weights(
     text: &str,
     layer: usize,
     t: usize,
+    ivs: &[Intervention],
 ) -> Result<Arc<Tensor>, ApiError> {
-    let k = key(s, text, &format!("weights.{layer}"));
+    let ik = iv_key(ivs);
+    let k = key(s, text, &format!("weights.{layer}{ik}"));
     if let Some(Cached::Weights(w)) = st.explore.get(&k) {
         return Ok(w);
     }
@@ -783,7 +843,7 @@ fn layer_weights(
     };
     // One layer of a long text: stop the pass after it (the layers after it and the
     // head would only cost time).
-    let trace = run_trace(s, text, filter, true, layers.len() == 1)?;
+    let trace = run_trace(s, text, filter, true, layers.len() == 1, ivs)?;
     let mut out = None;
     for l in layers {
         let name = format!("{}.layer.{l}.attn.weights", s.stack());
@@ -791,8 +851,10 @@ fn layer_weights(
         if l == layer {
             out = Some(w.clone());
         }
-        st.explore
-            .put(key(s, text, &format!("weights.{l}")), Cached::Weights(w));
+        st.explore.put(
+            key(s, text, &format!("weights.{l}{ik}")),
+            Cached::Weights(w),
+        );
     }
     out.ok_or_else(|| ApiError::internal(format!("layer {layer} was not recorded")))
 }
@@ -975,6 +1037,7 @@ async fn attention(State(st): St, Query(q): Params) -> Response {
             let layer = index(&q, "layer", s.layers_of(stack), Some(0))?;
             let head = index(&q, "head", c.n_heads, Some(0))?;
             let thumb = num::<usize>(&q, "thumb")?;
+            let ivs = iv_param(&s, &q)?;
             let s2 = s.clone();
             let (rows_of, cols_of, w) = compute(&st, move || {
                 if s2.seq2seq() {
@@ -989,7 +1052,7 @@ async fn attention(State(st): St, Query(q): Params) -> Response {
                     });
                 }
                 let toks = read_tokens(&s2, &input.arg)?;
-                let w = layer_weights(&st2, &s2, &input.arg, layer, toks.len())?;
+                let w = layer_weights(&st2, &s2, &input.arg, layer, toks.len(), &ivs)?;
                 let labels: Vec<String> = toks.iter().map(|t| t.text.clone()).collect();
                 Ok((labels.clone(), labels, w))
             })
@@ -1076,7 +1139,7 @@ async fn steps(State(st): St, Query(q): Params) -> Response {
                 } else {
                     let toks = read_tokens(&s2, &input.arg)?;
                     let labels: Vec<String> = toks.iter().map(|t| t.text.clone()).collect();
-                    let trace = run_trace(&s2, &input.arg, filter, true, true)?;
+                    let trace = run_trace(&s2, &input.arg, filter, true, true, &[])?;
                     (labels.clone(), labels, trace)
                 };
                 let t = queries.len();
@@ -1210,8 +1273,15 @@ fn token_text(tm: &TextModel, id: u32) -> String {
 }
 
 /// The path view of `text` at query position `i` (see the module docs).
-fn path_view(st: &AppState, s: &Subject, text: &str, i: usize) -> Result<Arc<Value>, ApiError> {
-    let k = key(s, text, &format!("path.{i}"));
+fn path_view(
+    st: &AppState,
+    s: &Subject,
+    text: &str,
+    i: usize,
+    ivs: &[Intervention],
+) -> Result<Arc<Value>, ApiError> {
+    let ik = iv_key(ivs);
+    let k = key(s, text, &format!("path.{i}{ik}"));
     if let Some(Cached::Path(v)) = st.explore.get(&k) {
         return Ok(v);
     }
@@ -1244,7 +1314,7 @@ fn path_view(st: &AppState, s: &Subject, text: &str, i: usize) -> Result<Arc<Val
             layers: Some(layers.clone()),
             prefix: Some(format!("{stack}.")),
         };
-        let trace = run_trace(s, text, filter, false, true)?;
+        let trace = run_trace(s, text, filter, false, true, ivs)?;
         if start == 0 {
             // The residual stream's start: what the stack receives.
             let x0 = trace
@@ -1319,12 +1389,13 @@ fn path_view(st: &AppState, s: &Subject, text: &str, i: usize) -> Result<Arc<Val
     }
     if let Some(lg) = &logits_at {
         st.explore.put(
-            key(s, text, &format!("logits.{i}")),
+            key(s, text, &format!("logits.{i}{ik}")),
             Cached::Logits(Arc::new(lg.clone())),
         );
     }
     let v = Arc::new(json!({
         "model": s.name, "token": i, "t": t,
+        "interventions": ivs,
         "tokens": toks.iter().map(|t| t.text.clone()).collect::<Vec<_>>(),
         "residual_norms": residual,
         "attn_out_norms": attn_norm,
@@ -1386,10 +1457,11 @@ async fn path(State(st): St, Query(q): Params) -> Response {
             let s = subject(&st, &q)?;
             no_seq2seq(&s, "path")?;
             let text = text_param(&q)?;
+            let ivs = iv_param(&s, &q)?;
             let v = compute(&st, move || {
                 let t = read_tokens(&s, &text)?.len();
                 let i = token_index(&q, t)?;
-                path_view(&st2, &s, &text, i)
+                path_view(&st2, &s, &text, i, &ivs)
             })
             .await?;
             Ok((*v).clone())
@@ -1419,14 +1491,15 @@ async fn dist(State(st): St, Query(q): Params) -> Response {
                 .validate()
                 .map_err(|e| ApiError::invalid(e.to_string()))?;
             let limit = num::<usize>(&q, "limit")?.unwrap_or(50).min(1000);
+            let ivs = iv_param(&s, &q)?;
             compute(&st, move || {
                 let t = read_tokens(&s, &text)?.len();
                 let i = token_index(&q, t)?;
-                let k = key(&s, &text, &format!("logits.{i}"));
+                let k = key(&s, &text, &format!("logits.{i}{}", iv_key(&ivs)));
                 let logits = match st2.explore.get(&k) {
                     Some(Cached::Logits(l)) => l,
                     _ => {
-                        path_view(&st2, &s, &text, i)?;
+                        path_view(&st2, &s, &text, i, &ivs)?;
                         match st2.explore.get(&k) {
                             Some(Cached::Logits(l)) => l,
                             _ => return Err(ApiError::internal("no logits were recorded")),
@@ -1435,11 +1508,242 @@ async fn dist(State(st): St, Query(q): Params) -> Response {
                 };
                 let d = distribution(&sampling, &logits)?;
                 Ok(json!({
-                    "model": s.name, "token": i,
+                    "model": s.name, "token": i, "interventions": ivs,
                     "temperature": sampling.temperature, "top_k": sampling.top_k,
                     "top_p": sampling.top_p, "min_p": sampling.min_p,
                     "kept": d.len(),
                     "top": d.iter().take(limit).map(|&(id, p)| json!({"id": id, "text": token_text(&tm, id), "p": p})).collect::<Vec<_>>(),
+                }))
+            })
+            .await
+        }
+        .await,
+    )
+}
+
+/// A decoder's [`TextModel`], or 400 naming the view that needs one.
+fn decoder_of(s: &Subject, view: &str) -> Result<Arc<TextModel>, ApiError> {
+    match (&s.text, s.seq2seq()) {
+        (Some(tm), false) => Ok(tm.clone()),
+        _ => Err(ApiError::invalid_param(
+            "model",
+            format!(
+                "{} is not a decoder: the {view} view watches a next token (pick smollm2, gemma3 or a trained GPT)",
+                s.name
+            ),
+        )),
+    }
+}
+
+/// A required text parameter other than `text`, bounded as `text` is.
+fn text_of(q: &HashMap<String, String>, name: &str) -> Result<String, ApiError> {
+    let t = q.get(name).cloned().unwrap_or_default();
+    if t.trim().is_empty() {
+        return Err(ApiError::invalid_param(
+            name,
+            format!("{name} is required and must not be empty"),
+        ));
+    }
+    if t.len() > MAX_TEXT_BYTES {
+        return Err(ApiError::invalid_param(
+            name,
+            format!(
+                "{name} is {} bytes; the explorer reads at most {MAX_TEXT_BYTES}",
+                t.len()
+            ),
+        ));
+    }
+    Ok(t)
+}
+
+/// The id of the one token `text` is (400 naming `param` otherwise).
+fn one_token(tm: &TextModel, text: &str, param: &str) -> Result<u32, ApiError> {
+    let ids = tm.tokenizer.encode_ids(text, false, false)?;
+    match ids.as_slice() {
+        [id] => Ok(*id),
+        _ => Err(ApiError::invalid_param(
+            param,
+            format!(
+                "{param} {text:?} is {} tokens for this model; give one token (e.g. with its leading space, \" Paris\")",
+                ids.len()
+            ),
+        )),
+    }
+}
+
+/// Most tokens a patching sweep reads (it runs layers × tokens passes).
+const MAX_PATCH_TOKENS: usize = 32;
+
+/// `/explore/api/patch`: the patching sweep of the library ([`lucent::Model::patching_sweep`],
+/// the one `lucent patch` prints), reporting its progress to `/explore/api/progress`.
+async fn patch(State(st): St, Query(q): Params) -> Response {
+    let st2 = st.clone();
+    respond(
+        async move {
+            let s = subject(&st, &q)?;
+            let tm = decoder_of(&s, "patching")?;
+            let clean = text_param(&q)?;
+            let corrupt = text_of(&q, "corrupt")?;
+            let hook = q
+                .get("hook")
+                .cloned()
+                .filter(|h| !h.is_empty())
+                .unwrap_or_else(|| "resid_pre".into());
+            if !lucent::patching::PATCH_POINTS.contains(&hook.as_str()) {
+                return Err(ApiError::invalid_param(
+                    "hook",
+                    format!(
+                        "hook '{hook}': give one of {}",
+                        lucent::patching::PATCH_POINTS.join(", ")
+                    ),
+                ));
+            }
+            let target_text = q.get("target").cloned().filter(|t| !t.is_empty());
+            compute(&st, move || {
+                let (nc, nk) = (read_tokens(&s, &clean)?.len(), read_tokens(&s, &corrupt)?.len());
+                if nc != nk {
+                    return Err(ApiError::invalid_param(
+                        "corrupt",
+                        format!(
+                            "the clean text is {nc} tokens and the corrupted text {nk}: patching copies \
+                             position by position, so give texts of the same number of tokens"
+                        ),
+                    ));
+                }
+                if nc > MAX_PATCH_TOKENS {
+                    return Err(ApiError::invalid_param(
+                        "text",
+                        format!("the text is {nc} tokens; the patching view sweeps at most {MAX_PATCH_TOKENS}"),
+                    ));
+                }
+                let target = match &target_text {
+                    Some(t) => Some(one_token(&tm, t, "target")?),
+                    None => None,
+                };
+                let what = format!(
+                    "patch.{hook}\u{0}{corrupt}\u{0}{}",
+                    target.map_or(String::new(), |t| t.to_string())
+                );
+                let k = key(&s, &clean, &what);
+                if let Some(Cached::Path(v)) = st2.explore.get(&k) {
+                    return Ok(v);
+                }
+                let progress = |done: usize, total: usize| {
+                    let mut p = st2.explore.progress.lock().unwrap_or_else(|p| p.into_inner());
+                    *p = ("patching".into(), done, total);
+                };
+                progress(0, s.layers() * nc);
+                let sweep = s.model.patching_sweep(&clean, &corrupt, target, &hook, &mut |d, n| {
+                    progress(d, n)
+                });
+                progress(0, 0);
+                let sweep = sweep?;
+                let corrupt_tokens: Vec<String> =
+                    read_tokens(&s, &corrupt)?.into_iter().map(|t| t.text).collect();
+                let v = Arc::new(json!({
+                    "model": s.name,
+                    "clean": clean,
+                    "corrupt": corrupt,
+                    "target": token_text(&tm, sweep.target),
+                    "target_id": sweep.target,
+                    "hook": sweep.hook,
+                    "tokens": sweep.tokens,
+                    "corrupt_tokens": corrupt_tokens,
+                    "clean_logprob": sweep.clean_logprob,
+                    "corrupt_logprob": sweep.corrupt_logprob,
+                    "logprob": sweep.logprob,
+                    "restored": sweep.restored,
+                }));
+                st2.explore.put(k, Cached::Path(v.clone()));
+                Ok(v)
+            })
+            .await
+            .map(|v| (*v).clone())
+        }
+        .await,
+    )
+}
+
+/// `/explore/api/progress`: the running sweep's passes done and in all (0 of 0: none).
+async fn progress(State(st): St) -> Response {
+    let p = st
+        .explore
+        .progress
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    Json(json!({"what": p.0, "done": p.1, "total": p.2})).into_response()
+}
+
+/// Most new tokens the steering view generates.
+const MAX_STEER_TOKENS: usize = 64;
+
+/// `/explore/api/steer`: the steering vector of the pair (`a`, `b`) at `layer`
+/// ([`lucent::Model::steering_vector`]) times `coef`, added to
+/// `blocks.{layer}.hook_resid_post` at every position (as `lucent steer --from "A|B"
+/// --scale COEF` does); the next-token distribution and a greedy continuation of `n`
+/// tokens, plain and steered.
+async fn steer(State(st): St, Query(q): Params) -> Response {
+    let st2 = st.clone();
+    respond(
+        async move {
+            let s = subject(&st, &q)?;
+            let tm = decoder_of(&s, "steering")?;
+            let text = text_param(&q)?;
+            let (a, b) = (text_of(&q, "a")?, text_of(&q, "b")?);
+            let layer = index(&q, "layer", s.layers(), None)?;
+            let coef: f32 = num(&q, "coef")?.unwrap_or(1.0);
+            if !coef.is_finite() || coef.abs() > 1000.0 {
+                return Err(ApiError::invalid_param(
+                    "coef",
+                    format!("coef {coef}: give a number within ±1000"),
+                ));
+            }
+            let n = num::<usize>(&q, "n")?.unwrap_or(16);
+            if n > MAX_STEER_TOKENS {
+                return Err(ApiError::invalid_param(
+                    "n",
+                    format!("n {n}: the steering view generates at most {MAX_STEER_TOKENS} tokens"),
+                ));
+            }
+            compute(&st, move || {
+                read_tokens(&s, &text)?;
+                let vk = key(&s, &a, &format!("steer.{layer}\u{0}{b}"));
+                let v = match st2.explore.get(&vk) {
+                    Some(Cached::Logits(v)) => v,
+                    _ => {
+                        let v = Arc::new(s.model.steering_vector(&[(a.as_str(), b.as_str())], layer)?);
+                        st2.explore.put(vk, Cached::Logits(v.clone()));
+                        v
+                    }
+                };
+                let scaled: Vec<f32> = v.iter().map(|x| x * coef).collect();
+                let norm = scaled.iter().map(|x| x * x).sum::<f32>().sqrt();
+                let hook = format!("blocks.{layer}.hook_resid_post");
+                let greedy = Sampling::greedy().max_tokens(n);
+                let all = Sampling {
+                    temperature: 1.0,
+                    top_k: 0,
+                    top_p: 1.0,
+                    min_p: 0.0,
+                    ..Sampling::greedy()
+                };
+                let run = |ivs: &[Intervention]| -> Result<Value, ApiError> {
+                    let view = s.model.intervene(ivs)?;
+                    let logits = view.next_token_logits(&text)?;
+                    let d = distribution(&all, &logits)?;
+                    let continuation = view.generate(&text, &greedy)?;
+                    Ok(json!({
+                        "top": d.iter().take(10).map(|&(id, p)| json!({"id": id, "text": token_text(&tm, id), "p": p})).collect::<Vec<_>>(),
+                        "continuation": continuation,
+                    }))
+                };
+                let plain = run(&[])?;
+                let steered = run(&[Intervention::add(hook.as_str(), scaled)])?;
+                Ok(json!({
+                    "model": s.name, "text": text, "a": a, "b": b, "layer": layer,
+                    "coef": coef, "hook": hook, "norm": norm, "n": n,
+                    "plain": plain, "steered": steered,
                 }))
             })
             .await

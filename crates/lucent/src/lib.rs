@@ -8,6 +8,7 @@
 //!
 //! | module | holds |
 //! | --- | --- |
+//! | [`patching`] | activation patching, layer × position ([`Model::patching_sweep`]) |
 //! | [`pipeline`] | user tasks: embeddings, similarity, analogies, generation, transcription, export |
 //! | [`train`] | the parameter visitor, optimisers and schedule, the training loop, checkpoints, runs |
 //! | [`model`] | `ModelConfig`, the generic Transformer, families, loading, parameter counts |
@@ -32,6 +33,7 @@ pub mod io;
 pub mod model;
 pub mod nn;
 pub mod ops;
+pub mod patching;
 pub mod pipeline;
 pub mod runtime;
 pub mod tensor;
@@ -46,6 +48,7 @@ pub use intervene::{decoder_edits, edits_for_positions, CachedDecoding, Interven
 pub use model::hooks::{HookPoint, Intervention, InterventionOp, InterventionValue};
 pub use model::{ModelConfig, ModelKind};
 pub use nn::{Trace, TraceFilter};
+pub use patching::PatchSweep;
 pub use pipeline::chat::Message;
 pub use pipeline::embed::Embedder;
 pub use pipeline::generate::{Generation, Sampling, StopReason};

@@ -14,6 +14,7 @@
 use std::path::PathBuf;
 
 use indicatif::{ProgressBar, ProgressStyle};
+use lucent::patching::log_prob;
 use lucent::viz::{heatmap, ColorMap, Panel};
 use lucent::{Error, Intervention, Model, Result, Sampling};
 
@@ -140,13 +141,6 @@ pub struct SteerArgs {
     /// Print JSON: model, text, layer, scale, norm (of the scaled vector), plain, steered.
     #[arg(long)]
     pub json: bool,
-}
-
-/// ln softmax(logits)[id], in f64.
-fn log_prob(logits: &[f32], id: u32) -> f64 {
-    let max = logits.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x)) as f64;
-    let sum: f64 = logits.iter().map(|&x| (x as f64 - max).exp()).sum();
-    logits[id as usize] as f64 - max - sum.ln()
 }
 
 /// The id of the one token `text` is (flag names it in errors), or the greedy next
@@ -388,69 +382,29 @@ pub fn run_ablate(a: AblateArgs) -> Result<()> {
     Ok(())
 }
 
-/// `lucent patch`.
+/// `lucent patch`: the library's [`Model::patching_sweep`], printed.
 pub fn run_patch(a: PatchArgs) -> Result<()> {
     let model = loader::open(&a.model)?;
     let cfg = model.config().clone();
-    let tokens: Vec<String> = model
-        .tokens(&a.clean)?
-        .into_iter()
-        .map(|t| t.text)
-        .collect();
-    let n_corrupt = model.tokens(&a.corrupt)?.len();
-    if tokens.len() != n_corrupt {
-        return Err(Error::Argument(format!(
-            "--clean is {} tokens and --corrupt {n_corrupt}; patching goes position by position, so give texts of the same number of tokens",
-            tokens.len()
-        )));
-    }
-    // The clean run, recording every layer's point.
-    let clean_trace = model.trace_with(
-        &a.clean,
-        lucent::Trace::with_filter(lucent::TraceFilter {
-            leaves: Some(vec!["input".into(), "output".into(), "logits".into()]),
-            ..Default::default()
-        }),
-    )?;
-    let plain = model.intervene(&[])?;
-    let clean = plain.next_token_logits(&a.clean)?;
-    let corrupt = plain.next_token_logits(&a.corrupt)?;
-    let target = target_id(&model, a.target.as_deref(), "--target", &clean)?;
-    let (lp_clean, lp_corrupt) = (log_prob(&clean, target), log_prob(&corrupt, target));
-    let points = model.hook_points();
-    let (t, d) = (tokens.len(), cfg.d_model);
+    let target = match &a.target {
+        Some(t) => Some(target_id(&model, Some(t), "--target", &[])?),
+        None => None,
+    };
+    let t = model.tokens(&a.clean)?.len();
     let progress = bar(cfg.decoder_layers * t, "patching");
-    let mut logprob = vec![vec![0.0f64; t]; cfg.decoder_layers];
-    let mut restored = vec![vec![0.0f32; t]; cfg.decoder_layers];
-    for l in 0..cfg.decoder_layers {
-        let hook = format!("blocks.{l}.hook_{}", a.hook);
-        let point = points.iter().find(|p| p.name == hook).ok_or_else(|| {
-            Error::Argument(format!("--hook {}: this model has no {hook}", a.hook))
-        })?;
-        let values = clean_trace.get(&point.trace_name).ok_or_else(|| {
-            Error::Argument(format!(
-                "the clean run recorded nothing at {hook} ({})",
-                point.trace_name
-            ))
-        })?;
-        for p in 0..t {
-            // The clean run's vector at (layer, position), written at that position: a
-            // patch from the clean text without running it again.
-            let v = values.data()[p * d..(p + 1) * d].to_vec();
-            let iv = Intervention::set(hook.as_str(), v).positions(vec![p]);
-            let logits = model.intervene(&[iv])?.next_token_logits(&a.corrupt)?;
-            let lp = log_prob(&logits, target);
-            logprob[l][p] = lp;
-            let gap = lp_clean - lp_corrupt;
-            restored[l][p] = if gap.abs() > 1e-12 {
-                ((lp - lp_corrupt) / gap) as f32
-            } else {
-                0.0
-            };
-            progress.inc(1);
-        }
-    }
+    let sweep = model.patching_sweep(&a.clean, &a.corrupt, target, &a.hook, &mut |done, _| {
+        progress.set_position(done as u64)
+    })?;
     progress.finish_and_clear();
+    let lucent::PatchSweep {
+        target,
+        tokens,
+        clean_logprob: lp_clean,
+        corrupt_logprob: lp_corrupt,
+        logprob,
+        restored,
+        ..
+    } = sweep;
     let target_text = token_text(&model, target)?;
     if let Some(path) = &a.png {
         let panel = Panel::new(format!("hook_{}: share restored", a.hook), restored.clone())
