@@ -671,15 +671,15 @@ mod x86 {
     /// upper half, the even one the lower half shifted up), acc ← fma(odd, odd, acc),
     /// then acc ← fma(even, even, acc); then C = acc + b stored under a mask. The flushes
     /// are left out: without a denormal step they change nothing, and a denormal step
-    /// shows (MXCSR's denormal-operand or underflow flag, cleared before the tile, or a
+    /// shows (MXCSR's denormal-operand or underflow flag, clear before the tile, or a
     /// denormal sum at the end), in which case nothing is promised of C and the answer
     /// is false (the caller does the tile again with the flushes). Returns true when C
     /// holds the twin's bits.
     ///
     /// # Safety
-    /// AVX-512 F; `w` holds `panels` panels of `kh` pairs, `a` `rows` rows of `2 kh`
-    /// numbers (per pair the odd term first); `out` points at `rows` rows of `ldc`
-    /// floats with `cols ≤ 32` writable columns each; `bias` holds `cols` numbers.
+    /// AVX-512 F; `w` holds `panels` panels of `kh` pairs, `a` `rows` (1 to 8) rows of
+    /// `2 kh` numbers (per pair the odd term first); `out` points at `rows` rows of
+    /// `ldc` floats with `cols ≤ 32` writable columns each; `bias` holds `cols` numbers.
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn tile_fma512_out(
@@ -696,58 +696,35 @@ mod x86 {
         // MXCSR's denormal-operand (bit 1) and underflow (bit 4) flags
         const FLAGS: u32 = 0b1_0010;
         let mut csr = 0u32;
-        // SAFETY (both): stmxcsr / ldmxcsr read and write the 4 bytes of `csr`; the
-        // only bits changed are two sticky status flags. Left without options, each
+        // SAFETY (all three): stmxcsr / ldmxcsr read and write the 4 bytes of `csr`;
+        // the only bits changed are two sticky status flags. Left without options, each
         // is a barrier for the memory reads and writes around it.
         std::arch::asm!("stmxcsr [{}]", in(reg) &raw mut csr, options(nostack, preserves_flags));
-        csr &= !FLAGS;
-        std::arch::asm!("ldmxcsr [{}]", in(reg) &raw const csr, options(nostack, preserves_flags));
-        let upper = _mm512_set1_epi32(0xffff_0000u32 as i32);
-        let mut s = [[_mm512_setzero_ps(); 2]; MR];
-        let wp = w.as_ptr();
-        let ap = a.as_ptr();
-        let wide = |v: __m512i| {
-            (
-                _mm512_castsi512_ps(_mm512_and_si512(v, upper)),
-                _mm512_castsi512_ps(_mm512_slli_epi32::<16>(v)),
-            )
+        if csr & FLAGS != 0 {
+            // cleared only when set (by other code, or a tile that went again): ldmxcsr
+            // costs as much as a small tile on this CPU
+            csr &= !FLAGS;
+            std::arch::asm!("ldmxcsr [{}]", in(reg) &raw const csr, options(nostack, preserves_flags));
+        }
+        let (a, w) = (a.as_ptr(), w.as_ptr());
+        let (denormal, s) = match (rows, panels == 2) {
+            (1, true) => sums::<1, 2>(w, a, kh),
+            (2, true) => sums::<2, 2>(w, a, kh),
+            (3, true) => sums::<3, 2>(w, a, kh),
+            (4, true) => sums::<4, 2>(w, a, kh),
+            (5, true) => sums::<5, 2>(w, a, kh),
+            (6, true) => sums::<6, 2>(w, a, kh),
+            (7, true) => sums::<7, 2>(w, a, kh),
+            (_, true) => sums::<8, 2>(w, a, kh),
+            (1, false) => sums::<1, 1>(w, a, kh),
+            (2, false) => sums::<2, 1>(w, a, kh),
+            (3, false) => sums::<3, 1>(w, a, kh),
+            (4, false) => sums::<4, 1>(w, a, kh),
+            (5, false) => sums::<5, 1>(w, a, kh),
+            (6, false) => sums::<6, 1>(w, a, kh),
+            (7, false) => sums::<7, 1>(w, a, kh),
+            (_, false) => sums::<8, 1>(w, a, kh),
         };
-        if panels == 2 {
-            for g in 0..kh {
-                let (w0h, w0l) = wide(_mm512_loadu_si512(wp.add(g * NR).cast()));
-                let (w1h, w1l) = wide(_mm512_loadu_si512(wp.add((kh + g) * NR).cast()));
-                for r in 0..MR {
-                    if r < rows {
-                        let xh = _mm512_set1_ps(*ap.add(2 * (r * kh + g)));
-                        let xl = _mm512_set1_ps(*ap.add(2 * (r * kh + g) + 1));
-                        s[r][0] = _mm512_fmadd_ps(xl, w0l, _mm512_fmadd_ps(xh, w0h, s[r][0]));
-                        s[r][1] = _mm512_fmadd_ps(xl, w1l, _mm512_fmadd_ps(xh, w1h, s[r][1]));
-                    }
-                }
-            }
-        } else {
-            for g in 0..kh {
-                let (w0h, w0l) = wide(_mm512_loadu_si512(wp.add(g * NR).cast()));
-                for r in 0..MR {
-                    if r < rows {
-                        let xh = _mm512_set1_ps(*ap.add(2 * (r * kh + g)));
-                        let xl = _mm512_set1_ps(*ap.add(2 * (r * kh + g) + 1));
-                        s[r][0] = _mm512_fmadd_ps(xl, w0l, _mm512_fmadd_ps(xh, w0h, s[r][0]));
-                    }
-                }
-            }
-        }
-        // a denormal sum at the end (one no later step read)
-        let (tiny, zero) = (_mm512_set1_ps(f32::MIN_POSITIVE), _mm512_setzero_ps());
-        let mut denormal = false;
-        for h in 0..panels {
-            for r in 0..rows {
-                let x = _mm512_abs_ps(s[r][h]);
-                let small = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, tiny)
-                    & _mm512_cmp_ps_mask::<_CMP_NEQ_OQ>(x, zero);
-                denormal |= small != 0;
-            }
-        }
         for h in 0..panels {
             let c0 = h * NR;
             if c0 >= cols {
@@ -767,6 +744,50 @@ mod x86 {
         // after the stores, so after every step that fed them
         std::arch::asm!("stmxcsr [{}]", in(reg) &raw mut csr, options(nostack, preserves_flags));
         !denormal && csr & FLAGS == 0
+    }
+
+    /// [`tile_fma512_out`]'s sums for R rows × P panels (R, P known when compiled, so
+    /// the accumulators stay in registers), and whether a sum ended denormal.
+    ///
+    /// # Safety
+    /// AVX-512 F; `w` holds P panels of `kh` pairs, `a` R rows of `2 kh` numbers.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn sums<const R: usize, const P: usize>(
+        w: *const u32,
+        a: *const f32,
+        kh: usize,
+    ) -> (bool, [[__m512; 2]; MR]) {
+        let upper = _mm512_set1_epi32(0xffff_0000u32 as i32);
+        let mut s = [[_mm512_setzero_ps(); 2]; MR];
+        for g in 0..kh {
+            let mut wh = [_mm512_setzero_ps(); 2];
+            let mut wl = [_mm512_setzero_ps(); 2];
+            for h in 0..P {
+                let v = _mm512_loadu_si512(w.add((h * kh + g) * NR).cast());
+                wh[h] = _mm512_castsi512_ps(_mm512_and_si512(v, upper));
+                wl[h] = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(v));
+            }
+            for r in 0..R {
+                let xh = _mm512_set1_ps(*a.add(2 * (r * kh + g)));
+                let xl = _mm512_set1_ps(*a.add(2 * (r * kh + g) + 1));
+                for h in 0..P {
+                    s[r][h] = _mm512_fmadd_ps(xl, wl[h], _mm512_fmadd_ps(xh, wh[h], s[r][h]));
+                }
+            }
+        }
+        // a denormal sum at the end (one no later step read)
+        let (tiny, zero) = (_mm512_set1_ps(f32::MIN_POSITIVE), _mm512_setzero_ps());
+        let mut denormal = false;
+        for r in 0..R {
+            for h in 0..P {
+                let x = _mm512_abs_ps(s[r][h]);
+                let small = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, tiny)
+                    & _mm512_cmp_ps_mask::<_CMP_NEQ_OQ>(x, zero);
+                denormal |= small != 0;
+            }
+        }
+        (denormal, s)
     }
 
     /// A denormal lane flushed to a zero of its sign.
