@@ -648,16 +648,9 @@ mod x86 {
             let nan = _mm256_cmpgt_epi32(_mm256_and_si256(b, abs), exp);
             let tiny = _mm256_cmpeq_epi32(_mm256_and_si256(b, exp), zero);
             let odd = _mm256_and_si256(_mm256_srli_epi32::<16>(b), one);
-            let near = _mm256_and_si256(
-                _mm256_add_epi32(b, _mm256_add_epi32(half, odd)),
-                upper,
-            );
+            let near = _mm256_and_si256(_mm256_add_epi32(b, _mm256_add_epi32(half, odd)), upper);
             let r = _mm256_blendv_epi8(near, _mm256_and_si256(b, sign), tiny);
-            let r = _mm256_blendv_epi8(
-                r,
-                _mm256_or_si256(_mm256_and_si256(b, upper), quiet),
-                nan,
-            );
+            let r = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_and_si256(b, upper), quiet), nan);
             // (x0, x1, x2, x3, …) → (x1, x0, x3, x2, …)
             let r = _mm256_permute_ps::<0b10_11_00_01>(_mm256_castsi256_ps(r));
             _mm256_storeu_ps(wide.as_mut_ptr().add(i), r);
@@ -1012,7 +1005,9 @@ mod tests {
     #[test]
     fn every_bf16_path_equals_the_twin() {
         let mut rng = StdRng::seed_from_u64(18);
-        let mut cases: Vec<(usize, usize, usize, Vec<f32>, Vec<f32>)> = Vec::new();
+        /// (m, k, n, W, A)
+        type Case = (usize, usize, usize, Vec<f32>, Vec<f32>);
+        let mut cases: Vec<Case> = Vec::new();
         for &(m, k, n) in &[
             (1, 1, 1),
             (1, 7, 5),
@@ -1075,7 +1070,9 @@ mod tests {
     #[test]
     fn rounding_a_row_equals_to_bf16() {
         let mut rng = StdRng::seed_from_u64(19);
-        let mut x: Vec<f32> = (0..2000).map(|_| f32::from_bits(rng.random::<u32>())).collect();
+        let mut x: Vec<f32> = (0..2000)
+            .map(|_| f32::from_bits(rng.random::<u32>()))
+            .collect();
         x.extend([
             f32::NAN,
             -f32::NAN,

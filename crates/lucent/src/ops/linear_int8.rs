@@ -796,7 +796,11 @@ mod x86 {
     ) {
         let groups = kp / 4;
         let (ap, wp) = (a.as_ptr(), w.as_ptr());
-        std::arch::asm!("tilezero tmm0", "tilezero tmm1", options(nostack, nomem, preserves_flags));
+        std::arch::asm!(
+            "tilezero tmm0",
+            "tilezero tmm1",
+            options(nostack, nomem, preserves_flags)
+        );
         for step in 0..kp / 64 {
             std::arch::asm!(
                 "tileloadd tmm2, [{a} + {lda}*1]",
