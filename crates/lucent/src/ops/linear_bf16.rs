@@ -101,6 +101,61 @@ fn round_row(x: &[f32], pairs: &mut [u32]) {
     }
 }
 
+/// Round one row to bf16 and widen it back, each pair's odd term first:
+/// `wide[2g] = bf16(x[2g + 1])`, `wide[2g + 1] = bf16(x[2g])` as f32 (a missing last
+/// term +0): the order in which [`Path::Fma512`] takes them. The same numbers as
+/// [`round_row`]'s halves on every level.
+fn round_row_wide(x: &[f32], wide: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::runtime::isa() >= Isa::Avx2 {
+        // SAFETY: the Avx2 level includes AVX2; `wide` holds x.len() rounded up to 2.
+        unsafe { x86::round_row_wide(x, wide) };
+        return;
+    }
+    round_row_wide_plain(x, wide);
+}
+
+/// [`round_row_wide`] one number at a time.
+fn round_row_wide_plain(x: &[f32], wide: &mut [f32]) {
+    for (g, w) in wide.chunks_exact_mut(2).enumerate() {
+        w[0] = x.get(2 * g + 1).map_or(0.0, |&v| from_bf16(to_bf16(v)));
+        w[1] = x.get(2 * g).map_or(0.0, |&v| from_bf16(to_bf16(v)));
+    }
+}
+
+/// A [`Path::Fma512`] tile done with the flushes, one number at a time (the twin's
+/// steps on the widened rows): for the rare tile in which a step gave a denormal.
+/// Writes C's rows i..i+rows (`out` starts at row i), columns j..jn.
+#[allow(clippy::too_many_arguments)]
+fn tile_wide_plain(
+    w: &[u32],
+    a: &[f32],
+    kh: usize,
+    rows: usize,
+    panels: usize,
+    out: &mut [f32],
+    n: usize,
+    j: usize,
+    jn: usize,
+    bias: Option<&[f32]>,
+) {
+    for r in 0..rows {
+        let ar = &a[2 * r * kh..2 * (r + 1) * kh];
+        for pc in 0..(jn - j).min(panels * NR) {
+            let (panel, col) = (pc / NR, pc % NR);
+            let mut s = 0.0f32;
+            for (g, x) in ar.chunks_exact(2).enumerate() {
+                let pair = (x[0].to_bits() & 0xffff_0000) | (x[1].to_bits() >> 16);
+                s = pair_step(s, pair, w[(panel * kh + g) * NR + col]);
+            }
+            out[r * n + j + pc] = match bias {
+                Some(b) => s + b[j + pc],
+                None => s,
+            };
+        }
+    }
+}
+
 /// A weight matrix W (n × k) rounded to bf16 for [`matmul`](Bf16Matrix::matmul),
 /// packed in 16-column panels of term pairs.
 #[derive(Clone, Debug)]
@@ -187,7 +242,7 @@ impl Bf16Matrix {
     /// # Shapes
     /// c: (m, n), a: (m, k), bias: (n)
     pub fn matmul(&self, c: &mut [f32], a: &[f32], bias: Option<&[f32]>, m: usize) {
-        let (n, k, kh) = (self.n, self.k, self.kh);
+        let (n, k) = (self.n, self.k);
         assert!(
             c.len() == m * n && a.len() == m * k && bias.is_none_or(|b| b.len() == n),
             "Bf16Matrix::matmul sizes: c {}, a {} for m {m}, k {k}, n {n}",
@@ -197,18 +252,36 @@ impl Bf16Matrix {
         if m == 0 || n == 0 {
             return;
         }
-        // Each row rounded once for every column: (m, kh) pairs.
-        let mut ah = vec![0u32; m * kh];
-        if kh > 0 {
-            for (row, pairs) in a.chunks_exact(k).zip(ah.chunks_exact_mut(kh)) {
-                round_row(row, pairs);
+        self.matmul_on(Path::at(crate::runtime::isa()), c, a, bias, m);
+    }
+
+    /// [`Bf16Matrix::matmul`] on `path` (which the CPU must be able to run).
+    fn matmul_on(&self, path: Path, c: &mut [f32], a: &[f32], bias: Option<&[f32]>, m: usize) {
+        let (n, k, kh) = (self.n, self.k, self.kh);
+        // Each row rounded once for every column: (m, kh) pairs, or for the FMA path
+        // (m, 2 kh) widened numbers, each pair's odd term first.
+        let mut ah = Vec::new();
+        let mut af = Vec::new();
+        if path == Path::Fma512 {
+            af = vec![0.0f32; m * 2 * kh];
+            if kh > 0 {
+                for (row, wide) in a.chunks_exact(k).zip(af.chunks_exact_mut(2 * kh)) {
+                    round_row_wide(row, wide);
+                }
+            }
+        } else {
+            ah = vec![0u32; m * kh];
+            if kh > 0 {
+                for (row, pairs) in a.chunks_exact(k).zip(ah.chunks_exact_mut(kh)) {
+                    round_row(row, pairs);
+                }
             }
         }
-        let path = Path::at(crate::runtime::isa());
         let workers = threads();
         let job = Job {
             m: self,
             ah: &ah,
+            af: &af,
             bias,
         };
         if workers <= 1 || m * n * k < PARALLEL_MIN {
@@ -239,36 +312,87 @@ impl Bf16Matrix {
     }
 }
 
-/// Which tile a product runs: the instruction, its emulation on AVX2, or plain code.
+/// Which tile a product runs: the instruction, the same steps as AVX-512 FMAs, their
+/// emulation on AVX2, or plain code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Path {
-    /// `vdpbf16ps` (AVX512-BF16, at the Avx512 level on a CPU that has it).
+    /// `vdpbf16ps` (AVX512-BF16, at the Avx512 level on a CPU where it is the faster
+    /// way: see [`Path::at`]).
     Native,
-    /// AVX2 FMAs on widened pairs, in the instruction's order.
+    /// AVX-512 FMAs on bf16 numbers widened to f32 (the rows once per product, W per
+    /// pair), two per pair in the instruction's order; a tile in which any step gave a
+    /// denormal is done again with the flushes (`x86::tile_fma512_out`).
+    Fma512,
+    /// AVX2 FMAs on widened pairs, in the instruction's order, flushing each step.
     Emulated,
     /// Plain code, in the same order.
     Plain,
 }
 
 impl Path {
-    /// The path at instruction-set level `isa` on this CPU.
+    /// The path at instruction-set level `isa` on this CPU: at the Avx512 level
+    /// `vdpbf16ps` where the CPU has it and it is not slower than two FMAs, else the
+    /// FMAs. On CPUs with AMX (Intel Sapphire Rapids and later) it is slower: measured
+    /// on this Xeon, 1.65 ns per `vdpbf16ps` (32 products) against 0.43 ns per
+    /// `vfmadd231ps` (16), so the FMAs give bf16 products at twice the instruction's
+    /// rate (docs/precision.md).
     fn at(isa: Isa) -> Path {
         if !cfg!(target_arch = "x86_64") {
             Path::Plain
-        } else if isa >= Isa::Avx512 && CpuFeatures::get().avx512bf16 {
-            Path::Native
+        } else if isa >= Isa::Avx512 {
+            if CpuFeatures::get().avx512bf16 && !slow_vdpbf16ps() {
+                Path::Native
+            } else {
+                Path::Fma512
+            }
         } else if isa >= Isa::Avx2 {
             Path::Emulated
         } else {
             Path::Plain
         }
     }
+
+    /// Every path this CPU can run, whichever [`Path::at`] picks (the tests hold each
+    /// one to the twin).
+    #[cfg(test)]
+    fn available() -> Vec<Path> {
+        let mut all = vec![Path::Plain];
+        let levels = Isa::available();
+        if cfg!(target_arch = "x86_64") && levels.contains(&Isa::Avx2) {
+            all.push(Path::Emulated);
+        }
+        if cfg!(target_arch = "x86_64") && levels.contains(&Isa::Avx512) {
+            all.push(Path::Fma512);
+            if CpuFeatures::get().avx512bf16 {
+                all.push(Path::Native);
+            }
+        }
+        all
+    }
+}
+
+/// Whether this CPU's `vdpbf16ps` is slower than two FMAs: CPUs with AMX-BF16 (CPUID
+/// leaf 7, EDX bit 22), whose bf16 work goes to the tile unit.
+fn slow_vdpbf16ps() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // leaf 7 is read only when the highest leaf reaches it
+        if std::arch::x86_64::__cpuid(0).eax >= 7 {
+            let leaf7 = std::arch::x86_64::__cpuid_count(7, 0);
+            return leaf7.edx & (1 << 22) != 0;
+        }
+    }
+    false
 }
 
 /// One product's shared inputs: the packed W and the rounded rows.
 struct Job<'a> {
     m: &'a Bf16Matrix,
+    /// The rows as bf16 pairs, (m, kh) (every path but [`Path::Fma512`]).
     ah: &'a [u32],
+    /// The rows widened, (m, 2 kh): per pair the odd term, then the even one
+    /// ([`Path::Fma512`]).
+    af: &'a [f32],
     bias: Option<&'a [f32]>,
 }
 
@@ -280,9 +404,11 @@ unsafe impl Sync for SharedOut {}
 impl Job<'_> {
     /// Rows i0..i1 of C, where `c` holds exactly those rows.
     fn run_rows(&self, c: &mut [f32], path: Path, i0: usize, i1: usize) {
+        let kh = self.m.kh;
         let sub = Job {
             m: self.m,
-            ah: &self.ah[i0 * self.m.kh..i1 * self.m.kh],
+            ah: self.ah.get(i0 * kh..i1 * kh).unwrap_or(&[]),
+            af: self.af.get(2 * i0 * kh..2 * i1 * kh).unwrap_or(&[]),
             bias: self.bias,
         };
         sub.run(c, path, 0, i1 - i0, 0, self.m.n);
@@ -300,6 +426,33 @@ impl Job<'_> {
             let mut i = i0;
             while i < i1 {
                 let rows = (i1 - i).min(MR);
+                #[cfg(target_arch = "x86_64")]
+                if path == Path::Fma512 {
+                    let a = &self.af[2 * i * kh..2 * (i + rows) * kh];
+                    let out = &mut c[i * n..];
+                    // SAFETY: the Fma512 path is taken only at the Avx512 level
+                    // (AVX-512 F); W's panels, the rows' numbers and C's rows
+                    // i..i+rows, columns j..jn are in bounds.
+                    let done = unsafe {
+                        x86::tile_fma512_out(
+                            w,
+                            a,
+                            kh,
+                            rows,
+                            panels,
+                            out[j..].as_mut_ptr(),
+                            n,
+                            jn - j,
+                            self.bias.map(|b| &b[j..jn]),
+                        )
+                    };
+                    if !done {
+                        // a denormal on the way: the steps again with the flushes
+                        tile_wide_plain(w, a, kh, rows, panels, out, n, j, jn, self.bias);
+                    }
+                    i += rows;
+                    continue;
+                }
                 let a = &self.ah[i * kh..(i + rows) * kh];
                 #[cfg(target_arch = "x86_64")]
                 if path == Path::Native {
@@ -381,6 +534,9 @@ pub fn bf16_path() -> &'static str {
     static PATH: OnceLock<&'static str> = OnceLock::new();
     PATH.get_or_init(|| match Path::at(Isa::detected()) {
         Path::Native => "AVX512-BF16 (vdpbf16ps)",
+        Path::Fma512 => {
+            "AVX-512 FMAs in vdpbf16ps's order (the same numbers; on this CPU faster than vdpbf16ps, or it has none)"
+        }
         Path::Emulated => {
             "emulated with AVX2 FMAs (no AVX512-BF16 on this CPU: the same numbers, slower)"
         }
@@ -462,6 +618,169 @@ mod x86 {
                 _mm512_mask_storeu_ps(out.add(r * ldc + c0), mask, y);
             }
         }
+    }
+
+    /// [`super::round_row_wide`] on AVX2: [`super::to_bf16`]'s steps on the bits, eight
+    /// numbers at a time (a NaN keeps its upper half with the quiet bit set, a zero or
+    /// denormal becomes a zero of its sign, anything else rounds to nearest even), then
+    /// each pair's two numbers swapped.
+    ///
+    /// # Safety
+    /// AVX2; `wide.len()` is x.len() rounded up to 2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn round_row_wide(x: &[f32], wide: &mut [f32]) {
+        let n = x.len();
+        let (abs, exp, sign) = (
+            _mm256_set1_epi32(0x7fff_ffff),
+            _mm256_set1_epi32(0x7f80_0000),
+            _mm256_set1_epi32(i32::MIN),
+        );
+        let (upper, quiet, half, one) = (
+            _mm256_set1_epi32(0xffff_0000u32 as i32),
+            _mm256_set1_epi32(0x0040_0000),
+            _mm256_set1_epi32(0x7fff),
+            _mm256_set1_epi32(1),
+        );
+        let zero = _mm256_setzero_si256();
+        let mut i = 0;
+        while i + 8 <= n {
+            let b = _mm256_loadu_si256(x.as_ptr().add(i).cast());
+            let nan = _mm256_cmpgt_epi32(_mm256_and_si256(b, abs), exp);
+            let tiny = _mm256_cmpeq_epi32(_mm256_and_si256(b, exp), zero);
+            let odd = _mm256_and_si256(_mm256_srli_epi32::<16>(b), one);
+            let near = _mm256_and_si256(_mm256_add_epi32(b, _mm256_add_epi32(half, odd)), upper);
+            let r = _mm256_blendv_epi8(near, _mm256_and_si256(b, sign), tiny);
+            let r = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_and_si256(b, upper), quiet), nan);
+            // (x0, x1, x2, x3, …) → (x1, x0, x3, x2, …)
+            let r = _mm256_permute_ps::<0b10_11_00_01>(_mm256_castsi256_ps(r));
+            _mm256_storeu_ps(wide.as_mut_ptr().add(i), r);
+            i += 8;
+        }
+        super::round_row_wide_plain(&x[i..], &mut wide[i..]);
+    }
+
+    /// The f32 sums of a tile (up to 8 rows × 2 panels) with AVX-512 FMAs in
+    /// `vdpbf16ps`'s order: per pair, W's lanes widened (the odd term is the lane's
+    /// upper half, the even one the lower half shifted up), acc ← fma(odd, odd, acc),
+    /// then acc ← fma(even, even, acc); then C = acc + b stored under a mask. The flushes
+    /// are left out: without a denormal step they change nothing, and a denormal step
+    /// shows (MXCSR's denormal-operand or underflow flag, clear before the tile, or a
+    /// denormal sum at the end), in which case nothing is promised of C and the answer
+    /// is false (the caller does the tile again with the flushes). Returns true when C
+    /// holds the twin's bits.
+    ///
+    /// # Safety
+    /// AVX-512 F; `w` holds `panels` panels of `kh` pairs, `a` `rows` (1 to 8) rows of
+    /// `2 kh` numbers (per pair the odd term first); `out` points at `rows` rows of
+    /// `ldc` floats with `cols ≤ 32` writable columns each; `bias` holds `cols` numbers.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn tile_fma512_out(
+        w: &[u32],
+        a: &[f32],
+        kh: usize,
+        rows: usize,
+        panels: usize,
+        out: *mut f32,
+        ldc: usize,
+        cols: usize,
+        bias: Option<&[f32]>,
+    ) -> bool {
+        // MXCSR's denormal-operand (bit 1) and underflow (bit 4) flags
+        const FLAGS: u32 = 0b1_0010;
+        let mut csr = 0u32;
+        // SAFETY (all three): stmxcsr / ldmxcsr read and write the 4 bytes of `csr`;
+        // the only bits changed are two sticky status flags. Left without options, each
+        // is a barrier for the memory reads and writes around it.
+        std::arch::asm!("stmxcsr [{}]", in(reg) &raw mut csr, options(nostack, preserves_flags));
+        if csr & FLAGS != 0 {
+            // cleared only when set (by other code, or a tile that went again): ldmxcsr
+            // costs as much as a small tile on this CPU
+            csr &= !FLAGS;
+            std::arch::asm!("ldmxcsr [{}]", in(reg) &raw const csr, options(nostack, preserves_flags));
+        }
+        let (a, w) = (a.as_ptr(), w.as_ptr());
+        let (denormal, s) = match (rows, panels == 2) {
+            (1, true) => sums::<1, 2>(w, a, kh),
+            (2, true) => sums::<2, 2>(w, a, kh),
+            (3, true) => sums::<3, 2>(w, a, kh),
+            (4, true) => sums::<4, 2>(w, a, kh),
+            (5, true) => sums::<5, 2>(w, a, kh),
+            (6, true) => sums::<6, 2>(w, a, kh),
+            (7, true) => sums::<7, 2>(w, a, kh),
+            (_, true) => sums::<8, 2>(w, a, kh),
+            (1, false) => sums::<1, 1>(w, a, kh),
+            (2, false) => sums::<2, 1>(w, a, kh),
+            (3, false) => sums::<3, 1>(w, a, kh),
+            (4, false) => sums::<4, 1>(w, a, kh),
+            (5, false) => sums::<5, 1>(w, a, kh),
+            (6, false) => sums::<6, 1>(w, a, kh),
+            (7, false) => sums::<7, 1>(w, a, kh),
+            (_, false) => sums::<8, 1>(w, a, kh),
+        };
+        for h in 0..panels {
+            let c0 = h * NR;
+            if c0 >= cols {
+                break;
+            }
+            let n = (cols - c0).min(NR);
+            let mask: __mmask16 = if n == NR { 0xffff } else { (1u16 << n) - 1 };
+            let b = bias.map(|b| _mm512_maskz_loadu_ps(mask, b.as_ptr().add(c0)));
+            for r in 0..rows {
+                let y = match b {
+                    Some(b) => _mm512_add_ps(s[r][h], b),
+                    None => s[r][h],
+                };
+                _mm512_mask_storeu_ps(out.add(r * ldc + c0), mask, y);
+            }
+        }
+        // after the stores, so after every step that fed them
+        std::arch::asm!("stmxcsr [{}]", in(reg) &raw mut csr, options(nostack, preserves_flags));
+        !denormal && csr & FLAGS == 0
+    }
+
+    /// [`tile_fma512_out`]'s sums for R rows × P panels (R, P known when compiled, so
+    /// the accumulators stay in registers), and whether a sum ended denormal.
+    ///
+    /// # Safety
+    /// AVX-512 F; `w` holds P panels of `kh` pairs, `a` R rows of `2 kh` numbers.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn sums<const R: usize, const P: usize>(
+        w: *const u32,
+        a: *const f32,
+        kh: usize,
+    ) -> (bool, [[__m512; 2]; MR]) {
+        let upper = _mm512_set1_epi32(0xffff_0000u32 as i32);
+        let mut s = [[_mm512_setzero_ps(); 2]; MR];
+        for g in 0..kh {
+            let mut wh = [_mm512_setzero_ps(); 2];
+            let mut wl = [_mm512_setzero_ps(); 2];
+            for h in 0..P {
+                let v = _mm512_loadu_si512(w.add((h * kh + g) * NR).cast());
+                wh[h] = _mm512_castsi512_ps(_mm512_and_si512(v, upper));
+                wl[h] = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(v));
+            }
+            for r in 0..R {
+                let xh = _mm512_set1_ps(*a.add(2 * (r * kh + g)));
+                let xl = _mm512_set1_ps(*a.add(2 * (r * kh + g) + 1));
+                for h in 0..P {
+                    s[r][h] = _mm512_fmadd_ps(xl, wl[h], _mm512_fmadd_ps(xh, wh[h], s[r][h]));
+                }
+            }
+        }
+        // a denormal sum at the end (one no later step read)
+        let (tiny, zero) = (_mm512_set1_ps(f32::MIN_POSITIVE), _mm512_setzero_ps());
+        let mut denormal = false;
+        for r in 0..R {
+            for h in 0..P {
+                let x = _mm512_abs_ps(s[r][h]);
+                let small = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, tiny)
+                    & _mm512_cmp_ps_mask::<_CMP_NEQ_OQ>(x, zero);
+                denormal |= small != 0;
+            }
+        }
+        (denormal, s)
     }
 
     /// A denormal lane flushed to a zero of its sign.
@@ -675,6 +994,112 @@ mod tests {
                     x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()),
                     "{isa:?}: {x:e} vs the twin's {y:e}"
                 );
+            }
+        }
+    }
+
+    /// Every path this CPU can run (not only the one each level picks: on a CPU with
+    /// AMX the Avx512 level runs the FMAs, not `vdpbf16ps`) gives the twin's bits, on
+    /// the shapes above and on numbers at the edges of f32 (where the FMA path meets
+    /// denormal steps and does its tile again with the flushes).
+    #[test]
+    fn every_bf16_path_equals_the_twin() {
+        let mut rng = StdRng::seed_from_u64(18);
+        /// (m, k, n, W, A)
+        type Case = (usize, usize, usize, Vec<f32>, Vec<f32>);
+        let mut cases: Vec<Case> = Vec::new();
+        for &(m, k, n) in &[
+            (1, 1, 1),
+            (1, 7, 5),
+            (3, 33, 17),
+            (9, 64, 48),
+            (17, 384, 384),
+            (70, 1536, 384),
+        ] {
+            let w = Tensor::randn(&[n, k], 0.05, &mut rng);
+            let a = Tensor::randn(&[m, k], 1.0, &mut rng);
+            cases.push((m, k, n, w.data().to_vec(), a.data().to_vec()));
+        }
+        // tiny and huge numbers, each row in one regime (as in the test above)
+        let (m, k, n) = (12, 37, 40);
+        let edge = |i: usize, rng: &mut StdRng| -> Vec<f32> {
+            (0..k)
+                .map(|_| {
+                    let e = match i % 4 {
+                        0 => rng.random_range(-70..-58),
+                        1 => rng.random_range(-130..-120),
+                        2 => rng.random_range(58..66),
+                        _ => rng.random_range(-3..3),
+                    };
+                    let s = if rng.random::<bool>() { -1.0 } else { 1.0 };
+                    s * rng.random_range(1.0f32..2.0) * 2f32.powi(e)
+                })
+                .collect()
+        };
+        let w: Vec<f32> = (0..n).flat_map(|j| edge(j, &mut rng)).collect();
+        let a: Vec<f32> = (0..m).flat_map(|i| edge(i, &mut rng)).collect();
+        cases.push((m, k, n, w, a));
+        let paths = Path::available();
+        assert!(paths.contains(&Path::Plain));
+        for (m, k, n, w, a) in &cases {
+            let (m, k, n) = (*m, *k, *n);
+            let q = Bf16Matrix::round(w, n, k);
+            let b: Vec<f32> = (0..n).map(|j| (j as f32 - 7.0) * 0.01).collect();
+            for bias in [Some(&b[..]), None] {
+                let mut want = vec![f32::NAN; m * n];
+                reference::matmul(&q, &mut want, a, bias, m);
+                for &path in &paths {
+                    for t in [1, 2] {
+                        let rt = Runtime::builder().threads(t).build().unwrap();
+                        let mut got = vec![f32::NAN; m * n];
+                        rt.install(|| q.matmul_on(path, &mut got, a, bias, m));
+                        for (x, y) in got.iter().zip(&want) {
+                            assert!(
+                                x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()),
+                                "{path:?} threads {t}: m {m} k {k} n {n}: {x:e} vs the twin's {y:e}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The vectorised rounding of a row gives [`to_bf16`]'s numbers for every kind of
+    /// f32 (NaNs, infinities, denormals, ties, the largest numbers), odd lengths too.
+    #[test]
+    fn rounding_a_row_equals_to_bf16() {
+        let mut rng = StdRng::seed_from_u64(19);
+        let mut x: Vec<f32> = (0..2000)
+            .map(|_| f32::from_bits(rng.random::<u32>()))
+            .collect();
+        x.extend([
+            f32::NAN,
+            -f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::MAX,
+            -f32::MAX,
+            f32::MIN_POSITIVE,
+            -f32::from_bits(1),
+            0.0,
+            -0.0,
+            1.0 + 2f32.powi(-8),
+            1.0 + 3.0 * 2f32.powi(-8),
+        ]);
+        for len in [0, 1, 7, 8, 9, 17, x.len()] {
+            let row = &x[x.len() - len..];
+            let mut plain = vec![0.0f32; len.next_multiple_of(2)];
+            let mut fast = vec![1.0f32; len.next_multiple_of(2)];
+            round_row_wide_plain(row, &mut plain);
+            round_row_wide(row, &mut fast);
+            for (p, f) in plain.iter().zip(&fast) {
+                assert_eq!(p.to_bits(), f.to_bits(), "length {len}");
+            }
+            for (g, pair) in plain.chunks_exact(2).enumerate() {
+                let want = |i: usize| row.get(i).map_or(0, |&v| to_bf16(v));
+                assert_eq!(pair[0].to_bits() >> 16, u32::from(want(2 * g + 1)));
+                assert_eq!(pair[1].to_bits() >> 16, u32::from(want(2 * g)));
             }
         }
     }

@@ -48,7 +48,8 @@ const PARALLEL_MIN: usize = 1 << 20;
 pub struct Int8Matrix {
     n: usize,
     k: usize,
-    /// k rounded up to a multiple of 4 (the groups of `vpdpbusd`).
+    /// k rounded up to a multiple of 64 (whole groups of 4 terms for `vpdpbusd`, whole
+    /// 64-byte rows for the AMX tiles); the terms past k are zeros.
     kp: usize,
     /// Panels: for panel P (columns 16P..16P+16) and group g (terms 4g..4g+4), 64
     /// bytes at (P · kp/4 + g) · 64: column c's four terms at 4c.
@@ -71,7 +72,7 @@ impl Int8Matrix {
     /// w: (n, k)
     pub fn quantize(w: &[f32], n: usize, k: usize) -> Int8Matrix {
         assert_eq!(w.len(), n * k, "Int8Matrix::quantize sizes"); // ok: internal invariant
-        let kp = k.next_multiple_of(4);
+        let kp = k.next_multiple_of(64);
         let panels = n.div_ceil(NR);
         let mut data = vec![0i8; panels * NR * kp];
         let mut scales = vec![0.0f32; panels * NR];
@@ -135,13 +136,22 @@ impl Int8Matrix {
     /// # Shapes
     /// c: (m, n), a: (m, k), bias: (n)
     pub fn matmul(&self, c: &mut [f32], a: &[f32], bias: Option<&[f32]>, m: usize) {
-        let (n, k, kp) = (self.n, self.k, self.kp);
+        let (n, k) = (self.n, self.k);
         assert!(
             c.len() == m * n && a.len() == m * k && bias.is_none_or(|b| b.len() == n),
             "Int8Matrix::matmul sizes: c {}, a {} for m {m}, k {k}, n {n}",
             c.len(),
             a.len()
         ); // ok: internal invariant
+        if m == 0 || n == 0 {
+            return;
+        }
+        self.matmul_on(Path::at(crate::runtime::isa()), c, a, bias, m);
+    }
+
+    /// [`Int8Matrix::matmul`] on `path` (which the CPU must be able to run).
+    fn matmul_on(&self, path: Path, c: &mut [f32], a: &[f32], bias: Option<&[f32]>, m: usize) {
+        let (n, k, kp) = (self.n, self.k, self.kp);
         if m == 0 || n == 0 {
             return;
         }
@@ -155,8 +165,9 @@ impl Int8Matrix {
         {
             *s = quantize_row(row, q);
         }
-        let level = crate::runtime::isa();
-        if cfg!(target_arch = "x86_64") && level >= Isa::Avx512 {
+        let sa = &sa[..];
+        let level = path;
+        if path == Path::Vnni {
             // vpdpbusd reads unsigned bytes: Aq + 128 (module docs), flipped once here
             for b in &mut aq {
                 *b ^= i8::MIN;
@@ -167,7 +178,7 @@ impl Int8Matrix {
         let job = Job {
             m: &packed,
             aq: &aq,
-            sa: &sa,
+            sa,
             bias,
         };
         if workers <= 1 || m * n * k < PARALLEL_MIN {
@@ -176,7 +187,8 @@ impl Int8Matrix {
         }
         if m >= workers * MR * 2 {
             // Row blocks: every task owns whole rows of C.
-            let rows = m.div_ceil(workers * 2).next_multiple_of(MR).max(MR);
+            // (whole AMX blocks of 16 rows; the split changes no number)
+            let rows = m.div_ceil(workers * 2).next_multiple_of(2 * MR);
             crate::threads::for_each_chunk_mut(c, rows * n, |t, c| {
                 let i0 = t * rows;
                 job.run_rows(c, level, i0, i0 + c.len() / n);
@@ -232,9 +244,107 @@ struct SharedOut(*mut f32);
 // SAFETY: the tasks sharing it write disjoint columns (see `Int8Matrix::matmul`).
 unsafe impl Sync for SharedOut {}
 
+/// Which tiles a product runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Path {
+    /// AMX tiles (`tdpbssd`: 16 rows × 16 columns × 64 terms per instruction), where the
+    /// CPU has AMX-INT8 and the kernel lets the process use it (at the Avx512 level).
+    Amx,
+    /// AVX-512 VNNI (`vpdpbusd`).
+    Vnni,
+    /// AVX2 (`vpmaddubsw`).
+    Avx2,
+    /// Plain code.
+    Plain,
+}
+
+impl Path {
+    /// The path at instruction-set level `isa` on this CPU.
+    fn at(isa: Isa) -> Path {
+        if !cfg!(target_arch = "x86_64") {
+            Path::Plain
+        } else if isa >= Isa::Avx512 {
+            if amx_ready() {
+                Path::Amx
+            } else {
+                Path::Vnni
+            }
+        } else if isa >= Isa::Avx2 {
+            Path::Avx2
+        } else {
+            Path::Plain
+        }
+    }
+
+    /// The instruction-set level whose helpers (rounding, float steps) the path uses.
+    fn level(self) -> Isa {
+        match self {
+            Path::Amx | Path::Vnni => Isa::Avx512,
+            Path::Avx2 => Isa::Avx2,
+            Path::Plain => Isa::Scalar,
+        }
+    }
+
+    /// Every path this CPU can run, whichever [`Path::at`] picks (the tests hold each
+    /// one to the twin).
+    #[cfg(test)]
+    fn available() -> Vec<Path> {
+        let levels = Isa::available();
+        let mut all = vec![Path::Plain];
+        if cfg!(target_arch = "x86_64") && levels.contains(&Isa::Avx2) {
+            all.push(Path::Avx2);
+        }
+        if cfg!(target_arch = "x86_64") && levels.contains(&Isa::Avx512) {
+            all.push(Path::Vnni);
+            if amx_ready() {
+                all.push(Path::Amx);
+            }
+        }
+        all
+    }
+}
+
+/// Whether AMX-INT8 can run here: the CPU has AMX-TILE and AMX-INT8 (CPUID leaf 7, EDX
+/// bits 24 and 25) and Linux grants this process the tile registers
+/// (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`, asked once).
+fn amx_ready() -> bool {
+    static READY: OnceLock<bool> = OnceLock::new();
+    *READY.get_or_init(|| {
+        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+        {
+            use std::arch::x86_64::{__cpuid, __cpuid_count};
+            if __cpuid(0).eax < 7 || !crate::runtime::CpuFeatures::get().avx512f {
+                return false;
+            }
+            let edx = __cpuid_count(7, 0).edx;
+            if edx & (1 << 24) == 0 || edx & (1 << 25) == 0 {
+                return false;
+            }
+            // arch_prctl (158), ARCH_REQ_XCOMP_PERM (0x1023), XFEATURE_XTILEDATA (18)
+            let ret: i64;
+            // SAFETY: the system call only changes which register state this process
+            // may use; it reads no memory of ours.
+            unsafe {
+                std::arch::asm!(
+                    "syscall",
+                    inlateout("rax") 158i64 => ret,
+                    in("rdi") 0x1023i64,
+                    in("rsi") 18i64,
+                    lateout("rcx") _,
+                    lateout("r11") _,
+                    options(nostack, nomem, preserves_flags)
+                );
+            }
+            ret == 0
+        }
+        #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+        false
+    })
+}
+
 impl Job<'_> {
     /// Rows i0..i1 of C, where `c` holds exactly those rows.
-    fn run_rows(&self, c: &mut [f32], level: Isa, i0: usize, i1: usize) {
+    fn run_rows(&self, c: &mut [f32], level: Path, i0: usize, i1: usize) {
         let sub = Job {
             m: self.m,
             aq: &self.aq[i0 * self.m.kp..i1 * self.m.kp],
@@ -245,7 +355,13 @@ impl Job<'_> {
     }
 
     /// Rows i0..i1 and columns j0..j1 (j0 a multiple of 16) of C (m × n, all of it).
-    fn run(&self, c: &mut [f32], level: Isa, i0: usize, i1: usize, j0: usize, j1: usize) {
+    fn run(&self, c: &mut [f32], path: Path, i0: usize, i1: usize, j0: usize, j1: usize) {
+        #[cfg(target_arch = "x86_64")]
+        if path == Path::Amx {
+            self.run_amx(c, i0, i1, j0, j1);
+            return;
+        }
+        let level = path.level();
         let n = self.m.n;
         let mut j = j0;
         while j < j1 {
@@ -255,7 +371,7 @@ impl Job<'_> {
             while i < i1 {
                 let rows = (i1 - i).min(MR);
                 #[cfg(target_arch = "x86_64")]
-                if level >= Isa::Avx512 {
+                if path == Path::Vnni {
                     let groups = self.m.kp / 4;
                     let p = j / NR;
                     // SAFETY: the Avx512 level includes AVX-512 F/BW/VL/VNNI; W's
@@ -299,6 +415,58 @@ impl Job<'_> {
             }
             j = jn;
         }
+    }
+
+    /// [`Job::run`] on AMX tiles: blocks of up to 16 rows × 32 columns, each summed over
+    /// k in 64-term steps (`tdpbssd`: Aq and Wq as signed bytes, no shift), then the
+    /// float steps of [`finish`] from the block's sums.
+    #[cfg(target_arch = "x86_64")]
+    fn run_amx(&self, c: &mut [f32], i0: usize, i1: usize, j0: usize, j1: usize) {
+        let (n, kp) = (self.m.n, self.m.kp);
+        let groups = kp / 4;
+        let mut sums = [[0i32; 2 * NR]; x86::AMX_ROWS];
+        let mut configured = 0;
+        let mut i = i0;
+        while i < i1 {
+            let rows = (i1 - i).min(x86::AMX_ROWS);
+            if rows != configured {
+                // SAFETY: amx_ready() was true (the Amx path is taken only then).
+                unsafe { x86::amx_configure(rows) };
+                configured = rows;
+            }
+            let mut j = j0;
+            while j < j1 {
+                let panels = if j + NR < j1 { 2 } else { 1 };
+                let jn = (j + panels * NR).min(j1);
+                let p = j / NR;
+                // SAFETY: the tiles are configured for `rows` rows; W's panels p, p+1
+                // hold `groups` 64-byte groups each and Aq's rows i..i+rows kp bytes.
+                unsafe {
+                    x86::amx_sums(
+                        &self.m.data[p * groups * 64..(p + panels) * groups * 64],
+                        &self.aq[i * kp..(i + rows) * kp],
+                        kp,
+                        panels,
+                        &mut sums,
+                    )
+                };
+                for (r, acc) in sums.iter().enumerate().take(rows) {
+                    let out = &mut c[(i + r) * n + j..(i + r) * n + jn];
+                    finish(
+                        out,
+                        acc,
+                        self.sa[i + r],
+                        &self.m.scales[j..],
+                        self.bias.map(|b| &b[j..]),
+                        Isa::Avx2,
+                    );
+                }
+                j = jn;
+            }
+            i += rows;
+        }
+        // SAFETY: as above; the tile registers go back to their initial state.
+        unsafe { x86::amx_release() };
     }
 }
 
@@ -394,10 +562,11 @@ fn quantize_row_plain(x: &[f32], q: &mut [i8]) -> f32 {
 /// Whether this CPU runs the VNNI path (the report of `lucent bench precision`).
 pub fn int8_path() -> &'static str {
     static PATH: OnceLock<&'static str> = OnceLock::new();
-    PATH.get_or_init(|| match Isa::detected() {
-        Isa::Avx512 => "AVX-512 VNNI (vpdpbusd)",
-        Isa::Avx2 => "AVX2 (vpmaddubsw; no VNNI on this CPU)",
-        Isa::Scalar => "scalar (no AVX2 on this CPU)",
+    PATH.get_or_init(|| match Path::at(Isa::detected()) {
+        Path::Amx => "AMX-INT8 (tdpbssd)",
+        Path::Vnni => "AVX-512 VNNI (vpdpbusd)",
+        Path::Avx2 => "AVX2 (vpmaddubsw; no VNNI on this CPU)",
+        Path::Plain => "scalar (no AVX2 on this CPU)",
     })
 }
 
@@ -582,6 +751,88 @@ mod x86 {
         }
     }
 
+    /// Rows of an AMX block.
+    pub(super) const AMX_ROWS: usize = 16;
+
+    /// Configure the tile registers (palette 1) for blocks of `rows` rows: tiles 0 and 1
+    /// the sums (rows × 16 i32), tile 2 the rows of Aq (rows × 64 bytes), tiles 3 and 4
+    /// a panel's 16 groups of W (16 × 64 bytes).
+    ///
+    /// # Safety
+    /// AMX-TILE, granted to the process (`super::amx_ready`); 1 ≤ rows ≤ 16.
+    pub(super) unsafe fn amx_configure(rows: usize) {
+        #[repr(C, align(64))]
+        struct Config([u8; 64]);
+        let mut cfg = Config([0; 64]);
+        cfg.0[0] = 1; // palette 1
+        for t in 0..5 {
+            cfg.0[16 + 2 * t] = 64; // bytes per row (little-endian u16)
+            cfg.0[48 + t] = if t >= 3 { 16 } else { rows as u8 };
+        }
+        std::arch::asm!("ldtilecfg [{}]", in(reg) cfg.0.as_ptr(), options(nostack, preserves_flags));
+    }
+
+    /// Return the tile registers to their initial state.
+    ///
+    /// # Safety
+    /// AMX-TILE, granted to the process.
+    pub(super) unsafe fn amx_release() {
+        std::arch::asm!("tilerelease", options(nostack, preserves_flags));
+    }
+
+    /// The integer sums of a block (the configured rows × `panels` panels) with
+    /// `tdpbssd`: sums[r][16h + c] = Σ_p Aq[r, p] · Wq[16h + c, p], exact in i32.
+    ///
+    /// # Safety
+    /// AMX-TILE and AMX-INT8, granted, configured by [`amx_configure`] for the rows `a`
+    /// holds (kp bytes each, kp a multiple of 64); `w` holds `panels` panels of kp / 4
+    /// groups.
+    pub(super) unsafe fn amx_sums(
+        w: &[i8],
+        a: &[i8],
+        kp: usize,
+        panels: usize,
+        sums: &mut [[i32; 2 * NR]; AMX_ROWS],
+    ) {
+        let groups = kp / 4;
+        let (ap, wp) = (a.as_ptr(), w.as_ptr());
+        std::arch::asm!(
+            "tilezero tmm0",
+            "tilezero tmm1",
+            options(nostack, nomem, preserves_flags)
+        );
+        for step in 0..kp / 64 {
+            std::arch::asm!(
+                "tileloadd tmm2, [{a} + {lda}*1]",
+                "tileloadd tmm3, [{w} + {ldw}*1]",
+                "tdpbssd tmm0, tmm2, tmm3",
+                a = in(reg) ap.add(64 * step),
+                lda = in(reg) kp,
+                w = in(reg) wp.add(64 * 16 * step),
+                ldw = in(reg) 64usize,
+                options(nostack, preserves_flags)
+            );
+            if panels == 2 {
+                std::arch::asm!(
+                    "tileloadd tmm4, [{w} + {ldw}*1]",
+                    "tdpbssd tmm1, tmm2, tmm4",
+                    w = in(reg) wp.add(64 * (groups + 16 * step)),
+                    ldw = in(reg) 64usize,
+                    options(nostack, preserves_flags)
+                );
+            }
+        }
+        let out = sums.as_mut_ptr().cast::<u8>();
+        std::arch::asm!(
+            "tilestored [{o} + {ld}*1], tmm0",
+            "tilestored [{o2} + {ld}*1], tmm1",
+            o = in(reg) out,
+            o2 = in(reg) out.add(64),
+            ld = in(reg) 4 * 2 * NR,
+            options(nostack, preserves_flags)
+        );
+    }
+
     /// [`super::tile`] with `vpmaddubsw`: |Aq| against Wq carrying Aq's signs, pairs
     /// summed in i16 (≤ 32,258: no saturation), then in i32.
     ///
@@ -720,6 +971,48 @@ mod tests {
                 worst <= 0.03 * scale,
                 "m {m} k {k} n {n}: {worst} of {scale}"
             );
+        }
+    }
+
+    /// Every path this CPU can run (not only the one each level picks: on a CPU with
+    /// AMX the Avx512 level runs the AMX tiles, not VNNI) gives the twin's bits, with
+    /// and without a bias, on row counts that leave partial AMX blocks and k that is
+    /// not a multiple of 64.
+    #[test]
+    fn every_int8_path_equals_the_twin() {
+        let mut rng = StdRng::seed_from_u64(9);
+        let paths = Path::available();
+        assert!(paths.contains(&Path::Plain));
+        for &(m, k, n) in &[
+            (1, 1, 1),
+            (1, 7, 5),
+            (3, 33, 17),
+            (17, 100, 48),
+            (16, 384, 384),
+            (47, 384, 1536),
+            (130, 1536, 384),
+        ] {
+            let w = Tensor::randn(&[n, k], 0.05, &mut rng);
+            let a = Tensor::randn(&[m, k], 1.0, &mut rng);
+            let b = Tensor::randn(&[n], 0.1, &mut rng);
+            let q = Int8Matrix::quantize(w.data(), n, k);
+            for bias in [Some(b.data()), None] {
+                let mut want = vec![f32::NAN; m * n];
+                reference::matmul(&q, &mut want, a.data(), bias, m);
+                for &path in &paths {
+                    for t in [1, 2] {
+                        let rt = Runtime::builder().threads(t).build().unwrap();
+                        let mut got = vec![f32::NAN; m * n];
+                        rt.install(|| q.matmul_on(path, &mut got, a.data(), bias, m));
+                        assert!(
+                            got.iter()
+                                .zip(&want)
+                                .all(|(x, y)| x.to_bits() == y.to_bits()),
+                            "{path:?} threads {t}: m {m} k {k} n {n}"
+                        );
+                    }
+                }
+            }
         }
     }
 
