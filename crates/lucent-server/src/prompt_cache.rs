@@ -33,9 +33,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 
 use lucent::nn::KvCache;
-use lucent::pipeline::generate::MIN_PROMPT_CHUNK;
 #[cfg(doc)]
 use lucent::pipeline::generate::prompt_chunks;
+use lucent::pipeline::generate::MIN_PROMPT_CHUNK;
 use lucent::Tensor;
 
 /// Tokens per block B. A multiple of 4 and at least [`MIN_PROMPT_CHUNK`] (the cut
@@ -171,7 +171,9 @@ impl PromptCache {
             .count();
         let copied = keys[..n].iter().enumerate().try_for_each(|(i, &k)| {
             let Some(b) = self.get(k, &prompt[..(i + 1) * BLOCK]) else {
-                return Err(lucent::Error::Argument("a cached block went missing".into()));
+                return Err(lucent::Error::Argument(
+                    "a cached block went missing".into(),
+                ));
             };
             for (l, (kt, vt)) in b.layers.iter().enumerate() {
                 cache.layer_mut(l)?.append(kt, vt)?;
@@ -300,7 +302,11 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
         "m" | "mib" => 1 << 20,
         "g" | "gib" => 1 << 30,
         "t" | "tib" => 1 << 40,
-        _ => return Err(format!("expected a size such as 0, 512MiB or 2GiB (unknown unit '{unit}')")),
+        _ => {
+            return Err(format!(
+                "expected a size such as 0, 512MiB or 2GiB (unknown unit '{unit}')"
+            ))
+        }
     };
     let x: f64 = num
         .parse()
