@@ -217,7 +217,7 @@ impl PromptCache {
                 break; // a hash collision: the first prefix keeps the key
             }
             let mut layers = Vec::with_capacity(cache.n_layers());
-            let mut bytes = prefix.len() * std::mem::size_of::<u32>();
+            let mut bytes = std::mem::size_of_val(prefix);
             for l in 0..cache.n_layers() {
                 let Some(layer) = cache.layer(l) else { break };
                 let (k, v) = layer.store(); // (1, h_kv, max_t, d)
