@@ -1509,6 +1509,8 @@ fn prompt_cache_keeps_the_bits(model: &str, extra: &[&str], offset: usize) {
         (cat(&ids[..l + 200], &other[10..50]), l + 3 * BLOCK),
         // a tail of 4 < 8 after 3 blocks: one block fewer
         (ids[..l + 3 * BLOCK + 4].to_vec(), l + 2 * BLOCK),
+        // a tail of 1 (a one-row piece would be a decode step's arithmetic)
+        (ids[..l + 3 * BLOCK + 1].to_vec(), l + 2 * BLOCK),
         // whole blocks: the last one is computed again
         (ids[..l + 4 * BLOCK].to_vec(), l + 3 * BLOCK),
         // the warm-up again: all but its last 64 tokens (320 - 256 ≥ 8)
