@@ -17,6 +17,12 @@ Reports, per server and client count (medians over rounds, percentiles over all)
   on the same server (greedy: a batch-invariant server gives N / N), and the solo texts
   that equal the first server's.
 
+With `--shared-prefix S`, every request is one shared S-token prefix (a system prompt,
+the same for every client and round) followed by its own P-token question, sent with
+`cache_prompt: true`: the prompt-cache benchmark (lucent with its cache, lucent with
+`--cache-ram 0`, llama-server with its slots' prompt cache). The solo runs come first,
+so every server has seen the prefix before the timed rounds.
+
 Standard library only. Usage:
   python3 bench_serve.py --server lucent=http://127.0.0.1:8091 \
       --server llama-server=http://127.0.0.1:8092 --clients 1 4 8 16 --rounds 3
@@ -50,11 +56,15 @@ def post(url, path, body):
     return c, c.getresponse()
 
 
-def tokenize(url, model):
-    c, r = post(url, "/tokenize", {"content": TEXT * 12, "model": model})
+def tokenize(url, model, repeat=12):
+    c, r = post(url, "/tokenize", {"content": TEXT * repeat, "model": model})
     ids = json.loads(r.read())["tokens"]
     c.close()
     return [t if isinstance(t, int) else t["id"] for t in ids]
+
+
+# Whether requests ask llama-server to reuse its slots' prompt caches (--shared-prefix).
+CACHE_PROMPT = False
 
 
 def one_request(url, model, prompt, max_tokens, out, slot):
@@ -64,7 +74,7 @@ def one_request(url, model, prompt, max_tokens, out, slot):
         "max_tokens": max_tokens,
         "temperature": 0,
         "ignore_eos": True,
-        "cache_prompt": False,
+        "cache_prompt": CACHE_PROMPT,
         "stream": True,
     }
     t0 = time.perf_counter()
@@ -140,16 +150,35 @@ def main():
     ap.add_argument("--prompt-tokens", type=int, default=128)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument(
+        "--shared-prefix",
+        type=int,
+        default=0,
+        metavar="S",
+        help="every prompt starts with the same S tokens (then its own --prompt-tokens); cache_prompt: true",
+    )
     ap.add_argument("--json", metavar="FILE", help="also write the results here")
     a = ap.parse_args()
+    global CACHE_PROMPT
+    CACHE_PROMPT = a.shared_prefix > 0
     servers = [s.split("=", 1) for s in a.server]
-    ids = tokenize(servers[0][1], a.model)
     most = max(a.clients)
-    span = max(1, len(ids) - a.prompt_tokens)
-    # Prompt i of round r: a stretch of the text of its own (37 tokens apart).
-    prompts = [
-        [ids[(k * 37) % span + j] for j in range(a.prompt_tokens)] for k in range(a.rounds * most)
-    ]
+    if a.shared_prefix > 0:
+        # The shared prefix first; the questions from the text after it (37 tokens apart).
+        ids = tokenize(servers[0][1], a.model, repeat=12 + a.shared_prefix // 100)
+        shared, rest = ids[: a.shared_prefix], ids[a.shared_prefix :]
+        span = max(1, len(rest) - a.prompt_tokens)
+        prompts = [
+            shared + [rest[(k * 37) % span + j] for j in range(a.prompt_tokens)]
+            for k in range(a.rounds * most)
+        ]
+    else:
+        ids = tokenize(servers[0][1], a.model)
+        span = max(1, len(ids) - a.prompt_tokens)
+        # Prompt i of round r: a stretch of the text of its own (37 tokens apart).
+        prompts = [
+            [ids[(k * 37) % span + j] for j in range(a.prompt_tokens)] for k in range(a.rounds * most)
+        ]
 
     # Each of round 0's prompts alone, per server: the texts batched runs must equal.
     solo = {}
@@ -200,7 +229,7 @@ def main():
             for (label, n), s in stats.items()
         ]
         with open(a.json, "w") as f:
-            json.dump({"rows": rows, "solo": solo}, f, indent=1)
+            json.dump({"rows": rows, "solo": solo, "shared_prefix": a.shared_prefix}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -1391,3 +1391,305 @@ fn tool_calls_validate_through_the_openai_client() {
     );
     tool_calls_hold(&server, "gemma3", 20);
 }
+
+// ------------------------------------------------------------------ prompt cache
+
+/// Tokens per prompt-cache block (`lucent_server::prompt_cache::BLOCK`).
+const BLOCK: usize = 64;
+
+/// A long text of numbered lines (thousands of tokens), for prompts of exact lengths.
+fn long_text(tag: &str) -> String {
+    (0..240)
+        .map(|i| format!("{tag} line {i}: the whale passed ship number {i} at dawn."))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A greedy completion of the token ids `prompt` with 5 alternatives per token: its
+/// (text, logprobs object) and `usage.prompt_tokens_details.cached_tokens`.
+fn greedy_ids(server: &Server, model: &str, prompt: &[u64]) -> (Value, usize) {
+    let (status, _, v) = server.post(
+        "/v1/completions",
+        &json!({"model": model, "prompt": prompt, "max_tokens": 8, "temperature": 0, "logprobs": 5}),
+    );
+    assert_eq!(status, 200, "{v}");
+    let c = &v["choices"][0];
+    let cached = v["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .expect("usage.prompt_tokens_details.cached_tokens") as usize;
+    (json!([c["text"], c["logprobs"]]), cached)
+}
+
+/// A greedy chat answer (`logprobs: true, top_logprobs: 5`) to a long shared system
+/// prompt and question `q`: (content, logprobs) and the cached tokens reported.
+fn greedy_system_chat(base: &str, model: &str, system: &str, q: &str) -> (Value, usize) {
+    let body = json!({"model": model, "messages": [
+            {"role": "system", "content": system}, {"role": "user", "content": q}],
+        "max_tokens": 8, "temperature": 0, "logprobs": true, "top_logprobs": 5});
+    let mut r = agent()
+        .post(&format!("{base}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .send(body.to_string().as_bytes())
+        .expect("chat request");
+    let v: Value = serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
+    let c = &v["choices"][0];
+    let cached = v["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .expect("usage.prompt_tokens_details.cached_tokens") as usize;
+    (json!([c["message"]["content"], c["logprobs"]]), cached)
+}
+
+/// The log-probabilities' bits of an answer of [`greedy_ids`] (chosen tokens' and
+/// alternatives'), so a difference shows as bits.
+fn answer_bits(a: &Value) -> Vec<u32> {
+    let lp = &a[1];
+    let mut bits = f32_bits(&lp["token_logprobs"]);
+    for top in lp["top_logprobs"].as_array().unwrap() {
+        for (_, x) in top.as_object().unwrap() {
+            bits.push((x.as_f64().unwrap() as f32).to_bits());
+        }
+    }
+    bits
+}
+
+/// With the prompt cache on, `model`'s answers equal those of a server with
+/// `--cache-ram 0` bit for bit, and report the cached tokens the block rule gives:
+/// after a warm-up prompt, prompts that share ≥ 3 blocks with it and differ after, one
+/// whose uncached tail would be shorter than 8 tokens (one block fewer), one of whole
+/// blocks (its last block computed again), one shorter than a block; then a long shared
+/// system prompt with different questions through chat (sequential, then concurrent,
+/// then streamed with `include_usage`). `offset` (a multiple of the block) lengthens
+/// every prompt, to pass a sliding window.
+fn prompt_cache_keeps_the_bits(model: &str, extra: &[&str], offset: usize) {
+    let ctx = (offset + 512).to_string();
+    let common = |ram: &'static str| -> Vec<String> {
+        let mut a: Vec<String> = [
+            "-m",
+            model,
+            "--parallel",
+            "2",
+            "--ctx-size",
+            &ctx,
+            "--cache-ram",
+            ram,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    let args_on = common("1GiB");
+    let args_off = common("0");
+    let on = Server::start_for(600, &args_on.iter().map(String::as_str).collect::<Vec<_>>());
+    let off = Server::start_for(
+        600,
+        &args_off.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let (_, _, t) = on.post(
+        "/tokenize",
+        &json!({"model": model, "content": long_text("Ahab's"), "add_special": true}),
+    );
+    let ids: Vec<u64> = t["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect();
+    assert!(ids.len() > offset + 400, "{} tokens", ids.len());
+    let other: Vec<u64> = ids[offset + 350..offset + 400].to_vec();
+    let cat = |a: &[u64], b: &[u64]| -> Vec<u64> { a.iter().chain(b).copied().collect() };
+    let l = offset;
+    // (prompt, cached tokens expected once the warm-up's blocks are kept)
+    let cases: Vec<(Vec<u64>, usize)> = vec![
+        // the warm-up: nothing cached yet; keeps all its (l + 320) / 64 whole blocks
+        (ids[..l + 320].to_vec(), 0),
+        // ≥ 3 shared blocks, then different suffixes
+        (cat(&ids[..l + 200], &other[..40]), l + 3 * BLOCK),
+        (cat(&ids[..l + 200], &other[10..50]), l + 3 * BLOCK),
+        // a tail of 4 < 8 after 3 blocks: one block fewer
+        (ids[..l + 3 * BLOCK + 4].to_vec(), l + 2 * BLOCK),
+        // a tail of 1 (a one-row piece would be a decode step's arithmetic)
+        (ids[..l + 3 * BLOCK + 1].to_vec(), l + 2 * BLOCK),
+        // whole blocks: the last one is computed again
+        (ids[..l + 4 * BLOCK].to_vec(), l + 3 * BLOCK),
+        // the warm-up again: all but its last 64 tokens (320 - 256 ≥ 8)
+        (ids[..l + 320].to_vec(), l + 4 * BLOCK),
+        // shorter than one block
+        (ids[..50].to_vec(), 0),
+    ];
+    let mut cached_sum = 0;
+    for (i, (prompt, want_cached)) in cases.iter().enumerate() {
+        let (a_on, cached_on) = greedy_ids(&on, model, prompt);
+        let (a_off, cached_off) = greedy_ids(&off, model, prompt);
+        assert_eq!(
+            cached_off, 0,
+            "case {i}: --cache-ram 0 took tokens from a cache"
+        );
+        assert_eq!(
+            cached_on,
+            *want_cached,
+            "case {i} ({} tokens): cached tokens",
+            prompt.len()
+        );
+        assert_eq!(a_on[0], a_off[0], "case {i}: text differs with the cache");
+        assert_eq!(
+            answer_bits(&a_on),
+            answer_bits(&a_off),
+            "case {i}: log-probabilities differ with the cache"
+        );
+        assert!(!answer_bits(&a_on).is_empty());
+        cached_sum += cached_on;
+    }
+    // Chat: a long shared system prompt, different questions.
+    let system = long_text("Ishmael's")
+        .lines()
+        .take((offset + 256) / 20) // ~17 tokens a line: ≥ 3 blocks, past the window
+        .collect::<Vec<_>>()
+        .join("\n");
+    let questions = [
+        "Which ship passed at dawn?",
+        "How many lines are there?",
+        "What did the whale do?",
+        "Name one ship number.",
+    ];
+    let want: Vec<Value> = questions
+        .iter()
+        .map(|q| greedy_system_chat(&off.base, model, &system, q).0)
+        .collect();
+    for (i, q) in questions.iter().enumerate() {
+        let (a, cached) = greedy_system_chat(&on.base, model, &system, q);
+        assert_eq!(
+            a, want[i],
+            "question {i}: the answer differs with the cache"
+        );
+        if i > 0 {
+            assert!(
+                cached >= offset + BLOCK,
+                "question {i}: {cached} cached tokens"
+            );
+        }
+        cached_sum += cached;
+    }
+    let handles: Vec<_> = questions
+        .iter()
+        .map(|q| {
+            let (base, model, system, q) = (
+                on.base.clone(),
+                model.to_string(),
+                system.clone(),
+                q.to_string(),
+            );
+            std::thread::spawn(move || greedy_system_chat(&base, &model, &system, &q))
+        })
+        .collect();
+    for (i, h) in handles.into_iter().enumerate() {
+        let (a, cached) = h.join().unwrap();
+        assert_eq!(a, want[i], "concurrent question {i}: the answer differs");
+        assert!(cached > 0, "concurrent question {i}: nothing cached");
+        cached_sum += cached;
+    }
+    // A stream's usage chunk reports the cached tokens too.
+    let body = json!({"model": model, "messages": [
+            {"role": "system", "content": system}, {"role": "user", "content": questions[2]}],
+        "max_tokens": 8, "temperature": 0, "logprobs": true, "top_logprobs": 5,
+        "stream": true, "stream_options": {"include_usage": true}});
+    let chunks = stream(&on.base, "/v1/chat/completions", &body);
+    let streamed_off = stream(&off.base, "/v1/chat/completions", &body);
+    assert_eq!(tokens_of(&chunks), tokens_of(&streamed_off));
+    let usage = &chunks.last().unwrap()["usage"];
+    let cached = usage["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap() as usize;
+    assert!(cached > 0, "{usage}");
+    assert_eq!(
+        streamed_off.last().unwrap()["usage"]["prompt_tokens_details"]["cached_tokens"],
+        json!(0)
+    );
+    cached_sum += cached;
+    // /metrics counts what usage reported, and the blocks kept.
+    let label = format!("{{model=\"{model}\"}}");
+    let m = |name: &str| on.metric(&format!("{name}{label}"));
+    assert_eq!(m("lucent_prompt_tokens_cached_total") as usize, cached_sum);
+    assert_eq!(
+        m("lucent_prompt_tokens_cached_total") + m("lucent_prompt_tokens_computed_total"),
+        m("lucent_prompt_tokens_total")
+    );
+    assert!(m("lucent_prompt_cache_blocks") >= ((l + 320) / BLOCK) as f64);
+    assert!(m("lucent_prompt_cache_bytes") > 0.0);
+    assert_eq!(
+        off.metric(&format!("lucent_prompt_cache_blocks{label}")),
+        0.0
+    );
+}
+
+#[test]
+fn cached_prompts_answer_as_computed_ones_bit_for_bit() {
+    prompt_cache_keeps_the_bits("smollm2", &[], 0);
+}
+
+/// Gemma 3's local layers attend over a window of 512 positions: prompts past it.
+#[test]
+fn cached_prompts_past_gemma_3s_sliding_window_answer_bit_for_bit() {
+    prompt_cache_keeps_the_bits("gemma3", &["--chat-template", "gemma"], 512);
+}
+
+/// With a `--cache-ram` of two blocks, older blocks go (a prompt seen before two others
+/// finds nothing cached) and every answer still equals the uncached server's bits.
+#[test]
+fn a_tiny_prompt_cache_evicts_and_keeps_the_bits() {
+    let per_position = 30 * 2 * 3 * 64 * 4; // SmolLM2: layers × (K, V) × kv heads × head dim × f32
+    let block_bytes = BLOCK * per_position;
+    // Two blocks and their prefix ids, not three.
+    let ram = (2 * block_bytes + 4096).to_string();
+    let on = Server::start(&[
+        "-m",
+        "smollm2",
+        "--parallel",
+        "1",
+        "--ctx-size",
+        "512",
+        "--cache-ram",
+        &ram,
+    ]);
+    let off = Server::start(&[
+        "-m",
+        "smollm2",
+        "--parallel",
+        "1",
+        "--ctx-size",
+        "512",
+        "--cache-ram",
+        "0",
+    ]);
+    let tokens = |text: &str| -> Vec<u64> {
+        let (_, _, t) = on.post("/tokenize", &json!({"content": text}));
+        t["tokens"].as_array().unwrap()[..200]
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .collect()
+    };
+    let a = tokens(&long_text("Ahab's"));
+    let b = tokens(&long_text("Starbuck's"));
+    // (prompt, cached tokens): a keeps its first two blocks (the third does not fit
+    // beside them), b's two blocks push a's out.
+    let steps: [(&[u64], usize); 4] = [(&a, 0), (&a, 2 * BLOCK), (&b, 0), (&a, 0)];
+    for (i, (prompt, want)) in steps.iter().enumerate() {
+        let (got, cached) = greedy_ids(&on, "smollm2", prompt);
+        let (plain, _) = greedy_ids(&off, "smollm2", prompt);
+        assert_eq!(cached, *want, "step {i}: cached tokens");
+        assert_eq!(got[0], plain[0], "step {i}: text differs");
+        assert_eq!(
+            answer_bits(&got),
+            answer_bits(&plain),
+            "step {i}: bits differ"
+        );
+        let blocks = on.metric("lucent_prompt_cache_blocks{model=\"smollm2\"}");
+        assert!(blocks <= 2.0, "step {i}: {blocks} blocks held");
+        let bytes = on.metric("lucent_prompt_cache_bytes{model=\"smollm2\"}");
+        assert!(
+            bytes <= (2 * block_bytes + 4096) as f64,
+            "step {i}: {bytes} bytes held"
+        );
+    }
+}

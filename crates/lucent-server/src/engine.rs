@@ -24,6 +24,14 @@
 //! A prompt's prefill is the same call `lucent generate` makes (the same pieces'
 //! arithmetic), so at temperature 0 the tokens equal `lucent generate`'s and
 //! llama.cpp's.
+//!
+//! **The prompt cache** ([`PromptCache`], `--cache-ram`), shared by every slot: at
+//! admission the longest run of the prompt's blocks that any earlier request computed
+//! is copied into the slot's cache and the prefill's pieces are cut from the first
+//! uncached position (the same cut rules, so the logits are the same bits); after each
+//! piece, the whole blocks it completed are kept. Requests that see inside or
+//! intervene neither take nor keep blocks (their passes record or change every
+//! position).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -40,6 +48,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::error::ApiError;
 use crate::inside::{InsideSpec, PromptView};
 use crate::metrics::ModelMetrics;
+use crate::prompt_cache::{usable_blocks, PromptCache, BLOCK};
 
 /// How an engine runs.
 #[derive(Clone, Debug)]
@@ -52,6 +61,8 @@ pub struct EngineConfig {
     pub max_queue: usize,
     /// About this many prompt tokens per prefill piece and per step.
     pub prefill_chunk: usize,
+    /// Most bytes of the prompt cache shared by the slots (0: no cache).
+    pub cache_ram: usize,
 }
 
 /// One generation to run: a prompt's ids and how to continue it.
@@ -111,6 +122,9 @@ pub enum Event {
         prompt_tokens: usize,
         /// Tokens generated.
         completion_tokens: usize,
+        /// Prompt tokens taken from the prompt cache (OpenAI's
+        /// `usage.prompt_tokens_details.cached_tokens`).
+        cached_tokens: usize,
     },
     /// The generation failed (the error to answer with).
     Failed(ApiError),
@@ -187,8 +201,13 @@ impl Engine {
         metrics
             .kv_capacity_bytes
             .set((config.slots * config.ctx * kv_bytes_per_position(&model)) as i64);
+        metrics
+            .prompt_cache
+            .capacity_bytes
+            .set(config.cache_ram as i64);
         let scheduler = Scheduler {
             model: model.clone(),
+            prompt_cache: PromptCache::new(config.cache_ram),
             config: config.clone(),
             shared: shared.clone(),
             metrics,
@@ -296,10 +315,19 @@ struct Active {
     prompt_view: Option<PromptView>,
     /// When the last token went out.
     last_token: Option<Instant>,
+    /// Whether its prompt takes and keeps prompt-cache blocks.
+    cacheable: bool,
+    /// Prompt tokens taken from the prompt cache.
+    cached_tokens: usize,
+    /// The prompt's leading whole blocks that are in the prompt cache already (taken
+    /// or kept); the next piece keeps those it completes after them.
+    blocks_kept: usize,
 }
 
 struct Scheduler {
     model: Arc<TextModel>,
+    /// The prompt blocks every slot shares (only this thread touches it).
+    prompt_cache: PromptCache,
     config: EngineConfig,
     shared: Arc<Shared>,
     metrics: ModelMetrics,
@@ -367,6 +395,22 @@ impl Scheduler {
         };
         let slot = &mut self.slots[i];
         slot.cache.clear();
+        let cacheable = self.prompt_cache.is_on() && job.inside.is_none() && job.edits.is_none();
+        let t = job.prompt.len();
+        let blocks = if cacheable {
+            self.prompt_cache
+                .take(&job.prompt, usable_blocks(t), &mut slot.cache)
+        } else {
+            0
+        };
+        // The rest of the prompt, cut from the first uncached position (a multiple of
+        // 4, leaving at least MIN_PROMPT_CHUNK tokens): the same rules as a whole
+        // prefill's cuts, so the same bits.
+        let cached_tokens = blocks * BLOCK;
+        let chunks = prompt_chunks(t - cached_tokens, self.config.prefill_chunk)
+            .into_iter()
+            .map(|r| r.start + cached_tokens..r.end + cached_tokens)
+            .collect();
         // A request with interventions always runs traced: its trace carries the edits
         // (and records nothing unless the request also asks to see inside).
         let trace = match (&job.inside, &job.edits) {
@@ -379,7 +423,10 @@ impl Scheduler {
             .as_ref()
             .map(|s| PromptView::new(s.clone(), &self.model, &job.prompt));
         slot.active = Some(Active {
-            chunks: prompt_chunks(job.prompt.len(), self.config.prefill_chunk),
+            chunks,
+            cacheable,
+            cached_tokens,
+            blocks_kept: blocks,
             done_chunks: 0,
             next: None,
             trace,
@@ -637,10 +684,25 @@ impl Scheduler {
             tr.clear();
         }
         a.done_chunks += 1;
+        if a.cacheable {
+            // Keep the whole blocks this piece completed (a failure only means they are
+            // not kept).
+            let done = range.end / BLOCK;
+            if done > a.blocks_kept {
+                let _ = self
+                    .prompt_cache
+                    .insert(&a.job.prompt, a.blocks_kept, done, &slot.cache);
+                a.blocks_kept = done;
+            }
+        }
         if a.done_chunks < a.chunks.len() {
             return len;
         }
         self.metrics.prompt_tokens.inc_by(a.job.prompt.len() as u64);
+        let pc = &self.metrics.prompt_cache;
+        pc.cached_tokens.inc_by(a.cached_tokens as u64);
+        pc.computed_tokens
+            .inc_by((a.job.prompt.len() - a.cached_tokens) as u64);
         let view = a.prompt_view.take();
         let first_inside = view.as_ref().map(PromptView::last_row_view);
         a.job.send(Event::Prompt {
@@ -666,6 +728,9 @@ impl Scheduler {
         let busy = self.slots.iter().filter(|s| s.active.is_some()).count();
         self.metrics.busy_slots.set(busy as i64);
         self.shared.busy.store(busy, Ordering::Relaxed);
+        let pc = &self.metrics.prompt_cache;
+        pc.bytes.set(self.prompt_cache.bytes() as i64);
+        pc.blocks.set(self.prompt_cache.len() as i64);
     }
 }
 
@@ -684,5 +749,6 @@ fn finish(a: &Active) {
         finish_reason: reason,
         prompt_tokens: a.job.prompt.len(),
         completion_tokens: a.decoding.ids().len(),
+        cached_tokens: a.cached_tokens,
     });
 }

@@ -42,6 +42,7 @@ pub mod explore;
 pub mod inside;
 pub mod intervene;
 pub mod metrics;
+pub mod prompt_cache;
 pub mod routes;
 pub mod speech;
 
@@ -86,6 +87,9 @@ pub struct ServeOptions {
     pub drain_secs: f64,
     /// About this many prompt tokens per prefill piece and per step.
     pub prefill_chunk: usize,
+    /// Most bytes of each decoder model's prompt cache (0: off); the default is
+    /// [`prompt_cache::default_cache_ram`].
+    pub cache_ram: u64,
     /// Most numbers one request's inside view may hold.
     pub max_inside_floats: u64,
     /// Stop by itself after this many seconds (draining as at SIGTERM); None: run until
@@ -114,6 +118,7 @@ impl Default for ServeOptions {
             timeout_secs: 600.0,
             drain_secs: 30.0,
             prefill_chunk: 64,
+            cache_ram: prompt_cache::default_cache_ram(),
             max_inside_floats: 4_000_000,
             exit_after_secs: None,
             log_name: "lucent serve".into(),
@@ -346,6 +351,7 @@ pub fn load_models(opts: &ServeOptions, metrics: &Metrics) -> lucent::Result<Vec
                     ctx,
                     max_queue: opts.max_queue,
                     prefill_chunk: opts.prefill_chunk,
+                    cache_ram: usize::try_from(opts.cache_ram).unwrap_or(usize::MAX),
                 };
                 Served::Decoder(Engine::start(&name, tm, config, metrics.model(&name))?)
             }

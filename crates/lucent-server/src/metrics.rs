@@ -6,6 +6,8 @@
 //! | `lucent_requests_total` | counter | route, status |
 //! | `lucent_requests_in_flight` | gauge | |
 //! | `lucent_prompt_tokens_total`, `lucent_generated_tokens_total` | counter | model |
+//! | `lucent_prompt_tokens_cached_total`, `lucent_prompt_tokens_computed_total` | counter | model |
+//! | `lucent_prompt_cache_bytes`, `lucent_prompt_cache_blocks`, `lucent_prompt_cache_capacity_bytes` | gauge | model |
 //! | `lucent_time_to_first_token_seconds`, `lucent_inter_token_latency_seconds` | histogram | model |
 //! | `lucent_decode_batch_size` | histogram | model |
 //! | `lucent_queue_depth`, `lucent_busy_slots`, `lucent_slots` | gauge | model |
@@ -61,6 +63,72 @@ pub struct Metrics {
     slots: Family<ModelLabels, Gauge>,
     kv_used_bytes: Family<ModelLabels, Gauge>,
     kv_capacity_bytes: Family<ModelLabels, Gauge>,
+    prompt_cache: PromptCacheFamilies,
+}
+
+/// The prompt cache's figures, by model.
+#[derive(Default)]
+struct PromptCacheFamilies {
+    cached_tokens: Family<ModelLabels, Counter>,
+    computed_tokens: Family<ModelLabels, Counter>,
+    bytes: Family<ModelLabels, Gauge>,
+    blocks: Family<ModelLabels, Gauge>,
+    capacity_bytes: Family<ModelLabels, Gauge>,
+}
+
+impl PromptCacheFamilies {
+    fn register(&self, r: &mut Registry) {
+        r.register(
+            "lucent_prompt_tokens_cached",
+            "Prompt tokens whose keys and values were taken from the prompt cache",
+            self.cached_tokens.clone(),
+        );
+        r.register(
+            "lucent_prompt_tokens_computed",
+            "Prompt tokens computed by a prefill (not taken from the prompt cache)",
+            self.computed_tokens.clone(),
+        );
+        r.register(
+            "lucent_prompt_cache_bytes",
+            "Bytes the prompt cache holds",
+            self.bytes.clone(),
+        );
+        r.register(
+            "lucent_prompt_cache_blocks",
+            "Blocks the prompt cache holds",
+            self.blocks.clone(),
+        );
+        r.register(
+            "lucent_prompt_cache_capacity_bytes",
+            "Most bytes the prompt cache may hold (lucent serve --cache-ram)",
+            self.capacity_bytes.clone(),
+        );
+    }
+
+    fn model(&self, l: &ModelLabels) -> PromptCacheMetrics {
+        PromptCacheMetrics {
+            cached_tokens: self.cached_tokens.get_or_create_owned(l),
+            computed_tokens: self.computed_tokens.get_or_create_owned(l),
+            bytes: self.bytes.get_or_create_owned(l),
+            blocks: self.blocks.get_or_create_owned(l),
+            capacity_bytes: self.capacity_bytes.get_or_create_owned(l),
+        }
+    }
+}
+
+/// One model's prompt-cache figures.
+#[derive(Clone, Debug)]
+pub struct PromptCacheMetrics {
+    /// Prompt tokens taken from the cache.
+    pub cached_tokens: Counter,
+    /// Prompt tokens computed.
+    pub computed_tokens: Counter,
+    /// Bytes held.
+    pub bytes: Gauge,
+    /// Blocks held.
+    pub blocks: Gauge,
+    /// Most bytes it may hold.
+    pub capacity_bytes: Gauge,
 }
 
 /// One model's figures (handles sharing the registry's counters).
@@ -90,6 +158,8 @@ pub struct ModelMetrics {
     pub kv_used_bytes: Gauge,
     /// Bytes of every slot's cache.
     pub kv_capacity_bytes: Gauge,
+    /// The prompt cache's figures.
+    pub prompt_cache: PromptCacheMetrics,
 }
 
 fn latency() -> Histogram {
@@ -128,6 +198,7 @@ impl Metrics {
             slots: Family::default(),
             kv_used_bytes: Family::default(),
             kv_capacity_bytes: Family::default(),
+            prompt_cache: PromptCacheFamilies::default(),
             registry: Registry::default(),
         };
         r.register(
@@ -210,6 +281,7 @@ impl Metrics {
             "Bytes of every slot's KV cache (allocated at start)",
             m.kv_capacity_bytes.clone(),
         );
+        m.prompt_cache.register(&mut r);
         Metrics { registry: r, ..m }
     }
 
@@ -231,6 +303,7 @@ impl Metrics {
             slots: self.slots.get_or_create_owned(&l),
             kv_used_bytes: self.kv_used_bytes.get_or_create_owned(&l),
             kv_capacity_bytes: self.kv_capacity_bytes.get_or_create_owned(&l),
+            prompt_cache: self.prompt_cache.model(&l),
         }
     }
 

@@ -442,6 +442,7 @@ struct Choice {
     logprobs: Vec<TokenLogprob>,
     finish: Option<&'static str>,
     completion_tokens: usize,
+    cached_tokens: usize,
     prompt_view: Option<Value>,
     step_views: Vec<Value>,
 }
@@ -490,8 +491,16 @@ fn completion_logprobs(tok: &dyn Tokenizer, lps: &[TokenLogprob], offset: usize)
     })
 }
 
-fn usage(prompt: usize, completion: usize) -> Value {
-    json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
+/// OpenAI's `usage`: `cached` of the `prompt` tokens came from the prompt cache.
+fn usage(prompt: usize, completion: usize, cached: usize) -> Value {
+    json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached}})
+}
+
+/// Prompt tokens of a request taken from the prompt cache: each prompt counted once
+/// (as `prompt_tokens` counts it), by its first choice's figure.
+fn cached_of_prompts(n: usize, cached_by_choice: impl Iterator<Item = usize>) -> usize {
+    cached_by_choice.step_by(n.max(1)).sum()
 }
 
 /// The whole answer at once.
@@ -525,10 +534,12 @@ async fn collect(
             Event::Done {
                 finish_reason,
                 completion_tokens,
+                cached_tokens,
                 ..
             } => {
                 c.finish = Some(finish_reason);
                 c.completion_tokens = completion_tokens;
+                c.cached_tokens = cached_tokens;
                 done += 1;
             }
             Event::Failed(e) => return Err(e),
@@ -536,6 +547,7 @@ async fn collect(
     }
     let prompt_tokens: usize = plan.prompts.iter().map(|p| p.len()).sum();
     let completion_tokens: usize = choices.iter().map(|c| c.completion_tokens).sum();
+    let cached_tokens = cached_of_prompts(plan.n, choices.iter().map(|c| c.cached_tokens));
     let out: Vec<Value> = choices
         .into_iter()
         .enumerate()
@@ -577,7 +589,7 @@ async fn collect(
         "model": plan.model,
         "system_fingerprint": concat!("lucent-", env!("CARGO_PKG_VERSION")),
         "choices": out,
-        "usage": usage(prompt_tokens, completion_tokens),
+        "usage": usage(prompt_tokens, completion_tokens, cached_tokens),
     }))
     .into_response())
 }
@@ -594,6 +606,8 @@ fn stream(
         tok: Arc<dyn Tokenizer>,
         left: usize,
         completion: usize,
+        /// Each choice's prompt tokens taken from the prompt cache.
+        cached: Vec<usize>,
         /// Text offset of each choice (completions' logprobs).
         offsets: Vec<usize>,
         /// Whether a choice has had its first chunk.
@@ -608,6 +622,7 @@ fn stream(
             .map(|i| plan.echo.get(i / plan.n).map_or(0, String::len))
             .collect(),
         started: vec![false; total],
+        cached: vec![0; total],
         calls: (0..total).map(|_| CallStream::default()).collect(),
         left: total,
         completion: 0,
@@ -648,7 +663,7 @@ fn stream(
                     let v = json!({
                         "id": s.plan.id, "object": object, "created": s.plan.created, "model": s.plan.model,
                         "system_fingerprint": concat!("lucent-", env!("CARGO_PKG_VERSION")),
-                        "choices": [], "usage": usage(prompt, s.completion),
+                        "choices": [], "usage": usage(prompt, s.completion, cached_of_prompts(s.plan.n, s.cached.iter().copied())),
                     });
                     out.push(SseEvent::default().data(v.to_string()));
                 }
@@ -718,9 +733,10 @@ fn stream(
                     let from = s.calls[i].sent - calls.len();
                     out.extend(call_chunks(i, from, &calls).into_iter().map(|c| chunk(&s, c)));
                 }
-                Event::Done { finish_reason, completion_tokens, .. } => {
+                Event::Done { finish_reason, completion_tokens, cached_tokens, .. } => {
                     s.left -= 1;
                     s.completion += completion_tokens;
+                    s.cached[i] = cached_tokens;
                     let mut finish_reason = finish_reason;
                     if let Some(t) = &s.plan.tools {
                         let (rest, calls, were_calls) = s.calls[i].finish(t);

@@ -48,6 +48,9 @@ pub struct Args {
     /// piece; larger: a lone long prompt reads a little faster, streams stall longer).
     #[arg(long, default_value_t = 64, value_parser = at_least::<0, usize>)]
     pub prefill_chunk: usize,
+    /// Bytes of each decoder model's prompt cache, shared by its slots (prompt blocks any request computed, least recently used dropped first): 0 (off), 512MiB, 2GiB, … [default: a quarter of the physical memory, at most 4GiB].
+    #[arg(long, value_name = "BYTES", value_parser = lucent_server::prompt_cache::parse_bytes)]
+    pub cache_ram: Option<u64>,
     /// Most numbers one request's "lucent" inside view may return.
     #[arg(long, default_value_t = 4_000_000, value_parser = at_least::<0, u64>)]
     pub max_inside_floats: u64,
@@ -74,6 +77,9 @@ pub fn run(args: Args) -> Result<()> {
         timeout_secs: args.timeout,
         drain_secs: args.drain,
         prefill_chunk: args.prefill_chunk,
+        cache_ram: args
+            .cache_ram
+            .unwrap_or_else(lucent_server::prompt_cache::default_cache_ram),
         max_inside_floats: args.max_inside_floats,
         exit_after_secs: args.exit_after,
         log_name: "lucent serve".into(),
