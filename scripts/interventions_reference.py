@@ -205,6 +205,79 @@ def record_resid_pre(model, ids: list[int], layer: int) -> torch.Tensor:
     return got["x"]
 
 
+@torch.no_grad()
+def logit_attribution(model, ids: list[int], target: int) -> dict:
+    """Direct logit attribution of `target` at the last position, TransformerLens's
+    `logit_attrs` with the cached final-norm scale, from forward hooks (in f64 from the
+    f32 values the hooks see): s = 1 / std of the final residual (eps included), u = γ ⊙
+    W_U[target], a part c of the residual adds s · u · (c − mean(c)). Terms: the
+    embeddings (the input of h[0]), each head (its slice of the input of attn.c_proj
+    times its rows of c_proj's weight), each FFN (the output of mlp), per layer the
+    attention output minus its heads' sum, and the rest of the final residual."""
+    got: dict[str, torch.Tensor] = {}
+    handles = []
+
+    def keep(name):
+        def pre(mod, args):
+            got[name] = args[0][0, -1].double()
+
+        return pre
+
+    def keep_out(name):
+        def post(mod, args, out):
+            out = out[0] if isinstance(out, tuple) else out
+            got[name] = out[0, -1].double()
+
+        return post
+
+    blocks = model.transformer.h
+    handles.append(blocks[0].register_forward_pre_hook(keep("x0")))
+    for l, block in enumerate(blocks):
+        handles.append(block.attn.c_proj.register_forward_pre_hook(keep(f"z{l}")))
+        handles.append(block.attn.register_forward_hook(keep_out(f"attn{l}")))
+        handles.append(block.mlp.register_forward_hook(keep_out(f"mlp{l}")))
+    handles.append(blocks[-1].register_forward_hook(keep_out("final")))
+    try:
+        with torch.no_grad():
+            logits = model(torch.tensor([ids])).logits[0, -1]
+    finally:
+        for handle in handles:
+            handle.remove()
+    cfg = model.config
+    d, h = cfg.n_embd, cfg.n_head
+    dk = d // h
+    x = got["final"]
+    s = 1.0 / torch.sqrt(((x - x.mean()) ** 2).mean() + cfg.layer_norm_epsilon)
+    u = model.transformer.ln_f.weight.double() * model.lm_head.weight[target].double()
+
+    def project(c: torch.Tensor) -> float:
+        return float(s * ((c - c.mean()) * u).sum())
+
+    heads, mlp, attn_rest = [], [], []
+    summed = got["x0"].clone()
+    for l, block in enumerate(blocks):
+        w = block.attn.c_proj.weight.double()  # Conv1D: (in h·d_k, out d)
+        z = got[f"z{l}"]
+        row = [project(z[i * dk : (i + 1) * dk] @ w[i * dk : (i + 1) * dk]) for i in range(h)]
+        heads.append(row)
+        attn_rest.append(project(got[f"attn{l}"]) - sum(row))
+        mlp.append(project(got[f"mlp{l}"]))
+        summed += got[f"attn{l}"] + got[f"mlp{l}"]
+    beta = float((model.transformer.ln_f.bias.double() * model.lm_head.weight[target].double()).sum())
+    return {
+        "target_id": target,
+        "logit": float(logits[target]),
+        "logit_f32": project(x),
+        "final_norm_bias_term": beta,
+        "scale": float(s),
+        "embed": project(got["x0"]),
+        "heads": heads,
+        "mlp": mlp,
+        "attn_rest": attn_rest,
+        "rest": project(x - summed),
+    }
+
+
 def main() -> None:
     lucent = sys.argv[1] if len(sys.argv) > 1 else str(REPO / "target" / "release" / "lucent")
     torch.manual_seed(0)
@@ -264,6 +337,14 @@ def main() -> None:
             src_logits = model(torch.tensor([src_ids])).logits[0]
         gap = float((torch.tensor(full["logits"]) - src_logits).abs().max())
         print(f"patching every position of blocks.1.hook_resid_pre vs the source's run: {gap}")
+        # Direct logit attribution of the plain run's greedy next token.
+        target = int(torch.tensor(out["cases"][0]["logits"][-1]).argmax())
+        out["attribution"] = logit_attribution(model, ids, target)
+        a = out["attribution"]
+        print(
+            f"attribution of id {target}: logit {a['logit']:.5f} = terms' logit {a['logit_f32']:.5f}"
+            f" + the final norm's bias term {a['final_norm_bias_term']:.5f}"
+        )
     path = REPO / "tests" / "data" / "interventions_reference.json"
     path.write_text(json.dumps(out) + "\n")
     print(f"wrote {path} ({path.stat().st_size} bytes)")

@@ -132,3 +132,62 @@ fn interventions_equal_pytorch_forward_hooks() -> TestResult {
     std::fs::remove_dir_all(&out)?;
     Ok(())
 }
+
+/// Direct logit attribution (`Model::logit_attribution`) against the same terms taken
+/// from PyTorch's forward hooks (the script's `logit_attribution`: the final norm's
+/// scale cached from the run, each head's slice of `attn.c_proj`'s input times its rows
+/// of the weight, each `mlp`'s output, the embeddings), on the run and on its export:
+/// every term within 1e-5. The engine's logit is PyTorch's, and equals the terms' logit
+/// plus the final LayerNorm's bias term β · W_U[target], which no term holds.
+#[test]
+fn logit_attribution_equals_pytorch_hooks() -> TestResult {
+    let all = reference()?;
+    let r = &all["attribution"];
+    let prompt = all["prompt"].as_str().ok_or("prompt")?;
+    let target = r["target_id"].as_u64().ok_or("target_id")? as u32;
+    let num = |v: &Value| v.as_f64().ok_or("a number");
+    let run = data().join("runs").join(all["run"].as_str().ok_or("run")?);
+    let out = std::env::temp_dir().join(format!("lucent-iv-dla-{}", std::process::id()));
+    export_hf(&run, &out)?;
+    for path in [&run, &out] {
+        let model = lucent::open(path.to_str().ok_or("path")?)?;
+        let a = model.logit_attribution(prompt, target)?;
+        let mut pairs: Vec<(String, f64, f64)> = vec![
+            ("logit".into(), a.logit as f64, num(&r["logit"])?),
+            ("logit_f32".into(), a.logit_f32, num(&r["logit_f32"])?),
+            ("scale".into(), a.scale, num(&r["scale"])?),
+            ("embed".into(), a.embed, num(&r["embed"])?),
+            ("rest".into(), a.rest, num(&r["rest"])?),
+        ];
+        for (l, row) in a.heads.iter().enumerate() {
+            for (h, &v) in row.iter().enumerate() {
+                pairs.push((format!("head {l}.{h}"), v, num(&r["heads"][l][h])?));
+            }
+            pairs.push((format!("mlp {l}"), a.mlp[l], num(&r["mlp"][l])?));
+            pairs.push((
+                format!("attn_rest {l}"),
+                a.attn_rest[l],
+                num(&r["attn_rest"][l])?,
+            ));
+        }
+        assert_eq!(pairs.len(), 5 + 2 * 4 + 2 * 2, "2 layers of 4 heads");
+        let worst = pairs
+            .iter()
+            .map(|(_, x, y)| (x - y).abs())
+            .fold(0.0, f64::max);
+        println!(
+            "{}: attribution vs PyTorch: max |Δ| = {worst:e}",
+            path.display()
+        );
+        for (name, got, want) in &pairs {
+            assert!(
+                (got - want).abs() <= TOLERANCE as f64,
+                "{name}: lucent {got} vs PyTorch {want}"
+            );
+        }
+        let bias = num(&r["final_norm_bias_term"])?;
+        assert!((a.logit as f64 - (a.logit_f32 + bias)).abs() <= TOLERANCE as f64);
+    }
+    std::fs::remove_dir_all(&out)?;
+    Ok(())
+}
