@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -250,6 +250,23 @@ class Model:
             patches.append((trace_name, np.ascontiguousarray(_from_tl(out, kind))))
         tr = self._raw.run_edited(text, None, patches, [])
         return np.asarray(tr["logits"])[None]
+
+    def logit_attribution(self, text: str, token: Union[str, int]) -> Dict[str, Any]:
+        """Direct logit attribution of the next token after ``text`` (``token``: a text
+        that is one token, e.g. ``" Paris"``, or its id), TransformerLens's
+        ``logit_attrs`` with the cached final-norm scale: a dict with ``heads`` (layer,
+        head) and ``mlp`` (layer,) as numpy arrays, ``embed``, ``attn_rest`` (layer,),
+        ``rest``, ``sum`` (every term added), ``logit_f32`` (the logit from the final
+        residual stream, which the terms add up to), ``logit`` (the engine's),
+        ``scale`` and ``target_id``."""
+        if isinstance(token, str):
+            raw = self._raw.logit_attribution_json(text, None, token)
+        else:
+            raw = self._raw.logit_attribution_json(text, int(token), None)
+        out = json.loads(raw)
+        for key in ("heads", "mlp", "attn_rest"):
+            out[key] = np.asarray(out[key], dtype=np.float64)
+        return out
 
     def intervene(self, interventions: Sequence[Dict[str, Any]]) -> "Intervened":
         """This model seen through ``interventions``: dicts of lucent's Intervention

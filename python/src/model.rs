@@ -231,6 +231,50 @@ impl Model {
         })
         .or_py()
     }
+
+    /// Direct logit attribution (`lucent::Model::logit_attribution`) of the next token
+    /// after `text`: `target` (an id) or `token` (a text that is one token), as JSON
+    /// (logit, logit_f32, scale, embed, heads [layer][head], mlp, attn_rest, rest, sum).
+    #[pyo3(signature = (text, target = None, token = None))]
+    fn logit_attribution_json(
+        &self,
+        py: Python<'_>,
+        text: String,
+        target: Option<u32>,
+        token: Option<String>,
+    ) -> PyResult<String> {
+        let inner = self.inner.clone();
+        let threads = self.threads.clone();
+        py.detach(move || {
+            threads.run(move || {
+                let id = match (target, token) {
+                    (Some(id), None) => id,
+                    (None, Some(tok)) => {
+                        let ids = inner.text_model()?.tokenizer.encode_ids(&tok, false, false)?;
+                        match ids.as_slice() {
+                            [id] => *id,
+                            _ => {
+                                return Err(lucent::Error::Argument(format!(
+                                    "token {tok:?} is {} tokens for this model; give one token (e.g. \" Paris\") or its id",
+                                    ids.len()
+                                )))
+                            }
+                        }
+                    }
+                    _ => {
+                        return Err(lucent::Error::Argument(
+                            "logit_attribution: give the token as a text or as an id, not both".into(),
+                        ))
+                    }
+                };
+                let a = inner.logit_attribution(&text, id)?;
+                let mut v = serde_json::to_value(&a).map_err(|e| lucent::Error::Argument(e.to_string()))?;
+                v["target_id"] = id.into();
+                Ok(v.to_string())
+            })
+        })
+        .or_py()
+    }
 }
 
 /// A read-only f32 numpy array as a lucent tensor of the same shape (a copy).

@@ -25,6 +25,7 @@
 #![warn(missing_docs)]
 
 mod api;
+mod attribution;
 pub mod autograd;
 pub mod bench;
 pub mod error;
@@ -43,6 +44,7 @@ pub mod train;
 pub mod viz;
 
 pub use api::{open, open_with, Model, OpenOptions, Token};
+pub use attribution::{log_prob, AblationEffect, Attribution, HeadAblation};
 pub use error::{Error, Result};
 pub use intervene::{decoder_edits, edits_for_positions, CachedDecoding, Intervened};
 pub use model::hooks::{HookPoint, Intervention, InterventionOp, InterventionValue};

@@ -18,7 +18,7 @@ use lucent::Result;
 /// Arguments of `lucent bench`.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Examples:\n  lucent bench kernels --threads 2 --json\n  lucent bench embed --threads-list 1,2\n  lucent bench train\n  lucent bench generate -m smollm2\n  lucent bench transcribe -m whisper-tiny.en examples/speech.wav --threads-list 1 --rounds 1\n  lucent bench precision -m minilm --runs 1"
+    after_help = "Examples:\n  lucent bench kernels --threads 2 --json\n  lucent bench embed --threads-list 1,2\n  lucent bench train\n  lucent bench generate -m smollm2\n  lucent bench transcribe -m whisper-tiny.en examples/speech.wav --threads-list 1 --rounds 1\n  lucent bench precision -m minilm --runs 1\n  lucent bench interventions -m smollm2 --no-sweep"
 )]
 pub struct Args {
     #[command(subcommand)]
@@ -40,6 +40,8 @@ enum Target {
     Transcribe(super::bench_transcribe::Args),
     /// Each precision (exact, bf16, int8) of an encoder side by side: speed and distance to exact.
     Precision(super::bench_precision::Args),
+    /// What an intervention costs: a plain pass beside one with a head ablated, and the full head-ablation sweep.
+    Interventions(super::bench_interventions::Args),
 }
 
 /// Options of `lucent bench kernels`.
@@ -72,6 +74,7 @@ pub fn run(args: Args) -> Result<()> {
         Target::Generate(a) => super::bench_generate::run(a),
         Target::Transcribe(a) => super::bench_transcribe::run(a),
         Target::Precision(a) => super::bench_precision::run(a),
+        Target::Interventions(a) => super::bench_interventions::run(a),
     }
 }
 

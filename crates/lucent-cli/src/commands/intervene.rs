@@ -1,4 +1,4 @@
-//! `lucent ablate`, `lucent patch` and `lucent steer`: interventions at a decoder's hook
+//! `lucent ablate`, `lucent patch`, `lucent steer` and `lucent attribute`: interventions at a decoder's hook
 //! points (TransformerLens's names), through the library's `Model::intervene`.
 //!
 //! - ablate: zero (or mean) the output of attention heads (`blocks.L.attn.hook_z`, one
@@ -10,13 +10,15 @@
 //! - steer: generate with a steering vector added to the residual stream after a layer
 //!   (`blocks.L.hook_resid_post`), the vector read from a file or made from contrasting
 //!   prompts (their mean difference at the last position).
+//! - attribute: direct logit attribution, printed from the library's
+//!   `Model::logit_attribution` (the sweep of `ablate` is `Model::head_ablation_sweep`).
 
 use std::path::PathBuf;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use lucent::patching::log_prob;
 use lucent::viz::{heatmap, ColorMap, Panel};
-use lucent::{Error, Intervention, Model, Result, Sampling};
+use lucent::{Error, HeadAblation, Intervention, Model, Result, Sampling};
 
 use crate::loader;
 
@@ -167,7 +169,7 @@ fn token_text(model: &Model, id: u32) -> Result<String> {
 }
 
 /// A progress bar of `n` steps on stderr (hidden when stderr is not a terminal).
-fn bar(n: usize, what: &str) -> ProgressBar {
+pub(crate) fn bar(n: usize, what: &str) -> ProgressBar {
     let b = ProgressBar::new(n as u64).with_style(
         ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} eta {eta}")
             .unwrap_or_else(|_| ProgressStyle::default_bar())
@@ -178,7 +180,7 @@ fn bar(n: usize, what: &str) -> ProgressBar {
 }
 
 /// `FIRST-LAST` of `--layers`, checked against `n` layers.
-fn layer_range(spec: Option<&str>, n: usize) -> Result<std::ops::RangeInclusive<usize>> {
+pub(crate) fn layer_range(spec: Option<&str>, n: usize) -> Result<std::ops::RangeInclusive<usize>> {
     let Some(spec) = spec else {
         return Ok(0..=n - 1);
     };
@@ -216,38 +218,32 @@ pub fn run_ablate(a: AblateArgs) -> Result<()> {
     let cfg = model.config().clone();
     let plain = model.intervene(&[])?.next_token_logits(&a.text)?;
     let target = target_id(&model, a.target.as_deref(), "--target", &plain)?;
-    let base = log_prob(&plain, target);
+    let base = lucent::log_prob(&plain, target)?;
     let op = match (&a.intervene, a.mean) {
         (Some(_), _) => "interventions",
         (None, true) => "mean",
         (None, false) => "zero",
     };
-    let run = |heads: &[(usize, usize)], ivs: Vec<Intervention>| -> Result<Ablated> {
-        let logits = model.intervene(&ivs)?.next_token_logits(&a.text)?;
-        let lp = log_prob(&logits, target);
+    let how = if a.mean {
+        HeadAblation::Mean
+    } else {
+        HeadAblation::Zero
+    };
+    // One code path for every ablation: the library's (a sweep's cell is the same call).
+    let shown = |e: lucent::AblationEffect| -> Result<Ablated> {
         Ok(Ablated {
-            heads: heads.to_vec(),
-            interventions: ivs,
-            logprob: lp,
-            delta: lp - base,
-            top_token: token_text(&model, lucent::pipeline::generate::argmax(&logits))?,
+            top_token: token_text(&model, e.top)?,
+            heads: e.heads,
+            interventions: e.interventions,
+            logprob: e.logprob,
+            delta: e.delta,
         })
     };
-    let ablation = |heads: &[(usize, usize)]| -> Result<Ablated> {
-        let ivs: Vec<Intervention> = heads
-            .iter()
-            .map(|&(l, h)| {
-                let hook = format!("blocks.{l}.attn.hook_z");
-                if a.mean {
-                    Intervention::mean(hook)
-                } else {
-                    Intervention::zero(hook)
-                }
-                .head(h)
-            })
-            .collect();
-        run(heads, ivs)
+    let run = |heads: &[(usize, usize)], ivs: Vec<Intervention>| -> Result<Ablated> {
+        shown(model.ablation_effect(&a.text, target, base, heads, ivs)?)
     };
+    let ablation =
+        |heads: &[(usize, usize)]| -> Result<Ablated> { run(heads, how.interventions(heads)) };
     let parse_head = |s: &str| -> Result<(usize, usize)> {
         let bad = || {
             Error::Argument(format!(
@@ -282,19 +278,23 @@ pub fn run_ablate(a: AblateArgs) -> Result<()> {
         let layers = layer_range(a.layers.as_deref(), cfg.decoder_layers.max(1))?;
         let n = (layers.end() - layers.start() + 1) * cfg.n_heads;
         let progress = bar(n, "ablating heads");
-        let mut results = Vec::with_capacity(n);
-        let mut grid = Vec::new();
-        for l in layers {
-            let mut row = Vec::with_capacity(cfg.n_heads);
-            for h in 0..cfg.n_heads {
-                let r = ablation(&[(l, h)])?;
-                row.push(r.delta as f32);
-                results.push(r);
-                progress.inc(1);
-            }
-            grid.push((l, row));
-        }
+        let effects = model.head_ablation_sweep(
+            &a.text,
+            target,
+            base,
+            layers.clone(),
+            how,
+            &mut |done, _| progress.set_position(done as u64),
+        )?;
         progress.finish_and_clear();
+        let results = effects
+            .into_iter()
+            .map(shown)
+            .collect::<Result<Vec<Ablated>>>()?;
+        let grid = layers
+            .zip(results.chunks(cfg.n_heads))
+            .map(|(l, row)| (l, row.iter().map(|r| r.delta as f32).collect()))
+            .collect::<Vec<(usize, Vec<f32>)>>();
         (results, Some(grid))
     } else {
         if a.png.is_some() {
@@ -564,152 +564,13 @@ pub struct AttributeArgs {
     pub png: Option<PathBuf>,
 }
 
-/// Direct logit attribution of one token at the last position (see `lucent attribute
-/// --help` for the exact decomposition).
-#[derive(serde::Serialize)]
-struct Attribution {
-    logit: f32,
-    logit_f32: f64,
-    scale: f64,
-    embed: f64,
-    heads: Vec<Vec<f64>>,
-    mlp: Vec<f64>,
-    attn_rest: Vec<f64>,
-    rest: f64,
-    sum: f64,
-}
-
-/// The direct logit attribution of `target` after `text` (decoders without a logit
-/// scale or soft-cap, whose layers add their attention and FFN outputs to the
-/// residual stream).
-fn attribute(model: &Model, text: &str, target: u32) -> Result<Attribution> {
-    use lucent::model::family::Param;
-    use lucent::nn::NormKind;
-    let cfg = model.config().clone();
-    let tm = model.text_model()?;
-    let dm = &tm.model;
-    if cfg.logit_scale.is_some() || cfg.final_softcap.is_some() || !cfg.final_norm {
-        return Err(Error::Argument(format!(
-            "{}: direct logit attribution here needs a final norm and no logit scale or soft-cap",
-            model.name()
-        )));
-    }
-    let trace = model.trace_with(
-        text,
-        lucent::Trace::with_filter(lucent::TraceFilter {
-            leaves: Some(vec!["input".into(), "context".into(), "output".into()]),
-            prefix: Some("decoder.".into()),
-            ..Default::default()
-        }),
-    )?;
-    let get = |name: &str| {
-        trace
-            .get(name)
-            .ok_or_else(|| Error::Argument(format!("attribute: the trace has no {name}")))
-    };
-    let (d, h, dk, layers) = (cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.decoder_layers);
-    let last_row = |t: &lucent::Tensor| -> Result<Vec<f64>> {
-        let [_, n, w] = t.dims()?; // (1, t, w)
-        Ok(t.data()[(n - 1) * w..n * w]
-            .iter()
-            .map(|&x| x as f64)
-            .collect())
-    };
-    let x_final = last_row(get(&format!("decoder.layer.{}.output", layers - 1))?)?;
-    // The final norm's scale, cached from the run, and u = γ ⊙ W_U[target].
-    let mean = match cfg.norm {
-        NormKind::LayerNorm => x_final.iter().sum::<f64>() / d as f64,
-        NormKind::RmsNorm => 0.0,
-    };
-    let var = x_final.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / d as f64;
-    let scale = 1.0 / (var + cfg.norm_eps as f64).sqrt();
-    let gamma = dm
-        .parameter(Param::FinalNormWeight, 0)?
-        .ok_or_else(|| Error::Argument("attribute: the model has no final norm weight".into()))?;
-    let table = match dm.parameter(Param::OutputWeight, 0)? {
-        Some(w) => w,
-        None => dm
-            .parameter(Param::TokenEmbedding, 0)?
-            .ok_or_else(|| Error::Argument("attribute: no unembedding".into()))?,
-    }; // (V, d)
-    let row = &table.data()[target as usize * d..(target as usize + 1) * d];
-    let u: Vec<f64> = row
-        .iter()
-        .zip(gamma.data())
-        .map(|(&w, &g)| w as f64 * g as f64)
-        .collect();
-    // A term's share of the logit: s · u · (c − mean(c) for LayerNorm).
-    let project = |c: &[f64]| -> f64 {
-        let m = match cfg.norm {
-            NormKind::LayerNorm => c.iter().sum::<f64>() / d as f64,
-            NormKind::RmsNorm => 0.0,
-        };
-        scale * c.iter().zip(&u).map(|(x, w)| (x - m) * w).sum::<f64>()
-    };
-    let logit_f32 = project(&x_final);
-    let x0 = last_row(get("decoder.input")?)?;
-    let embed = project(&x0);
-    let (mut heads, mut mlp, mut attn_rest) = (Vec::new(), Vec::new(), Vec::new());
-    let mut summed = x0.clone(); // the residual rebuilt from its terms
-    for l in 0..layers {
-        let z = get(&format!("decoder.layer.{l}.attn.context"))?; // (1, h, t, d_k)
-        let [_, _, n, _] = z.dims()?;
-        let w_o = dm
-            .parameter(Param::AttnOutWeight, l)?
-            .ok_or_else(|| Error::Argument(format!("attribute: layer {l} has no W_O")))?; // (d, h·d_k)
-        let mut row = Vec::with_capacity(h);
-        let mut heads_sum = 0.0;
-        for hi in 0..h {
-            let zh = &z.data()[(hi * n + n - 1) * dk..(hi * n + n) * dk];
-            let c: Vec<f64> = (0..d)
-                .map(|i| {
-                    let w = &w_o.data()[i * h * dk + hi * dk..i * h * dk + (hi + 1) * dk];
-                    zh.iter().zip(w).map(|(&a, &b)| a as f64 * b as f64).sum()
-                })
-                .collect();
-            let v = project(&c);
-            heads_sum += v;
-            row.push(v);
-        }
-        heads.push(row);
-        let attn_out = last_row(get(&format!("decoder.layer.{l}.attn.output"))?)?;
-        attn_rest.push(project(&attn_out) - heads_sum);
-        let mlp_out = last_row(get(&format!("decoder.layer.{l}.ffn.output"))?)?;
-        mlp.push(project(&mlp_out));
-        for i in 0..d {
-            summed[i] += attn_out[i] + mlp_out[i];
-        }
-    }
-    // What the terms miss: the f32 rounding of the residual sums (and any norm bias
-    // or residual scaling a family has): the final residual minus the rebuilt one.
-    let gap: Vec<f64> = x_final.iter().zip(&summed).map(|(a, b)| a - b).collect();
-    let rest = project(&gap);
-    let sum = embed
-        + heads.iter().flatten().sum::<f64>()
-        + mlp.iter().sum::<f64>()
-        + attn_rest.iter().sum::<f64>()
-        + rest;
-    let logits = model.intervene(&[])?.next_token_logits(text)?;
-    Ok(Attribution {
-        logit: logits[target as usize],
-        logit_f32,
-        scale,
-        embed,
-        heads,
-        mlp,
-        attn_rest,
-        rest,
-        sum,
-    })
-}
-
 /// `lucent attribute`.
 pub fn run_attribute(a: AttributeArgs) -> Result<()> {
     let model = loader::open(&a.model)?;
     let plain = model.intervene(&[])?.next_token_logits(&a.text)?;
     let target = target_id(&model, a.target.as_deref(), "--target", &plain)?;
     let target_text = token_text(&model, target)?;
-    let r = attribute(&model, &a.text, target)?;
+    let r = model.logit_attribution(&a.text, target)?;
     if let Some(path) = &a.png {
         let layers = r.heads.len();
         let n_heads = r.heads.first().map_or(0, Vec::len);

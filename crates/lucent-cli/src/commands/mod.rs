@@ -8,6 +8,7 @@ pub mod attention_view;
 pub mod bench;
 pub mod bench_embed;
 pub mod bench_generate;
+pub mod bench_interventions;
 pub mod bench_precision;
 pub mod bench_train;
 pub mod bench_transcribe;
