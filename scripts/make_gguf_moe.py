@@ -9,18 +9,21 @@ script reuses that one's writer, prompts and llama.cpp loop (imported, not copie
 the files share its shapes: 3 layers, d_model 128, 4 query and 2 key/value heads of 32
 features, the 289-token byte-level vocabulary, Q8_0 matrices, F32 norms.
 
-Two files, each with a Mixture-of-Experts block in place of every layer's FFN:
+Three files, each with a Mixture-of-Experts block in place of every layer's FFN:
 
 - `qwen3moe.gguf` (`general.architecture = qwen3moe`): Qwen 3's attention (per-head
   QK-norm, rotate-half RoPE), 8 experts of width 64 (`qwen3moe.expert_feed_forward_length`),
   2 used per token;
 - `mixtral.gguf` (`general.architecture = llama` with `llama.expert_count = 8`, the
   Mixtral layout): LLaMA's attention, 8 experts of width 128 (`llama.feed_forward_length`),
-  2 used per token.
+  2 used per token;
+- `qwen3moe-f32-router.gguf`: as `qwen3moe.gguf` (its own seed) with every router kept F32,
+  as real Qwen3-MoE files keep it (llama.cpp multiplies it by tinyBLAS's F32 chain for a
+  prompt, `ggml_vec_dot_f32` for one token; see docs/quantization.md).
 
 Each layer's router `blk.{i}.ffn_gate_inp.weight` is (n_expert, d), the experts'
 `ffn_gate_exps`, `ffn_up_exps` (n_expert, d_ff, d) and `ffn_down_exps` (n_expert, d, d_ff)
-are 3-D tensors, all Q8_0, N(0, 1/fan-in) (the router's N(0, 4/d), so that its softmax is
+are 3-D tensors, all Q8_0 (the router F32 in the third file), N(0, 1/fan-in) (the router's N(0, 4/d), so that its softmax is
 far from uniform and dropping the renormalisation of the two weights changes the output
 by a clear factor).
 
@@ -48,9 +51,14 @@ N_EXPERT, N_USED = 8, 2
 QWEN3MOE_FF = 64
 
 
-def experts(w, b, n_ff):
-    """The router and the experts' 3-D tensors of one layer (prefix `b`)."""
-    w.matrix(b + "ffn_gate_inp.weight", N_EXPERT, D, std=2.0 / np.sqrt(D))
+def experts(w, b, n_ff, f32_router=False):
+    """The router and the experts' 3-D tensors of one layer (prefix `b`); the router F32
+    (as real Qwen3-MoE files keep it) when `f32_router`, else Q8_0."""
+    if f32_router:
+        x = w.rng.normal(0.0, 2.0 / np.sqrt(D), (N_EXPERT, D)).astype(np.float32)
+        w.w.add_tensor(b + "ffn_gate_inp.weight", x)
+    else:
+        w.matrix(b + "ffn_gate_inp.weight", N_EXPERT, D, std=2.0 / np.sqrt(D))
     for name, rows, cols in (("ffn_gate_exps", n_ff, D), ("ffn_up_exps", n_ff, D),
                              ("ffn_down_exps", D, n_ff)):
         x = w.rng.normal(0.0, 1.0 / np.sqrt(cols), (N_EXPERT, rows, cols)).astype(np.float32)
@@ -70,13 +78,17 @@ def attention(w, b, head_qk_norm):
     w.norm(b + "ffn_norm.weight", D)
 
 
-def qwen3moe(w):
+def qwen3moe(w, f32_router=False):
     w.w.add_uint32(w.key("expert_count"), N_EXPERT)
     w.w.add_uint32(w.key("expert_used_count"), N_USED)
     w.w.add_uint32(w.key("expert_feed_forward_length"), QWEN3MOE_FF)
     for i in range(w.layers):
         attention(w, f"blk.{i}.", head_qk_norm=True)
-        experts(w, f"blk.{i}.", QWEN3MOE_FF)
+        experts(w, f"blk.{i}.", QWEN3MOE_FF, f32_router)
+
+
+def qwen3moe_f32_router(w):
+    qwen3moe(w, f32_router=True)
 
 
 def mixtral(w):
@@ -91,6 +103,8 @@ def mixtral(w):
 FILES = [
     ("qwen3moe", "qwen3moe", qwen3moe, True),
     ("mixtral", "llama", mixtral, False),
+    # the router F32 as in real Qwen3-MoE files (tinyBLAS's / vec_dot_f32's order)
+    ("qwen3moe-f32-router", "qwen3moe", qwen3moe_f32_router, True),
 ]
 
 # Metadata lucent refuses (no tensors: the refusal comes first): (file, arch, key, value).

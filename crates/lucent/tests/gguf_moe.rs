@@ -165,6 +165,13 @@ fn mixtral_layout_llama_equals_llama_cpp() {
     check_bit_exact("mixtral");
 }
 
+/// The router F32, as real Qwen3-MoE files keep it: its product in tinyBLAS's F32 order
+/// for the prompts and `ggml_vec_dot_f32`'s for each greedy token.
+#[test]
+fn qwen3moe_f32_router_equals_llama_cpp() {
+    check_bit_exact("qwen3moe-f32-router");
+}
+
 #[test]
 fn qwen3moe_experts_bite() {
     check_all_bite("qwen3moe");
