@@ -17,18 +17,12 @@
 
 use crate::api::Model;
 use crate::model::hooks::Intervention;
+use crate::attribution::log_prob;
 use crate::pipeline::generate::argmax;
 use crate::{Error, Result, Trace, TraceFilter};
 
 /// The hook points a sweep may patch at each layer (`blocks.L.hook_<name>`).
 pub const PATCH_POINTS: [&str; 4] = ["resid_pre", "attn_out", "mlp_out", "resid_post"];
-
-/// ln softmax(`logits`)[`id`], in f64 (the log-probability of one next token).
-pub fn log_prob(logits: &[f32], id: u32) -> f64 {
-    let max = logits.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x)) as f64;
-    let sum: f64 = logits.iter().map(|&x| (x as f64 - max).exp()).sum();
-    logits[id as usize] as f64 - max - sum.ln()
-}
 
 /// What a patching sweep found ([`Model::patching_sweep`]).
 #[derive(Clone, Debug, serde::Serialize)]
@@ -99,8 +93,8 @@ impl Model {
             )));
         }
         let (lp_clean, lp_corrupt) = (
-            log_prob(&clean_logits, target),
-            log_prob(&corrupt_logits, target),
+            log_prob(&clean_logits, target)?,
+            log_prob(&corrupt_logits, target)?,
         );
         let points = self.hook_points();
         let (layers, t, d) = (cfg.decoder_layers, tokens.len(), cfg.d_model);
@@ -124,7 +118,7 @@ impl Model {
                 let v = values.data()[p * d..(p + 1) * d].to_vec();
                 let iv = Intervention::set(hook.as_str(), v).positions(vec![p]);
                 let logits = self.intervene(&[iv])?.next_token_logits(corrupt)?;
-                let lp = log_prob(&logits, target);
+                let lp = log_prob(&logits, target)?;
                 logprob[l][p] = lp;
                 let gap = lp_clean - lp_corrupt;
                 restored[l][p] = if gap.abs() > 1e-12 {

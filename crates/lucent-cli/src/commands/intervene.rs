@@ -16,7 +16,6 @@
 use std::path::PathBuf;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use lucent::patching::log_prob;
 use lucent::viz::{heatmap, ColorMap, Panel};
 use lucent::{Error, HeadAblation, Intervention, Model, Result, Sampling};
 
