@@ -16,8 +16,8 @@
 //! it, so their numbers are one computation.
 
 use crate::api::Model;
-use crate::model::hooks::Intervention;
 use crate::attribution::log_prob;
+use crate::model::hooks::Intervention;
 use crate::pipeline::generate::argmax;
 use crate::{Error, Result, Trace, TraceFilter};
 
