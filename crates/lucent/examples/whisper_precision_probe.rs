@@ -5,7 +5,11 @@
 //! rate against the spoken text (clips.json). The measurement behind
 //! `Products::plan` (docs/precision.md):
 //!
-//! `cargo run --release -p lucent --example whisper_precision_probe`
+//! `cargo run --release -p lucent --example whisper_precision_probe [GROUPS ...]`
+//!
+//! Each argument, a comma-separated list of group names (`encoder.qk,head`), adds a
+//! configuration: int8 with those groups in bf16 (a candidate plan). `MODELS` (a
+//! space-separated list) chooses the models.
 use lucent::io::mel::first_window;
 use lucent::io::SafetensorsFile;
 use lucent::model::Products;
@@ -43,7 +47,10 @@ fn transcribe(
     clips: &[(String, String, Tensor)],
 ) -> Result<Vec<(Vec<u32>, String)>> {
     let prompt = t.prompt(Some("en"), Default::default(), false)?;
-    let opts = DecodeOptions::default();
+    let opts = DecodeOptions {
+        timestamps: false,
+        ..DecodeOptions::default()
+    };
     let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(0);
     clips
         .iter()
@@ -57,7 +64,23 @@ fn transcribe(
 
 fn main() -> Result<()> {
     let clips = clips()?;
-    for name in ["whisper-tiny.en", "whisper-base"] {
+    let plans: Vec<Vec<Products>> = std::env::args()
+        .skip(1)
+        .map(|a| {
+            a.split(',')
+                .map(|n| {
+                    Products::ALL
+                        .into_iter()
+                        .find(|g| g.name() == n.trim())
+                        .ok_or_else(|| {
+                            lucent::Error::Argument(format!("{n}: not a group of products"))
+                        })
+                })
+                .collect::<Result<Vec<_>>>()
+        })
+        .collect::<Result<_>>()?;
+    let models = std::env::var("MODELS").unwrap_or("whisper-tiny.en whisper-base".into());
+    for name in models.split_whitespace() {
         let mut t = Transcriber::open(name)?;
         let exact = transcribe(&t, &clips)?;
         let mut configs: Vec<(String, Box<dyn Fn(&mut Transcriber)>)> = vec![
@@ -83,7 +106,26 @@ fn main() -> Result<()> {
                 Box::new(|t| t.set_precision(Precision::Int8)),
             ),
         ];
-        for g in Products::ALL {
+        for plan in &plans {
+            let plan = plan.clone();
+            let names: Vec<&str> = plan.iter().map(|g| g.name()).collect();
+            configs.push((
+                format!("int8, bf16: {}", names.join(",")),
+                Box::new(move |t| {
+                    t.set_precision(Precision::Exact);
+                    for g in Products::ALL {
+                        let p = if plan.contains(&g) {
+                            Precision::Bf16
+                        } else {
+                            Precision::Int8
+                        };
+                        t.model.set_products(g, p);
+                    }
+                }),
+            ));
+        }
+        // With candidate plans given, only those (beside exact, bf16 and the plan).
+        for g in Products::ALL.into_iter().filter(|_| plans.is_empty()) {
             configs.push((
                 format!("int8 {} only", g.name()),
                 Box::new(move |t| {
@@ -108,7 +150,7 @@ fn main() -> Result<()> {
                 }
             }
             println!(
-                "{name:16} {label:32} ids = exact on {equal:2} of {} clips, WER {:.2}%",
+                "{name:16} {label:40} ids = exact on {equal:2} of {} clips, WER {:.2}%",
                 clips.len(),
                 100.0 * wer
             );
