@@ -4,6 +4,7 @@
 #
 #   scripts/bench-transcribe-peer.sh                        # everything, 3 rounds
 #   MODELS=whisper-tiny.en CLIPS=speech30 THREADS=1 REPEATS=5 scripts/bench-transcribe-peer.sh
+#   PRECISION="exact int8" scripts/bench-transcribe-peer.sh   # lucent int8 beside CT2 int8
 #
 # What is timed, per clip: every 30-second window at fixed 30-s steps (6 for the
 # 3-minute clip), each one `Whisper.generate` from its log-mel features: the encoder, then
@@ -20,7 +21,10 @@
 # features are made beforehand too): with LUCENT=1 (default) each round also runs, in
 # turn with CTranslate2's configurations, one `lucent bench transcribe --rounds 1` per
 # model, clip and thread count (it loads the model and warms up untimed, then times one
-# pass), so both engines see the same load on the shared machine.
+# pass), so both engines see the same load on the shared machine. PRECISION (default
+# exact; a space-separated list of exact, bf16, int8) chooses lucent's precisions
+# (`--precision`, docs/precision.md): each is one more configuration of every round,
+# labelled lucent-PRECISION.
 #
 # CTranslate2 comes from PyPI into a virtual environment outside the repository that
 # later runs reuse: ${LUCENT_BENCH_VENV:-$HOME/.cache/lucent/bench-venv-ct2}. The models
@@ -34,6 +38,7 @@ CLIPS="${CLIPS:-speech30 speech180}"
 COMPUTE="${COMPUTE:-float32 int8}"
 THREADS="${THREADS:-1 2}"
 REPEATS="${REPEATS:-3}"
+PRECISION="${PRECISION:-exact}"
 AUDIO="${AUDIO:-$ROOT/target/bench-audio}"
 
 if [ ! -x "$VENV/bin/python" ]; then
@@ -52,7 +57,7 @@ for c in $CLIPS; do
 done
 
 "$VENV/bin/python" - "$CACHE" "$AUDIO" "$ROOT/tests/data/whisper/mel_filters.npz" "$REPEATS" \
-    "$MODELS" "$CLIPS" "$COMPUTE" "$THREADS" "${LUCENT_SIDE:-1}" "$LUCENT" <<'PY'
+    "$MODELS" "$CLIPS" "$COMPUTE" "$THREADS" "${LUCENT_SIDE:-1}" "$LUCENT" "$PRECISION" <<'PY'
 import json, statistics, subprocess, sys, time, wave
 import numpy as np
 import ctranslate2
@@ -60,6 +65,7 @@ import ctranslate2
 cache, audio_dir, npz, repeats = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 models, clips, computes, threads = (a.split() for a in sys.argv[5:9])
 lucent_side, lucent_exe = sys.argv[9] == "1", sys.argv[10]
+precisions = sys.argv[11].split()
 N_FFT, HOP, N_FRAMES, N_SAMPLES = 400, 160, 3000, 480000
 
 def read_wav(path):
@@ -108,19 +114,21 @@ if lucent_side:
     for m in models:
         for t in threads:
             for c in clips:
-                configs.append((m, c, "lucent", t))
+                for p in precisions:
+                    configs.append((m, c, f"lucent-{p}", t))
 
 def run_lucent(cfg):
-    m, c, _, t = cfg
+    m, c, ct, t = cfg
     out = subprocess.run([lucent_exe, "bench", "transcribe", "-m", m, f"{audio_dir}/{c}.wav",
-                          "--threads-list", t, "--rounds", "1", "--json"],
+                          "--threads-list", t, "--rounds", "1", "--json",
+                          "--precision", ct.removeprefix("lucent-")],
                          check=True, capture_output=True, text=True).stdout
     r = json.loads(out)["runs"][0]
     return r["seconds"], r["tokens"]
 
 def run(cfg):
     m, c, ct, t = cfg
-    if ct == "lucent":
+    if ct.startswith("lucent"):
         return run_lucent(cfg)
     e, tokens = engines[(m, ct, t)], 0
     start = time.perf_counter()
@@ -140,20 +148,20 @@ for _ in range(repeats):
         tokens[cfg] = n
 
 print(f"CTranslate2 {ctranslate2.__version__}, {repeats} interleaved rounds, medians")
-print(f"{'model':<16} {'clip':<10} {'compute':<8} {'threads':>7} {'seconds':>8} {'RTF':>7} {'tokens':>6}  all runs")
+print(f"{'model':<16} {'clip':<10} {'compute':<12} {'threads':>7} {'seconds':>8} {'RTF':>7} {'tokens':>6}  all runs")
 for cfg in configs:
     m, c, ct, t = cfg
     med = statistics.median(times[cfg])
     runs = " ".join(f"{s:.2f}" for s in sorted(times[cfg]))
-    print(f"{m:<16} {c:<10} {ct:<8} {t:>7} {med:8.2f} {med / seconds[c]:7.4f} {tokens[cfg]:>6}  {runs}")
+    print(f"{m:<16} {c:<10} {ct:<12} {t:>7} {med:8.2f} {med / seconds[c]:7.4f} {tokens[cfg]:>6}  {runs}")
 if lucent_side:
     print("\nlucent vs CTranslate2 (their median seconds over lucent's; > 1: lucent faster)")
     for cfg in configs:
         m, c, ct, t = cfg
-        if ct != "lucent":
+        if not ct.startswith("lucent"):
             continue
         mine = statistics.median(times[cfg])
         vs = "  ".join(f"{p} {statistics.median(times[(m, c, p, t)]) / mine:.2f}x"
                        for p in computes)
-        print(f"{m:<16} {c:<10} threads {t}: {vs}")
+        print(f"{m:<16} {c:<10} {ct:<12} threads {t}: {vs}")
 PY

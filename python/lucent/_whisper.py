@@ -84,12 +84,25 @@ class Whisper:
 
     ``name_or_path``: ``whisper-tiny.en`` (English), ``whisper-base`` (multilingual), or a
     CTranslate2 Whisper folder. ``n_threads``: kernel threads of a runtime of this model's
-    own (``None``: lucent's default runtime). Threads may share one ``Whisper``: each call
-    decodes with its own caches, and the GIL is released while it computes.
+    own (``None``: lucent's default runtime). ``precision``: ``"exact"`` (default,
+    CTranslate2 float32's numbers), ``"bf16"`` or ``"int8"`` (docs/precision.md). Threads
+    may share one ``Whisper``: each call decodes with its own caches, and the GIL is
+    released while it computes.
     """
 
-    def __init__(self, name_or_path: str = "whisper-tiny.en", *, n_threads: Optional[int] = None) -> None:
-        self._core = _lucent.Transcriber(str(name_or_path), n_threads)
+    def __init__(
+        self,
+        name_or_path: str = "whisper-tiny.en",
+        *,
+        n_threads: Optional[int] = None,
+        precision: Optional[str] = None,
+    ) -> None:
+        self._core = _lucent.Transcriber(str(name_or_path), n_threads, precision)
+
+    @property
+    def precision(self) -> str:
+        """How the model's products are computed: ``exact``, ``bf16`` or ``int8``."""
+        return self._core.precision
 
     @property
     def name(self) -> str:

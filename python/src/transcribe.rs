@@ -24,13 +24,24 @@ impl Transcriber {
     /// Open a Whisper model by name (`whisper-tiny.en`, `whisper-base`: fetched into the
     /// cache on first use) or a CTranslate2 Whisper folder. `n_threads`: a runtime of
     /// that many kernel threads for this model alone (None: lucent's default).
+    /// `precision`: how its products are computed (`exact`, `bf16` or `int8`;
+    /// [`lucent::Precision`], docs/precision.md).
     #[new]
-    #[pyo3(signature = (name_or_path, n_threads = None))]
-    fn new(py: Python<'_>, name_or_path: String, n_threads: Option<usize>) -> PyResult<Self> {
+    #[pyo3(signature = (name_or_path, n_threads = None, precision = None))]
+    fn new(
+        py: Python<'_>,
+        name_or_path: String,
+        n_threads: Option<usize>,
+        precision: Option<String>,
+    ) -> PyResult<Self> {
         let threads = Threads::new(n_threads)?;
+        let precision: lucent::Precision =
+            precision.as_deref().unwrap_or("exact").parse().or_py()?;
         let (inner, name) = py
             .detach(|| -> lucent::Result<_> {
-                let model = lucent::open(&name_or_path)?;
+                let model = lucent::OpenOptions::new()
+                    .precision(precision)
+                    .open(&name_or_path)?;
                 Ok((model.transcriber()?, model.name().to_string()))
             })
             .or_py()?;
@@ -45,6 +56,12 @@ impl Transcriber {
     #[getter]
     fn n_threads(&self) -> usize {
         self.threads.count()
+    }
+
+    /// How its products are computed: `exact`, `bf16` or `int8`.
+    #[getter]
+    fn precision(&self) -> &'static str {
+        self.inner.precision().name()
     }
 
     /// The model's name.

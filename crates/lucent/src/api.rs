@@ -105,9 +105,9 @@ impl OpenOptions {
         OpenOptions::default()
     }
 
-    /// Compute the model's products in `precision` (exact by default). Encoders take
-    /// every precision; a decoder or Whisper model asked for anything but exact is
-    /// refused when opened, in one line.
+    /// Compute the model's products in `precision` (exact by default). Encoders and
+    /// Whisper take every precision; a decoder asked for anything but exact is refused
+    /// when opened, in one line.
     pub fn precision(mut self, precision: Precision) -> OpenOptions {
         self.precision = precision;
         self
@@ -134,10 +134,15 @@ impl OpenOptions {
                     e.set_precision(self.precision);
                 }
             }
+            Inner::Speech(t) if self.precision != Precision::Exact => {
+                if let Some(t) = Arc::get_mut(t) {
+                    t.set_precision(self.precision);
+                }
+            }
             _ if self.precision != Precision::Exact => {
                 return Err(Error::Argument(format!(
-                    "{name}: precision {} is built for encoders so far (minilm, mpnet, BERT-family folders); \
-                     decoders and Whisper run exact (precision exact)",
+                    "{name}: precision {} is built for encoders and Whisper so far (minilm, mpnet, BERT-family folders, whisper-*); \
+                     decoders run exact (precision exact)",
                     self.precision
                 )));
             }
@@ -242,6 +247,7 @@ impl Model {
     pub fn precision(&self) -> Precision {
         match &self.inner {
             Inner::Encoder(e) => e.precision(),
+            Inner::Speech(t) => t.precision(),
             _ => Precision::Exact,
         }
     }

@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use lucent::io::mel::MelStream;
 use lucent::pipeline::transcribe::{DecodeOptions, Task, Transcriber};
-use lucent::{Error, Result, Tensor};
+use lucent::{Error, Precision, Result, Tensor};
 use rand::SeedableRng;
 
 use crate::commands::numbers::at_least;
@@ -45,6 +45,14 @@ pub struct Args {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// The models' precision (`exact`, `bf16`, `int8`; docs/precision.md).
+    #[arg(long, default_value = "exact", value_parser = parse_precision)]
+    precision: Precision,
+}
+
+/// `--precision`'s parser (the library's names and its one-line refusal).
+fn parse_precision(s: &str) -> std::result::Result<Precision, String> {
+    s.parse::<Precision>().map_err(|e| e.to_string())
 }
 
 /// A clip's windows of features and its length in seconds.
@@ -111,7 +119,7 @@ pub fn run(args: Args) -> Result<()> {
     // (model, clip index, threads) → seconds of each round.
     let mut models = Vec::new();
     for m in &args.model {
-        let model = crate::loader::open(m)?;
+        let model = crate::loader::open_in(m, args.precision)?;
         let t = model.transcriber()?;
         let clips = files
             .iter()
@@ -161,6 +169,7 @@ pub fn run(args: Args) -> Result<()> {
         let dec = median(times[k].iter().map(|x| x.1).collect());
         rows.push(serde_json::json!({
             "model": name,
+            "precision": args.precision.name(),
             "clip": c.name,
             "audio_seconds": c.seconds,
             "windows": c.windows.len(),

@@ -8,12 +8,12 @@
 use std::path::PathBuf;
 
 use lucent::pipeline::transcribe::{sample_rate_note, Task, TranscribeOptions, Transcript};
-use lucent::{Error, Result};
+use lucent::{Error, Precision, Result};
 
 /// Arguments of `lucent transcribe`.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Examples:\n  lucent transcribe examples/speech.wav\n  lucent transcribe examples/speech.wav --timestamps\n  lucent transcribe -m whisper-base examples/speech.wav --language en --json\n  lucent transcribe examples/speech.wav --words\n  lucent transcribe examples/speech.wav --beam 3 --threads 2\n  lucent transcribe examples/speech.wav --no-speech-threshold none\n\nSilence and failed decodings, as openai-whisper's transcribe() judges them: a 30-second\nwindow is decoded again at the next temperature (0, 0.2, … 1.0) while its text compresses\nbetter than --compression-ratio-threshold (repetition) or its average log-probability is\nbelow --logprob-threshold; a window whose <|nospeech|> probability is above\n--no-speech-threshold gives no text (a note on stderr says so) unless its average\nlog-probability is above --logprob-threshold. `none` turns a threshold off."
+    after_help = "Examples:\n  lucent transcribe examples/speech.wav\n  lucent transcribe examples/speech.wav --timestamps\n  lucent transcribe -m whisper-base examples/speech.wav --language en --json\n  lucent transcribe examples/speech.wav --words\n  lucent transcribe examples/speech.wav --beam 3 --threads 2\n  lucent transcribe examples/speech.wav --precision int8\n  lucent transcribe examples/speech.wav --no-speech-threshold none\n\nSilence and failed decodings, as openai-whisper's transcribe() judges them: a 30-second\nwindow is decoded again at the next temperature (0, 0.2, … 1.0) while its text compresses\nbetter than --compression-ratio-threshold (repetition) or its average log-probability is\nbelow --logprob-threshold; a window whose <|nospeech|> probability is above\n--no-speech-threshold gives no text (a note on stderr says so) unless its average\nlog-probability is above --logprob-threshold. `none` turns a threshold off."
 )]
 pub struct Args {
     /// The audio: a WAV file (4–192 kHz, mono or stereo, 8/16/24/32-bit int or 32-bit
@@ -63,6 +63,17 @@ pub struct Args {
     /// ratio is above this (repetition); `none`: never.
     #[arg(long, value_name = "RATIO|none", default_value = "2.4")]
     compression_ratio_threshold: Threshold,
+    /// How the model's weight products are computed: `exact` (CTranslate2 float32's
+    /// numbers), `bf16` or `int8` (int8 where measured harmless, the rest bf16; see
+    /// docs/precision.md, and `lucent bench precision -m whisper-tiny.en` for how close
+    /// to exact each lands).
+    #[arg(long, default_value = "exact", value_parser = parse_precision)]
+    precision: Precision,
+}
+
+/// `--precision`'s parser (the library's names and its one-line refusal).
+fn parse_precision(s: &str) -> std::result::Result<Precision, String> {
+    s.parse::<Precision>().map_err(|e| e.to_string())
 }
 
 /// A threshold flag's value: a number, or `none` (the rule is off).
@@ -98,7 +109,7 @@ pub fn run(args: Args) -> Result<()> {
     if args.beam == 0 {
         return Err(Error::Argument("--beam must be at least 1".into()));
     }
-    let model = crate::loader::open(&args.model)?;
+    let model = crate::loader::open_in(&args.model, args.precision)?;
     let t = model.transcriber()?;
     let opts = TranscribeOptions {
         language: args.language.clone(),
@@ -129,6 +140,7 @@ pub fn run(args: Args) -> Result<()> {
     if args.json {
         let v = serde_json::json!({
             "model": model.name(),
+            "precision": model.precision().name(),
             "file": args.file,
             "language": tr.language,
             "duration": tr.duration,

@@ -21,6 +21,11 @@
 //! positions (`src_positions`: Whisper's stored sinusoids over 1500 positions, while
 //! the decoder's are a learned table of 448). Decoding with a [`KvCache`] computes the
 //! cross-attention's keys and values of the memory once, at the first step.
+//!
+//! Its weight products can run in another [`Precision`]
+//! ([`EncoderDecoderModel::set_precision`]): copies in int8 or bf16 made once, chosen
+//! per group of products ([`Products`]) — for Whisper from measurement
+//! (docs/precision.md).
 
 use std::sync::Arc;
 
@@ -33,8 +38,10 @@ use crate::model::ModelConfig;
 use crate::nn::mask::key_padding_bias;
 use crate::nn::position::{AbsolutePositions, LearnedPositions, SinusoidalEncoding};
 use crate::nn::trace::{record, scoped};
-use crate::nn::{AttentionOptions, ConvStem, Embedding, Head, KvCache, Trace, Transformer};
-use crate::runtime::Numerics;
+use crate::nn::{AttentionOptions, ConvStem, Embedding, Head, KvCache, Linear, Trace, Transformer};
+use crate::ops::linear_bf16::Bf16Matrix;
+use crate::ops::linear_int8::Int8Matrix;
+use crate::runtime::{Numerics, Precision};
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
@@ -70,6 +77,147 @@ pub struct EncoderDecoderModel {
     pub head_f16: Option<Arc<Vec<half::f16>>>,
     /// How its arithmetic rounds ([`Numerics`]; lucent's own for every family so far).
     pub numerics: Numerics,
+    /// The tied head's table in int8 or bf16, when the head's products run in that
+    /// precision ([`EncoderDecoderModel::set_products`]); the embedding lookup keeps
+    /// reading the f32 table.
+    pub head_copy: Option<HeadCopy>,
+    /// The precision of each group of products, in [`Products::ALL`]'s order (all
+    /// exact unless [`EncoderDecoderModel::set_precision`] chose otherwise).
+    pub products: [Precision; Products::COUNT],
+    /// The precision it was opened in ([`EncoderDecoderModel::set_precision`]).
+    pub precision: Precision,
+}
+
+/// A copy of the tied head's table (V, d) in a lower precision, made once.
+#[derive(Clone, Debug)]
+pub enum HeadCopy {
+    /// 8-bit weights, one scale per vocabulary row ([`Int8Matrix`]).
+    Int8(Arc<Int8Matrix>),
+    /// bf16 weights ([`Bf16Matrix`]).
+    Bf16(Arc<Bf16Matrix>),
+}
+
+/// The groups of an encoder-decoder's weight products whose precision is chosen
+/// together ([`EncoderDecoderModel::set_products`]). The convolutional front-end, the
+/// norms, attention's scores and P·V, softmax and the residual adds are not among them:
+/// they stay f32 in every precision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Products {
+    /// The encoder's Q and K projections.
+    EncoderQk,
+    /// The encoder's V projection.
+    EncoderV,
+    /// The encoder's attention output projection.
+    EncoderOut,
+    /// The encoder's feed-forward up projection (d → d_ff).
+    EncoderUp,
+    /// The encoder's feed-forward down projection (d_ff → d).
+    EncoderDown,
+    /// The decoder's self-attention: Q, K, V and the output projection (one row per
+    /// decoded token).
+    DecoderSelfAttention,
+    /// The decoder's cross-attention: Q and the output projection per token, K and V of
+    /// the memory once per window.
+    DecoderCrossAttention,
+    /// The decoder's feed-forward up projection.
+    DecoderUp,
+    /// The decoder's feed-forward down projection.
+    DecoderDown,
+    /// The vocabulary head (V × d: for Whisper the tied token table, 51,864 rows).
+    Head,
+}
+
+impl Products {
+    /// How many groups there are.
+    pub const COUNT: usize = 10;
+
+    /// Every group, in the order of [`EncoderDecoderModel::products`].
+    pub const ALL: [Products; Products::COUNT] = [
+        Products::EncoderQk,
+        Products::EncoderV,
+        Products::EncoderOut,
+        Products::EncoderUp,
+        Products::EncoderDown,
+        Products::DecoderSelfAttention,
+        Products::DecoderCrossAttention,
+        Products::DecoderUp,
+        Products::DecoderDown,
+        Products::Head,
+    ];
+
+    /// A short name (`encoder.qk`, `decoder.cross_attn`, `head`), for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Products::EncoderQk => "encoder.qk",
+            Products::EncoderV => "encoder.v",
+            Products::EncoderOut => "encoder.out",
+            Products::EncoderUp => "encoder.ffn_up",
+            Products::EncoderDown => "encoder.ffn_down",
+            Products::DecoderSelfAttention => "decoder.self_attn",
+            Products::DecoderCrossAttention => "decoder.cross_attn",
+            Products::DecoderUp => "decoder.ffn_up",
+            Products::DecoderDown => "decoder.ffn_down",
+            Products::Head => "head",
+        }
+    }
+
+    /// Its place in [`Products::ALL`].
+    fn index(self) -> usize {
+        Products::ALL.iter().position(|&g| g == self).unwrap_or(0)
+    }
+
+    /// The precision this group runs in when the model is opened in `precision`: every
+    /// group in bf16 for [`Precision::Bf16`]; for [`Precision::Int8`] int8 except where
+    /// Whisper's measurement found int8 costs accuracy (docs/precision.md).
+    pub fn plan(self, precision: Precision) -> Precision {
+        match precision {
+            Precision::Int8 if INT8_IN_BF16.contains(&self) => Precision::Bf16,
+            p => p,
+        }
+    }
+}
+
+/// The groups an int8 model keeps in bf16 (docs/precision.md has the measurement): all
+/// but the feed-forward up projections of both stacks and the encoder's down projection,
+/// the only groups that, alone in int8, changed no clip's ids.
+///
+/// Measured on the suite's 13 clips with whisper-tiny.en (greedy ids equal exact's;
+/// `examples/whisper_precision_probe.rs`): every group in int8 changes 2 clips
+/// (CTranslate2's own int8 changes 1 of them); the encoder's Q/K or the head alone 2, the
+/// encoder's V or attention output, the decoder's self- or cross-attention or FFN down
+/// projection alone 1.
+const INT8_IN_BF16: &[Products] = &[
+    Products::EncoderQk,
+    Products::EncoderV,
+    Products::EncoderOut,
+    Products::DecoderSelfAttention,
+    Products::DecoderCrossAttention,
+    Products::DecoderDown,
+    Products::Head,
+];
+
+/// Give `l` the copy `precision` asks for, from its f32 weights: none (exact, with the
+/// f16 copy for one-row products back when `one_row` and W is f16 numbers), int8 or
+/// bf16. A packed copy is kept if there was one.
+fn keep_precision(l: &mut Linear, precision: Precision, one_row: bool) {
+    let packed = l.has_packed();
+    l.forget_copies();
+    if packed {
+        l.keep_packed();
+    }
+    match precision {
+        Precision::Exact => {
+            if one_row {
+                l.keep_f16();
+            }
+        }
+        Precision::Int8 => {
+            l.keep_int8();
+        }
+        Precision::Bf16 => {
+            l.keep_bf16();
+        }
+    }
 }
 
 /// Refuse, by name, the config fields an encoder-decoder cannot honour.
@@ -163,6 +311,9 @@ impl EncoderDecoderModel {
             head,
             head_f16: None,
             numerics: Numerics::Lucent,
+            head_copy: None,
+            products: [Precision::Exact; Products::COUNT],
+            precision: Precision::Exact,
         })
     }
 
@@ -189,6 +340,31 @@ impl EncoderDecoderModel {
     /// # Shapes
     /// h: (..., d) → (..., V)
     pub fn logits(&self, h: &Tensor) -> Result<Tensor> {
+        if let (None, Some(copy)) = (&self.head, &self.head_copy) {
+            let d = h.last_dim();
+            let (v, k) = match copy {
+                HeadCopy::Int8(m) => (m.n(), m.k()),
+                HeadCopy::Bf16(m) => (m.n(), m.k()),
+            };
+            if h.rank() == 0 || d != k {
+                return Err(Error::mismatch(
+                    "vocabulary head (h vs table copy (V, d))",
+                    h.shape(),
+                    &[v, k],
+                ));
+            }
+            let rows = h.numel() / d.max(1);
+            let mut y = vec![0.0f32; rows * v];
+            match copy {
+                HeadCopy::Int8(m) => m.matmul(&mut y, h.data(), None, rows),
+                HeadCopy::Bf16(m) => m.matmul(&mut y, h.data(), None, rows),
+            }
+            let mut shape = h.shape().to_vec();
+            if let Some(last) = shape.last_mut() {
+                *last = v;
+            }
+            return Tensor::new(y, &shape); // (..., V)
+        }
         if let (None, Some(t16)) = (&self.head, &self.head_f16) {
             let d = h.last_dim();
             // One row on a level whose f32 path is the matrix-vector kernel: the same
@@ -207,6 +383,98 @@ impl EncoderDecoderModel {
         match &self.head {
             Some(head) => head.logits_with(h, self.numerics),
             None => self.embedding.table.matmul_t(h, self.numerics),
+        }
+    }
+
+    /// Compute the weight products in `precision`, each group as [`Products::plan`]
+    /// chooses: int8 or bf16 copies of the weights made once here (the f32 weights stay,
+    /// and the embedding lookup reads them), or, for [`Precision::Exact`], those copies
+    /// dropped (the same numbers as a model never changed). The front-end, norms,
+    /// attention's scores and P·V, softmax and residual adds stay f32.
+    pub fn set_precision(&mut self, precision: Precision) {
+        for group in Products::ALL {
+            self.set_products(group, group.plan(precision));
+        }
+        self.precision = precision;
+    }
+
+    /// Compute one group of products in `precision` (the others as they are): what
+    /// [`EncoderDecoderModel::set_precision`] does per group, and what a probe of which
+    /// group int8 harms calls directly. Weights that are already quantised (a GGUF
+    /// file's) are left as they are.
+    pub fn set_products(&mut self, group: Products, precision: Precision) {
+        self.products[group.index()] = precision;
+        if group == Products::Head {
+            self.head_copy = None;
+            if let Some(head) = &mut self.head {
+                keep_precision(&mut head.proj, precision, false);
+                return;
+            }
+            let Some(table) = self.embedding.table.as_f32() else {
+                return;
+            };
+            let Ok([v, d]) = table.dims() else {
+                return;
+            };
+            self.head_copy = match precision {
+                Precision::Exact => None,
+                Precision::Int8 => Some(HeadCopy::Int8(Arc::new(Int8Matrix::quantize(
+                    table.data(),
+                    v,
+                    d,
+                )))),
+                Precision::Bf16 => Some(HeadCopy::Bf16(Arc::new(Bf16Matrix::round(
+                    table.data(),
+                    v,
+                    d,
+                )))),
+            };
+            return;
+        }
+        for layer in &mut self.transformer.encoder.layers {
+            let a = &mut layer.self_attn;
+            let mut ffn = layer.ffn.linears_mut();
+            let down = ffn.pop();
+            let linears: Vec<&mut Linear> = match group {
+                Products::EncoderQk => vec![&mut a.q_proj, &mut a.k_proj],
+                Products::EncoderV => vec![&mut a.v_proj],
+                Products::EncoderOut => vec![&mut a.o_proj],
+                Products::EncoderUp => ffn,
+                Products::EncoderDown => down.into_iter().collect(),
+                _ => Vec::new(),
+            };
+            for l in linears {
+                keep_precision(l, precision, false);
+            }
+        }
+        for layer in &mut self.transformer.decoder.layers {
+            let a = &mut layer.self_attn;
+            let mut ffn = layer.ffn.linears_mut();
+            let down = ffn.pop();
+            // (linear, whether it runs on one row per decoded token)
+            let linears: Vec<(&mut Linear, bool)> = match group {
+                Products::DecoderSelfAttention => vec![
+                    (&mut a.q_proj, true),
+                    (&mut a.k_proj, true),
+                    (&mut a.v_proj, true),
+                    (&mut a.o_proj, true),
+                ],
+                Products::DecoderCrossAttention => match &mut layer.cross_attn {
+                    Some(c) => vec![
+                        (&mut c.q_proj, true),
+                        (&mut c.k_proj, false),
+                        (&mut c.v_proj, false),
+                        (&mut c.o_proj, true),
+                    ],
+                    None => Vec::new(),
+                },
+                Products::DecoderUp => ffn.into_iter().map(|l| (l, true)).collect(),
+                Products::DecoderDown => down.into_iter().map(|l| (l, true)).collect(),
+                _ => Vec::new(),
+            };
+            for (l, one_row) in linears {
+                keep_precision(l, precision, one_row);
+            }
         }
     }
 

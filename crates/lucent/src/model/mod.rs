@@ -15,7 +15,7 @@ pub use config::{
 };
 pub use decoder::DecoderModel;
 pub use encoder::EncoderModel;
-pub use encoder_decoder::EncoderDecoderModel;
+pub use encoder_decoder::{EncoderDecoderModel, Products};
 pub use hooks::{hook_points, HookPoint, Intervention, InterventionOp, InterventionValue};
 pub mod memory;
 pub mod params;

@@ -1,6 +1,7 @@
 //! User tasks built on the models: sentence embeddings, similarity and analogies; text
 //! generation and chat with decoder models; generating from a training run;
-//! exporting a trained model for PyTorch; the perplexity of a decoder on a text; what a GGUF file holds.
+//! exporting a trained model for PyTorch; the perplexity of a decoder on a text; what a
+//! GGUF file holds; the word error rate of a transcript.
 
 pub mod chat;
 pub mod constrain;
@@ -16,6 +17,7 @@ pub mod tools;
 #[cfg(feature = "train")]
 pub mod trained;
 pub mod transcribe;
+pub mod wer;
 pub mod words;
 
 pub use chat::{ChatTemplate, Message};

@@ -364,6 +364,18 @@ impl Transcriber {
         })
     }
 
+    /// Compute the model's weight products in `precision` (the encoder's, the decoder's
+    /// and the vocabulary head's; [`EncoderDecoderModel::set_precision`]): copies made
+    /// once, here.
+    pub fn set_precision(&mut self, precision: crate::Precision) {
+        self.model.set_precision(precision);
+    }
+
+    /// The precision its products are computed in.
+    pub fn precision(&self) -> crate::Precision {
+        self.model.precision
+    }
+
     /// Whether the model knows languages (its prompt names one): Whisper's multilingual
     /// vocabulary has 51865 tokens (and more for large-v3), English-only ones 51864.
     pub fn is_multilingual(&self) -> bool {

@@ -19,7 +19,10 @@ pub enum Precision {
     /// scale per output channel), activations per row as they arrive, integer sums
     /// (`ops::linear_int8`). Softmax, norms, attention and residual adds stay f32; an
     /// encoder keeps V and its feed-forward's down projection in bf16, where int8 costs
-    /// the most accuracy (`EncoderModel::set_precision`, docs/precision.md).
+    /// the most accuracy (`EncoderModel::set_precision`), and Whisper runs only its
+    /// feed-forward up projections and its encoder's down projection in int8, the rest in
+    /// bf16 (`EncoderDecoderModel::set_precision`; the measurements are in
+    /// docs/precision.md).
     Int8,
     /// Weight products in bf16 with f32 sums: weights rounded to bf16 once at load
     /// (to nearest, ties to even), activations per row as they arrive, `vdpbf16ps`

@@ -28,12 +28,13 @@ use crate::model::build;
 use crate::model::config::{
     FfnKind, ModelConfig, ModelKind, NormKind, NormPlacement, PositionKind,
 };
+use crate::model::encoder_decoder::Products;
 use crate::model::family::{Param, UsedKeys, WeightSource};
 use crate::model::EncoderDecoderModel;
 use crate::nn::position::{AbsolutePositions, LearnedPositions};
 use crate::nn::{Conv1d, ConvStem, Embedding, Transformer, Weight};
 use crate::ops::Activation;
-use crate::runtime::Numerics;
+use crate::runtime::{Numerics, Precision};
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
@@ -437,6 +438,9 @@ pub fn load(folder: &Ct2Folder) -> Result<EncoderDecoderModel> {
         head: None,
         head_f16,
         numerics: Numerics::Lucent,
+        head_copy: None,
+        products: [Precision::Exact; Products::COUNT],
+        precision: Precision::Exact,
     })
 }
 
