@@ -20,6 +20,10 @@ use lucent::{Precision, Result, Tensor};
 const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/data/whisper");
 
 /// (clip key, spoken text, first 30-s window of its log-mel) for every clip.
+
+/// A named way to set a model's products up before a run.
+type Setup = Box<dyn Fn(&mut Transcriber)>;
+
 fn clips() -> Result<Vec<(String, String, Tensor)>> {
     let meta: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(format!("{DATA}/clips.json"))
@@ -83,7 +87,7 @@ fn main() -> Result<()> {
     for name in models.split_whitespace() {
         let mut t = Transcriber::open(name)?;
         let exact = transcribe(&t, &clips)?;
-        let mut configs: Vec<(String, Box<dyn Fn(&mut Transcriber)>)> = vec![
+        let mut configs: Vec<(String, Setup)> = vec![
             (
                 "exact".into(),
                 Box::new(|t| t.set_precision(Precision::Exact)),
