@@ -19,11 +19,10 @@ use lucent::{Precision, Result, Tensor};
 
 const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/data/whisper");
 
-/// (clip key, spoken text, first 30-s window of its log-mel) for every clip.
-
 /// A named way to set a model's products up before a run.
 type Setup = Box<dyn Fn(&mut Transcriber)>;
 
+/// (clip key, spoken text, first 30-s window of its log-mel) for every clip.
 fn clips() -> Result<Vec<(String, String, Tensor)>> {
     let meta: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(format!("{DATA}/clips.json"))
