@@ -17,8 +17,9 @@
 //!
 //! One mechanism: the interventions become [`Edit`]s carried by a [`Trace`], which every
 //! forward already takes; a pass without interventions runs the plain (untraced) path and
-//! pays nothing. A pass with them runs the traced path (the same kernels, on the calling
-//! thread's pool instead of a team), so everything not intervened on keeps its bits.
+//! pays nothing. A pass with them runs the traced path (the same kernels on the same
+//! team of threads, only the hooks added), so everything not intervened on keeps its
+//! bits, and one intervention costs about nothing (`lucent bench interventions`).
 //! Generation prefills the prompt with the edits and decodes over the KV cache, each
 //! edit cut to the absolute positions of each pass ([`edits_for_positions`]): `positions`
 //! always mean positions of the whole text, as in a pass that recomputes everything

@@ -405,12 +405,14 @@ impl DecoderModel {
         // products then split between that thread and the others, instead of waking the
         // pool from outside and waiting for it each time.
         crate::tensor::tape::in_pool(|| {
-            if crate::threads::threads() > 1 && trace.is_none() && !crate::threads::in_team() {
+            if crate::threads::threads() > 1 && !crate::threads::in_team() {
                 // Its many parallel loops (~150 small ones for a decoded token) shared by
                 // a team that stays awake for the pass instead of the pool's workers,
-                // which would fall asleep between them and be woken each time.
+                // which would fall asleep between them and be woken each time. A traced
+                // or intervened pass runs on the team too: which thread computes a row
+                // never changes its bits.
                 return crate::threads::with_team(|| {
-                    self.forward_here(ids, cache, last_only, None)
+                    self.forward_here(ids, cache, last_only, trace)
                 });
             }
             self.forward_here(ids, cache, last_only, trace)
