@@ -275,6 +275,30 @@ impl Intervened<'_> {
             .trace_with(text, trace.with_edits(self.edits.clone()))
     }
 
+    /// The sentence embedding of `text` through the intervened pass (encoders): the
+    /// encoder's last hidden states with the edits applied at their hooks, pooled and
+    /// normalised as the model's sentence-transformers config says (the steps of
+    /// [`Embedder::hidden_states`](crate::pipeline::embed::Embedder::hidden_states) and
+    /// [`pool`](crate::pipeline::embed::pool) for one text).
+    pub fn embed(&self, text: &str) -> Result<Vec<f32>> {
+        let e = self.model.embedder()?;
+        let n = e.tokenizer().encode(text, true)?.len();
+        let trace = self.trace(text)?;
+        let hidden = trace.get("encoder.output").ok_or_else(|| {
+            Error::Argument(format!(
+                "{}: the intervened pass recorded no encoder.output",
+                self.model.name()
+            ))
+        })?; // (1, t, d)
+        let mut v = crate::pipeline::embed::pool(hidden, &[n], e.config().pooling)?
+            .pop()
+            .ok_or_else(|| Error::Argument("no embedding came back".into()))?; // (d)
+        if e.config().normalize {
+            crate::pipeline::embed::l2_normalize(&mut v);
+        }
+        Ok(v)
+    }
+
     /// A patch copies position by position: the texts must have as many tokens.
     fn check_lengths(&self, text: &str) -> Result<()> {
         if self.model.kind() == ModelKind::EncoderDecoder {

@@ -508,6 +508,46 @@ fn minilm_self_patched_hidden_states_equal_the_plain_ones() -> TestResult {
     Ok(())
 }
 
+/// An intervened view embeds too: with no interventions (and with every hook patched
+/// with its own values) its sentence vector is the plain pass's pooled and normalised
+/// hidden states bit for bit, and a zeroed head moves it.
+#[test]
+fn minilm_intervened_embeddings() -> TestResult {
+    let model = lucent::open("minilm")?;
+    let text = "A cat sat on the mat.";
+    let e = model.embedder()?;
+    let enc = e.tokenizer().encode(text, true)?;
+    let hidden = e.hidden_states(&[&enc], None)?; // (1, t, d)
+    let mut plain = lucent::pipeline::embed::pool(&hidden, &[enc.len()], e.config().pooling)?
+        .pop()
+        .expect("one vector");
+    lucent::pipeline::embed::l2_normalize(&mut plain);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(
+        bits(&model.intervene(&[])?.embed(text)?),
+        bits(&plain),
+        "no interventions"
+    );
+    assert_eq!(
+        bits(
+            &model
+                .intervene(&patch_all_names(&model, text))?
+                .embed(text)?
+        ),
+        bits(&plain),
+        "every hook patched with its own values"
+    );
+    let ablated = model
+        .intervene(&[Intervention::zero("blocks.3.attn.hook_z").head(5)])?
+        .embed(text)?;
+    let cos = lucent::pipeline::embed::cosine(&ablated, &plain);
+    assert!(
+        cos < 0.99999,
+        "head 3.5 zeroed moved the embedding by nothing (cosine {cos})"
+    );
+    Ok(())
+}
+
 #[test]
 fn whisper_self_patched_trace_equals_the_plain_trace() -> TestResult {
     // Whisper's trace: the plain transcript, then a traced teacher-forced pass over the
