@@ -1,5 +1,5 @@
 //! Speed of one decode step's attention in llama.cpp's arithmetic (`ops::attention` with
-//! `AttentionParams::ggml`, which runs `ops::ggml::attention`)
+//! `AttentionParams::numerics`, which runs `ops::attention::llama_cpp::attention`)
 //! at SmolLM2's shapes (9 query heads sharing 3 KV heads of 64 numbers), K and V in
 //! cache, at 1 thread and, from a pool thread as the decoder runs it, at 2.
 //!
@@ -10,7 +10,6 @@
 
 use std::time::Instant;
 
-use lucent::ops::attention::F16Order;
 use lucent::ops::AttentionParams;
 use lucent::tensor::Tensor;
 
@@ -28,7 +27,7 @@ fn main() -> lucent::Result<()> {
         let v = Tensor::new(vals(h_kv * t * d, 0.23), &[1, h_kv, t, d])?; // (b, h_kv, t, d)
         let p = AttentionParams {
             causal: true,
-            ggml: Some(F16Order::Dot),
+            numerics: lucent::Numerics::RowInvariant,
             softcap: None,
             ..AttentionParams::new(d)
         };

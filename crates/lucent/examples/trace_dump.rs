@@ -1,5 +1,5 @@
 //! Dump every intermediate a decoder computes for one prompt, for comparing lucent with
-//! another engine layer by layer (how the llama.cpp parity of `ops::ggml` was found).
+//! another engine layer by layer (how the llama.cpp parity of `ops::attention::llama_cpp` was found).
 //!
 //! `cargo run --release -p lucent --example trace_dump -- MODEL.gguf OUTDIR ID ID ...`
 //!

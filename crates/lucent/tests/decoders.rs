@@ -5,7 +5,7 @@
 //! **Both models equal llama.cpp to the bit.** With activations quantised to 8 bits before
 //! every matrix product these models are chaotic at the level of rounding (one ulp
 //! moved early can cross a quantisation boundary and grow to ~0.1–0.5 of a logit), so
-//! lucent reproduces llama.cpp's arithmetic operation for operation (`ops::ggml`,
+//! lucent reproduces llama.cpp's arithmetic operation for operation (the ops' `llama_cpp` variants,
 //! `Numerics::LlamaCpp`, the kernels' summation orders, including llama.cpp's
 //! repacked Q4_K kernels and its tiled K-quant product for prompts of 8 rows or more).
 //! The golden runs came from an AVX2 build of llama.cpp (llama-cpp-python 0.3.36 built

@@ -28,7 +28,6 @@ use crate::nn::linear::Linear;
 use crate::nn::norm::RmsNorm;
 use crate::nn::trace::{hook, record, record_rows, wants, Trace};
 use crate::ops::attention::{bias_row, check_dims, round_f16_in_place, visible_keys};
-use crate::ops::ggml::F16Order;
 use crate::ops::rope::{RopeFreqs, RopeScaling};
 use crate::ops::{self, AttentionParams, RopeConvention};
 use crate::runtime::Numerics;
@@ -58,7 +57,7 @@ pub struct AttentionOptions<'a> {
     pub segments: Option<&'a [usize]>,
     /// How the arithmetic rounds ([`Numerics`]): lucent's own f32 (the default), or
     /// llama.cpp's with its f16 steps (Q, K, V rounded to f16 after RoPE, its RoPE
-    /// angles, its f16 products, exp and summation orders: [`crate::ops::ggml`]), where a
+    /// angles, its f16 products, exp and summation orders: [`crate::ops::attention::llama_cpp`]), where a
     /// prompt's products are summed in another order than a single token's unless every
     /// row is computed alike ([`Numerics::RowInvariant`]: a KV-cached decode then equals
     /// the full forward bit for bit). Passed on to the projections' products.
@@ -135,7 +134,7 @@ pub fn scaled_dot_product_attention(
         want_weights: opts.want_weights,
         segments: opts.segments,
         kv_len: None,
-        ggml: None,
+        numerics: Numerics::Lucent,
         softcap: None,
     };
     let out = ops::attention(&as4(q)?, &as4(k)?, &as4(v)?, &params)?;
@@ -622,7 +621,7 @@ impl MultiHeadAttention {
             want_weights: opts.want_weights || wants(&trace, "weights") || edits(&trace, "weights"),
             segments: opts.segments,
             kv_len: None,
-            ggml: None,
+            numerics: Numerics::Lucent,
             softcap: c.softcap,
         };
         let mut attended = ops::attention(&q, k, v, &params)?;
@@ -675,14 +674,9 @@ impl MultiHeadAttention {
             let k_pos: Vec<usize> = (k_start..k_start + t_k).collect();
             let freqs = r.freqs();
             freqs.check(d_k)?;
-            if f16 {
-                // llama.cpp's angles and rounding (the f16 path reproduces its numbers).
-                ops::ggml::rope_rows(q.data_mut(), d_k, &q_pos, &freqs, r.convention);
-                ops::ggml::rope_rows(k.data_mut(), d_k, &k_pos, &freqs, r.convention);
-            } else {
-                q = ops::rope::rope_with(&q, &q_pos, &freqs, r.convention)?;
-                k = ops::rope::rope_with(&k, &k_pos, &freqs, r.convention)?;
-            }
+            // Under llama.cpp's numerics, its angles and rounding.
+            ops::rope::apply(&mut q, &q_pos, &freqs, r.convention, opts.numerics)?;
+            ops::rope::apply(&mut k, &k_pos, &freqs, r.convention, opts.numerics)?;
         }
         if f16 {
             if c.scale_queries {
@@ -714,13 +708,7 @@ impl MultiHeadAttention {
             want_weights: opts.want_weights || wants(trace, "weights") || edits(trace, "weights"),
             segments: opts.segments,
             kv_len,
-            ggml: f16.then(|| {
-                if opts.numerics.row_invariant() {
-                    F16Order::Dot
-                } else {
-                    F16Order::for_rows(t_q)
-                }
-            }),
+            numerics: opts.numerics,
             softcap: c.softcap,
         };
         let mut attended = ops::attention(&q, &k, &v, &params)?;

@@ -176,7 +176,7 @@ impl FeedForward {
     /// Apply the network to every position; records (and applies the trace's edits to)
     /// `input`, `hidden` (after the activation / gating) and `output`. With llama.cpp's [`Numerics`], a gated network's activation
     /// is llama.cpp's own (tanh-GELU from its f16 table, [`ops::activation::gelu_tanh_f16`];
-    /// SiLU with its vector exp, [`ops::ggml::silu`]; other activations are unaffected),
+    /// SiLU with its vector exp, [`ops::activation::llama_cpp::silu`]; other activations are unaffected),
     /// and the products follow the numerics' orders. A mixture of experts records its
     /// own leaves instead of `hidden` ([`MixtureOfExperts::forward`]).
     ///
@@ -214,12 +214,7 @@ impl FeedForward {
 
                 // llama.cpp's gated activations (f16 GELU table, its SiLU): in place and
                 // over the threads for a prompt, act(g) · u number by number.
-                let ggml_act: Option<fn(&mut [f32])> = match (numerics.llama_cpp(), *activation) {
-                    (true, Activation::GeluTanh) => Some(ops::activation::gelu_tanh_f16_in_place),
-                    (true, Activation::Silu) => Some(ops::ggml::silu_in_place),
-                    _ => None,
-                };
-                let hidden = match ggml_act {
+                let hidden = match ops::activation::in_place_for(*activation, numerics) {
                     Some(act) => {
                         let mut g = g;
                         ops::activation::gated_in_place(g.data_mut(), u.data(), act)?;

@@ -199,7 +199,7 @@ impl MixtureOfExperts {
     pub fn route(&self, logits: &[f32], numerics: Numerics) -> (Vec<f32>, Routing) {
         let mut p = logits.to_vec();
         if numerics.llama_cpp() {
-            softmax_ggml(&mut p);
+            softmax_llama_cpp(&mut p);
         } else {
             softmax_plain(&mut p);
         }
@@ -382,11 +382,12 @@ fn softmax_plain(r: &mut [f32]) {
 }
 
 /// softmax(r) as `ggml_soft_max` computes one row on llama.cpp's AVX2 build (scale 1, no
-/// mask): the maximum; e = [`crate::ops::ggml::expf`](r − max) eight at a time, each
-/// eight's [`crate::ops::ggml::hsum8`] added in f64; past the last whole eight, the C
+/// mask): the maximum; e = [`crate::ops::activation::llama_cpp::expf`](r − max) eight at a
+/// time, each eight's [`crate::ops::f16_dot::hsum8`] added in f64; past the last whole eight, the C
 /// library's `expf` one number at a time, added in f64; then e · (f32)(1 / sum).
-fn softmax_ggml(r: &mut [f32]) {
-    use crate::ops::ggml::{expf, hsum8};
+fn softmax_llama_cpp(r: &mut [f32]) {
+    use crate::ops::activation::llama_cpp::expf;
+    use crate::ops::f16_dot::hsum8;
     let max = r.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut sum = 0.0f64;
     let whole = r.len() / 8 * 8;
@@ -540,16 +541,16 @@ mod tests {
         }
     }
 
-    /// llama.cpp's softmax of a row of whole eights is `ops::ggml::softmax_row`'s; the
+    /// llama.cpp's softmax of a row of whole eights is `ops::softmax::llama_cpp::softmax_row`'s; the
     /// weights of a route sum to 1 when renormalised and are the probabilities when not.
     #[test]
     fn routing_follows_the_formula() {
         let mut rng = StdRng::seed_from_u64(9);
         let r = Tensor::randn(&[16], 2.0, &mut rng).into_vec();
         let mut a = r.clone();
-        softmax_ggml(&mut a);
+        softmax_llama_cpp(&mut a);
         let mut b = r.clone();
-        crate::ops::ggml::softmax_row(&mut b, 1.0);
+        crate::ops::softmax::llama_cpp::softmax_row(&mut b, 1.0);
         assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()));
         let m = random_moe(false, 16, 3, true);
         let (p, route) = m.route(&r, Numerics::LlamaCpp);

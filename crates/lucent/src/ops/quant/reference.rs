@@ -6,7 +6,7 @@
 
 use half::{bf16, f16};
 
-use crate::ops::ggml::hsum8;
+use crate::ops::f16_dot::hsum8;
 use crate::ops::quant::activations::QuantizedActs;
 use crate::ops::quant::dequant::iq4_indices;
 use crate::ops::quant::dispatch::{Dot4Fn, DotFn};

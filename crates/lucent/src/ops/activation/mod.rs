@@ -8,11 +8,18 @@
 //! The tensor functions run the SIMD versions of [`crate::ops::simd`] (erf, tanh and
 //! σ by polynomial and exp, within 1e-6 of the f64 twins below) and split large tensors
 //! across threads.
+//!
+//! llama.cpp's own arithmetic for the gated activations ([`Numerics::LlamaCpp`]): its f16
+//! tanh-GELU table here ([`gelu_tanh_f16`]), its vector exp and SiLU in [`llama_cpp`];
+//! [`in_place_for`] picks the one a [`Numerics`] asks for.
+
+pub mod llama_cpp;
 
 use serde::{Deserialize, Serialize};
 
 use crate::ops::simd::{self, Unary};
 use crate::runtime::pool::in_pool;
+use crate::runtime::Numerics;
 use crate::tensor::tape::{needs_grad, record};
 use crate::tensor::Tensor;
 use rayon::prelude::*;
@@ -95,6 +102,18 @@ pub(crate) fn gelu_tanh_f16(x: f32) -> f32 {
         return x;
     }
     gelu_f16_table()[half::f16::from_f32(x).to_bits() as usize]
+}
+
+/// The in-place kernel of `act` in `numerics`' own arithmetic, where it has one: under
+/// llama.cpp's numerics tanh-GELU from its f16 table ([`gelu_tanh_f16_in_place`]) and its
+/// SiLU ([`llama_cpp::silu_in_place`]); `None` for lucent's numerics and for the other
+/// activations (they run [`Activation::apply`]).
+pub(crate) fn in_place_for(act: Activation, numerics: Numerics) -> Option<fn(&mut [f32])> {
+    match (numerics.llama_cpp(), act) {
+        (true, Activation::GeluTanh) => Some(gelu_tanh_f16_in_place),
+        (true, Activation::Silu) => Some(llama_cpp::silu_in_place),
+        _ => None,
+    }
 }
 
 /// Numbers from which [`gated_in_place`] splits its work over the threads.

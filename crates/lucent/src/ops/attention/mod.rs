@@ -24,12 +24,17 @@
 //! (64 × t_k) buffer, are scaled, masked and softmaxed row by row, and multiply V in a
 //! second GEMM. No (t_q × t_k) scores tensor exists unless the weights are asked for.
 //! Work is split over (batch, head) pairs across threads when it is large enough.
+//!
+//! Under llama.cpp's numerics ([`AttentionParams::numerics`]) attention runs its
+//! arithmetic instead, f16 steps and summation orders included: [`llama_cpp`].
+
+pub mod llama_cpp;
 
 use rayon::prelude::*;
 
 use crate::runtime::pool::in_pool;
+use crate::runtime::Numerics;
 
-pub use crate::ops::ggml::F16Order;
 use crate::ops::matmul::gemm_general;
 use crate::ops::{linear_kernel, simd, softmax};
 use crate::tensor::tape::{needs_grad, record};
@@ -62,12 +67,14 @@ pub struct AttentionParams<'a> {
     /// `kv_len` are keys. The kernels read them in place, so a decode step does not
     /// copy the cache.
     pub kv_len: Option<usize>,
-    /// Compute as llama.cpp does with its f16 KV cache ([`crate::ops::ggml`]): Q, K and V
-    /// are f16 values already; the products are summed in this order, the softmax uses
-    /// its exp, and the weights are rounded to f16 before they weight V.
-    pub ggml: Option<F16Order>,
+    /// How the kernel rounds. [`Numerics::Lucent`]: lucent's own f32 kernels.
+    /// [`Numerics::LlamaCpp`] and [`Numerics::RowInvariant`]: as llama.cpp does with its
+    /// f16 KV cache ([`llama_cpp`]): Q, K and V are f16 values already; the products are
+    /// summed in its orders ([`llama_cpp::order`]), the softmax uses its exp, and the
+    /// weights are rounded to f16 before they weight V.
+    pub numerics: Numerics,
     /// Soft-capping c of the scaled scores, if set: s ← c·tanh(s / c) before the bias
-    /// and the softmax ([`softcap`]). Under `ggml` the cap is applied to Q·Kᵀ before
+    /// and the softmax ([`softcap`]). Under llama.cpp's numerics the cap is applied to Q·Kᵀ before
     /// `scale`, as llama.cpp does (its soft-capped models scale Q instead, `scale` = 1).
     pub softcap: Option<f32>,
 }
@@ -89,7 +96,7 @@ impl AttentionParams<'_> {
             want_weights: false,
             segments: None,
             kv_len: None,
-            ggml: None,
+            numerics: Numerics::Lucent,
             softcap: None,
         }
     }
@@ -319,13 +326,13 @@ pub fn attention(
     v: &Tensor,
     p: &AttentionParams,
 ) -> Result<AttentionOutput> {
-    // A GGUF model's attention follows llama.cpp's arithmetic (`ops::ggml`). Other causal
+    // A GGUF model's attention follows llama.cpp's arithmetic (`llama_cpp`). Other causal
     // attention runs the plain twin: it computes every query row with the same
     // arithmetic whatever t_q is, so cached decoding equals the full forward bit for
     // bit. The fused kernel's blocked (prompt) and per-key (decode) paths differ in
     // rounding, which 8-bit activation quantisation would amplify.
-    let kernel = if p.ggml.is_some() {
-        crate::ops::ggml::attention
+    let kernel = if p.numerics.llama_cpp() {
+        llama_cpp::attention
     } else if p.causal {
         reference::attention
     } else {

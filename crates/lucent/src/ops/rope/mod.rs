@@ -13,6 +13,8 @@
 //! The fast path reads cos pθᵢ and sin pθᵢ from a [`RopeTable`] (computed once in f64,
 //! stored in f32) and rotates each row with f32 multiply-adds. A model keeps one table
 //! per (base, d) covering the positions it will see and calls [`RopeTable::apply`].
+//! Under llama.cpp's numerics the angles and rotations are its own ([`llama_cpp`]);
+//! [`apply`] picks by [`Numerics`].
 //!
 //! # Scalings (contexts longer than the training one)
 //!
@@ -31,7 +33,10 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod llama_cpp;
+
 use crate::ops::simd;
+use crate::runtime::Numerics;
 use crate::tensor::tape::{needs_grad, record};
 use crate::tensor::Tensor;
 use crate::{Error, Result};
@@ -225,6 +230,28 @@ pub fn rope_with(
     let table = RopeTable::with_freqs(freqs, d, lo..hi)?;
     let out = table.apply(x, positions, convention)?;
     Ok(record_rope(out, x, positions, freqs, convention))
+}
+
+/// RoPE of `x` in place, in `numerics`' arithmetic: lucent's table and rotation
+/// ([`rope_with`], recorded for training) or llama.cpp's angles and fused products
+/// ([`llama_cpp::rope_rows`], for [`Numerics::LlamaCpp`] and [`Numerics::RowInvariant`]).
+///
+/// # Shapes
+/// x: (..., t, d) with d even; positions: t → (..., t, d)
+pub fn apply(
+    x: &mut Tensor,
+    positions: &[usize],
+    freqs: &RopeFreqs<'_>,
+    convention: RopeConvention,
+    numerics: Numerics,
+) -> Result<()> {
+    if numerics.llama_cpp() {
+        let d = x.last_dim();
+        llama_cpp::rope_rows(x.data_mut(), d, positions, freqs, convention);
+    } else {
+        *x = rope_with(x, positions, freqs, convention)?;
+    }
+    Ok(())
 }
 
 /// Check x is (..., t, d) with d even and one position per row; return (t, d).
@@ -588,9 +615,9 @@ mod tests {
                 assert!(err <= 2e-6, "{freqs:?} {conv:?}: table {err}");
                 // llama.cpp's order builds θ by repeated f32 products: its angles drift
                 // from the f64 ones by ~1e-6 relative (angles here ≤ 59 rad).
-                let mut ggml = x.clone();
-                crate::ops::ggml::rope_rows(ggml.data_mut(), d, &positions, &freqs, conv);
-                let err = ggml.max_abs_diff(&twin)?;
+                let mut in_order = x.clone();
+                llama_cpp::rope_rows(in_order.data_mut(), d, &positions, &freqs, conv);
+                let err = in_order.max_abs_diff(&twin)?;
                 assert!(err <= 2e-4, "{freqs:?} {conv:?}: llama.cpp order {err}");
             }
         }

@@ -8,6 +8,11 @@
 //!
 //! The fast path runs max, exp-and-sum and scale as three SIMD passes over the row
 //! (see [`crate::ops::simd`]); large tensors split their rows across threads.
+//!
+//! llama.cpp's softmax ([`crate::runtime::Numerics::LlamaCpp`]: its vector exp and
+//! summation order) is [`llama_cpp::softmax_row`], beside it.
+
+pub mod llama_cpp;
 
 use crate::ops::simd;
 use crate::tensor::tape::{needs_grad, record};
