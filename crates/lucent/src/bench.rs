@@ -102,6 +102,40 @@ impl Timer {
         samples.sort_by(f64::total_cmp);
         (samples[samples.len() / 2], samples[0])
     }
+
+    /// (median, fastest) seconds per call of `f` and of `g`, their runs interleaved (f's
+    /// run, g's run, f's, ...) so that a change in the machine's load falls on both.
+    fn time_pair(&self, mut f: impl FnMut(), mut g: impl FnMut()) -> ((f64, f64), (f64, f64)) {
+        let reps = |h: &mut dyn FnMut()| -> u64 {
+            h();
+            let start = Instant::now();
+            let mut calls = 0u64;
+            while start.elapsed() < self.min / 4 || calls == 0 {
+                h();
+                calls += 1;
+            }
+            let per_call = start.elapsed().as_secs_f64() / calls as f64;
+            ((self.min.as_secs_f64() / per_call).ceil() as u64).max(1)
+        };
+        let (rf, rg) = (reps(&mut f), reps(&mut g));
+        let run = |h: &mut dyn FnMut(), n: u64| -> f64 {
+            let t = Instant::now();
+            for _ in 0..n {
+                h();
+            }
+            t.elapsed().as_secs_f64() / n as f64
+        };
+        let (mut sf, mut sg) = (Vec::new(), Vec::new());
+        for _ in 0..self.runs.max(1) {
+            sf.push(run(&mut f, rf));
+            sg.push(run(&mut g, rg));
+        }
+        let med = |mut v: Vec<f64>| -> (f64, f64) {
+            v.sort_by(f64::total_cmp);
+            (v[v.len() / 2], v[0])
+        };
+        (med(sf), med(sg))
+    }
 }
 
 /// Time the kernels: matrix products at MiniLM and SmolLM2 shapes (GFLOP/s), softmax,
@@ -290,11 +324,16 @@ fn kernels_here(b: &KernelBench) -> Result<Vec<KernelTiming>> {
         });
         push(name, &shape, secs, twin);
     }
-    // Fused attention: MiniLM (12 heads of 32, 128 tokens) and a SmolLM2 decode step
-    // (9 query heads on 3 kv heads of 64, 512 cached positions). Work = scores t_q·t_k.
+    // Fused attention: MiniLM (12 heads of 32, 128 tokens), a SmolLM2 decode step
+    // (9 query heads on 3 kv heads of 64, 512 cached positions) in lucent's numerics,
+    // causal prompts at GPT-2 small's heads (12 of 64, 256 tokens) and a Whisper tiny
+    // decoder step's self-attention (6 heads of 64, 100 cached tokens). Work = scores
+    // t_q·t_k. With the twin, kernel and twin runs interleave.
     for (name, [bs, h, h_kv, t_q, t_k, d], causal) in [
         ("attention", [1usize, 12, 12, 128, 128, 32], false),
         ("attention decode", [1, 9, 3, 1, 512, 64], true),
+        ("attention causal gpt2", [1, 12, 12, 256, 256, 64], true),
+        ("attention causal whisper step", [1, 6, 6, 1, 100, 64], true),
     ] {
         if !wanted(name) {
             continue;
@@ -306,10 +345,14 @@ fn kernels_here(b: &KernelBench) -> Result<Vec<KernelTiming>> {
             causal,
             ..AttentionParams::new(d)
         };
-        let secs = timer.time(|| drop(black_box(attention::attention(&q, &k, &v, &p))));
-        let twin = twins.then(|| {
-            timer.time(|| drop(black_box(attention::reference::attention(&q, &k, &v, &p))))
-        });
+        let kernel = || drop(black_box(attention::attention(&q, &k, &v, &p)));
+        let twin = || drop(black_box(attention::reference::attention(&q, &k, &v, &p)));
+        let (secs, twin) = if twins {
+            let (secs, twin) = timer.time_pair(kernel, twin);
+            (secs, Some(twin))
+        } else {
+            (timer.time(kernel), None)
+        };
         push(name, &[bs, h, t_q, t_k], secs, twin);
     }
     Ok(rows)

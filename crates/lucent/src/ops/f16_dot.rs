@@ -3,7 +3,7 @@
 //! sum of the lanes) and a single token's dot product (`ggml_vec_dot_f16`: four
 //! eight-lane accumulators over 32-number steps) — [`F16Order`]. Attention's scores and
 //! its weighing of V in [`crate::runtime::Numerics::LlamaCpp`] are these products
-//! ([`crate::ops::attention::llama_cpp`]); the GGUF f16 matrices use them too.
+//! ([`crate::ops::attention::llama_cpp`]).
 //!
 //! The plain functions ([`dot_f16`], [`hsum8`]) are scalar and read like llama.cpp's
 //! statements; their AVX2 twins (one row, or eight keys' rows at once) compute the same

@@ -353,7 +353,7 @@ fn check_attention(
             want_weights,
             ..AttentionParams::new(c.d_k)
         };
-        // the fused kernel itself: `attention::attention` sends causal attention to the twin
+        // the fused kernel itself (what `attention::attention` runs in lucent's numerics)
         let fast = attention::fused(&q, &k, &v, &p).unwrap();
         let twin = attention::reference::attention(&q, &k, &v, &p).unwrap();
         let what = format!(

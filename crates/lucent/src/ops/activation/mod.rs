@@ -13,7 +13,7 @@
 //! tanh-GELU table here ([`gelu_tanh_f16`]), its vector exp and SiLU in [`llama_cpp`];
 //! [`in_place_for`] picks the one a [`Numerics`] asks for.
 
-pub mod llama_cpp;
+pub(crate) mod llama_cpp;
 
 use serde::{Deserialize, Serialize};
 

@@ -28,7 +28,7 @@
 //! Under llama.cpp's numerics ([`AttentionParams::numerics`]) attention runs its
 //! arithmetic instead, f16 steps and summation orders included: [`llama_cpp`].
 
-pub mod llama_cpp;
+pub(crate) mod llama_cpp;
 
 use rayon::prelude::*;
 
@@ -313,8 +313,8 @@ fn query_blocks<'a>(
     })
 }
 
-/// Scaled dot-product attention. Runs the fused kernel (the plain twin when causal, see
-/// below); when Q, K or V track gradients
+/// Scaled dot-product attention. Runs the fused kernel, causal or not (llama.cpp's
+/// arithmetic under its numerics, see below); when Q, K or V track gradients
 /// (training), the autograd rule records it for the backward pass.
 ///
 /// # Shapes
@@ -326,15 +326,14 @@ pub fn attention(
     v: &Tensor,
     p: &AttentionParams,
 ) -> Result<AttentionOutput> {
-    // A GGUF model's attention follows llama.cpp's arithmetic (`llama_cpp`). Other causal
-    // attention runs the plain twin: it computes every query row with the same
-    // arithmetic whatever t_q is, so cached decoding equals the full forward bit for
-    // bit. The fused kernel's blocked (prompt) and per-key (decode) paths differ in
-    // rounding, which 8-bit activation quantisation would amplify.
+    // A GGUF model's attention follows llama.cpp's arithmetic (`llama_cpp`). All other
+    // attention, causal included (trained GPTs, Whisper's decoder, GPT-2 folders), runs
+    // the fused kernel: a query row gets the same bits in a prompt's block, in a later
+    // piece of the prompt over the cache and alone as a decode step, so cached decoding
+    // equals the full forward bit for bit (kernel tests:
+    // fused_causal_rows_equal_their_decode_steps, a_query_row_is_the_same_bits_in_any_block).
     let kernel = if p.numerics.llama_cpp() {
         llama_cpp::attention
-    } else if p.causal {
-        reference::attention
     } else {
         fused
     };

@@ -33,7 +33,7 @@
 
 use serde::{Deserialize, Serialize};
 
-pub mod llama_cpp;
+pub(crate) mod llama_cpp;
 
 use crate::ops::simd;
 use crate::runtime::Numerics;

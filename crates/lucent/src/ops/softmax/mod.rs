@@ -12,7 +12,7 @@
 //! llama.cpp's softmax ([`crate::runtime::Numerics::LlamaCpp`]: its vector exp and
 //! summation order) is [`llama_cpp::softmax_row`], beside it.
 
-pub mod llama_cpp;
+pub(crate) mod llama_cpp;
 
 use crate::ops::simd;
 use crate::tensor::tape::{needs_grad, record};
