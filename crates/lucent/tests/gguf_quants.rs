@@ -168,18 +168,31 @@ fn bf16_equals_llama_cpp() {
 /// paths: 142 rows (not a multiple of 4) and rows of 142 numbers (not a multiple of 8).
 #[test]
 fn float_files_keep_their_type_and_shapes() {
-    for (name, dtype) in [("f32", GgmlType::F32), ("f16", GgmlType::F16), ("bf16", GgmlType::BF16)] {
+    for (name, dtype) in [
+        ("f32", GgmlType::F32),
+        ("f16", GgmlType::F16),
+        ("bf16", GgmlType::BF16),
+    ] {
         let f = GgufFile::open(data_dir().join(format!("{name}.gguf"))).expect("open");
-        let info = |t: &str| {
-            f.tensor_info(t)
-                .unwrap_or_else(|| panic!("{name}: no {t}"))
-        };
+        let info = |t: &str| f.tensor_info(t).unwrap_or_else(|| panic!("{name}: no {t}"));
         let gate = info("blk.0.ffn_gate.weight");
-        assert_eq!((gate.dtype, gate.shape.clone()), (dtype, vec![142, 128]), "{name}: ffn_gate");
+        assert_eq!(
+            (gate.dtype, gate.shape.clone()),
+            (dtype, vec![142, 128]),
+            "{name}: ffn_gate"
+        );
         let down = info("blk.0.ffn_down.weight");
-        assert_eq!((down.dtype, down.shape.clone()), (dtype, vec![128, 142]), "{name}: ffn_down");
+        assert_eq!(
+            (down.dtype, down.shape.clone()),
+            (dtype, vec![128, 142]),
+            "{name}: ffn_down"
+        );
         let q = f.qmatrix("blk.0.attn_q.weight").expect("a matrix");
-        assert_eq!((q.dtype(), q.rows(), q.cols()), (dtype, 128, 128), "{name}: attn_q");
+        assert_eq!(
+            (q.dtype(), q.rows(), q.cols()),
+            (dtype, 128, 128),
+            "{name}: attn_q"
+        );
     }
 }
 
@@ -259,4 +272,3 @@ fn inspect_reports_each_mix_and_runs_it() {
         }
     }
 }
-

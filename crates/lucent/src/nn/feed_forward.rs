@@ -276,7 +276,10 @@ fn put_swiglu_tails(h: &mut Tensor, u: &Tensor, tails: &[f32]) {
         return;
     }
     let rows = h.data_mut().chunks_exact_mut(d_ff);
-    for ((hr, ur), tr) in rows.zip(u.data().chunks_exact(d_ff)).zip(tails.chunks_exact(rem)) {
+    for ((hr, ur), tr) in rows
+        .zip(u.data().chunks_exact(d_ff))
+        .zip(tails.chunks_exact(rem))
+    {
         for (j, &x) in tr.iter().enumerate() {
             let i = d_ff - rem + j;
             hr[i] = x / (1.0 + (-x).exp()) * ur[i];

@@ -28,7 +28,6 @@ use crate::io::gguf::GgufFile;
 use crate::io::SafetensorsFile;
 use crate::model::ModelConfig;
 use crate::nn::Weight;
-use crate::tensor::quant::GgmlType;
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 

@@ -115,7 +115,11 @@ unsafe fn dot<const T: u8>(row: &[u8], x: &[f32]) -> f32 {
         while i < np {
             for (j, s) in acc.iter_mut().enumerate() {
                 let k = i + 8 * j;
-                *s = _mm256_fmadd_ps(load8::<T>(w.add(k * width::<T>())), _mm256_loadu_ps(xp.add(k)), *s);
+                *s = _mm256_fmadd_ps(
+                    load8::<T>(w.add(k * width::<T>())),
+                    _mm256_loadu_ps(xp.add(k)),
+                    *s,
+                );
             }
             i += 32;
         }

@@ -88,7 +88,9 @@ pub(crate) fn chain_kernels(dtype: GgmlType, isa: Isa) -> Option<(DotFn, Dot4Fn)
 /// == 0` (`rows` counts the whole product's rows, e.g. a fused QKV matrix's).
 pub(crate) fn takes_chain(dtype: GgmlType, rows: usize, cols: usize, t: usize) -> bool {
     matches!(dtype, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
-        && t >= 2 && cols.is_multiple_of(8) && rows.is_multiple_of(4)
+        && t >= 2
+        && cols.is_multiple_of(8)
+        && rows.is_multiple_of(4)
 }
 
 /// Which of llama.cpp's kernels a K-quant dot sums like: its arithmetic differs between

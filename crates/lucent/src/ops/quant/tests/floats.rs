@@ -17,7 +17,16 @@ use crate::Result;
 const FLOATS: [GgmlType; 3] = [GgmlType::F32, GgmlType::F16, GgmlType::BF16];
 
 /// The largest finite f16, and an f16 subnormal, an f32 subnormal, a bfloat16 one.
-const EXTREMES: [f32; 8] = [65504.0, -65504.0, 5.9604645e-8, -1.1920929e-7, 1e-40, -2e-39, 0.0, -0.0];
+const EXTREMES: [f32; 8] = [
+    65504.0,
+    -65504.0,
+    5.9604645e-8,
+    -1.1920929e-7,
+    1e-40,
+    -2e-39,
+    0.0,
+    -0.0,
+];
 
 /// One number for a `t` weight: mostly N(0, 1)-ish, sometimes an extreme value.
 fn number(rng: &mut StdRng) -> f32 {
@@ -69,7 +78,9 @@ fn float_kernels_equal_the_twin(isa: Isa) -> Result<()> {
     assert_eq!(crate::runtime::isa(), isa);
     let mut rng = StdRng::seed_from_u64(31);
     for t in FLOATS {
-        for cols in [1usize, 3, 7, 8, 9, 16, 31, 32, 33, 36, 40, 64, 100, 142, 256, 1000] {
+        for cols in [
+            1usize, 3, 7, 8, 9, 16, 31, 32, 33, 36, 40, 64, 100, 142, 256, 1000,
+        ] {
             for rows in [1usize, 3, 4, 5, 8, 12] {
                 let m = random_float_matrix(t, rows, cols, &mut rng)?;
                 let x: Vec<f32> = (0..cols * 9).map(|_| number(&mut rng)).collect();
@@ -95,8 +106,18 @@ fn float_kernels_equal_the_twin(isa: Isa) -> Result<()> {
                         let four = k4(w, [&acts[0], &acts[1], &acts[2], &acts[3]]);
                         for (r, a) in acts.iter().enumerate() {
                             let want = reference::dot_float_chain(t, w, a);
-                            assert_eq!(k(w, a).to_bits(), want.to_bits(), "{} row {i}", what("chain"));
-                            assert_eq!(four[r].to_bits(), want.to_bits(), "{} row {i}", what("chain of 4"));
+                            assert_eq!(
+                                k(w, a).to_bits(),
+                                want.to_bits(),
+                                "{} row {i}",
+                                what("chain")
+                            );
+                            assert_eq!(
+                                four[r].to_bits(),
+                                want.to_bits(),
+                                "{} row {i}",
+                                what("chain of 4")
+                            );
                         }
                     }
                 }
@@ -140,13 +161,21 @@ fn float_prompts_take_tinyblas_where_llama_cpp_does() -> Result<()> {
     // 3 rows of a fused matrix of 12: tinyBLAS, as for the whole; as an expert: the dot.
     let part = random_float_matrix(GgmlType::F16, 3, 64, &mut rng)?;
     let x: Vec<f32> = (0..5 * 64).map(|_| number(&mut rng)).collect();
-    for (m, chain) in [(part.clone(), false), (part.clone().part_of(12), true), (part.part_of(12).expert(), false)] {
+    for (m, chain) in [
+        (part.clone(), false),
+        (part.clone().part_of(12), true),
+        (part.part_of(12).expert(), false),
+    ] {
         let got = m.matmul_t_quantized(&x, 5, Numerics::LlamaCpp)?; // (5, 3)
         for r in 0..5 {
             let a = m.prepare(&x[r * 64..(r + 1) * 64])?;
             for i in 0..3 {
                 let want = twin_output(&m, &a, i, chain);
-                assert_eq!(got[r * 3 + i].to_bits(), want.to_bits(), "chain {chain}, row {r}, output {i}");
+                assert_eq!(
+                    got[r * 3 + i].to_bits(),
+                    want.to_bits(),
+                    "chain {chain}, row {r}, output {i}"
+                );
             }
         }
     }
@@ -168,7 +197,11 @@ fn activations_round_to_the_weights_type() -> Result<()> {
             assert_eq!(b.to_bits(), bf16::from_f32(x).to_f32().to_bits(), "{x:e}");
         }
         if !x.is_nan() {
-            assert_eq!(round_f16(x).to_bits(), f16::from_f32(x).to_f32().to_bits(), "{x:e}");
+            assert_eq!(
+                round_f16(x).to_bits(),
+                f16::from_f32(x).to_f32().to_bits(),
+                "{x:e}"
+            );
         }
     }
     let x = [1.0f32, 65519.0, 65520.0, 3e-8, 1e-3];

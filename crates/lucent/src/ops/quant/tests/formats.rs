@@ -5,8 +5,8 @@
 #![cfg(test)]
 
 use crate::ops::quant::{dequantize, quantize_activations, reference, vec_dot, QMatrix};
-use crate::tensor::quant::{ActKind, 
-    k_scale_min, k_scales_mins, BlockIQ4_XS, BlockQ2_K, BlockQ3_K, GgmlType, QK_K,
+use crate::tensor::quant::{
+    k_scale_min, k_scales_mins, ActKind, BlockIQ4_XS, BlockQ2_K, BlockQ3_K, GgmlType, QK_K,
 };
 use crate::{Isa, Numerics, Runtime};
 use half::f16;
