@@ -130,8 +130,8 @@ unsafe fn dot<const T: u8>(row: &[u8], x: &[f32]) -> f32 {
             let g = _mm_add_ps(h, _mm_movehl_ps(h, h));
             let g = _mm_add_ss(g, _mm_movehdup_ps(g));
             let mut total = _mm_cvtss_f32(g) as f64;
-            for i in np..n {
-                total += (load1::<T>(row, i) * x[i]) as f64;
+            for (i, &xi) in x.iter().enumerate().skip(np) {
+                total += (load1::<T>(row, i) * xi) as f64;
             }
             return total as f32;
         }
@@ -139,18 +139,18 @@ unsafe fn dot<const T: u8>(row: &[u8], x: &[f32]) -> f32 {
         let g = _mm_hadd_ps(g, g);
         if T == F16 {
             let mut total = _mm_cvtss_f32(g) as f64;
-            for i in np..n {
-                total += (load1::<T>(row, i) * x[i]) as f64;
+            for (i, &xi) in x.iter().enumerate().skip(np) {
+                total += (load1::<T>(row, i) * xi) as f64;
             }
             return total as f32;
         }
         let mut total = _mm_cvtss_f32(g);
         let fused_from = n - (n - np) % 4;
-        for i in np..fused_from {
-            total += load1::<T>(row, i) * x[i];
+        for (i, &xi) in x.iter().enumerate().take(fused_from).skip(np) {
+            total += load1::<T>(row, i) * xi;
         }
-        for i in fused_from..n {
-            total = load1::<T>(row, i).mul_add(x[i], total);
+        for (i, &xi) in x.iter().enumerate().skip(fused_from) {
+            total = load1::<T>(row, i).mul_add(xi, total);
         }
         total
     }
