@@ -26,6 +26,16 @@ a 32-block type for a row that is not). reference.json holds, per file, llama.cp
 logits after three prompts (one batch) at 1 and 2 threads as f32 bits and its 32 greedy
 tokens, exactly as make_gguf_families.py records them, and the block-type mix of each
 file as llama-quantize chose it.
+
+The float weights (F32, F16, BF16) have a bench of their own, smaller and with awkward
+widths: one F32 `llama` file (2 layers, d_model 128, 4 query heads and 2 key/value heads
+of 32 features, a gated FFN of width 142, the same vocabulary), written to the temporary
+directory and converted by the same `llama-quantize` to each type of FLOATS (F32 too, so
+that its metadata names its type). The widths pick both of llama.cpp's float products for
+a prompt: Q, K, V, O (128 and 64 rows of 128 numbers) take tinyBLAS (`k % 8 == 0`, `m %
+4 == 0`), the FFN's gate and up (142 rows: `m % 4 != 0`) and down (rows of 142 numbers:
+`k % 8 != 0`, and `142 % 32 = 14` leftovers after the dot's 32-number steps) one
+`vec_dot` per output, as every one-token product does.
 """
 
 import json
@@ -45,8 +55,14 @@ import llama_cpp  # noqa: E402
 # The mixes: llama-quantize's ftype names.
 MIXES = ["Q2_K", "Q3_K_S", "Q3_K_M", "IQ4_NL", "IQ4_XS"]
 
+# The float types, llama-quantize's ftype names, and the float bench's shape (d_model,
+# heads, key/value heads, head width, FFN width).
+FLOATS = ["F32", "F16", "BF16"]
+FLOAT_SHAPE = (128, 4, 2, 32, 142)
+
 # This bench's shape (the families' module constants, set before the writer reads them).
-fam.D, fam.HEADS, fam.KV_HEADS, fam.HEAD_DIM, fam.FF = 256, 4, 2, 64, 256
+QUANT_SHAPE = (256, 4, 2, 64, 256)
+fam.D, fam.HEADS, fam.KV_HEADS, fam.HEAD_DIM, fam.FF = QUANT_SHAPE
 LAYERS = 2
 
 
@@ -70,6 +86,29 @@ def type_mix(path):
     return dict(sorted(mix.items()))
 
 
+def write_bench(src, shape):
+    """The F32 random-weight file of `shape` at `src`; returns its writer."""
+    fam.D, fam.HEADS, fam.KV_HEADS, fam.HEAD_DIM, fam.FF = shape
+    w = F32Writer(src)
+    for i in range(LAYERS):
+        w.layer(i)
+    w.finish(True, 1.0 / np.sqrt(fam.D))
+    return w
+
+
+def convert(quantize, src, outdir, ftype, ref, w):
+    """`llama-quantize src OUTDIR/<ftype>.gguf ftype`, and llama.cpp's record of it in `ref`."""
+    name = ftype.lower().replace("_", "-")
+    path = os.path.join(outdir, f"{name}.gguf")
+    subprocess.run([quantize, src, path, ftype], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cases = fam.run(path, fam.prompts(w.n_normal))
+    ref["files"][name] = {"file": f"{name}.gguf", "mix": ftype, "types": type_mix(path),
+                          "cases": cases}
+    print(f"{name}: {os.path.getsize(path)} bytes, {type_mix(path)}, "
+          f"greedy of prompt 0: {cases[0]['greedy_ids'][:8]}")
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
@@ -89,20 +128,13 @@ def main():
     }, "files": {}}
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "llama-f32.gguf")
-        w = F32Writer(src)
-        for i in range(LAYERS):
-            w.layer(i)
-        w.finish(True, 1.0 / np.sqrt(fam.D))
+        w = write_bench(src, QUANT_SHAPE)
         for mix in MIXES:
-            name = mix.lower().replace("_", "-")
-            path = os.path.join(outdir, f"{name}.gguf")
-            subprocess.run([quantize, src, path, mix], check=True,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            cases = fam.run(path, fam.prompts(w.n_normal))
-            ref["files"][name] = {"file": f"{name}.gguf", "mix": mix, "types": type_mix(path),
-                                  "cases": cases}
-            print(f"{name}: {os.path.getsize(path)} bytes, {type_mix(path)}, "
-                  f"greedy of prompt 0: {cases[0]['greedy_ids'][:8]}")
+            convert(quantize, src, outdir, mix, ref, w)
+        src = os.path.join(tmp, "llama-floats-f32.gguf")
+        w = write_bench(src, FLOAT_SHAPE)
+        for ftype in FLOATS:
+            convert(quantize, src, outdir, ftype, ref, w)
     with open(os.path.join(outdir, "reference.json"), "w") as f:
         json.dump(ref, f, indent=0)
         f.write("\n")

@@ -9,6 +9,11 @@
 //!   prompt products take llama.cpp's tiled and repacked orders) equal llama.cpp's to
 //!   the bit, and the 32 greedy tokens after it (one decode step each: the token
 //!   products) are llama.cpp's;
+//! - the float types (`F32`, `F16`, `BF16`: one smaller F32 model converted by the same
+//!   `llama-quantize`, whose widths give both of llama.cpp's float prompt products:
+//!   tinyBLAS for Q, K, V, O, one `vec_dot` per output for the FFN's 142 rows and its
+//!   142-number rows), the same at every instruction-set level this CPU runs (scalar
+//!   twins, AVX2, AVX-512), each matrix kept in its type;
 //! - each file holds the block types its mix names (so a file that fell back to other
 //!   types cannot pass for the mix);
 //! - a file whose tensor type contradicts its shape (a row that is not a whole number of
@@ -18,7 +23,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use lucent::io::gguf::{GgufFile, GgufValue, GgufWriter};
+use lucent::runtime::Isa;
 use lucent::tensor::quant::GgmlType;
+use lucent::Runtime;
 use serde::Deserialize;
 
 #[path = "common/gguf_bench.rs"]
@@ -50,6 +57,11 @@ fn reference() -> Reference {
 /// The file of `mix` holds the block types `want` (and those llama-quantize recorded),
 /// and equals llama.cpp at 1 and 2 threads.
 fn check_bit_exact(mix: &str, want: &[GgmlType]) {
+    check_bit_exact_at(mix, want, None);
+}
+
+/// [`check_bit_exact`] on runtimes capped at `isa` (None: the default runtime's level).
+fn check_bit_exact_at(mix: &str, want: &[GgmlType], isa: Option<Isa>) {
     let reference = reference();
     let file = &reference.files[mix];
     let path = data_dir().join(&file.file);
@@ -73,9 +85,16 @@ fn check_bit_exact(mix: &str, want: &[GgmlType]) {
     for threads in [1usize, 2] {
         for case in &file.cases {
             let want = &case.logits_bits[&threads.to_string()];
-            let (first, ids) = on_threads(threads, || {
-                greedy(&tm.model, &case.prompt_ids, case.greedy_ids.len())
-            });
+            let run = || greedy(&tm.model, &case.prompt_ids, case.greedy_ids.len());
+            let (first, ids) = match isa {
+                None => on_threads(threads, run),
+                Some(isa) => Runtime::builder()
+                    .threads(threads)
+                    .isa(isa)
+                    .build()
+                    .expect("runtime")
+                    .install(run),
+            };
             let got: Vec<u32> = first.iter().map(|x| x.to_bits()).collect();
             let worst = first
                 .iter()
@@ -84,13 +103,13 @@ fn check_bit_exact(mix: &str, want: &[GgmlType]) {
                 .fold(0.0f32, f32::max);
             assert!(
                 &got == want,
-                "{mix}, {threads} thread(s), prompt of {}: logits differ from llama.cpp's (largest |difference| {worst})",
+                "{mix}, {threads} thread(s), {isa:?}, prompt of {}: logits differ from llama.cpp's (largest |difference| {worst})",
                 case.prompt_ids.len()
             );
             assert_eq!(
                 ids,
                 case.greedy_ids,
-                "{mix}, {threads} thread(s), prompt of {}: greedy tokens",
+                "{mix}, {threads} thread(s), {isa:?}, prompt of {}: greedy tokens",
                 case.prompt_ids.len()
             );
         }
@@ -120,6 +139,61 @@ fn iq4_nl_equals_llama_cpp() {
 #[test]
 fn iq4_xs_equals_llama_cpp() {
     check_bit_exact("iq4-xs", &[GgmlType::IQ4_XS]);
+}
+
+/// A float file equals llama.cpp at every instruction-set level this CPU runs.
+fn check_float(name: &str, dtype: GgmlType) {
+    for isa in Isa::available() {
+        check_bit_exact_at(name, &[dtype], Some(isa));
+    }
+}
+
+#[test]
+fn f32_equals_llama_cpp() {
+    check_float("f32", GgmlType::F32);
+}
+
+#[test]
+fn f16_equals_llama_cpp() {
+    check_float("f16", GgmlType::F16);
+}
+
+#[test]
+fn bf16_equals_llama_cpp() {
+    check_float("bf16", GgmlType::BF16);
+}
+
+/// The float files' matrices stay in their type (an F16 model held at its file's size),
+/// and their FFN widths are the ones that send llama.cpp's prompt products down both
+/// paths: 142 rows (not a multiple of 4) and rows of 142 numbers (not a multiple of 8).
+#[test]
+fn float_files_keep_their_type_and_shapes() {
+    for (name, dtype) in [
+        ("f32", GgmlType::F32),
+        ("f16", GgmlType::F16),
+        ("bf16", GgmlType::BF16),
+    ] {
+        let f = GgufFile::open(data_dir().join(format!("{name}.gguf"))).expect("open");
+        let info = |t: &str| f.tensor_info(t).unwrap_or_else(|| panic!("{name}: no {t}"));
+        let gate = info("blk.0.ffn_gate.weight");
+        assert_eq!(
+            (gate.dtype, gate.shape.clone()),
+            (dtype, vec![142, 128]),
+            "{name}: ffn_gate"
+        );
+        let down = info("blk.0.ffn_down.weight");
+        assert_eq!(
+            (down.dtype, down.shape.clone()),
+            (dtype, vec![128, 142]),
+            "{name}: ffn_down"
+        );
+        let q = f.qmatrix("blk.0.attn_q.weight").expect("a matrix");
+        assert_eq!(
+            (q.dtype(), q.rows(), q.cols()),
+            (dtype, 128, 128),
+            "{name}: attn_q"
+        );
+    }
 }
 
 /// Where the tensor `name`'s first dimension (ne[0], its row length) is stored in the

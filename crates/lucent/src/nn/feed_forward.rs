@@ -217,7 +217,12 @@ impl FeedForward {
                 let hidden = match ops::activation::in_place_for(*activation, numerics) {
                     Some(act) => {
                         let mut g = g;
+                        let silu = *activation == Activation::Silu;
+                        let tails = if silu { swiglu_tails(&g) } else { Vec::new() };
                         ops::activation::gated_in_place(g.data_mut(), u.data(), act)?;
+                        if silu {
+                            put_swiglu_tails(&mut g, &u, &tails);
+                        }
                         g
                     }
                     None => activation.apply(&g).mul(&u)?,
@@ -228,6 +233,52 @@ impl FeedForward {
             FeedForward::Experts(m) => return m.forward(x, numerics, trace),
         };
         hook(&mut trace, "output", out)
+    }
+}
+
+/// Numbers per step of llama.cpp's vector SwiGLU (`ggml_vec_swiglu_f32`, AVX2 build).
+const SWIGLU_LANES: usize = 8;
+
+/// The gate's raw numbers past the last whole eight of each row (`d_ff mod 8` a row),
+/// row after row: the ones llama.cpp's SwiGLU takes one at a time ([`put_swiglu_tails`]).
+///
+/// # Shapes
+/// g: (..., d_ff) → (rows · (d_ff mod 8))
+fn swiglu_tails(g: &Tensor) -> Vec<f32> {
+    let d_ff = g.last_dim();
+    let rem = d_ff % SWIGLU_LANES;
+    if rem == 0 || d_ff == 0 {
+        return Vec::new();
+    }
+    g.data()
+        .chunks_exact(d_ff)
+        .flat_map(|r| r[d_ff - rem..].iter().copied())
+        .collect()
+}
+
+/// llama.cpp's SwiGLU (`ggml_vec_swiglu_f32`, AVX2 build) takes its vector SiLU eight
+/// numbers at a time, and the `d_ff mod 8` numbers past the last eight of a row one at a
+/// time as `x / (1 + expf(−x)) · u` with the C library's `expf` (`ggml_silu_f32`), which
+/// can differ from the vector `expf` in the last bit: those numbers of `h = silu(g) · u`
+/// recomputed so, from the gate's raw `tails` ([`swiglu_tails`]).
+///
+/// # Shapes
+/// h, u: (..., d_ff); tails: (rows · (d_ff mod 8))
+fn put_swiglu_tails(h: &mut Tensor, u: &Tensor, tails: &[f32]) {
+    let d_ff = h.last_dim();
+    let rem = d_ff % SWIGLU_LANES;
+    if tails.is_empty() || rem == 0 {
+        return;
+    }
+    let rows = h.data_mut().chunks_exact_mut(d_ff);
+    for ((hr, ur), tr) in rows
+        .zip(u.data().chunks_exact(d_ff))
+        .zip(tails.chunks_exact(rem))
+    {
+        for (j, &x) in tr.iter().enumerate() {
+            let i = d_ff - rem + j;
+            hr[i] = x / (1.0 + (-x).exp()) * ur[i];
+        }
     }
 }
 

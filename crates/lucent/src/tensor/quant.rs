@@ -199,7 +199,9 @@ impl GgmlType {
     /// How activations are quantised for a dot product with a row of this type.
     pub fn activation_kind(self) -> ActKind {
         match self {
-            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => ActKind::F32,
+            GgmlType::F32 => ActKind::F32,
+            GgmlType::F16 => ActKind::F16,
+            GgmlType::BF16 => ActKind::BF16,
             GgmlType::Q4_0
             | GgmlType::Q4_1
             | GgmlType::Q5_0
@@ -591,8 +593,14 @@ pub fn k_scales_mins(s: &[u8]) -> ([u8; 8], [u8; 8]) {
 #[allow(non_camel_case_types)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ActKind {
-    /// Kept as f32 (float weight types).
+    /// Kept as f32 (F32 weights).
     F32,
+    /// Rounded to f16, to nearest even (F16 weights: llama.cpp's `vec_dot_type`), held
+    /// widened to f32.
+    F16,
+    /// Rounded to bfloat16, to nearest even, NaN made quiet (BF16 weights), held widened
+    /// to f32.
+    BF16,
     /// Blocks of 32: f32 scale `d`, 32 i8, and `d · Σ q` (for the `_1` types' min).
     Q8_0,
     /// Blocks of 256: f32 scale `d`, 256 i8, and the i32 sum of every 16 `q`.

@@ -254,7 +254,8 @@ pub(crate) const ROPE_FREQS_TENSOR: &str = "rope_freqs.weight";
 /// - `yarn`: `{arch}.rope.scaling.original_context_length` (default the
 ///   `context_length`) and `{arch}.rope.scaling.attn_factor` (default 1); llama.cpp's
 ///   β_fast = 32, β_slow = 1 and ext_factor = 1 (it reads no other YaRN key for these
-///   architectures; the `yarn_*` keys are refused unless 0);
+///   architectures; the `yarn_*` keys are refused unless 0, or for `yarn_beta_fast` /
+///   `yarn_beta_slow` those very values, 32 / 1);
 /// - `{arch}.rope.scaling.attn_factor` ≠ 1 without YaRN is refused.
 pub(crate) fn read_rope_scaling(f: &GgufFile, arch: &str) -> Result<RopeScaling> {
     let k = |s: &str| format!("{arch}.{s}");
@@ -329,8 +330,18 @@ pub(crate) fn read_rope_scaling(f: &GgufFile, arch: &str) -> Result<RopeScaling>
     Ok(scaling)
 }
 
+/// YaRN's β_fast and β_slow at the values llama.cpp computes with (`llama_hparams`'
+/// defaults, 32 and 1: llama-cpp-python 0.3.36 reads neither key for these
+/// architectures): a file that states them asks for nothing else, so they pass; any
+/// other value is refused naming the key and value.
+const YARN_BETA_DEFAULTS: &[(&str, f64)] = &[
+    ("rope.scaling.yarn_beta_fast", 32.0),
+    ("rope.scaling.yarn_beta_slow", 1.0),
+];
+
 /// Refuse a file that sets one of `keys` (under `{arch}.`, with what it asks for) to
-/// anything but its "off" value, unless the family `honoured` it; a family adds its
+/// anything but its "off" value (or, for YaRN's β keys, llama.cpp's value:
+/// [`YARN_BETA_DEFAULTS`]), unless the family `honoured` it; a family adds its
 /// own list of keys this way.
 pub(crate) fn refuse_keys(
     f: &GgufFile,
@@ -344,10 +355,18 @@ pub(crate) fn refuse_keys(
         let Some((_, value)) = f.metadata().iter().find(|(k, _)| *k == full) else {
             continue;
         };
+        let default = YARN_BETA_DEFAULTS
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|&(_, v)| v);
         let off = match value {
             GgufValue::String(s) => s == "none" || s.is_empty(),
-            GgufValue::F32(x) => *x == 0.0 || (key.ends_with("factor") && *x == 1.0),
-            GgufValue::F64(x) => *x == 0.0 || (key.ends_with("factor") && *x == 1.0),
+            GgufValue::F32(x) => {
+                *x == 0.0 || (key.ends_with("factor") && *x == 1.0) || Some(*x as f64) == default
+            }
+            GgufValue::F64(x) => {
+                *x == 0.0 || (key.ends_with("factor") && *x == 1.0) || Some(*x) == default
+            }
             GgufValue::U32(0) | GgufValue::I32(0) | GgufValue::U64(0) | GgufValue::I64(0) => true,
             GgufValue::Bool(b) => *key == "attention.causal" && *b,
             _ => false,
@@ -532,4 +551,44 @@ pub const NAMES: NameTable = NameTable {
 /// The weights of a `llama` file (its name table over `f`, shapes from `cfg`).
 pub fn weights<'a>(f: &'a GgufFile, cfg: &'a ModelConfig) -> GgufWeights<'a> {
     GgufWeights::new(f, &NAMES, cfg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::refuse_unsupported_keys;
+    use crate::io::gguf::{GgufFile, GgufValue, GgufWriter};
+
+    /// A `qwen3` file holding only `keys` as metadata.
+    fn file_with(keys: &[(&str, f32)]) -> GgufFile {
+        let mut w = GgufWriter::new();
+        w.add("general.architecture", GgufValue::String("qwen3".into()));
+        for &(k, v) in keys {
+            w.add(&format!("qwen3.{k}"), GgufValue::F32(v));
+        }
+        GgufFile::from_bytes(&w.to_bytes(), "yarn.gguf").expect("a well-formed file")
+    }
+
+    /// YaRN's β keys pass at llama.cpp's values (32, 1) and are refused at any other,
+    /// naming the key and the value.
+    #[test]
+    fn yarn_beta_keys_pass_at_llama_cpp_defaults_and_are_refused_otherwise() {
+        let f = file_with(&[
+            ("rope.scaling.yarn_beta_fast", 32.0),
+            ("rope.scaling.yarn_beta_slow", 1.0),
+        ]);
+        assert!(refuse_unsupported_keys(&f, "qwen3", &[]).is_ok());
+        for (key, value) in [
+            ("rope.scaling.yarn_beta_fast", 16.0f32),
+            ("rope.scaling.yarn_beta_slow", 2.5),
+        ] {
+            let f = file_with(&[(key, value)]);
+            let e = refuse_unsupported_keys(&f, "qwen3", &[])
+                .expect_err("a β other than llama.cpp's")
+                .to_string();
+            assert!(
+                e.contains(&format!("qwen3.{key}")) && e.contains(&value.to_string()),
+                "{e}"
+            );
+        }
+    }
 }

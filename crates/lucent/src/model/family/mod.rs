@@ -28,7 +28,6 @@ use crate::io::gguf::GgufFile;
 use crate::io::SafetensorsFile;
 use crate::model::ModelConfig;
 use crate::nn::Weight;
-use crate::tensor::quant::GgmlType;
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
@@ -635,39 +634,32 @@ impl<'a> GgufWeights<'a> {
             .is_ok_and(|k| self.file.tensor_info(&k).is_some())
     }
 
-    /// A matrix parameter, checked against the config's shape: quantised types stay
-    /// quantised, F32 is mapped, F16/BF16 are widened to f32.
+    /// A matrix parameter, checked against the config's shape, kept in the file's type
+    /// (quantised blocks or F32 / F16 / BF16 numbers, memory-mapped, never widened) and
+    /// multiplied in llama.cpp's order for that type. Rows of a fused tensor (phi3's QKV,
+    /// gate-up) keep the whole tensor's row count, which llama.cpp's product sees
+    /// ([`QMatrix::part_of`]).
     pub fn matrix(&self, param: Param, layer: usize) -> Result<Weight> {
         let key = self.key(param, layer)?;
         let want = param.shape(self.cfg);
         let [rows, cols] = [want[0], want[1]];
-        let info = self.file.tensor(&key)?.info;
+        self.file.tensor(&key)?;
         self.used.note(&key);
         if let Some((first, total)) = self.table.stacked(param, self.cfg) {
             // One part of a fused matrix: its rows.
-            return match info.dtype {
-                GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => Ok(Weight::F32(
-                    self.file
-                        .tensor_f32_shaped(&key, &[total, cols])?
-                        .narrow(0, first, rows)?, // (rows, cols)
-                )),
-                _ => Ok(self
-                    .file
-                    .qmatrix_rows(&key, first, rows, total, cols)?
-                    .into()),
-            };
+            return Ok(self
+                .file
+                .qmatrix_rows(&key, first, rows, total, cols)?
+                .part_of(total)
+                .into());
         }
-        match info.dtype {
-            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
-                Ok(Weight::F32(self.file.tensor_f32_shaped(&key, &want)?))
-            }
-            _ => Ok(self.file.qmatrix_shaped(&key, rows, cols)?.into()),
-        }
+        Ok(self.file.qmatrix_shaped(&key, rows, cols)?.into())
     }
 
     /// A stack of per-expert matrices (n_experts, rows, cols), checked against the
-    /// config's shape: each expert's rows a window of the file's blocks (quantised types
-    /// stay quantised and mapped), F32/F16/BF16 widened to f32.
+    /// config's shape: each expert's rows a window of the file's bytes, in the file's type
+    /// (mapped, never widened), multiplied as llama.cpp's `mul_mat_id` does
+    /// ([`QMatrix::expert`]).
     pub fn experts(&self, param: Param, layer: usize) -> Result<Vec<Weight>> {
         let key = self.key(param, layer)?;
         let want = param.shape(self.cfg);
@@ -676,25 +668,14 @@ impl<'a> GgufWeights<'a> {
                 "{key}: {param:?} is not a stack of expert matrices"
             )));
         };
-        let info = self.file.tensor(&key)?.info;
+        self.file.tensor(&key)?;
         self.used.note(&key);
-        match info.dtype {
-            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
-                let all = self.file.tensor_f32_shaped(&key, &want)?; // (n, rows, cols)
-                (0..n)
-                    .map(|e| {
-                        let part = all.data()[e * rows * cols..(e + 1) * rows * cols].to_vec();
-                        Ok(Weight::F32(Tensor::new(part, &[rows, cols])?))
-                    })
-                    .collect()
-            }
-            _ => Ok(self
-                .file
-                .qmatrix_stack_shaped(&key, n, rows, cols)?
-                .into_iter()
-                .map(Weight::from)
-                .collect()),
-        }
+        Ok(self
+            .file
+            .qmatrix_stack_shaped(&key, n, rows, cols)?
+            .into_iter()
+            .map(|m| Weight::from(m.expert()))
+            .collect())
     }
 
     /// A vector or matrix parameter as f32 (dequantised if stored quantised).

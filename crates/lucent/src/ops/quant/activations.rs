@@ -1,7 +1,8 @@
 //! Activation rows quantised for dot products with quantised weights, with llama.cpp's
 //! rules to the bit ([`quantize_activations`]): 8-bit blocks of 32 (`Q8_0`) against the
-//! 32-block weight types, of 256 with 16-sums (`Q8_K`) against the K-quants, or kept as
-//! f32 against float weights ([`ActKind`]).
+//! 32-block weight types, of 256 with 16-sums (`Q8_K`) against the K-quants, or as
+//! numbers against float weights: kept in f32 against F32, rounded to f16 against F16
+//! and to bfloat16 against BF16, as llama.cpp converts them ([`ActKind`]).
 
 use half::f16;
 
@@ -27,7 +28,8 @@ pub struct QuantizedActs {
     pub(crate) bsums: Vec<i32>,
     /// The 8-bit values, in [−127, 127].
     pub(crate) qs: Vec<i8>,
-    /// The f32 row itself (ActKind::F32 only).
+    /// The row as numbers (the float kinds only): itself for `ActKind::F32`, each
+    /// number rounded to f16 (`F16`) or bfloat16 (`BF16`) and widened back, exactly.
     pub(crate) f32s: Vec<f32>,
 }
 
@@ -35,7 +37,7 @@ impl QuantizedActs {
     /// The values these activations stand for (`dx · q`), for tests and bounds.
     pub fn dequantize(&self) -> Vec<f32> {
         match self.kind {
-            ActKind::F32 => self.f32s.clone(),
+            ActKind::F32 | ActKind::F16 | ActKind::BF16 => self.f32s.clone(),
             ActKind::Q8_0 | ActKind::Q8_K => {
                 let b = if self.kind == ActKind::Q8_0 { QK } else { QK_K };
                 self.qs
@@ -69,7 +71,7 @@ pub(crate) fn quantize_rows(dtype: GgmlType, x: &[f32], isa: Isa) -> Result<Quan
     let fast = isa >= Isa::Avx512;
     let kind = dtype.activation_kind();
     let block = match kind {
-        ActKind::F32 => 1,
+        ActKind::F32 | ActKind::F16 | ActKind::BF16 => 1,
         ActKind::Q8_0 => QK,
         ActKind::Q8_K => QK_K,
     };
@@ -88,9 +90,20 @@ pub(crate) fn quantize_rows(dtype: GgmlType, x: &[f32], isa: Isa) -> Result<Quan
         qs: Vec::new(),
         f32s: Vec::new(),
     };
-    if kind == ActKind::F32 {
-        a.f32s = x.to_vec();
-        return Ok(a);
+    match kind {
+        ActKind::F32 => {
+            a.f32s = x.to_vec();
+            return Ok(a);
+        }
+        ActKind::F16 => {
+            a.f32s = x.iter().map(|&v| round_f16(v)).collect();
+            return Ok(a);
+        }
+        ActKind::BF16 => {
+            a.f32s = x.iter().map(|&v| round_bf16(v)).collect();
+            return Ok(a);
+        }
+        ActKind::Q8_0 | ActKind::Q8_K => {}
     }
     let nb = x.len() / block;
     a.d.reserve(nb);
@@ -146,10 +159,32 @@ pub(crate) fn quantize_rows(dtype: GgmlType, x: &[f32], isa: Isa) -> Result<Quan
                     a.bsums.push(g.iter().map(|&q| q as i32).sum());
                 }
             }
-            ActKind::F32 => {}
+            ActKind::F32 | ActKind::F16 | ActKind::BF16 => {}
         }
     }
     Ok(a)
+}
+
+/// `x` rounded to the nearest f16, ties to even (±65504 past which it is ±∞, f16
+/// subnormals kept), widened back to f32: llama.cpp's `ggml_cpu_fp32_to_fp16` (F16C
+/// `vcvtps2ph` with rounding mode 0) for an F16 weight's activations.
+#[inline]
+pub(crate) fn round_f16(x: f32) -> f32 {
+    f16::from_f32(x).to_f32()
+}
+
+/// `x` rounded to the nearest bfloat16 as llama.cpp's `ggml_compute_fp32_to_bf16` does it
+/// (`(u + 0x7fff + ((u >> 16) & 1)) >> 16` on the bits `u`, a NaN kept NaN and made
+/// quiet), widened back to f32: a BF16 weight's activations.
+#[inline]
+pub(crate) fn round_bf16(x: f32) -> f32 {
+    let u = x.to_bits();
+    let h = if (u & 0x7fff_ffff) > 0x7f80_0000 {
+        (u >> 16) | 64
+    } else {
+        (u + (0x7fff + ((u >> 16) & 1))) >> 16
+    };
+    f32::from_bits(h << 16)
 }
 
 /// `x` rounded to the nearest integer, ties to even, for |x| < 2²²: adding and taking

@@ -12,7 +12,7 @@ use half::f16;
 
 use crate::ops::quant::activations::QuantizedActs;
 use crate::ops::quant::dispatch::{Dot4Fn, DotFn, KOrder};
-use crate::ops::quant::{avx2_lowbit, reference};
+use crate::ops::quant::{avx2_float, avx2_lowbit, reference};
 use crate::tensor::quant::{
     k_scales_mins, BlockQ4_0, BlockQ4_1, BlockQ4_K, BlockQ5_0, BlockQ5_1, BlockQ5_K, BlockQ6_K,
     BlockQ8_0, GgmlType,
@@ -20,7 +20,9 @@ use crate::tensor::quant::{
 
 pub(crate) fn kernel(dtype: GgmlType) -> DotFn {
     match dtype {
-        GgmlType::F32 => dot_f32,
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
+            avx2_float::kernel(dtype).unwrap_or_else(|| reference::kernel(dtype))
+        }
         GgmlType::Q4_0 => |r, a| unsafe { q4_0(r, a) }, // SAFETY: AVX2+FMA detected
         GgmlType::Q4_1 => |r, a| unsafe { q4_1(r, a) }, // SAFETY: AVX2+FMA detected
         GgmlType::Q5_0 => |r, a| unsafe { q5_0(r, a) }, // SAFETY: AVX2+FMA detected
@@ -66,35 +68,6 @@ pub(crate) fn repacked_kernels(dtype: GgmlType) -> (DotFn, Dot4Fn) {
         |r, a| unsafe { q45_k(r, a, false, KOrder::Gemv) },
         |r, a| std::array::from_fn(|k| unsafe { q45_k(r, a[k], false, KOrder::Gemm) }),
     )
-}
-
-fn dot_f32(row: &[u8], a: &QuantizedActs) -> f32 {
-    // SAFETY: selected only after AVX2+FMA were detected; lengths checked by the caller.
-    unsafe { f32_dot(row, &a.f32s) }
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn f32_dot(row: &[u8], x: &[f32]) -> f32 {
-    let n = x.len();
-    let w = row.as_ptr() as *const f32;
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let mut i = 0;
-    while i + 32 <= n {
-        for (k, s) in acc.iter_mut().enumerate() {
-            let wv = _mm256_loadu_ps(w.add(i + 8 * k));
-            *s = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x.as_ptr().add(i + 8 * k)), *s);
-        }
-        i += 32;
-    }
-    let mut s = hsum_ps(_mm256_add_ps(
-        _mm256_add_ps(acc[0], acc[1]),
-        _mm256_add_ps(acc[2], acc[3]),
-    ));
-    while i < n {
-        s += std::ptr::read_unaligned(w.add(i)) * x[i];
-        i += 1;
-    }
-    s
 }
 
 #[inline]

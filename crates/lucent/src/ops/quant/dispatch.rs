@@ -7,7 +7,7 @@
 use crate::ops::quant::activations::QuantizedActs;
 use crate::ops::quant::reference;
 #[cfg(target_arch = "x86_64")]
-use crate::ops::quant::{avx2, avx512};
+use crate::ops::quant::{avx2, avx2_float, avx512};
 use crate::runtime::Isa;
 use crate::tensor::quant::GgmlType;
 #[cfg(test)]
@@ -68,6 +68,29 @@ pub(crate) fn dot_kernel(dtype: GgmlType, isa: Isa) -> DotFn {
         return avx2::kernel(dtype);
     }
     reference::kernel(dtype)
+}
+
+/// The prompt kernels of a float weight type (`F32`, `F16`, `BF16`) in the order of
+/// llama.cpp's tinyBLAS (`llamafile_sgemm`: one eight-lane chain per output), at `isa`:
+/// one activation row and four; None for the other types. Only for rows whose length is
+/// a multiple of 8 ([`takes_chain`]).
+pub(crate) fn chain_kernels(dtype: GgmlType, isa: Isa) -> Option<(DotFn, Dot4Fn)> {
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx2 {
+        return avx2_float::chain_kernels(dtype);
+    }
+    reference::chain_kernels(dtype)
+}
+
+/// Whether llama.cpp's AVX2 build multiplies a float weight (`dtype` F32, F16 or BF16)
+/// of `rows × cols` by `t` activation rows with tinyBLAS (one chain per output) rather
+/// than one `vec_dot` per output: a prompt (`t ≥ 2`) with `cols % 8 == 0` and `rows % 4
+/// == 0` (`rows` counts the whole product's rows, e.g. a fused QKV matrix's).
+pub(crate) fn takes_chain(dtype: GgmlType, rows: usize, cols: usize, t: usize) -> bool {
+    matches!(dtype, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+        && t >= 2
+        && cols.is_multiple_of(8)
+        && rows.is_multiple_of(4)
 }
 
 /// Which of llama.cpp's kernels a K-quant dot sums like: its arithmetic differs between

@@ -18,7 +18,8 @@ use crate::ops::quant::dequant::dequantize;
 #[cfg(target_arch = "x86_64")]
 use crate::ops::quant::dispatch::Tile;
 use crate::ops::quant::dispatch::{
-    dot_kernel, is_repacked, repacked_kernels, tiled_kernels, Dot4Fn, DotFn, TILED_MIN_ROWS,
+    chain_kernels, dot_kernel, is_repacked, repacked_kernels, takes_chain, tiled_kernels, Dot4Fn,
+    DotFn, TILED_MIN_ROWS,
 };
 #[cfg(target_arch = "x86_64")]
 use crate::ops::quant::{avx2, avx512};
@@ -169,6 +170,12 @@ pub struct QMatrix {
     /// Per row, the blocks' scales (and Q4_1's minimums) widened to f32, built on first
     /// use by the AVX2 tile kernel ([`QMatrix::scale_table`]); shared between clones.
     scales: Arc<std::sync::OnceLock<Vec<f32>>>,
+    /// The rows of the product llama.cpp computes with this matrix, which decide whether a
+    /// float matrix's prompt takes tinyBLAS ([`takes_chain`]): `rows` for a whole matrix,
+    /// the whole tensor's for rows of a fused one ([`QMatrix::part_of`]); None for a
+    /// mixture's expert, which llama.cpp multiplies one `vec_dot` per output
+    /// ([`QMatrix::expert`]).
+    product_rows: Option<usize>,
 }
 
 impl fmt::Debug for QMatrix {
@@ -197,7 +204,23 @@ impl QMatrix {
             row_bytes,
             bytes,
             scales: Arc::default(),
+            product_rows: Some(rows),
         })
+    }
+
+    /// This matrix as rows of a fused matrix of `total_rows` rows (a fused QKV or
+    /// gate-up tensor), which llama.cpp multiplies as one product: a float matrix's
+    /// prompt then follows that product's order (tinyBLAS when `total_rows % 4 == 0`).
+    pub fn part_of(mut self, total_rows: usize) -> QMatrix {
+        self.product_rows = self.product_rows.map(|_| total_rows);
+        self
+    }
+
+    /// This matrix as one expert of a mixture, which llama.cpp multiplies through
+    /// `mul_mat_id`: a float expert's every output is one `vec_dot`, prompts included.
+    pub fn expert(mut self) -> QMatrix {
+        self.product_rows = None;
+        self
     }
 
     /// A matrix over owned bytes.
@@ -426,7 +449,19 @@ impl QMatrix {
     /// The kernels of a prompt product of `t` activation rows: one row and four. Like
     /// llama.cpp, a K-quant matrix it has not repacked takes its tiled order from
     /// [`TILED_MIN_ROWS`] rows on (unless `numerics` asks for every row alike).
+    /// A float matrix (F32, F16, BF16) takes llama.cpp's tinyBLAS order where it would
+    /// ([`takes_chain`]), one `vec_dot` per output elsewhere.
     fn prompt_kernels(&self, t: usize, isa: Isa, numerics: Numerics) -> (DotFn, Option<Dot4Fn>) {
+        if matches!(self.dtype, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
+            let chain = !numerics.row_invariant()
+                && self
+                    .product_rows
+                    .is_some_and(|m| takes_chain(self.dtype, m, self.cols, t));
+            if let (true, Some((k, k4))) = (chain, chain_kernels(self.dtype, isa)) {
+                return (k, Some(k4));
+            }
+            return (self.row_kernel(isa), None);
+        }
         if t >= TILED_MIN_ROWS && !self.repacked() && !numerics.row_invariant() {
             if let Some((k, k4)) = tiled_kernels(self.dtype, isa) {
                 return (k, Some(k4));

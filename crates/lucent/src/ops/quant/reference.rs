@@ -6,7 +6,7 @@
 
 use half::{bf16, f16};
 
-use crate::ops::f16_dot::hsum8;
+use crate::ops::f16_dot::{dot_f16 as dot_f16_ordered, hsum8, F16Order};
 use crate::ops::quant::activations::QuantizedActs;
 use crate::ops::quant::dequant::iq4_indices;
 use crate::ops::quant::dispatch::{Dot4Fn, DotFn};
@@ -51,26 +51,123 @@ pub(crate) fn kernel(dtype: GgmlType) -> DotFn {
     }
 }
 
-/// f32 weights: Σ w·x in f32.
-fn dot_f32(row: &[u8], a: &QuantizedActs) -> f32 {
-    row.chunks_exact(4)
-        .zip(&a.f32s)
-        .map(|(c, &v)| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) * v)
-        .sum()
+/// A float weight row (F32, F16 or BF16 numbers, little-endian) widened to f32, exactly.
+pub(crate) fn widen_float_row(dtype: GgmlType, row: &[u8]) -> Vec<f32> {
+    match dtype {
+        GgmlType::F32 => row
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+        GgmlType::F16 => row
+            .chunks_exact(2)
+            .map(|c| f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32())
+            .collect(),
+        _ => row
+            .chunks_exact(2)
+            .map(|c| bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32())
+            .collect(),
+    }
 }
 
-fn dot_f16(row: &[u8], a: &QuantizedActs) -> f32 {
-    row.chunks_exact(2)
-        .zip(&a.f32s)
-        .map(|(c, &v)| f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32() * v)
-        .sum()
+/// Numbers a step of llama.cpp's float dots: four accumulators of eight lanes.
+const FLOAT_STEP: usize = 32;
+
+/// The four eight-lane accumulators of llama.cpp's float dots over the whole 32-number
+/// steps of `w · x` (accumulator j takes numbers 8j..8j+7 of each step, `fma` each),
+/// and where the steps end.
+fn float_accumulators(w: &[f32], x: &[f32]) -> ([[f32; 8]; 4], usize) {
+    let n = w.len().min(x.len());
+    let np = n - n % FLOAT_STEP;
+    let mut sum = [[0.0f32; 8]; 4];
+    for i in (0..np).step_by(FLOAT_STEP) {
+        for (j, s) in sum.iter_mut().enumerate() {
+            for (l, v) in s.iter_mut().enumerate() {
+                let k = i + 8 * j + l;
+                *v = w[k].mul_add(x[k], *v);
+            }
+        }
+    }
+    (sum, np)
 }
 
-fn dot_bf16(row: &[u8], a: &QuantizedActs) -> f32 {
-    row.chunks_exact(2)
-        .zip(&a.f32s)
-        .map(|(c, &v)| bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32() * v)
-        .sum()
+/// F32 weights, one output as llama.cpp's `ggml_vec_dot_f32` (AVX2 build) sums it:
+/// [`float_accumulators`], reduced as `(0 + 2) + (1 + 3)` lane by lane, the register's
+/// halves added, its four lanes as `(t0 + t1) + (t2 + t3)` (two `hadd`s); then the
+/// numbers past the last whole step one at a time in f32, the compiler's way: the
+/// products of the first `r − r mod 4` of the `r` leftovers rounded and added (its
+/// vectorised loop), the last `r mod 4` fused, `fma(w, x, sum)` (its scalar epilogue).
+pub(crate) fn dot_f32(row: &[u8], a: &QuantizedActs) -> f32 {
+    let w = widen_float_row(GgmlType::F32, row);
+    let x = &a.f32s;
+    let n = w.len().min(x.len());
+    let (sum, np) = float_accumulators(&w, x);
+    let s: [f32; 8] = std::array::from_fn(|l| (sum[0][l] + sum[2][l]) + (sum[1][l] + sum[3][l]));
+    let t = [s[0] + s[4], s[1] + s[5], s[2] + s[6], s[3] + s[7]];
+    let mut total = (t[0] + t[1]) + (t[2] + t[3]);
+    let fused_from = n - (n - np) % 4;
+    for i in np..fused_from {
+        total += w[i] * x[i];
+    }
+    for i in fused_from..n {
+        total = w[i].mul_add(x[i], total);
+    }
+    total
+}
+
+/// F16 weights (activations rounded to f16), one output as `ggml_vec_dot_f16` sums it:
+/// `ops::ggml::dot_f16`'s [`F16Order::Dot`] (the F32 dot's steps and reduction, the
+/// leftovers' products added in f64).
+pub(crate) fn dot_f16(row: &[u8], a: &QuantizedActs) -> f32 {
+    let w = widen_float_row(GgmlType::F16, row);
+    dot_f16_ordered(&w, &a.f32s, F16Order::Dot)
+}
+
+/// BF16 weights (activations rounded to bfloat16), one output as `ggml_vec_dot_bf16`'s
+/// AVX2 branch sums it in the AVX2 build: [`float_accumulators`] (its `add(mul(x, y),
+/// c)` is compiled to one `fma`), reduced as `(c1 + c3) + (c2 + c4)` lane by lane, the
+/// halves added, then `(t0 + t2) + (t1 + t3)` (`movehl`, `movehdup`); widened to f64,
+/// the leftovers' products added in f64, the total rounded to f32.
+pub(crate) fn dot_bf16(row: &[u8], a: &QuantizedActs) -> f32 {
+    let w = widen_float_row(GgmlType::BF16, row);
+    let x = &a.f32s;
+    let n = w.len().min(x.len());
+    let (sum, np) = float_accumulators(&w, x);
+    let s: [f32; 8] = std::array::from_fn(|l| (sum[0][l] + sum[2][l]) + (sum[1][l] + sum[3][l]));
+    let t = [s[0] + s[4], s[1] + s[5], s[2] + s[6], s[3] + s[7]];
+    let mut total = ((t[0] + t[2]) + (t[1] + t[3])) as f64;
+    for i in np..n {
+        total += (w[i] * x[i]) as f64;
+    }
+    total as f32
+}
+
+/// A float weight row's output as llama.cpp's tinyBLAS (`llamafile_sgemm`, AVX2) sums
+/// it for a prompt (rows of `a.len` a multiple of 8): one eight-lane chain `acc =
+/// fma(w, x, acc)` over the row, then [`hsum8`] — `ops::ggml::dot_f16`'s
+/// [`F16Order::Gemm`], whatever the weights' type.
+pub(crate) fn dot_float_chain(dtype: GgmlType, row: &[u8], a: &QuantizedActs) -> f32 {
+    let w = widen_float_row(dtype, row);
+    dot_f16_ordered(&w, &a.f32s, F16Order::Gemm)
+}
+
+/// The twins of a float type's prompt product in tinyBLAS's order
+/// ([`dot_float_chain`]): one activation row and four; None for the other types.
+pub(crate) fn chain_kernels(dtype: GgmlType) -> Option<(DotFn, Dot4Fn)> {
+    match dtype {
+        GgmlType::F32 => Some((
+            |r, a| dot_float_chain(GgmlType::F32, r, a),
+            |r, a| std::array::from_fn(|k| dot_float_chain(GgmlType::F32, r, a[k])),
+        )),
+        GgmlType::F16 => Some((
+            |r, a| dot_float_chain(GgmlType::F16, r, a),
+            |r, a| std::array::from_fn(|k| dot_float_chain(GgmlType::F16, r, a[k])),
+        )),
+        GgmlType::BF16 => Some((
+            |r, a| dot_float_chain(GgmlType::BF16, r, a),
+            |r, a| std::array::from_fn(|k| dot_float_chain(GgmlType::BF16, r, a[k])),
+        )),
+        _ => None,
+    }
 }
 
 /// The 32-blocks' dot in llama.cpp's order: per block, eight partial integer sums

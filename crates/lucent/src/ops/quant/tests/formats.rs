@@ -6,7 +6,7 @@
 
 use crate::ops::quant::{dequantize, quantize_activations, reference, vec_dot, QMatrix};
 use crate::tensor::quant::{
-    k_scale_min, k_scales_mins, BlockIQ4_XS, BlockQ2_K, BlockQ3_K, GgmlType, QK_K,
+    k_scale_min, k_scales_mins, ActKind, BlockIQ4_XS, BlockQ2_K, BlockQ3_K, GgmlType, QK_K,
 };
 use crate::{Isa, Numerics, Runtime};
 use half::f16;
@@ -350,12 +350,17 @@ fn quantised_dots_equal_dequantise_then_dot() {
                     //    for the 32-blocks (llama.cpp's), so |x_i − xq_i| ≤ dx/2 + |q_i|·|dx −
                     //    f16(dx)| and |error| ≤ Σ|w_i|·that (+ the rounding bound above).
                     let block = match t.activation_kind() {
-                        crate::tensor::quant::ActKind::F32 => 0,
-                        crate::tensor::quant::ActKind::Q8_0 => 32,
-                        crate::tensor::quant::ActKind::Q8_K => QK_K,
+                        ActKind::F32 | ActKind::F16 | ActKind::BF16 => 0,
+                        ActKind::Q8_0 => 32,
+                        ActKind::Q8_K => QK_K,
                     };
                     let bound: f64 = if block == 0 {
-                        0.0
+                        // The float kinds: each x rounded to the weight's type (exactly
+                        // |x_i − xq_i|, 0 for F32).
+                        w.iter()
+                            .zip(x.iter().zip(&xq))
+                            .map(|(wi, (xi, qi))| wi.abs() as f64 * (*xi as f64 - *qi as f64).abs())
+                            .sum()
                     } else {
                         let dx: Vec<f64> = x
                             .chunks_exact(block)
