@@ -115,7 +115,7 @@ pub(crate) fn dot_f32(row: &[u8], a: &QuantizedActs) -> f32 {
 }
 
 /// F16 weights (activations rounded to f16), one output as `ggml_vec_dot_f16` sums it:
-/// `ops::ggml::dot_f16`'s [`F16Order::Dot`] (the F32 dot's steps and reduction, the
+/// `ops::f16_dot::dot_f16`'s [`F16Order::Dot`] (the F32 dot's steps and reduction, the
 /// leftovers' products added in f64).
 pub(crate) fn dot_f16(row: &[u8], a: &QuantizedActs) -> f32 {
     let w = widen_float_row(GgmlType::F16, row);
@@ -143,7 +143,7 @@ pub(crate) fn dot_bf16(row: &[u8], a: &QuantizedActs) -> f32 {
 
 /// A float weight row's output as llama.cpp's tinyBLAS (`llamafile_sgemm`, AVX2) sums
 /// it for a prompt (rows of `a.len` a multiple of 8): one eight-lane chain `acc =
-/// fma(w, x, acc)` over the row, then [`hsum8`] — `ops::ggml::dot_f16`'s
+/// fma(w, x, acc)` over the row, then [`hsum8`] — `ops::f16_dot::dot_f16`'s
 /// [`F16Order::Gemm`], whatever the weights' type.
 pub(crate) fn dot_float_chain(dtype: GgmlType, row: &[u8], a: &QuantizedActs) -> f32 {
     let w = widen_float_row(dtype, row);
