@@ -41,6 +41,7 @@ use crate::nn::trace::{record, scoped};
 use crate::nn::{AttentionOptions, ConvStem, Embedding, Head, KvCache, Linear, Trace, Transformer};
 use crate::ops::linear_bf16::Bf16Matrix;
 use crate::ops::linear_int8::Int8Matrix;
+use crate::pipeline::generate::{Sampler, Sampling};
 use crate::runtime::{Numerics, Precision};
 use crate::tensor::Tensor;
 use crate::{Error, Result};
@@ -626,6 +627,7 @@ impl EncoderDecoderModel {
 
     /// Greedy decoding with the decoder's KV cache: start from `bos`, stop at `eos` or
     /// after `max_len` tokens. Returns each sequence's tokens (without BOS/EOS).
+    /// [`EncoderDecoderModel::decode_with`] with a greedy sampler per sequence.
     pub fn greedy(
         &self,
         src: &[Vec<usize>],
@@ -634,25 +636,63 @@ impl EncoderDecoderModel {
         eos: usize,
         max_len: usize,
     ) -> Result<Vec<Vec<usize>>> {
+        let mut samplers = src
+            .iter()
+            .map(|_| Sampler::new(&Sampling::greedy()))
+            .collect::<Result<Vec<_>>>()?;
+        self.decode_with(src, src_lens, bos, eos, max_len, &mut samplers)
+    }
+
+    /// Decoding with the decoder's KV cache, each sequence's next token chosen by its
+    /// own [`Sampler`] (the one decoding step of every loop: logit bias, a constraint's
+    /// mask, rules, penalties, then greedy or a draw; the history it sees is the
+    /// sequence's generated tokens): start from `bos`, stop at `eos` or after `max_len`
+    /// tokens. Returns each sequence's tokens (without BOS/EOS). A sequence that has
+    /// ended is fed its row's argmax until the others end (its sampler is not asked).
+    ///
+    /// # Shapes
+    /// src: b × s ids, samplers: b → b × (≤ max_len) ids
+    pub fn decode_with(
+        &self,
+        src: &[Vec<usize>],
+        src_lens: Option<&[usize]>,
+        bos: usize,
+        eos: usize,
+        max_len: usize,
+        samplers: &mut [Sampler],
+    ) -> Result<Vec<Vec<usize>>> {
+        let b = src.len();
+        if samplers.len() != b {
+            return Err(Error::Argument(format!(
+                "{} samplers for {b} source sequences; give one per sequence",
+                samplers.len()
+            )));
+        }
         no_grad(|| {
-            let b = src.len();
             let memory = self.encode(src, src_lens, None)?;
             let mut cache = self.new_cache(b, max_len + 1);
             let mut current: Vec<Vec<usize>> = vec![vec![bos]; b];
             let mut out: Vec<Vec<usize>> = vec![Vec::new(); b];
+            let mut history: Vec<Vec<u32>> = vec![Vec::new(); b];
             let mut done = vec![false; b];
             for _ in 0..max_len {
                 let logits = self.decode(&current, &memory, src_lens, Some(&mut cache), None)?; // (b, 1, V)
-                let next = logits.argmax_rows();
-                for i in 0..b {
-                    if !done[i] {
-                        if next[i] == eos {
+                let v = logits.last_dim().max(1);
+                for (i, row) in logits.data().chunks(v).enumerate().take(b) {
+                    let next = if done[i] {
+                        crate::ops::softmax::argmax(row)
+                    } else {
+                        let mut z = row.to_vec(); // (V)
+                        let next = samplers[i].sample(&mut z, &history[i])? as usize;
+                        if next == eos {
                             done[i] = true;
                         } else {
-                            out[i].push(next[i]);
+                            out[i].push(next);
+                            history[i].push(next as u32);
                         }
-                    }
-                    current[i] = vec![next[i]];
+                        next
+                    };
+                    current[i] = vec![next];
                 }
                 if done.iter().all(|&d| d) {
                     break;

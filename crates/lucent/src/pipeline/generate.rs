@@ -13,6 +13,8 @@
 //!    - the constraint's mask (a JSON schema, a grammar or a regex; see
 //!      [`constrain`](crate::pipeline::constrain)): z ← -∞ for every token that would
 //!      take the text out of the grammar;
+//!    - a model kind's rules ([`LogitRules`]; Whisper's suppressed tokens and timestamp
+//!      rules), given the tokens so far;
 //!    - repetition penalty r over the last `repeat_last_n` tokens (CTRL, Keskar et al.
 //!      2019): z ← z / r if z > 0, else z · r; then OpenAI's presence and frequency
 //!      penalties: z ← z − count · α_f − α_p;
@@ -30,6 +32,12 @@
 //! Text streams out as tokens arrive: bytes of a character split across tokens are held
 //! back until complete, and text that could still become a stop string is held back
 //! until it cannot.
+//!
+//! [`Sampler::step`] is the one decoding step of every loop: the CLI's and the library's
+//! streams (through [`Decoding::next`]), the server's batched scheduler (the same),
+//! Whisper's greedy and sampled windows, trained encoder-decoders
+//! (`EncoderDecoderModel::decode_with`); Whisper's beam search takes each beam's
+//! candidates after the same links ([`Sampler::candidates`]).
 //!
 //! The loop is split in two so that one sequence's bookkeeping does not care where its
 //! forward passes run: [`Decoding`] turns each step's logits into a token, text and a
@@ -392,7 +400,38 @@ impl Sampling {
     }
 }
 
-/// The sampler chain with its RNG and scratch space (allocated once, reused each step).
+/// Rules of a model kind that edit the next position's logits given the tokens so far:
+/// a link of the [`Sampler`]'s chain, after the logit bias and the constraint's mask and
+/// before the penalties. Whisper's decoding rules (suppressed tokens, timestamp rules;
+/// [`WhisperRules`](crate::pipeline::transcribe::WhisperRules)) are one; a loop with
+/// rules of its own gives them with [`Sampler::with_rules`], and every decoding loop's
+/// greedy, sampled and beam decoding then sees them through the same step.
+pub trait LogitRules: Send + Sync {
+    /// Edit `logits` (z ← -∞ for a token that may not come next) given `history`, the
+    /// tokens the loop gave the sampler (Whisper's: those generated in this window).
+    fn apply(&self, logits: &mut [f32], history: &[u32]) -> Result<()>;
+}
+
+/// One decoding step's choice ([`Sampler::step`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Choice {
+    /// The token chosen.
+    pub id: u32,
+    /// Its log-probability under the logits the chain's links left (logit bias, mask,
+    /// rules, penalties) at temperature 1, before top-k, top-p and min-p: what Whisper
+    /// sums into a window's score. (The `logprobs` of [`Sampling`] are of the raw logits
+    /// instead, as OpenAI reports them.)
+    pub logprob: f32,
+}
+
+/// The sampler chain with its RNG and scratch space (allocated once, reused each step):
+/// the one decoding step of every loop (the CLI's, the library's streams, the server's
+/// batched scheduler, Whisper's greedy, sampled and beam decoding, trained
+/// encoder-decoders'). Its links, in order: logit bias, the constraint's mask, a model
+/// kind's [`LogitRules`], the penalties; then the choice (greedy at T = 0, else top-k,
+/// top-p, min-p and a seeded draw). Cloning gives an independent copy at the same point
+/// (one per beam of a beam search).
+#[derive(Clone)]
 pub struct Sampler {
     params: Sampling,
     rng: StdRng,
@@ -400,6 +439,8 @@ pub struct Sampler {
     cand: Vec<(f32, u32)>,
     /// The constraint's mask (a link of the chain), fed each chosen token.
     mask: Option<Mask>,
+    /// A model kind's rules (a link of the chain, after the mask).
+    rules: Option<Arc<dyn LogitRules>>,
 }
 
 impl Sampler {
@@ -428,7 +469,15 @@ impl Sampler {
             params: params.clone(),
             cand: Vec::new(),
             mask,
+            rules: None,
         })
+    }
+
+    /// The same sampler with a model kind's rules as the link after the mask
+    /// ([`LogitRules`]; replaces rules given before).
+    pub fn with_rules(mut self, rules: Arc<dyn LogitRules>) -> Self {
+        self.rules = Some(rules);
+        self
     }
 
     /// The end token to stop with, when a constraint's text is complete and only an end
@@ -491,19 +540,10 @@ impl Sampler {
         Ok(())
     }
 
-    /// Choose the next token from `logits` (modified in place by the logit bias, the
-    /// constraint's mask and the penalties), given the tokens so far (for the
-    /// penalties). The chosen token is fed to the constraint.
-    pub fn sample(&mut self, logits: &mut [f32], history: &[u32]) -> Result<u32> {
-        let next = self.choose(logits, history)?;
-        if let Some(m) = &mut self.mask {
-            m.accept(next)?;
-        }
-        Ok(next)
-    }
-
-    /// The chain without feeding the constraint.
-    fn choose(&mut self, logits: &mut [f32], history: &[u32]) -> Result<u32> {
+    /// The chain's links on `logits`, in place: logit bias, the constraint's mask (not
+    /// fed), the model kind's rules, the penalties. What is left is what the choice
+    /// ([`Sampler::step`]) and the candidates ([`Sampler::candidates`]) read.
+    pub fn links(&mut self, logits: &mut [f32], history: &[u32]) -> Result<()> {
         if logits.is_empty() {
             return Err(Error::Argument("no logits to sample from".into()));
         }
@@ -511,7 +551,70 @@ impl Sampler {
         if let Some(m) = &mut self.mask {
             m.apply(logits)?;
         }
+        if let Some(r) = &self.rules {
+            r.apply(logits, history)?;
+        }
         self.penalize(logits, history);
+        Ok(())
+    }
+
+    /// Choose the next token from `logits` (modified in place by the chain's links),
+    /// given the tokens so far (for the penalties and the rules). The chosen token is
+    /// fed to the constraint. [`Sampler::step`] without the log-probability.
+    pub fn sample(&mut self, logits: &mut [f32], history: &[u32]) -> Result<u32> {
+        self.links(logits, history)?;
+        let next = self.choose(logits)?;
+        self.accept(next)?;
+        Ok(next)
+    }
+
+    /// The one decoding step: the chain's links on `logits` (in place), the token's
+    /// choice, and its log-probability under the logits the links left ([`Choice`]);
+    /// the token is fed to the constraint.
+    pub fn step(&mut self, logits: &mut [f32], history: &[u32]) -> Result<Choice> {
+        self.links(logits, history)?;
+        let lse = logsumexp(logits);
+        let id = self.choose(logits)?;
+        self.accept(id)?;
+        let logprob = logits
+            .get(id as usize)
+            .map_or(f32::NEG_INFINITY, |&z| z - lse);
+        Ok(Choice { id, logprob })
+    }
+
+    /// Beam search's step: the chain's links on `logits` (in place), then the `n` most
+    /// likely tokens the links leave, as (id, log p under what they leave), most likely
+    /// first (banned and masked tokens are never candidates). Nothing is fed to the
+    /// constraint: the beam that takes a candidate feeds it ([`Sampler::accept`], on its
+    /// own clone).
+    pub fn candidates(
+        &mut self,
+        logits: &mut [f32],
+        history: &[u32],
+        n: usize,
+    ) -> Result<Vec<(u32, f32)>> {
+        self.links(logits, history)?;
+        let lp = log_softmax(logits);
+        let mut order: Vec<usize> = (0..lp.len()).filter(|&i| lp[i].is_finite()).collect();
+        order.sort_unstable_by(|&a, &b| lp[b].total_cmp(&lp[a]));
+        Ok(order
+            .into_iter()
+            .take(n)
+            .map(|i| (i as u32, lp[i]))
+            .collect())
+    }
+
+    /// Feed the token chosen (by this sampler's step, or a beam's candidate) to the
+    /// constraint, if there is one.
+    pub fn accept(&mut self, id: u32) -> Result<()> {
+        match &mut self.mask {
+            Some(m) => m.accept(id),
+            None => Ok(()),
+        }
+    }
+
+    /// The choice after the links: the argmax at T = 0, else a draw.
+    fn choose(&mut self, logits: &[f32]) -> Result<u32> {
         let p = &self.params;
         if p.temperature == 0.0 {
             return Ok(argmax(logits));
@@ -1161,6 +1264,58 @@ mod tests {
         };
         let e = sampler(far)?.sample(&mut logits.clone(), &[]).unwrap_err();
         assert!(e.to_string().contains("token 99"), "{e}");
+        Ok(())
+    }
+
+    /// Rules that ban odd ids (a model kind's link).
+    struct EvenOnly;
+
+    impl LogitRules for EvenOnly {
+        fn apply(&self, logits: &mut [f32], _history: &[u32]) -> Result<()> {
+            for (i, z) in logits.iter_mut().enumerate() {
+                if i % 2 == 1 {
+                    *z = f32::NEG_INFINITY;
+                }
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_step_and_the_candidates_pass_the_same_links() -> TestResult {
+        // The bias bans 2, the rules every odd id: 0 (z 0.5) and 4 (z 1.5) are left,
+        // log p(4) = 1.5 − ln(e^0.5 + e^1.5), log p(0) = 0.5 − the same.
+        let logits = [0.5f32, 3.0, 2.0, 1.0, 1.5, -1.0];
+        let lse = (0.5f64.exp() + 1.5f64.exp()).ln();
+        let p = Sampling {
+            logit_bias: vec![(2, -100.0)],
+            ..Sampling::greedy()
+        };
+        let mut s = Sampler::new(&p)?.with_rules(Arc::new(EvenOnly));
+        let c = s.step(&mut logits.clone(), &[])?;
+        assert_eq!(c.id, 4);
+        assert!((c.logprob as f64 - (1.5 - lse)).abs() < 1e-6, "{c:?}");
+        assert_eq!(s.sample(&mut logits.clone(), &[])?, 4);
+        let cands = s.candidates(&mut logits.clone(), &[], 5)?;
+        assert_eq!(cands.iter().map(|c| c.0).collect::<Vec<_>>(), [4, 0]);
+        assert!((cands[1].1 as f64 - (0.5 - lse)).abs() < 1e-6, "{cands:?}");
+        // A draw at T = 1 never leaves what the links allow; a clone draws as the
+        // original does.
+        let mut t = Sampler::new(&Sampling {
+            temperature: 1.0,
+            seed: 5,
+            ..p
+        })?
+        .with_rules(Arc::new(EvenOnly));
+        let mut u = t.clone();
+        let mut seen = [0; 6];
+        for _ in 0..200 {
+            let a = t.step(&mut logits.clone(), &[])?;
+            assert_eq!(a, u.step(&mut logits.clone(), &[])?);
+            seen[a.id as usize] += 1;
+        }
+        assert_eq!(seen[1] + seen[2] + seen[3] + seen[5], 0, "{seen:?}");
+        assert!(seen[0] > 0 && seen[4] > seen[0], "{seen:?}");
         Ok(())
     }
 

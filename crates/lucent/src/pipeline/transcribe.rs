@@ -29,6 +29,7 @@
 
 use std::io::Write;
 use std::path::Path;
+use std::sync::{Arc, OnceLock};
 
 use rand::{Rng, SeedableRng};
 
@@ -40,7 +41,8 @@ use crate::io::tokenizer::HfTokenizer;
 use crate::model::family::whisper;
 use crate::model::EncoderDecoderModel;
 use crate::nn::KvCache;
-use crate::pipeline::generate::{log_softmax, logsumexp, Sampler, Sampling};
+use crate::pipeline::constrain::{Constraint, Vocabulary};
+use crate::pipeline::generate::{log_softmax, logsumexp, LogitRules, Sampler, Sampling};
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
@@ -140,6 +142,13 @@ pub struct DecodeOptions {
     pub suppress_blank: bool,
     /// Most tokens generated in a window (Whisper: 224, half the decoder's context).
     pub max_tokens: usize,
+    /// OpenAI's `logit_bias`, the first link of the sampler's chain (before Whisper's
+    /// rules): (token id, bias in [-100, 100]); -100 bans the token.
+    pub logit_bias: Vec<(u32, f32)>,
+    /// The text must match this regex, grammar or JSON schema (None = free text): the
+    /// chain's mask, before Whisper's rules. Timestamp tokens are outside the
+    /// tokenizer's vocabulary and so never allowed: use it without timestamps.
+    pub constrain: Option<Constraint>,
 }
 
 impl Default for DecodeOptions {
@@ -151,6 +160,8 @@ impl Default for DecodeOptions {
             max_initial_timestamp_index: 50,
             suppress_blank: true,
             max_tokens: 224,
+            logit_bias: Vec::new(),
+            constrain: None,
         }
     }
 }
@@ -305,6 +316,9 @@ pub struct Transcriber {
     pub tokens: SpecialTokens,
     /// Mel bins the front-end reads.
     pub n_mels: usize,
+    /// The vocabulary as the grammar engine sees it, built for the first constrained
+    /// window ([`Transcriber::vocabulary`]).
+    vocabulary: OnceLock<Arc<Vocabulary>>,
 }
 
 impl std::fmt::Debug for Transcriber {
@@ -331,13 +345,117 @@ pub fn compression_ratio(text: &str) -> f32 {
     }
 }
 
-/// One hypothesis of a decoding: its ids so far, its cache and its log-probability.
+/// One hypothesis of a decoding: its ids so far, its cache, its log-probability and its
+/// sampler (the chain's state: a constraint fed this hypothesis's tokens).
 #[derive(Clone)]
 struct Hypothesis {
     tokens: Vec<u32>,
     cache: KvCache,
     logits: Vec<f32>,
     sum_logprob: f32,
+    sampler: Sampler,
+}
+
+/// Whisper's decoding rules (module doc) as a link of the sampler's chain
+/// ([`LogitRules`]): suppressed ids, the first step's ids, and in timestamp mode the
+/// timestamp rules. The history it reads is the window's generated ids (after the
+/// prompt).
+#[derive(Clone, Debug, PartialEq)]
+pub struct WhisperRules {
+    /// The vocabulary's special tokens.
+    pub tokens: SpecialTokens,
+    /// Ids never generated (`config.json`'s `suppress_ids`).
+    pub suppress_ids: Vec<u32>,
+    /// Ids not generated first (`suppress_ids_begin`), with `suppress_blank`.
+    pub suppress_ids_begin: Vec<u32>,
+    /// Timestamp mode: the timestamp rules apply.
+    pub timestamps: bool,
+    /// Suppress `suppress_ids_begin` at the first step.
+    pub suppress_blank: bool,
+    /// The first timestamp is at most this many steps of 20 ms.
+    pub max_initial_timestamp_index: u32,
+}
+
+impl WhisperRules {
+    /// Apply the rules to one step's logits; `generated` are the ids generated so far
+    /// (after the prompt). Suppressed logits become −∞.
+    pub fn apply_to(&self, logits: &mut [f32], generated: &[u32]) {
+        let t = &self.tokens;
+        let v = logits.len();
+        let off = |range: std::ops::Range<usize>, logits: &mut [f32]| {
+            for x in &mut logits[range.start.min(v)..range.end.min(v)] {
+                *x = f32::NEG_INFINITY;
+            }
+        };
+        for &id in &self.suppress_ids {
+            off(id as usize..id as usize + 1, logits);
+        }
+        if generated.is_empty() && self.suppress_blank {
+            for &id in &self.suppress_ids_begin {
+                off(id as usize..id as usize + 1, logits);
+            }
+        }
+        if !self.timestamps {
+            return;
+        }
+        let (tb, te, eot) = (
+            t.timestamp_begin as usize,
+            t.timestamp_end as usize,
+            t.eot as usize,
+        );
+        off(
+            t.no_timestamps as usize..t.no_timestamps as usize + 1,
+            logits,
+        );
+        let mut check_timestamp_mass = false;
+        match generated {
+            [] => {
+                off(0..tb, logits);
+                off(
+                    tb + self.max_initial_timestamp_index as usize + 1..te + 1,
+                    logits,
+                );
+            }
+            [.., last] => {
+                if t.is_timestamp(*last) {
+                    let penultimate = if generated.len() >= 2 {
+                        generated[generated.len() - 2]
+                    } else {
+                        *last
+                    };
+                    if t.is_timestamp(penultimate) {
+                        off(tb..te + 1, logits); // after a pair: text
+                    } else {
+                        off(0..eot, logits); // a segment's end: its pair or the end
+                        check_timestamp_mass = true;
+                    }
+                } else {
+                    check_timestamp_mass = true;
+                }
+                // Timestamps never decrease.
+                if let Some(&last_ts) = generated.iter().rev().find(|&&id| t.is_timestamp(id)) {
+                    off(tb..last_ts as usize, logits);
+                }
+            }
+        }
+        if check_timestamp_mass {
+            let lp = log_softmax(logits);
+            let text_max = lp[..tb.min(v)]
+                .iter()
+                .copied()
+                .fold(f32::NEG_INFINITY, f32::max);
+            if logsumexp(&lp[tb.min(v)..(te + 1).min(v)]) > text_max {
+                off(0..tb, logits);
+            }
+        }
+    }
+}
+
+impl LogitRules for WhisperRules {
+    fn apply(&self, logits: &mut [f32], history: &[u32]) -> Result<()> {
+        self.apply_to(logits, history);
+        Ok(())
+    }
 }
 
 impl Transcriber {
@@ -361,6 +479,7 @@ impl Transcriber {
             tokenizer: folder.tokenizer,
             tokens,
             n_mels,
+            vocabulary: OnceLock::new(),
         })
     }
 
@@ -493,78 +612,54 @@ impl Transcriber {
         Ok(out)
     }
 
+    /// Whisper's decoding rules for windows decoded with `opts` ([`WhisperRules`]).
+    pub fn rules(&self, opts: &DecodeOptions) -> WhisperRules {
+        WhisperRules {
+            tokens: self.tokens.clone(),
+            suppress_ids: self.whisper.suppress_ids.clone(),
+            suppress_ids_begin: self.whisper.suppress_ids_begin.clone(),
+            timestamps: opts.timestamps,
+            suppress_blank: opts.suppress_blank,
+            max_initial_timestamp_index: opts.max_initial_timestamp_index,
+        }
+    }
+
     /// Apply the decoding rules to one step's logits (module doc): suppressed ids, the
     /// first step's ids, and in timestamp mode the timestamp rules; `generated` are the
     /// ids generated so far (after the prompt). Suppressed logits become −∞.
     pub fn apply_rules(&self, logits: &mut [f32], generated: &[u32], opts: &DecodeOptions) {
-        let t = &self.tokens;
-        let v = logits.len();
-        let off = |range: std::ops::Range<usize>, logits: &mut [f32]| {
-            for x in &mut logits[range.start.min(v)..range.end.min(v)] {
-                *x = f32::NEG_INFINITY;
-            }
+        self.rules(opts).apply_to(logits, generated);
+    }
+
+    /// The tokenizer's vocabulary as the grammar engine sees it, built on first use and
+    /// kept (a window's constraint compiles against it).
+    pub fn vocabulary(&self) -> Result<Arc<Vocabulary>> {
+        if let Some(v) = self.vocabulary.get() {
+            return Ok(v.clone());
+        }
+        let v = Arc::new(Vocabulary::new(&self.tokenizer)?);
+        Ok(self.vocabulary.get_or_init(|| v).clone())
+    }
+
+    /// The sampler of a window decoded with `opts`: the one chain of every decoding loop
+    /// (`pipeline::generate`), with `opts`' logit bias and constraint, then Whisper's
+    /// rules, at `opts.temperature` (greedy at 0, else a draw from softmax(z / T) over
+    /// every token the links leave: no top-k / top-p / min-p, Whisper samples from the
+    /// whole distribution), seeded with `seed`.
+    pub fn sampler(&self, opts: &DecodeOptions, seed: u64) -> Result<Sampler> {
+        let sampling = Sampling {
+            temperature: opts.temperature,
+            seed,
+            logit_bias: opts.logit_bias.clone(),
+            constrain: opts.constrain.clone(),
+            ..Sampling::greedy()
         };
-        for &id in &self.whisper.suppress_ids {
-            off(id as usize..id as usize + 1, logits);
-        }
-        if generated.is_empty() && opts.suppress_blank {
-            for &id in &self.whisper.suppress_ids_begin {
-                off(id as usize..id as usize + 1, logits);
-            }
-        }
-        if !opts.timestamps {
-            return;
-        }
-        let (tb, te, eot) = (
-            t.timestamp_begin as usize,
-            t.timestamp_end as usize,
-            t.eot as usize,
-        );
-        off(
-            t.no_timestamps as usize..t.no_timestamps as usize + 1,
-            logits,
-        );
-        let mut check_timestamp_mass = false;
-        match generated {
-            [] => {
-                off(0..tb, logits);
-                off(
-                    tb + opts.max_initial_timestamp_index as usize + 1..te + 1,
-                    logits,
-                );
-            }
-            [.., last] => {
-                if t.is_timestamp(*last) {
-                    let penultimate = if generated.len() >= 2 {
-                        generated[generated.len() - 2]
-                    } else {
-                        *last
-                    };
-                    if t.is_timestamp(penultimate) {
-                        off(tb..te + 1, logits); // after a pair: text
-                    } else {
-                        off(0..eot, logits); // a segment's end: its pair or the end
-                        check_timestamp_mass = true;
-                    }
-                } else {
-                    check_timestamp_mass = true;
-                }
-                // Timestamps never decrease.
-                if let Some(&last_ts) = generated.iter().rev().find(|&&id| t.is_timestamp(id)) {
-                    off(tb..last_ts as usize, logits);
-                }
-            }
-        }
-        if check_timestamp_mass {
-            let lp = log_softmax(logits);
-            let text_max = lp[..tb.min(v)]
-                .iter()
-                .copied()
-                .fold(f32::NEG_INFINITY, f32::max);
-            if logsumexp(&lp[tb.min(v)..(te + 1).min(v)]) > text_max {
-                off(0..tb, logits);
-            }
-        }
+        let vocab = match &opts.constrain {
+            Some(_) => Some(self.vocabulary()?),
+            None => None,
+        };
+        Ok(Sampler::with_vocabulary(&sampling, vocab.as_deref())?
+            .with_rules(Arc::new(self.rules(opts))))
     }
 
     /// The first step's logits of `prompt` after the rules (what CTranslate2 returns as
@@ -609,16 +704,21 @@ impl Transcriber {
         let max_tokens = opts
             .max_tokens
             .min(self.model.config.max_positions.saturating_sub(prompt.len()));
+        let beam = opts.beam_size > 1 && opts.temperature == 0.0;
+        // Only a sampled window draws from the transcription's RNG (its sampler's seed),
+        // so that a seed gives the same transcript.
+        let seed = if beam { 0 } else { rng.random() };
         let start = Hypothesis {
             tokens: Vec::new(),
             cache,
             logits: logits.row(prompt.len() - 1).to_vec(),
             sum_logprob: 0.0,
+            sampler: self.sampler(opts, seed)?,
         };
-        let (tokens, sum_logprob) = if opts.beam_size > 1 && opts.temperature == 0.0 {
+        let (tokens, sum_logprob) = if beam {
             self.beam_search(memory, start, opts, max_tokens)?
         } else {
-            self.sample(memory, start, opts, max_tokens, rng)?
+            self.sample(memory, start, max_tokens)?
         };
         let text = self.text(&tokens)?;
         Ok(WindowResult {
@@ -632,37 +732,27 @@ impl Transcriber {
         })
     }
 
-    /// Greedy (temperature 0) or sampled decoding of one hypothesis.
+    /// Greedy (temperature 0) or sampled decoding of one hypothesis: each step is the
+    /// sampler's one step (logit bias, mask, Whisper's rules, the choice), and the
+    /// window's score sums the chosen tokens' log-probabilities under what the links
+    /// left.
     fn sample(
         &self,
         memory: &Tensor,
         start: Hypothesis,
-        opts: &DecodeOptions,
         max_tokens: usize,
-        rng: &mut impl Rng,
     ) -> Result<(Vec<u32>, f32)> {
         let Hypothesis {
             mut tokens,
             mut cache,
             mut logits,
             mut sum_logprob,
+            mut sampler,
         } = start;
-        // The one sampler of every decoding loop (`pipeline::generate`): greedy at T = 0,
-        // else a draw from softmax(z / T) over every token Whisper's rules leave (no
-        // top-k / top-p / min-p: Whisper samples from the whole distribution), seeded
-        // from the transcription's RNG so that a seed gives the same transcript.
-        let sampling = Sampling {
-            temperature: opts.temperature,
-            seed: rng.random(),
-            ..Sampling::greedy()
-        };
-        let mut sampler = Sampler::new(&sampling)?;
         for _ in 0..max_tokens {
-            self.apply_rules(&mut logits, &tokens, opts);
-            let lp = log_softmax(&logits);
-            let next = sampler.sample(&mut logits, &tokens)? as usize;
-            sum_logprob += lp[next];
-            let next = next as u32;
+            let choice = sampler.step(&mut logits, &tokens)?;
+            sum_logprob += choice.logprob;
+            let next = choice.id;
             if next == self.tokens.eot {
                 break;
             }
@@ -677,7 +767,8 @@ impl Transcriber {
 
     /// Beam search (Whisper's: each step keeps the `beam_size` likeliest continuations;
     /// finished ones are collected until there are `beam_size`; the best by average
-    /// log-probability wins).
+    /// log-probability wins). Each beam's candidates come from its sampler
+    /// ([`Sampler::candidates`]): they pass the same links as a greedy step's.
     fn beam_search(
         &self,
         memory: &Tensor,
@@ -691,12 +782,8 @@ impl Transcriber {
         for _ in 0..max_tokens {
             let mut candidates: Vec<(usize, u32, f32)> = Vec::new(); // (beam, id, score)
             for (bi, h) in beams.iter_mut().enumerate() {
-                self.apply_rules(&mut h.logits, &h.tokens, opts);
-                let lp = log_softmax(&h.logits);
-                let mut order: Vec<usize> = (0..lp.len()).filter(|&i| lp[i].is_finite()).collect();
-                order.sort_unstable_by(|&a, &b| lp[b].total_cmp(&lp[a]));
-                for &i in order.iter().take(n + 1) {
-                    candidates.push((bi, i as u32, h.sum_logprob + lp[i]));
+                for (id, lp) in h.sampler.candidates(&mut h.logits, &h.tokens, n + 1)? {
+                    candidates.push((bi, id, h.sum_logprob + lp));
                 }
             }
             candidates.sort_by(|a, b| b.2.total_cmp(&a.2));
@@ -710,6 +797,7 @@ impl Transcriber {
                     let mut h = beams[bi].clone();
                     h.tokens.push(id);
                     h.sum_logprob = score;
+                    h.sampler.accept(id)?;
                     next.push(h);
                 }
                 if next.len() >= n && finished.len() >= n {
