@@ -629,8 +629,23 @@ mod tests {
         assert_eq!(opts.precision_of("minilm"), Bf16);
         assert_eq!(ServeOptions::default().precision_of("smollm2"), Exact);
         for bad in ["fp4", "=int8", "smollm2=fp4"] {
-            assert!(bad.parse::<ModelPrecision>().is_err(), "{bad}");
+            let e = bad.parse::<ModelPrecision>().unwrap_err().to_string();
+            assert_eq!(e.lines().count(), 1, "{bad}: {e}");
         }
+        // A choice for a model not served is refused, in one line, before any loading.
+        let stray = ServeOptions {
+            models: vec!["/no/such/model.gguf".into()],
+            precision: vec!["gemma3=int8".parse().unwrap()],
+            ..ServeOptions::default()
+        };
+        let e = load_models(&stray, &Metrics::new())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("--precision gemma3=int8") && e.lines().count() == 1,
+            "{e}"
+        );
     }
 
     #[test]
