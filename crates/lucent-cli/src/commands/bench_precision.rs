@@ -25,7 +25,7 @@ use crate::commands::numbers::at_least;
 #[derive(clap::Args)]
 #[command(allow_negative_numbers = true)]
 #[command(
-    after_help = "Examples:\n  lucent bench precision -m minilm --runs 1\n  lucent bench precision -m minilm --threads-list 1 --runs 1 --json\n  lucent bench precision -m whisper-tiny.en --audio examples/speech.wav --runs 1\n  lucent bench precision -m smollm2 --threads-list 2 --runs 1 --steps 4 --chars 3000"
+    after_help = "Examples:\n  lucent bench precision -m minilm --runs 1\n  lucent bench precision -m minilm --threads-list 1 --runs 1 --json\n  lucent bench precision -m whisper-tiny.en --audio examples/speech.wav --runs 1\n  lucent bench precision -m smollm2 --threads-list 2 --runs 1 --steps 2 --new-tokens 8 --chars 2000"
 )]
 pub struct Args {
     /// An encoder, a Whisper model or a decoder: a model name (see `lucent models`), a

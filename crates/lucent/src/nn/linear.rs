@@ -14,6 +14,11 @@
 //!   logits by ~0.1, as an activation crosses a rounding boundary and the change grows
 //!   layer by layer), so a prefill with another summation order (e.g. dequantised
 //!   weights through the f32 GEMM) would not reproduce token-by-token decoding.
+//!
+//! A model opened in int8 or bf16 ([`Linear::keep_int8`], [`Linear::keep_bf16`]) keeps a
+//! copy of W (a quantised W's blocks widened once: dequantised, then quantised per output
+//! channel or rounded), and every product, one row or many, reads the copy instead;
+//! its rows never depend on each other either.
 
 use std::sync::Arc;
 
