@@ -96,7 +96,7 @@ fn step_ratio() -> Result<()> {
     };
     let (mut ce, mut ci) = (caches(&exact)?, caches(&int8)?);
     let ids = [300u32, 301, 302, 303, 304, 305, 306, 307];
-    let mut step = |m: &TextModel, cs: &mut Vec<lucent::nn::KvCache>| -> Result<f64> {
+    let step = |m: &TextModel, cs: &mut Vec<lucent::nn::KvCache>| -> Result<f64> {
         let mut refs: Vec<&mut lucent::nn::KvCache> = cs.iter_mut().collect();
         let t = Instant::now();
         m.model.decode_batch(&ids, &mut refs, &mut [])?;
