@@ -13,6 +13,9 @@
 #       --cache-ram 0 (port 8093) and llama-server. PREFIX, QUESTION, MAX_TOKENS and
 #       CLIENTS come from the environment (small numbers for a smoke run).
 #       LLAMA_SERVER=none leaves llama-server out.
+#     PRECISION (environment): the precision of lucent's products (`lucent serve
+#       --precision`: exact, bf16 or int8; default exact), e.g.
+#       PRECISION=int8 scripts/bench-serve-peer.sh smollm2 2 16 3
 #
 # Builds llama-server first if needed (scripts/build-llama-server.sh, outside the repo)
 # and `lucent` (target/release). Both servers bind 127.0.0.1 and stop by themselves:
@@ -40,12 +43,13 @@ trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
 # Per slot: the prompt and the answer, and room (llama-server's -c is over all slots).
 PER_SLOT=512
 if [ "$MODE" = shared-prefix ]; then PER_SLOT=$(( (PREFIX + QUESTION + MAX_TOKENS + 255) / 256 * 256 )); fi
-"$LUCENT" --threads "$THREADS" serve -m "$MODEL" --port 8091 --parallel "$SLOTS" \
+PRECISION="${PRECISION:-exact}"
+"$LUCENT" --threads "$THREADS" serve -m "$MODEL" --port 8091 --parallel "$SLOTS" --precision "$PRECISION" \
   --ctx-size "$PER_SLOT" --max-queue 64 --exit-after "$LIMIT" 2> "$DIR/lucent.log" &
 PORTS="8091"
 SERVERS=(--server "lucent=http://127.0.0.1:8091")
 if [ "$MODE" = shared-prefix ]; then
-  "$LUCENT" --threads "$THREADS" serve -m "$MODEL" --port 8093 --parallel "$SLOTS" --cache-ram 0 \
+  "$LUCENT" --threads "$THREADS" serve -m "$MODEL" --port 8093 --parallel "$SLOTS" --cache-ram 0 --precision "$PRECISION" \
     --ctx-size "$PER_SLOT" --max-queue 64 --exit-after "$LIMIT" 2> "$DIR/lucent-nocache.log" &
   PORTS="$PORTS 8093"
   SERVERS+=(--server "lucent-no-cache=http://127.0.0.1:8093")

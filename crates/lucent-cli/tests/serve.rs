@@ -474,9 +474,37 @@ fn tokens_of(chunks: &[Value]) -> Tokens {
 
 #[test]
 fn sixteen_concurrent_streams_equal_their_solo_runs_bit_for_bit() {
+    sixteen_streams_equal_their_solo_runs(&[], 0);
+}
+
+/// The same in int8 (`--precision int8`): every product of a step through the int8
+/// copies, whose rows never depend on each other, so each request's answer beside 15
+/// others is its solo answer bit for bit; `/v1/models` says the precision, and the
+/// memory bound makes room for the copies (one byte per weight of the file, less the
+/// norms').
+#[test]
+fn sixteen_int8_streams_equal_their_solo_runs_bit_for_bit() {
+    // SmolLM2-135M's weights: 134.5 M numbers, widened to one byte each.
+    sixteen_streams_equal_their_solo_runs(&["--precision", "int8"], 135 << 20);
+}
+
+/// Sixteen sampled streams, each alone and then all at once, on a server run with
+/// `extra` flags whose products hold `copies` bytes beside the file's weights.
+fn sixteen_streams_equal_their_solo_runs(extra: &[&str], copies: u64) {
     let ctx = 256;
     let slots = 16;
-    let server = Server::start(&["-m", "smollm2", "--parallel", "16", "--ctx-size", "256"]);
+    let mut args = vec!["-m", "smollm2", "--parallel", "16", "--ctx-size", "256"];
+    args.extend_from_slice(extra);
+    let server = Server::start(&args);
+    let (code, body) = server.get("/v1/models");
+    assert_eq!(code, 200, "{body}");
+    let want = if extra.contains(&"int8") {
+        "int8"
+    } else {
+        "exact"
+    };
+    let models: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(models["data"][0]["precision"], want, "{body}");
     let solo: Vec<Tokens> = (0..16)
         .map(|i| tokens_of(&stream(&server.base, "/v1/chat/completions", &sampled(i))))
         .collect();
@@ -511,7 +539,7 @@ fn sixteen_concurrent_streams_equal_their_solo_runs_bit_for_bit() {
     // Memory: weights + slots × KV + 200 MB.
     let weights = std::fs::metadata(dirs_model("smollm2")).unwrap().len();
     let per_position = 30 * 2 * 3 * 64 * 4; // layers × (K, V) × kv heads × head dim × f32
-    let bound = weights + (slots * ctx * per_position) as u64 + (200 << 20);
+    let bound = weights + copies + (slots * ctx * per_position) as u64 + (200 << 20);
     let peak = server.peak_rss();
     println!("peak RSS {} MB; bound {} MB", peak >> 20, bound >> 20);
     assert!(

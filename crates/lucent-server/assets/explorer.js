@@ -223,7 +223,7 @@
     $("kv-note").textContent = m.kv_heads < m.heads
       ? "grouped-query: heads " + (kv * group) + "–" + (kv * group + group - 1) + " share K/V head " + kv
       : "";
-    $("model-info").textContent = m.family + ", " + m.kind + ", " + m.stacks.filter((x) => x.name !== "cross").map((x) => x.layers + " " + x.name + " layers").join(" + ") + " × " + m.heads + " heads (" + m.kv_heads + " K/V), d " + m.d_model + ", d_k " + m.d_k;
+    $("model-info").textContent = m.family + ", " + m.kind + ", " + m.stacks.filter((x) => x.name !== "cross").map((x) => x.layers + " " + x.name + " layers").join(" + ") + " × " + m.heads + " heads (" + m.kv_heads + " K/V), d " + m.d_model + ", d_k " + m.d_k + (m.precision && m.precision !== "exact" ? ", " + m.precision + " products" : "");
     for (const b of document.querySelectorAll("#views button")) b.setAttribute("aria-selected", b.dataset.view === state.view ? "true" : "false");
   }
   function drawTokens() {

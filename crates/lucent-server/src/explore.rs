@@ -602,6 +602,7 @@ async fn models(State(st): St) -> Response {
                     "name": m.name,
                     "kind": format!("{:?}", c.kind),
                     "family": c.family,
+                    "precision": m.model.precision().name(),
                     "layers": layers,
                     "heads": c.n_heads,
                     "kv_heads": c.n_kv_heads,

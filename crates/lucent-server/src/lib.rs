@@ -101,6 +101,69 @@ pub struct ServeOptions {
     /// The chat template of every decoder served: `chatml`, `gemma` or a Jinja file
     /// (`TextModel::with_chat_template`); None: each file's own.
     pub chat_template: Option<String>,
+    /// The precision of each model's products (`--precision int8` for every model,
+    /// `--precision smollm2=int8` for one; a later choice for a model wins); none:
+    /// exact.
+    pub precision: Vec<ModelPrecision>,
+}
+
+/// One `--precision` choice: a precision for every model served, or for the one that
+/// `model` names (as `-m` gave it, or its file's stem).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelPrecision {
+    /// The model it is for; None: every model.
+    pub model: Option<String>,
+    /// The precision.
+    pub precision: lucent::Precision,
+}
+
+impl std::str::FromStr for ModelPrecision {
+    type Err = lucent::Error;
+
+    /// `int8` (every model) or `NAME=int8` (the model `-m NAME` serves).
+    fn from_str(s: &str) -> lucent::Result<ModelPrecision> {
+        match s.rsplit_once('=') {
+            Some((model, p)) if !model.trim().is_empty() => Ok(ModelPrecision {
+                model: Some(model.trim().to_string()),
+                precision: p.parse()?,
+            }),
+            Some(_) => Err(lucent::Error::Argument(format!(
+                "--precision {s}: a model name goes before '=' (smollm2=int8), or give the precision alone (int8)"
+            ))),
+            None => Ok(ModelPrecision {
+                model: None,
+                precision: s.parse()?,
+            }),
+        }
+    }
+}
+
+impl ModelPrecision {
+    /// Whether this choice is for the model `-m spec` serves (every model, its spec, or
+    /// its file's stem).
+    fn is_for(&self, spec: &str) -> bool {
+        match &self.model {
+            None => true,
+            Some(m) => {
+                m == spec
+                    || std::path::Path::new(spec)
+                        .file_stem()
+                        .is_some_and(|s| s.to_string_lossy() == m.as_str())
+            }
+        }
+    }
+}
+
+impl ServeOptions {
+    /// The precision `-m spec` is opened in: the last `--precision` choice for it, exact
+    /// where none is.
+    pub fn precision_of(&self, spec: &str) -> lucent::Precision {
+        self.precision
+            .iter()
+            .rev()
+            .find(|c| c.is_for(spec))
+            .map_or(lucent::Precision::Exact, |c| c.precision)
+    }
 }
 
 impl Default for ServeOptions {
@@ -123,6 +186,7 @@ impl Default for ServeOptions {
             exit_after_secs: None,
             log_name: "lucent serve".into(),
             chat_template: None,
+            precision: Vec::new(),
         }
     }
 }
@@ -319,8 +383,22 @@ impl AppState {
 /// Open every model of `opts` and start its engine or worker.
 pub fn load_models(opts: &ServeOptions, metrics: &Metrics) -> lucent::Result<Vec<ServedModel>> {
     let mut out: Vec<ServedModel> = Vec::new();
+    if let Some(c) = opts
+        .precision
+        .iter()
+        .find(|c| c.model.is_some() && !opts.models.iter().any(|spec| c.is_for(spec)))
+    {
+        return Err(lucent::Error::Argument(format!(
+            "--precision {}={}: no model of that name is served (-m {}); name one of them",
+            c.model.as_deref().unwrap_or_default(),
+            c.precision,
+            opts.models.join(" -m ")
+        )));
+    }
     for spec in &opts.models {
-        let model = lucent::open(spec)?;
+        let model = lucent::OpenOptions::new()
+            .precision(opts.precision_of(spec))
+            .open(spec)?;
         let name = model.name().to_string();
         if out.iter().any(|m| m.name == name) {
             return Err(lucent::Error::Argument(format!(
@@ -356,10 +434,19 @@ pub fn load_models(opts: &ServeOptions, metrics: &Metrics) -> lucent::Result<Vec
                 Served::Decoder(Engine::start(&name, tm, config, metrics.model(&name))?)
             }
         };
+        // A precision other than exact says, in the same line, which kernel its
+        // products take on this CPU (int8 without VNNI runs AVX2's, bf16 without
+        // AVX512-BF16 is emulated).
+        let kernel = match model.precision() {
+            lucent::Precision::Exact => String::new(),
+            lucent::Precision::Int8 => format!(": {}", lucent::ops::linear_int8::int8_path()),
+            lucent::Precision::Bf16 => format!(": {}", lucent::ops::linear_bf16::bf16_path()),
+        };
         eprintln!(
-            "{}: {name} ready ({})",
+            "{}: {name} ready ({}, precision {}{kernel})",
             opts.log_name,
-            model.path().display()
+            model.path().display(),
+            model.precision()
         );
         out.push(ServedModel {
             name,
@@ -525,6 +612,41 @@ async fn termination() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn precision_choices_parse_and_the_last_for_a_model_wins() {
+        use lucent::Precision::{Bf16, Exact, Int8};
+        let opts = ServeOptions {
+            models: vec!["smollm2".into(), "/m/gemma3.gguf".into(), "minilm".into()],
+            precision: ["bf16", "smollm2=int8", "gemma3=exact"]
+                .iter()
+                .map(|s| s.parse().unwrap())
+                .collect(),
+            ..ServeOptions::default()
+        };
+        assert_eq!(opts.precision_of("smollm2"), Int8);
+        assert_eq!(opts.precision_of("/m/gemma3.gguf"), Exact);
+        assert_eq!(opts.precision_of("minilm"), Bf16);
+        assert_eq!(ServeOptions::default().precision_of("smollm2"), Exact);
+        for bad in ["fp4", "=int8", "smollm2=fp4"] {
+            let e = bad.parse::<ModelPrecision>().unwrap_err().to_string();
+            assert_eq!(e.lines().count(), 1, "{bad}: {e}");
+        }
+        // A choice for a model not served is refused, in one line, before any loading.
+        let stray = ServeOptions {
+            models: vec!["/no/such/model.gguf".into()],
+            precision: vec!["gemma3=int8".parse().unwrap()],
+            ..ServeOptions::default()
+        };
+        let e = load_models(&stray, &Metrics::new())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("--precision gemma3=int8") && e.lines().count() == 1,
+            "{e}"
+        );
+    }
 
     #[test]
     fn api_key_is_checked() {

@@ -42,7 +42,7 @@ use crate::api::{self, GenerateRequest, Prompt};
 use crate::engine::{Engine, Event, Job};
 use crate::error::ApiError;
 use crate::inside::InsideSpec;
-use crate::{AppState, Served};
+use crate::{AppState, Served, ServedModel};
 
 type St = State<Arc<AppState>>;
 
@@ -976,14 +976,17 @@ async fn embeddings_inner(st: Arc<AppState>, body: Body) -> Result<Response, Api
 
 // ------------------------------------------------------------------ the rest
 
-fn model_object(st: &AppState, name: &str) -> Value {
-    json!({"id": name, "object": "model", "created": st.started, "owned_by": "lucent"})
+fn model_object(st: &AppState, m: &ServedModel) -> Value {
+    json!({
+        "id": m.name, "object": "model", "created": st.started, "owned_by": "lucent",
+        "precision": m.model.precision().name(),
+    })
 }
 
 async fn models(State(st): St) -> Response {
     respond((|| {
         let models = st.accepting()?;
-        let data: Vec<Value> = models.iter().map(|m| model_object(&st, &m.name)).collect();
+        let data: Vec<Value> = models.iter().map(|m| model_object(&st, m)).collect();
         Ok(Json(json!({"object": "list", "data": data})).into_response())
     })())
 }
@@ -991,7 +994,7 @@ async fn models(State(st): St) -> Response {
 async fn model(State(st): St, Path(id): Path<String>) -> Response {
     respond(
         st.find(Some(&id))
-            .map(|m| Json(model_object(&st, &m.name)).into_response()),
+            .map(|m| Json(model_object(&st, m)).into_response()),
     )
 }
 

@@ -105,9 +105,10 @@ impl OpenOptions {
         OpenOptions::default()
     }
 
-    /// Compute the model's products in `precision` (exact by default). Encoders and
-    /// Whisper take every precision; a decoder asked for anything but exact is refused
-    /// when opened, in one line.
+    /// Compute the model's products in `precision` (exact by default). Decoders
+    /// (`DecoderModel::set_precision`), encoders and Whisper take every precision; a
+    /// lucent training run asked for anything but exact is refused when opened, in one
+    /// line.
     pub fn precision(mut self, precision: Precision) -> OpenOptions {
         self.precision = precision;
         self
@@ -139,10 +140,16 @@ impl OpenOptions {
                     t.set_precision(self.precision);
                 }
             }
+            Inner::Decoder(t) if self.precision != Precision::Exact => {
+                if let Some(t) = Arc::get_mut(t) {
+                    t.model.set_precision(self.precision);
+                }
+            }
             _ if self.precision != Precision::Exact => {
                 return Err(Error::Argument(format!(
-                    "{name}: precision {} is built for encoders and Whisper so far (minilm, mpnet, BERT-family folders, whisper-*); \
-                     decoders run exact (precision exact)",
+                    "{name}: precision {} is built for GGUF and Hugging Face decoders, encoders and Whisper \
+                     (smollm2, gemma3, *.gguf, minilm, mpnet, whisper-*); a lucent training run runs exact \
+                     (precision exact)",
                     self.precision
                 )));
             }
@@ -248,7 +255,9 @@ impl Model {
         match &self.inner {
             Inner::Encoder(e) => e.precision(),
             Inner::Speech(t) => t.precision(),
-            _ => Precision::Exact,
+            Inner::Decoder(d) => d.model.precision(),
+            #[cfg(feature = "train")]
+            Inner::Trained(_) => Precision::Exact,
         }
     }
 

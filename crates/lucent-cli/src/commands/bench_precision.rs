@@ -6,7 +6,10 @@
 //! Encoders (MiniLM, MPNet, BERT-family folders) and Whisper (`-m whisper-tiny.en`:
 //! speed as the real-time factor of transcribing `--audio`, distance to exact as the
 //! files whose transcript equals exact's and the word error rate against exact's
-//! transcript); decoders run exact only and are refused in one line.
+//! transcript) and decoders (`-m smollm2`, any .gguf: speed as generated tokens/s of one
+//! stream and of `--streams` streams decoded as one batch, distance to exact as the
+//! share of greedy `--new-tokens` continuations equal to exact's on the suite's prompt
+//! set and the perplexity of `--chars` characters of `--file` in windows of `--ctx`).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -22,11 +25,11 @@ use crate::commands::numbers::at_least;
 #[derive(clap::Args)]
 #[command(allow_negative_numbers = true)]
 #[command(
-    after_help = "Examples:\n  lucent bench precision -m minilm --runs 1\n  lucent bench precision -m minilm --threads-list 1 --runs 1 --json\n  lucent bench precision -m whisper-tiny.en --audio examples/speech.wav --runs 1"
+    after_help = "Examples:\n  lucent bench precision -m minilm --runs 1\n  lucent bench precision -m minilm --threads-list 1 --runs 1 --json\n  lucent bench precision -m whisper-tiny.en --audio examples/speech.wav --runs 1\n  lucent bench precision -m smollm2 --threads-list 2 --runs 1 --steps 2 --new-tokens 8 --chars 2000"
 )]
 pub struct Args {
-    /// An encoder or a Whisper model: a model name (see `lucent models`), a Hugging Face
-    /// or CTranslate2 folder.
+    /// An encoder, a Whisper model or a decoder: a model name (see `lucent models`), a
+    /// Hugging Face or CTranslate2 folder, a .gguf file.
     #[arg(long, short = 'm', default_value = "minilm")]
     model: String,
     /// Thread counts to measure, comma-separated.
@@ -44,7 +47,32 @@ pub struct Args {
     /// WAV files a Whisper model transcribes (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "examples/speech.wav")]
     audio: Vec<PathBuf>,
+    /// A decoder's prompts, one a line (`\n` for a newline) [default: the suite's 20,
+    /// tests/data/decoder_precision_prompts.txt].
+    #[arg(long)]
+    prompts: Option<PathBuf>,
+    /// A decoder's greedy continuation length compared with exact's.
+    #[arg(long, default_value_t = 32, value_parser = at_least::<1, usize>)]
+    new_tokens: usize,
+    /// The text of a decoder's perplexity: a UTF-8 file or a corpus (moby-dick, sotu).
+    #[arg(long, default_value = "moby-dick")]
+    file: String,
+    /// Characters of --file scored.
+    #[arg(long, default_value_t = 8000, value_parser = at_least::<1, usize>)]
+    chars: usize,
+    /// Positions per perplexity window.
+    #[arg(long, default_value_t = 128, value_parser = at_least::<16, usize>)]
+    ctx: usize,
+    /// Sequences a decoder decodes as one batch for the batched speed.
+    #[arg(long, default_value_t = 8, value_parser = at_least::<1, usize>)]
+    streams: usize,
+    /// Decode steps timed per round (after a 64-token prompt).
+    #[arg(long, default_value_t = 16, value_parser = at_least::<1, usize>)]
+    steps: usize,
 }
+
+/// The suite's decoder prompts (`--prompts`' default).
+const DECODER_PROMPTS: &str = include_str!("../../../../tests/data/decoder_precision_prompts.txt");
 
 /// How far one precision's embeddings land from exact.
 struct Distance {
@@ -92,9 +120,12 @@ pub fn run(args: Args) -> Result<()> {
     if let Ok(t) = model.transcriber() {
         return run_whisper(&args, model.name(), t);
     }
+    if model.kind() == lucent::ModelKind::Decoder {
+        return run_decoder(&args, model.name());
+    }
     let exact = model.embedder().map_err(|_| {
         Error::Argument(format!(
-            "{} is a {:?} model; precisions other than exact are built for encoders and Whisper so far (minilm, mpnet, BERT-family folders, whisper-*)",
+            "{} is a {:?} model; lucent bench precision measures encoders, Whisper and decoders (minilm, mpnet, whisper-*, smollm2, gemma3, .gguf files)",
             model.name(),
             model.kind()
         ))
@@ -322,6 +353,159 @@ fn run_whisper(args: &Args, name: &str, exact: std::sync::Arc<Transcriber>) -> R
         );
         for (&(_, s), &(_, e)) in row.seconds.iter().zip(&rows[0].seconds) {
             print!(" {:>16}", format!("{:.4} ({:.2}×)", rtf(s), e / s));
+        }
+        println!();
+    }
+    Ok(())
+}
+
+/// Generated tokens per second of `streams` sequences decoded together for `steps`
+/// steps, each after a 64-token prompt (one timed round; the caches are filled first).
+fn decode_tok_s(model: &lucent::model::DecoderModel, streams: usize, steps: usize) -> Result<f64> {
+    let prompt: Vec<u32> = (0..64u32).map(|i| 100 + 7 * i).collect();
+    let mut caches = (0..streams)
+        .map(|_| {
+            let mut c = model.new_cache(prompt.len() + steps + 1);
+            model.forward(&prompt, Some(&mut c), true, None)?;
+            Ok(c)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut ids: Vec<u32> = (0..streams as u32).map(|i| 300 + i).collect();
+    let t0 = Instant::now();
+    for _ in 0..steps {
+        let mut refs: Vec<&mut lucent::nn::KvCache> = caches.iter_mut().collect();
+        let z = model.decode_batch(&ids, &mut refs, &mut [])?; // (streams, V)
+        let v = z.shape().last().copied().unwrap_or(1).max(1);
+        for (id, row) in ids.iter_mut().zip(z.data().chunks(v)) {
+            *id = row
+                .iter()
+                .enumerate()
+                .fold((0usize, f32::NEG_INFINITY), |b, (i, &x)| {
+                    if x > b.1 {
+                        (i, x)
+                    } else {
+                        b
+                    }
+                })
+                .0 as u32;
+        }
+    }
+    Ok((streams * steps) as f64 / t0.elapsed().as_secs_f64())
+}
+
+/// `lucent bench precision` for a decoder: each precision's distance to exact (greedy
+/// continuations equal to exact's, perplexity beside exact's) and its decode speed (one
+/// stream, and `--streams` as one batch: rounds interleaved between the precisions,
+/// medians).
+fn run_decoder(args: &Args, name: &str) -> Result<()> {
+    use lucent::pipeline::precision::{prompt_lines, DistanceSpec};
+    let prompts = match &args.prompts {
+        Some(p) => std::fs::read_to_string(p).map_err(|e| Error::io(p, e))?,
+        None => DECODER_PROMPTS.to_string(),
+    };
+    let prompts = prompt_lines(&prompts);
+    let path =
+        lucent::io::corpus::resolve_corpus(&args.file, &mut crate::progress::Bars::default())?;
+    let text: String = std::fs::read_to_string(&path)
+        .map_err(|e| Error::io(&path, e))?
+        .chars()
+        .take(args.chars)
+        .collect();
+    let spec = DistanceSpec {
+        prompts: &prompts,
+        new_tokens: args.new_tokens,
+        text: &text,
+        ctx: args.ctx,
+        chunks: None,
+    };
+    let models = Precision::ALL
+        .into_iter()
+        .map(|p| Ok((p, crate::loader::open_in(&args.model, p)?.text_model()?)))
+        .collect::<Result<Vec<_>>>()?;
+    let exact = spec.run(&models[0].1)?;
+    let distances = models
+        .iter()
+        .map(|(_, m)| spec.distance(m, &exact))
+        .collect::<Result<Vec<_>>>()?;
+    // speeds[precision] = [(threads, one stream tok/s, batched tok/s)]
+    let mut speeds: Vec<Vec<(usize, f64, f64)>> = vec![Vec::new(); models.len()];
+    for &n in &args.threads_list {
+        let pool = lucent::Runtime::builder().threads(n).build()?;
+        let times = pool.install(|| -> Result<Vec<(Vec<f64>, Vec<f64>)>> {
+            let mut times = vec![(Vec::new(), Vec::new()); models.len()];
+            for (_, m) in &models {
+                decode_tok_s(&m.model, args.streams, 1)?; // warm-up
+            }
+            for _ in 0..args.runs {
+                for (i, (_, m)) in models.iter().enumerate() {
+                    times[i].0.push(decode_tok_s(&m.model, 1, args.steps)?);
+                    times[i]
+                        .1
+                        .push(decode_tok_s(&m.model, args.streams, args.steps)?);
+                }
+            }
+            Ok(times)
+        })?;
+        for (s, (one, many)) in speeds.iter_mut().zip(times) {
+            s.push((n, median(one), median(many)));
+        }
+    }
+    if args.json {
+        let v = serde_json::json!({
+            "model": name,
+            "prompts": prompts.len(),
+            "new_tokens": args.new_tokens,
+            "file": args.file, "chars": args.chars, "ctx": args.ctx,
+            "streams": args.streams, "steps": args.steps, "runs": args.runs,
+            "int8_path": lucent::ops::linear_int8::int8_path(),
+            "bf16_path": lucent::ops::linear_bf16::bf16_path(),
+            "precisions": models.iter().zip(&distances).zip(&speeds).map(|(((p, _), d), s)| serde_json::json!({
+                "precision": p.name(),
+                "continuations_equal_exact": d.equal,
+                "perplexity": d.ppl,
+                "perplexity_vs_exact": d.ppl_change(),
+                "speed": s.iter().map(|&(n, one, many)| serde_json::json!({
+                    "threads": n, "one_stream_tok_s": one, "batched_tok_s": many,
+                })).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+        });
+        println!("{v}");
+        return Ok(());
+    }
+    println!(
+        "{name}: {} prompts, greedy {} tokens; perplexity of {} chars of {} in windows of {}; decode after 64 tokens, {} steps, medians of {} interleaved rounds; int8 products: {}; bf16 products: {}",
+        prompts.len(),
+        args.new_tokens,
+        args.chars,
+        args.file,
+        args.ctx,
+        args.steps,
+        args.runs,
+        lucent::ops::linear_int8::int8_path(),
+        lucent::ops::linear_bf16::bf16_path()
+    );
+    print!("{:>9} {:>10} {:>18}", "precision", "= exact", "perplexity");
+    for &n in &args.threads_list {
+        print!(
+            " {:>17} {:>19}",
+            format!("tok/s 1 ({n} thr)"),
+            format!("tok/s {} ({n} thr)", args.streams)
+        );
+    }
+    println!();
+    for (((p, _), d), s) in models.iter().zip(&distances).zip(&speeds) {
+        print!(
+            "{:>9} {:>10} {:>18}",
+            p.name(),
+            format!("{} of {}", d.equal, d.prompts),
+            format!("{:.4} ({:+.2}%)", d.ppl, 100.0 * d.ppl_change())
+        );
+        for (&(_, one, many), &(_, e1, em)) in s.iter().zip(&speeds[0]) {
+            print!(
+                " {:>17} {:>19}",
+                format!("{one:.1} ({:.2}×)", one / e1),
+                format!("{many:.1} ({:.2}×)", many / em)
+            );
         }
         println!();
     }

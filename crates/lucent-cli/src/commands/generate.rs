@@ -193,7 +193,7 @@ fn fresh_seed() -> u64 {
 #[derive(clap::Args)]
 #[command(allow_negative_numbers = true)]
 #[command(
-    after_help = "An instruct model (SmolLM2) gets the prompt as a user message through its chat template; a base model (the packaged Gemma 3 270M has no template) continues the text.\n\nExamples:\n  lucent generate \"What is the capital of France?\"\n  lucent generate --raw --temperature 0 \"The capital of France is\" -n 16\n  lucent generate -m gemma3 \"The sky is blue because\" -n 60 --seed 1\n  lucent generate --template-system --temperature 0 \"What is the capital of France?\" -n 24\n  lucent generate -m runs/moby --top-p 0.9 \"Call me\"\n  lucent generate --temperature 0 --json-schema examples/city.schema.json \"Describe Paris as JSON.\"\n  lucent generate --temperature 0 --regex \"(yes|no)\" \"Is the sky blue? Answer yes or no.\"\n  lucent generate --temperature 0 --grammar examples/arithmetic.lark \"Write a sum of two numbers.\""
+    after_help = "An instruct model (SmolLM2) gets the prompt as a user message through its chat template; a base model (the packaged Gemma 3 270M has no template) continues the text.\n\nExamples:\n  lucent generate \"What is the capital of France?\"\n  lucent generate --raw --temperature 0 \"The capital of France is\" -n 16\n  lucent generate -m gemma3 \"The sky is blue because\" -n 60 --seed 1\n  lucent generate --template-system --temperature 0 \"What is the capital of France?\" -n 24\n  lucent generate -m runs/moby --top-p 0.9 \"Call me\"\n  lucent generate --temperature 0 --json-schema examples/city.schema.json \"Describe Paris as JSON.\"\n  lucent generate --temperature 0 --regex \"(yes|no)\" \"Is the sky blue? Answer yes or no.\"\n  lucent generate --temperature 0 --grammar examples/arithmetic.lark \"Write a sum of two numbers.\"\n  lucent generate --precision int8 --temperature 0 \"What is the capital of France?\" -n 24"
 )]
 pub struct Args {
     /// The prompt (an instruct model gets it as a user message; see --raw).
@@ -230,11 +230,16 @@ pub struct Args {
     /// With --json: the K largest logits of the first step.
     #[arg(long, default_value_t = 0)]
     pub top_logits: usize,
+    /// The precision of the model's products: exact (llama.cpp's arithmetic for a GGUF
+    /// file), bf16 or int8 (weights widened once at load; faster in batches, and
+    /// `lucent bench precision` measures how close to exact each lands).
+    #[arg(long, default_value = "exact", value_parser = crate::commands::embed::parse_precision)]
+    pub precision: lucent::Precision,
 }
 
 /// Run `lucent generate`.
 pub fn run(args: Args) -> Result<()> {
-    let model = loader::open(&args.model)?;
+    let model = loader::open_in(&args.model, args.precision)?;
     if let (Some(trained), lucent::ModelKind::EncoderDecoder) = (model.trained(), model.kind()) {
         // A task model transforms its input (greedy decoding) rather than continue it.
         let text = trained.sample(&args.prompt, 0, 0.0, 0)?;
@@ -248,6 +253,7 @@ pub fn run(args: Args) -> Result<()> {
         }
         return Ok(());
     }
+    let precision = model.precision();
     let tm = args.template.apply(model.text_model()?)?;
     let max_tokens = check_max_tokens(args.max_tokens, 128, &tm)?;
     // `--chat` on a model without a template is refused by `encode_chat`, naming why.
@@ -274,6 +280,7 @@ pub fn run(args: Args) -> Result<()> {
     if args.json {
         let mut v = serde_json::json!({
             "model": args.model,
+            "precision": precision.name(),
             "chat": chat,
             "seed": sampling.seed,
             "temperature": sampling.temperature,

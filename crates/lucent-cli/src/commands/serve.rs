@@ -8,7 +8,7 @@ use lucent_server::ServeOptions;
 #[derive(clap::Args)]
 #[command(allow_negative_numbers = true)]
 #[command(
-    after_help = "Run `lucent serve -m smollm2 -m minilm --parallel 8` and talk to it with any OpenAI client:\n  curl http://127.0.0.1:8080/v1/chat/completions -d '{\"model\": \"smollm2\", \"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}'\n\nRoutes: POST /v1/chat/completions, /v1/completions, /v1/embeddings, /tokenize, /detokenize; GET /v1/models, /health, /metrics. See docs/serving.md.\n\nExamples:\n  lucent serve -m smollm2 -m minilm --port 0 --exit-after 3   # any free port; drains and stops after 3 s"
+    after_help = "Run `lucent serve -m smollm2 -m minilm --parallel 8` and talk to it with any OpenAI client:\n  curl http://127.0.0.1:8080/v1/chat/completions -d '{\"model\": \"smollm2\", \"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}'\n\nRoutes: POST /v1/chat/completions, /v1/completions, /v1/embeddings, /tokenize, /detokenize; GET /v1/models, /health, /metrics. See docs/serving.md.\n\nExamples:\n  lucent serve -m smollm2 -m minilm --port 0 --exit-after 3   # any free port; drains and stops after 3 s\n  lucent serve -m smollm2 -m minilm --precision smollm2=int8 --precision minilm=bf16 --port 0 --exit-after 3   # each model in its own precision"
 )]
 pub struct Args {
     /// A model to serve (repeatable): a known name (smollm2, gemma3, minilm), a .gguf file, a folder.
@@ -60,6 +60,9 @@ pub struct Args {
     /// The chat template of every decoder served: a Jinja file, or the built-in `chatml` or `gemma` [default: each file's own].
     #[arg(long, value_name = "FILE|chatml|gemma")]
     pub chat_template: Option<String>,
+    /// The precision of the models' products (repeatable): `int8` or `bf16` for every model, `smollm2=int8` for the model `-m smollm2` serves; a later choice for a model wins (docs/precision.md) [default: exact].
+    #[arg(long, value_name = "[MODEL=]exact|bf16|int8")]
+    pub precision: Vec<lucent_server::ModelPrecision>,
 }
 
 /// Run `lucent serve` until SIGTERM or Ctrl-C.
@@ -84,5 +87,6 @@ pub fn run(args: Args) -> Result<()> {
         exit_after_secs: args.exit_after,
         log_name: "lucent serve".into(),
         chat_template: args.chat_template,
+        precision: args.precision,
     })
 }

@@ -25,7 +25,7 @@ use crate::model::family::{self, Param, WeightSource};
 use crate::model::ModelConfig;
 use crate::nn::position::{AbsolutePositions, LearnedPositions, SinusoidalEncoding};
 use crate::nn::{AttentionOptions, Decoder, Dropout, Embedding, Head, KvCache, Linear, Trace};
-use crate::runtime::Numerics;
+use crate::runtime::{Numerics, Precision};
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
@@ -50,6 +50,67 @@ pub struct DecoderModel {
     /// equals the full forward bit for bit ([`DecoderModel::with_numerics`]); a model
     /// lucent trained runs lucent's own ([`Numerics::Lucent`]).
     pub numerics: Numerics,
+}
+
+/// The groups of a decoder's weight products that [`DecoderModel::set_products`] can
+/// give a precision each (what a probe of which group int8 harms varies).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DecoderProducts {
+    /// Self-attention's Q, K and V projections.
+    Qkv,
+    /// Self-attention's output projection.
+    AttentionOut,
+    /// The feed-forward's up projections (gate and up; W₁ of a plain MLP; every
+    /// expert's, the router staying exact).
+    Up,
+    /// The feed-forward's down projection (W₂; every expert's).
+    Down,
+    /// The vocabulary head (the token table read as the head when tied; the embedding
+    /// lookup keeps reading the table as stored).
+    Head,
+}
+
+impl DecoderProducts {
+    /// Every group, in the order of a layer's pass.
+    pub const ALL: [DecoderProducts; 5] = [
+        DecoderProducts::Qkv,
+        DecoderProducts::AttentionOut,
+        DecoderProducts::Up,
+        DecoderProducts::Down,
+        DecoderProducts::Head,
+    ];
+
+    /// The group's name (`qkv`, `attn_out`, `up`, `down`, `head`).
+    pub fn name(self) -> &'static str {
+        match self {
+            DecoderProducts::Qkv => "qkv",
+            DecoderProducts::AttentionOut => "attn_out",
+            DecoderProducts::Up => "up",
+            DecoderProducts::Down => "down",
+            DecoderProducts::Head => "head",
+        }
+    }
+
+    /// The precision this group runs in when the model is opened in `precision`: the
+    /// same precision for every group (measured in docs/precision.md: all-int8 meets
+    /// the bars on SmolLM2 and Gemma 3).
+    pub fn plan(self, precision: Precision) -> Precision {
+        precision
+    }
+}
+
+/// Give `l` the copy `precision` asks for (none for exact): its products then read it.
+fn keep_precision(l: &mut Linear, precision: Precision) {
+    l.forget_copies();
+    match precision {
+        Precision::Exact => {}
+        Precision::Int8 => {
+            l.keep_int8();
+        }
+        Precision::Bf16 => {
+            l.keep_bf16();
+        }
+    }
 }
 
 /// Refuse, by name, the config fields a decoder-only model cannot honour.
@@ -148,6 +209,88 @@ impl DecoderModel {
             config: cfg,
             numerics: Numerics::Lucent,
         })
+    }
+
+    /// Compute the weight products in `precision`, each group as
+    /// [`DecoderProducts::plan`] chooses: int8 or bf16 copies of the weights made once
+    /// here (a GGUF file's blocks of any type dequantised, then quantised per output
+    /// channel or rounded: `Linear::keep_int8`), or, for [`Precision::Exact`], those
+    /// copies dropped (llama.cpp's arithmetic again, bit for bit). Every product of a
+    /// pass — a prompt's rows, a lone decoded token, a batched step of many sequences —
+    /// then takes the copy, whose rows never depend on each other (per-row activation
+    /// scales, integer sums), so batch invariance holds. The embedding lookup, the
+    /// norms, RoPE, attention's scores and P·V, softmax and residual adds are unchanged.
+    pub fn set_precision(&mut self, precision: Precision) {
+        // The head first: widening it holds the largest f32 copy (V × d) for a moment,
+        // best before the layers' copies have grown.
+        for group in DecoderProducts::ALL.into_iter().rev() {
+            self.set_products(group, group.plan(precision));
+        }
+    }
+
+    /// Compute one group of products in `precision` (the others as they are): what
+    /// [`DecoderModel::set_precision`] does per group, and what a probe of which group
+    /// int8 harms calls directly. A tied head gets its own [`Head`] over the same table
+    /// (sharing its stored blocks), which holds the copy.
+    pub fn set_products(&mut self, group: DecoderProducts, precision: Precision) {
+        if group == DecoderProducts::Head {
+            if self.head.is_none() && precision != Precision::Exact {
+                // (V, d): the table's blocks shared, not copied
+                self.head = Head::tied_to(&self.embedding.table).ok();
+            }
+            if let Some(head) = &mut self.head {
+                keep_precision(&mut head.proj, precision);
+            }
+            return;
+        }
+        for layer in &mut self.decoder.layers {
+            let a = &mut layer.self_attn;
+            // Each plain feed-forward block's projections, its down projection last.
+            let blocks: Vec<Vec<&mut Linear>> = match &mut layer.ffn {
+                // The router stays exact: it chooses experts, and a flipped choice
+                // costs more than its small product saves.
+                crate::nn::FeedForward::Experts(m) => {
+                    m.experts.iter_mut().map(|e| e.linears_mut()).collect()
+                }
+                f => vec![f.linears_mut()],
+            };
+            let linears: Vec<&mut Linear> = match group {
+                DecoderProducts::Qkv => vec![&mut a.q_proj, &mut a.k_proj, &mut a.v_proj],
+                DecoderProducts::AttentionOut => vec![&mut a.o_proj],
+                DecoderProducts::Up => blocks
+                    .into_iter()
+                    .flat_map(|mut b| {
+                        let _down = b.pop();
+                        b
+                    })
+                    .collect(),
+                DecoderProducts::Down => blocks.into_iter().filter_map(|mut b| b.pop()).collect(),
+                DecoderProducts::Head => Vec::new(),
+            };
+            for l in linears {
+                keep_precision(l, precision);
+            }
+        }
+    }
+
+    /// The precision its products run in: int8 if any group's do, else bf16 if any
+    /// group's do, else exact ([`DecoderModel::set_precision`]).
+    pub fn precision(&self) -> Precision {
+        let mut all: Vec<Precision> = Vec::new();
+        if let Some(h) = &self.head {
+            all.push(h.proj.precision());
+        }
+        for l in &self.decoder.layers {
+            all.push(l.self_attn.q_proj.precision());
+            all.push(l.self_attn.o_proj.precision());
+        }
+        if all.contains(&Precision::Int8) {
+            Precision::Int8
+        } else if all.contains(&Precision::Bf16) {
+            Precision::Bf16
+        } else {
+            Precision::Exact
+        }
     }
 
     /// The same model with another arithmetic ([`DecoderModel::numerics`]).

@@ -13,7 +13,7 @@ pub mod hooks;
 pub use config::{
     ExpertsConfig, FfnKind, ModelConfig, ModelKind, NormKind, NormPlacement, PositionKind,
 };
-pub use decoder::DecoderModel;
+pub use decoder::{DecoderModel, DecoderProducts};
 pub use encoder::EncoderModel;
 pub use encoder_decoder::{EncoderDecoderModel, Products};
 pub use hooks::{hook_points, HookPoint, Intervention, InterventionOp, InterventionValue};

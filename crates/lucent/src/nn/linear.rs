@@ -14,6 +14,11 @@
 //!   logits by ~0.1, as an activation crosses a rounding boundary and the change grows
 //!   layer by layer), so a prefill with another summation order (e.g. dequantised
 //!   weights through the f32 GEMM) would not reproduce token-by-token decoding.
+//!
+//! A model opened in int8 or bf16 ([`Linear::keep_int8`], [`Linear::keep_bf16`]) keeps a
+//! copy of W (a quantised W's blocks widened once: dequantised, then quantised per output
+//! channel or rounded), and every product, one row or many, reads the copy instead;
+//! its rows never depend on each other either.
 
 use std::sync::Arc;
 
@@ -300,33 +305,61 @@ impl Linear {
         self.bf16 = None;
     }
 
+    /// W as f32 numbers (out, in) for a copy in another precision: the f32 weights
+    /// themselves, or a quantised W's blocks dequantised (once, here). None where W is
+    /// not a matrix or its blocks cannot be read.
+    fn widened(&self) -> Option<(std::borrow::Cow<'_, [f32]>, usize, usize)> {
+        match &self.weight {
+            Weight::F32(w) => {
+                let [out, inp] = w.dims().ok()?;
+                Some((std::borrow::Cow::Borrowed(w.data()), out, inp))
+            }
+            Weight::Quant { matrix, shape } => {
+                let [out, inp] = *shape;
+                let w = matrix.dequantize_all().ok()?; // (out, in)
+                Some((std::borrow::Cow::Owned(w), out, inp))
+            }
+        }
+    }
+
     /// Keep W quantised to 8 bits ([`Int8Matrix`]: one scale per output channel) and
     /// compute every product of an untrained pass from it: what
     /// [`Precision::Int8`](crate::Precision::Int8) asks of a layer. A quantised (GGUF)
-    /// W is left as it is. Returns whether the copy was made.
+    /// W of any block type is widened once: its blocks dequantised to f32, then
+    /// quantised per row as an f32 W is, so one integer kernel serves every block type
+    /// and a product sums in integers across blocks. Returns whether the copy was made.
     pub fn keep_int8(&mut self) -> bool {
-        let Some(w) = self.weight.as_f32() else {
+        let Some((w, out, inp)) = self.widened() else {
             return false;
         };
-        let Ok([out, inp]) = w.dims() else {
-            return false;
-        };
-        self.int8 = Some(Arc::new(Int8Matrix::quantize(w.data(), out, inp)));
+        let q = Int8Matrix::quantize(&w, out, inp);
+        self.int8 = Some(Arc::new(q));
         true
     }
 
     /// Keep W rounded to bf16 ([`Bf16Matrix`]) and compute every product of an
     /// untrained pass from it: what [`Precision::Bf16`](crate::Precision::Bf16) asks of a
-    /// layer. A quantised (GGUF) W is left as it is. Returns whether the copy was made.
+    /// layer. A quantised (GGUF) W is widened once (its blocks dequantised, then
+    /// rounded). Returns whether the copy was made.
     pub fn keep_bf16(&mut self) -> bool {
-        let Some(w) = self.weight.as_f32() else {
+        let Some((w, out, inp)) = self.widened() else {
             return false;
         };
-        let Ok([out, inp]) = w.dims() else {
-            return false;
-        };
-        self.bf16 = Some(Arc::new(Bf16Matrix::round(w.data(), out, inp)));
+        let b = Bf16Matrix::round(&w, out, inp);
+        self.bf16 = Some(Arc::new(b));
         true
+    }
+
+    /// The precision its products run in: int8 or bf16 where [`Linear::keep_int8`] or
+    /// [`Linear::keep_bf16`] made a copy, exact otherwise.
+    pub fn precision(&self) -> crate::Precision {
+        if self.int8.is_some() {
+            crate::Precision::Int8
+        } else if self.bf16.is_some() {
+            crate::Precision::Bf16
+        } else {
+            crate::Precision::Exact
+        }
     }
 
     /// The bf16 copy of W, if [`Linear::keep_bf16`] made one.
@@ -471,8 +504,20 @@ impl Linear {
                     None => linear_f32(x, w, self.packed.as_deref(), bias, numerics),
                 }
             }
-            (w, None) => w.matmul_t(x, numerics),
-            (w, Some(b)) => w.matmul_t(x, numerics)?.add(b),
+            (w, bias) => {
+                // A quantised W widened to int8 or bf16 (Linear::keep_int8): every
+                // product, one row or many, through the copy.
+                if let Some(y) = self.through_int8(x, bias.as_ref()) {
+                    return y;
+                }
+                if let Some(y) = self.through_bf16(x, bias.as_ref()) {
+                    return y;
+                }
+                match bias {
+                    None => w.matmul_t(x, numerics),
+                    Some(b) => w.matmul_t(x, numerics)?.add(b),
+                }
+            }
         }
     }
 
@@ -492,7 +537,9 @@ impl Linear {
         let mats: Option<Vec<&QMatrix>> = layers
             .iter()
             .map(|l| match (&l.weight, &l.bias) {
-                (Weight::Quant { matrix, .. }, None) => Some(matrix),
+                (Weight::Quant { matrix, .. }, None) if l.int8.is_none() && l.bf16.is_none() => {
+                    Some(matrix)
+                }
                 _ => None,
             })
             .collect();

@@ -13,6 +13,7 @@ pub mod generate;
 pub mod generator;
 pub mod inspect;
 pub mod perplexity;
+pub mod precision;
 pub mod tools;
 #[cfg(feature = "train")]
 pub mod trained;

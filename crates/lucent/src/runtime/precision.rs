@@ -22,7 +22,8 @@ pub enum Precision {
     /// the most accuracy (`EncoderModel::set_precision`), and Whisper runs only its
     /// feed-forward up projections and its encoder's down projection in int8, the rest in
     /// bf16 (`EncoderDecoderModel::set_precision`; the measurements are in
-    /// docs/precision.md).
+    /// docs/precision.md). A decoder runs every weight product in int8, a GGUF file's
+    /// blocks widened once at load (`DecoderModel::set_precision`).
     Int8,
     /// Weight products in bf16 with f32 sums: weights rounded to bf16 once at load
     /// (to nearest, ties to even), activations per row as they arrive, `vdpbf16ps`
