@@ -564,3 +564,61 @@ fn auto_allows_text_then_calls() {
         }
     }
 }
+
+#[test]
+/// Greedy `auto` after a history of text-then-call answers keeps every free token the
+/// grammar allows. (SmolLM2-135M then writes a sentence and a made-up
+/// `<tool_response>`, not a call: a greedy case of text then a call is still wanted.)
+fn auto_after_text_keeps_the_free_tokens() {
+    let tools = example_tools();
+    let qwen = smollm2()
+        .with_chat_template(QWEN25_TOOLS)
+        .expect("template");
+    // A history in which the assistant answered with a sentence and then a call, so
+    // that the model does so again.
+    let call = |city: &str| ToolCall {
+        name: "get_weather".into(),
+        arguments: format!(r#"{{"city": "{city}", "unit": "celsius"}}"#),
+    };
+    let primed = |q: &str| {
+        vec![
+            Message::new("user", "What is the weather in Oslo?"),
+            Message::with_calls("Let me check the weather in Oslo.", &[call("Oslo")]),
+            Message::tool_result(Some("call_1"), r#"{"temp": -3}"#),
+            Message::new("assistant", "It is -3 degrees in Oslo."),
+            Message::new("user", "What is the weather in Rome?"),
+            Message::with_calls("Let me check the weather in Rome.", &[call("Rome")]),
+            Message::tool_result(Some("call_2"), r#"{"temp": 18}"#),
+            Message::new("assistant", "It is 18 degrees in Rome."),
+            Message::new("user", q),
+        ]
+    };
+    for (name, tm) in [("smollm2", smollm2()), ("smollm2+qwen25_tools", &qwen)] {
+        for q in [
+            "What is the weather in Paris?",
+            "What is the weather in Lima?",
+        ] {
+            let p = tm
+                .encode_chat_tools(&primed(q), &tools)
+                .expect("chat prompt");
+            let free = run(tm, &p, &Sampling::greedy().max_tokens(80));
+            let c = grammar(&tools, ToolChoice::Auto, false);
+            let g = run(
+                tm,
+                &p,
+                &Sampling {
+                    constrain: Some(c.clone()),
+                    ..Sampling::greedy().max_tokens(80)
+                },
+            );
+            println!("{name} {q:?}: free {:?}, auto {:?}", free.text, g.text);
+            match first_refused(tm, &c, &free.ids) {
+                None => assert_eq!(g.ids, free.ids, "{name} {q}"),
+                Some(k) => {
+                    assert_eq!(g.ids[..k], free.ids[..k], "{name} {q}: before {k}");
+                    assert_ne!(g.ids.get(k), free.ids.get(k), "{name} {q}: step {k}");
+                }
+            }
+        }
+    }
+}
