@@ -6,7 +6,8 @@ Prints one JSON object: N sampled answers (temperature 1, `tool_choice: "require
 tools of TOOLS_FILE, 4 at a time) with every call checked (a given tool's name, arguments
 that validate with `jsonschema` against its `parameters`, a unique `call_…` id, `content`
 null, `finish_reason` "tool_calls"); answers to a named `tool_choice`; a streamed answer
-assembled from its `delta.tool_calls` beside the plain answer of the same seed; a
+assembled from its `delta.tool_calls` (the arguments arrive in pieces: how many chunks
+carried them) beside the plain answer of the same seed; a
 follow-up with the assistant's `tool_calls` and a `role: "tool"` result; `auto` and
 `none`; and the errors for bad input.
 """
@@ -113,6 +114,7 @@ plain = client.chat.completions.create(**req)
 pm = plain.choices[0].message
 calls = {}
 finish = None
+argument_chunks = 0
 for chunk in client.chat.completions.create(stream=True, **req):
     for ch in chunk.choices:
         finish = ch.finish_reason or finish
@@ -123,12 +125,14 @@ for chunk in client.chat.completions.create(stream=True, **req):
             if d.function is not None:
                 c["name"] += d.function.name or ""
                 c["arguments"] += d.function.arguments or ""
+                argument_chunks += bool(d.function.arguments)
 streamed = [calls[k] for k in sorted(calls)]
 out["stream"] = {
     "plain": [{"name": c.function.name, "arguments": c.function.arguments} for c in pm.tool_calls or []],
     "streamed": [{"name": c["name"], "arguments": c["arguments"]} for c in streamed],
     "ids": all((c["id"] or "").startswith("call_") for c in streamed),
     "finish_reason": [plain.choices[0].finish_reason, finish],
+    "argument_chunks": argument_chunks,
 }
 
 # A follow-up: the assistant's calls and each call's result, then an answer.

@@ -1325,8 +1325,8 @@ fn a_steered_request_beside_seven_plain_ones_equals_its_solo_run() {
 
 /// The tool-call checks of `openai_tools.py` against one server: every sampled
 /// `required` call and every named one names a given tool with arguments that validate;
-/// a stream assembles into the plain answer's calls; a follow-up answers; bad input is a
-/// 400 naming the field.
+/// a stream assembles into the plain answer's calls, the arguments in more chunks than
+/// there are calls; a follow-up answers; bad input is a 400 naming the field.
 fn tool_calls_hold(server: &Server, model: &str, n: usize) {
     let tools_file = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/tools.json");
     let out = run_script(
@@ -1354,6 +1354,11 @@ fn tool_calls_hold(server: &Server, model: &str, n: usize) {
     let st = &out["stream"];
     assert!(!st["plain"].as_array().unwrap().is_empty(), "{st}");
     assert_eq!(st["plain"], st["streamed"], "{model}: stream vs plain");
+    // The arguments streamed in pieces as they were written, not whole at the end.
+    assert!(
+        st["argument_chunks"].as_u64().unwrap() > st["plain"].as_array().unwrap().len() as u64,
+        "{model}: {st}"
+    );
     assert_eq!(st["ids"], true);
     assert_eq!(
         st["finish_reason"],

@@ -716,9 +716,10 @@ impl GenerateRequest {
     }
 }
 
-/// Message `i` (role `role` as lucent names it, text `content`) as the prompt writes it:
-/// an assistant's calls and a tool's result in the generic form
-/// ([`lucent::pipeline::tools`]). Errors name `messages[i]…`.
+/// Message `i` (role `role` as lucent names it, text `content`) with an assistant's
+/// calls or a tool's result kept as such (the chat template renders them, or they are
+/// written in the generic form: [`lucent::pipeline::tools`]). Errors name
+/// `messages[i]…`.
 fn tool_message(i: usize, m: &ChatMessage, role: &str, content: &str) -> Result<Message, ApiError> {
     let calls = m.tool_calls.as_deref().unwrap_or_default();
     if !calls.is_empty() && role != "assistant" {
@@ -728,7 +729,7 @@ fn tool_message(i: usize, m: &ChatMessage, role: &str, content: &str) -> Result<
         ));
     }
     match role {
-        "tool" => Ok(tools::result_message(content)),
+        "tool" => Ok(Message::tool_result(m.tool_call_id.as_deref(), content)),
         "assistant" if !calls.is_empty() => {
             let mut read = Vec::with_capacity(calls.len());
             for (j, c) in calls.iter().enumerate() {
@@ -755,7 +756,7 @@ fn tool_message(i: usize, m: &ChatMessage, role: &str, content: &str) -> Result<
                     arguments: args.to_string(),
                 });
             }
-            Ok(tools::assistant_message(content, &read))
+            Ok(Message::with_calls(content, &read))
         }
         _ => Ok(Message::new(role, content)),
     }

@@ -34,7 +34,7 @@ use base64::Engine as _;
 use futures_util::StreamExt;
 use lucent::io::tokenizer::Tokenizer;
 use lucent::pipeline::generate::TokenLogprob;
-use lucent::pipeline::tools::{self, Tool, ToolCall};
+use lucent::pipeline::tools::{self, AnswerStream, StreamPart, Tool, ToolCall};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
@@ -230,14 +230,12 @@ async fn chat_inner(st: Arc<AppState>, body: Body) -> Result<Response, ApiError>
     }
     let (name, engine) = st.decoder(req.model.as_deref())?;
     let (name, engine) = (name.to_string(), engine.clone());
-    let mut messages = req.conversation()?;
+    let messages = req.conversation()?;
     let tools = req.tool_plan()?.filter(|p| p.offered()).map(|p| p.tools);
-    if let Some(t) = &tools {
-        messages = lucent::pipeline::tools::with_tools(&messages, t);
-    }
     let logprobs = req.chat_logprobs()?;
     let tm = engine.model().clone();
-    let ids = blocking(move || tm.encode_chat(&messages)).await?;
+    let offered = tools.clone().unwrap_or_default();
+    let ids = blocking(move || tm.encode_chat_tools(&messages, &offered)).await?;
     let plan = Plan {
         flavor: Flavor::Chat,
         id: response_id("chatcmpl"),
@@ -612,8 +610,8 @@ fn stream(
         offsets: Vec<usize>,
         /// Whether a choice has had its first chunk.
         started: Vec<bool>,
-        /// Chat with tools: each choice's text while it may be calls.
-        calls: Vec<CallStream>,
+        /// Chat with tools: each choice's answer, read as it comes.
+        calls: Vec<Option<AnswerStream>>,
         ended: bool,
     }
     let total = plan.prompts.len() * plan.n;
@@ -623,7 +621,9 @@ fn stream(
             .collect(),
         started: vec![false; total],
         cached: vec![0; total],
-        calls: (0..total).map(|_| CallStream::default()).collect(),
+        calls: (0..total)
+            .map(|_| plan.tools.as_deref().map(AnswerStream::new))
+            .collect(),
         left: total,
         completion: 0,
         ended: false,
@@ -697,16 +697,19 @@ fn stream(
                     out.push(chunk(&s, c));
                 }
                 Event::Step { text, logprob, inside, .. } => {
-                    let (text, calls) = match &s.plan.tools {
-                        Some(t) => s.calls[i].feed(&text, t),
+                    let (text, parts) = match &mut s.calls[i] {
+                        Some(reader) => (String::new(), reader.feed(&text)),
                         None => (text, Vec::new()),
                     };
-                    if text.is_empty() && logprob.is_none() && inside.is_none() {
-                        if calls.is_empty() {
+                    if s.calls[i].is_some() && logprob.is_none() && inside.is_none() {
+                        if parts.is_empty() {
                             continue;
                         }
-                        let from = s.calls[i].sent - calls.len();
-                        out.extend(call_chunks(i, from, &calls).into_iter().map(|c| chunk(&s, c)));
+                        let mut parts = part_chunks(i, parts);
+                        if first {
+                            parts[0]["delta"]["role"] = json!("assistant");
+                        }
+                        out.extend(parts.into_iter().map(|c| chunk(&s, c)));
                         return Some((out, s));
                     }
                     let lps: Vec<TokenLogprob> = logprob.into_iter().collect();
@@ -730,21 +733,16 @@ fn stream(
                         c["lucent"] = json!({"generated": [v]});
                     }
                     out.push(chunk(&s, c));
-                    let from = s.calls[i].sent - calls.len();
-                    out.extend(call_chunks(i, from, &calls).into_iter().map(|c| chunk(&s, c)));
+                    out.extend(part_chunks(i, parts).into_iter().map(|c| chunk(&s, c)));
                 }
                 Event::Done { finish_reason, completion_tokens, cached_tokens, .. } => {
                     s.left -= 1;
                     s.completion += completion_tokens;
                     s.cached[i] = cached_tokens;
                     let mut finish_reason = finish_reason;
-                    if let Some(t) = &s.plan.tools {
-                        let (rest, calls, were_calls) = s.calls[i].finish(t);
-                        if !rest.is_empty() {
-                            out.push(chunk(&s, json!({"index": i, "delta": {"content": rest}, "logprobs": null, "finish_reason": null})));
-                        }
-                        let from = s.calls[i].sent - calls.len();
-                        out.extend(call_chunks(i, from, &calls).into_iter().map(|c| chunk(&s, c)));
+                    if let Some(reader) = &mut s.calls[i] {
+                        let (parts, were_calls) = reader.finish();
+                        out.extend(part_chunks(i, parts).into_iter().map(|c| chunk(&s, c)));
                         if were_calls && finish_reason == "stop" {
                             finish_reason = "tool_calls";
                         }
@@ -771,13 +769,28 @@ fn stream(
 // ------------------------------------------------------------------ tool calls
 
 /// A `parameters` schema the grammar engine cannot use is the request's fault: found
-/// before anything is queued, naming `tools[i].function.parameters`.
+/// before anything is queued, naming `tools[i].function.parameters`. The whole grammar
+/// is compiled once; only when it fails is each tool's schema compiled alone, to name
+/// the one at fault.
 async fn check_tool_schemas(
     engine: &Arc<Engine>,
     req: &GenerateRequest,
     tools: Option<&[Tool]>,
 ) -> Result<(), ApiError> {
     let Some(tools) = tools else {
+        return Ok(());
+    };
+    let Some(c) = req
+        .tool_plan()?
+        .map(|p| p.constraint())
+        .transpose()?
+        .flatten()
+    else {
+        return Ok(());
+    };
+    let tm = engine.model().clone();
+    let whole = blocking(move || tm.compile(&c).map(drop)).await;
+    let Err(whole) = whole else {
         return Ok(());
     };
     for (i, t) in tools.iter().enumerate() {
@@ -787,19 +800,7 @@ async fn check_tool_schemas(
             .await
             .map_err(|e| e.with_param(&format!("tools[{i}].function.parameters")))?;
     }
-    // The whole grammar too (each schema compiles, so this one should).
-    if let Some(c) = req
-        .tool_plan()?
-        .map(|p| p.constraint())
-        .transpose()?
-        .flatten()
-    {
-        let tm = engine.model().clone();
-        blocking(move || tm.compile(&c).map(drop))
-            .await
-            .map_err(|e| e.with_param("tools"))?;
-    }
-    Ok(())
+    Err(whole.with_param("tools"))
 }
 
 /// OpenAI's `tool_calls` entries for `calls` (each with a fresh `call_…` id).
@@ -811,21 +812,23 @@ fn tool_calls_json(calls: &[ToolCall]) -> Value {
 }
 
 /// A chat answer's `message` and `finish_reason`: with tools offered and a text that
-/// is calls, `content: null`, the `tool_calls` and `finish_reason: "tool_calls"`;
-/// otherwise the text as content.
+/// makes calls (after text of its own, or none), `content` that text (`null` where it
+/// is whitespace), the `tool_calls` and `finish_reason: "tool_calls"`; otherwise the
+/// text as content.
 fn chat_message(
     text: &str,
     finish: Option<&'static str>,
     offered: Option<&[Tool]>,
 ) -> (Value, Option<&'static str>) {
-    if let Some(calls) = offered.and_then(|t| tools::parse_calls(text, t)) {
+    if let Some((content, calls)) = offered.and_then(|t| tools::split_answer(text, t)) {
         let finish = if finish == Some("stop") {
             Some("tool_calls")
         } else {
             finish
         };
+        let content = (!content.trim().is_empty()).then_some(content);
         return (
-            json!({"role": "assistant", "content": null, "refusal": null, "tool_calls": tool_calls_json(&calls)}),
+            json!({"role": "assistant", "content": content, "refusal": null, "tool_calls": tool_calls_json(&calls)}),
             finish,
         );
     }
@@ -835,84 +838,25 @@ fn chat_message(
     )
 }
 
-/// The stream chunks' choices of calls `from..` of choice `i`: for each call, one
-/// delta with its id, name and empty arguments, then one with the arguments (clients
-/// join the pieces of a call by its `index`).
-fn call_chunks(i: usize, from: usize, calls: &[ToolCall]) -> Vec<Value> {
-    let mut out = Vec::with_capacity(2 * calls.len());
-    for (k, c) in calls.iter().enumerate() {
-        let index = from + k;
-        out.push(json!({"index": i, "delta": {"tool_calls": [{"index": index, "id": tools::call_id(), "type": "function",
-            "function": {"name": c.name, "arguments": ""}}]}, "logprobs": null, "finish_reason": null}));
-        out.push(json!({"index": i, "delta": {"tool_calls": [{"index": index,
-            "function": {"arguments": c.arguments}}]}, "logprobs": null, "finish_reason": null}));
-    }
-    out
-}
-
-/// A streamed chat choice's text while tools are offered: held while it may still be
-/// calls (it is a prefix of `<tool_call>`, or starts with one), sent as content as soon
-/// as it cannot be; each call is sent when its closing tag arrives.
-#[derive(Default)]
-struct CallStream {
-    /// Text not sent yet.
-    held: String,
-    /// The answer is text: pieces go out as they come.
-    text: bool,
-    /// Calls sent so far.
-    sent: usize,
-}
-
-impl CallStream {
-    /// Take a step's text: what to send as content now, and the calls completed now.
-    fn feed(&mut self, piece: &str, offered: &[Tool]) -> (String, Vec<ToolCall>) {
-        if self.text {
-            return (piece.to_string(), Vec::new());
-        }
-        self.held.push_str(piece);
-        let t = self.held.trim_start();
-        if t.starts_with(tools::CALL_OPEN) {
-            let done = t
-                .rfind(tools::CALL_CLOSE)
-                .and_then(|end| tools::parse_calls(&t[..end + tools::CALL_CLOSE.len()], offered));
-            return match done {
-                Some(calls) if calls.len() > self.sent => {
-                    let new = calls[self.sent..].to_vec();
-                    self.sent = calls.len();
-                    (String::new(), new)
+/// The stream chunks' choices for what choice `i`'s answer says now
+/// ([`tools::AnswerStream`]): content deltas; a call's first delta with its `index`,
+/// a fresh id, `type` and `function.name` (`arguments: ""`); then its arguments in the
+/// pieces they arrived in (clients join the pieces of a call by its `index`).
+fn part_chunks(i: usize, parts: Vec<StreamPart>) -> Vec<Value> {
+    parts
+        .into_iter()
+        .map(|p| {
+            let delta = match p {
+                StreamPart::Content(text) => json!({"content": text}),
+                StreamPart::CallStart { index, name } => json!({"tool_calls": [{"index": index,
+                    "id": tools::call_id(), "type": "function", "function": {"name": name, "arguments": ""}}]}),
+                StreamPart::Arguments { index, text } => {
+                    json!({"tool_calls": [{"index": index, "function": {"arguments": text}}]})
                 }
-                _ => (String::new(), Vec::new()),
             };
-        }
-        if tools::CALL_OPEN.starts_with(t) {
-            return (String::new(), Vec::new());
-        }
-        self.text = true;
-        (std::mem::take(&mut self.held), Vec::new())
-    }
-
-    /// At the end: text still to send, the calls not sent yet, and whether the answer
-    /// was calls (as [`chat_message`] reads the whole text).
-    fn finish(&mut self, offered: &[Tool]) -> (String, Vec<ToolCall>, bool) {
-        if self.text {
-            return (String::new(), Vec::new(), false);
-        }
-        match tools::parse_calls(&self.held, offered) {
-            Some(calls) => {
-                let new = calls.get(self.sent..).unwrap_or_default().to_vec();
-                self.sent = calls.len();
-                (String::new(), new, true)
-            }
-            None => {
-                // Not calls after all (cut short): what was not sent as a call is text.
-                let rest = match self.held.rfind(tools::CALL_CLOSE) {
-                    Some(end) if self.sent > 0 => &self.held[end + tools::CALL_CLOSE.len()..],
-                    _ => &self.held,
-                };
-                (rest.to_string(), Vec::new(), false)
-            }
-        }
-    }
+            json!({"index": i, "delta": delta, "logprobs": null, "finish_reason": null})
+        })
+        .collect()
 }
 
 // ------------------------------------------------------------------ embeddings

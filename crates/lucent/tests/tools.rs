@@ -325,3 +325,300 @@ fn sampled_required_answers_are_calls_of_given_tools() {
         }
     }
 }
+
+/// The template with a tools section that the reference renderings use.
+const QWEN25_TOOLS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../tests/data/chat_templates/qwen25_tools.jinja"
+);
+
+/// A conversation in OpenAI's shape as lucent's messages.
+fn messages_of(v: &Value) -> Vec<Message> {
+    v.as_array()
+        .expect("messages")
+        .iter()
+        .map(|m| {
+            let content = m["content"].as_str().unwrap_or("");
+            match m["role"].as_str().expect("role") {
+                "tool" => Message::tool_result(m["tool_call_id"].as_str(), content),
+                "assistant" if m.get("tool_calls").is_some() => {
+                    let calls: Vec<ToolCall> = m["tool_calls"]
+                        .as_array()
+                        .expect("calls")
+                        .iter()
+                        .map(|c| ToolCall {
+                            name: c["function"]["name"].as_str().expect("name").into(),
+                            arguments: c["function"]["arguments"].to_string(),
+                        })
+                        .collect();
+                    Message::with_calls(content, &calls)
+                }
+                role => Message::new(role, content),
+            }
+        })
+        .collect()
+}
+
+/// Tools in OpenAI's shape as lucent's tools.
+fn tools_of(v: &Value) -> Vec<Tool> {
+    v.as_array()
+        .expect("tools")
+        .iter()
+        .map(|t| {
+            let f = &t["function"];
+            Tool::new(
+                f["name"].as_str().expect("name"),
+                f["description"].as_str(),
+                Some(f["parameters"].clone()),
+            )
+            .expect("tool")
+        })
+        .collect()
+}
+
+/// The cases of `scripts/chat_tools_reference.py` (Python jinja2, set up as Hugging
+/// Face's apply_chat_template).
+fn reference_cases() -> Vec<Value> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/data/chat_tools_reference.json"
+    );
+    let v: Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("read")).expect("JSON");
+    v["cases"].as_array().expect("cases").clone()
+}
+
+#[test]
+fn a_template_renders_tools_calls_and_results_as_jinja2_does() {
+    let t = lucent::pipeline::ChatTemplate::from_spec(QWEN25_TOOLS, "", "<|im_end|>")
+        .expect("template");
+    assert!(t.renders_tools());
+    for (k, case) in reference_cases().iter().enumerate() {
+        let rendered = t
+            .render_tools(
+                &messages_of(&case["messages"]),
+                &tools_of(&case["tools"]),
+                case["add_generation_prompt"].as_bool().expect("flag"),
+            )
+            .expect("render");
+        assert_eq!(
+            rendered,
+            case["rendered"].as_str().expect("text"),
+            "case {k}"
+        );
+    }
+    // Templates without a tools section (ChatML, Gemma's, SmolLM2's own) get the
+    // generic form.
+    for src in [
+        lucent::pipeline::chat::CHATML,
+        lucent::pipeline::chat::GEMMA,
+    ] {
+        assert!(!lucent::pipeline::ChatTemplate::new(src, "", "").renders_tools());
+    }
+    assert!(!smollm2()
+        .template
+        .as_ref()
+        .expect("SmolLM2's template")
+        .renders_tools());
+}
+
+#[test]
+fn a_model_with_a_tools_template_is_prompted_by_it() {
+    let tm = smollm2()
+        .with_chat_template(QWEN25_TOOLS)
+        .expect("template");
+    let t = tm.template.as_ref().expect("template");
+    for (k, case) in reference_cases().iter().enumerate() {
+        if !case["add_generation_prompt"].as_bool().expect("flag") {
+            continue;
+        }
+        let ids = tm
+            .encode_chat_tools(&messages_of(&case["messages"]), &tools_of(&case["tools"]))
+            .expect("encode");
+        let want = t
+            .encode(
+                tm.tokenizer.as_ref(),
+                case["rendered"].as_str().expect("text"),
+            )
+            .expect("encode reference");
+        assert_eq!(ids, want, "case {k}");
+    }
+    // SmolLM2's own template has no tools section: the generic form, as before.
+    let tools = example_tools();
+    let msgs = [Message::new("user", "Hi")];
+    assert_eq!(
+        smollm2().encode_chat_tools(&msgs, &tools).expect("encode"),
+        smollm2()
+            .encode_chat(&tools::with_tools(&msgs, &tools))
+            .expect("encode")
+    );
+}
+
+#[test]
+fn streamed_parts_join_to_the_whole_answer() {
+    let tools = example_tools();
+    let weather = tools::call_text(
+        "get_weather",
+        "{\"city\": \"Paris\",\n  \"unit\": \"celsius\"}",
+    );
+    let alarm = tools::call_text(
+        "set_alarm",
+        r#"{"time": "07:30", "days": ["mon", "tue"], "label": "a } b"}"#,
+    );
+    let texts = [
+        "It is sunny in Paris.".to_string(),
+        weather.clone(),
+        format!("{weather}\n{alarm}"),
+        format!("Let me check <tool_c first.\n{weather}\n{alarm}"),
+        format!("\n\n{weather}"),
+        "Almost a call: <tool_cal".to_string(),
+    ];
+    for text in &texts {
+        let whole = tools::split_answer(text, &tools);
+        for size in [1usize, 2, 3, 5, 8, 13, 1000] {
+            let mut reader = tools::AnswerStream::new(&tools);
+            let mut parts = Vec::new();
+            let chars: Vec<char> = text.chars().collect();
+            for piece in chars.chunks(size) {
+                parts.extend(reader.feed(&piece.iter().collect::<String>()));
+            }
+            let (rest, made_calls) = reader.finish();
+            parts.extend(rest);
+            let mut content = String::new();
+            let mut calls: Vec<ToolCall> = Vec::new();
+            let mut argument_parts = 0;
+            for p in parts {
+                match p {
+                    tools::StreamPart::Content(t) => content.push_str(&t),
+                    tools::StreamPart::CallStart { index, name } => {
+                        assert_eq!(index, calls.len());
+                        calls.push(ToolCall {
+                            name,
+                            arguments: String::new(),
+                        });
+                    }
+                    tools::StreamPart::Arguments { index, text } => {
+                        calls[index].arguments.push_str(&text);
+                        argument_parts += 1;
+                    }
+                }
+            }
+            match &whole {
+                Some((before, want)) => {
+                    let before = if before.trim().is_empty() { "" } else { before };
+                    assert_eq!(content, before, "{text:?} by {size}");
+                    assert_eq!(&calls, want, "{text:?} by {size}");
+                    assert!(made_calls);
+                    if size == 1 {
+                        assert!(
+                            argument_parts > calls.len(),
+                            "{text:?}: arguments in pieces"
+                        );
+                    }
+                }
+                None => {
+                    assert_eq!(&content, text, "{text:?} by {size}");
+                    assert!(calls.is_empty() && !made_calls);
+                }
+            }
+        }
+    }
+    // The arguments are the model's, compacted, keys in its order.
+    let (before, calls) = tools::split_answer(&texts[3], &tools).expect("calls");
+    assert_eq!(before, "Let me check <tool_c first.\n");
+    assert_eq!(calls[0].arguments, r#"{"city":"Paris","unit":"celsius"}"#);
+    assert_eq!(
+        calls[1].arguments,
+        r#"{"time":"07:30","days":["mon","tue"],"label":"a } b"}"#
+    );
+}
+
+#[test]
+fn auto_allows_text_then_calls() {
+    let tools = example_tools();
+    let call = tools::call_text("get_weather", r#"{"city": "Paris", "unit": "celsius"}"#);
+    for tm in [smollm2(), gemma3()] {
+        let auto = grammar(&tools, ToolChoice::Auto, true);
+        let one = grammar(&tools, ToolChoice::Auto, false);
+        let ids = |t: &str| tm.tokenizer.encode_ids(t, false, false).expect("encode");
+        for ok in [
+            "Just text.".to_string(),
+            call.clone(),
+            format!("I will look it up.\n{call}"),
+            format!("First <tool_ this.\n{call}\n{call}"),
+        ] {
+            assert_eq!(first_refused(tm, &auto, &ids(&ok)), None, "{ok}");
+        }
+        // Not two calls without parallel_tool_calls; nothing but a call after its tag;
+        // arguments its schema refuses.
+        for bad in [
+            format!("{call}\n{call}"),
+            "Text <tool_call> text".to_string(),
+            format!(
+                "Hi {}",
+                tools::call_text("get_weather", r#"{"city": "Paris", "unit": "kelvin"}"#)
+            ),
+        ] {
+            let c = if bad.starts_with('<') { &one } else { &auto };
+            assert!(first_refused(tm, c, &ids(&bad)).is_some(), "{bad}");
+        }
+    }
+}
+
+#[test]
+/// Greedy `auto` after a history of text-then-call answers keeps every free token the
+/// grammar allows. (SmolLM2-135M then writes a sentence and a made-up
+/// `<tool_response>`, not a call: a greedy case of text then a call is still wanted.)
+fn auto_after_text_keeps_the_free_tokens() {
+    let tools = example_tools();
+    let qwen = smollm2()
+        .with_chat_template(QWEN25_TOOLS)
+        .expect("template");
+    // A history in which the assistant answered with a sentence and then a call, so
+    // that the model does so again.
+    let call = |city: &str| ToolCall {
+        name: "get_weather".into(),
+        arguments: format!(r#"{{"city": "{city}", "unit": "celsius"}}"#),
+    };
+    let primed = |q: &str| {
+        vec![
+            Message::new("user", "What is the weather in Oslo?"),
+            Message::with_calls("Let me check the weather in Oslo.", &[call("Oslo")]),
+            Message::tool_result(Some("call_1"), r#"{"temp": -3}"#),
+            Message::new("assistant", "It is -3 degrees in Oslo."),
+            Message::new("user", "What is the weather in Rome?"),
+            Message::with_calls("Let me check the weather in Rome.", &[call("Rome")]),
+            Message::tool_result(Some("call_2"), r#"{"temp": 18}"#),
+            Message::new("assistant", "It is 18 degrees in Rome."),
+            Message::new("user", q),
+        ]
+    };
+    for (name, tm) in [("smollm2", smollm2()), ("smollm2+qwen25_tools", &qwen)] {
+        for q in [
+            "What is the weather in Paris?",
+            "What is the weather in Lima?",
+        ] {
+            let p = tm
+                .encode_chat_tools(&primed(q), &tools)
+                .expect("chat prompt");
+            let free = run(tm, &p, &Sampling::greedy().max_tokens(80));
+            let c = grammar(&tools, ToolChoice::Auto, false);
+            let g = run(
+                tm,
+                &p,
+                &Sampling {
+                    constrain: Some(c.clone()),
+                    ..Sampling::greedy().max_tokens(80)
+                },
+            );
+            println!("{name} {q:?}: free {:?}, auto {:?}", free.text, g.text);
+            match first_refused(tm, &c, &free.ids) {
+                None => assert_eq!(g.ids, free.ids, "{name} {q}"),
+                Some(k) => {
+                    assert_eq!(g.ids[..k], free.ids[..k], "{name} {q}: before {k}");
+                    assert_ne!(g.ids.get(k), free.ids.get(k), "{name} {q}: step {k}");
+                }
+            }
+        }
+    }
+}

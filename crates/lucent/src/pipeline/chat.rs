@@ -31,6 +31,13 @@
 //! at whitespace or ASCII case-mapped, as chat templates do; a template that cuts
 //! characters out of the middle of a message could cut a quote mark away.
 //!
+//! **Tools.** A template with a tools section (Hugging Face's `tools` variable, as Qwen
+//! 2.5's has) gets the tools, and the messages' calls and results, as those templates
+//! read them ([`ChatTemplate::render_tools`], [`Message::to_template`]); `tojson` is
+//! Python's `json.dumps` as `apply_chat_template` defines it. Which templates render
+//! tools in a form lucent reads back is [`ChatTemplate::renders_tools`]; the others get
+//! the generic form of [`crate::pipeline::tools`].
+//!
 //! **A template is code from the model file.** Rendering is bounded: at most
 //! [`RENDER_FUEL`] template instructions (plus [`FUEL_PER_MESSAGE`] per message) and
 //! [`MAX_RENDERED_BYTES`] of output (plus four times the messages' own length), so
@@ -41,6 +48,7 @@ use serde::Serialize;
 use crate::io::gguf::GgufFile;
 use crate::io::gguf_tokenizer::{GgufTokenizer, QUOTE_MARK};
 use crate::io::tokenizer::Tokenizer;
+use crate::pipeline::tools::{self, Tool, ToolCall};
 use crate::{Error, Result};
 
 /// Template instructions a rendering may run, besides [`FUEL_PER_MESSAGE`] per message
@@ -54,10 +62,16 @@ pub const MAX_RENDERED_BYTES: usize = 1 << 20;
 /// One message of a conversation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Message {
-    /// `system`, `user` or `assistant`.
+    /// `system`, `user`, `assistant` or `tool` (a tool's result).
     pub role: String,
     /// The text.
     pub content: String,
+    /// Assistant: the tools it called, after its text (OpenAI's `tool_calls`).
+    #[serde(skip)]
+    pub tool_calls: Vec<ToolCall>,
+    /// Tool: the id of the call this message is the result of (OpenAI's `tool_call_id`).
+    #[serde(skip)]
+    pub tool_call_id: Option<String>,
 }
 
 impl Message {
@@ -66,7 +80,60 @@ impl Message {
         Message {
             role: role.into(),
             content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
         }
+    }
+
+    /// An assistant message with text `content` (may be empty) that called `calls`.
+    pub fn with_calls(content: &str, calls: &[ToolCall]) -> Self {
+        Message {
+            tool_calls: calls.to_vec(),
+            ..Message::new("assistant", content)
+        }
+    }
+
+    /// A tool's result `content`, for the call `id` if given (role `tool`).
+    pub fn tool_result(id: Option<&str>, content: &str) -> Self {
+        Message {
+            tool_call_id: id.map(str::to_string),
+            ..Message::new("tool", content)
+        }
+    }
+
+    /// Whether the message is part of a tool exchange (a call or a result), which a
+    /// template without a tools section cannot render as it is.
+    pub fn is_tool_part(&self) -> bool {
+        !self.tool_calls.is_empty() || self.role == "tool"
+    }
+
+    /// The message as Hugging Face templates read it: `role`, `content`, and where
+    /// given `tool_calls` (`[{"id", "type": "function", "function": {"name",
+    /// "arguments"}}]`, the arguments an object, as those templates expect) and
+    /// `tool_call_id`.
+    pub fn to_template(&self) -> serde_json::Value {
+        let mut m = serde_json::Map::new();
+        m.insert("role".into(), self.role.clone().into());
+        m.insert("content".into(), self.content.clone().into());
+        if !self.tool_calls.is_empty() {
+            let calls: Vec<serde_json::Value> = self
+                .tool_calls
+                .iter()
+                .map(|c| {
+                    let args = serde_json::from_str(&c.arguments)
+                        .unwrap_or_else(|_| serde_json::Value::String(c.arguments.clone()));
+                    serde_json::json!({
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": args},
+                    })
+                })
+                .collect();
+            m.insert("tool_calls".into(), calls.into());
+        }
+        if let Some(id) = &self.tool_call_id {
+            m.insert("tool_call_id".into(), id.clone().into());
+        }
+        serde_json::Value::Object(m)
     }
 }
 
@@ -204,17 +271,83 @@ impl ChatTemplate {
     /// Render `messages`; with `add_generation_prompt`, end with the assistant's cue.
     /// A template that runs out of its instruction budget or writes more than its output
     /// budget (module docs) is an error.
-    #[cfg(feature = "chat-templates")]
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        self.render_tools(messages, &[], add_generation_prompt)
+    }
+
+    /// Render `messages` with `tools` in the template's `tools` variable (OpenAI's list,
+    /// `[{"type": "function", "function": {...}}]`, as Hugging Face templates take it;
+    /// undefined when `tools` is empty) and the messages' calls and results as those
+    /// templates read them ([`Message::to_template`]). Whether the template writes them
+    /// in a form lucent reads back is [`ChatTemplate::renders_tools`].
+    pub fn render_tools(
+        &self,
+        messages: &[Message],
+        tools: &[Tool],
+        add_generation_prompt: bool,
+    ) -> Result<String> {
+        let tools: Vec<serde_json::Value> = tools.iter().map(Tool::to_openai).collect();
+        self.render_values(messages, &tools, add_generation_prompt)
+    }
+
+    /// Whether the template renders tools itself, in a form lucent reads back: it has a
+    /// tools section (Hugging Face's `tools` variable) and writes an assistant's calls
+    /// and a tool's results, the calls in the Hermes / Qwen 2.5 form that is also
+    /// lucent's generic form (`<tool_call>\n{"name": …, "arguments": …}\n</tool_call>`).
+    /// Found by rendering a probe conversation (a marker tool, a call of it and its
+    /// result) and looking for each part. A template that writes calls another way
+    /// (Llama 3.1's bare JSON with `"parameters"`), or none, is false: the conversation
+    /// then gets the generic form ([`tools::generic_messages`]).
+    pub fn renders_tools(&self) -> bool {
+        const NAME: &str = "lucent_probe_function";
+        const DESCRIPTION: &str = "\u{FDD3}";
+        const RESULT: &str = "\u{FDD4}";
+        let Ok(tool) = Tool::new(NAME, Some(DESCRIPTION), None) else {
+            return false;
+        };
+        let call = ToolCall {
+            name: NAME.into(),
+            arguments: r#"{"k": "v"}"#.into(),
+        };
+        let msgs = [
+            Message::new("user", "u"),
+            Message::with_calls("", std::slice::from_ref(&call)),
+            Message::tool_result(Some("call_0"), RESULT),
+        ];
+        let Ok(out) = self.render_tools(&msgs, &[tool], true) else {
+            return false;
+        };
+        out.contains(DESCRIPTION)
+            && out.contains(RESULT)
+            && out.contains(&tools::call_text(NAME, r#"{"k": "v"}"#))
+    }
+
+    /// [`ChatTemplate::render_tools`] with the tools already in OpenAI's shape.
+    #[cfg(feature = "chat-templates")]
+    fn render_values(
+        &self,
+        messages: &[Message],
+        tools: &[serde_json::Value],
+        add_generation_prompt: bool,
+    ) -> Result<String> {
         use minijinja::{context, Environment};
         let n = messages.len() as u64;
         let text_bytes: usize = messages
             .iter()
-            .map(|m| m.role.len() + m.content.len())
-            .sum();
+            .map(|m| {
+                m.role.len()
+                    + m.content.len()
+                    + m.tool_calls
+                        .iter()
+                        .map(|c| c.name.len() + c.arguments.len())
+                        .sum::<usize>()
+            })
+            .sum::<usize>()
+            + tools.iter().map(|t| t.to_string().len()).sum::<usize>();
         let mut env = Environment::new();
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         minijinja_contrib::add_to_environment(&mut env);
+        env.add_filter("tojson", python_tojson);
         env.set_fuel(Some(
             RENDER_FUEL.saturating_add(FUEL_PER_MESSAGE.saturating_mul(n)),
         ));
@@ -229,7 +362,8 @@ impl ChatTemplate {
         };
         tmpl.render_captured_to(
             context! {
-                messages => messages,
+                messages => messages.iter().map(Message::to_template).collect::<Vec<_>>(),
+                tools => (!tools.is_empty()).then_some(tools),
                 add_generation_prompt => add_generation_prompt,
                 bos_token => self.bos,
                 eos_token => self.eos,
@@ -250,9 +384,15 @@ impl ChatTemplate {
             .map_err(|e| Error::Tokenizer(format!("chat template wrote invalid UTF-8: {e}")))
     }
 
-    /// Render `messages` (this build has no `chat-templates` feature: an error).
+    /// Render `messages` with tools (this build has no `chat-templates` feature: an
+    /// error).
     #[cfg(not(feature = "chat-templates"))]
-    pub fn render(&self, _messages: &[Message], _add_generation_prompt: bool) -> Result<String> {
+    fn render_values(
+        &self,
+        _messages: &[Message],
+        _tools: &[serde_json::Value],
+        _add_generation_prompt: bool,
+    ) -> Result<String> {
         Err(Error::Tokenizer(
             "this build of lucent has no `chat-templates` feature (Jinja chat templates); \
              give a raw prompt, or build with the feature"
@@ -264,10 +404,28 @@ impl ChatTemplate {
     /// the messages, with every role and content quoted so that control-token text in
     /// them stays text (module docs); BOS is added as the tokenizer's flags say unless
     /// the template wrote it. With `add_generation_prompt`, ends with the assistant's cue.
+    /// Calls and tool results among the messages are written as
+    /// [`ChatTemplate::encode_tools`] writes them.
     pub fn encode_messages(
         &self,
         tok: &dyn Tokenizer,
         messages: &[Message],
+        add_generation_prompt: bool,
+    ) -> Result<Vec<u32>> {
+        self.encode_tools(tok, messages, &[], add_generation_prompt)
+    }
+
+    /// Token ids of a conversation that offers `tools` (may be empty) or carries calls
+    /// and tool results: where the template renders tools itself
+    /// ([`ChatTemplate::renders_tools`]) it gets them, the calls and the results (their
+    /// text quoted like the messages'); otherwise they are written in lucent's generic
+    /// form ([`tools::generic_messages`]) into plain system, user and assistant turns.
+    /// The rest is [`ChatTemplate::encode_messages`].
+    pub fn encode_tools(
+        &self,
+        tok: &dyn Tokenizer,
+        messages: &[Message],
+        tools: &[Tool],
         add_generation_prompt: bool,
     ) -> Result<Vec<u32>> {
         if [&self.source, &self.bos, &self.eos]
@@ -279,14 +437,46 @@ impl ChatTemplate {
                     .into(),
             ));
         }
+        let with_tools = !tools.is_empty() || messages.iter().any(Message::is_tool_part);
+        let own = with_tools && self.renders_tools();
+        let generic;
+        let messages = if with_tools && !own {
+            generic = tools::generic_messages(messages, tools);
+            &generic[..]
+        } else {
+            messages
+        };
+        // Quoting JSON text keeps it JSON: marks go only in front of control-token
+        // spellings, which JSON holds only inside strings.
         let quoted: Vec<Message> = messages
             .iter()
             .map(|m| Message {
                 role: tok.quote_text(&m.role),
                 content: tok.quote_text(&m.content),
+                tool_calls: m
+                    .tool_calls
+                    .iter()
+                    .map(|c| ToolCall {
+                        name: tok.quote_text(&c.name),
+                        arguments: tok.quote_text(&c.arguments),
+                    })
+                    .collect(),
+                tool_call_id: m.tool_call_id.as_deref().map(|id| tok.quote_text(id)),
             })
             .collect();
-        let rendered = self.render_given(&quoted, add_generation_prompt)?;
+        let rendered = if own {
+            let tools: Vec<serde_json::Value> = tools
+                .iter()
+                .map(|t| {
+                    serde_json::from_str(&tok.quote_text(&t.to_openai().to_string()))
+                        .map_err(|e| Error::Tokenizer(format!("tool {:?}: {e}", t.name)))
+                })
+                .collect::<Result<_>>()?;
+            // The template's own system turn holds the tools section: rendered as it is.
+            self.render_values(&quoted, &tools, add_generation_prompt)?
+        } else {
+            self.render_given(&quoted, add_generation_prompt)?
+        };
         let has_bos = !self.bos.is_empty() && rendered.starts_with(&self.bos);
         tok.encode_quoted(&rendered, !has_bos)
     }
@@ -309,6 +499,92 @@ pub fn special_texts(tok: &GgufTokenizer) -> (String, String) {
             .to_string()
     };
     (text(tok.bos_id()), text(tok.eos_id()))
+}
+
+/// Jinja's `tojson` as Hugging Face's `apply_chat_template` defines it (Python's
+/// `json.dumps(x, ensure_ascii=False, indent=indent)`): `", "` and `": "` between items,
+/// keys in their given order, non-ASCII text as it is, no HTML escaping; with `indent`,
+/// one item a line. (minijinja's own filter writes compact JSON with `<` escaped, which
+/// no model was trained on.)
+#[cfg(feature = "chat-templates")]
+fn python_tojson(
+    value: &minijinja::Value,
+    indent: Option<minijinja::Value>,
+    args: minijinja::value::Kwargs,
+) -> std::result::Result<minijinja::Value, minijinja::Error> {
+    use minijinja::{Error as JinjaError, ErrorKind};
+    let indent = match indent {
+        Some(i) => Some(i),
+        None => args.get::<Option<minijinja::Value>>("indent")?,
+    };
+    args.assert_all_used()?;
+    let indent = match indent {
+        None => None,
+        Some(v) if v.is_none() => None,
+        Some(v) => Some(usize::try_from(v).map_err(|_| {
+            JinjaError::new(
+                ErrorKind::InvalidOperation,
+                "tojson: indent must be a number",
+            )
+        })?),
+    };
+    let mut out = Vec::new();
+    let written = match indent {
+        Some(n) => {
+            let pad = " ".repeat(n);
+            let f = serde_json::ser::PrettyFormatter::with_indent(pad.as_bytes());
+            serde::Serialize::serialize(
+                value,
+                &mut serde_json::Serializer::with_formatter(&mut out, f),
+            )
+        }
+        None => serde::Serialize::serialize(
+            value,
+            &mut serde_json::Serializer::with_formatter(&mut out, PythonFormatter),
+        ),
+    };
+    written.map_err(|e| {
+        JinjaError::new(ErrorKind::InvalidOperation, "tojson: cannot write as JSON").with_source(e)
+    })?;
+    let text = String::from_utf8(out).map_err(|e| {
+        JinjaError::new(ErrorKind::InvalidOperation, "tojson: not UTF-8").with_source(e)
+    })?;
+    Ok(minijinja::Value::from_safe_string(text))
+}
+
+/// serde_json's compact form with Python's default separators (`", "`, `": "`).
+#[cfg(feature = "chat-templates")]
+struct PythonFormatter;
+
+#[cfg(feature = "chat-templates")]
+impl serde_json::ser::Formatter for PythonFormatter {
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            w.write_all(b", ")
+        }
+    }
+
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            w.write_all(b", ")
+        }
+    }
+
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(b": ")
+    }
 }
 
 /// A writer that refuses to grow past `limit` bytes (`over` says that it refused).

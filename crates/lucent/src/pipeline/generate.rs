@@ -175,6 +175,17 @@ impl TextModel {
     /// template's own control tokens are parsed ([`ChatTemplate::encode_messages`]).
     /// Errors for a model without a template.
     pub fn encode_chat(&self, messages: &[Message]) -> Result<Vec<u32>> {
+        self.encode_chat_tools(messages, &[])
+    }
+
+    /// [`TextModel::encode_chat`] for a conversation that offers `tools` or carries
+    /// calls and their results: the template renders them where it can, else they take
+    /// lucent's generic form ([`ChatTemplate::encode_tools`]).
+    pub fn encode_chat_tools(
+        &self,
+        messages: &[Message],
+        tools: &[crate::pipeline::tools::Tool],
+    ) -> Result<Vec<u32>> {
         let template = self.template.as_ref().ok_or_else(|| {
             Error::Argument(format!(
                 "{} has no chat template (tokenizer.chat_template): it is a base model that \
@@ -187,7 +198,7 @@ impl TextModel {
                     .to_string_lossy()
             ))
         })?;
-        template.encode_messages(self.tokenizer.as_ref(), messages, true)
+        template.encode_tools(self.tokenizer.as_ref(), messages, tools, true)
     }
 
     /// The tokenizer's vocabulary as the grammar engine sees it (a trie of every token's

@@ -3,6 +3,11 @@
 //! for each tool's `parameters` (a [`Constraint`] of the sampler chain), and the answer's
 //! text is read back as calls.
 //!
+//! **The model's own template** renders the tools, the calls and the results where it
+//! has a tools section that writes calls in the Hermes / Qwen 2.5 form
+//! ([`ChatTemplate::renders_tools`](crate::pipeline::ChatTemplate::renders_tools));
+//! otherwise the conversation takes the generic form ([`generic_messages`]).
+//!
 //! **The generic form** (lucent's one documented form, Hermes / Qwen style; see
 //! `docs/tool-calls.md`). The tools are listed as JSON in a section of the system
 //! message ([`system_section`]; a system message is put in front when the conversation
@@ -25,9 +30,12 @@
 //! with the tool's `parameters` as the schema's root (so its `$ref`s resolve), then
 //! `}\n</tool_call>`. `required` allows any tool's call, a named function only its own;
 //! `parallel_tool_calls` allows one call or several (at most [`MAX_PARALLEL_CALLS`]).
-//! `auto` allows either a call (from the first byte: the answer is calls only) or text
-//! that nowhere spells `<tool_call>`, so a call is never written unconstrained. `none`
+//! `auto` allows text that nowhere spells `<tool_call>`, or text up to its first
+//! `<tool_call>` and then calls, so a call is never written unconstrained. `none`
 //! gives no constraint (and the caller writes no tools into the prompt).
+//!
+//! **Reading back**: [`split_answer`] takes a whole answer apart into its text and its
+//! calls; [`AnswerStream`] does it as the text arrives, a call's arguments in pieces.
 
 use serde_json::Value;
 
@@ -39,6 +47,8 @@ use crate::{Error, Result};
 pub const CALL_OPEN: &str = "<tool_call>";
 /// The text that closes a call.
 pub const CALL_CLOSE: &str = "</tool_call>";
+/// The text after a call's arguments: the call object's `}` and the closing tag.
+pub const ARGS_CLOSE: &str = "}\n</tool_call>";
 /// The most calls one answer may make with `parallel_tool_calls`. Unbounded, a small
 /// model at temperature 1 tends to call again and again until `max_tokens` cuts a call
 /// in half (SmolLM2-135M did so in the tests); OpenAI sets no number.
@@ -108,7 +118,7 @@ pub enum ToolChoice {
 }
 
 /// One call the model made, read back from its text.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ToolCall {
     /// The tool's name (one of those given).
     pub name: String,
@@ -175,6 +185,26 @@ pub fn result_message(content: &str) -> Message {
     )
 }
 
+/// `messages` in the generic form, for a template that does not render tools itself:
+/// each assistant message's calls written after its text ([`assistant_message`]), each
+/// tool result a user turn ([`result_message`]), and, when `tools` is not empty, the
+/// tools section in the system message ([`with_tools`]).
+pub fn generic_messages(messages: &[Message], tools: &[Tool]) -> Vec<Message> {
+    let plain: Vec<Message> = messages
+        .iter()
+        .map(|m| match m.role.as_str() {
+            "tool" => result_message(&m.content),
+            "assistant" if !m.tool_calls.is_empty() => assistant_message(&m.content, &m.tool_calls),
+            _ => m.clone(),
+        })
+        .collect();
+    if tools.is_empty() {
+        plain
+    } else {
+        with_tools(&plain, tools)
+    }
+}
+
 /// The Lark grammar that holds an answer to the calls `choice` allows of `tools` (one,
 /// or with `parallel` one or more); None for [`ToolChoice::None`]. Errors if there are
 /// no tools or `choice` names a function that is not one of them.
@@ -203,28 +233,40 @@ pub fn constraint(
         }
         _ => tools.iter().enumerate().collect(),
     };
-    let mut g = String::new();
-    g.push_str(match choice {
-        ToolChoice::Auto => "start: TEXT | calls\n",
-        _ => "start: calls\n",
-    });
-    // One call, or up to MAX_PARALLEL_CALLS: call ("\n" call ("\n" call)?)?
-    let mut calls = String::from("call");
+    // `auto`: text that nowhere spells `<tool_call>` (the whole answer), or text up to
+    // its first `<tool_call>` (PRELUDE, empty or not; one lexeme, so the lexer never has
+    // to take back text it gave TEXT) followed by that call's rest and maybe more calls.
+    // Otherwise: calls from the first byte.
+    // Further calls with parallel_tool_calls, up to MAX_PARALLEL_CALLS in all:
+    // ("\n" call ("\n" call)?)?
+    let mut more = String::new();
     if parallel {
         for _ in 1..MAX_PARALLEL_CALLS {
-            calls = format!("call (\"\\n\" {calls})?");
+            more = format!(" (\"\\n\" call{more})?");
         }
     }
-    g.push_str(&format!("calls: {calls}\n"));
-    let alts: Vec<String> = allowed.iter().map(|(i, _)| format!("call_{i}")).collect();
-    g.push_str(&format!("call: {}\n", alts.join(" | ")));
+    let mut g = match choice {
+        ToolChoice::Auto => format!("start: TEXT | PRELUDE first{more}\n"),
+        _ => format!("start: call{more}\n"),
+    };
+    let alts = |prefix: &str| -> String {
+        allowed
+            .iter()
+            .map(|(i, _)| format!("{prefix}_{i}"))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+    g.push_str(&format!("call: {}\n", alts("call")));
+    if *choice == ToolChoice::Auto {
+        g.push_str(&format!("first: {}\n", alts("body")));
+    }
     for (i, t) in &allowed {
-        let open = format!("{CALL_OPEN}\n{{\"name\": \"{}\", \"arguments\": ", t.name);
-        let close = format!("}}\n{CALL_CLOSE}");
+        let open = format!("\n{{\"name\": \"{}\", \"arguments\": ", t.name);
         g.push_str(&format!(
-            "call_{i}: {} args_{i} {}\n",
+            "call_{i}: {} body_{i}\nbody_{i}: {} args_{i} {}\n",
+            Value::String(CALL_OPEN.into()),
             Value::String(open),
-            Value::String(close)
+            Value::String(ARGS_CLOSE.into())
         ));
         let mut schema = t.parameters.clone();
         if let Value::Object(o) = &mut schema {
@@ -235,6 +277,7 @@ pub fn constraint(
     }
     if *choice == ToolChoice::Auto {
         g.push_str("TEXT: /(?s:.+)/ & ~/(?s:.*<tool_call>.*)/\n");
+        g.push_str("PRELUDE: /(?s:.*<tool_call>)/ & ~/(?s:.*<tool_call>.+)/\n");
     }
     Ok(Some(Constraint::Lark(g)))
 }
@@ -248,20 +291,311 @@ pub fn parse_calls(text: &str, tools: &[Tool]) -> Option<Vec<ToolCall>> {
     while !rest.is_empty() {
         let body = rest.strip_prefix(CALL_OPEN)?;
         let end = body.find(CALL_CLOSE)?;
-        let v: Value = serde_json::from_str(body[..end].trim()).ok()?;
+        let written = body[..end].trim();
+        let v: Value = serde_json::from_str(written).ok()?;
         let o = v.as_object()?;
         let name = o.get("name")?.as_str()?;
         let args = o.get("arguments")?;
         if !args.is_object() || !tools.iter().any(|t| t.name == name) {
             return None;
         }
+        // The arguments as the model wrote them (compacted), where the call has the
+        // form the grammar writes; else as parsed.
+        let arguments = written
+            .strip_prefix(&call_head(name))
+            .and_then(|r| r.strip_suffix('}'))
+            .map_or_else(|| args.to_string(), compact_json);
         calls.push(ToolCall {
             name: name.to_string(),
-            arguments: args.to_string(),
+            arguments,
         });
         rest = body[end + CALL_CLOSE.len()..].trim_start();
     }
     (!calls.is_empty()).then_some(calls)
+}
+
+/// An answer's text read as `auto` allows it: the text before its first `<tool_call>`
+/// (`content`, as written) and the calls from there on, when they are calls
+/// ([`parse_calls`]); None for an answer without calls, or whose calls do not read.
+pub fn split_answer<'a>(text: &'a str, tools: &[Tool]) -> Option<(&'a str, Vec<ToolCall>)> {
+    let at = text.find(CALL_OPEN)?;
+    let calls = parse_calls(&text[at..], tools)?;
+    Some((&text[..at], calls))
+}
+
+/// A call's JSON up to its arguments, as the grammar writes it after `<tool_call>\n`:
+/// `{"name": "NAME", "arguments": `.
+fn call_head(name: &str) -> String {
+    format!(
+        "{{\"name\": {}, \"arguments\": ",
+        Value::String(name.into())
+    )
+}
+
+/// `json` without the whitespace between its tokens (whitespace inside strings stays).
+pub fn compact_json(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    JsonCompactor::default().push(json, &mut out);
+    out
+}
+
+/// [`compact_json`] for JSON text that arrives in pieces.
+#[derive(Clone, Debug, Default)]
+pub struct JsonCompactor {
+    in_string: bool,
+    escaped: bool,
+}
+
+impl JsonCompactor {
+    /// Append `piece` to `out` without the whitespace outside strings.
+    pub fn push(&mut self, piece: &str, out: &mut String) {
+        for c in piece.chars() {
+            if self.in_string {
+                if self.escaped {
+                    self.escaped = false;
+                } else if c == '\\' {
+                    self.escaped = true;
+                } else if c == '"' {
+                    self.in_string = false;
+                }
+            } else if c == '"' {
+                self.in_string = true;
+            } else if matches!(c, ' ' | '\t' | '\n' | '\r') {
+                continue;
+            }
+            out.push(c);
+        }
+    }
+}
+
+/// What a streamed answer says so far, piece by piece ([`AnswerStream`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StreamPart {
+    /// Text of the answer (what `auto` allows before a call, or a text answer).
+    Content(String),
+    /// Call `index` begins: its function's name.
+    CallStart {
+        /// Which call of the answer (0, 1, …).
+        index: usize,
+        /// The function called.
+        name: String,
+    },
+    /// A piece of call `index`'s arguments (compact JSON text; the pieces joined are
+    /// [`parse_calls`]' `arguments`).
+    Arguments {
+        /// Which call of the answer.
+        index: usize,
+        /// The piece.
+        text: String,
+    },
+}
+
+/// Reads an answer with tools offered as its text arrives, and says as soon as it can
+/// what it is: text goes out as [`StreamPart::Content`] except while it may be the start
+/// of `<tool_call>` (held) or is whitespace only (held until there is more, so that an
+/// answer of calls only sends no content); a call goes out as its name once its head
+/// `<tool_call>\n{"name": "…", "arguments": ` is complete, then its arguments piece by
+/// piece as they come (held only while they may be the start of the closing
+/// `}\n</tool_call>`). Joined, the parts equal [`split_answer`] of the whole text
+/// (content `None` where it is whitespace), for every way of cutting the text.
+#[derive(Clone, Debug)]
+pub struct AnswerStream {
+    tools: Vec<String>,
+    held: String,
+    state: StreamState,
+    /// Content sent so far (something other than whitespace).
+    said: bool,
+    calls: usize,
+    compactor: JsonCompactor,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StreamState {
+    /// Text, or not known yet.
+    Text,
+    /// In a call's head (`held` starts with `<tool_call>`).
+    Head,
+    /// In a call's arguments.
+    Arguments,
+    /// After a call: another, or the end.
+    Between,
+    /// Calls not in the grammar's form: read whole at the end.
+    Whole,
+}
+
+impl AnswerStream {
+    /// A reader for an answer that may call `tools`.
+    pub fn new(tools: &[Tool]) -> Self {
+        AnswerStream {
+            tools: tools.iter().map(|t| t.name.clone()).collect(),
+            held: String::new(),
+            state: StreamState::Text,
+            said: false,
+            calls: 0,
+            compactor: JsonCompactor::default(),
+        }
+    }
+
+    /// Calls begun so far.
+    pub fn calls(&self) -> usize {
+        self.calls
+    }
+
+    /// Take the next piece of the answer's text: what can be said now.
+    pub fn feed(&mut self, piece: &str) -> Vec<StreamPart> {
+        self.held.push_str(piece);
+        let mut out = Vec::new();
+        loop {
+            let before = (self.state, self.held.len());
+            match self.state {
+                StreamState::Text => self.read_text(&mut out),
+                StreamState::Head => self.read_head(&mut out),
+                StreamState::Arguments => self.read_arguments(&mut out),
+                StreamState::Between => {
+                    let t = self.held.trim_start();
+                    if t.starts_with(CALL_OPEN) {
+                        self.held = t.to_string();
+                        self.state = StreamState::Head;
+                    } else if !CALL_OPEN.starts_with(t) {
+                        self.state = StreamState::Whole;
+                    }
+                }
+                StreamState::Whole => {}
+            }
+            if (self.state, self.held.len()) == before {
+                return out;
+            }
+        }
+    }
+
+    /// The end of the answer: what is left to say, and whether the answer made calls.
+    pub fn finish(&mut self) -> (Vec<StreamPart>, bool) {
+        let mut out = Vec::new();
+        match self.state {
+            StreamState::Text if !self.held.is_empty() => {
+                out.push(StreamPart::Content(std::mem::take(&mut self.held)));
+            }
+            StreamState::Whole => {
+                let names: Vec<Tool> = self
+                    .tools
+                    .iter()
+                    .filter_map(|n| Tool::new(n, None, None).ok())
+                    .collect();
+                let text = std::mem::take(&mut self.held);
+                match parse_calls(&text, &names) {
+                    Some(calls) => {
+                        for c in calls {
+                            let index = self.calls;
+                            self.calls += 1;
+                            out.push(StreamPart::CallStart {
+                                index,
+                                name: c.name,
+                            });
+                            out.push(StreamPart::Arguments {
+                                index,
+                                text: c.arguments,
+                            });
+                        }
+                    }
+                    None if self.calls == 0 => out.push(StreamPart::Content(text)),
+                    None => {}
+                }
+            }
+            _ => {}
+        }
+        (out, self.calls > 0)
+    }
+
+    fn read_text(&mut self, out: &mut Vec<StreamPart>) {
+        if let Some(at) = self.held.find(CALL_OPEN) {
+            let text: String = self.held.drain(..at).collect();
+            if self.said || !text.trim().is_empty() {
+                out.push(StreamPart::Content(text));
+            }
+            self.state = StreamState::Head;
+            return;
+        }
+        let keep = longest_suffix_prefix(&self.held, CALL_OPEN);
+        let ready = &self.held[..self.held.len() - keep];
+        if !ready.is_empty() && (self.said || !ready.trim().is_empty()) {
+            out.push(StreamPart::Content(ready.to_string()));
+            self.said = true;
+            self.held.drain(..ready.len());
+        }
+    }
+
+    fn read_head(&mut self, out: &mut Vec<StreamPart>) {
+        let rest = &self.held[CALL_OPEN.len()..];
+        let open = "\n{\"name\": \"";
+        if rest.len() < open.len() {
+            if !open.starts_with(rest) {
+                self.state = StreamState::Whole;
+            }
+            return;
+        }
+        let Some(name_and_more) = rest.strip_prefix(open) else {
+            self.state = StreamState::Whole;
+            return;
+        };
+        let Some(q) = name_and_more.find('"') else {
+            return;
+        };
+        let name = &name_and_more[..q];
+        let head = format!("\n{}", call_head(name));
+        if rest.len() < head.len() {
+            if !head.starts_with(rest) {
+                self.state = StreamState::Whole;
+            }
+            return;
+        }
+        if !rest.starts_with(&head) || !self.tools.iter().any(|t| t == name) {
+            self.state = StreamState::Whole;
+            return;
+        }
+        out.push(StreamPart::CallStart {
+            index: self.calls,
+            name: name.to_string(),
+        });
+        self.held.drain(..CALL_OPEN.len() + head.len());
+        self.compactor = JsonCompactor::default();
+        self.state = StreamState::Arguments;
+    }
+
+    fn read_arguments(&mut self, out: &mut Vec<StreamPart>) {
+        let (upto, done) = match self.held.find(ARGS_CLOSE) {
+            Some(at) => (at, true),
+            None => (
+                self.held.len() - longest_suffix_prefix(&self.held, ARGS_CLOSE),
+                false,
+            ),
+        };
+        let mut text = String::new();
+        self.compactor.push(&self.held[..upto], &mut text);
+        if !text.is_empty() {
+            out.push(StreamPart::Arguments {
+                index: self.calls,
+                text,
+            });
+        }
+        if done {
+            self.held.drain(..upto + ARGS_CLOSE.len());
+            self.calls += 1;
+            self.state = StreamState::Between;
+        } else {
+            self.held.drain(..upto);
+        }
+    }
+}
+
+/// The length of the longest end of `text` that is a start of `pattern` (shorter than
+/// `pattern`), in bytes.
+fn longest_suffix_prefix(text: &str, pattern: &str) -> usize {
+    (1..pattern.len().min(text.len() + 1))
+        .rev()
+        .find(|&n| {
+            text.is_char_boundary(text.len() - n) && pattern.starts_with(&text[text.len() - n..])
+        })
+        .unwrap_or(0)
 }
 
 /// A fresh call id, `call_` and 24 letters and digits (OpenAI's form), unique with
