@@ -1,9 +1,10 @@
 """What constrained decoding costs: the same greedy requests to one `lucent serve`, free
 and with a `json_schema` that their free answer satisfies, rounds interleaved.
 
-Each request is a /v1/completions prompt of one small JSON document three times, a line
-each (`{"words": [...]}`, a stretch of a text of its own), which the model copies once more; the schema is that document's
-shape (an object with one array of strings). Calibration first: each prompt alone,
+Each request is a /v1/completions prompt asking the model to copy a small JSON document
+(`{"words": [...]}`, a stretch of a text of its own; one worked example, then the
+document, then "Output:" and a newline, so the answer starts at the brace); the schema
+is that document's shape (an object with one array of strings). Calibration first: each prompt alone,
 constrained, with room to finish; then free with max_tokens = the constrained answer's
 token count. Greedy and allowed at every step, the constrained tokens are the free
 ones, so both generate the same tokens: the script checks the texts and token counts
