@@ -18,7 +18,10 @@
 //!   returns a Pydantic object, a greedy `json_schema` answer equals `lucent generate
 //!   --json-schema`, a streamed one and every one of 40 sampled answers over five
 //!   schemas validate with `jsonschema`, a bad schema is a 400 naming `response_format`
-//!   and the server stays up; constrained streams beside unconstrained ones get exactly
+//!   and the server stays up; over 200 answers (SmolLM2 and Gemma 3, twenty schemas of
+//!   `structured_schemas.json` from one enum to nested objects with arrays, `anyOf`,
+//!   `$ref` and patterns, five each at temperature 1) every one ends with "stop", parses
+//!   and validates; constrained streams beside unconstrained ones get exactly
 //!   the tokens they get alone (each request's mask touches only its own row);
 //! - tool calls (`tools`, `tool_choice`): with SmolLM2 and Gemma 3 (`--chat-template
 //!   gemma`), every sampled `required` call and every named one names a given tool with
@@ -1135,6 +1138,55 @@ fn structured_outputs_validate_through_the_openai_client() {
     assert_eq!(out["bad_type"]["param"], "response_format");
     // And the server is still up.
     assert_eq!(server.get("/health").0, 200);
+}
+
+/// `openai_schemas.py` against one server: each of the twenty schemas of
+/// `structured_schemas.json` sampled five times (temperature 1, 8 at a time); every
+/// answer finishes, parses and validates with `jsonschema`.
+fn twenty_schemas_hold(server: &Server, model: &str) {
+    let schemas = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/structured_schemas.json");
+    let t0 = Instant::now();
+    let out = run_script(
+        &openai_python(),
+        "openai_schemas.py",
+        &[&server.base, model, "5", schemas.to_str().unwrap()],
+    );
+    println!(
+        "{model}: {} answers, {} tokens in {:.1} s; failures {}",
+        out["count"],
+        out["completion_tokens"],
+        t0.elapsed().as_secs_f64(),
+        out["failures"]
+    );
+    assert_eq!(out["schemas"], 20);
+    assert_eq!(out["count"], 100);
+    assert_eq!(out["failures"], json!([]), "{model}: {}", out["failures"]);
+    assert_eq!(server.get("/health").0, 200);
+}
+
+#[test]
+fn two_hundred_sampled_answers_over_twenty_schemas_all_validate() {
+    let server = Server::start_for(
+        600,
+        &["-m", "smollm2", "--parallel", "8", "--ctx-size", "1024"],
+    );
+    twenty_schemas_hold(&server, "smollm2");
+    drop(server);
+    // Gemma 3 270M is a base file without a template: the built-in `gemma` one.
+    let server = Server::start_for(
+        600,
+        &[
+            "-m",
+            "gemma3",
+            "--chat-template",
+            "gemma",
+            "--parallel",
+            "8",
+            "--ctx-size",
+            "1024",
+        ],
+    );
+    twenty_schemas_hold(&server, "gemma3");
 }
 
 #[test]

@@ -384,8 +384,9 @@ impl Scheduler {
 
     /// Put `job` into slot `i`.
     fn start(&mut self, i: usize, job: Job) {
-        // A constraint compiles against the model's vocabulary (the request was checked
-        // when it was planned).
+        // A constraint compiles against the model's vocabulary once: the request's check
+        // (when it was planned) compiled it, and this takes a copy of that grammar's
+        // start state from the vocabulary's cache (constrain::GRAMMAR_CACHE).
         let decoding = match self.model.decoding(&job.prompt, &job.sampling) {
             Ok(d) => d,
             Err(e) => {

@@ -367,3 +367,43 @@ fn constraints_the_engine_cannot_use_are_errors_that_say_why() {
         .to_string();
     assert!(e.contains("vocabulary"), "{e}");
 }
+
+#[test]
+fn a_kept_grammar_answers_as_a_fresh_compile_does() {
+    let tm = smollm2();
+    // A clone with a vocabulary of its own: it compiles everything afresh.
+    let mut fresh = tm.clone();
+    fresh.vocabulary = Default::default();
+    for (i, (q, schema)) in schemas().into_iter().enumerate() {
+        let p = chat(tm, q);
+        let s = |seed| Sampling {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            seed,
+            max_tokens: 200,
+            constrain: Some(Constraint::JsonSchema(schema.clone())),
+            ..Sampling::greedy()
+        };
+        // Each schema compiled once here, then its kept start state copied twice more:
+        // every answer equals the one of a vocabulary that compiles it for the first
+        // time (a copy's generation never moves the kept start state).
+        for seed in [7, 8, 7] {
+            fresh.vocabulary = Default::default();
+            let want = run(&fresh, &p, &s(seed));
+            let got = run(tm, &p, &s(seed));
+            assert_eq!(got.ids, want.ids, "schema {i} seed {seed}");
+        }
+    }
+    // The cache keeps the last GRAMMAR_CACHE constraints, no more.
+    let v = tm.vocabulary().expect("vocabulary");
+    for n in 0..lucent::pipeline::constrain::GRAMMAR_CACHE + 3 {
+        tm.compile(&Constraint::Regex(format!("[a-z]{{{n}}}")))
+            .expect("compile");
+    }
+    assert_eq!(
+        v.kept_grammars(),
+        lucent::pipeline::constrain::GRAMMAR_CACHE
+    );
+}

@@ -17,8 +17,13 @@
 //! millisecond. lucent gives it the vocabulary ([`Vocabulary`], built once per model from
 //! the tokenizer's bytes of each token id; special tokens are marked so that no grammar
 //! writes them as text) and applies the mask it computes ([`Mask`]).
+//!
+//! A constraint compiles once: the vocabulary keeps the last [`GRAMMAR_CACHE`] compiled
+//! grammars, keyed by the constraint's text, and hands out copies at the start state (a
+//! server checks a request's schema when it arrives and its slot takes the same compiled
+//! grammar; the next request with that schema compiles nothing).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use llguidance::api::TopLevelGrammar;
 use llguidance::toktrie::{SimpleVob, TokEnv, TokRxInfo, TokTrie, TokenId, TokenizerEnv};
@@ -32,6 +37,9 @@ use crate::{Error, Result};
 /// up to 20 spaces or tabs (llama.cpp's JSON-schema grammars allow the same). Unbounded
 /// whitespace lets a small model loop on newlines until `max_tokens` cuts the document.
 pub const JSON_WHITESPACE: &str = r"(\x20|\n{1,2}[\x20\x09]{0,20})";
+
+/// How many compiled grammars a [`Vocabulary`] keeps (least recently used out first).
+pub const GRAMMAR_CACHE: usize = 8;
 
 /// What the generated text must match.
 ///
@@ -77,6 +85,17 @@ impl Constraint {
         }
     }
 
+    /// The text that names it in the grammar cache: its kind and its JSON (keys in the
+    /// schema's order, which is the order it writes them), grammar or regex.
+    fn key(&self) -> String {
+        match self {
+            Constraint::JsonSchema(v) => format!("json_schema\0{v}"),
+            Constraint::JsonObject => "json_object".into(),
+            Constraint::Lark(g) => format!("lark\0{g}"),
+            Constraint::Regex(r) => format!("regex\0{r}"),
+        }
+    }
+
     /// llguidance's form of it. JSON gets bounded whitespace ([`JSON_WHITESPACE`]) unless
     /// the schema sets its own `x-guidance` options.
     fn grammar(&self) -> TopLevelGrammar {
@@ -108,6 +127,8 @@ pub struct Vocabulary {
     end: Vec<u32>,
     /// Tokens in the trie (the tokenizer's vocabulary; a model's logits may be longer).
     size: usize,
+    /// The last compiled constraints, most recently used first: (key, the start state).
+    grammars: Mutex<Vec<(String, Mask)>>,
 }
 
 impl std::fmt::Debug for Vocabulary {
@@ -189,7 +210,12 @@ impl Vocabulary {
             .map_err(|e| Error::Tokenizer(format!("the grammar engine's vocabulary: {e:#}")))?;
         // Errors come back as values; nothing is printed.
         factory.quiet();
-        Ok(Vocabulary { factory, end, size })
+        Ok(Vocabulary {
+            factory,
+            end,
+            size,
+            grammars: Mutex::new(Vec::new()),
+        })
     }
 
     /// The end-of-generation tokens.
@@ -198,8 +224,36 @@ impl Vocabulary {
     }
 
     /// Compile `c` against this vocabulary: errors name the constraint's kind and what
-    /// llguidance found wrong (for a schema, the keyword or the part at fault).
+    /// llguidance found wrong (for a schema, the keyword or the part at fault). A
+    /// constraint compiled lately (one of the last [`GRAMMAR_CACHE`]) is not compiled
+    /// again: the result is a copy of the kept start state.
     pub fn compile(&self, c: &Constraint) -> Result<Mask> {
+        let key = c.key();
+        // A poisoned lock only means another thread panicked mid-update: the list is
+        // still a list of whole entries.
+        let mut kept = self.grammars.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = kept.iter().position(|(k, _)| *k == key) {
+            let entry = kept.remove(i);
+            let mask = entry.1.clone();
+            kept.insert(0, entry);
+            return Ok(mask);
+        }
+        drop(kept);
+        let mask = self.compile_fresh(c)?;
+        let mut kept = self.grammars.lock().unwrap_or_else(|e| e.into_inner());
+        kept.retain(|(k, _)| *k != key);
+        kept.insert(0, (key, mask.clone()));
+        kept.truncate(GRAMMAR_CACHE);
+        Ok(mask)
+    }
+
+    /// How many compiled grammars are kept now (at most [`GRAMMAR_CACHE`]).
+    pub fn kept_grammars(&self) -> usize {
+        self.grammars.lock().map_or(0, |k| k.len())
+    }
+
+    /// [`Vocabulary::compile`] without the cache.
+    fn compile_fresh(&self, c: &Constraint) -> Result<Mask> {
         let parser = self
             .factory
             .create_parser(c.grammar())
@@ -267,11 +321,7 @@ impl Mask {
                 "the constraint allows no token here (the grammar cannot continue)".into(),
             ));
         }
-        for (i, z) in logits.iter_mut().enumerate() {
-            if i >= size || !allowed.is_allowed(i as u32) {
-                *z = f32::NEG_INFINITY;
-            }
-        }
+        mask_logits(allowed.as_slice(), size, logits);
         Ok(())
     }
 
@@ -297,5 +347,83 @@ impl Mask {
         Ok(only_end
             .then(|| end.iter().copied().find(|&e| allowed.is_allowed(e)))
             .flatten())
+    }
+}
+
+/// z ← -∞ for every id i of `logits` that is not allowed: bit i % 32 of `words[i / 32]`
+/// unset, or i ≥ `size`. A word at a time: a word with every bit set leaves its 32
+/// logits alone and an empty one fills them, so a mask that allows a few tokens costs a
+/// pass over the words, not a test per token. [`mask_logits_plain`] is its twin.
+fn mask_logits(words: &[u32], size: usize, logits: &mut [f32]) {
+    for (w, zs) in logits.chunks_mut(32).enumerate() {
+        let mut bits = words.get(w).copied().unwrap_or(0);
+        // Ids past the vocabulary are never allowed.
+        let room = size.saturating_sub(w * 32);
+        if room < 32 {
+            bits &= (1u32 << room) - 1;
+        }
+        if bits == u32::MAX {
+            continue;
+        }
+        if bits == 0 {
+            zs.fill(f32::NEG_INFINITY);
+            continue;
+        }
+        for (j, z) in zs.iter_mut().enumerate() {
+            if bits >> j & 1 == 0 {
+                *z = f32::NEG_INFINITY;
+            }
+        }
+    }
+}
+
+/// [`mask_logits`] a token at a time, as the rule reads.
+#[cfg(test)]
+fn mask_logits_plain(words: &[u32], size: usize, logits: &mut [f32]) {
+    for (i, z) in logits.iter_mut().enumerate() {
+        let allowed = i < size && words.get(i / 32).is_some_and(|w| w >> (i % 32) & 1 == 1);
+        if !allowed {
+            *z = f32::NEG_INFINITY;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masking_a_word_at_a_time_equals_a_token_at_a_time() {
+        // Awkward lengths (not multiples of 32, logits longer and shorter than the
+        // vocabulary) and words that are empty, full and mixed.
+        let mut seed = 0x9e37_79b9_u32;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            seed
+        };
+        for (n, size) in [
+            (1, 1),
+            (31, 40),
+            (33, 33),
+            (100, 70),
+            (1000, 997),
+            (4096, 5000),
+        ] {
+            let words: Vec<u32> = (0..size.div_ceil(32))
+                .map(|w| match w % 4 {
+                    0 => 0,
+                    1 => u32::MAX,
+                    _ => next(),
+                })
+                .collect();
+            let logits: Vec<f32> = (0..n).map(|i| i as f32 * 0.25 - 3.0).collect();
+            let (mut fast, mut plain) = (logits.clone(), logits);
+            mask_logits(&words, size, &mut fast);
+            mask_logits_plain(&words, size, &mut plain);
+            let bits = |v: &[f32]| v.iter().map(|z| z.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&fast), bits(&plain), "n {n} size {size}");
+        }
     }
 }
