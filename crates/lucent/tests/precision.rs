@@ -197,15 +197,23 @@ fn exact_after_int8_and_bf16_is_exact_again() {
 fn a_precision_that_is_not_built_is_refused_in_one_line() {
     let e = "fp4".parse::<Precision>().unwrap_err().to_string();
     assert!(e.contains("exact, bf16, int8") && !e.contains('\n'), "{e}");
+    // A lucent training run runs exact: anything else is refused in one line, naming
+    // the precision and what takes it.
+    let run = data("tests/data/runs/tiny-char");
     for p in [Precision::Int8, Precision::Bf16] {
         let e = OpenOptions::new()
             .precision(p)
-            .open("smollm2")
+            .open(&run)
             .unwrap_err()
             .to_string();
         assert!(
             e.contains(p.name()) && e.contains("encoders") && !e.contains('\n'),
             "{e}"
         );
+    }
+    // A GGUF decoder takes every precision and reports it.
+    for p in [Precision::Int8, Precision::Bf16] {
+        let m = OpenOptions::new().precision(p).open("smollm2").unwrap();
+        assert_eq!(m.precision(), p);
     }
 }
