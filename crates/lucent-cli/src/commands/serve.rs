@@ -8,7 +8,7 @@ use lucent_server::ServeOptions;
 #[derive(clap::Args)]
 #[command(allow_negative_numbers = true)]
 #[command(
-    after_help = "Run `lucent serve -m smollm2 -m minilm --parallel 8` and talk to it with any OpenAI client:\n  curl http://127.0.0.1:8080/v1/chat/completions -d '{\"model\": \"smollm2\", \"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}'\n\nRoutes: POST /v1/chat/completions, /v1/completions, /v1/embeddings, /tokenize, /detokenize; GET /v1/models, /health, /metrics. See docs/serving.md.\n\nExamples:\n  lucent serve -m smollm2 -m minilm --port 0 --exit-after 3   # any free port; drains and stops after 3 s\n  lucent serve -m smollm2 -m minilm --precision smollm2=int8 --precision minilm=bf16 --port 0 --exit-after 3   # each model in its own precision"
+    after_help = "Run `lucent serve -m smollm2 -m minilm --parallel 8` and talk to it with any OpenAI client:\n  curl http://127.0.0.1:8080/v1/chat/completions -d '{\"model\": \"smollm2\", \"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}'\n\nRoutes: POST /v1/chat/completions, /v1/completions, /v1/embeddings, /tokenize, /detokenize; GET /v1/models, /health, /metrics. See docs/serving.md.\n\nExamples:\n  lucent serve -m smollm2 -m minilm --port 0 --exit-after 3   # any free port; drains and stops after 3 s\n  lucent serve -m smollm2 -m minilm --precision smollm2=int8 --port 0 --exit-after 3"
 )]
 pub struct Args {
     /// A model to serve (repeatable): a known name (smollm2, gemma3, minilm), a .gguf file, a folder.
