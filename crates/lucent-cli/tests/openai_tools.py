@@ -38,14 +38,15 @@ def ask(q):
     return [{"role": "user", "content": q}]
 
 
-def check(r, only=None):
-    """What is wrong with a tool-call answer (an empty list if nothing)."""
+def check(r, only=None, text_first=False):
+    """What is wrong with a tool-call answer (an empty list if nothing). `text_first`:
+    `tool_choice: "auto"`, where text before the calls is allowed (it goes to `content`)."""
     c = r.choices[0]
     m = c.message
     wrong = []
     if c.finish_reason != "tool_calls":
         wrong.append(f"finish_reason {c.finish_reason}: {m.content!r}")
-    if m.content is not None:
+    if m.content is not None and not text_first:
         wrong.append(f"content {m.content!r}")
     for call in m.tool_calls or []:
         name = call.function.name
@@ -157,7 +158,7 @@ r = client.chat.completions.create(model=model, messages=ask(questions[0]), tool
                                    temperature=0, max_tokens=400)
 m = r.choices[0].message
 out["auto"] = {"finish_reason": r.choices[0].finish_reason, "content": m.content,
-               "wrong": check(r) if m.tool_calls else []}
+               "wrong": check(r, text_first=True) if m.tool_calls else []}
 r = client.chat.completions.create(model=model, messages=ask(questions[0]), tools=tools, tool_choice="none",
                                    temperature=0, max_tokens=40)
 out["none"] = {"finish_reason": r.choices[0].finish_reason, "content": r.choices[0].message.content,
