@@ -894,6 +894,46 @@ fn the_inside_view_shows_the_pass_that_made_the_answer() {
         let row = g["attention"][1][0].as_array().unwrap();
         assert_eq!(row.len(), t + i, "token {i}");
     }
+    // A constrained request shows inside too: the same constrained answer as without the
+    // view, valid for its schema, with a generated token's attention row per token.
+    let ask_json = |inside: Option<Value>| {
+        let mut body = json!({"model": "smollm2",
+            "messages": [{"role": "user", "content": "Name a colour as JSON."}],
+            "max_tokens": 24, "temperature": 0,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "colour",
+                "schema": {"type": "object", "properties": {"colour": {"type": "string",
+                    "enum": ["red", "green", "blue"]}}, "required": ["colour"],
+                    "additionalProperties": false}}}});
+        if let Some(v) = inside {
+            body["lucent"] = v;
+        }
+        let (status, _, r) = server.post("/v1/chat/completions", &body);
+        assert_eq!(status, 200, "{r}");
+        r
+    };
+    let seen = ask_json(Some(json!({"attention": {"layers": [29], "heads": [8]}})));
+    let bare = ask_json(None);
+    assert_eq!(bare["choices"][0]["message"], seen["choices"][0]["message"]);
+    assert_eq!(seen["choices"][0]["finish_reason"], "stop", "{seen}");
+    let content = seen["choices"][0]["message"]["content"].as_str().unwrap();
+    let colour: Value = serde_json::from_str(content).expect("the constrained answer is JSON");
+    assert!(
+        ["red", "green", "blue"].contains(&colour["colour"].as_str().unwrap_or("")),
+        "{content}"
+    );
+    let t = seen["choices"][0]["lucent"]["prompt"]["tokens"]
+        .as_array()
+        .unwrap()
+        .len();
+    let n = seen["usage"]["completion_tokens"].as_u64().unwrap() as usize;
+    let generated = seen["choices"][0]["lucent"]["generated"]
+        .as_array()
+        .unwrap();
+    assert!(generated.len() >= n && n > 0);
+    for (i, g) in generated.iter().take(n).enumerate() {
+        let row = g["attention"][0][0].as_array().unwrap();
+        assert_eq!(row.len(), t + i, "constrained token {i}");
+    }
     // Too big a view is refused up front, with the estimate.
     let (status, _, body) = server.post(
         "/v1/chat/completions",
