@@ -202,7 +202,8 @@ try:
     client.chat.completions.create(
         model="smollm2",
         messages=ask,
-        response_format={"type": "json_schema", "json_schema": {"name": "bad", "schema": {"type": "array", "uniqueItems": True}}},
+        response_format={"type": "json_schema", "json_schema": {"name": "bad", "schema": {
+            "type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}}}},
     )
 except openai.BadRequestError as err:
     out["bad_schema"] = {"status": err.status_code, "param": err.param, "message": err.message}

@@ -1167,14 +1167,14 @@ fn structured_outputs_validate_through_the_openai_client() {
     assert_eq!(out["sampled"]["failures"], json!([]), "{}", out["sampled"]);
     assert_eq!(out["json_object"], true, "{}", out["json_object"]);
     assert_eq!(out["completion"], true, "{}", out["completion"]);
-    // A schema the engine cannot use: 400 naming response_format and the keyword.
+    // A schema the engine cannot use: 400 naming response_format, the keyword and
+    // where in the schema it is.
     let bad = &out["bad_schema"];
     assert_eq!(bad["status"], 400, "{bad}");
     assert_eq!(bad["param"], "response_format", "{bad}");
-    assert!(
-        bad["message"].as_str().unwrap().contains("uniqueItems"),
-        "{bad}"
-    );
+    let message = bad["message"].as_str().unwrap();
+    assert!(message.contains("uniqueItems"), "{bad}");
+    assert!(message.contains("(at #/properties/tags)"), "{bad}");
     assert_eq!(out["bad_type"]["param"], "response_format");
     // And the server is still up.
     assert_eq!(server.get("/health").0, 200);

@@ -351,6 +351,47 @@ fn constraints_the_engine_cannot_use_are_errors_that_say_why() {
         json!({"properties": {"a": {"type": "string", "pattern": "(unclosed"}}}),
     ));
     assert!(e.contains("unclosed group"), "{e}");
+    // Each schema error says where in the schema the fault is, as a JSON pointer: the
+    // deepest subschema that fails alone with the same words.
+    let at = |schema: Value| {
+        let e = err(Constraint::JsonSchema(schema));
+        let start = e.find("(at ").map(|i| i + 4).expect("a place");
+        e[start..start + e[start..].find(')').expect("closed")].to_string()
+    };
+    assert_eq!(
+        at(
+            json!({"type": "object", "properties": {"a": {"type": "object",
+            "properties": {"b/c": {"type": "nope"}}}}})
+        ),
+        "#/properties/a/properties/b~1c"
+    );
+    assert_eq!(
+        at(json!({"type": "array", "items": {"type": "array", "items": {"uniqueItems": true}}})),
+        "#/items/items"
+    );
+    assert_eq!(
+        at(json!({"anyOf": [{"type": "integer"}, {"type": "string", "pattern": "(("}]})),
+        "#/anyOf/1"
+    );
+    assert_eq!(
+        at(
+            json!({"$defs": {"p": {"type": "object", "properties": {"x": {"$ref": "#/$defs/q"}}},
+            "q": {"type": "intger"}}, "$ref": "#/$defs/p"})
+        ),
+        "#/$defs/q"
+    );
+    assert_eq!(
+        at(json!({"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}})),
+        "#/properties/a"
+    );
+    assert_eq!(
+        at(
+            json!({"$defs": {"a": {"type": "array"}}, "type": "object", "properties": {
+            "x": {"allOf": [{"$ref": "#/$defs/a"}], "uniqueItems": true}}})
+        ),
+        "#/properties/x"
+    );
+    assert_eq!(at(json!({"type": "array", "uniqueItems": true})), "#");
     let e = err(Constraint::Regex("(unclosed".into()));
     assert!(e.contains("regex"), "{e}");
     let e = err(Constraint::Lark("start: missing_rule".into()));

@@ -252,25 +252,129 @@ impl Vocabulary {
         self.grammars.lock().map_or(0, |k| k.len())
     }
 
-    /// [`Vocabulary::compile`] without the cache.
+    /// [`Vocabulary::compile`] without the cache. A schema's error also says where in
+    /// the schema the fault lies ([`Vocabulary::fault_path`]).
     fn compile_fresh(&self, c: &Constraint) -> Result<Mask> {
+        match self.matcher(c) {
+            Ok(matcher) => Ok(Mask {
+                matcher,
+                end: self.end.clone(),
+                size: self.size,
+                next: None,
+            }),
+            Err(e) => Err(Error::Argument(match c {
+                Constraint::JsonSchema(root) => format!(
+                    "the JSON schema cannot be used (at {}): {e}",
+                    self.fault_path(root, &e)
+                ),
+                _ => format!("the {} cannot be used: {e}", c.kind()),
+            })),
+        }
+    }
+
+    /// llguidance's matcher for `c`, or its words for what is wrong.
+    fn matcher(&self, c: &Constraint) -> std::result::Result<Matcher, String> {
         let parser = self
             .factory
             .create_parser(c.grammar())
-            .map_err(|e| Error::Argument(format!("the {} cannot be used: {e:#}", c.kind())))?;
+            .map_err(|e| format!("{e:#}"))?;
         let matcher = Matcher::new(Ok(parser));
-        if let Some(e) = matcher.get_error() {
-            return Err(Error::Argument(format!(
-                "the {} cannot be used: {e}",
-                c.kind()
-            )));
+        match matcher.get_error() {
+            Some(e) => Err(e.to_string()),
+            None => Ok(matcher),
         }
-        Ok(Mask {
-            matcher,
-            end: self.end.clone(),
-            size: self.size,
-            next: None,
-        })
+    }
+
+    /// Where in the schema `root` the fault that the grammar engine reported as `fault`
+    /// lies, as a JSON pointer (`#/properties/a/items`; `#` for the root): the deepest
+    /// subschema that, compiled alone, fails with the same words. Subschemas are tried
+    /// first as they are (so that a `$ref` is not blamed for the schema it points to),
+    /// then with the root's `$defs` / `definitions` beside them (so that a fault next to
+    /// a reference is found). Only run for a schema that failed; at most
+    /// [`FAULT_PROBES`] compilations.
+    fn fault_path(&self, root: &Value, fault: &str) -> String {
+        let mut subs = Vec::new();
+        subschemas(root, "#".to_string(), &mut subs);
+        // Deepest first: a fault in `#/properties/a` is also a fault of `#`.
+        subs.sort_by_key(|(pointer, _)| std::cmp::Reverse(pointer.matches('/').count()));
+        let defs: Vec<(&str, &Value)> = ["$defs", "definitions"]
+            .into_iter()
+            .filter_map(|k| root.get(k).map(|v| (k, v)))
+            .collect();
+        let mut probes = 0;
+        for with_defs in [false, true] {
+            for (pointer, sub) in &subs {
+                if probes == FAULT_PROBES {
+                    return "#".to_string();
+                }
+                let mut alone = (*sub).clone();
+                if let (true, Value::Object(o)) = (with_defs, &mut alone) {
+                    for (k, v) in &defs {
+                        o.entry(*k).or_insert_with(|| (*v).clone());
+                    }
+                }
+                probes += 1;
+                if let Err(e) = self.matcher(&Constraint::JsonSchema(alone)) {
+                    if e == fault {
+                        return pointer.clone();
+                    }
+                }
+            }
+        }
+        "#".to_string()
+    }
+}
+
+/// How many subschemas [`Vocabulary::fault_path`] compiles at most to place a fault.
+const FAULT_PROBES: usize = 256;
+
+/// Every subschema below `schema` (not `schema` itself), with its JSON pointer from the
+/// root: under the keywords of JSON Schema that hold schemas (`properties`, `items`,
+/// `anyOf`, `$defs`, …).
+fn subschemas<'a>(schema: &'a Value, at: String, out: &mut Vec<(String, &'a Value)>) {
+    let Value::Object(o) = schema else {
+        return;
+    };
+    // RFC 6901's escapes for a key inside a pointer.
+    let step = |key: &str| key.replace('~', "~0").replace('/', "~1");
+    let add = |pointer: String, sub: &'a Value, out: &mut Vec<(String, &'a Value)>| {
+        if sub.is_object() {
+            out.push((pointer.clone(), sub));
+            subschemas(sub, pointer, out);
+        }
+    };
+    for (key, value) in o {
+        let here = format!("{at}/{}", step(key));
+        match (key.as_str(), value) {
+            (
+                "properties" | "patternProperties" | "$defs" | "definitions" | "dependentSchemas",
+                Value::Object(map),
+            ) => {
+                for (name, sub) in map {
+                    add(format!("{here}/{}", step(name)), sub, out);
+                }
+            }
+            ("anyOf" | "oneOf" | "allOf" | "prefixItems" | "items", Value::Array(list)) => {
+                for (i, sub) in list.iter().enumerate() {
+                    add(format!("{here}/{i}"), sub, out);
+                }
+            }
+            (
+                "items"
+                | "additionalProperties"
+                | "additionalItems"
+                | "contains"
+                | "not"
+                | "if"
+                | "then"
+                | "else"
+                | "propertyNames"
+                | "unevaluatedItems"
+                | "unevaluatedProperties",
+                Value::Object(_),
+            ) => add(here, value, out),
+            _ => {}
+        }
     }
 }
 
