@@ -16,9 +16,12 @@
 //!   weights through the f32 GEMM) would not reproduce token-by-token decoding.
 //!
 //! A model opened in int8 or bf16 ([`Linear::keep_int8`], [`Linear::keep_bf16`]) keeps a
-//! copy of W (a quantised W's blocks widened once: dequantised, then quantised per output
-//! channel or rounded), and every product, one row or many, reads the copy instead;
-//! its rows never depend on each other either.
+//! copy of W, and every product, one row or many, reads the copy instead; its rows
+//! never depend on each other either. In int8 a quantised W keeps its blocks' own
+//! integers, widened once to one `i8` a weight ([`BlockInt8Matrix`]: llama.cpp's
+//! activation integers, one f32 rescale per block, only the rescales' order differs
+//! from the exact mode's); an f32 W is quantised per output channel ([`Int8Matrix`]).
+//! In bf16 W is rounded (a quantised W dequantised first).
 
 use std::sync::Arc;
 
@@ -28,7 +31,7 @@ use crate::ops;
 use crate::ops::linear_bf16::Bf16Matrix;
 use crate::ops::linear_int8::Int8Matrix;
 use crate::ops::linear_kernel::PackedNt;
-use crate::ops::quant::QMatrix;
+use crate::ops::quant::{BlockInt8Matrix, QMatrix};
 use crate::runtime::Numerics;
 use crate::tensor::Tensor;
 use crate::{Error, Result};
@@ -211,6 +214,11 @@ pub struct Linear {
     /// [`Precision::Int8`](crate::Precision::Int8) ([`Linear::keep_int8`]): products
     /// read these instead of W (not the same numbers: the distance is measured).
     int8: Option<Arc<Int8Matrix>>,
+    /// A quantised W's block integers widened to `i8`, when the model was opened with
+    /// [`Precision::Int8`](crate::Precision::Int8) ([`Linear::keep_int8`]): products
+    /// read these instead of W's blocks (the same integers, the rescales in another
+    /// order: the distance is measured).
+    blocks8: Option<Arc<BlockInt8Matrix>>,
     /// W rounded to bf16, when the model was opened with
     /// [`Precision::Bf16`](crate::Precision::Bf16) ([`Linear::keep_bf16`]): products
     /// read these instead of W (not the same numbers: the distance is measured).
@@ -243,6 +251,7 @@ impl Linear {
             half: None,
             packed: None,
             int8: None,
+            blocks8: None,
             bf16: None,
         })
     }
@@ -261,6 +270,7 @@ impl Linear {
             half: None,
             packed: None,
             int8: None,
+            blocks8: None,
             bf16: None,
         }
     }
@@ -302,6 +312,7 @@ impl Linear {
         self.half = None;
         self.packed = None;
         self.int8 = None;
+        self.blocks8 = None;
         self.bf16 = None;
     }
 
@@ -322,17 +333,34 @@ impl Linear {
         }
     }
 
-    /// Keep W quantised to 8 bits ([`Int8Matrix`]: one scale per output channel) and
-    /// compute every product of an untrained pass from it: what
-    /// [`Precision::Int8`](crate::Precision::Int8) asks of a layer. A quantised (GGUF)
-    /// W of any block type is widened once: its blocks dequantised to f32, then
-    /// quantised per row as an f32 W is, so one integer kernel serves every block type
-    /// and a product sums in integers across blocks. Returns whether the copy was made.
+    /// Keep W in 8-bit integers and compute every product of an untrained pass from
+    /// them: what [`Precision::Int8`](crate::Precision::Int8) asks of a layer. A
+    /// quantised (GGUF) W of a block type keeps its blocks' own integers, widened once
+    /// ([`BlockInt8Matrix`]: nothing re-rounded, activations quantised per block by
+    /// llama.cpp's rule); an f32 W (or F16 / BF16 blocks) is quantised per output
+    /// channel ([`Linear::keep_int8_rows`]). Returns whether a copy was made.
     pub fn keep_int8(&mut self) -> bool {
+        if let Weight::Quant { matrix, .. } = &self.weight {
+            if let Ok(b) = BlockInt8Matrix::widen(matrix) {
+                self.int8 = None;
+                self.blocks8 = Some(Arc::new(b));
+                return true;
+            }
+        }
+        self.keep_int8_rows()
+    }
+
+    /// Keep W quantised to 8 bits per output channel ([`Int8Matrix`]: one scale per
+    /// row of W, activations quantised per row) and compute every product of an
+    /// untrained pass from it. A quantised W is dequantised first and then quantised
+    /// per row (re-rounded: farther from exact than [`Linear::keep_int8`]'s block
+    /// integers; docs/precision.md measures both). Returns whether the copy was made.
+    pub fn keep_int8_rows(&mut self) -> bool {
         let Some((w, out, inp)) = self.widened() else {
             return false;
         };
         let q = Int8Matrix::quantize(&w, out, inp);
+        self.blocks8 = None;
         self.int8 = Some(Arc::new(q));
         true
     }
@@ -353,7 +381,7 @@ impl Linear {
     /// The precision its products run in: int8 or bf16 where [`Linear::keep_int8`] or
     /// [`Linear::keep_bf16`] made a copy, exact otherwise.
     pub fn precision(&self) -> crate::Precision {
-        if self.int8.is_some() {
+        if self.int8.is_some() || self.blocks8.is_some() {
             crate::Precision::Int8
         } else if self.bf16.is_some() {
             crate::Precision::Bf16
@@ -402,9 +430,44 @@ impl Linear {
         self.int8.as_deref()
     }
 
+    /// The widened block integers of W, if [`Linear::keep_int8`] kept them.
+    pub fn block_int8(&self) -> Option<&BlockInt8Matrix> {
+        self.blocks8.as_deref()
+    }
+
+    /// x · Wᵀ + b through the block integers: None where that is not the path (no copy,
+    /// or a pass that tracks gradients).
+    fn through_blocks8(&self, x: &Tensor, bias: Option<&Tensor>) -> Option<Result<Tensor>> {
+        let q = self.blocks8.as_ref()?;
+        if x.tracks_grad() || bias.is_some_and(Tensor::tracks_grad) {
+            return None;
+        }
+        let (inp, out) = (q.k(), q.n());
+        if x.rank() == 0 || x.last_dim() != inp {
+            return Some(Err(Error::mismatch(
+                "linear (x vs block int8 weight (out, in))",
+                x.shape(),
+                &[out, inp],
+            )));
+        }
+        let rows = x.numel() / inp.max(1);
+        let mut y = vec![0.0f32; rows * out];
+        if let Err(e) = q.matmul(&mut y, x.data(), bias.map(Tensor::data), rows) {
+            return Some(Err(e));
+        }
+        let mut shape = x.shape().to_vec();
+        if let Some(last) = shape.last_mut() {
+            *last = out;
+        }
+        Some(Tensor::new(y, &shape)) // (..., out)
+    }
+
     /// x · Wᵀ + b through the 8-bit copy: None where that is not the path (no copy, or
     /// a pass that tracks gradients).
     fn through_int8(&self, x: &Tensor, bias: Option<&Tensor>) -> Option<Result<Tensor>> {
+        if let Some(y) = self.through_blocks8(x, bias) {
+            return Some(y);
+        }
         let q = self.int8.as_ref()?;
         if x.tracks_grad() || bias.is_some_and(Tensor::tracks_grad) {
             return None;
@@ -537,7 +600,9 @@ impl Linear {
         let mats: Option<Vec<&QMatrix>> = layers
             .iter()
             .map(|l| match (&l.weight, &l.bias) {
-                (Weight::Quant { matrix, .. }, None) if l.int8.is_none() && l.bf16.is_none() => {
+                (Weight::Quant { matrix, .. }, None)
+                    if l.int8.is_none() && l.blocks8.is_none() && l.bf16.is_none() =>
+                {
                     Some(matrix)
                 }
                 _ => None,
