@@ -1,6 +1,6 @@
 //! A decoder opened in int8 (`OpenOptions::precision(Int8)`: every product of a pass
-//! through weights widened once to int8 per output channel, activations quantised per
-//! row) keeps batch invariance, as issue 32 asks of the server's int8 mode: a batched
+//! through the GGUF blocks' own integers widened once to int8, activations quantised
+//! per block by llama.cpp's rule, one f32 rescale per block) keeps batch invariance, as issue 32 asks of the server's int8 mode: a batched
 //! decode step gives each row its lone step's bits, and cached decoding equals the full
 //! forward. (Its distance to exact is measured by `lucent bench precision -m smollm2`
 //! and `examples/decoder_precision_probe.rs`; docs/precision.md has the figures.)

@@ -219,6 +219,9 @@ pub struct Linear {
     /// read these instead of W's blocks (the same integers, the rescales in another
     /// order: the distance is measured).
     blocks8: Option<Arc<BlockInt8Matrix>>,
+    /// For a probe of which rounding harms ([`Linear::round_inputs_per_row`]): x is
+    /// quantised per row to 8 bits and back before an f32 W's product.
+    round_inputs: bool,
     /// W rounded to bf16, when the model was opened with
     /// [`Precision::Bf16`](crate::Precision::Bf16) ([`Linear::keep_bf16`]): products
     /// read these instead of W (not the same numbers: the distance is measured).
@@ -252,6 +255,7 @@ impl Linear {
             packed: None,
             int8: None,
             blocks8: None,
+            round_inputs: false,
             bf16: None,
         })
     }
@@ -271,6 +275,7 @@ impl Linear {
             packed: None,
             int8: None,
             blocks8: None,
+            round_inputs: false,
             bf16: None,
         }
     }
@@ -430,6 +435,14 @@ impl Linear {
         self.int8.as_deref()
     }
 
+    /// Quantise x per row to 8 bits and back (one symmetric scale per row, as
+    /// [`Int8Matrix`] does) before an f32 W's product, when `on`: the activations'
+    /// rounding alone, for a probe that tells it from the weights' (docs/precision.md).
+    /// Only f32 weights without an int8 or bf16 copy take it.
+    pub fn round_inputs_per_row(&mut self, on: bool) {
+        self.round_inputs = on;
+    }
+
     /// The widened block integers of W, if [`Linear::keep_int8`] kept them.
     pub fn block_int8(&self) -> Option<&BlockInt8Matrix> {
         self.blocks8.as_deref()
@@ -561,6 +574,19 @@ impl Linear {
                 }
                 if let Some(y) = self.through_bf16(x, bias) {
                     return y;
+                }
+                if self.round_inputs && !x.tracks_grad() && x.rank() > 0 && x.last_dim() > 0 {
+                    let k = x.last_dim();
+                    let mut q = vec![0i8; k.next_multiple_of(4)];
+                    let mut xr = x.data().to_vec();
+                    for row in xr.chunks_exact_mut(k) {
+                        let s = crate::ops::linear_int8::quantize_row(row, &mut q);
+                        for (v, &q) in row.iter_mut().zip(&q) {
+                            *v = s * q as f32;
+                        }
+                    }
+                    let xr = Tensor::new(xr, x.shape())?; // (..., in)
+                    return linear_f32(&xr, w, self.packed.as_deref(), bias, numerics);
                 }
                 match self.one_row_f16(x, w, bias) {
                     Some(y) => y,

@@ -35,13 +35,14 @@
 //!
 //! # The kernels
 //!
-//! One body ([`row_dots`]) compiled three times: plain (the twin, no target features),
-//! with AVX2 + FMA, and with AVX-512 F/BW/VL/VNNI (where the compiler turns the 16-term
-//! integer dots into `vpmaddwd` / `vpdpwssd` and the rescales into `vfmadd`). Each weight
-//! row is read once for a tile of up to [`TILE`] activation rows, so a batched decode
-//! step reads the widened weights once for all its rows, with no nibble unpacking.
-
-use half::f16;
+//! W is packed once in panels of 16 rows (the 16 lanes of a 512-bit vector). The
+//! AVX-512 VNNI kernel (`vnni::panel`) keeps one panel's outputs for a tile of up to
+//! [`TILE`] activation rows in registers: per 4 numbers one 64-byte load of the 16 rows'
+//! integers and, per activation row, one `vpdpbusd` with its 4 bytes broadcast (as
+//! unsigned bytes qx + 128, the shift `128 · Σ w` taken back out per block), so each
+//! weight is read once for the whole tile, with no nibble unpacking and no horizontal
+//! sums; the f32 steps run lane by lane. The plain twin ([`row_dots`], one row at a
+//! time) reads like the formula; compiled with AVX2 + FMA it is the AVX2 level's path.
 
 use crate::ops::quant::activations::{quantize_rows, QuantizedActs};
 use crate::ops::quant::dequant::iq4_indices;
@@ -78,7 +79,10 @@ enum Form {
 
 /// A GGUF weight matrix W (n × k) kept as its blocks' integers, one `i8` per weight,
 /// with the blocks' f32 scales and the K-types' integer sub-block scales and minimums:
-/// what a decoder's products read in int8 ([`BlockInt8Matrix::matmul`]).
+/// what a decoder's products read in int8 ([`BlockInt8Matrix::matmul`]). Rows are
+/// packed in panels of 16 (the kernels' lanes): per panel, for every 4 numbers, the 16
+/// rows' 4 bytes side by side (64 bytes); the per-block and per-group parts likewise
+/// 16 rows side by side.
 #[derive(Clone, Debug)]
 pub struct BlockInt8Matrix {
     dtype: GgmlType,
@@ -87,17 +91,25 @@ pub struct BlockInt8Matrix {
     k: usize,
     /// Numbers of a block (32 or 256).
     block: usize,
-    /// The weights' integers w, (n, k).
+    /// The weights' integers w: panel P, number e, row c of the panel at
+    /// `16 k P + 64 (e / 4) + 4 c + e % 4` (rows past n are zeros).
     ints: Vec<i8>,
-    /// Per group of 16: the integer scale sc (K-types; empty for the 32-blocks), (n, k/16).
+    /// Per group of 16: the integer scale sc (K-types; empty for the 32-blocks), at
+    /// `16 (P · k/16 + g) + c`.
     scales: Vec<i16>,
-    /// Per group of 16: the integer minimum mn (Q4_K, Q5_K, Q2_K; else empty), (n, k/16).
+    /// Per group of 16: the integer minimum mn (Q4_K, Q5_K, Q2_K; else empty), as `scales`.
     mins: Vec<i16>,
-    /// Per block: the scale d as f32, (n, k/block).
+    /// Per block: the scale d as f32, at `16 (P · k/block + i) + c`.
     d: Vec<f32>,
-    /// Per block: the `_1` types' m or the K-types' dmin as f32 (else empty), (n, k/block).
+    /// Per block: the `_1` types' m or the K-types' dmin as f32 (else empty), as `d`.
     m: Vec<f32>,
+    /// Per block: `128 · Σ_g sc_g · Σ_{e ∈ g} w_e` (sc 1 for the 32-blocks), as `d`:
+    /// the VNNI kernel's shift (activations + 128 as unsigned bytes) taken back out.
+    shift: Vec<i32>,
 }
+
+/// Rows of a panel.
+const NR: usize = 16;
 
 /// One block of a row, widened: `(d, m or dmin)` and its integers, group scales and
 /// minimums written into the given slices.
@@ -267,33 +279,49 @@ impl BlockInt8Matrix {
         let k_type = matches!(form, Form::ScaleK | Form::ScaleMinK);
         let has_m = matches!(form, Form::ScaleMin32 | Form::ScaleMinK);
         let has_mins = form == Form::ScaleMinK;
+        let panels = n.div_ceil(NR);
         let mut m = BlockInt8Matrix {
             dtype,
             form,
             n,
             k,
             block,
-            ints: vec![0; n * k],
-            scales: vec![0; if k_type { n * ng } else { 0 }],
-            mins: vec![0; if has_mins { n * ng } else { 0 }],
-            d: vec![0.0; n * nb],
-            m: vec![0.0; if has_m { n * nb } else { 0 }],
+            ints: vec![0; panels * NR * k],
+            scales: vec![0; if k_type { panels * NR * ng } else { 0 }],
+            mins: vec![0; if has_mins { panels * NR * ng } else { 0 }],
+            d: vec![0.0; panels * NR * nb],
+            m: vec![0.0; if has_m { panels * NR * nb } else { 0 }],
+            shift: vec![0; panels * NR * nb],
         };
         let bb = dtype.block_bytes();
         let gpb = block / GROUP;
-        let mut spare_sc = vec![0i16; gpb];
-        let mut spare_mn = vec![0i16; gpb];
+        let (mut wi, mut sc, mut mn) = (vec![0i8; block], vec![1i16; gpb], vec![0i16; gpb]);
         for j in 0..n {
+            let (p, c) = (j / NR, j % NR);
             let row = w.row_bytes_of(j);
             for (i, bytes) in row.chunks_exact(bb).enumerate() {
-                let at = j * k + i * block;
-                let g = (j * ng + i * gpb)..(j * ng + (i + 1) * gpb);
-                let sc = if k_type { &mut m.scales[g.clone()] } else { &mut spare_sc[..] };
-                let mn = if has_mins { &mut m.mins[g] } else { &mut spare_mn[..] };
-                let (d, dm) = widen(bytes, &mut m.ints[at..at + block], sc, mn);
-                m.d[j * nb + i] = d;
+                sc.fill(1);
+                let (d, dm) = widen(bytes, &mut wi, &mut sc, &mut mn);
+                let at = NR * (p * nb + i) + c;
+                m.d[at] = d;
                 if has_m {
-                    m.m[j * nb + i] = dm;
+                    m.m[at] = dm;
+                }
+                let mut shift = 0i32;
+                for (g, run) in wi.chunks_exact(GROUP).enumerate() {
+                    shift += sc[g] as i32 * run.iter().map(|&v| v as i32).sum::<i32>();
+                    let ga = NR * (p * ng + i * gpb + g) + c;
+                    if k_type {
+                        m.scales[ga] = sc[g];
+                    }
+                    if has_mins {
+                        m.mins[ga] = mn[g];
+                    }
+                }
+                m.shift[at] = 128 * shift;
+                for (e, &v) in wi.iter().enumerate() {
+                    let e = i * block + e;
+                    m.ints[NR * k * p + 64 * (e / 4) + 4 * c + e % 4] = v;
                 }
             }
         }
@@ -317,7 +345,9 @@ impl BlockInt8Matrix {
 
     /// Bytes held (integers, scales, minimums).
     pub fn bytes(&self) -> usize {
-        self.ints.len() + 2 * (self.scales.len() + self.mins.len()) + 4 * (self.d.len() + self.m.len())
+        self.ints.len()
+            + 2 * (self.scales.len() + self.mins.len())
+            + 4 * (self.d.len() + self.m.len() + self.shift.len())
     }
 
     /// C = A · Wᵀ + b: each row of A quantised with llama.cpp's rule for W's block type
@@ -349,24 +379,51 @@ impl BlockInt8Matrix {
             .chunks_exact(k.max(1))
             .map(|row| quantize_rows(self.dtype, row, isa))
             .collect::<Result<_>>()?;
-        // Per weight row, its m outputs: (n, m), turned into C afterwards.
-        let mut ct = vec![0.0f32; n * m];
+        // The activations as unsigned bytes (qx + 128) for vpdpbusd, (m, k).
+        let vnni = cfg!(target_arch = "x86_64") && isa >= Isa::Avx512;
+        let xu: Vec<u8> = if vnni {
+            acts.iter().flat_map(|a| a.qs.iter().map(|&q| (q as u8) ^ 0x80)).collect()
+        } else {
+            Vec::new()
+        };
+        // Per panel of 16 weight rows, per activation row, its 16 outputs: (panels, m, 16).
+        let panels = n.div_ceil(NR);
+        let mut ct = vec![0.0f32; panels * m * NR];
+        let run = |p: usize, out: &mut [f32]| {
+            for (t, out) in out.chunks_mut(TILE * NR).enumerate() {
+                let rows = t * TILE..(t * TILE + TILE).min(m);
+                #[cfg(target_arch = "x86_64")]
+                if vnni {
+                    // SAFETY: the runtime caps the level to what the CPU runs; the
+                    // panel, rows and out are inside the matrix and buffers (sizes above).
+                    unsafe { vnni::panel(self, p, &acts[rows.clone()], &xu, rows.start, out) };
+                    continue;
+                }
+                #[cfg(target_arch = "x86_64")]
+                if isa >= Isa::Avx2 {
+                    // SAFETY: as above.
+                    unsafe { panel_avx2(self, p, &acts[rows], out) };
+                    continue;
+                }
+                panel_plain(self, p, &acts[rows], out);
+            }
+        };
         let workers = crate::threads::threads();
         if workers <= 1 || m * n * k < PARALLEL_MIN {
-            for (j, out) in ct.chunks_exact_mut(m).enumerate() {
-                self.row_on(isa, j, &acts, out);
+            for (p, out) in ct.chunks_exact_mut(m * NR).enumerate() {
+                run(p, out);
             }
         } else {
-            let per = n.div_ceil(workers * 4).max(16);
-            crate::threads::for_each_chunk_mut(&mut ct, per * m, |t, chunk| {
-                for (jj, out) in chunk.chunks_exact_mut(m).enumerate() {
-                    self.row_on(isa, t * per + jj, &acts, out);
+            let per = panels.div_ceil(workers * 4).max(1);
+            crate::threads::for_each_chunk_mut(&mut ct, per * m * NR, |t, chunk| {
+                for (pp, out) in chunk.chunks_exact_mut(m * NR).enumerate() {
+                    run(t * per + pp, out);
                 }
             });
         }
         for (r, crow) in c.chunks_exact_mut(n).enumerate() {
             for (j, v) in crow.iter_mut().enumerate() {
-                let y = ct[j * m + r];
+                let y = ct[(j / NR * m + r) * NR + j % NR];
                 *v = match bias {
                     Some(b) => y + b[j],
                     None => y,
@@ -376,59 +433,77 @@ impl BlockInt8Matrix {
         Ok(())
     }
 
-    /// Weight row j against every activation row, at `isa`.
-    fn row_on(&self, isa: Isa, j: usize, acts: &[QuantizedActs], out: &mut [f32]) {
-        let row = self.row(j);
-        for (tile, out) in acts.chunks(TILE).zip(out.chunks_mut(TILE)) {
-            #[cfg(target_arch = "x86_64")]
-            {
-                if isa >= Isa::Avx512 {
-                    // SAFETY: the runtime caps the level to what the CPU runs.
-                    unsafe { row_dots_avx512(&row, tile, out) };
-                    continue;
-                }
-                if isa >= Isa::Avx2 {
-                    // SAFETY: as above.
-                    unsafe { row_dots_avx2(&row, tile, out) };
-                    continue;
-                }
-            }
-            let _ = isa;
-            row_dots(&row, tile, out);
-        }
-    }
-
-    /// Row j's parts.
-    fn row(&self, j: usize) -> Row<'_> {
+    /// Row j's parts, gathered from its panel (the twin's reading).
+    fn row(&self, j: usize) -> Row {
         let (k, nb, ng) = (self.k, self.k / self.block, self.k / GROUP);
-        fn part(v: &[i16], r: std::ops::Range<usize>) -> &[i16] {
+        let (p, c) = (j / NR, j % NR);
+        let per_block = |v: &[f32]| -> Vec<f32> {
             if v.is_empty() {
-                v
+                Vec::new()
             } else {
-                &v[r]
+                (0..nb).map(|i| v[NR * (p * nb + i) + c]).collect()
             }
-        }
+        };
+        let per_group = |v: &[i16]| -> Vec<i16> {
+            if v.is_empty() {
+                Vec::new()
+            } else {
+                (0..ng).map(|g| v[NR * (p * ng + g) + c]).collect()
+            }
+        };
         Row {
             form: self.form,
             block: self.block,
-            ints: &self.ints[j * k..(j + 1) * k],
-            scales: part(&self.scales, j * ng..(j + 1) * ng),
-            mins: part(&self.mins, j * ng..(j + 1) * ng),
-            d: &self.d[j * nb..(j + 1) * nb],
-            m: if self.m.is_empty() { &[] } else { &self.m[j * nb..(j + 1) * nb] },
+            ints: (0..k)
+                .map(|e| self.ints[NR * k * p + 64 * (e / 4) + 4 * c + e % 4])
+                .collect(),
+            scales: per_group(&self.scales),
+            mins: per_group(&self.mins),
+            d: per_block(&self.d),
+            m: per_block(&self.m),
         }
     }
 }
 
 /// One weight row's parts, as [`row_dots`] reads them.
-struct Row<'a> {
+struct Row {
     form: Form,
     block: usize,
-    ints: &'a [i8],
-    scales: &'a [i16],
-    mins: &'a [i16],
-    d: &'a [f32],
-    m: &'a [f32],
+    ints: Vec<i8>,
+    scales: Vec<i16>,
+    mins: Vec<i16>,
+    d: Vec<f32>,
+    m: Vec<f32>,
+}
+
+/// Panel `p` against a tile of activation rows, by the twin: `out[16 r + c]` is row
+/// `16 p + c`'s output for activation row r (rows past n give 0).
+fn panel_plain(w: &BlockInt8Matrix, p: usize, acts: &[QuantizedActs], out: &mut [f32]) {
+    for c in 0..NR.min(w.n - p * NR) {
+        let row = w.row(p * NR + c);
+        let mut o = [0.0f32; TILE];
+        row_dots(&row, acts, &mut o[..acts.len()]);
+        for (r, v) in o[..acts.len()].iter().enumerate() {
+            out[NR * r + c] = *v;
+        }
+    }
+}
+
+/// [`panel_plain`] compiled for AVX2 + FMA (the integer dots vectorised).
+///
+/// # Safety
+/// The CPU runs AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn panel_avx2(w: &BlockInt8Matrix, p: usize, acts: &[QuantizedActs], out: &mut [f32]) {
+    for c in 0..NR.min(w.n - p * NR) {
+        let row = w.row(p * NR + c);
+        let mut o = [0.0f32; TILE];
+        row_dots(&row, acts, &mut o[..acts.len()]);
+        for (r, v) in o[..acts.len()].iter().enumerate() {
+            out[NR * r + c] = *v;
+        }
+    }
 }
 
 /// `Σ w · x` over 16 numbers, exact.
@@ -444,7 +519,7 @@ fn dot16(w: &[i8], x: &[i8]) -> i32 {
 /// Weight row `w` against up to [`TILE`] activation rows: out[r] = the module docs'
 /// chain for row r. The body every level compiles; its plain compilation is the twin.
 #[inline(always)]
-fn row_dots(w: &Row<'_>, acts: &[QuantizedActs], out: &mut [f32]) {
+fn row_dots(w: &Row, acts: &[QuantizedActs], out: &mut [f32]) {
     let mut acc = [0.0f32; TILE];
     let gpb = w.block / GROUP;
     for (i, wb) in w.ints.chunks_exact(w.block).enumerate() {
@@ -487,28 +562,147 @@ fn row_dots(w: &Row<'_>, acts: &[QuantizedActs], out: &mut [f32]) {
     out.copy_from_slice(&acc[..out.len()]);
 }
 
-/// [`row_dots`] compiled for AVX2 + FMA.
-///
-/// # Safety
-/// The CPU runs AVX2 and FMA.
+/// The AVX-512 VNNI kernel: one panel of 16 weight rows in the 16 lanes, `vpdpbusd`
+/// of the activations' unsigned bytes (qx + 128, broadcast four at a time) with the
+/// rows' integers, the shift taken back out per block, the K-types' group scales and
+/// minimums as i32 lane products; then the module docs' f32 steps lane by lane, the
+/// twin's operations in the twin's order.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn row_dots_avx2(w: &Row<'_>, acts: &[QuantizedActs], out: &mut [f32]) {
-    row_dots(w, acts, out)
-}
+mod vnni {
+    use std::arch::x86_64::*;
 
-/// [`row_dots`] compiled for AVX-512 F/BW/VL/VNNI (+ AVX2, FMA).
-///
-/// # Safety
-/// The CPU runs those.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
-unsafe fn row_dots_avx512(w: &Row<'_>, acts: &[QuantizedActs], out: &mut [f32]) {
-    row_dots(w, acts, out)
+    use super::{BlockInt8Matrix, Form, GROUP, NR, TILE};
+    use crate::ops::quant::activations::QuantizedActs;
+
+    /// Panel `p` against `acts` (rows `r0..` of the product; `xu` every row's unsigned
+    /// bytes, (m, k)): `out[16 r + c]` as [`super::panel_plain`] writes it.
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/VL/VNNI; `p` a panel of `w`, `acts.len() ≤ TILE`, `xu` holds rows
+    /// `r0..r0 + acts.len()` of k bytes, `out` at least `16 · acts.len()` numbers.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    pub(super) unsafe fn panel(
+        w: &BlockInt8Matrix,
+        p: usize,
+        acts: &[QuantizedActs],
+        xu: &[u8],
+        r0: usize,
+        out: &mut [f32],
+    ) {
+        match acts.len() {
+            1 => unsafe { tile::<1>(w, p, acts, xu, r0, out) },
+            2 => unsafe { tile::<2>(w, p, acts, xu, r0, out) },
+            3 => unsafe { tile::<3>(w, p, acts, xu, r0, out) },
+            4 => unsafe { tile::<4>(w, p, acts, xu, r0, out) },
+            5 => unsafe { tile::<5>(w, p, acts, xu, r0, out) },
+            6 => unsafe { tile::<6>(w, p, acts, xu, r0, out) },
+            7 => unsafe { tile::<7>(w, p, acts, xu, r0, out) },
+            _ => unsafe { tile::<TILE>(w, p, acts, xu, r0, out) },
+        }
+    }
+
+    /// [`panel`] for `R` activation rows.
+    ///
+    /// # Safety
+    /// As [`panel`], with `acts.len() == R`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn tile<const R: usize>(
+        w: &BlockInt8Matrix,
+        p: usize,
+        acts: &[QuantizedActs],
+        xu: &[u8],
+        r0: usize,
+        out: &mut [f32],
+    ) {
+        let (k, block) = (w.k, w.block);
+        let (nb, ng, gpb) = (k / block, k / GROUP, block / GROUP);
+        let ints = w.ints[NR * k * p..NR * k * (p + 1)].as_ptr();
+        let xrow: [*const u8; R] = std::array::from_fn(|r| xu[(r0 + r) * k..].as_ptr());
+        let mut acc = [_mm512_setzero_ps(); R];
+        for i in 0..nb {
+            let at = NR * (p * nb + i);
+            let mut s = [_mm512_setzero_si512(); R];
+            if w.form == Form::Scale32 || w.form == Form::ScaleMin32 {
+                for q in 0..block / 4 {
+                    let e = i * block + 4 * q;
+                    // SAFETY: e + 4 ≤ k inside the panel's 16 k bytes and each row's k.
+                    let wv = unsafe { _mm512_loadu_si512(ints.add(64 * (e / 4)).cast()) };
+                    for r in 0..R {
+                        let x4 = unsafe { xrow[r].add(e).cast::<i32>().read_unaligned() };
+                        s[r] = _mm512_dpbusd_epi32(s[r], _mm512_set1_epi32(x4), wv);
+                    }
+                }
+            } else {
+                for g in 0..gpb {
+                    let mut sg = [_mm512_setzero_si512(); R];
+                    for q in 0..GROUP / 4 {
+                        let e = i * block + g * GROUP + 4 * q;
+                        // SAFETY: as above.
+                        let wv = unsafe { _mm512_loadu_si512(ints.add(64 * (e / 4)).cast()) };
+                        for r in 0..R {
+                            let x4 = unsafe { xrow[r].add(e).cast::<i32>().read_unaligned() };
+                            sg[r] = _mm512_dpbusd_epi32(sg[r], _mm512_set1_epi32(x4), wv);
+                        }
+                    }
+                    let ga = NR * (p * ng + i * gpb + g);
+                    // SAFETY: 16 i16 scales of this panel's group.
+                    let sc = unsafe {
+                        _mm512_cvtepi16_epi32(_mm256_loadu_si256(w.scales.as_ptr().add(ga).cast()))
+                    };
+                    for r in 0..R {
+                        s[r] = _mm512_add_epi32(s[r], _mm512_mullo_epi32(sg[r], sc));
+                    }
+                }
+            }
+            // SAFETY: 16 numbers of this panel's block in each per-block part.
+            let shift = unsafe { _mm512_loadu_si512(w.shift.as_ptr().add(at).cast()) };
+            let d = unsafe { _mm512_loadu_ps(w.d.as_ptr().add(at)) };
+            for r in 0..R {
+                let a = &acts[r];
+                let dx = _mm512_set1_ps(a.d[i]);
+                let sf = _mm512_cvtepi32_ps(_mm512_sub_epi32(s[r], shift));
+                acc[r] = match w.form {
+                    Form::Scale32 => _mm512_fmadd_ps(_mm512_mul_ps(d, dx), sf, acc[r]),
+                    Form::ScaleMin32 => {
+                        let m = unsafe { _mm512_loadu_ps(w.m.as_ptr().add(at)) };
+                        let t = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), sf, acc[r]);
+                        _mm512_fmadd_ps(m, _mm512_set1_ps(a.sum[i]), t)
+                    }
+                    Form::ScaleK => _mm512_fmadd_ps(_mm512_mul_ps(d, sf), dx, acc[r]),
+                    Form::ScaleMinK => {
+                        let mut mi = _mm512_setzero_si512();
+                        for g in 0..gpb {
+                            let ga = NR * (p * ng + i * gpb + g);
+                            // SAFETY: 16 i16 minimums of this panel's group.
+                            let mn = unsafe {
+                                _mm512_cvtepi16_epi32(_mm256_loadu_si256(
+                                    w.mins.as_ptr().add(ga).cast(),
+                                ))
+                            };
+                            let b = _mm512_set1_epi32(a.bsums[i * gpb + g]);
+                            mi = _mm512_add_epi32(mi, _mm512_mullo_epi32(mn, b));
+                        }
+                        let dmin = unsafe { _mm512_loadu_ps(w.m.as_ptr().add(at)) };
+                        // −dmin, the sign bit flipped (as the twin's negation; 0 − dmin
+                        // would give +0 for +0).
+                        let sign = _mm512_set1_epi32(i32::MIN);
+                        let neg = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(dmin), sign));
+                        let rr = _mm512_fmadd_ps(neg, _mm512_cvtepi32_ps(mi), _mm512_mul_ps(d, sf));
+                        _mm512_fmadd_ps(rr, dx, acc[r])
+                    }
+                };
+            }
+        }
+        for r in 0..R {
+            // SAFETY: out holds 16 numbers per activation row.
+            unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(NR * r), acc[r]) };
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use half::f16;
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
 
