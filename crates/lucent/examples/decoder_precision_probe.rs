@@ -3,17 +3,17 @@
 //! continuations equal to exact's on tests/data/decoder_precision_prompts.txt and the
 //! perplexity on the first `CHARS` (8,000) characters of moby-dick in windows of 128
 //! (docs/precision.md). Then, for SmolLM2, one batched decode step of 8 rows timed in
-//! exact, per-block int8 and per-row int8, interleaved, medians of 15 (an indication
+//! exact, block-integer int8 and per-row int8, interleaved, medians of 15 (an indication
 //! only: `scripts/bench-serve-peer.sh` measures the server).
 //!
 //! `cargo run --release -p lucent --example decoder_precision_probe`
 //!
 //! `MODELS` (a space-separated list) chooses the models; `CONFIGS` the arithmetics
-//! (default `int8 int8-rows`):
-//! - `int8`: the decoder's int8 (`Precision::Int8`: the blocks' own integers, llama.cpp's
-//!   activation integers, one f32 rescale per block);
-//! - `int8-rows`: every weight dequantised and quantised per output row, activations per
-//!   row (`Linear::keep_int8_rows`, the previous int8);
+//! (default `int8-blocks int8`):
+//! - `int8-blocks`: the blocks' own integers, llama.cpp's activation integers, one f32
+//!   rescale per block (`Linear::keep_int8_blocks`);
+//! - `int8`: the decoders' int8 (`Precision::Int8`): every weight dequantised and
+//!   quantised per output row, activations per row (`Linear::keep_int8`);
 //! - `w-rows`: only the weights rounded per output row (dequantised, quantised per row,
 //!   widened back), activations f32, an f32 product;
 //! - `x-rows`: the weights dequantised to f32 as they are, only the activations rounded
@@ -22,7 +22,7 @@
 //!   activation blocks;
 //! - `bf16`: `Precision::Bf16`.
 //!
-//! `GROUPS=1` adds per-block int8 with one group at a time left exact; `STEP=0` skips
+//! `GROUPS=1` adds int8 with one group at a time left exact; `STEP=0` skips
 //! the timing.
 use std::time::Instant;
 
@@ -71,15 +71,15 @@ fn main() -> Result<()> {
             base.ppl,
             prompts.len()
         );
-        let wanted = std::env::var("CONFIGS").unwrap_or_else(|_| "int8 int8-rows".into());
+        let wanted = std::env::var("CONFIGS").unwrap_or_else(|_| "int8-blocks int8".into());
         let mut configs: Vec<(String, TextModel)> = Vec::new();
         for c in wanted.split_whitespace() {
             let m = match c {
                 "int8" => text_model(name, Precision::Int8)?,
                 "bf16" => text_model(name, Precision::Bf16)?,
-                "int8-rows" => changed(name, &mut |l| {
+                "int8-blocks" => changed(name, &mut |l| {
                     l.forget_copies();
-                    l.keep_int8_rows();
+                    l.keep_int8_blocks();
                 })?,
                 "w-rows" => changed(name, &mut |l| {
                     if let Ok(w) = l.weight.to_f32() {
@@ -102,7 +102,7 @@ fn main() -> Result<()> {
                 })?,
                 other => {
                     return Err(lucent::Error::Argument(format!(
-                        "CONFIGS: unknown arithmetic {other:?} (int8, int8-rows, w-rows, x-rows, f32, bf16)"
+                        "CONFIGS: unknown arithmetic {other:?} (int8-blocks, int8, w-rows, x-rows, f32, bf16)"
                     )))
                 }
             };
@@ -158,15 +158,15 @@ fn rows_rounded(w: lucent::Tensor) -> lucent::Tensor {
     lucent::Tensor::new(v, w.shape()).unwrap_or(w)
 }
 
-/// One decode step of 8 rows (each sequence 64 tokens in): exact, per-block int8 and
-/// per-row int8 interleaved.
+/// One decode step of 8 rows (each sequence 64 tokens in): exact, block-integer int8
+/// and per-row int8 interleaved.
 fn step_ratio() -> Result<()> {
     let exact = text_model("smollm2", Precision::Exact)?;
-    let int8 = text_model("smollm2", Precision::Int8)?;
-    let rows = changed("smollm2", &mut |l| {
+    let int8 = changed("smollm2", &mut |l| {
         l.forget_copies();
-        l.keep_int8_rows();
+        l.keep_int8_blocks();
     })?;
+    let rows = text_model("smollm2", Precision::Int8)?;
     let prompt: Vec<u32> = (0..64u32).map(|i| 100 + 7 * i).collect();
     let caches = |m: &TextModel| -> Result<Vec<lucent::nn::KvCache>> {
         (0..8)

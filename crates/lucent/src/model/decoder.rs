@@ -212,14 +212,13 @@ impl DecoderModel {
 
     /// Compute the weight products in `precision`, each group as
     /// [`DecoderProducts::plan`] chooses: int8 or bf16 copies of the weights made once
-    /// here (int8: a GGUF file's block integers widened to `i8`, against llama.cpp's
-    /// activation integers, one f32 rescale per block: `Linear::keep_int8`; bf16: the
-    /// blocks dequantised and rounded), or, for [`Precision::Exact`], those copies
-    /// dropped (llama.cpp's arithmetic again, bit for bit). Every product of a pass — a
-    /// prompt's rows, a lone decoded token, a batched step of many sequences — then
-    /// takes the copy, whose rows never depend on each other (per-row, per-block
-    /// activation scales, integer sums, one fixed float order), so batch invariance
-    /// holds. The embedding lookup, the
+    /// here (a GGUF file's blocks of any type dequantised, then quantised per output
+    /// channel or rounded: `Linear::keep_int8`; `Linear::keep_int8_blocks`, the blocks'
+    /// own integers, is closer to exact but not yet faster, docs/precision.md), or, for
+    /// [`Precision::Exact`], those copies dropped (llama.cpp's arithmetic again, bit for
+    /// bit). Every product of a pass — a prompt's rows, a lone decoded token, a batched
+    /// step of many sequences — then takes the copy, whose rows never depend on each
+    /// other (per-row activation scales, integer sums), so batch invariance holds. The embedding lookup, the
     /// norms, RoPE, attention's scores and P·V, softmax and residual adds are unchanged.
     pub fn set_precision(&mut self, precision: Precision) {
         // The head first: widening it holds the largest f32 copy (V × d) for a moment,
@@ -244,7 +243,12 @@ impl DecoderModel {
     /// `examples/decoder_precision_probe.rs` does). With `untie`, a tied head first gets
     /// its own [`Head`] over the same table, so `f` changes the head and not the
     /// embedding lookup.
-    pub fn map_products(&mut self, group: DecoderProducts, untie: bool, f: &mut dyn FnMut(&mut Linear)) {
+    pub fn map_products(
+        &mut self,
+        group: DecoderProducts,
+        untie: bool,
+        f: &mut dyn FnMut(&mut Linear),
+    ) {
         if group == DecoderProducts::Head {
             if self.head.is_none() && untie {
                 // (V, d): the table's blocks shared, not copied

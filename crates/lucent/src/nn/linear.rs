@@ -17,11 +17,13 @@
 //!
 //! A model opened in int8 or bf16 ([`Linear::keep_int8`], [`Linear::keep_bf16`]) keeps a
 //! copy of W, and every product, one row or many, reads the copy instead; its rows
-//! never depend on each other either. In int8 a quantised W keeps its blocks' own
-//! integers, widened once to one `i8` a weight ([`BlockInt8Matrix`]: llama.cpp's
-//! activation integers, one f32 rescale per block, only the rescales' order differs
-//! from the exact mode's); an f32 W is quantised per output channel ([`Int8Matrix`]).
-//! In bf16 W is rounded (a quantised W dequantised first).
+//! never depend on each other either. In int8 W is quantised per output channel
+//! ([`Int8Matrix`]; a quantised W dequantised first); [`Linear::keep_int8_blocks`]
+//! keeps a quantised W's blocks' own integers instead, widened once to one `i8` a
+//! weight ([`BlockInt8Matrix`]: llama.cpp's activation integers, one f32 rescale per
+//! block, only the rescales' order differs from the exact mode's; closer to exact,
+//! not yet faster: docs/precision.md). In bf16 W is rounded (a quantised W
+//! dequantised first).
 
 use std::sync::Arc;
 
@@ -214,10 +216,9 @@ pub struct Linear {
     /// [`Precision::Int8`](crate::Precision::Int8) ([`Linear::keep_int8`]): products
     /// read these instead of W (not the same numbers: the distance is measured).
     int8: Option<Arc<Int8Matrix>>,
-    /// A quantised W's block integers widened to `i8`, when the model was opened with
-    /// [`Precision::Int8`](crate::Precision::Int8) ([`Linear::keep_int8`]): products
-    /// read these instead of W's blocks (the same integers, the rescales in another
-    /// order: the distance is measured).
+    /// A quantised W's block integers widened to `i8` ([`Linear::keep_int8_blocks`]):
+    /// products read these instead of W's blocks (the same integers, the rescales in
+    /// another order: the distance is measured).
     blocks8: Option<Arc<BlockInt8Matrix>>,
     /// For a probe of which rounding harms ([`Linear::round_inputs_per_row`]): x is
     /// quantised per row to 8 bits and back before an f32 W's product.
@@ -338,29 +339,14 @@ impl Linear {
         }
     }
 
-    /// Keep W in 8-bit integers and compute every product of an untrained pass from
-    /// them: what [`Precision::Int8`](crate::Precision::Int8) asks of a layer. A
-    /// quantised (GGUF) W of a block type keeps its blocks' own integers, widened once
-    /// ([`BlockInt8Matrix`]: nothing re-rounded, activations quantised per block by
-    /// llama.cpp's rule); an f32 W (or F16 / BF16 blocks) is quantised per output
-    /// channel ([`Linear::keep_int8_rows`]). Returns whether a copy was made.
+    /// Keep W quantised to 8 bits ([`Int8Matrix`]: one scale per output channel) and
+    /// compute every product of an untrained pass from it: what
+    /// [`Precision::Int8`](crate::Precision::Int8) asks of a layer. A quantised (GGUF)
+    /// W of any block type is widened once: its blocks dequantised to f32, then
+    /// quantised per row as an f32 W is, so one integer kernel serves every block type
+    /// and a product sums in integers across blocks. Returns whether the copy was made.
+    /// ([`Linear::keep_int8_blocks`] keeps the blocks' own integers instead.)
     pub fn keep_int8(&mut self) -> bool {
-        if let Weight::Quant { matrix, .. } = &self.weight {
-            if let Ok(b) = BlockInt8Matrix::widen(matrix) {
-                self.int8 = None;
-                self.blocks8 = Some(Arc::new(b));
-                return true;
-            }
-        }
-        self.keep_int8_rows()
-    }
-
-    /// Keep W quantised to 8 bits per output channel ([`Int8Matrix`]: one scale per
-    /// row of W, activations quantised per row) and compute every product of an
-    /// untrained pass from it. A quantised W is dequantised first and then quantised
-    /// per row (re-rounded: farther from exact than [`Linear::keep_int8`]'s block
-    /// integers; docs/precision.md measures both). Returns whether the copy was made.
-    pub fn keep_int8_rows(&mut self) -> bool {
         let Some((w, out, inp)) = self.widened() else {
             return false;
         };
@@ -368,6 +354,28 @@ impl Linear {
         self.blocks8 = None;
         self.int8 = Some(Arc::new(q));
         true
+    }
+
+    /// Keep a quantised (GGUF) W's blocks' own integers, widened once to one `i8` a
+    /// weight ([`BlockInt8Matrix`]: nothing re-rounded; activations quantised per block
+    /// by llama.cpp's rule for W's type, one f32 rescale per block), and compute every
+    /// product of an untrained pass from them. Closer to exact than
+    /// [`Linear::keep_int8`] (perplexity within 1 % where per-row int8 is 4 % off) but
+    /// measured slower than exact on a batched decode step, so not what
+    /// [`Precision::Int8`](crate::Precision::Int8) takes yet (docs/precision.md).
+    /// Returns whether the copy was made (not for f32, F16 or BF16 weights).
+    pub fn keep_int8_blocks(&mut self) -> bool {
+        let Weight::Quant { matrix, .. } = &self.weight else {
+            return false;
+        };
+        match BlockInt8Matrix::widen(matrix) {
+            Ok(b) => {
+                self.int8 = None;
+                self.blocks8 = Some(Arc::new(b));
+                true
+            }
+            Err(_) => false,
+        }
     }
 
     /// Keep W rounded to bf16 ([`Bf16Matrix`]) and compute every product of an
@@ -443,7 +451,7 @@ impl Linear {
         self.round_inputs = on;
     }
 
-    /// The widened block integers of W, if [`Linear::keep_int8`] kept them.
+    /// The widened block integers of W, if [`Linear::keep_int8_blocks`] kept them.
     pub fn block_int8(&self) -> Option<&BlockInt8Matrix> {
         self.blocks8.as_deref()
     }

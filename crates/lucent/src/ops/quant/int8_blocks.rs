@@ -50,9 +50,9 @@ use crate::ops::quant::reference::K16Block;
 use crate::ops::quant::QMatrix;
 use crate::runtime::Isa;
 use crate::tensor::quant::{
-    blocks, f16_value, k_scale_min, Block, BlockIQ4_NL, BlockIQ4_XS, BlockQ2_K,
-    BlockQ3_K, BlockQ4_0, BlockQ4_1, BlockQ4_K, BlockQ5_0, BlockQ5_1, BlockQ5_K, BlockQ6_K,
-    BlockQ8_0, GgmlType, KVALUES_IQ4NL,
+    blocks, f16_value, k_scale_min, Block, BlockIQ4_NL, BlockIQ4_XS, BlockQ2_K, BlockQ3_K,
+    BlockQ4_0, BlockQ4_1, BlockQ4_K, BlockQ5_0, BlockQ5_1, BlockQ5_K, BlockQ6_K, BlockQ8_0,
+    GgmlType, KVALUES_IQ4NL,
 };
 use crate::{Error, Result};
 
@@ -184,7 +184,12 @@ fn widen_iq4_nl(b: &[u8], w: &mut [i8], _: &mut [i16], _: &mut [i16]) -> (f32, f
 /// Q4_K (`FIVE` false) and Q5_K: number `32 j + l` is nibble `j % 2` of
 /// `qs[32 (j / 2) + l]` (and bit j of `qh[l]`), sub-block j's 6-bit scale and minimum
 /// for both its groups of 16.
-fn widen_k45<const FIVE: bool>(b: &[u8], w: &mut [i8], sc: &mut [i16], mn: &mut [i16]) -> (f32, f32) {
+fn widen_k45<const FIVE: bool>(
+    b: &[u8],
+    w: &mut [i8],
+    sc: &mut [i16],
+    mn: &mut [i16],
+) -> (f32, f32) {
     let (d, dmin, scales, qs, qh) = if FIVE {
         let b = one::<BlockQ5_K>(b);
         (b.d, b.dmin, &b.scales, &b.qs, Some(&b.qh))
@@ -363,7 +368,14 @@ impl BlockInt8Matrix {
     }
 
     /// [`BlockInt8Matrix::matmul`] at `isa` (which the CPU must run).
-    fn matmul_on(&self, isa: Isa, c: &mut [f32], a: &[f32], bias: Option<&[f32]>, m: usize) -> Result<()> {
+    fn matmul_on(
+        &self,
+        isa: Isa,
+        c: &mut [f32],
+        a: &[f32],
+        bias: Option<&[f32]>,
+        m: usize,
+    ) -> Result<()> {
         let (n, k) = (self.n, self.k);
         assert!(
             c.len() == m * n && a.len() == m * k && bias.is_none_or(|b| b.len() == n),
@@ -382,7 +394,9 @@ impl BlockInt8Matrix {
         // The activations as unsigned bytes (qx + 128) for vpdpbusd, (m, k).
         let vnni = cfg!(target_arch = "x86_64") && isa >= Isa::Avx512;
         let xu: Vec<u8> = if vnni {
-            acts.iter().flat_map(|a| a.qs.iter().map(|&q| (q as u8) ^ 0x80)).collect()
+            acts.iter()
+                .flat_map(|a| a.qs.iter().map(|&q| (q as u8) ^ 0x80))
+                .collect()
         } else {
             Vec::new()
         };
@@ -553,7 +567,9 @@ fn row_dots(w: &Row, acts: &[QuantizedActs], out: &mut [f32]) {
                         for (&mn, &b) in mn.iter().zip(bs) {
                             m += mn as i32 * b;
                         }
-                        (-w.m[i]).mul_add(m as f32, d * s as f32).mul_add(dx, acc[r])
+                        (-w.m[i])
+                            .mul_add(m as f32, d * s as f32)
+                            .mul_add(dx, acc[r])
                     }
                 }
             };
@@ -686,7 +702,8 @@ mod vnni {
                         // −dmin, the sign bit flipped (as the twin's negation; 0 − dmin
                         // would give +0 for +0).
                         let sign = _mm512_set1_epi32(i32::MIN);
-                        let neg = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(dmin), sign));
+                        let neg =
+                            _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(dmin), sign));
                         let rr = _mm512_fmadd_ps(neg, _mm512_cvtepi32_ps(mi), _mm512_mul_ps(d, sf));
                         _mm512_fmadd_ps(rr, dx, acc[r])
                     }
@@ -708,12 +725,14 @@ mod tests {
 
     use super::*;
     use crate::ops::quant::reference;
-    use crate::tensor::quant::ActKind;
     use crate::runtime::Runtime;
+    use crate::tensor::quant::ActKind;
 
     /// Random blocks of `t` with finite scales in (−0.1, 0.1) (random bytes elsewhere).
     fn random_matrix(t: GgmlType, n: usize, k: usize, rng: &mut StdRng) -> QMatrix {
-        let mut b: Vec<u8> = (0..t.row_bytes(k).unwrap() * n).map(|_| rng.random()).collect();
+        let mut b: Vec<u8> = (0..t.row_bytes(k).unwrap() * n)
+            .map(|_| rng.random())
+            .collect();
         let offsets: &[usize] = match t {
             GgmlType::Q6_K => &[208],
             GgmlType::Q2_K => &[80, 82],
@@ -723,7 +742,9 @@ mod tests {
         };
         for blk in b.chunks_exact_mut(t.block_bytes()) {
             for &at in offsets {
-                let h = f16::from_f32(rng.random_range(-0.1f32..0.1)).to_bits().to_le_bytes();
+                let h = f16::from_f32(rng.random_range(-0.1f32..0.1))
+                    .to_bits()
+                    .to_le_bytes();
                 blk[at..at + 2].copy_from_slice(&h);
             }
         }
@@ -839,20 +860,31 @@ mod tests {
                     w.matmul_on(Isa::Scalar, &mut want, &a, bias, m).unwrap();
                     for isa in Isa::available() {
                         for threads in [1, 2] {
-                            let rt = Runtime::builder().threads(threads).isa(isa).build().unwrap();
+                            let rt = Runtime::builder()
+                                .threads(threads)
+                                .isa(isa)
+                                .build()
+                                .unwrap();
                             let mut got = vec![f32::NAN; m * n];
-                            rt.install(|| w.matmul_on(isa, &mut got, &a, bias, m)).unwrap();
+                            rt.install(|| w.matmul_on(isa, &mut got, &a, bias, m))
+                                .unwrap();
                             assert!(
-                                got.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits()),
+                                got.iter()
+                                    .zip(&want)
+                                    .all(|(x, y)| x.to_bits() == y.to_bits()),
                                 "{t} {isa:?} threads {threads}: m {m} n {n} k {k}"
                             );
                         }
                     }
                     // The last row alone: its bits among the others.
                     let mut alone = vec![f32::NAN; n];
-                    w.matmul_on(Isa::Scalar, &mut alone, &a[(m - 1) * k..], bias, 1).unwrap();
+                    w.matmul_on(Isa::Scalar, &mut alone, &a[(m - 1) * k..], bias, 1)
+                        .unwrap();
                     assert!(
-                        alone.iter().zip(&want[(m - 1) * n..]).all(|(x, y)| x.to_bits() == y.to_bits()),
+                        alone
+                            .iter()
+                            .zip(&want[(m - 1) * n..])
+                            .all(|(x, y)| x.to_bits() == y.to_bits()),
                         "{t}: a row alone differs from the same row among {m}"
                     );
                 }

@@ -62,8 +62,8 @@ mod tests;
 #[cfg(test)]
 pub(crate) use activations::quantize_activations;
 pub use activations::QuantizedActs;
-pub use int8_blocks::BlockInt8Matrix;
 pub(crate) use dequant::dequantize;
 #[cfg(test)]
 pub(crate) use dispatch::vec_dot;
+pub use int8_blocks::BlockInt8Matrix;
 pub use matrix::QMatrix;
