@@ -1,8 +1,9 @@
-//! Per-block int8 products for a decoder opened in
-//! [`Precision::Int8`](crate::Precision::Int8): a GGUF matrix's own block integers,
-//! widened once at load to one `i8` per weight (nothing re-rounded), against activation
-//! rows quantised with llama.cpp's own rule for that block type
-//! ([`quantize_activations`]), so both sides' integers are llama.cpp's.
+//! Block-integer int8 products for a decoder's GGUF weights (`Linear::keep_int8_blocks`;
+//! `Precision::Int8` takes the per-row `Int8Matrix` for now, docs/precision.md says why):
+//! a GGUF matrix's own block integers, widened once at load to one `i8` per weight
+//! (nothing re-rounded), against activation rows quantised with llama.cpp's own rule
+//! for that block type
+//! (`quantize_activations`), so both sides' integers are llama.cpp's.
 //!
 //! # The arithmetic
 //!
@@ -710,9 +711,9 @@ mod vnni {
                 };
             }
         }
-        for r in 0..R {
+        for (r, v) in acc.iter().enumerate() {
             // SAFETY: out holds 16 numbers per activation row.
-            unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(NR * r), acc[r]) };
+            unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(NR * r), *v) };
         }
     }
 }
@@ -779,8 +780,6 @@ mod tests {
             let q = random_matrix(t, 3, 512, &mut rng);
             let w = BlockInt8Matrix::widen(&q).unwrap();
             let want = q.dequantize_all().unwrap();
-            let gpb = w.block / GROUP;
-            let nb = w.k / w.block;
             for j in 0..w.n {
                 let row = w.row(j);
                 for e in 0..w.k {
@@ -795,7 +794,6 @@ mod tests {
                             d * row.scales[g] as f32 * q - row.m[i] * row.mins[g] as f32
                         }
                     };
-                    let _ = (gpb, nb);
                     let want = want[j * w.k + e];
                     assert!(
                         (got - want).abs() <= 1e-6 * want.abs().max(1e-3),
@@ -835,9 +833,9 @@ mod tests {
                 }
             }
             if t == GgmlType::IQ4_NL {
-                for j in 0..n {
+                for (j, g) in got.iter().enumerate() {
                     let want = reference::dot_iq4_nl_repacked(q.row_bytes_of(j), &a);
-                    assert_eq!(got[j].to_bits(), want.to_bits(), "{t} row {j}");
+                    assert_eq!(g.to_bits(), want.to_bits(), "{t} row {j}");
                 }
             }
         }
