@@ -1,19 +1,33 @@
-//! Which of a decoder's product groups int8 harms: SmolLM2 and Gemma 3 in exact, bf16,
-//! int8 everywhere, and int8 with one group at a time left exact, each measured by the
-//! share of greedy 32-token continuations equal to exact's on
-//! tests/data/decoder_precision_prompts.txt and the perplexity on the first 8,000
-//! characters of moby-dick in windows of 128 (the measurement behind
-//! `DecoderProducts::plan`, docs/precision.md). Then, for SmolLM2, one batched decode
-//! step of 8 rows timed in exact and in int8, interleaved, medians of 15 (an indication
+//! How far a decoder's int8 lands from exact, and which rounding puts it there: SmolLM2
+//! and Gemma 3 in several arithmetics, each measured by the share of greedy 32-token
+//! continuations equal to exact's on tests/data/decoder_precision_prompts.txt and the
+//! perplexity on the first `CHARS` (8,000) characters of moby-dick in windows of 128
+//! (docs/precision.md). Then, for SmolLM2, one batched decode step of 8 rows timed in
+//! exact, block-integer int8 and per-row int8, interleaved, medians of 15 (an indication
 //! only: `scripts/bench-serve-peer.sh` measures the server).
 //!
 //! `cargo run --release -p lucent --example decoder_precision_probe`
 //!
-//! `MODELS` (a space-separated list) chooses the models; `GROUPS=0` skips the
-//! one-group-exact configurations; `STEP=0` skips the timing.
+//! `MODELS` (a space-separated list) chooses the models; `CONFIGS` the arithmetics
+//! (default `int8-blocks int8`):
+//! - `int8-blocks`: the blocks' own integers, llama.cpp's activation integers, one f32
+//!   rescale per block (`Linear::keep_int8_blocks`);
+//! - `int8`: the decoders' int8 (`Precision::Int8`): every weight dequantised and
+//!   quantised per output row, activations per row (`Linear::keep_int8`);
+//! - `w-rows`: only the weights rounded per output row (dequantised, quantised per row,
+//!   widened back), activations f32, an f32 product;
+//! - `x-rows`: the weights dequantised to f32 as they are, only the activations rounded
+//!   per row to 8 bits and back (`Linear::round_inputs_per_row`);
+//! - `f32`: the weights dequantised, nothing rounded: f32 arithmetic without llama.cpp's
+//!   activation blocks;
+//! - `bf16`: `Precision::Bf16`.
+//!
+//! `GROUPS=1` adds int8 with one group at a time left exact; `STEP=0` skips
+//! the timing.
 use std::time::Instant;
 
 use lucent::model::DecoderProducts;
+use lucent::nn::{Linear, Weight};
 use lucent::pipeline::generate::TextModel;
 use lucent::pipeline::precision::{prompt_lines, DistanceSpec};
 use lucent::{OpenOptions, Precision, Result};
@@ -34,7 +48,12 @@ fn main() -> Result<()> {
     let text: String = std::fs::read_to_string(&corpus)
         .map_err(|e| lucent::Error::io(&corpus, e))?
         .chars()
-        .take(8000)
+        .take(
+            std::env::var("CHARS")
+                .ok()
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(8000),
+        )
         .collect();
     let spec = DistanceSpec {
         prompts: &prompts,
@@ -52,11 +71,44 @@ fn main() -> Result<()> {
             base.ppl,
             prompts.len()
         );
-        let mut configs: Vec<(String, TextModel)> = vec![
-            ("bf16".into(), text_model(name, Precision::Bf16)?),
-            ("int8".into(), text_model(name, Precision::Int8)?),
-        ];
-        let groups = std::env::var("GROUPS").as_deref() != Ok("0");
+        let wanted = std::env::var("CONFIGS").unwrap_or_else(|_| "int8-blocks int8".into());
+        let mut configs: Vec<(String, TextModel)> = Vec::new();
+        for c in wanted.split_whitespace() {
+            let m = match c {
+                "int8" => text_model(name, Precision::Int8)?,
+                "bf16" => text_model(name, Precision::Bf16)?,
+                "int8-blocks" => changed(name, &mut |l| {
+                    l.forget_copies();
+                    l.keep_int8_blocks();
+                })?,
+                "w-rows" => changed(name, &mut |l| {
+                    if let Ok(w) = l.weight.to_f32() {
+                        l.forget_copies();
+                        l.weight = Weight::F32(rows_rounded(w));
+                    }
+                })?,
+                "x-rows" => changed(name, &mut |l| {
+                    if let Ok(w) = l.weight.to_f32() {
+                        l.forget_copies();
+                        l.weight = Weight::F32(w);
+                        l.round_inputs_per_row(true);
+                    }
+                })?,
+                "f32" => changed(name, &mut |l| {
+                    if let Ok(w) = l.weight.to_f32() {
+                        l.forget_copies();
+                        l.weight = Weight::F32(w);
+                    }
+                })?,
+                other => {
+                    return Err(lucent::Error::Argument(format!(
+                        "CONFIGS: unknown arithmetic {other:?} (int8-blocks, int8, w-rows, x-rows, f32, bf16)"
+                    )))
+                }
+            };
+            configs.push((c.to_string(), m));
+        }
+        let groups = std::env::var("GROUPS").as_deref() == Ok("1");
         for g in DecoderProducts::ALL.into_iter().filter(|_| groups) {
             let mut m = text_model(name, Precision::Int8)?;
             m.model.set_products(g, Precision::Exact);
@@ -80,10 +132,41 @@ fn main() -> Result<()> {
     Ok(())
 }
 
-/// One decode step of 8 rows (each sequence 64 tokens in), exact and int8 interleaved.
+/// The exact model with `f` applied to every product (Q, K, V, O, the feed-forward's,
+/// the head on its own copy of a tied table).
+fn changed(name: &str, f: &mut dyn FnMut(&mut Linear)) -> Result<TextModel> {
+    let mut m = text_model(name, Precision::Exact)?;
+    for g in DecoderProducts::ALL {
+        m.model.map_products(g, true, f);
+    }
+    Ok(m)
+}
+
+/// W (out, in) with each row rounded to 8 bits and back: one symmetric scale per row,
+/// `max |w| / 127`, ties to even (the per-row int8 weights, widened).
+fn rows_rounded(w: lucent::Tensor) -> lucent::Tensor {
+    let k = *w.shape().last().unwrap_or(&1);
+    let mut v = w.data().to_vec();
+    for row in v.chunks_exact_mut(k.max(1)) {
+        let amax = row.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+        let s = amax / 127.0;
+        let id = if amax > 0.0 { 127.0 / amax } else { 0.0 };
+        for x in row.iter_mut() {
+            *x = s * (*x * id).round_ties_even().clamp(-127.0, 127.0);
+        }
+    }
+    lucent::Tensor::new(v, w.shape()).unwrap_or(w)
+}
+
+/// One decode step of 8 rows (each sequence 64 tokens in): exact, block-integer int8
+/// and per-row int8 interleaved.
 fn step_ratio() -> Result<()> {
     let exact = text_model("smollm2", Precision::Exact)?;
-    let int8 = text_model("smollm2", Precision::Int8)?;
+    let int8 = changed("smollm2", &mut |l| {
+        l.forget_copies();
+        l.keep_int8_blocks();
+    })?;
+    let rows = text_model("smollm2", Precision::Int8)?;
     let prompt: Vec<u32> = (0..64u32).map(|i| 100 + 7 * i).collect();
     let caches = |m: &TextModel| -> Result<Vec<lucent::nn::KvCache>> {
         (0..8)
@@ -94,7 +177,7 @@ fn step_ratio() -> Result<()> {
             })
             .collect()
     };
-    let (mut ce, mut ci) = (caches(&exact)?, caches(&int8)?);
+    let (mut ce, mut ci, mut cr) = (caches(&exact)?, caches(&int8)?, caches(&rows)?);
     let ids = [300u32, 301, 302, 303, 304, 305, 306, 307];
     let step = |m: &TextModel, cs: &mut Vec<lucent::nn::KvCache>| -> Result<f64> {
         let mut refs: Vec<&mut lucent::nn::KvCache> = cs.iter_mut().collect();
@@ -106,21 +189,25 @@ fn step_ratio() -> Result<()> {
         }
         Ok(s)
     };
-    let (mut te, mut ti) = (Vec::new(), Vec::new());
+    let (mut te, mut ti, mut tr) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..15 {
         te.push(step(&exact, &mut ce)?);
         ti.push(step(&int8, &mut ci)?);
+        tr.push(step(&rows, &mut cr)?);
     }
     let median = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    let (me, mi) = (median(&mut te), median(&mut ti));
+    let (me, mi, mr) = (median(&mut te), median(&mut ti), median(&mut tr));
     println!(
-        "smollm2 decode step of 8 rows: exact {:.2} ms, int8 {:.2} ms, int8 / exact speed {:.2}x ({} threads)",
+        "smollm2 decode step of 8 rows: exact {:.2} ms, int8 (blocks) {:.2} ms = {:.2}x exact's speed, \
+         int8 (rows) {:.2} ms = {:.2}x ({} threads)",
         me * 1e3,
         mi * 1e3,
         me / mi,
+        mr * 1e3,
+        me / mr,
         lucent::threads()
     );
     Ok(())

@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use lucent::model::DecoderProducts;
 use lucent::nn::KvCache;
 use lucent::pipeline::generate::TextModel;
 use lucent::{OpenOptions, Precision};
@@ -22,7 +23,30 @@ fn text_model(name: &str, p: Precision) -> Arc<TextModel> {
 /// gives the full forward's logits bit for bit (with every query row computed alike,
 /// `Numerics::RowInvariant`, as decoders.rs checks exact).
 fn int8_is_batch_invariant(name: &str) {
-    let tm = text_model(name, Precision::Int8);
+    batch_invariant(name, &text_model(name, Precision::Int8), "int8");
+}
+
+/// The same checks with every product through the blocks' own integers
+/// (`Linear::keep_int8_blocks`, llama.cpp's activation integers, one f32 rescale per
+/// block).
+fn int8_blocks_are_batch_invariant(name: &str) {
+    let mut tm = (*text_model(name, Precision::Exact)).clone();
+    for g in DecoderProducts::ALL {
+        tm.model.map_products(g, true, &mut |l| {
+            l.forget_copies();
+            assert!(
+                l.keep_int8_blocks(),
+                "{name}: a product without block integers"
+            );
+        });
+    }
+    assert_eq!(tm.model.precision(), Precision::Int8);
+    batch_invariant(name, &tm, "int8 blocks");
+}
+
+/// A batched step equals each row's lone step, and cached decoding the full forward,
+/// bit for bit, for `tm` (`what` names its arithmetic in failures).
+fn batch_invariant(name: &str, tm: &TextModel, what: &str) {
     let m = &tm.model;
     let prompts = [
         "The capital of France is",
@@ -47,7 +71,7 @@ fn int8_is_batch_invariant(name: &str) {
         assert_eq!(
             bits(alone.data()),
             bits(&together.data()[i * v..(i + 1) * v]),
-            "{name} int8: row {i} of a batched step differs from its lone step"
+            "{name} {what}: row {i} of a batched step differs from its lone step"
         );
     }
     // As decoders.rs's cached-vs-full check: every query row computed alike.
@@ -70,7 +94,7 @@ fn int8_is_batch_invariant(name: &str) {
         rows.iter()
             .zip(full.data())
             .all(|(a, b)| a.to_bits() == b.to_bits()),
-        "{name} int8: cached decoding differs from the full forward"
+        "{name} {what}: cached decoding differs from the full forward"
     );
 }
 
@@ -82,4 +106,14 @@ fn smollm2_int8_is_batch_invariant() {
 #[test]
 fn gemma3_int8_is_batch_invariant() {
     int8_is_batch_invariant("gemma3");
+}
+
+#[test]
+fn smollm2_int8_blocks_are_batch_invariant() {
+    int8_blocks_are_batch_invariant("smollm2");
+}
+
+#[test]
+fn gemma3_int8_blocks_are_batch_invariant() {
+    int8_blocks_are_batch_invariant("gemma3");
 }

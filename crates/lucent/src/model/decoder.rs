@@ -92,8 +92,7 @@ impl DecoderProducts {
     }
 
     /// The precision this group runs in when the model is opened in `precision`: the
-    /// same precision for every group (measured in docs/precision.md: all-int8 meets
-    /// the bars on SmolLM2 and Gemma 3).
+    /// same precision for every group (docs/precision.md measures the distance).
     pub fn plan(self, precision: Precision) -> Precision {
         precision
     }
@@ -214,11 +213,12 @@ impl DecoderModel {
     /// Compute the weight products in `precision`, each group as
     /// [`DecoderProducts::plan`] chooses: int8 or bf16 copies of the weights made once
     /// here (a GGUF file's blocks of any type dequantised, then quantised per output
-    /// channel or rounded: `Linear::keep_int8`), or, for [`Precision::Exact`], those
-    /// copies dropped (llama.cpp's arithmetic again, bit for bit). Every product of a
-    /// pass — a prompt's rows, a lone decoded token, a batched step of many sequences —
-    /// then takes the copy, whose rows never depend on each other (per-row activation
-    /// scales, integer sums), so batch invariance holds. The embedding lookup, the
+    /// channel or rounded: `Linear::keep_int8`; `Linear::keep_int8_blocks`, the blocks'
+    /// own integers, is closer to exact but not yet faster, docs/precision.md), or, for
+    /// [`Precision::Exact`], those copies dropped (llama.cpp's arithmetic again, bit for
+    /// bit). Every product of a pass — a prompt's rows, a lone decoded token, a batched
+    /// step of many sequences — then takes the copy, whose rows never depend on each
+    /// other (per-row activation scales, integer sums), so batch invariance holds. The embedding lookup, the
     /// norms, RoPE, attention's scores and P·V, softmax and residual adds are unchanged.
     pub fn set_precision(&mut self, precision: Precision) {
         // The head first: widening it holds the largest f32 copy (V × d) for a moment,
@@ -233,13 +233,29 @@ impl DecoderModel {
     /// int8 harms calls directly. A tied head gets its own [`Head`] over the same table
     /// (sharing its stored blocks), which holds the copy.
     pub fn set_products(&mut self, group: DecoderProducts, precision: Precision) {
+        self.map_products(group, precision != Precision::Exact, &mut |l| {
+            keep_precision(l, precision)
+        });
+    }
+
+    /// Call `f` on every layer of one group of products (what
+    /// [`DecoderModel::set_products`] changes; a probe may change them otherwise, as
+    /// `examples/decoder_precision_probe.rs` does). With `untie`, a tied head first gets
+    /// its own [`Head`] over the same table, so `f` changes the head and not the
+    /// embedding lookup.
+    pub fn map_products(
+        &mut self,
+        group: DecoderProducts,
+        untie: bool,
+        f: &mut dyn FnMut(&mut Linear),
+    ) {
         if group == DecoderProducts::Head {
-            if self.head.is_none() && precision != Precision::Exact {
+            if self.head.is_none() && untie {
                 // (V, d): the table's blocks shared, not copied
                 self.head = Head::tied_to(&self.embedding.table).ok();
             }
             if let Some(head) = &mut self.head {
-                keep_precision(&mut head.proj, precision);
+                f(&mut head.proj);
             }
             return;
         }
@@ -268,7 +284,7 @@ impl DecoderModel {
                 DecoderProducts::Head => Vec::new(),
             };
             for l in linears {
-                keep_precision(l, precision);
+                f(l);
             }
         }
     }

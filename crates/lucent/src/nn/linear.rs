@@ -16,9 +16,14 @@
 //!   weights through the f32 GEMM) would not reproduce token-by-token decoding.
 //!
 //! A model opened in int8 or bf16 ([`Linear::keep_int8`], [`Linear::keep_bf16`]) keeps a
-//! copy of W (a quantised W's blocks widened once: dequantised, then quantised per output
-//! channel or rounded), and every product, one row or many, reads the copy instead;
-//! its rows never depend on each other either.
+//! copy of W, and every product, one row or many, reads the copy instead; its rows
+//! never depend on each other either. In int8 W is quantised per output channel
+//! ([`Int8Matrix`]; a quantised W dequantised first); [`Linear::keep_int8_blocks`]
+//! keeps a quantised W's blocks' own integers instead, widened once to one `i8` a
+//! weight ([`BlockInt8Matrix`]: llama.cpp's activation integers, one f32 rescale per
+//! block, only the rescales' order differs from the exact mode's; closer to exact,
+//! not yet faster: docs/precision.md). In bf16 W is rounded (a quantised W
+//! dequantised first).
 
 use std::sync::Arc;
 
@@ -28,7 +33,7 @@ use crate::ops;
 use crate::ops::linear_bf16::Bf16Matrix;
 use crate::ops::linear_int8::Int8Matrix;
 use crate::ops::linear_kernel::PackedNt;
-use crate::ops::quant::QMatrix;
+use crate::ops::quant::{BlockInt8Matrix, QMatrix};
 use crate::runtime::Numerics;
 use crate::tensor::Tensor;
 use crate::{Error, Result};
@@ -211,6 +216,13 @@ pub struct Linear {
     /// [`Precision::Int8`](crate::Precision::Int8) ([`Linear::keep_int8`]): products
     /// read these instead of W (not the same numbers: the distance is measured).
     int8: Option<Arc<Int8Matrix>>,
+    /// A quantised W's block integers widened to `i8` ([`Linear::keep_int8_blocks`]):
+    /// products read these instead of W's blocks (the same integers, the rescales in
+    /// another order: the distance is measured).
+    blocks8: Option<Arc<BlockInt8Matrix>>,
+    /// For a probe of which rounding harms ([`Linear::round_inputs_per_row`]): x is
+    /// quantised per row to 8 bits and back before an f32 W's product.
+    round_inputs: bool,
     /// W rounded to bf16, when the model was opened with
     /// [`Precision::Bf16`](crate::Precision::Bf16) ([`Linear::keep_bf16`]): products
     /// read these instead of W (not the same numbers: the distance is measured).
@@ -243,6 +255,8 @@ impl Linear {
             half: None,
             packed: None,
             int8: None,
+            blocks8: None,
+            round_inputs: false,
             bf16: None,
         })
     }
@@ -261,6 +275,8 @@ impl Linear {
             half: None,
             packed: None,
             int8: None,
+            blocks8: None,
+            round_inputs: false,
             bf16: None,
         }
     }
@@ -302,6 +318,7 @@ impl Linear {
         self.half = None;
         self.packed = None;
         self.int8 = None;
+        self.blocks8 = None;
         self.bf16 = None;
     }
 
@@ -328,13 +345,37 @@ impl Linear {
     /// W of any block type is widened once: its blocks dequantised to f32, then
     /// quantised per row as an f32 W is, so one integer kernel serves every block type
     /// and a product sums in integers across blocks. Returns whether the copy was made.
+    /// ([`Linear::keep_int8_blocks`] keeps the blocks' own integers instead.)
     pub fn keep_int8(&mut self) -> bool {
         let Some((w, out, inp)) = self.widened() else {
             return false;
         };
         let q = Int8Matrix::quantize(&w, out, inp);
+        self.blocks8 = None;
         self.int8 = Some(Arc::new(q));
         true
+    }
+
+    /// Keep a quantised (GGUF) W's blocks' own integers, widened once to one `i8` a
+    /// weight ([`BlockInt8Matrix`]: nothing re-rounded; activations quantised per block
+    /// by llama.cpp's rule for W's type, one f32 rescale per block), and compute every
+    /// product of an untrained pass from them. Closer to exact than
+    /// [`Linear::keep_int8`] (perplexity within 1 % where per-row int8 is 4 % off) but
+    /// measured slower than exact on a batched decode step, so not what
+    /// [`Precision::Int8`](crate::Precision::Int8) takes yet (docs/precision.md).
+    /// Returns whether the copy was made (not for f32, F16 or BF16 weights).
+    pub fn keep_int8_blocks(&mut self) -> bool {
+        let Weight::Quant { matrix, .. } = &self.weight else {
+            return false;
+        };
+        match BlockInt8Matrix::widen(matrix) {
+            Ok(b) => {
+                self.int8 = None;
+                self.blocks8 = Some(Arc::new(b));
+                true
+            }
+            Err(_) => false,
+        }
     }
 
     /// Keep W rounded to bf16 ([`Bf16Matrix`]) and compute every product of an
@@ -353,7 +394,7 @@ impl Linear {
     /// The precision its products run in: int8 or bf16 where [`Linear::keep_int8`] or
     /// [`Linear::keep_bf16`] made a copy, exact otherwise.
     pub fn precision(&self) -> crate::Precision {
-        if self.int8.is_some() {
+        if self.int8.is_some() || self.blocks8.is_some() {
             crate::Precision::Int8
         } else if self.bf16.is_some() {
             crate::Precision::Bf16
@@ -402,9 +443,52 @@ impl Linear {
         self.int8.as_deref()
     }
 
+    /// Quantise x per row to 8 bits and back (one symmetric scale per row, as
+    /// [`Int8Matrix`] does) before an f32 W's product, when `on`: the activations'
+    /// rounding alone, for a probe that tells it from the weights' (docs/precision.md).
+    /// Only f32 weights without an int8 or bf16 copy take it.
+    pub fn round_inputs_per_row(&mut self, on: bool) {
+        self.round_inputs = on;
+    }
+
+    /// The widened block integers of W, if [`Linear::keep_int8_blocks`] kept them.
+    pub fn block_int8(&self) -> Option<&BlockInt8Matrix> {
+        self.blocks8.as_deref()
+    }
+
+    /// x · Wᵀ + b through the block integers: None where that is not the path (no copy,
+    /// or a pass that tracks gradients).
+    fn through_blocks8(&self, x: &Tensor, bias: Option<&Tensor>) -> Option<Result<Tensor>> {
+        let q = self.blocks8.as_ref()?;
+        if x.tracks_grad() || bias.is_some_and(Tensor::tracks_grad) {
+            return None;
+        }
+        let (inp, out) = (q.k(), q.n());
+        if x.rank() == 0 || x.last_dim() != inp {
+            return Some(Err(Error::mismatch(
+                "linear (x vs block int8 weight (out, in))",
+                x.shape(),
+                &[out, inp],
+            )));
+        }
+        let rows = x.numel() / inp.max(1);
+        let mut y = vec![0.0f32; rows * out];
+        if let Err(e) = q.matmul(&mut y, x.data(), bias.map(Tensor::data), rows) {
+            return Some(Err(e));
+        }
+        let mut shape = x.shape().to_vec();
+        if let Some(last) = shape.last_mut() {
+            *last = out;
+        }
+        Some(Tensor::new(y, &shape)) // (..., out)
+    }
+
     /// x · Wᵀ + b through the 8-bit copy: None where that is not the path (no copy, or
     /// a pass that tracks gradients).
     fn through_int8(&self, x: &Tensor, bias: Option<&Tensor>) -> Option<Result<Tensor>> {
+        if let Some(y) = self.through_blocks8(x, bias) {
+            return Some(y);
+        }
         let q = self.int8.as_ref()?;
         if x.tracks_grad() || bias.is_some_and(Tensor::tracks_grad) {
             return None;
@@ -499,6 +583,19 @@ impl Linear {
                 if let Some(y) = self.through_bf16(x, bias) {
                     return y;
                 }
+                if self.round_inputs && !x.tracks_grad() && x.rank() > 0 && x.last_dim() > 0 {
+                    let k = x.last_dim();
+                    let mut q = vec![0i8; k.next_multiple_of(4)];
+                    let mut xr = x.data().to_vec();
+                    for row in xr.chunks_exact_mut(k) {
+                        let s = crate::ops::linear_int8::quantize_row(row, &mut q);
+                        for (v, &q) in row.iter_mut().zip(&q) {
+                            *v = s * q as f32;
+                        }
+                    }
+                    let xr = Tensor::new(xr, x.shape())?; // (..., in)
+                    return linear_f32(&xr, w, self.packed.as_deref(), bias, numerics);
+                }
                 match self.one_row_f16(x, w, bias) {
                     Some(y) => y,
                     None => linear_f32(x, w, self.packed.as_deref(), bias, numerics),
@@ -537,7 +634,9 @@ impl Linear {
         let mats: Option<Vec<&QMatrix>> = layers
             .iter()
             .map(|l| match (&l.weight, &l.bias) {
-                (Weight::Quant { matrix, .. }, None) if l.int8.is_none() && l.bf16.is_none() => {
+                (Weight::Quant { matrix, .. }, None)
+                    if l.int8.is_none() && l.blocks8.is_none() && l.bf16.is_none() =>
+                {
                     Some(matrix)
                 }
                 _ => None,

@@ -40,6 +40,7 @@
 //! | `avx2_lowbit` | AVX2 + FMA kernels of Q2_K, Q3_K, IQ4_NL, IQ4_XS (IQ4_NL's also at the AVX-512 level) |
 //! | `avx512/` | AVX-512 VNNI kernels: K-quants, decode tiles, prefill tiles, quantisation |
 //! | `matrix` | [`QMatrix`] and the scheduling of its products over the threads |
+//! | `int8_blocks` | [`BlockInt8Matrix`]: block-integer int8 (the blocks' own integers, widened once; llama.cpp's activation integers; one f32 rescale per block) |
 
 mod activations;
 #[cfg(target_arch = "x86_64")]
@@ -52,6 +53,7 @@ mod avx2_lowbit;
 mod avx512;
 mod dequant;
 mod dispatch;
+mod int8_blocks;
 mod matrix;
 pub(crate) mod reference;
 #[cfg(test)]
@@ -63,4 +65,5 @@ pub use activations::QuantizedActs;
 pub(crate) use dequant::dequantize;
 #[cfg(test)]
 pub(crate) use dispatch::vec_dot;
+pub use int8_blocks::BlockInt8Matrix;
 pub use matrix::QMatrix;
