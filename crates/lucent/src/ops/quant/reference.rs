@@ -150,8 +150,9 @@ pub(crate) fn dot_float_chain(dtype: GgmlType, row: &[u8], a: &QuantizedActs) ->
     dot_f16_ordered(&w, &a.f32s, F16Order::Gemm)
 }
 
-/// The twins of a float type's prompt product in tinyBLAS's order
-/// ([`dot_float_chain`]): one activation row and four; None for the other types.
+/// The twins of a prompt product in tinyBLAS's order: a float type's
+/// ([`dot_float_chain`]) and IQ4_NL's ([`dot_iq4_nl_chain`]), one activation row and
+/// four; None for the other types.
 pub(crate) fn chain_kernels(dtype: GgmlType) -> Option<(DotFn, Dot4Fn)> {
     match dtype {
         GgmlType::F32 => Some((
@@ -166,6 +167,9 @@ pub(crate) fn chain_kernels(dtype: GgmlType) -> Option<(DotFn, Dot4Fn)> {
             |r, a| dot_float_chain(GgmlType::BF16, r, a),
             |r, a| std::array::from_fn(|k| dot_float_chain(GgmlType::BF16, r, a[k])),
         )),
+        GgmlType::IQ4_NL => Some((dot_iq4_nl_chain, |r, a| {
+            std::array::from_fn(|k| dot_iq4_nl_chain(r, a[k]))
+        })),
         _ => None,
     }
 }
@@ -715,6 +719,24 @@ fn dot_iq4_nl(row: &[u8], a: &QuantizedActs) -> f32 {
         sum = (a.d[i] * f16_value(b.d)).mul_add(s as f32, sum);
     }
     sum
+}
+
+/// IQ4_NL in the order of llama.cpp's tinyBLAS (`tinyBLAS_Q0_AVX<block_iq4_nl>`, its
+/// product of a prompt with an IQ4_NL matrix it has not repacked: a row count not a
+/// multiple of 8): one eight-lane accumulator, per block each lane
+/// `acc_k = fma(d · dx, S_k, acc_k)` with `S_k` the exact `Σ K[q] · qx` of numbers
+/// 4k..4k+3 ([`iq4_nl_lanes`]); the lanes summed by [`hsum8`] (the 32-blocks' order,
+/// [`dot_blocks`], which tinyBLAS shares with their `vec_dot`s).
+pub(crate) fn dot_iq4_nl_chain(row: &[u8], a: &QuantizedActs) -> f32 {
+    let mut acc = [0.0f32; 8];
+    for (i, b) in blocks::<BlockIQ4_NL>(row).iter().enumerate() {
+        let lanes = iq4_nl_lanes(b, &a.qs[32 * i..32 * i + 32]);
+        let d = f16_value(b.d) * a.d[i];
+        for (l, &s) in acc.iter_mut().zip(&lanes) {
+            *l = d.mul_add(s as f32, *l);
+        }
+    }
+    hsum8(&acc)
 }
 
 /// IQ4_NL in the order of llama.cpp's repacked kernels (its weights interleaved eight

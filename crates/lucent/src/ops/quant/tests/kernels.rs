@@ -6,7 +6,7 @@ use half::f16;
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
 use super::formats::scale_offsets;
-use crate::ops::quant::dispatch::{dot_kernel, repacked_kernels, tiled_kernels};
+use crate::ops::quant::dispatch::{chain_kernels, dot_kernel, repacked_kernels, tiled_kernels};
 use crate::ops::quant::{avx512, reference, QMatrix};
 use crate::runtime::Isa;
 use crate::tensor::quant::{GgmlType, QK, QK_K};
@@ -134,7 +134,8 @@ fn kernels_equal_the_twin(isa: Isa) -> Result<()> {
             }
         }
     }
-    // IQ4_NL: its dot (blocks in pairs, odd counts included) and its repacked order.
+    // IQ4_NL: its dot (blocks in pairs, odd counts included), its repacked order and
+    // tinyBLAS's.
     let t = GgmlType::IQ4_NL;
     for blocks in [1usize, 2, 3, 8, 9] {
         let cols = QK * blocks;
@@ -150,6 +151,11 @@ fn kernels_equal_the_twin(isa: Isa) -> Result<()> {
             let r = reference::dot_iq4_nl_repacked(row, &a);
             for v in std::iter::once(v1(row, &a)).chain(v4(row, [&a; 4])) {
                 assert_eq!(v.to_bits(), r.to_bits(), "{what}: repacked");
+            }
+            let (c1, c4) = chain_kernels(t, isa).expect("IQ4_NL has tinyBLAS's order");
+            let c = reference::dot_iq4_nl_chain(row, &a);
+            for v in std::iter::once(c1(row, &a)).chain(c4(row, [&a; 4])) {
+                assert_eq!(v.to_bits(), c.to_bits(), "{what}: tinyBLAS's chain");
             }
         }
     }
@@ -203,6 +209,12 @@ fn kernels_equal_the_twin(isa: Isa) -> Result<()> {
                     let (want, k1, k4) = others;
                     for v in std::iter::once(k1(row, &a)).chain(k4(row, [&a; 4])) {
                         assert_eq!(v.to_bits(), want.to_bits(), "{what}: tiled or repacked");
+                    }
+                    if let Some((c1, c4)) = chain_kernels(t, isa) {
+                        let c = reference::dot_iq4_nl_chain(row, &a);
+                        for v in std::iter::once(c1(row, &a)).chain(c4(row, [&a; 4])) {
+                            assert_eq!(v.to_bits(), c.to_bits(), "{what}: tinyBLAS's chain");
+                        }
                     }
                 }
             }
