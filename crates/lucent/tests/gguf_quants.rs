@@ -156,6 +156,16 @@ fn iq4_nl_rows_not_multiple_of_8_equal_llama_cpp() {
     }
 }
 
+/// Q4_0 matrices, repacked by llama.cpp when their rows are a multiple of 8 (one chain
+/// per output) and multiplied by tinyBLAS in a prompt otherwise, equal llama.cpp at
+/// every instruction-set level.
+#[test]
+fn q4_0_rows_equal_llama_cpp() {
+    for isa in Isa::available() {
+        check_bit_exact_at("q4-0-rows", &[GgmlType::Q4_0], Some(isa));
+    }
+}
+
 /// The rows benches hold the shapes that send llama.cpp's IQ4_NL and Q4_0 products down
 /// both paths: K and V (28 rows) and gate and up (148 rows), not multiples of 8, and Q
 /// (224 rows) and O (128 rows), multiples of 8 (repacked); every one in the bench's type.

@@ -131,15 +131,15 @@ pub(crate) enum KOrder {
 pub(crate) const TILED_MIN_ROWS: usize = 8;
 
 /// Whether llama.cpp keeps a `dtype` matrix of `rows` rows repacked on an AVX2 CPU
-/// (interleaved eight rows at a time and multiplied with its own kernels): Q4_K and
-/// IQ4_NL with a multiple of 8 rows.
+/// (interleaved eight rows at a time and multiplied with its own kernels): Q4_0, Q4_K
+/// and IQ4_NL with a multiple of 8 rows.
 pub(crate) fn is_repacked(dtype: GgmlType, rows: usize) -> bool {
-    matches!(dtype, GgmlType::Q4_K | GgmlType::IQ4_NL) && rows.is_multiple_of(8)
+    matches!(dtype, GgmlType::Q4_0 | GgmlType::Q4_K | GgmlType::IQ4_NL) && rows.is_multiple_of(8)
 }
 
 /// The kernels of a repacked matrix ([`is_repacked`]) at `isa`: one activation row and
-/// four (Q4_K: [`KOrder::Gemv`] and [`KOrder::Gemm`]; IQ4_NL: one chain per output in
-/// both, [`reference::dot_iq4_nl_repacked`]).
+/// four (Q4_K: [`KOrder::Gemv`] and [`KOrder::Gemm`]; IQ4_NL and Q4_0: one chain per
+/// output in both, [`reference::dot_iq4_nl_repacked`], [`reference::dot_q4_0_repacked`]).
 pub(crate) fn repacked_kernels(dtype: GgmlType, isa: Isa) -> (DotFn, Dot4Fn) {
     #[cfg(target_arch = "x86_64")]
     if isa >= Isa::Avx512 {

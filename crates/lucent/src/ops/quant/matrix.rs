@@ -478,14 +478,16 @@ impl QMatrix {
     }
 
     /// Whether this matrix has a tile kernel at `isa`: `avx512::decode::tile` for the
-    /// 32-block types with AVX-512 VNNI, else `avx2::tile` for Q4_1 and Q8_0.
+    /// 32-block types with AVX-512 VNNI, else `avx2::tile` for Q4_1 and Q8_0. Not a
+    /// repacked Q4_0 matrix, whose products take llama.cpp's repacked order instead.
     #[allow(unused_variables)]
     fn tiled(&self, isa: Isa) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
             match self.dtype {
                 GgmlType::Q4_1 | GgmlType::Q8_0 => isa >= Isa::Avx2,
-                GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q5_1 => avx512::available(isa),
+                GgmlType::Q4_0 => avx512::available(isa) && !self.repacked(),
+                GgmlType::Q5_0 | GgmlType::Q5_1 => avx512::available(isa),
                 _ => false,
             }
         }

@@ -224,6 +224,24 @@ fn dot_q4_0(row: &[u8], a: &QuantizedActs) -> f32 {
     })
 }
 
+/// Q4_0 in the order of llama.cpp's repacked kernels (`ggml_gemv_q4_0_8x8_q8_0` and
+/// `ggml_gemm_q4_0_8x8_q8_0`, which it uses for every Q4_0 matrix whose row count is a
+/// multiple of 8 on an AVX2 CPU; one activation row and four sum alike): one f32 chain,
+/// per block `acc = fma(S, d · dx, acc)` with `S` the block's exact `Σ (q − 8) · qx`.
+pub(crate) fn dot_q4_0_repacked(row: &[u8], a: &QuantizedActs) -> f32 {
+    let mut acc = 0.0f32;
+    for (i, b) in blocks::<BlockQ4_0>(row).iter().enumerate() {
+        let w = nibbles(&b.qs, |_| 0);
+        let s: i32 = w
+            .iter()
+            .zip(&a.qs[32 * i..32 * i + 32])
+            .map(|(&q, &x)| (q - 8) * x as i32)
+            .sum();
+        acc = (s as f32).mul_add(f16_value(b.d) * a.d[i], acc);
+    }
+    acc
+}
+
 /// Σ_blocks d·dx·Σ q·qx + m·(dx·Σ qx).
 fn dot_q4_1(row: &[u8], a: &QuantizedActs) -> f32 {
     dot_blocks(row, a, |b: &BlockQ4_1, i| {
@@ -426,12 +444,17 @@ pub(crate) fn dot_k45_tiled(row: &[u8], a: &QuantizedActs, five: bool) -> f32 {
 
 /// The twins in the order of llama.cpp's repacked kernels
 /// ([`repacked_kernels`](crate::ops::quant::dispatch::repacked_kernels)): Q4_K's
-/// ([`dot_q4_k_repacked`]) and IQ4_NL's ([`dot_iq4_nl_repacked`]), one activation row
-/// and four.
+/// ([`dot_q4_k_repacked`]), IQ4_NL's ([`dot_iq4_nl_repacked`]) and Q4_0's
+/// ([`dot_q4_0_repacked`]), one activation row and four.
 pub(crate) fn repacked_kernels(dtype: GgmlType) -> (DotFn, Dot4Fn) {
     if dtype == GgmlType::IQ4_NL {
         return (dot_iq4_nl_repacked, |r, a| {
             std::array::from_fn(|k| dot_iq4_nl_repacked(r, a[k]))
+        });
+    }
+    if dtype == GgmlType::Q4_0 {
+        return (dot_q4_0_repacked, |r, a| {
+            std::array::from_fn(|k| dot_q4_0_repacked(r, a[k]))
         });
     }
     (

@@ -159,6 +159,35 @@ fn kernels_equal_the_twin(isa: Isa) -> Result<()> {
             }
         }
     }
+    // Q4_0 with a multiple of 8 rows, which llama.cpp repacks: its repacked order (one
+    // chain) for a token, a prompt and each kernel.
+    let t = GgmlType::Q4_0;
+    for blocks in [1usize, 2, 3, 9] {
+        let cols = QK * blocks;
+        let m = random_matrix(t, 8, cols, &mut rng)?;
+        let n = 5;
+        let xs: Vec<f32> = (0..n * cols).map(|_| rng.random_range(-3.0..3.0)).collect();
+        let ys = m.matmul_t_quantized(&xs, n, crate::Numerics::LlamaCpp)?; // (n, 8)
+        let (v1, v4) = repacked_kernels(t, isa);
+        for (r, x) in xs.chunks_exact(cols).enumerate() {
+            let a = m.prepare(x)?;
+            let y = m.matvec(x)?;
+            for i in 0..8 {
+                let row = m.row_bytes_of(i);
+                let want = reference::dot_q4_0_repacked(row, &a);
+                let what = format!("{isa}: repacked {t} 8×{cols} row {i}");
+                assert_eq!(y[i].to_bits(), want.to_bits(), "{what}: token");
+                assert_eq!(
+                    ys[r * 8 + i].to_bits(),
+                    want.to_bits(),
+                    "{what}: prompt row {r}"
+                );
+                for v in std::iter::once(v1(row, &a)).chain(v4(row, [&a; 4])) {
+                    assert_eq!(v.to_bits(), want.to_bits(), "{what}: kernels");
+                }
+            }
+        }
+    }
     // The low-bit types on extreme blocks: every quant byte 0xFF, 0x80 or random, the
     // scales at f16's largest magnitude, its smallest subnormal, or zero, against
     // activations at full scale of either sign: the 16-bit pair sums must not saturate.
