@@ -36,6 +36,24 @@ a prompt: Q, K, V, O (128 and 64 rows of 128 numbers) take tinyBLAS (`k % 8 == 0
 4 == 0`), the FFN's gate and up (142 rows: `m % 4 != 0`) and down (rows of 142 numbers:
 `k % 8 != 0`, and `142 % 32 = 14` leftovers after the dot's 32-number steps) one
 `vec_dot` per output, as every one-token product does.
+
+Row counts that are not multiples of 8 have a bench of their own (`iq4-nl-rows.gguf`,
+`q4-0-rows.gguf`): llama.cpp repacks an IQ4_NL or Q4_0 matrix only when its rows are a
+multiple of 8 (then one chain per output, token and prompt alike), and multiplies any
+other with tinyBLAS in a prompt (one eight-lane accumulator per output,
+docs/quantization.md), where the main bench's matrices (all rows multiples of 8) never
+go. One F32 `llama` file (2 layers, d_model 128, 8 query heads and 1 key/value head of
+28 features, a gated FFN of width 148, the same vocabulary) quantised to IQ4_NL and to
+Q4_0 with three overrides (`--tensor-type`, `--output-tensor-type`): `attn_v` kept in
+the type (llama-quantize would give a grouped-query model's V Q5_K for IQ4_NL), and
+`ffn_down` and `output` F32. So K and V (28 rows of 128) and the FFN's gate and up (148
+rows of 128) have 28 % 8 = 148 % 8 = 4, beside Q (224 rows) and O (128 rows), which
+llama.cpp repacks. The F32 down projection and head are what let the bench tell the
+orders apart: they take their inputs as they are, where an F16 or quantised one rounds
+them first (to f16, or to 8 bits a block), and K and V are rounded to f16 in the cache,
+which hides a last-bit difference almost always (with `ffn_down` F16, width 276 and a
+quantised head, the IQ4_NL file passed in the dot's order too; the main bench's Q4_0
+mix passes in the dot's order although llama.cpp repacks every matrix of it).
 """
 
 import json
@@ -64,6 +82,17 @@ FLOAT_SHAPE = (128, 4, 2, 32, 142)
 QUANT_SHAPE = (256, 4, 2, 64, 256)
 fam.D, fam.HEADS, fam.KV_HEADS, fam.HEAD_DIM, fam.FF = QUANT_SHAPE
 LAYERS = 2
+
+# The rows bench: its shape, its types (llama-quantize's ftype, file name) and
+# llama-quantize's overrides for each.
+ROWS_SHAPE = (128, 8, 1, 28, 148)
+ROWS_MIXES = [("IQ4_NL", "iq4-nl-rows"), ("Q4_0", "q4-0-rows")]
+
+
+def rows_overrides(ftype):
+    """V kept in `ftype`, the down projection and the output head F32."""
+    return ["--tensor-type", f"attn_v={ftype.lower()}", "--tensor-type", "ffn_down=f32",
+            "--output-tensor-type", "f32"]
 
 
 class F32Writer(fam.Writer):
@@ -96,11 +125,12 @@ def write_bench(src, shape):
     return w
 
 
-def convert(quantize, src, outdir, ftype, ref, w):
-    """`llama-quantize src OUTDIR/<ftype>.gguf ftype`, and llama.cpp's record of it in `ref`."""
-    name = ftype.lower().replace("_", "-")
+def convert(quantize, src, outdir, ftype, ref, w, name=None, options=()):
+    """`llama-quantize [options] src OUTDIR/<name>.gguf ftype` (name: the ftype's, by
+    default), and llama.cpp's record of it in `ref`."""
+    name = name or ftype.lower().replace("_", "-")
     path = os.path.join(outdir, f"{name}.gguf")
-    subprocess.run([quantize, src, path, ftype], check=True,
+    subprocess.run([quantize, *options, src, path, ftype], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     cases = fam.run(path, fam.prompts(w.n_normal))
     ref["files"][name] = {"file": f"{name}.gguf", "mix": ftype, "types": type_mix(path),
@@ -135,6 +165,11 @@ def main():
         w = write_bench(src, FLOAT_SHAPE)
         for ftype in FLOATS:
             convert(quantize, src, outdir, ftype, ref, w)
+        src = os.path.join(tmp, "llama-rows-f32.gguf")
+        w = write_bench(src, ROWS_SHAPE)
+        for ftype, name in ROWS_MIXES:
+            convert(quantize, src, outdir, ftype, ref, w, name=name,
+                    options=rows_overrides(ftype))
     with open(os.path.join(outdir, "reference.json"), "w") as f:
         json.dump(ref, f, indent=0)
         f.write("\n")

@@ -14,6 +14,12 @@
 //!   tinyBLAS for Q, K, V, O, one `vec_dot` per output for the FFN's 142 rows and its
 //!   142-number rows), the same at every instruction-set level this CPU runs (scalar
 //!   twins, AVX2, AVX-512), each matrix kept in its type;
+//! - IQ4_NL and Q4_0 matrices whose row count is not a multiple of 8 (`iq4-nl-rows.gguf`,
+//!   `q4-0-rows.gguf`: K and V of 28 rows, gate and up of 148), which llama.cpp does not
+//!   repack and multiplies by tinyBLAS in a prompt, beside Q and O of 224 and 128 rows,
+//!   which it repacks (one chain per output): the same at every instruction-set level
+//!   this CPU runs (the down projection and the head are F32, so that no rounding hides
+//!   a last-bit difference);
 //! - each file holds the block types its mix names (so a file that fell back to other
 //!   types cannot pass for the mix);
 //! - a file whose tensor type contradicts its shape (a row that is not a whole number of
@@ -139,6 +145,56 @@ fn iq4_nl_equals_llama_cpp() {
 #[test]
 fn iq4_xs_equals_llama_cpp() {
     check_bit_exact("iq4-xs", &[GgmlType::IQ4_XS]);
+}
+
+/// IQ4_NL matrices of row counts that are not multiples of 8 (not repacked by llama.cpp:
+/// a prompt takes its tinyBLAS order) equal llama.cpp at every instruction-set level.
+#[test]
+fn iq4_nl_rows_not_multiple_of_8_equal_llama_cpp() {
+    for isa in Isa::available() {
+        check_bit_exact_at("iq4-nl-rows", &[GgmlType::IQ4_NL], Some(isa));
+    }
+}
+
+/// Q4_0 matrices, repacked by llama.cpp when their rows are a multiple of 8 (one chain
+/// per output) and multiplied by tinyBLAS in a prompt otherwise, equal llama.cpp at
+/// every instruction-set level.
+#[test]
+fn q4_0_rows_equal_llama_cpp() {
+    for isa in Isa::available() {
+        check_bit_exact_at("q4-0-rows", &[GgmlType::Q4_0], Some(isa));
+    }
+}
+
+/// The rows benches hold the shapes that send llama.cpp's IQ4_NL and Q4_0 products down
+/// both paths: K and V (28 rows) and gate and up (148 rows), not multiples of 8, and Q
+/// (224 rows) and O (128 rows), multiples of 8 (repacked); every one in the bench's type.
+#[test]
+fn rows_files_keep_their_shapes() {
+    for (name, dtype) in [
+        ("iq4-nl-rows", GgmlType::IQ4_NL),
+        ("q4-0-rows", GgmlType::Q4_0),
+    ] {
+        check_rows_shapes(name, dtype);
+    }
+}
+
+fn check_rows_shapes(name: &str, dtype: GgmlType) {
+    let f = GgufFile::open(data_dir().join(format!("{name}.gguf"))).expect("open");
+    for layer in 0..2 {
+        for (t, rows) in [
+            ("attn_k", 28),
+            ("attn_v", 28),
+            ("ffn_gate", 148),
+            ("ffn_up", 148),
+            ("attn_q", 224),
+            ("attn_output", 128),
+        ] {
+            let tensor = format!("blk.{layer}.{t}.weight");
+            let m = f.qmatrix(&tensor).expect("a matrix");
+            assert_eq!((m.dtype(), m.rows()), (dtype, rows), "{name}: {tensor}");
+        }
+    }
 }
 
 /// A float file equals llama.cpp at every instruction-set level this CPU runs.

@@ -58,10 +58,17 @@ pub(crate) fn tiled_kernels(dtype: GgmlType) -> Option<(DotFn, Dot4Fn)> {
 }
 
 /// The kernels in the order of llama.cpp's repacked kernels: Q4_K's ([`KOrder::Gemv`]
-/// for one row, [`KOrder::Gemm`] for each of four), IQ4_NL's.
+/// for one row, [`KOrder::Gemm`] for each of four), IQ4_NL's, Q4_0's.
 pub(crate) fn repacked_kernels(dtype: GgmlType) -> (DotFn, Dot4Fn) {
     if dtype == GgmlType::IQ4_NL {
         return avx2_lowbit::iq4_nl_repacked_kernels();
+    }
+    if dtype == GgmlType::Q4_0 {
+        // SAFETY (both): AVX2+FMA detected; the callers check rows and acts.
+        return (
+            |r, a| unsafe { q4_0_repacked(r, a) },
+            |r, a| std::array::from_fn(|k| unsafe { q4_0_repacked(r, a[k]) }),
+        );
     }
     (
         // SAFETY (both): AVX2+FMA detected; the callers check rows and acts.
@@ -166,6 +173,23 @@ unsafe fn q4_0(row: &[u8], a: &QuantizedActs) -> f32 {
             0.0,
         )
     })
+}
+
+/// Q4_0 in the order of llama.cpp's repacked kernels: one chain, per block
+/// `acc = fma(S, d · dx, acc)` with `S` the block's exact sum (twin
+/// `reference::dot_q4_0_repacked`).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_0_repacked(row: &[u8], a: &QuantizedActs) -> f32 {
+    let w = row.as_ptr() as *const BlockQ4_0;
+    let mut acc = 0.0f32;
+    for i in 0..a.d.len() {
+        let b = w.add(i);
+        let q = _mm256_sub_epi8(nibbles32((*b).qs.as_ptr()), _mm256_set1_epi8(8));
+        let xv = _mm256_loadu_si256(a.qs.as_ptr().add(32 * i) as *const __m256i);
+        let s = hsum_epi32(mul_sum_i8(q, xv));
+        acc = (s as f32).mul_add(f16p(&raw const (*b).d) * a.d[i], acc);
+    }
+    acc
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]

@@ -2,7 +2,7 @@
 //! activations) and `IQ4_NL` (against `Q8_0`): their dots in llama.cpp's AVX2 orders —
 //! `vec_dot` for a token, the tiled product for prompts of 8 rows or more
 //! ([`KOrder::Tiled`](crate::ops::quant::dispatch::KOrder::Tiled)), the repacked IQ4_NL
-//! kernels — each equal to its twin in [`super::reference`] bit for bit. The integer
+//! kernels and IQ4_NL's tinyBLAS order — each equal to its twin in [`super::reference`] bit for bit. The integer
 //! part of a block is eight i32 lanes (lane k: numbers 4k..4k+3 of every 32, times
 //! their group's scale), exact, as the twins' [`k16_parts`](super::reference::k16_parts)
 //! hold it; the f32 steps around it are the twins'. Selected only at
@@ -27,7 +27,7 @@ pub(crate) fn kernel(dtype: GgmlType) -> Option<DotFn> {
         GgmlType::Q2_K => |r, a| unsafe { q2_k(r, a, false) },
         GgmlType::Q3_K => |r, a| unsafe { k16::<Q3>(r, a, false) },
         GgmlType::IQ4_XS => |r, a| unsafe { k16::<Xs>(r, a, false) },
-        GgmlType::IQ4_NL => |r, a| unsafe { iq4_nl(r, a, false) },
+        GgmlType::IQ4_NL => |r, a| unsafe { iq4_nl(r, a, Iq4NlOrder::Dot) },
         _ => return None,
     })
 }
@@ -58,9 +58,32 @@ pub(crate) fn tiled_kernels(dtype: GgmlType) -> Option<(DotFn, Dot4Fn)> {
 pub(crate) fn iq4_nl_repacked_kernels() -> (DotFn, Dot4Fn) {
     // SAFETY (both): as in `kernel`.
     (
-        |r, a| unsafe { iq4_nl(r, a, true) },
-        |r, a| std::array::from_fn(|k| unsafe { iq4_nl(r, a[k], true) }),
+        |r, a| unsafe { iq4_nl(r, a, Iq4NlOrder::Repacked) },
+        |r, a| std::array::from_fn(|k| unsafe { iq4_nl(r, a[k], Iq4NlOrder::Repacked) }),
     )
+}
+
+/// IQ4_NL in the order of llama.cpp's tinyBLAS (a prompt with a matrix it has not
+/// repacked: one eight-lane accumulator per output), for one activation row and for each
+/// of four.
+pub(crate) fn iq4_nl_chain_kernels() -> (DotFn, Dot4Fn) {
+    // SAFETY (both): as in `kernel`.
+    (
+        |r, a| unsafe { iq4_nl(r, a, Iq4NlOrder::Chain) },
+        |r, a| std::array::from_fn(|k| unsafe { iq4_nl(r, a[k], Iq4NlOrder::Chain) }),
+    )
+}
+
+/// Which of llama.cpp's IQ4_NL products a kernel sums like (their integer parts agree;
+/// the f32 steps differ).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Iq4NlOrder {
+    /// `ggml_vec_dot_iq4_nl_q8_0`: blocks in pairs into two eight-lane accumulators.
+    Dot,
+    /// The repacked `gemv` / `gemm`: one f32 chain, `acc = fma(S, d · dx, acc)`.
+    Repacked,
+    /// tinyBLAS: one eight-lane accumulator, `fma(d · dx, S_k, acc_k)`.
+    Chain,
 }
 
 /// Eight i32 lanes of `Σ sc · w · x` over 32 numbers, from the bytes `p` of their 16-bit
@@ -266,11 +289,12 @@ unsafe fn k16<K: K16Simd>(row: &[u8], a: &QuantizedActs, tiled: bool) -> f32 {
     }
 }
 
-/// IQ4_NL in llama.cpp's dot order (`repacked` false: blocks in pairs into two
-/// eight-lane accumulators, a last odd block added alone) or its repacked kernels'
-/// (one chain, `acc = fma(S, d · dx, acc)`).
+/// IQ4_NL in llama.cpp's dot order ([`Iq4NlOrder::Dot`]: blocks in pairs into two
+/// eight-lane accumulators, a last odd block added alone; twin `dot_iq4_nl`), its
+/// repacked kernels' (one chain, `acc = fma(S, d · dx, acc)`; `dot_iq4_nl_repacked`) or
+/// tinyBLAS's (one eight-lane accumulator; `dot_iq4_nl_chain`).
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn iq4_nl(row: &[u8], a: &QuantizedActs, repacked: bool) -> f32 {
+unsafe fn iq4_nl(row: &[u8], a: &QuantizedActs, order: Iq4NlOrder) -> f32 {
     let table = grid();
     let blocks = row.as_ptr() as *const BlockIQ4_NL;
     let nb = a.d.len();
@@ -281,7 +305,16 @@ unsafe fn iq4_nl(row: &[u8], a: &QuantizedActs, repacked: bool) -> f32 {
         let s = _mm256_madd_epi16(pairs_i8(w, x), _mm256_set1_epi16(1));
         (f16p(&raw const (*b).d), s)
     };
-    if repacked {
+    if order == Iq4NlOrder::Chain {
+        let mut acc = _mm256_setzero_ps();
+        for i in 0..nb {
+            let (dw, s) = lanes(i);
+            let d = dw * a.d[i];
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s), acc);
+        }
+        return hsum_ps(acc);
+    }
+    if order == Iq4NlOrder::Repacked {
         let mut acc = 0.0f32;
         for i in 0..nb {
             let (dw, s) = lanes(i);

@@ -7,7 +7,7 @@
 use crate::ops::quant::activations::QuantizedActs;
 use crate::ops::quant::reference;
 #[cfg(target_arch = "x86_64")]
-use crate::ops::quant::{avx2, avx2_float, avx512};
+use crate::ops::quant::{avx2, avx2_float, avx2_lowbit, avx512};
 use crate::runtime::Isa;
 use crate::tensor::quant::GgmlType;
 #[cfg(test)]
@@ -70,27 +70,38 @@ pub(crate) fn dot_kernel(dtype: GgmlType, isa: Isa) -> DotFn {
     reference::kernel(dtype)
 }
 
-/// The prompt kernels of a float weight type (`F32`, `F16`, `BF16`) in the order of
-/// llama.cpp's tinyBLAS (`llamafile_sgemm`: one eight-lane chain per output), at `isa`:
-/// one activation row and four; None for the other types. Only for rows whose length is
-/// a multiple of 8 ([`takes_chain`]).
+/// The prompt kernels in the order of llama.cpp's tinyBLAS (`llamafile_sgemm`: one
+/// eight-lane chain per output) at `isa`, one activation row and four: a float weight
+/// type's (`F32`, `F16`, `BF16`; only for rows whose length is a multiple of 8) and
+/// IQ4_NL's ([`takes_chain`] says when); None for the other types.
 pub(crate) fn chain_kernels(dtype: GgmlType, isa: Isa) -> Option<(DotFn, Dot4Fn)> {
     #[cfg(target_arch = "x86_64")]
     if isa >= Isa::Avx2 {
+        if dtype == GgmlType::IQ4_NL {
+            return Some(avx2_lowbit::iq4_nl_chain_kernels());
+        }
         return avx2_float::chain_kernels(dtype);
     }
     reference::chain_kernels(dtype)
 }
 
-/// Whether llama.cpp's AVX2 build multiplies a float weight (`dtype` F32, F16 or BF16)
-/// of `rows × cols` by `t` activation rows with tinyBLAS (one chain per output) rather
-/// than one `vec_dot` per output: a prompt (`t ≥ 2`) with `cols % 8 == 0` and `rows % 4
-/// == 0` (`rows` counts the whole product's rows, e.g. a fused QKV matrix's).
+/// Whether llama.cpp's AVX2 build multiplies a `dtype` weight of `rows × cols` by `t`
+/// activation rows with tinyBLAS (one chain per output) rather than one `vec_dot` per
+/// output (`rows` counts the whole product's rows, e.g. a fused QKV matrix's):
+///
+/// - a float weight (F32, F16, BF16): a prompt (`t ≥ 2`) with `cols % 8 == 0` and
+///   `rows % 4 == 0`;
+/// - IQ4_NL: a prompt (`t ≥ 2`) with a matrix it has not repacked (`rows % 8 != 0`,
+///   [`is_repacked`]); its tiled product does not take IQ4_NL, and tinyBLAS's
+///   `tinyBLAS_Q0_AVX` takes any rows and any whole number of blocks.
 pub(crate) fn takes_chain(dtype: GgmlType, rows: usize, cols: usize, t: usize) -> bool {
-    matches!(dtype, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
-        && t >= 2
-        && cols.is_multiple_of(8)
-        && rows.is_multiple_of(4)
+    match dtype {
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
+            t >= 2 && cols.is_multiple_of(8) && rows.is_multiple_of(4)
+        }
+        GgmlType::IQ4_NL => t >= 2 && !is_repacked(dtype, rows),
+        _ => false,
+    }
 }
 
 /// Which of llama.cpp's kernels a K-quant dot sums like: its arithmetic differs between
@@ -120,15 +131,15 @@ pub(crate) enum KOrder {
 pub(crate) const TILED_MIN_ROWS: usize = 8;
 
 /// Whether llama.cpp keeps a `dtype` matrix of `rows` rows repacked on an AVX2 CPU
-/// (interleaved eight rows at a time and multiplied with its own kernels): Q4_K and
-/// IQ4_NL with a multiple of 8 rows.
+/// (interleaved eight rows at a time and multiplied with its own kernels): Q4_0, Q4_K
+/// and IQ4_NL with a multiple of 8 rows.
 pub(crate) fn is_repacked(dtype: GgmlType, rows: usize) -> bool {
-    matches!(dtype, GgmlType::Q4_K | GgmlType::IQ4_NL) && rows.is_multiple_of(8)
+    matches!(dtype, GgmlType::Q4_0 | GgmlType::Q4_K | GgmlType::IQ4_NL) && rows.is_multiple_of(8)
 }
 
 /// The kernels of a repacked matrix ([`is_repacked`]) at `isa`: one activation row and
-/// four (Q4_K: [`KOrder::Gemv`] and [`KOrder::Gemm`]; IQ4_NL: one chain per output in
-/// both, [`reference::dot_iq4_nl_repacked`]).
+/// four (Q4_K: [`KOrder::Gemv`] and [`KOrder::Gemm`]; IQ4_NL and Q4_0: one chain per
+/// output in both, [`reference::dot_iq4_nl_repacked`], [`reference::dot_q4_0_repacked`]).
 pub(crate) fn repacked_kernels(dtype: GgmlType, isa: Isa) -> (DotFn, Dot4Fn) {
     #[cfg(target_arch = "x86_64")]
     if isa >= Isa::Avx512 {

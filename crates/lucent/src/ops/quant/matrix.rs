@@ -171,7 +171,8 @@ pub struct QMatrix {
     /// use by the AVX2 tile kernel ([`QMatrix::scale_table`]); shared between clones.
     scales: Arc<std::sync::OnceLock<Vec<f32>>>,
     /// The rows of the product llama.cpp computes with this matrix, which decide whether a
-    /// float matrix's prompt takes tinyBLAS ([`takes_chain`]): `rows` for a whole matrix,
+    /// float or IQ4_NL matrix's prompt takes tinyBLAS ([`takes_chain`]) and whether
+    /// llama.cpp repacks it ([`QMatrix::repacked`]): `rows` for a whole matrix,
     /// the whole tensor's for rows of a fused one ([`QMatrix::part_of`]); None for a
     /// mixture's expert, which llama.cpp multiplies one `vec_dot` per output
     /// ([`QMatrix::expert`]).
@@ -209,15 +210,18 @@ impl QMatrix {
     }
 
     /// This matrix as rows of a fused matrix of `total_rows` rows (a fused QKV or
-    /// gate-up tensor), which llama.cpp multiplies as one product: a float matrix's
-    /// prompt then follows that product's order (tinyBLAS when `total_rows % 4 == 0`).
+    /// gate-up tensor), which llama.cpp repacks or not and multiplies as one product: a
+    /// float matrix's prompt then follows that product's order (tinyBLAS when
+    /// `total_rows % 4 == 0`), a Q4_K or IQ4_NL matrix is repacked when `total_rows % 8
+    /// == 0`, and an IQ4_NL matrix's prompt takes tinyBLAS otherwise.
     pub fn part_of(mut self, total_rows: usize) -> QMatrix {
         self.product_rows = self.product_rows.map(|_| total_rows);
         self
     }
 
     /// This matrix as one expert of a mixture, which llama.cpp multiplies through
-    /// `mul_mat_id`: a float expert's every output is one `vec_dot`, prompts included.
+    /// `mul_mat_id`: a float (or IQ4_NL, not repacked) expert's every output is one
+    /// `vec_dot`, prompts included.
     pub fn expert(mut self) -> QMatrix {
         self.product_rows = None;
         self
@@ -416,9 +420,11 @@ impl QMatrix {
     /// Whether llama.cpp keeps this matrix repacked: a Q4_K or IQ4_NL matrix with a
     /// multiple of 8 rows, which it interleaves eight rows at a time on an AVX2 CPU and
     /// multiplies with its own kernels ([`is_repacked`]). lucent sums such a matrix's
-    /// products in their order ([`KOrder::Gemv`], [`KOrder::Gemm`] for Q4_K).
+    /// products in their order ([`KOrder::Gemv`], [`KOrder::Gemm`] for Q4_K). llama.cpp
+    /// decides per tensor, so rows of a fused tensor count the whole tensor's rows (an
+    /// expert its own).
     fn repacked(&self) -> bool {
-        is_repacked(self.dtype, self.rows)
+        is_repacked(self.dtype, self.product_rows.unwrap_or(self.rows))
     }
 
     /// The dot kernel of one weight row with one activation row: a token's products,
@@ -449,17 +455,18 @@ impl QMatrix {
     /// The kernels of a prompt product of `t` activation rows: one row and four. Like
     /// llama.cpp, a K-quant matrix it has not repacked takes its tiled order from
     /// [`TILED_MIN_ROWS`] rows on (unless `numerics` asks for every row alike).
-    /// A float matrix (F32, F16, BF16) takes llama.cpp's tinyBLAS order where it would
-    /// ([`takes_chain`]), one `vec_dot` per output elsewhere.
+    /// A float matrix (F32, F16, BF16) and an IQ4_NL matrix llama.cpp has not repacked
+    /// take llama.cpp's tinyBLAS order where it would ([`takes_chain`]; never an
+    /// expert's), one `vec_dot` per output elsewhere.
     fn prompt_kernels(&self, t: usize, isa: Isa, numerics: Numerics) -> (DotFn, Option<Dot4Fn>) {
+        let chain = !numerics.row_invariant()
+            && self
+                .product_rows
+                .is_some_and(|m| takes_chain(self.dtype, m, self.cols, t));
+        if let (true, Some((k, k4))) = (chain, chain_kernels(self.dtype, isa)) {
+            return (k, Some(k4));
+        }
         if matches!(self.dtype, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
-            let chain = !numerics.row_invariant()
-                && self
-                    .product_rows
-                    .is_some_and(|m| takes_chain(self.dtype, m, self.cols, t));
-            if let (true, Some((k, k4))) = (chain, chain_kernels(self.dtype, isa)) {
-                return (k, Some(k4));
-            }
             return (self.row_kernel(isa), None);
         }
         if t >= TILED_MIN_ROWS && !self.repacked() && !numerics.row_invariant() {
@@ -471,14 +478,16 @@ impl QMatrix {
     }
 
     /// Whether this matrix has a tile kernel at `isa`: `avx512::decode::tile` for the
-    /// 32-block types with AVX-512 VNNI, else `avx2::tile` for Q4_1 and Q8_0.
+    /// 32-block types with AVX-512 VNNI, else `avx2::tile` for Q4_1 and Q8_0. Not a
+    /// repacked Q4_0 matrix, whose products take llama.cpp's repacked order instead.
     #[allow(unused_variables)]
     fn tiled(&self, isa: Isa) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
             match self.dtype {
                 GgmlType::Q4_1 | GgmlType::Q8_0 => isa >= Isa::Avx2,
-                GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q5_1 => avx512::available(isa),
+                GgmlType::Q4_0 => avx512::available(isa) && !self.repacked(),
+                GgmlType::Q5_0 | GgmlType::Q5_1 => avx512::available(isa),
                 _ => false,
             }
         }

@@ -150,8 +150,9 @@ pub(crate) fn dot_float_chain(dtype: GgmlType, row: &[u8], a: &QuantizedActs) ->
     dot_f16_ordered(&w, &a.f32s, F16Order::Gemm)
 }
 
-/// The twins of a float type's prompt product in tinyBLAS's order
-/// ([`dot_float_chain`]): one activation row and four; None for the other types.
+/// The twins of a prompt product in tinyBLAS's order: a float type's
+/// ([`dot_float_chain`]) and IQ4_NL's ([`dot_iq4_nl_chain`]), one activation row and
+/// four; None for the other types.
 pub(crate) fn chain_kernels(dtype: GgmlType) -> Option<(DotFn, Dot4Fn)> {
     match dtype {
         GgmlType::F32 => Some((
@@ -166,6 +167,9 @@ pub(crate) fn chain_kernels(dtype: GgmlType) -> Option<(DotFn, Dot4Fn)> {
             |r, a| dot_float_chain(GgmlType::BF16, r, a),
             |r, a| std::array::from_fn(|k| dot_float_chain(GgmlType::BF16, r, a[k])),
         )),
+        GgmlType::IQ4_NL => Some((dot_iq4_nl_chain, |r, a| {
+            std::array::from_fn(|k| dot_iq4_nl_chain(r, a[k]))
+        })),
         _ => None,
     }
 }
@@ -218,6 +222,24 @@ fn dot_q4_0(row: &[u8], a: &QuantizedActs) -> f32 {
         let w = nibbles(&b.qs, |_| 0).map(|q| q - 8);
         (w, f16_value(b.d) * a.d[i], 0.0, 0.0)
     })
+}
+
+/// Q4_0 in the order of llama.cpp's repacked kernels (`ggml_gemv_q4_0_8x8_q8_0` and
+/// `ggml_gemm_q4_0_8x8_q8_0`, which it uses for every Q4_0 matrix whose row count is a
+/// multiple of 8 on an AVX2 CPU; one activation row and four sum alike): one f32 chain,
+/// per block `acc = fma(S, d · dx, acc)` with `S` the block's exact `Σ (q − 8) · qx`.
+pub(crate) fn dot_q4_0_repacked(row: &[u8], a: &QuantizedActs) -> f32 {
+    let mut acc = 0.0f32;
+    for (i, b) in blocks::<BlockQ4_0>(row).iter().enumerate() {
+        let w = nibbles(&b.qs, |_| 0);
+        let s: i32 = w
+            .iter()
+            .zip(&a.qs[32 * i..32 * i + 32])
+            .map(|(&q, &x)| (q - 8) * x as i32)
+            .sum();
+        acc = (s as f32).mul_add(f16_value(b.d) * a.d[i], acc);
+    }
+    acc
 }
 
 /// Σ_blocks d·dx·Σ q·qx + m·(dx·Σ qx).
@@ -422,12 +444,17 @@ pub(crate) fn dot_k45_tiled(row: &[u8], a: &QuantizedActs, five: bool) -> f32 {
 
 /// The twins in the order of llama.cpp's repacked kernels
 /// ([`repacked_kernels`](crate::ops::quant::dispatch::repacked_kernels)): Q4_K's
-/// ([`dot_q4_k_repacked`]) and IQ4_NL's ([`dot_iq4_nl_repacked`]), one activation row
-/// and four.
+/// ([`dot_q4_k_repacked`]), IQ4_NL's ([`dot_iq4_nl_repacked`]) and Q4_0's
+/// ([`dot_q4_0_repacked`]), one activation row and four.
 pub(crate) fn repacked_kernels(dtype: GgmlType) -> (DotFn, Dot4Fn) {
     if dtype == GgmlType::IQ4_NL {
         return (dot_iq4_nl_repacked, |r, a| {
             std::array::from_fn(|k| dot_iq4_nl_repacked(r, a[k]))
+        });
+    }
+    if dtype == GgmlType::Q4_0 {
+        return (dot_q4_0_repacked, |r, a| {
+            std::array::from_fn(|k| dot_q4_0_repacked(r, a[k]))
         });
     }
     (
@@ -715,6 +742,24 @@ fn dot_iq4_nl(row: &[u8], a: &QuantizedActs) -> f32 {
         sum = (a.d[i] * f16_value(b.d)).mul_add(s as f32, sum);
     }
     sum
+}
+
+/// IQ4_NL in the order of llama.cpp's tinyBLAS (`tinyBLAS_Q0_AVX<block_iq4_nl>`, its
+/// product of a prompt with an IQ4_NL matrix it has not repacked: a row count not a
+/// multiple of 8): one eight-lane accumulator, per block each lane
+/// `acc_k = fma(d · dx, S_k, acc_k)` with `S_k` the exact `Σ K[q] · qx` of numbers
+/// 4k..4k+3 ([`iq4_nl_lanes`]); the lanes summed by [`hsum8`] (the 32-blocks' order,
+/// [`dot_blocks`], which tinyBLAS shares with their `vec_dot`s).
+pub(crate) fn dot_iq4_nl_chain(row: &[u8], a: &QuantizedActs) -> f32 {
+    let mut acc = [0.0f32; 8];
+    for (i, b) in blocks::<BlockIQ4_NL>(row).iter().enumerate() {
+        let lanes = iq4_nl_lanes(b, &a.qs[32 * i..32 * i + 32]);
+        let d = f16_value(b.d) * a.d[i];
+        for (l, &s) in acc.iter_mut().zip(&lanes) {
+            *l = d.mul_add(s as f32, *l);
+        }
+    }
+    hsum8(&acc)
 }
 
 /// IQ4_NL in the order of llama.cpp's repacked kernels (its weights interleaved eight

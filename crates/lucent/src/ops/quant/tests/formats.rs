@@ -650,7 +650,9 @@ fn k_quant_dots_equal_their_twins() {
 
 /// The 32-block kinds sum in llama.cpp's order on every path (the scalar twin, the AVX2
 /// dot, the tile kernel of `matvec`, and the prefill product `matmul_t_quantized`), so
-/// they agree bit for bit: a model's decode and its prompt see the same numbers.
+/// they agree bit for bit: a model's decode and its prompt see the same numbers. (A Q4_0
+/// matrix with a multiple of 8 rows, which llama.cpp repacks, takes its repacked order
+/// on every path of the matrix: the twin `dot_q4_0_repacked`.)
 #[test]
 fn block32_kernels_equal_their_twin_bit_for_bit() {
     every_level(2, |_| {
@@ -672,13 +674,18 @@ fn block32_kernels_equal_their_twin_bit_for_bit() {
                     let y = m.matvec(x).unwrap();
                     let yr = m.matvec_reference(x).unwrap();
                     for i in 0..rows {
-                        let twin = reference::vec_dot(t, m.row_bytes_of(i), &a).unwrap();
+                        let dot = reference::vec_dot(t, m.row_bytes_of(i), &a).unwrap();
                         let fast = vec_dot(t, m.row_bytes_of(i), &a).unwrap();
                         assert_eq!(
                             fast.to_bits(),
-                            twin.to_bits(),
+                            dot.to_bits(),
                             "{t} {rows}×{cols} dot row {i}"
                         );
+                        let twin = if t == GgmlType::Q4_0 && rows % 8 == 0 {
+                            reference::dot_q4_0_repacked(m.row_bytes_of(i), &a)
+                        } else {
+                            dot
+                        };
                         assert_eq!(
                             y[i].to_bits(),
                             twin.to_bits(),
@@ -819,12 +826,67 @@ fn k_quant_prefill_equals_decode_bit_for_bit() {
     }
 }
 
+/// Rows of a fused IQ4_NL tensor follow the whole tensor's repacking, as llama.cpp
+/// decides it per tensor: 4 rows of an 8-row tensor take the repacked order for a token
+/// and a prompt; 8 rows of a 12-row tensor the dot for a token and tinyBLAS's order for
+/// a prompt; an expert of 4 rows the dot for both.
+#[test]
+fn iq4_nl_parts_follow_the_whole_tensor() {
+    let mut rng = StdRng::seed_from_u64(23);
+    let t = GgmlType::IQ4_NL;
+    let cols = 96;
+    for (rows, whole, expert) in [(4usize, 8usize, false), (8, 12, false), (4, 4, true)] {
+        let bytes: Vec<u8> = (0..rows)
+            .flat_map(|_| random_row(t, cols, &mut rng))
+            .collect();
+        let m = QMatrix::from_vec(t, rows, cols, bytes)
+            .unwrap()
+            .part_of(whole);
+        let m = if expert { m.expert() } else { m };
+        let n = 3;
+        let xs: Vec<f32> = (0..n * cols)
+            .map(|_| rng.random_range(-3.0f32..3.0))
+            .collect();
+        let ys = m.matmul_t_quantized(&xs, n, Numerics::LlamaCpp).unwrap(); // (n, rows)
+        for (r, x) in xs.chunks_exact(cols).enumerate() {
+            let y = m.matvec(x).unwrap();
+            let a = quantize_activations(t, x).unwrap();
+            for i in 0..rows {
+                let w = m.row_bytes_of(i);
+                let (token, prompt) = match (whole % 8 == 0, expert) {
+                    (true, _) => {
+                        let v = reference::dot_iq4_nl_repacked(w, &a);
+                        (v, v)
+                    }
+                    (false, true) => {
+                        let v = reference::kernel(t)(w, &a);
+                        (v, v)
+                    }
+                    (false, false) => (
+                        reference::kernel(t)(w, &a),
+                        reference::dot_iq4_nl_chain(w, &a),
+                    ),
+                };
+                let what = format!("{rows} rows of {whole}, expert {expert}: row {i}");
+                assert_eq!(y[i].to_bits(), token.to_bits(), "{what}: token");
+                assert_eq!(
+                    ys[r * rows + i].to_bits(),
+                    prompt.to_bits(),
+                    "{what}: prompt row {r}"
+                );
+            }
+        }
+    }
+}
+
 /// `m`'s product with the `n` prompt rows `xs` against llama.cpp's rules, bit for bit:
 /// each row as one decoded token, except that a repacked Q4_K matrix (a multiple of 8
 /// rows) sums the rows in whole fours in its grouped order (the twin
 /// `dot_q4_k_repacked(.., true)`), and the other K-quant matrices sum a product of 8
 /// rows or more in its tiled order (the twins `dot_k45_tiled`, `dot_q6_k_tiled`); under
-/// `Numerics::RowInvariant`, every row as a token.
+/// `Numerics::RowInvariant`, every row as a token. An IQ4_NL matrix sums every row in
+/// its repacked order (a multiple of 8 rows), else a prompt's rows in tinyBLAS's
+/// (`dot_iq4_nl_chain`).
 fn check_prompt_rows(m: &QMatrix, xs: &[f32], n: usize, what: &str) {
     let (rows, cols) = (m.rows(), m.cols());
     let ys = m.matmul_t_quantized(xs, n, Numerics::LlamaCpp).unwrap(); // (n, rows)
@@ -846,6 +908,7 @@ fn check_prompt_rows(m: &QMatrix, xs: &[f32], n: usize, what: &str) {
                 GgmlType::Q3_K if n >= 8 => reference::dot_k16_tiled::<BlockQ3_K>(w, &a),
                 GgmlType::IQ4_XS if n >= 8 => reference::dot_k16_tiled::<BlockIQ4_XS>(w, &a),
                 GgmlType::IQ4_NL if rows % 8 == 0 => reference::dot_iq4_nl_repacked(w, &a),
+                GgmlType::IQ4_NL if n >= 2 => reference::dot_iq4_nl_chain(w, &a),
                 _ => y[i],
             };
             assert_eq!(

@@ -6,7 +6,7 @@ use half::f16;
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
 use super::formats::scale_offsets;
-use crate::ops::quant::dispatch::{dot_kernel, repacked_kernels, tiled_kernels};
+use crate::ops::quant::dispatch::{chain_kernels, dot_kernel, repacked_kernels, tiled_kernels};
 use crate::ops::quant::{avx512, reference, QMatrix};
 use crate::runtime::Isa;
 use crate::tensor::quant::{GgmlType, QK, QK_K};
@@ -134,7 +134,8 @@ fn kernels_equal_the_twin(isa: Isa) -> Result<()> {
             }
         }
     }
-    // IQ4_NL: its dot (blocks in pairs, odd counts included) and its repacked order.
+    // IQ4_NL: its dot (blocks in pairs, odd counts included), its repacked order and
+    // tinyBLAS's.
     let t = GgmlType::IQ4_NL;
     for blocks in [1usize, 2, 3, 8, 9] {
         let cols = QK * blocks;
@@ -150,6 +151,40 @@ fn kernels_equal_the_twin(isa: Isa) -> Result<()> {
             let r = reference::dot_iq4_nl_repacked(row, &a);
             for v in std::iter::once(v1(row, &a)).chain(v4(row, [&a; 4])) {
                 assert_eq!(v.to_bits(), r.to_bits(), "{what}: repacked");
+            }
+            let (c1, c4) = chain_kernels(t, isa).expect("IQ4_NL has tinyBLAS's order");
+            let c = reference::dot_iq4_nl_chain(row, &a);
+            for v in std::iter::once(c1(row, &a)).chain(c4(row, [&a; 4])) {
+                assert_eq!(v.to_bits(), c.to_bits(), "{what}: tinyBLAS's chain");
+            }
+        }
+    }
+    // Q4_0 with a multiple of 8 rows, which llama.cpp repacks: its repacked order (one
+    // chain) for a token, a prompt and each kernel.
+    let t = GgmlType::Q4_0;
+    for blocks in [1usize, 2, 3, 9] {
+        let cols = QK * blocks;
+        let m = random_matrix(t, 8, cols, &mut rng)?;
+        let n = 5;
+        let xs: Vec<f32> = (0..n * cols).map(|_| rng.random_range(-3.0..3.0)).collect();
+        let ys = m.matmul_t_quantized(&xs, n, crate::Numerics::LlamaCpp)?; // (n, 8)
+        let (v1, v4) = repacked_kernels(t, isa);
+        for (r, x) in xs.chunks_exact(cols).enumerate() {
+            let a = m.prepare(x)?;
+            let y = m.matvec(x)?;
+            for i in 0..8 {
+                let row = m.row_bytes_of(i);
+                let want = reference::dot_q4_0_repacked(row, &a);
+                let what = format!("{isa}: repacked {t} 8×{cols} row {i}");
+                assert_eq!(y[i].to_bits(), want.to_bits(), "{what}: token");
+                assert_eq!(
+                    ys[r * 8 + i].to_bits(),
+                    want.to_bits(),
+                    "{what}: prompt row {r}"
+                );
+                for v in std::iter::once(v1(row, &a)).chain(v4(row, [&a; 4])) {
+                    assert_eq!(v.to_bits(), want.to_bits(), "{what}: kernels");
+                }
             }
         }
     }
@@ -203,6 +238,12 @@ fn kernels_equal_the_twin(isa: Isa) -> Result<()> {
                     let (want, k1, k4) = others;
                     for v in std::iter::once(k1(row, &a)).chain(k4(row, [&a; 4])) {
                         assert_eq!(v.to_bits(), want.to_bits(), "{what}: tiled or repacked");
+                    }
+                    if let Some((c1, c4)) = chain_kernels(t, isa) {
+                        let c = reference::dot_iq4_nl_chain(row, &a);
+                        for v in std::iter::once(c1(row, &a)).chain(c4(row, [&a; 4])) {
+                            assert_eq!(v.to_bits(), c.to_bits(), "{what}: tinyBLAS's chain");
+                        }
                     }
                 }
             }
