@@ -3,17 +3,25 @@ tests/serve.rs).
 
 Usage: python openai_tools.py BASE_URL MODEL N TOOLS_FILE
 Prints one JSON object: N sampled answers (temperature 1, `tool_choice: "required"`, the
-tools of TOOLS_FILE, 4 at a time) with every call checked (a given tool's name, arguments
-that validate with `jsonschema` against its `parameters`, a unique `call_…` id, `content`
-null, `finish_reason` "tool_calls"); answers to a named `tool_choice`; a streamed answer
-assembled from its `delta.tool_calls` (the arguments arrive in pieces: how many chunks
-carried them) beside the plain answer of the same seed; a
-follow-up with the assistant's `tool_calls` and a `role: "tool"` result; `auto` and
-`none`; and the errors for bad input.
+tools of TOOLS_FILE; every tenth with `parallel_tool_calls` true, the others false) with
+every call checked (a given tool's name, arguments that validate with `jsonschema`
+against its `parameters`, a unique `call_…` id, `content` null, `finish_reason`
+"tool_calls"; exactly one call where `parallel_tool_calls` is false); answers to a
+named `tool_choice`; a streamed answer assembled from its `delta.tool_calls` (the
+arguments arrive in pieces: how many chunks carried them) beside the plain answer of
+the same seed; a follow-up with the assistant's `tool_calls` and a `role: "tool"`
+result; `auto` and `none`; and the errors for bad input.
+
+Every request goes through one pool of 8 clients (the server's 8 slots stay busy),
+the longest first (streamed and plain, named, parallel calls), so that the short
+answers fill the slots the long ones leave. `timing` reports the wall-clock seconds,
+the sampled answers' tokens and how many of their prompt tokens the prompt cache held
+(an indication, never asserted).
 """
 
 import json
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import jsonschema
@@ -25,6 +33,7 @@ client = OpenAI(base_url=base + "/v1", api_key="not-needed", max_retries=0, time
 tools = json.load(open(tools_file))
 params = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
 out = {"openai_version": openai.__version__}
+t_start = time.monotonic()
 
 questions = [
     "What is the weather in Oslo?",
@@ -64,32 +73,28 @@ def check(r, only=None, text_first=False):
     return wrong
 
 
+def parallel(i):
+    """Whether sampled answer `i` may make several calls (every tenth: at temperature 1
+    the small models then call again and again up to the limit of four)."""
+    return i % 10 == 0
+
+
 def sampled(i):
     r = client.chat.completions.create(
         model=model,
         messages=ask(questions[i % len(questions)]),
         tools=tools,
         tool_choice="required",
-        parallel_tool_calls=i % 4 == 0,
+        parallel_tool_calls=parallel(i),
         temperature=1,
         seed=100 + i,
         max_tokens=400,
     )
     calls = r.choices[0].message.tool_calls or []
+    u = r.usage
     return {"i": i, "wrong": check(r), "calls": len(calls), "ids": [c.id for c in calls],
-            "names": [c.function.name for c in calls]}
-
-
-with ThreadPoolExecutor(4) as pool:
-    runs = list(pool.map(sampled, range(count)))
-ids = [i for r in runs for i in r["ids"]]
-out["sampled"] = {
-    "count": len(runs),
-    "failures": [r for r in runs if r["wrong"]],
-    "single_with_one_call": all(r["calls"] == 1 for r in runs if r["i"] % 4 != 0),
-    "ids_unique": len(ids) == len(set(ids)),
-    "names": sorted({n for r in runs for n in r["names"]}),
-}
+            "names": [c.function.name for c in calls], "tokens": u.completion_tokens,
+            "prompt": u.prompt_tokens, "cached": u.prompt_tokens_details.cached_tokens}
 
 
 def named(i):
@@ -105,64 +110,108 @@ def named(i):
     return check(r, only="set_alarm")
 
 
-with ThreadPoolExecutor(4) as pool:
-    out["named"] = {"count": 6, "failures": [w for w in pool.map(named, range(6)) if w]}
-
 # The same seed streamed and not: the deltas assemble into the same calls.
 req = dict(model=model, messages=ask(questions[1]), tools=tools, tool_choice="required",
            temperature=1, seed=7, max_tokens=400)
-plain = client.chat.completions.create(**req)
-pm = plain.choices[0].message
-calls = {}
-finish = None
-argument_chunks = 0
-for chunk in client.chat.completions.create(stream=True, **req):
-    for ch in chunk.choices:
-        finish = ch.finish_reason or finish
-        assert ch.delta.content in (None, ""), ch.delta.content
-        for d in ch.delta.tool_calls or []:
-            c = calls.setdefault(d.index, {"id": None, "name": "", "arguments": ""})
-            c["id"] = d.id or c["id"]
-            if d.function is not None:
-                c["name"] += d.function.name or ""
-                c["arguments"] += d.function.arguments or ""
-                argument_chunks += bool(d.function.arguments)
-streamed = [calls[k] for k in sorted(calls)]
+
+
+def streamed():
+    calls = {}
+    finish = None
+    argument_chunks = 0
+    for chunk in client.chat.completions.create(stream=True, **req):
+        for ch in chunk.choices:
+            finish = ch.finish_reason or finish
+            assert ch.delta.content in (None, ""), ch.delta.content
+            for d in ch.delta.tool_calls or []:
+                c = calls.setdefault(d.index, {"id": None, "name": "", "arguments": ""})
+                c["id"] = d.id or c["id"]
+                if d.function is not None:
+                    c["name"] += d.function.name or ""
+                    c["arguments"] += d.function.arguments or ""
+                    argument_chunks += bool(d.function.arguments)
+    return [calls[k] for k in sorted(calls)], finish, argument_chunks
+
+
+def auto():
+    """auto: text or calls, as the model chooses."""
+    r = client.chat.completions.create(model=model, messages=ask(questions[0]), tools=tools,
+                                       parallel_tool_calls=False, temperature=0, max_tokens=400)
+    m = r.choices[0].message
+    return {"finish_reason": r.choices[0].finish_reason, "content": m.content,
+            "wrong": check(r, text_first=True) if m.tool_calls else []}
+
+
+def none():
+    """none: text."""
+    r = client.chat.completions.create(model=model, messages=ask(questions[0]), tools=tools, tool_choice="none",
+                                       temperature=0, max_tokens=40)
+    return {"finish_reason": r.choices[0].finish_reason, "content": r.choices[0].message.content,
+            "tool_calls": r.choices[0].message.tool_calls}
+
+
+# One pool for every request, the longest first.
+with ThreadPoolExecutor(8) as pool:
+    plain_f = pool.submit(client.chat.completions.create, **req)
+    streamed_f = pool.submit(streamed)
+    named_f = [pool.submit(named, i) for i in range(6)]
+    order = sorted(range(count), key=lambda i: not parallel(i))
+    sampled_f = {i: pool.submit(sampled, i) for i in order}
+    auto_f = pool.submit(auto)
+    none_f = pool.submit(none)
+    plain = plain_f.result()
+    pm = plain.choices[0].message
+    # A follow-up: the assistant's calls and each call's result, then an answer.
+    history = ask(questions[1]) + [
+        {"role": "assistant", "content": None, "tool_calls": [c.model_dump() for c in pm.tool_calls or []]},
+    ] + [
+        {"role": "tool", "tool_call_id": c.id, "content": json.dumps({"booked": True, "reference": "LX42"})}
+        for c in pm.tool_calls or []
+    ]
+    follow_f = pool.submit(client.chat.completions.create, model=model, messages=history, tools=tools,
+                           temperature=0, max_tokens=40)
+    follow_plain_f = pool.submit(client.chat.completions.create, model=model, messages=history, temperature=0,
+                                 max_tokens=40)
+    runs = [sampled_f[i].result() for i in range(count)]
+    named_wrong = [f.result() for f in named_f]
+    calls, finish, argument_chunks = streamed_f.result()
+    r = follow_f.result()
+    out["follow_up"] = {
+        "finish_reason": r.choices[0].finish_reason,
+        "content": r.choices[0].message.content,
+        "tool_calls": len(r.choices[0].message.tool_calls or []),
+        "prompt_tokens": r.usage.prompt_tokens,
+    }
+    r = follow_plain_f.result()
+    out["follow_up_without_tools"] = {"finish_reason": r.choices[0].finish_reason,
+                                      "content": r.choices[0].message.content}
+    out["auto"] = auto_f.result()
+    out["none"] = none_f.result()
+
+ids = [i for r in runs for i in r["ids"]]
+out["sampled"] = {
+    "count": len(runs),
+    "failures": [r for r in runs if r["wrong"]],
+    "single_with_one_call": all(r["calls"] == 1 for r in runs if not parallel(r["i"])),
+    "parallel": sum(parallel(r["i"]) for r in runs),
+    "ids_unique": len(ids) == len(set(ids)),
+    "names": sorted({n for r in runs for n in r["names"]}),
+}
+out["named"] = {"count": len(named_wrong), "failures": [w for w in named_wrong if w]}
 out["stream"] = {
     "plain": [{"name": c.function.name, "arguments": c.function.arguments} for c in pm.tool_calls or []],
-    "streamed": [{"name": c["name"], "arguments": c["arguments"]} for c in streamed],
-    "ids": all((c["id"] or "").startswith("call_") for c in streamed),
+    "streamed": [{"name": c["name"], "arguments": c["arguments"]} for c in calls],
+    "ids": all((c["id"] or "").startswith("call_") for c in calls),
     "finish_reason": [plain.choices[0].finish_reason, finish],
     "argument_chunks": argument_chunks,
 }
-
-# A follow-up: the assistant's calls and each call's result, then an answer.
-history = ask(questions[1]) + [
-    {"role": "assistant", "content": None, "tool_calls": [c.model_dump() for c in pm.tool_calls or []]},
-] + [
-    {"role": "tool", "tool_call_id": c.id, "content": json.dumps({"booked": True, "reference": "LX42"})}
-    for c in pm.tool_calls or []
-]
-r = client.chat.completions.create(model=model, messages=history, tools=tools, temperature=0, max_tokens=40)
-out["follow_up"] = {
-    "finish_reason": r.choices[0].finish_reason,
-    "content": r.choices[0].message.content,
-    "tool_calls": len(r.choices[0].message.tool_calls or []),
-    "prompt_tokens": r.usage.prompt_tokens,
+out["timing"] = {
+    "seconds": round(time.monotonic() - t_start, 1),
+    "sampled_tokens": sum(r["tokens"] for r in runs),
+    "parallel_tokens": sum(r["tokens"] for r in runs if parallel(r["i"])),
+    "prompt_tokens": sum(r["prompt"] for r in runs),
+    "cached_tokens": sum(r["cached"] for r in runs),
 }
-r = client.chat.completions.create(model=model, messages=history, temperature=0, max_tokens=40)
-out["follow_up_without_tools"] = {"finish_reason": r.choices[0].finish_reason, "content": r.choices[0].message.content}
-
-# auto: text or calls, as the model chooses; none: text.
-r = client.chat.completions.create(model=model, messages=ask(questions[0]), tools=tools, parallel_tool_calls=False,
-                                   temperature=0, max_tokens=400)
-m = r.choices[0].message
-out["auto"] = {"finish_reason": r.choices[0].finish_reason, "content": m.content,
-               "wrong": check(r, text_first=True) if m.tool_calls else []}
-r = client.chat.completions.create(model=model, messages=ask(questions[0]), tools=tools, tool_choice="none",
-                                   temperature=0, max_tokens=40)
-out["none"] = {"finish_reason": r.choices[0].finish_reason, "content": r.choices[0].message.content,
-               "tool_calls": r.choices[0].message.tool_calls}
 
 
 def error(call):

@@ -24,13 +24,14 @@
 //!   and validates; constrained streams beside unconstrained ones get exactly
 //!   the tokens they get alone (each request's mask touches only its own row);
 //! - tool calls (`tools`, `tool_choice`): with SmolLM2 and Gemma 3 (`--chat-template
-//!   gemma`), every sampled `required` call and every named one names a given tool with
-//!   arguments that validate with `jsonschema`, a stream's `delta.tool_calls` assemble
+//!   gemma`, one test each), every one of 100 sampled `required` answers per model
+//!   (temperature 1) and every named one names a given tool with arguments that
+//!   validate with `jsonschema`, a stream's `delta.tool_calls` assemble
 //!   into the plain answer's calls, a follow-up with the calls and their results
 //!   answers, and bad tools or choices are 400s naming the field.
 //!
 //! Every server is started under `timeout` (it stops by itself after 4 minutes at
-//! most; 10 for the tool-call test's) and is sent SIGTERM when its test ends.
+//! most; 15 for the tool-call tests') and is sent SIGTERM when its test ends.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -1415,8 +1416,9 @@ fn a_steered_request_beside_seven_plain_ones_equals_its_solo_run() {
     assert_eq!(server.get("/health").0, 200);
 }
 
-/// The tool-call checks of `openai_tools.py` against one server: every sampled
-/// `required` call and every named one names a given tool with arguments that validate;
+/// The tool-call checks of `openai_tools.py` against one server: every one of `n`
+/// sampled `required` answers (a tenth of them with `parallel_tool_calls`, the others
+/// exactly one call) and every named one names a given tool with arguments that validate;
 /// a stream assembles into the plain answer's calls, the arguments in more chunks than
 /// there are calls; a follow-up answers; bad input is a 400 naming the field.
 fn tool_calls_hold(server: &Server, model: &str, n: usize) {
@@ -1434,6 +1436,7 @@ fn tool_calls_hold(server: &Server, model: &str, n: usize) {
     println!("{model}: {}", serde_json::to_string_pretty(&out).unwrap());
     let s = &out["sampled"];
     assert_eq!(s["count"], n);
+    assert_eq!(s["parallel"], n / 10, "{model}: {s}");
     assert_eq!(s["failures"], json!([]), "{model}: {s}");
     assert_eq!(s["single_with_one_call"], true, "{model}: {s}");
     assert_eq!(s["ids_unique"], true, "{model}: {s}");
@@ -1492,29 +1495,24 @@ fn tool_calls_hold(server: &Server, model: &str, n: usize) {
     assert_eq!(server.get("/health").0, 200);
 }
 
+/// A server of `model` for the tool-call tests: 8 slots (the script's 8 clients), room
+/// for the follow-up's history; it stops by itself after 15 minutes.
+fn tool_server(model: &str, extra: &[&str]) -> Server {
+    let mut args = vec!["-m", model, "--parallel", "8", "--ctx-size", "2048"];
+    args.extend_from_slice(extra);
+    Server::start_for(900, &args)
+}
+
 #[test]
-fn tool_calls_validate_through_the_openai_client() {
-    let server = Server::start_for(
-        600,
-        &["-m", "smollm2", "--parallel", "4", "--ctx-size", "2048"],
-    );
-    tool_calls_hold(&server, "smollm2", 20);
-    drop(server);
+fn tool_calls_of_smollm2_validate_through_the_openai_client() {
+    tool_calls_hold(&tool_server("smollm2", &[]), "smollm2", 100);
+}
+
+#[test]
+fn tool_calls_of_gemma_3_validate_through_the_openai_client() {
     // Gemma 3 270M is a base file without a template: the built-in `gemma` one.
-    let server = Server::start_for(
-        600,
-        &[
-            "-m",
-            "gemma3",
-            "--chat-template",
-            "gemma",
-            "--parallel",
-            "4",
-            "--ctx-size",
-            "2048",
-        ],
-    );
-    tool_calls_hold(&server, "gemma3", 20);
+    let server = tool_server("gemma3", &["--chat-template", "gemma"]);
+    tool_calls_hold(&server, "gemma3", 100);
 }
 
 // ------------------------------------------------------------------ prompt cache

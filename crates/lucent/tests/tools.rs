@@ -133,6 +133,12 @@ fn calls_written_are_calls_read() {
         arguments: format!(r#"{{"city":"{city}"}}"#),
     };
     assert_eq!(calls, [call("Paris"), call("Oslo")]);
+    // A string argument may spell the closing tag: the call's JSON is read as JSON.
+    let tag = tools::call_text("get_weather", r#"{"city": "a}}</tool_call> b"}"#);
+    assert_eq!(
+        tools::parse_calls(&format!("{tag}\n{one}"), &tools).expect("calls"),
+        [call("a}}</tool_call> b"), call("Paris")]
+    );
     // An assistant message's calls are written in the same form, after its text.
     let m = tools::assistant_message("", &calls);
     assert_eq!(
@@ -472,6 +478,8 @@ fn streamed_parts_join_to_the_whole_answer() {
         format!("Let me check <tool_c first.\n{weather}\n{alarm}"),
         format!("\n\n{weather}"),
         "Almost a call: <tool_cal".to_string(),
+        // Gemma 3's sampled answer 96 of openai_tools.py: the closing tag inside a string.
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"(object|array)(){}}</tool_call> # and [\"\n, \"unit\": \"celsius\"\n\n  }}\n</tool_call>".to_string(),
     ];
     for text in &texts {
         let whole = tools::split_answer(text, &tools);
@@ -530,6 +538,11 @@ fn streamed_parts_join_to_the_whole_answer() {
     assert_eq!(
         calls[1].arguments,
         r#"{"time":"07:30","days":["mon","tue"],"label":"a } b"}"#
+    );
+    let (_, calls) = tools::split_answer(&texts[6], &tools).expect("calls");
+    assert_eq!(
+        calls[0].arguments,
+        r#"{"city":"(object|array)(){}}</tool_call> # and [","unit":"celsius"}"#
     );
 }
 

@@ -284,15 +284,19 @@ pub fn constraint(
 
 /// The calls in an answer's `text`, when the whole text (around whitespace) is one or
 /// more calls in the generic form, each naming one of `tools` with arguments that are a
-/// JSON object; None when it is anything else (a text answer).
+/// JSON object; None when it is anything else (a text answer). A call's JSON is read as
+/// JSON up to its end, so a string argument may spell `</tool_call>` (the grammar
+/// allows it, and Gemma 3 at temperature 1 writes it).
 pub fn parse_calls(text: &str, tools: &[Tool]) -> Option<Vec<ToolCall>> {
     let mut rest = text.trim();
     let mut calls = Vec::new();
     while !rest.is_empty() {
         let body = rest.strip_prefix(CALL_OPEN)?;
-        let end = body.find(CALL_CLOSE)?;
+        let mut values = serde_json::Deserializer::from_str(body).into_iter::<Value>();
+        let v = values.next()?.ok()?;
+        let end = values.byte_offset();
+        let after = body[end..].trim_start().strip_prefix(CALL_CLOSE)?;
         let written = body[..end].trim();
-        let v: Value = serde_json::from_str(written).ok()?;
         let o = v.as_object()?;
         let name = o.get("name")?.as_str()?;
         let args = o.get("arguments")?;
@@ -309,7 +313,7 @@ pub fn parse_calls(text: &str, tools: &[Tool]) -> Option<Vec<ToolCall>> {
             name: name.to_string(),
             arguments,
         });
-        rest = body[end + CALL_CLOSE.len()..].trim_start();
+        rest = after.trim_start();
     }
     (!calls.is_empty()).then_some(calls)
 }
