@@ -93,3 +93,29 @@ fn llama32_template_renders_tools_calls_and_results_as_jinja2_does() {
         );
     }
 }
+
+#[test]
+fn the_call_format_is_detected_from_the_template() {
+    use lucent::pipeline::tools::CallFormat;
+    let llama = ChatTemplate::from_spec(LLAMA32_TOOLS, "<|begin_of_text|>", "<|eot_id|>")
+        .expect("template");
+    assert_eq!(llama.tool_call_format(), Some(CallFormat::Llama3Json));
+    assert!(!llama.renders_tools());
+    let qwen = ChatTemplate::from_spec(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/data/chat_templates/qwen25_tools.jinja"
+        ),
+        "",
+        "<|im_end|>",
+    )
+    .expect("template");
+    assert_eq!(qwen.tool_call_format(), Some(CallFormat::Hermes));
+    assert!(qwen.renders_tools());
+    for src in [
+        lucent::pipeline::chat::CHATML,
+        lucent::pipeline::chat::GEMMA,
+    ] {
+        assert_eq!(ChatTemplate::new(src, "", "").tool_call_format(), None);
+    }
+}
