@@ -322,6 +322,43 @@ impl ChatTemplate {
             && out.contains(&tools::call_text(NAME, r#"{"k": "v"}"#))
     }
 
+    /// Which form the template writes an assistant's call in, found by the same probe
+    /// render as [`ChatTemplate::renders_tools`] (a marker tool, a call of it with
+    /// arguments `{"k": "v"}` and its result): [`tools::CallFormat::Hermes`] when the
+    /// call appears as `<tool_call>` text, [`tools::CallFormat::Llama3Json`] when it
+    /// appears as the bare object `{"name": "…", "parameters": {"k": "v"}}` (Llama
+    /// 3.1 / 3.2 / 3.3), `None` for a template without a tools section, or one that
+    /// writes calls in a form lucent does not read (those get the generic form). Only
+    /// detection so far: the Hermes form is the one the tool path uses.
+    pub fn tool_call_format(&self) -> Option<tools::CallFormat> {
+        const NAME: &str = "lucent_probe_function";
+        const DESCRIPTION: &str = "\u{FDD3}";
+        const RESULT: &str = "\u{FDD4}";
+        let tool = Tool::new(NAME, Some(DESCRIPTION), None).ok()?;
+        let call = ToolCall {
+            name: NAME.into(),
+            arguments: r#"{"k": "v"}"#.into(),
+        };
+        let msgs = [
+            Message::new("user", "u"),
+            Message::with_calls("", std::slice::from_ref(&call)),
+            Message::tool_result(Some("call_0"), RESULT),
+        ];
+        let out = self.render_tools(&msgs, &[tool], true).ok()?;
+        if !(out.contains(DESCRIPTION) && out.contains(RESULT)) {
+            return None;
+        }
+        if out.contains(&tools::call_text(NAME, r#"{"k": "v"}"#)) {
+            Some(tools::CallFormat::Hermes)
+        } else if out.contains(&format!(
+            r#"{{"name": "{NAME}", "parameters": {{"k": "v"}}}}"#
+        )) {
+            Some(tools::CallFormat::Llama3Json)
+        } else {
+            None
+        }
+    }
+
     /// [`ChatTemplate::render_tools`] with the tools already in OpenAI's shape.
     #[cfg(feature = "chat-templates")]
     fn render_values(

@@ -608,3 +608,15 @@ pub fn call_id() -> String {
     use rand::distr::{Alphanumeric, SampleString};
     format!("call_{}", Alphanumeric.sample_string(&mut rand::rng(), 24))
 }
+
+/// The form a chat template writes an assistant's tool call in
+/// ([`crate::pipeline::ChatTemplate::tool_call_format`] detects it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallFormat {
+    /// Hermes / Qwen 2.5: `<tool_call>\n{"name": NAME, "arguments": ARGS}\n</tool_call>`,
+    /// also lucent's generic form.
+    Hermes,
+    /// Llama 3.1 / 3.2 / 3.3: a bare object `{"name": NAME, "parameters": ARGS}`, one
+    /// call per assistant turn, results under the `ipython` header.
+    Llama3Json,
+}
