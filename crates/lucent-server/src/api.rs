@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use lucent::pipeline::generate::Sampling;
-use lucent::pipeline::tools::{self, Tool, ToolCall, ToolChoice};
+use lucent::pipeline::tools::{self, CallFormat, Tool, ToolCall, ToolChoice};
 use lucent::pipeline::{Constraint, Message};
 
 use crate::error::ApiError;
@@ -406,8 +406,21 @@ impl GenerateRequest {
     }
 
     /// The sampler settings, with at most `room` new tokens (what the slot's context
-    /// leaves after the prompt) and `logprobs` alternatives.
+    /// leaves after the prompt) and `logprobs` alternatives; tool calls, if offered, in
+    /// the Hermes form ([`GenerateRequest::sampling_in`]).
     pub fn sampling(&self, room: usize, logprobs: Option<usize>) -> Result<Sampling, ApiError> {
+        self.sampling_in(room, logprobs, CallFormat::Hermes)
+    }
+
+    /// [`GenerateRequest::sampling`] for a model whose answers write tool calls in
+    /// `format` (its chat template's, `TextModel::tool_call_format`): the tools'
+    /// constraint is in that form.
+    pub fn sampling_in(
+        &self,
+        room: usize,
+        logprobs: Option<usize>,
+        format: CallFormat,
+    ) -> Result<Sampling, ApiError> {
         let max = match (self.max_completion_tokens, self.max_tokens) {
             (Some(m), _) => Some(("max_completion_tokens", m)),
             (None, Some(m)) => Some(("max_tokens", m)),
@@ -452,7 +465,7 @@ impl GenerateRequest {
             special: false,
             logit_bias: self.logit_bias()?,
             constrain: match self.tool_plan()? {
-                Some(plan) if plan.offered() => plan.constraint()?,
+                Some(plan) if plan.offered() => plan.in_format(format).constraint()?,
                 _ => self.constraint()?,
             },
         };
@@ -532,6 +545,9 @@ pub struct ToolPlan {
     pub choice: ToolChoice,
     /// `parallel_tool_calls`: one call or several.
     pub parallel: bool,
+    /// The form the model writes calls in (its chat template's; Hermes, lucent's
+    /// generic form, unless [`ToolPlan::in_format`] says otherwise).
+    pub format: CallFormat,
 }
 
 impl ToolPlan {
@@ -541,9 +557,15 @@ impl ToolPlan {
         self.choice != ToolChoice::None
     }
 
-    /// The grammar that holds the answer to the calls allowed (None for `none`).
+    /// The plan for a model that writes calls in `format`.
+    pub fn in_format(self, format: CallFormat) -> ToolPlan {
+        ToolPlan { format, ..self }
+    }
+
+    /// The grammar that holds the answer to the calls allowed, in the plan's format
+    /// (None for `none`).
     pub fn constraint(&self) -> Result<Option<Constraint>, ApiError> {
-        tools::constraint(&self.tools, &self.choice, self.parallel)
+        tools::constraint_in(self.format, &self.tools, &self.choice, self.parallel)
             .map_err(|e| ApiError::invalid_param("tool_choice", e.to_string()))
     }
 }
@@ -578,6 +600,7 @@ impl GenerateRequest {
             tools,
             choice,
             parallel: self.parallel_tool_calls.unwrap_or(true),
+            format: CallFormat::Hermes,
         }))
     }
 

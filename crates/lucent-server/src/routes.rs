@@ -34,7 +34,7 @@ use base64::Engine as _;
 use futures_util::StreamExt;
 use lucent::io::tokenizer::Tokenizer;
 use lucent::pipeline::generate::TokenLogprob;
-use lucent::pipeline::tools::{self, AnswerStream, StreamPart, Tool, ToolCall};
+use lucent::pipeline::tools::{self, AnswerStream, CallFormat, StreamPart, Tool, ToolCall};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
@@ -212,6 +212,9 @@ struct Plan {
     inside: bool,
     /// Chat with tools offered: the answers are read back as calls where they are.
     tools: Option<Vec<Tool>>,
+    /// The form the model writes calls in (its chat template's, else Hermes): the
+    /// tools' constraint and the reading back take it.
+    format: CallFormat,
 }
 
 async fn chat(State(st): St, body: Body) -> Response {
@@ -249,6 +252,7 @@ async fn chat_inner(st: Arc<AppState>, body: Body) -> Result<Response, ApiError>
         include_usage: req.include_usage(),
         inside: req.lucent.as_ref().is_some_and(|l| l.wants_view()),
         tools,
+        format: engine.model().tool_call_format(),
     };
     generate(&st, &engine, &req, plan).await
 }
@@ -317,6 +321,7 @@ async fn completions_inner(st: Arc<AppState>, body: Body) -> Result<Response, Ap
         include_usage: req.include_usage(),
         inside: req.lucent.as_ref().is_some_and(|l| l.wants_view()),
         tools: None,
+        format: CallFormat::Hermes,
     };
     generate(&st, &engine, &req, plan).await
 }
@@ -342,7 +347,7 @@ async fn generate(
             .map_err(|e| e.with_param("response_format"))?;
     }
     let edits = request_interventions(engine, req).await?;
-    check_tool_schemas(engine, req, plan.tools.as_deref()).await?;
+    check_tool_schemas(engine, req, plan.tools.as_deref(), plan.format).await?;
     let mut jobs = Vec::new();
     for (p, ids) in plan.prompts.iter().enumerate() {
         if ids.is_empty() {
@@ -361,7 +366,7 @@ async fn generate(
         }
         // The last token is never fed back: ctx − len + 1 new tokens fit.
         let room = ctx - ids.len() + 1;
-        let mut sampling = req.sampling(room, plan.logprobs)?;
+        let mut sampling = req.sampling_in(room, plan.logprobs, plan.format)?;
         let vocab = engine.model().model.config.vocab_size;
         if let Some((id, _)) = sampling
             .logit_bias
@@ -552,7 +557,7 @@ async fn collect(
         .map(|(i, c)| {
             let mut v = match plan.flavor {
                 Flavor::Chat => {
-                    let (message, finish) = chat_message(&c.text, c.finish, plan.tools.as_deref());
+                    let (message, finish) = chat_message(&c.text, c.finish, plan.tools.as_deref(), plan.format);
                     json!({
                         "index": i,
                         "message": message,
@@ -622,7 +627,11 @@ fn stream(
         started: vec![false; total],
         cached: vec![0; total],
         calls: (0..total)
-            .map(|_| plan.tools.as_deref().map(AnswerStream::new))
+            .map(|_| {
+                plan.tools
+                    .as_deref()
+                    .map(|t| AnswerStream::with_format(t, plan.format))
+            })
             .collect(),
         left: total,
         completion: 0,
@@ -776,13 +785,14 @@ async fn check_tool_schemas(
     engine: &Arc<Engine>,
     req: &GenerateRequest,
     tools: Option<&[Tool]>,
+    format: CallFormat,
 ) -> Result<(), ApiError> {
     let Some(tools) = tools else {
         return Ok(());
     };
     let Some(c) = req
         .tool_plan()?
-        .map(|p| p.constraint())
+        .map(|p| p.in_format(format).constraint())
         .transpose()?
         .flatten()
     else {
@@ -812,6 +822,7 @@ fn tool_calls_json(calls: &[ToolCall]) -> Value {
 }
 
 /// A chat answer's `message` and `finish_reason`: with tools offered and a text that
+/// (read in the model's call `format`)
 /// makes calls (after text of its own, or none), `content` that text (`null` where it
 /// is whitespace), the `tool_calls` and `finish_reason: "tool_calls"`; otherwise the
 /// text as content.
@@ -819,8 +830,9 @@ fn chat_message(
     text: &str,
     finish: Option<&'static str>,
     offered: Option<&[Tool]>,
+    format: CallFormat,
 ) -> (Value, Option<&'static str>) {
-    if let Some((content, calls)) = offered.and_then(|t| tools::split_answer(text, t)) {
+    if let Some((content, calls)) = offered.and_then(|t| tools::split_answer_in(format, text, t)) {
         let finish = if finish == Some("stop") {
             Some("tool_calls")
         } else {

@@ -35,8 +35,9 @@
 //! 2.5's has) gets the tools, and the messages' calls and results, as those templates
 //! read them ([`ChatTemplate::render_tools`], [`Message::to_template`]); `tojson` is
 //! Python's `json.dumps` as `apply_chat_template` defines it. Which templates render
-//! tools in a form lucent reads back is [`ChatTemplate::renders_tools`]; the others get
-//! the generic form of [`crate::pipeline::tools`].
+//! tools in a form lucent reads back is [`ChatTemplate::tool_call_format`] (the Hermes /
+//! Qwen 2.5 form, [`ChatTemplate::renders_tools`], or Llama 3.x's bare JSON call); the
+//! others get the generic form of [`crate::pipeline::tools`].
 //!
 //! **A template is code from the model file.** Rendering is bounded: at most
 //! [`RENDER_FUEL`] template instructions (plus [`FUEL_PER_MESSAGE`] per message) and
@@ -328,8 +329,11 @@ impl ChatTemplate {
     /// call appears as `<tool_call>` text, [`tools::CallFormat::Llama3Json`] when it
     /// appears as the bare object `{"name": "…", "parameters": {"k": "v"}}` (Llama
     /// 3.1 / 3.2 / 3.3), `None` for a template without a tools section, or one that
-    /// writes calls in a form lucent does not read (those get the generic form). Only
-    /// detection so far: the Hermes form is the one the tool path uses.
+    /// writes calls in a form lucent does not read (those get the generic form, whose
+    /// calls are in the Hermes form). A template with a format renders tools, calls and
+    /// results itself ([`ChatTemplate::encode_tools`]), and the answer is held to and
+    /// read back in that format ([`tools::constraint_in`], [`tools::split_answer_in`],
+    /// [`tools::AnswerStream::with_format`]).
     pub fn tool_call_format(&self) -> Option<tools::CallFormat> {
         const NAME: &str = "lucent_probe_function";
         const DESCRIPTION: &str = "\u{FDD3}";
@@ -453,8 +457,8 @@ impl ChatTemplate {
     }
 
     /// Token ids of a conversation that offers `tools` (may be empty) or carries calls
-    /// and tool results: where the template renders tools itself
-    /// ([`ChatTemplate::renders_tools`]) it gets them, the calls and the results (their
+    /// and tool results: where the template renders tools itself in a form lucent reads
+    /// back ([`ChatTemplate::tool_call_format`]: Hermes / Qwen 2.5 or Llama 3.x) it gets them, the calls and the results (their
     /// text quoted like the messages'); otherwise they are written in lucent's generic
     /// form ([`tools::generic_messages`]) into plain system, user and assistant turns.
     /// The rest is [`ChatTemplate::encode_messages`].
@@ -475,7 +479,7 @@ impl ChatTemplate {
             ));
         }
         let with_tools = !tools.is_empty() || messages.iter().any(Message::is_tool_part);
-        let own = with_tools && self.renders_tools();
+        let own = with_tools && self.tool_call_format().is_some();
         let generic;
         let messages = if with_tools && !own {
             generic = tools::generic_messages(messages, tools);

@@ -201,6 +201,17 @@ impl TextModel {
         template.encode_tools(self.tokenizer.as_ref(), messages, tools, true)
     }
 
+    /// The form this model's answers write tool calls in: its chat template's own
+    /// ([`ChatTemplate::tool_call_format`]) where the template renders tools, else the
+    /// Hermes form of lucent's generic prompt. The constraint and the reading back of a
+    /// conversation with tools take it ([`crate::pipeline::tools::constraint_in`]).
+    pub fn tool_call_format(&self) -> crate::pipeline::tools::CallFormat {
+        self.template
+            .as_ref()
+            .and_then(ChatTemplate::tool_call_format)
+            .unwrap_or(crate::pipeline::tools::CallFormat::Hermes)
+    }
+
     /// The tokenizer's vocabulary as the grammar engine sees it (a trie of every token's
     /// bytes), built on first use and kept: constraints compile against it.
     pub fn vocabulary(&self) -> Result<Arc<Vocabulary>> {

@@ -4,9 +4,13 @@
 //! text is read back as calls.
 //!
 //! **The model's own template** renders the tools, the calls and the results where it
-//! has a tools section that writes calls in the Hermes / Qwen 2.5 form
-//! ([`ChatTemplate::renders_tools`](crate::pipeline::ChatTemplate::renders_tools));
-//! otherwise the conversation takes the generic form ([`generic_messages`]).
+//! has a tools section that writes calls in a form lucent reads back ([`CallFormat`],
+//! found by [`ChatTemplate::tool_call_format`](crate::pipeline::ChatTemplate::tool_call_format)):
+//! the Hermes / Qwen 2.5 form, or Llama 3.x's bare `{"name": …, "parameters": …}`;
+//! otherwise the conversation takes the generic form ([`generic_messages`]). The
+//! constraint and the reading back then follow that format ([`constraint_in`],
+//! [`split_answer_in`], [`AnswerStream::with_format`]); the functions without `_in`
+//! are the Hermes form.
 //!
 //! **The generic form** (lucent's one documented form, Hermes / Qwen style; see
 //! `docs/tool-calls.md`). The tools are listed as JSON in a section of the system
@@ -213,6 +217,22 @@ pub fn constraint(
     choice: &ToolChoice,
     parallel: bool,
 ) -> Result<Option<Constraint>> {
+    constraint_in(CallFormat::Hermes, tools, choice, parallel)
+}
+
+/// [`constraint`] for calls written in `format`. [`CallFormat::Hermes`] is
+/// [`constraint`]'s grammar. [`CallFormat::Llama3Json`]: a call is the bare object
+/// `{"name": "NAME", "parameters": ARGS}` (ARGS by `%json` with the tool's
+/// `parameters`, as the Hermes grammar does), and the answer is one call from its first
+/// byte (`required`, a named function) or, for `auto`, one call or text whose first
+/// byte is not `{`. Llama 3.x templates write one call per assistant turn, so
+/// `parallel` allows no second call in that form.
+pub fn constraint_in(
+    format: CallFormat,
+    tools: &[Tool],
+    choice: &ToolChoice,
+    parallel: bool,
+) -> Result<Option<Constraint>> {
     if *choice == ToolChoice::None {
         return Ok(None);
     }
@@ -233,6 +253,9 @@ pub fn constraint(
         }
         _ => tools.iter().enumerate().collect(),
     };
+    if format == CallFormat::Llama3Json {
+        return Ok(Some(llama3_grammar(&allowed, choice)));
+    }
     // `auto`: text that nowhere spells `<tool_call>` (the whole answer), or text up to
     // its first `<tool_call>` (PRELUDE, empty or not; one lexeme, so the lexer never has
     // to take back text it gave TEXT) followed by that call's rest and maybe more calls.
@@ -268,18 +291,107 @@ pub fn constraint(
             Value::String(open),
             Value::String(ARGS_CLOSE.into())
         ));
-        let mut schema = t.parameters.clone();
-        if let Value::Object(o) = &mut schema {
-            o.entry("x-guidance")
-                .or_insert_with(|| serde_json::json!({"whitespace_pattern": JSON_WHITESPACE}));
-        }
-        g.push_str(&format!("args_{i}: %json {schema}\n"));
+        g.push_str(&format!("args_{i}: %json {}\n", args_schema(t)));
     }
     if *choice == ToolChoice::Auto {
         g.push_str("TEXT: /(?s:.+)/ & ~/(?s:.*<tool_call>.*)/\n");
         g.push_str("PRELUDE: /(?s:.*<tool_call>)/ & ~/(?s:.*<tool_call>.+)/\n");
     }
     Ok(Some(Constraint::Lark(g)))
+}
+
+/// A tool's `parameters` as the `%json` schema of its arguments: JSON whitespace held
+/// to [`JSON_WHITESPACE`] unless the schema says otherwise.
+fn args_schema(t: &Tool) -> Value {
+    let mut schema = t.parameters.clone();
+    if let Value::Object(o) = &mut schema {
+        o.entry("x-guidance")
+            .or_insert_with(|| serde_json::json!({"whitespace_pattern": JSON_WHITESPACE}));
+    }
+    schema
+}
+
+/// The Llama 3.x grammar of [`constraint_in`]: one bare call of an `allowed` tool
+/// (`{"name": "NAME", "parameters": ` ARGS `}`), or for `auto` that or TEXT, one or
+/// more characters of which the first is not `{` (the two differ at the first byte,
+/// so the lexer never takes back text).
+fn llama3_grammar(allowed: &[(usize, &Tool)], choice: &ToolChoice) -> Constraint {
+    let mut g = match choice {
+        ToolChoice::Auto => "start: TEXT | call\n".to_string(),
+        _ => "start: call\n".to_string(),
+    };
+    g.push_str(&format!(
+        "call: {}\n",
+        allowed
+            .iter()
+            .map(|(i, _)| format!("call_{i}"))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    ));
+    for (i, t) in allowed {
+        g.push_str(&format!(
+            "call_{i}: {} args_{i} \"}}\"\nargs_{i}: %json {}\n",
+            Value::String(llama3_head(&t.name)),
+            args_schema(t)
+        ));
+    }
+    if *choice == ToolChoice::Auto {
+        g.push_str("TEXT: /[^{](?s:.*)/\n");
+    }
+    Constraint::Lark(g)
+}
+
+/// A Llama 3.x call up to its arguments, as the template and the grammar write it:
+/// `{"name": "NAME", "parameters": `.
+fn llama3_head(name: &str) -> String {
+    format!(
+        "{{\"name\": {}, \"parameters\": ",
+        Value::String(name.into())
+    )
+}
+
+/// [`parse_calls`] for calls written in `format`. For [`CallFormat::Llama3Json`] the
+/// whole text (around whitespace) must be one bare call `{"name": NAME, "parameters":
+/// ARGS}` naming one of `tools`, ARGS a JSON object; its arguments are ARGS as the model
+/// wrote them (compacted) where the call has the grammar's form, else as parsed.
+pub fn parse_calls_in(format: CallFormat, text: &str, tools: &[Tool]) -> Option<Vec<ToolCall>> {
+    if format == CallFormat::Hermes {
+        return parse_calls(text, tools);
+    }
+    let text = text.trim();
+    let mut values = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+    let v = values.next()?.ok()?;
+    if !text[values.byte_offset()..].trim().is_empty() {
+        return None;
+    }
+    let o = v.as_object()?;
+    let name = o.get("name")?.as_str()?;
+    let args = o.get("parameters")?;
+    if !args.is_object() || !tools.iter().any(|t| t.name == name) {
+        return None;
+    }
+    let arguments = text
+        .strip_prefix(&llama3_head(name))
+        .and_then(|r| r.strip_suffix('}'))
+        .map_or_else(|| args.to_string(), compact_json);
+    Some(vec![ToolCall {
+        name: name.to_string(),
+        arguments,
+    }])
+}
+
+/// [`split_answer`] for calls written in `format`. For [`CallFormat::Llama3Json`] an
+/// answer is a call or text, never both: the whole answer when it is one call
+/// ([`parse_calls_in`]), with content `""`; None otherwise.
+pub fn split_answer_in<'a>(
+    format: CallFormat,
+    text: &'a str,
+    tools: &[Tool],
+) -> Option<(&'a str, Vec<ToolCall>)> {
+    match format {
+        CallFormat::Hermes => split_answer(text, tools),
+        CallFormat::Llama3Json => parse_calls_in(format, text, tools).map(|c| ("", c)),
+    }
 }
 
 /// The calls in an answer's `text`, when the whole text (around whitespace) is one or
@@ -402,8 +514,17 @@ pub enum StreamPart {
 /// piece as they come (held only while they may be the start of the closing
 /// `}\n</tool_call>`). Joined, the parts equal [`split_answer`] of the whole text
 /// (content `None` where it is whitespace), for every way of cutting the text.
+///
+/// In the Llama 3.x form ([`AnswerStream::with_format`]) an answer whose first
+/// character other than whitespace is `{` is read as one call: its name once the head
+/// `{"name": "…", "parameters": ` is complete, then its arguments as they come (the
+/// last `}` and whitespace after it held, as they may end the call); any other answer
+/// is content from there on. (Text after a call, which the grammar does not allow,
+/// goes out as more arguments: the stream has said the call by then, while
+/// [`split_answer_in`] of the whole reads such an answer as text.)
 #[derive(Clone, Debug)]
 pub struct AnswerStream {
+    format: CallFormat,
     tools: Vec<String>,
     held: String,
     state: StreamState,
@@ -425,12 +546,20 @@ enum StreamState {
     Between,
     /// Calls not in the grammar's form: read whole at the end.
     Whole,
+    /// Text to the end (Llama 3.x form: the answer does not start with `{`).
+    Prose,
 }
 
 impl AnswerStream {
-    /// A reader for an answer that may call `tools`.
+    /// A reader for an answer that may call `tools`, in the Hermes form.
     pub fn new(tools: &[Tool]) -> Self {
+        Self::with_format(tools, CallFormat::Hermes)
+    }
+
+    /// A reader for an answer that may call `tools`, written in `format`.
+    pub fn with_format(tools: &[Tool], format: CallFormat) -> Self {
         AnswerStream {
+            format,
             tools: tools.iter().map(|t| t.name.clone()).collect(),
             held: String::new(),
             state: StreamState::Text,
@@ -451,7 +580,16 @@ impl AnswerStream {
         let mut out = Vec::new();
         loop {
             let before = (self.state, self.held.len());
+            let llama = self.format == CallFormat::Llama3Json;
             match self.state {
+                StreamState::Text if llama => self.read_text_llama3(),
+                StreamState::Head if llama => self.read_head_llama3(&mut out),
+                StreamState::Arguments if llama => self.read_arguments_llama3(&mut out),
+                StreamState::Prose => {
+                    if !self.held.is_empty() {
+                        out.push(StreamPart::Content(std::mem::take(&mut self.held)));
+                    }
+                }
                 StreamState::Text => self.read_text(&mut out),
                 StreamState::Head => self.read_head(&mut out),
                 StreamState::Arguments => self.read_arguments(&mut out),
@@ -476,8 +614,15 @@ impl AnswerStream {
     pub fn finish(&mut self) -> (Vec<StreamPart>, bool) {
         let mut out = Vec::new();
         match self.state {
-            StreamState::Text if !self.held.is_empty() => {
+            StreamState::Text | StreamState::Prose if !self.held.is_empty() => {
                 out.push(StreamPart::Content(std::mem::take(&mut self.held)));
+            }
+            // Llama 3.x: the call ends with the answer, at its last `}`.
+            StreamState::Arguments
+                if self.format == CallFormat::Llama3Json && self.held.trim() == "}" =>
+            {
+                self.held.clear();
+                self.calls += 1;
             }
             StreamState::Whole => {
                 let names: Vec<Tool> = self
@@ -486,7 +631,7 @@ impl AnswerStream {
                     .filter_map(|n| Tool::new(n, None, None).ok())
                     .collect();
                 let text = std::mem::take(&mut self.held);
-                match parse_calls(&text, &names) {
+                match parse_calls_in(self.format, &text, &names) {
                     Some(calls) => {
                         for c in calls {
                             let index = self.calls;
@@ -563,6 +708,70 @@ impl AnswerStream {
         self.held.drain(..CALL_OPEN.len() + head.len());
         self.compactor = JsonCompactor::default();
         self.state = StreamState::Arguments;
+    }
+
+    /// Llama 3.x: whitespace is held; then `{` begins a call, anything else is text.
+    fn read_text_llama3(&mut self) {
+        let t = self.held.trim_start();
+        if t.starts_with('{') {
+            self.held = t.to_string();
+            self.state = StreamState::Head;
+        } else if !t.is_empty() {
+            self.state = StreamState::Prose;
+        }
+    }
+
+    /// Llama 3.x: `held` starts with `{`; the call's name once its head is complete.
+    fn read_head_llama3(&mut self, out: &mut Vec<StreamPart>) {
+        let open = "{\"name\": \"";
+        if self.held.len() < open.len() {
+            if !open.starts_with(self.held.as_str()) {
+                self.state = StreamState::Whole;
+            }
+            return;
+        }
+        let Some(name_and_more) = self.held.strip_prefix(open) else {
+            self.state = StreamState::Whole;
+            return;
+        };
+        let Some(q) = name_and_more.find('"') else {
+            return;
+        };
+        let name = &name_and_more[..q];
+        let head = llama3_head(name);
+        if self.held.len() < head.len() {
+            if !head.starts_with(self.held.as_str()) {
+                self.state = StreamState::Whole;
+            }
+            return;
+        }
+        if !self.held.starts_with(&head) || !self.tools.iter().any(|t| t == name) {
+            self.state = StreamState::Whole;
+            return;
+        }
+        out.push(StreamPart::CallStart {
+            index: self.calls,
+            name: name.to_string(),
+        });
+        self.held.drain(..head.len());
+        self.compactor = JsonCompactor::default();
+        self.state = StreamState::Arguments;
+    }
+
+    /// Llama 3.x: the arguments so far, less the last `}` and whitespace after it (they
+    /// may be the call's end, known only at the end of the answer).
+    fn read_arguments_llama3(&mut self, out: &mut Vec<StreamPart>) {
+        let end = self.held.trim_end();
+        let upto = end.strip_suffix('}').unwrap_or(end).len();
+        let mut text = String::new();
+        self.compactor.push(&self.held[..upto], &mut text);
+        if !text.is_empty() {
+            out.push(StreamPart::Arguments {
+                index: self.calls,
+                text,
+            });
+        }
+        self.held.drain(..upto);
     }
 
     fn read_arguments(&mut self, out: &mut Vec<StreamPart>) {
