@@ -297,8 +297,9 @@ impl ChatTemplate {
     /// lucent's generic form (`<tool_call>\n{"name": …, "arguments": …}\n</tool_call>`).
     /// Found by rendering a probe conversation (a marker tool, a call of it and its
     /// result) and looking for each part. A template that writes calls another way
-    /// (Llama 3.1's bare JSON with `"parameters"`), or none, is false: the conversation
-    /// then gets the generic form ([`tools::generic_messages`]).
+    /// (Llama 3.1's bare JSON with `"parameters"`), or none, is false; which templates
+    /// render the conversation themselves is [`ChatTemplate::tool_call_format`] (Hermes
+    /// or Llama 3.x), the others get the generic form ([`tools::generic_messages`]).
     pub fn renders_tools(&self) -> bool {
         const NAME: &str = "lucent_probe_function";
         const DESCRIPTION: &str = "\u{FDD3}";
