@@ -1816,3 +1816,90 @@ fn a_tiny_prompt_cache_evicts_and_keeps_the_bits() {
         );
     }
 }
+
+/// SmolLM2's weights with Meta's Llama 3.2 template (`--chat-template FILE`): the
+/// tools are rendered by the template and a `required` answer is held to and read back
+/// in Llama 3.x's own call form (a bare `{"name", "parameters"}` object): greedy, every
+/// answer is one call of a given tool in OpenAI's `tool_calls` shape, `content` null,
+/// `finish_reason: "tool_calls"`, its arguments a JSON object; the stream of the same
+/// request assembles into the same call. (The arguments are checked against the tool's
+/// schema in `crates/lucent/tests/tools_llama3.rs`.)
+#[test]
+fn llama32_template_tool_calls_come_back_in_openai_shape() {
+    let template = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/data/chat_templates/llama32_tools.jinja");
+    let server = Server::start_for(
+        600,
+        &[
+            "-m",
+            "smollm2",
+            "--chat-template",
+            template.to_str().unwrap(),
+        ],
+    );
+    let tools_file = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/tools.json");
+    let tools: Value = serde_json::from_str(&std::fs::read_to_string(tools_file).unwrap()).unwrap();
+    let names: Vec<&str> = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    for q in [
+        "What is the weather in Paris?",
+        "Wake me up at 7:30 on Mondays.",
+        "Set an alarm for six in the morning.",
+    ] {
+        let body = json!({"model": "smollm2", "temperature": 0, "max_tokens": 300,
+            "tool_choice": "required", "tools": tools,
+            "messages": [{"role": "user", "content": q}]});
+        let (status, _, v) = server.post("/v1/chat/completions", &body);
+        assert_eq!(status, 200, "{q}: {v}");
+        let choice = &v["choices"][0];
+        assert_eq!(choice["finish_reason"], "tool_calls", "{q}: {v}");
+        let m = &choice["message"];
+        assert_eq!(m["content"], Value::Null, "{q}: {v}");
+        let calls = m["tool_calls"].as_array().expect("tool_calls");
+        assert_eq!(calls.len(), 1, "{q}: {v}");
+        let c = &calls[0];
+        assert!(c["id"].as_str().unwrap().starts_with("call_"), "{c}");
+        assert_eq!(c["type"], "function");
+        assert!(
+            names.contains(&c["function"]["name"].as_str().unwrap()),
+            "{c}"
+        );
+        let args: Value =
+            serde_json::from_str(c["function"]["arguments"].as_str().unwrap()).expect("JSON");
+        assert!(args.is_object(), "{c}");
+        // Streamed: the first delta has the id, type and name, then argument pieces.
+        let mut sbody = body.clone();
+        sbody["stream"] = json!(true);
+        let chunks = stream(&server.base, "/v1/chat/completions", &sbody);
+        let mut name = String::new();
+        let mut arguments = String::new();
+        let mut finish = Value::Null;
+        for ch in &chunks {
+            let d = &ch["choices"][0]["delta"];
+            assert!(d["content"].is_null() || d["content"] == "", "{ch}");
+            if let Some(tc) = d["tool_calls"].as_array() {
+                assert_eq!(tc[0]["index"], 0, "{ch}");
+                if let Some(n) = tc[0]["function"]["name"].as_str() {
+                    assert!(tc[0]["id"].as_str().unwrap().starts_with("call_"));
+                    name.push_str(n);
+                }
+                arguments.push_str(tc[0]["function"]["arguments"].as_str().unwrap_or(""));
+            }
+            if !ch["choices"][0]["finish_reason"].is_null() {
+                finish = ch["choices"][0]["finish_reason"].clone();
+            }
+        }
+        assert_eq!(name, c["function"]["name"].as_str().unwrap(), "{q}");
+        assert_eq!(
+            arguments,
+            c["function"]["arguments"].as_str().unwrap(),
+            "{q}"
+        );
+        assert_eq!(finish, "tool_calls", "{q}");
+    }
+    assert_eq!(server.get("/health").0, 200);
+}
