@@ -301,27 +301,7 @@ impl ChatTemplate {
     /// render the conversation themselves is [`ChatTemplate::tool_call_format`] (Hermes
     /// or Llama 3.x), the others get the generic form ([`tools::generic_messages`]).
     pub fn renders_tools(&self) -> bool {
-        const NAME: &str = "lucent_probe_function";
-        const DESCRIPTION: &str = "\u{FDD3}";
-        const RESULT: &str = "\u{FDD4}";
-        let Ok(tool) = Tool::new(NAME, Some(DESCRIPTION), None) else {
-            return false;
-        };
-        let call = ToolCall {
-            name: NAME.into(),
-            arguments: r#"{"k": "v"}"#.into(),
-        };
-        let msgs = [
-            Message::new("user", "u"),
-            Message::with_calls("", std::slice::from_ref(&call)),
-            Message::tool_result(Some("call_0"), RESULT),
-        ];
-        let Ok(out) = self.render_tools(&msgs, &[tool], true) else {
-            return false;
-        };
-        out.contains(DESCRIPTION)
-            && out.contains(RESULT)
-            && out.contains(&tools::call_text(NAME, r#"{"k": "v"}"#))
+        self.tool_call_format() == Some(tools::CallFormat::Hermes)
     }
 
     /// Which form the template writes an assistant's call in, found by the same probe
