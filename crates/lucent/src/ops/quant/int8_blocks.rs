@@ -730,10 +730,8 @@ mod tests {
     use crate::tensor::quant::ActKind;
 
     /// Random blocks of `t` with finite scales in (−0.1, 0.1) (random bytes elsewhere).
-    fn random_matrix(t: GgmlType, n: usize, k: usize, rng: &mut StdRng) -> QMatrix {
-        let mut b: Vec<u8> = (0..t.row_bytes(k).unwrap() * n)
-            .map(|_| rng.random())
-            .collect();
+    fn random_matrix(t: GgmlType, n: usize, k: usize, rng: &mut StdRng) -> Result<QMatrix> {
+        let mut b: Vec<u8> = (0..t.row_bytes(k)? * n).map(|_| rng.random()).collect();
         let offsets: &[usize] = match t {
             GgmlType::Q6_K => &[208],
             GgmlType::Q2_K => &[80, 82],
@@ -749,7 +747,7 @@ mod tests {
                 blk[at..at + 2].copy_from_slice(&h);
             }
         }
-        QMatrix::from_vec(t, n, k, b).unwrap()
+        QMatrix::from_vec(t, n, k, b)
     }
 
     const TYPES: [GgmlType; 12] = [
@@ -770,16 +768,16 @@ mod tests {
     /// The widened integers stand for the file's numbers: `dequantize` of each row
     /// equals the blocks rebuilt from the integers and scales, to the bit.
     #[test]
-    fn widened_blocks_hold_the_files_numbers() {
+    fn widened_blocks_hold_the_files_numbers() -> Result<()> {
         let mut rng = StdRng::seed_from_u64(3);
         for t in TYPES {
             assert!(
                 matches!(t.activation_kind(), ActKind::Q8_0 | ActKind::Q8_K),
                 "{t}"
             );
-            let q = random_matrix(t, 3, 512, &mut rng);
-            let w = BlockInt8Matrix::widen(&q).unwrap();
-            let want = q.dequantize_all().unwrap();
+            let q = random_matrix(t, 3, 512, &mut rng)?;
+            let w = BlockInt8Matrix::widen(&q)?;
+            let want = q.dequantize_all()?;
             for j in 0..w.n {
                 let row = w.row(j);
                 for e in 0..w.k {
@@ -802,6 +800,7 @@ mod tests {
                 }
             }
         }
+        Ok(())
     }
 
     /// The K-types give llama.cpp's tiled product bit for bit (the twins'
@@ -809,24 +808,25 @@ mod tests {
     /// minimum its repacked IQ4_NL order (`dot_iq4_nl_repacked`'s chain): the same
     /// integers, the same rescales.
     #[test]
-    fn k_types_equal_llama_cpps_tiled_order() {
+    fn k_types_equal_llama_cpps_tiled_order() -> Result<()> {
         let mut rng = StdRng::seed_from_u64(5);
         for t in TYPES {
             let (n, k) = (5, 512);
-            let q = random_matrix(t, n, k, &mut rng);
-            let w = BlockInt8Matrix::widen(&q).unwrap();
+            let q = random_matrix(t, n, k, &mut rng)?;
+            let w = BlockInt8Matrix::widen(&q)?;
             let x: Vec<f32> = (0..k).map(|_| rng.random_range(-2.0f32..2.0)).collect();
-            let a = quantize_rows(t, &x, Isa::Scalar).unwrap();
+            let a = quantize_rows(t, &x, Isa::Scalar)?;
             let want: Option<Vec<f32>> = match t {
                 GgmlType::Q4_1 | GgmlType::Q5_1 => None,
                 GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL => None,
                 _ => {
-                    let (one, _) = reference::tiled_kernels(t).unwrap();
+                    let (one, _) = reference::tiled_kernels(t)
+                        .ok_or_else(|| Error::Argument(format!("{t} has no tiled twin")))?;
                     Some((0..n).map(|j| one(q.row_bytes_of(j), &a)).collect())
                 }
             };
             let mut got = vec![0.0f32; n];
-            w.matmul_on(Isa::Scalar, &mut got, &x, None, 1).unwrap();
+            w.matmul_on(Isa::Scalar, &mut got, &x, None, 1)?;
             if let Some(want) = want {
                 for (j, (g, w)) in got.iter().zip(&want).enumerate() {
                     assert_eq!(g.to_bits(), w.to_bits(), "{t} row {j}: {g} vs {w}");
@@ -839,33 +839,29 @@ mod tests {
                 }
             }
         }
+        Ok(())
     }
 
     /// Every instruction-set level this CPU runs gives the plain twin's bits, for one
     /// row and many (tiles of 8 and a partial one), with and without a bias, on one
     /// thread and two; and a row's numbers are the same alone as among others.
     #[test]
-    fn every_block_int8_level_equals_the_twin() {
+    fn every_block_int8_level_equals_the_twin() -> Result<()> {
         let mut rng = StdRng::seed_from_u64(7);
         for t in TYPES {
             for &(m, n, k) in &[(1, 3, 256), (11, 40, 512), (20, 70, 768)] {
-                let q = random_matrix(t, n, k, &mut rng);
-                let w = BlockInt8Matrix::widen(&q).unwrap();
+                let q = random_matrix(t, n, k, &mut rng)?;
+                let w = BlockInt8Matrix::widen(&q)?;
                 let a: Vec<f32> = (0..m * k).map(|_| rng.random_range(-3.0f32..3.0)).collect();
                 let b: Vec<f32> = (0..n).map(|_| rng.random_range(-0.1f32..0.1)).collect();
                 for bias in [None, Some(&b[..])] {
                     let mut want = vec![f32::NAN; m * n];
-                    w.matmul_on(Isa::Scalar, &mut want, &a, bias, m).unwrap();
+                    w.matmul_on(Isa::Scalar, &mut want, &a, bias, m)?;
                     for isa in Isa::available() {
                         for threads in [1, 2] {
-                            let rt = Runtime::builder()
-                                .threads(threads)
-                                .isa(isa)
-                                .build()
-                                .unwrap();
+                            let rt = Runtime::builder().threads(threads).isa(isa).build()?;
                             let mut got = vec![f32::NAN; m * n];
-                            rt.install(|| w.matmul_on(isa, &mut got, &a, bias, m))
-                                .unwrap();
+                            rt.install(|| w.matmul_on(isa, &mut got, &a, bias, m))?;
                             assert!(
                                 got.iter()
                                     .zip(&want)
@@ -876,8 +872,7 @@ mod tests {
                     }
                     // The last row alone: its bits among the others.
                     let mut alone = vec![f32::NAN; n];
-                    w.matmul_on(Isa::Scalar, &mut alone, &a[(m - 1) * k..], bias, 1)
-                        .unwrap();
+                    w.matmul_on(Isa::Scalar, &mut alone, &a[(m - 1) * k..], bias, 1)?;
                     assert!(
                         alone
                             .iter()
@@ -888,13 +883,15 @@ mod tests {
                 }
             }
         }
+        Ok(())
     }
 
     /// A float type has no block integers: refused by name.
     #[test]
-    fn float_types_are_refused() {
-        let q = QMatrix::from_vec(GgmlType::F32, 1, 4, vec![0; 16]).unwrap();
+    fn float_types_are_refused() -> Result<()> {
+        let q = QMatrix::from_vec(GgmlType::F32, 1, 4, vec![0; 16])?;
         let e = BlockInt8Matrix::widen(&q).unwrap_err().to_string();
         assert!(e.contains("f32") || e.contains("F32"), "{e}");
+        Ok(())
     }
 }
