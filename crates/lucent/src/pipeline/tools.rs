@@ -272,16 +272,9 @@ pub fn constraint_in(
         ToolChoice::Auto => format!("start: TEXT | PRELUDE first{more}\n"),
         _ => format!("start: call{more}\n"),
     };
-    let alts = |prefix: &str| -> String {
-        allowed
-            .iter()
-            .map(|(i, _)| format!("{prefix}_{i}"))
-            .collect::<Vec<_>>()
-            .join(" | ")
-    };
-    g.push_str(&format!("call: {}\n", alts("call")));
+    g.push_str(&format!("call: {}\n", alternatives(&allowed, "call")));
     if *choice == ToolChoice::Auto {
-        g.push_str(&format!("first: {}\n", alts("body")));
+        g.push_str(&format!("first: {}\n", alternatives(&allowed, "body")));
     }
     for (i, t) in &allowed {
         let open = format!("\n{{\"name\": \"{}\", \"arguments\": ", t.name);
@@ -298,6 +291,16 @@ pub fn constraint_in(
         g.push_str("PRELUDE: /(?s:.*<tool_call>)/ & ~/(?s:.*<tool_call>.+)/\n");
     }
     Ok(Some(Constraint::Lark(g)))
+}
+
+/// The grammar rule alternatives `PREFIX_i | PREFIX_j | …`, one per allowed tool (its
+/// index among the request's tools).
+fn alternatives(allowed: &[(usize, &Tool)], prefix: &str) -> String {
+    allowed
+        .iter()
+        .map(|(i, _)| format!("{prefix}_{i}"))
+        .collect::<Vec<_>>()
+        .join(" | ")
 }
 
 /// A tool's `parameters` as the `%json` schema of its arguments: JSON whitespace held
@@ -320,14 +323,7 @@ fn llama3_grammar(allowed: &[(usize, &Tool)], choice: &ToolChoice) -> Constraint
         ToolChoice::Auto => "start: TEXT | call\n".to_string(),
         _ => "start: call\n".to_string(),
     };
-    g.push_str(&format!(
-        "call: {}\n",
-        allowed
-            .iter()
-            .map(|(i, _)| format!("call_{i}"))
-            .collect::<Vec<_>>()
-            .join(" | ")
-    ));
+    g.push_str(&format!("call: {}\n", alternatives(allowed, "call")));
     for (i, t) in allowed {
         g.push_str(&format!(
             "call_{i}: {} args_{i} \"}}\"\nargs_{i}: %json {}\n",
