@@ -51,9 +51,10 @@ unsafe fn min_chain<const RW: usize, const RA: usize>(
 }
 
 /// Two activation rows prepared for [`paired_tile`], block by block: the two rows'
-/// 8-bit numbers interleaved four at a time (i32 lane `2k` holds row one's numbers
-/// `4k..4k + 4`, lane `2k + 1` row two's), and the `−o · Σ qx` start of each i32 lane
-/// for the weight type's offset `o`. Made once per product, read by every weight row.
+/// 8-bit numbers side by side (row one's 32, then row two's), the `−o · Σ qx` start of
+/// each i32 lane for the weight type's offset `o`, and each lane's `dx` (eight lanes of
+/// row one's block scale, eight of row two's). Made once per product, read by every
+/// weight row.
 pub(crate) struct Paired {
     chunks: Vec<Chunk>,
 }
@@ -70,41 +71,43 @@ impl Paired {
     unsafe fn build<const K: u8>(a: &QuantizedActs, b: &QuantizedActs) -> Paired {
         let nb = a.d.len();
         let (.., o, _) = layout(dtype(K));
-        let mut chunks = vec![Chunk([0; 64]); 2 * nb];
-        // Row one's lane k to lane 2k, row two's (lane 8 + k) to lane 2k + 1.
-        let mix = _mm512_set_epi32(15, 7, 14, 6, 13, 5, 12, 4, 11, 3, 10, 2, 9, 1, 8, 0);
+        let mut chunks = vec![Chunk([0; 64]); 3 * nb];
         for j in 0..nb {
-            let ab = _mm512_inserti64x4(
+            let x = _mm512_inserti64x4(
                 _mm512_castsi256_si512(_mm256_loadu_si256(
                     a.qs.as_ptr().add(32 * j) as *const __m256i
                 )),
                 _mm256_loadu_si256(b.qs.as_ptr().add(32 * j) as *const __m256i),
                 1,
             );
-            let x = _mm512_permutexvar_epi32(mix, ab);
             let start = _mm512_sub_epi32(
                 _mm512_setzero_si512(),
                 _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(o), x),
             );
-            let c = chunks.as_mut_ptr().add(2 * j) as *mut __m512i;
+            let dx = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(a.d[j]), _mm512_set1_ps(b.d[j]));
+            let c = chunks.as_mut_ptr().add(3 * j) as *mut __m512i;
             _mm512_store_si512(c, x);
             _mm512_store_si512(c.add(1), start);
+            _mm512_store_ps(c.add(2) as *mut f32, dx);
         }
         Paired { chunks }
     }
 }
 
+/// 32 bytes, aligned as a 256-bit register: one block's decoded weights in [`Decoded`].
+#[derive(Clone, Copy)]
+#[repr(C, align(32))]
+struct Half([u8; 32]);
+
 /// Weight rows of one row block decoded once for [`paired_tile`]: per block, the 32
-/// unsigned weights `u = q + o` in number order with every four doubled (i32 lanes
-/// `2k` and `2k + 1` both hold numbers `4k..4k + 4`, to meet a [`Paired`] block), the
-/// scale `d` and (for the kinds with one) the minimum `m` widened to f32. A prompt's
-/// activation pairs all pass the same rows, so decoding each block once, not once per
-/// pair, takes the nibble unpacking and the scale conversions out of the kernel's
-/// inner loop.
+/// unsigned weights `u = q + o` in number order, the scale `d` and (for the kinds with
+/// one) the minimum `m` widened to f32. A prompt's activation pairs all pass the same
+/// rows, so decoding each block once, not once per pair, takes the nibble unpacking
+/// and the scale conversions out of the kernel's inner loop.
 #[derive(Default)]
 pub(crate) struct Decoded {
-    /// (rows, nb) blocks of weights, each doubled into 64 bytes.
-    u: Vec<Chunk>,
+    /// (rows, nb) blocks of weights.
+    u: Vec<Half>,
     /// (rows, nb) scales.
     d: Vec<f32>,
     /// (rows, nb) minimums (zero for the kinds without).
@@ -116,7 +119,7 @@ pub(crate) struct Decoded {
 impl Decoded {
     /// Bytes one decoded row of `nb` blocks takes.
     pub(crate) const fn row_bytes(nb: usize) -> usize {
-        nb * (64 + 4 + 4)
+        nb * (32 + 4 + 4)
     }
 
     /// Decode `rows` (each `nb` blocks of type `K`), replacing what was held.
@@ -132,26 +135,21 @@ impl Decoded {
         let bb = layout(dtype(K)).0;
         let n = rows.len() * nb;
         self.nb = nb;
-        self.u.resize(n, Chunk([0; 64]));
+        self.u.resize(n, Half([0; 32]));
         self.d.resize(n, 0.0);
         self.m.resize(n, 0.0);
-        // The first block's lane k to lanes 2k and 2k + 1; the second's (lane 8 + k) too.
-        let first = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
-        let second = _mm512_set_epi32(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
         for (r, row) in rows.enumerate() {
             let b = row.as_ptr();
-            let u = self.u.as_mut_ptr().add(r * nb) as *mut __m512i;
+            let u = self.u.as_mut_ptr().add(r * nb) as *mut __m256i;
             let mut j = 0;
             while j + 2 <= nb {
                 // Two blocks' 64 weights, block j's then block j + 1's.
-                let z = weights::<K, true>(b.add(bb * j));
-                _mm512_store_si512(u.add(j), _mm512_permutexvar_epi32(first, z));
-                _mm512_store_si512(u.add(j + 1), _mm512_permutexvar_epi32(second, z));
+                _mm512_storeu_si512(u.add(j) as *mut __m512i, weights::<K, true>(b.add(bb * j)));
                 j += 2;
             }
             if j < nb {
                 let z = weights::<K, false>(b.add(bb * j));
-                _mm512_store_si512(u.add(j), _mm512_permutexvar_epi32(first, z));
+                _mm256_store_si256(u.add(j), _mm512_castsi512_si256(z));
             }
             // The scales and minimums (zero without), sixteen blocks at a time.
             for g in (0..nb).step_by(16) {
@@ -167,10 +165,9 @@ impl Decoded {
 
 /// Dots of `RW` decoded weight rows of type `K` (`rows[w]` indexes `dec`) with `PA`
 /// [`Paired`] activation row pairs (`RA` = 2·PA rows, `acts` the same rows, for their
-/// scales and block sums): each doubled weight block meets all `RA` rows, and one
-/// 512-bit FMA advances two rows' chains (row one's eight lanes at the even places,
-/// row two's at the odd) by one block. The scale products `d_w · dx` are made sixteen
-/// blocks at a time and reach the FMA as one 64-bit broadcast load, pair by pair.
+/// block sums): each weight block, loaded once into both halves of a register, meets
+/// all `RA` rows, and one 512-bit FMA advances two rows' chains (row one's eight
+/// lanes below, row two's above) by one block.
 ///
 /// Every result equals [`tile`](super::decode::tile)'s (and so the AVX2 kernel's and the twin's) bit for
 /// bit: each block's eight i32 lane sums are the same integers, scaled by the same
@@ -197,68 +194,48 @@ pub(crate) unsafe fn paired_tile<const K: u8, const RW: usize, const PA: usize, 
     };
     let nb = dec.nb;
     let (.., o, has_min) = layout(dtype(K));
-    let u: [*const __m512i; RW] =
-        std::array::from_fn(|w| dec.u.as_ptr().add(rows[w] * nb) as *const __m512i);
+    let u: [*const __m256i; RW] =
+        std::array::from_fn(|w| dec.u.as_ptr().add(rows[w] * nb) as *const __m256i);
     let d: [*const f32; RW] = std::array::from_fn(|w| dec.d.as_ptr().add(rows[w] * nb));
     let mut acc = [[_mm512_setzero_ps(); PA]; RW];
     let mut mins = [_mm_setzero_ps(); RW];
-    // scp[w][p][2i], scp[w][p][2i + 1]: d_w · dx of block g + i for pair p's two rows.
-    let mut scp = [[[0.0f32; 32]; PA]; RW];
-    let lo_idx = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-    let hi_idx = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
     let mut g = 0;
     while g < nb {
         let n = (nb - g).min(16);
-        let m = if n == 16 { 0xFFFF } else { (1u16 << n) - 1 };
         if has_min {
+            let m = if n == 16 { 0xFFFF } else { (1u16 << n) - 1 };
             let mw = std::array::from_fn(|w| {
                 _mm512_maskz_loadu_ps(m, dec.m.as_ptr().add(rows[w] * nb + g))
             });
             mins = min_chain::<RW, RA>(mins, &mw, acts, g, n, m);
         }
-        let dx: [__m512; RA] =
-            std::array::from_fn(|a| _mm512_maskz_loadu_ps(m, acts[a].d.as_ptr().add(g)));
-        for w in 0..RW {
-            let dw = _mm512_maskz_loadu_ps(m, d[w].add(g));
+        for j in g..g + n {
+            let q: [__m512i; RW] =
+                std::array::from_fn(|w| _mm512_broadcast_i64x4(_mm256_load_si256(u[w].add(j))));
             for p in 0..PA {
-                let s0 = _mm512_mul_ps(dw, dx[2 * p]);
-                let s1 = _mm512_mul_ps(dw, dx[2 * p + 1]);
-                let sc = scp[w][p].as_mut_ptr();
-                _mm512_storeu_ps(sc, _mm512_permutex2var_ps(s0, lo_idx, s1));
-                _mm512_storeu_ps(sc.add(16), _mm512_permutex2var_ps(s0, hi_idx, s1));
-            }
-        }
-        for i in 0..n {
-            let j = g + i;
-            let q: [__m512i; RW] = std::array::from_fn(|w| _mm512_load_si512(u[w].add(j)));
-            for p in 0..PA {
-                let c = pairs[p].chunks.as_ptr().add(2 * j) as *const __m512i;
+                let c = pairs[p].chunks.as_ptr().add(3 * j) as *const __m512i;
                 let x = _mm512_load_si512(c);
                 let start = if o != 0 {
                     _mm512_load_si512(c.add(1))
                 } else {
                     _mm512_setzero_si512()
                 };
+                let dx = _mm512_load_ps(c.add(2) as *const f32);
                 for w in 0..RW {
                     let s = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, q[w], x));
-                    let sc = _mm512_castpd_ps(_mm512_set1_pd(std::ptr::read_unaligned(
-                        scp[w][p].as_ptr().add(2 * i) as *const f64,
-                    )));
+                    let sc = _mm512_mul_ps(_mm512_set1_ps(*d[w].add(j)), dx);
                     acc[w][p] = _mm512_fmadd_ps(sc, s, acc[w][p]);
                 }
             }
         }
         g += 16;
     }
-    // Row one's lanes (the even places) below, row two's above.
-    let split = _mm512_set_epi32(15, 13, 11, 9, 7, 5, 3, 1, 14, 12, 10, 8, 6, 4, 2, 0);
     for w in 0..RW {
         let mut e = [0.0f32; 4];
         _mm_storeu_ps(e.as_mut_ptr(), mins[w]);
         for p in 0..PA {
-            let v = _mm512_permutexvar_ps(split, acc[w][p]);
-            out[w][2 * p] = avx2::hsum_ps(lo(v)) + e[2 * p];
-            out[w][2 * p + 1] = avx2::hsum_ps(hi(v)) + e[2 * p + 1];
+            out[w][2 * p] = avx2::hsum_ps(lo(acc[w][p])) + e[2 * p];
+            out[w][2 * p + 1] = avx2::hsum_ps(hi(acc[w][p])) + e[2 * p + 1];
         }
     }
 }
