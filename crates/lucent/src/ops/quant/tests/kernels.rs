@@ -38,6 +38,60 @@ fn kernels_of_every_level_equal_the_twin_bit_for_bit() -> Result<()> {
     Ok(())
 }
 
+/// A prompt's products of the 32-block types (more rows than the unpacked few-row
+/// tiles take, so the AVX-512 level runs the paired prefill tiles: pairs of four and of
+/// two, a last odd row, short row blocks, groups of sixteen blocks and a short one) at
+/// every level, one thread and two, against the scalar twin's dot of each row, bit for
+/// bit.
+#[test]
+fn prompt_products_of_every_level_equal_the_twin_bit_for_bit() -> Result<()> {
+    for isa in Isa::available() {
+        for threads in [1, 2] {
+            let rt = crate::Runtime::builder()
+                .threads(threads)
+                .isa(isa)
+                .build()?;
+            rt.install(|| prompt_products_equal_the_twin(isa))?;
+        }
+    }
+    Ok(())
+}
+
+fn prompt_products_equal_the_twin(isa: Isa) -> Result<()> {
+    let mut rng = StdRng::seed_from_u64(7);
+    let tiled = [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+    ];
+    for t in tiled {
+        // Row counts off multiples of 8 (Q4_0's are repacked, another order).
+        for rows in [1usize, 5, 7, 13] {
+            for blocks in [1usize, 15, 16, 17, 33] {
+                let cols = QK * blocks;
+                let m = random_matrix(t, rows, cols, &mut rng)?;
+                for n in [17usize, 18, 23] {
+                    let xs: Vec<f32> = (0..n * cols).map(|_| rng.random_range(-1.0..1.0)).collect();
+                    let ys = m.matmul_t_quantized(&xs, n, crate::Numerics::LlamaCpp)?; // (n, rows)
+                    for (r, x) in xs.chunks_exact(cols).enumerate() {
+                        let a = m.prepare(x)?;
+                        for i in 0..rows {
+                            let want = reference::kernel(t)(m.row_bytes_of(i), &a);
+                            let what = format!(
+                                "{isa}: {t} {rows}×{cols}, prompt of {n} row {r}, weight row {i}"
+                            );
+                            assert_eq!(ys[r * rows + i].to_bits(), want.to_bits(), "{what}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 fn kernels_equal_the_twin(isa: Isa) -> Result<()> {
     assert_eq!(crate::runtime::isa(), isa);
     let mut rng = StdRng::seed_from_u64(5);
