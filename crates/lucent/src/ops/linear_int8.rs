@@ -141,7 +141,7 @@ impl Int8Matrix {
         k: usize,
         group: usize,
     ) -> crate::Result<Int8Matrix> {
-        if group == 0 || group % 4 != 0 {
+        if group == 0 || !group.is_multiple_of(4) {
             return Err(crate::Error::Argument(format!(
                 "int8 activation group {group}: must be a positive multiple of 4 (32, 64, 128, ...)"
             )));
