@@ -3,7 +3,7 @@
 //! continuations equal to exact's on tests/data/decoder_precision_prompts.txt and the
 //! perplexity on the first `CHARS` (8,000) characters of moby-dick in windows of 128
 //! (docs/precision.md). Then, for SmolLM2, one batched decode step of 8 rows timed in
-//! exact, block-integer int8 and per-row int8, interleaved, medians of 15 (an indication
+//! exact, block-integer int8, per-row int8 and grouped int8, interleaved, medians of 15 (an indication
 //! only: `scripts/bench-serve-peer.sh` measures the server).
 //!
 //! `cargo run --release -p lucent --example decoder_precision_probe`
@@ -13,7 +13,13 @@
 //! - `int8-blocks`: the blocks' own integers, llama.cpp's activation integers, one f32
 //!   rescale per block (`Linear::keep_int8_blocks`);
 //! - `int8`: the decoders' int8 (`Precision::Int8`): every weight dequantised and
-//!   quantised per output row, activations per row (`Linear::keep_int8`);
+//!   quantised per output row, activations in groups of `INT8_GROUP` (64)
+//!   (`Linear::keep_int8_groups`);
+//! - `int8-rows`: the same weights, activations per row (`Linear::keep_int8`, the
+//!   decoders' int8 before groups);
+//! - `int8-groups`: the per-row int8 weights, activations quantised in groups of
+//!   `G` (env, default 64) consecutive inputs, each its own scale
+//!   (`Linear::keep_int8_groups`); `int8-g32`, `int8-g64`, ... name G directly;
 //! - `w-rows`: only the weights rounded per output row (dequantised, quantised per row,
 //!   widened back), activations f32, an f32 product;
 //! - `x-rows`: the weights dequantised to f32 as they are, only the activations rounded
@@ -77,9 +83,33 @@ fn main() -> Result<()> {
             let m = match c {
                 "int8" => text_model(name, Precision::Int8)?,
                 "bf16" => text_model(name, Precision::Bf16)?,
+                c if c == "int8-groups" || c.starts_with("int8-g") => {
+                    let g = match c.strip_prefix("int8-g").and_then(|g| g.parse().ok()) {
+                        Some(g) => g,
+                        None => std::env::var("G")
+                            .ok()
+                            .and_then(|g| g.parse().ok())
+                            .unwrap_or(64),
+                    };
+                    let mut bad = None;
+                    let m = changed(name, &mut |l| {
+                        l.forget_copies();
+                        if let Err(e) = l.keep_int8_groups(g) {
+                            bad = Some(e);
+                        }
+                    })?;
+                    if let Some(e) = bad {
+                        return Err(e);
+                    }
+                    m
+                }
                 "int8-blocks" => changed(name, &mut |l| {
                     l.forget_copies();
                     l.keep_int8_blocks();
+                })?,
+                "int8-rows" => changed(name, &mut |l| {
+                    l.forget_copies();
+                    l.keep_int8();
                 })?,
                 "w-rows" => changed(name, &mut |l| {
                     if let Ok(w) = l.weight.to_f32() {
@@ -102,7 +132,7 @@ fn main() -> Result<()> {
                 })?,
                 other => {
                     return Err(lucent::Error::Argument(format!(
-                        "CONFIGS: unknown arithmetic {other:?} (int8-blocks, int8, w-rows, x-rows, f32, bf16)"
+                        "CONFIGS: unknown arithmetic {other:?} (int8-blocks, int8, int8-rows, int8-groups, int8-gG, w-rows, x-rows, f32, bf16)"
                     )))
                 }
             };
@@ -158,15 +188,35 @@ fn rows_rounded(w: lucent::Tensor) -> lucent::Tensor {
     lucent::Tensor::new(v, w.shape()).unwrap_or(w)
 }
 
-/// One decode step of 8 rows (each sequence 64 tokens in): exact, block-integer int8
-/// and per-row int8 interleaved.
+/// One decode step of 8 rows (each sequence 64 tokens in): exact, block-integer int8,
+/// per-row int8 and grouped int8 for each G of `STEP_GROUPS` (default "32 64 128 256"),
+/// interleaved.
 fn step_ratio() -> Result<()> {
-    let exact = text_model("smollm2", Precision::Exact)?;
-    let int8 = changed("smollm2", &mut |l| {
-        l.forget_copies();
-        l.keep_int8_blocks();
-    })?;
-    let rows = text_model("smollm2", Precision::Int8)?;
+    let mut models: Vec<(String, TextModel)> = vec![
+        ("exact".into(), text_model("smollm2", Precision::Exact)?),
+        (
+            "int8 (blocks)".into(),
+            changed("smollm2", &mut |l| {
+                l.forget_copies();
+                l.keep_int8_blocks();
+            })?,
+        ),
+        (
+            "int8 (rows)".into(),
+            text_model("smollm2", Precision::Int8)?,
+        ),
+    ];
+    let groups = std::env::var("STEP_GROUPS").unwrap_or_else(|_| "32 64 128 256".into());
+    for g in groups
+        .split_whitespace()
+        .filter_map(|g| g.parse::<usize>().ok())
+    {
+        let m = changed("smollm2", &mut |l| {
+            l.forget_copies();
+            let _ = l.keep_int8_groups(g);
+        })?;
+        models.push((format!("int8 (G {g})"), m));
+    }
     let prompt: Vec<u32> = (0..64u32).map(|i| 100 + 7 * i).collect();
     let caches = |m: &TextModel| -> Result<Vec<lucent::nn::KvCache>> {
         (0..8)
@@ -177,7 +227,10 @@ fn step_ratio() -> Result<()> {
             })
             .collect()
     };
-    let (mut ce, mut ci, mut cr) = (caches(&exact)?, caches(&int8)?, caches(&rows)?);
+    let mut cs = models
+        .iter()
+        .map(|(_, m)| caches(m))
+        .collect::<Result<Vec<_>>>()?;
     let ids = [300u32, 301, 302, 303, 304, 305, 306, 307];
     let step = |m: &TextModel, cs: &mut Vec<lucent::nn::KvCache>| -> Result<f64> {
         let mut refs: Vec<&mut lucent::nn::KvCache> = cs.iter_mut().collect();
@@ -189,26 +242,30 @@ fn step_ratio() -> Result<()> {
         }
         Ok(s)
     };
-    let (mut te, mut ti, mut tr) = (Vec::new(), Vec::new(), Vec::new());
+    let mut times = vec![Vec::new(); models.len()];
     for _ in 0..15 {
-        te.push(step(&exact, &mut ce)?);
-        ti.push(step(&int8, &mut ci)?);
-        tr.push(step(&rows, &mut cr)?);
+        for ((_, m), (c, t)) in models.iter().zip(cs.iter_mut().zip(&mut times)) {
+            t.push(step(m, c)?);
+        }
     }
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    let (me, mi, mr) = (median(&mut te), median(&mut ti), median(&mut tr));
+    let medians: Vec<f64> = times
+        .iter_mut()
+        .map(|v| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        })
+        .collect();
     println!(
-        "smollm2 decode step of 8 rows: exact {:.2} ms, int8 (blocks) {:.2} ms = {:.2}x exact's speed, \
-         int8 (rows) {:.2} ms = {:.2}x ({} threads)",
-        me * 1e3,
-        mi * 1e3,
-        me / mi,
-        mr * 1e3,
-        me / mr,
+        "smollm2 decode step of 8 rows ({} threads), medians of 15, interleaved:",
         lucent::threads()
     );
+    for ((label, _), t) in models.iter().zip(&medians) {
+        println!(
+            "  {label:<14} {:.2} ms = {:.2}x exact's speed, {:.2}x per-row int8's",
+            t * 1e3,
+            medians[0] / t,
+            medians[2] / t
+        );
+    }
     Ok(())
 }

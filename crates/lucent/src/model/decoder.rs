@@ -98,13 +98,23 @@ impl DecoderProducts {
     }
 }
 
+/// G, the activation group of a decoder's int8 products (`Linear::keep_int8_groups`):
+/// chosen by `examples/decoder_precision_probe.rs`, the largest G within 1 % of exact's
+/// perplexity on both SmolLM2 (+0.63 %) and Gemma 3 (+0.81 %, 8,000 characters; G 64
+/// was +1.34 %) where one scale per row was +4.2 % / +5.7 %, with a batched step still
+/// faster than exact (docs/precision.md).
+pub const INT8_GROUP: usize = 32;
+
 /// Give `l` the copy `precision` asks for (none for exact): its products then read it.
 fn keep_precision(l: &mut Linear, precision: Precision) {
     l.forget_copies();
     match precision {
         Precision::Exact => {}
         Precision::Int8 => {
-            l.keep_int8();
+            // per-row weights, activations in groups of INT8_GROUP (docs/precision.md)
+            if !matches!(l.keep_int8_groups(INT8_GROUP), Ok(true)) {
+                l.keep_int8();
+            }
         }
         Precision::Bf16 => {
             l.keep_bf16();
@@ -213,12 +223,13 @@ impl DecoderModel {
     /// Compute the weight products in `precision`, each group as
     /// [`DecoderProducts::plan`] chooses: int8 or bf16 copies of the weights made once
     /// here (a GGUF file's blocks of any type dequantised, then quantised per output
-    /// channel or rounded: `Linear::keep_int8`; `Linear::keep_int8_blocks`, the blocks'
-    /// own integers, is closer to exact but not yet faster, docs/precision.md), or, for
+    /// channel, activations in groups of [`INT8_GROUP`]: `Linear::keep_int8_groups`; or
+    /// rounded to bf16; `Linear::keep_int8_blocks`, the blocks' own integers, is not yet
+    /// faster than exact, docs/precision.md), or, for
     /// [`Precision::Exact`], those copies dropped (llama.cpp's arithmetic again, bit for
     /// bit). Every product of a pass — a prompt's rows, a lone decoded token, a batched
     /// step of many sequences — then takes the copy, whose rows never depend on each
-    /// other (per-row activation scales, integer sums), so batch invariance holds. The embedding lookup, the
+    /// other (each row's own activation scales, integer sums), so batch invariance holds. The embedding lookup, the
     /// norms, RoPE, attention's scores and P·V, softmax and residual adds are unchanged.
     pub fn set_precision(&mut self, precision: Precision) {
         // The head first: widening it holds the largest f32 copy (V × d) for a moment,

@@ -356,6 +356,21 @@ impl Linear {
         true
     }
 
+    /// [`Linear::keep_int8`] with the activations quantised in groups of `group`
+    /// consecutive inputs, each group its own scale ([`Int8Matrix::quantize_groups`]):
+    /// the same 8-bit weights, an outlier input coarsening only its own group.
+    /// Returns whether the copy was made; errors if `group` is not a positive multiple
+    /// of 4.
+    pub fn keep_int8_groups(&mut self, group: usize) -> Result<bool> {
+        let Some((w, out, inp)) = self.widened() else {
+            return Ok(false);
+        };
+        let q = Int8Matrix::quantize_groups(&w, out, inp, group)?;
+        self.blocks8 = None;
+        self.int8 = Some(Arc::new(q));
+        Ok(true)
+    }
+
     /// Keep a quantised (GGUF) W's blocks' own integers, widened once to one `i8` a
     /// weight ([`BlockInt8Matrix`]: nothing re-rounded; activations quantised per block
     /// by llama.cpp's rule for W's type, one f32 rescale per block), and compute every

@@ -29,6 +29,23 @@
 //! of A). Without VNNI, AVX2 takes the signs of the activations onto the weights
 //! (`vpsignb`) and multiplies |Aq| (unsigned) by them with `vpmaddubsw`: each pair sums
 //! at most 2 · 127² = 32,258, inside i16, so nothing saturates.
+//!
+//! # Groups
+//!
+//! [`Int8Matrix::quantize_groups`] keeps the same weights (one scale per output row)
+//! but quantises each row of A in groups of G consecutive inputs (G a multiple of 4),
+//! each group's symmetric scale from that row's group alone (so batch invariance still
+//! holds): s_a[i, g] = max_{p∈g} |A[i, p]| / 127, and
+//! C[i, j] = fma(Σ_g s_a[i, g] · float(Σ_{p∈g} Aq[i, p] · Wq[j, p]), s_w[j], b[j]),
+//! the groups summed in order, each term one fused multiply-add into an f32 sum that
+//! starts at 0. One outlier input then coarsens only its own group's rounding, not the
+//! row's (docs/precision.md measures what that buys a decoder). The kernels keep the
+//! group's i32 sums in the lanes, convert them and fused-multiply-add them by the
+//! broadcast s_a[i, g] into f32 lanes (no horizontal sum per group). VNNI's shift comes
+//! out per group: 128 · Σ_{p∈g} Wq[j, p] is kept per panel and group at quantisation
+//! and subtracted from the group's sums before the conversion. AVX2 needs no shift
+//! (`vpsignb`, as above). There is no AMX kernel for groups: the AMX path runs the VNNI
+//! tiles.
 
 use std::sync::OnceLock;
 
@@ -60,6 +77,13 @@ pub struct Int8Matrix {
     shift: Vec<i32>,
     /// The largest |W − s_w · Wq| of the whole matrix (how far the copy is from W).
     max_error: f32,
+    /// G: activations quantised in groups of G consecutive inputs (one scale each), or
+    /// 0 for one scale per row ([`Int8Matrix::quantize_groups`]).
+    group: usize,
+    /// Per panel P and activation group g (terms gG..gG+G), the 16 columns'
+    /// 128 · Σ_{p∈g} Wq[j, p] at (P · groups + g) · 16 (the VNNI path's shift, group by
+    /// group); empty when `group` is 0.
+    group_shift: Vec<i32>,
 }
 
 impl Int8Matrix {
@@ -97,6 +121,58 @@ impl Int8Matrix {
             scales,
             shift,
             max_error,
+            group: 0,
+            group_shift: Vec::new(),
+        }
+    }
+
+    /// Quantise W (n × k, row-major) as [`Int8Matrix::quantize`] does (one scale per
+    /// row), for products whose activations are quantised in groups of `group`
+    /// consecutive inputs, each group its own scale (module docs, "Groups").
+    ///
+    /// Panics if `w.len() != n · k` (an internal invariant); errors if `group` is not
+    /// a positive multiple of 4.
+    ///
+    /// # Shapes
+    /// w: (n, k)
+    pub fn quantize_groups(
+        w: &[f32],
+        n: usize,
+        k: usize,
+        group: usize,
+    ) -> crate::Result<Int8Matrix> {
+        if group == 0 || !group.is_multiple_of(4) {
+            return Err(crate::Error::Argument(format!(
+                "int8 activation group {group}: must be a positive multiple of 4 (32, 64, 128, ...)"
+            )));
+        }
+        let mut q = Int8Matrix::quantize(w, n, k);
+        q.group = group;
+        let groups = q.groups();
+        let panels = n.div_ceil(NR);
+        q.group_shift = vec![0i32; panels * NR * groups];
+        for j in 0..n {
+            let row = q.row(j);
+            for (g, terms) in row.chunks(group).enumerate() {
+                let sum: i32 = terms.iter().map(|&x| i32::from(x)).sum();
+                q.group_shift[((j / NR) * groups + g) * NR + j % NR] = 128 * sum;
+            }
+        }
+        Ok(q)
+    }
+
+    /// G, the activation group ([`Int8Matrix::quantize_groups`]), or 0 for one scale
+    /// per row.
+    pub fn group(&self) -> usize {
+        self.group
+    }
+
+    /// The activation groups of a row: ⌈k / G⌉ (0 when G is 0).
+    fn groups(&self) -> usize {
+        if self.group == 0 {
+            0
+        } else {
+            self.k.div_ceil(self.group)
         }
     }
 
@@ -117,7 +193,7 @@ impl Int8Matrix {
 
     /// Bytes held (the packed weights, scales and shifts).
     pub fn bytes(&self) -> usize {
-        self.data.len() + 4 * (self.scales.len() + self.shift.len())
+        self.data.len() + 4 * (self.scales.len() + self.shift.len() + self.group_shift.len())
     }
 
     /// Row j of Wq (k numbers), read out of the panels.
@@ -153,6 +229,10 @@ impl Int8Matrix {
     fn matmul_on(&self, path: Path, c: &mut [f32], a: &[f32], bias: Option<&[f32]>, m: usize) {
         let (n, k, kp) = (self.n, self.k, self.kp);
         if m == 0 || n == 0 {
+            return;
+        }
+        if self.group > 0 {
+            self.matmul_groups_on(path, c, a, bias, m);
             return;
         }
         // Each row quantised once for every column: (m, kp) bytes and m scales.
@@ -209,6 +289,79 @@ impl Int8Matrix {
         }
     }
 
+    /// [`Int8Matrix::matmul`] with activations in groups (module docs, "Groups") on
+    /// `path`; the AMX path runs the VNNI tiles (no AMX kernel for groups).
+    fn matmul_groups_on(
+        &self,
+        path: Path,
+        c: &mut [f32],
+        a: &[f32],
+        bias: Option<&[f32]>,
+        m: usize,
+    ) {
+        let (n, k, kp, group) = (self.n, self.k, self.kp, self.group);
+        let groups = self.groups();
+        // Each row quantised once for every column, group by group: (m, kp) bytes and
+        // (m, groups) scales; the last group's bytes run on to kp (zeros past k).
+        let mut aq = vec![0i8; m * kp];
+        let mut sa = vec![0.0f32; m * groups];
+        for i in 0..m {
+            let row = &a[i * k..(i + 1) * k];
+            let q = &mut aq[i * kp..(i + 1) * kp];
+            for g in 0..groups {
+                let (p0, p1) = (g * group, ((g + 1) * group).min(k));
+                let end = if g + 1 == groups { kp } else { p1 };
+                sa[i * groups + g] = quantize_row(&row[p0..p1], &mut q[p0..end]);
+            }
+        }
+        let path = if path == Path::Amx { Path::Vnni } else { path };
+        if path == Path::Vnni {
+            // vpdpbusd reads unsigned bytes: Aq + 128, flipped once here
+            for b in &mut aq {
+                *b ^= i8::MIN;
+            }
+        }
+        let packed = self.packed();
+        let job = GroupJob {
+            m: &packed,
+            aq: &aq,
+            sa: &sa,
+            groups,
+            steps: group / 4,
+            bias,
+        };
+        let workers = threads();
+        if workers <= 1 || m * n * k < PARALLEL_MIN {
+            job.run(c, path, 0, m, 0, n);
+        } else if m >= workers * MR * 2 {
+            // Row blocks: every task owns whole rows of C (the split changes no number).
+            let rows = m.div_ceil(workers * 2).next_multiple_of(MR);
+            crate::threads::for_each_chunk_mut(c, rows * n, |t, c| {
+                let i0 = t * rows;
+                let i1 = i0 + c.len() / n;
+                let sub = GroupJob {
+                    aq: &aq[i0 * kp..i1 * kp],
+                    sa: &sa[i0 * groups..i1 * groups],
+                    ..job
+                };
+                sub.run(c, path, 0, i1 - i0, 0, n);
+            });
+        } else {
+            // Few rows: column blocks (whole panels), every task owns whole columns.
+            let cols = n.div_ceil(workers).next_multiple_of(NR);
+            let out = SharedOut(c.as_mut_ptr());
+            crate::threads::for_each_index(n.div_ceil(cols), |t| {
+                let (j0, j1) = (t * cols, ((t + 1) * cols).min(n));
+                let out = &out;
+                // SAFETY: task t writes only columns j0..j1 of C's m rows (inside c,
+                // whose length was asserted), which no other task writes; c outlives
+                // the loop.
+                let c = unsafe { std::slice::from_raw_parts_mut(out.0, m * n) };
+                job.run(c, path, 0, m, j0, j1);
+            });
+        }
+    }
+
     /// A view of the packed parts for the kernels.
     fn packed(&self) -> Packed<'_> {
         Packed {
@@ -217,6 +370,7 @@ impl Int8Matrix {
             data: &self.data,
             scales: &self.scales,
             shift: &self.shift,
+            group_shift: &self.group_shift,
         }
     }
 }
@@ -229,6 +383,142 @@ struct Packed<'a> {
     data: &'a [i8],
     scales: &'a [f32],
     shift: &'a [i32],
+    group_shift: &'a [i32],
+}
+
+/// One grouped product's shared inputs: the packed W, the quantised rows and their
+/// group scales.
+#[derive(Clone, Copy)]
+struct GroupJob<'a> {
+    m: &'a Packed<'a>,
+    /// Aq (rows, kp), plus 128 on the VNNI path.
+    aq: &'a [i8],
+    /// s_a (rows, groups).
+    sa: &'a [f32],
+    /// Activation groups per row.
+    groups: usize,
+    /// 4-term steps per group (G / 4).
+    steps: usize,
+    bias: Option<&'a [f32]>,
+}
+
+impl GroupJob<'_> {
+    /// Rows i0..i1 and columns j0..j1 (j0 a multiple of 16) of C (m × n, all of it),
+    /// one panel (16 columns) × up to 8 rows at a time.
+    fn run(&self, c: &mut [f32], path: Path, i0: usize, i1: usize, j0: usize, j1: usize) {
+        let (n, kp) = (self.m.n, self.m.kp);
+        let ksteps = kp / 4;
+        let mut j = j0;
+        while j < j1 {
+            let jn = (j + NR).min(j1);
+            let p = j / NR;
+            let w = &self.m.data[p * ksteps * 64..(p + 1) * ksteps * 64];
+            let mut i = i0;
+            while i < i1 {
+                let rows = (i1 - i).min(MR);
+                let a = &self.aq[i * kp..(i + rows) * kp];
+                let sa = &self.sa[i * self.groups..(i + rows) * self.groups];
+                #[cfg(target_arch = "x86_64")]
+                if path == Path::Vnni {
+                    let shift =
+                        &self.m.group_shift[p * self.groups * NR..(p + 1) * self.groups * NR];
+                    // SAFETY: the Avx512 level includes AVX-512 F/BW/VL/VNNI; the panel,
+                    // the rows of Aq and their scales, the panel's group shifts and C's
+                    // rows i..i+rows, columns j..jn are in bounds; scales are padded to
+                    // whole panels.
+                    unsafe {
+                        x86::tile_groups_vnni(
+                            w,
+                            a,
+                            x86::GroupTile {
+                                kp,
+                                rows,
+                                groups: self.groups,
+                                steps: self.steps,
+                                sa,
+                                shift,
+                            },
+                            x86::Epilogue {
+                                out: c[i * n + j..].as_mut_ptr(),
+                                ldc: n,
+                                cols: jn - j,
+                                sa: &[],
+                                scales: &self.m.scales[j..j + NR],
+                                shift: &[],
+                                bias: self.bias.map(|b| &b[j..jn]),
+                            },
+                        )
+                    };
+                    i += rows;
+                    continue;
+                }
+                let mut acc = [[0.0f32; NR]; MR];
+                tile_groups(
+                    w,
+                    a,
+                    kp,
+                    rows,
+                    self.groups,
+                    self.steps,
+                    sa,
+                    path.level(),
+                    &mut acc,
+                );
+                for (r, acc) in acc.iter().enumerate().take(rows) {
+                    let out = &mut c[(i + r) * n + j..(i + r) * n + jn];
+                    for (col, o) in out.iter_mut().enumerate() {
+                        let b = self.bias.map_or(0.0, |b| b[j + col]);
+                        *o = acc[col].mul_add(self.m.scales[j + col], b);
+                    }
+                }
+                i += rows;
+            }
+            j = jn;
+        }
+    }
+}
+
+/// A grouped tile's f32 sums below the VNNI level: for `rows` rows of Aq (kp bytes
+/// each) against one panel `w`, acc[r][c] = Σ_g s_a[r, g] · float(Σ_{p∈g} Aq[r, p] ·
+/// Wq[c, p]), the groups in order, each a fused multiply-add.
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+fn tile_groups(
+    w: &[i8],
+    a: &[i8],
+    kp: usize,
+    rows: usize,
+    groups: usize,
+    steps: usize,
+    sa: &[f32],
+    level: Isa,
+    acc: &mut [[f32; NR]; MR],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if level >= Isa::Avx2 {
+        // SAFETY: the Avx2 level includes AVX2 and FMA; `w` is one panel of kp / 4
+        // steps, `a` `rows` rows of kp bytes, `sa` `rows` × `groups` scales.
+        unsafe { x86::tile_groups_avx2(w, a, kp, rows, groups, steps, sa, acc) };
+        return;
+    }
+    let _ = level;
+    let ksteps = kp / 4;
+    for r in 0..rows {
+        let ar = &a[r * kp..(r + 1) * kp];
+        for c in 0..NR {
+            let mut f = 0.0f32;
+            for g in 0..groups {
+                let mut s = 0i32;
+                for step in g * steps..((g + 1) * steps).min(ksteps) {
+                    let wg = &w[step * 64 + 4 * c..][..4];
+                    for t in 0..4 {
+                        s += i32::from(ar[4 * step + t]) * i32::from(wg[t]);
+                    }
+                }
+                f = (s as f32).mul_add(sa[r * groups + g], f);
+            }
+            acc[r][c] = f;
+        }
+    }
 }
 
 /// One product's shared inputs: the packed W, the quantised rows and their scales.
@@ -751,6 +1041,142 @@ mod x86 {
         }
     }
 
+    /// The shape and scales of a grouped VNNI tile ([`tile_groups_vnni`]).
+    pub(super) struct GroupTile<'a> {
+        /// Bytes per row of Aq (a multiple of 64).
+        pub kp: usize,
+        /// Rows of the tile (≤ 8).
+        pub rows: usize,
+        /// Activation groups per row.
+        pub groups: usize,
+        /// 4-term steps per group.
+        pub steps: usize,
+        /// The rows' group scales, (rows, groups).
+        pub sa: &'a [f32],
+        /// The panel's group shifts, (groups, 16).
+        pub shift: &'a [i32],
+    }
+
+    /// A grouped tile with `vpdpbusd` (`a` holds Aq + 128 against Wq; up to 8 rows × one
+    /// panel): per group the i32 sums, less the group's shift, converted and
+    /// fused-multiply-added by the row's group scale into f32 sums; then
+    /// C = fma(f32 sum, s_w, b), stored under a mask for a partial panel. The same
+    /// operations as [`super::tile_groups`]' twin, so the same bits.
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/VL/VNNI; `w` holds one panel of `t.kp / 4` steps, `a` `t.rows` rows
+    /// of `t.kp` bytes, `t.sa` and `t.shift` their shapes; `e.out` points at `t.rows`
+    /// rows of `e.ldc` floats with `e.cols` writable columns each; `e.scales` holds 16.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    pub(super) unsafe fn tile_groups_vnni(w: &[i8], a: &[i8], t: GroupTile, e: Epilogue) {
+        let ksteps = t.kp / 4;
+        let mut s = [_mm512_setzero_si512(); MR];
+        let mut f = [_mm512_setzero_ps(); MR];
+        let wp = w.as_ptr();
+        let ap = a.as_ptr();
+        for g in 0..t.groups {
+            for step in g * t.steps..((g + 1) * t.steps).min(ksteps) {
+                let w0 = _mm512_loadu_si512(wp.add(step * 64).cast());
+                for r in 0..MR {
+                    if r < t.rows {
+                        let four = ap.add(r * t.kp + 4 * step).cast::<i32>().read_unaligned();
+                        let x = _mm512_set1_epi32(four); // four bytes Aq + 128
+                        s[r] = _mm512_dpbusd_epi32(s[r], x, w0);
+                    }
+                }
+            }
+            let shift = _mm512_loadu_si512(t.shift.as_ptr().add(g * NR).cast());
+            for r in 0..MR {
+                if r < t.rows {
+                    let sum = _mm512_cvtepi32_ps(_mm512_sub_epi32(s[r], shift));
+                    let sa = _mm512_set1_ps(*t.sa.get_unchecked(r * t.groups + g));
+                    f[r] = _mm512_fmadd_ps(sum, sa, f[r]);
+                    s[r] = _mm512_setzero_si512();
+                }
+            }
+        }
+        let mask: __mmask16 = if e.cols >= NR {
+            0xffff
+        } else {
+            (1u16 << e.cols) - 1
+        };
+        let scales = _mm512_loadu_ps(e.scales.as_ptr());
+        let bias = match e.bias {
+            Some(b) => _mm512_maskz_loadu_ps(mask, b.as_ptr()),
+            None => _mm512_setzero_ps(),
+        };
+        for r in 0..t.rows {
+            let y = _mm512_fmadd_ps(f[r], scales, bias);
+            _mm512_mask_storeu_ps(e.out.add(r * e.ldc), mask, y);
+        }
+    }
+
+    /// [`super::tile_groups`] on AVX2 + FMA: `vpmaddubsw` as in [`tile_avx2`] (|Aq|
+    /// against Wq carrying Aq's signs), four rows at a time, each group's i32 sums
+    /// converted and fused-multiply-added by the row's group scale.
+    ///
+    /// # Safety
+    /// AVX2 and FMA; `w` holds one panel of `kp / 4` steps, `a` `rows` rows of `kp`
+    /// bytes, `sa` `rows` × `groups` scales.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn tile_groups_avx2(
+        w: &[i8],
+        a: &[i8],
+        kp: usize,
+        rows: usize,
+        groups: usize,
+        steps: usize,
+        sa: &[f32],
+        acc: &mut [[f32; NR]; MR],
+    ) {
+        let ksteps = kp / 4;
+        let ones = _mm256_set1_epi16(1);
+        let wp = w.as_ptr();
+        let ap = a.as_ptr();
+        let mut r0 = 0;
+        while r0 < rows {
+            let rn = (rows - r0).min(4);
+            let mut f = [[_mm256_setzero_ps(); 2]; 4];
+            for g in 0..groups {
+                let mut s = [[_mm256_setzero_si256(); 2]; 4];
+                for step in g * steps..((g + 1) * steps).min(ksteps) {
+                    let base = wp.add(step * 64);
+                    let w0 = _mm256_loadu_si256(base.cast());
+                    let w1 = _mm256_loadu_si256(base.add(32).cast());
+                    for r in 0..4 {
+                        if r < rn {
+                            let four = ap
+                                .add((r0 + r) * kp + 4 * step)
+                                .cast::<i32>()
+                                .read_unaligned();
+                            let x = _mm256_set1_epi32(four);
+                            let ax = _mm256_abs_epi8(x);
+                            let p0 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(w0, x));
+                            let p1 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(w1, x));
+                            s[r][0] = _mm256_add_epi32(s[r][0], _mm256_madd_epi16(p0, ones));
+                            s[r][1] = _mm256_add_epi32(s[r][1], _mm256_madd_epi16(p1, ones));
+                        }
+                    }
+                }
+                for r in 0..4 {
+                    if r < rn {
+                        let scale = _mm256_set1_ps(sa[(r0 + r) * groups + g]);
+                        for h in 0..2 {
+                            f[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[r][h]), scale, f[r][h]);
+                        }
+                    }
+                }
+            }
+            for r in 0..rn {
+                let row = acc[r0 + r].as_mut_ptr();
+                _mm256_storeu_ps(row, f[r][0]);
+                _mm256_storeu_ps(row.add(8), f[r][1]);
+            }
+            r0 += rn;
+        }
+    }
+
     /// Rows of an AMX block.
     pub(super) const AMX_ROWS: usize = 16;
 
@@ -890,11 +1316,49 @@ mod x86 {
 pub mod reference {
     use super::{quantize_row_plain, Int8Matrix};
 
+    /// The grouped product (module docs, "Groups"), one number at a time: each row's
+    /// groups quantised alone, per output the groups' integer sums in order, each
+    /// fused-multiply-added by its scale, then fma(sum, s_w, b).
+    ///
+    /// # Shapes
+    /// c: (m, n), a: (m, k), bias: (n)
+    fn matmul_groups(w: &Int8Matrix, c: &mut [f32], a: &[f32], bias: Option<&[f32]>, m: usize) {
+        let (n, k, group) = (w.n, w.k, w.group);
+        let rows: Vec<Vec<i8>> = (0..n).map(|j| w.row(j)).collect();
+        for i in 0..m {
+            let row = &a[i * k..(i + 1) * k];
+            // (scale, integers) per group
+            let parts: Vec<(f32, Vec<i8>)> = row
+                .chunks(group)
+                .map(|x| {
+                    let mut q = vec![0i8; x.len()];
+                    (quantize_row_plain(x, &mut q), q)
+                })
+                .collect();
+            for (j, wq) in rows.iter().enumerate() {
+                let mut f = 0.0f32;
+                for ((s, q), wg) in parts.iter().zip(wq.chunks(group)) {
+                    let sum: i32 = q
+                        .iter()
+                        .zip(wg)
+                        .map(|(&x, &y)| i32::from(x) * i32::from(y))
+                        .sum();
+                    f = (sum as f32).mul_add(*s, f);
+                }
+                c[i * n + j] = f.mul_add(w.scales[j], bias.map_or(0.0, |b| b[j]));
+            }
+        }
+    }
+
     /// [`Int8Matrix::matmul`], one number at a time.
     ///
     /// # Shapes
     /// c: (m, n), a: (m, k), bias: (n)
     pub fn matmul(w: &Int8Matrix, c: &mut [f32], a: &[f32], bias: Option<&[f32]>, m: usize) {
+        if w.group > 0 {
+            matmul_groups(w, c, a, bias, m);
+            return;
+        }
         let (n, k) = (w.n, w.k);
         let rows: Vec<Vec<i8>> = (0..n).map(|j| w.row(j)).collect();
         let mut q = vec![0i8; w.kp];
@@ -1013,6 +1477,95 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// Grouped products: every path and level, at 1 and 2 threads, gives the twin's
+    /// bits, for several groups, row counts (one row, partial tiles, row blocks), k
+    /// not a multiple of G or of 64, with and without a bias; a row alone equals the
+    /// same row among others; and the result is near the f32 product.
+    #[test]
+    fn grouped_int8_products_equal_the_twin_on_every_path() {
+        let mut rng = StdRng::seed_from_u64(10);
+        let paths = Path::available();
+        for &(m, k, n, group) in &[
+            (1, 7, 5, 4),
+            (3, 33, 17, 8),
+            (9, 100, 48, 32),
+            (8, 576, 192, 64),
+            (17, 384, 40, 128),
+            (70, 1536, 384, 256),
+            (130, 576, 64, 32),
+        ] {
+            let w = Tensor::randn(&[n, k], 0.05, &mut rng);
+            let mut a = Tensor::randn(&[m, k], 1.0, &mut rng).data().to_vec();
+            for row in a.chunks_exact_mut(k) {
+                row[k / 2] *= 40.0; // an outlier input
+            }
+            let b = Tensor::randn(&[n], 0.1, &mut rng);
+            let q = Int8Matrix::quantize_groups(w.data(), n, k, group).unwrap();
+            for bias in [Some(b.data()), None] {
+                let mut want = vec![f32::NAN; m * n];
+                reference::matmul(&q, &mut want, &a, bias, m);
+                for isa in Isa::available() {
+                    for t in [1, 2] {
+                        let rt = Runtime::builder().threads(t).isa(isa).build().unwrap();
+                        let mut got = vec![f32::NAN; m * n];
+                        rt.install(|| q.matmul(&mut got, &a, bias, m));
+                        assert!(
+                            got.iter()
+                                .zip(&want)
+                                .all(|(x, y)| x.to_bits() == y.to_bits()),
+                            "{isa:?} threads {t}: m {m} k {k} n {n} G {group}"
+                        );
+                        let last = m - 1;
+                        let mut one = vec![f32::NAN; n];
+                        rt.install(|| q.matmul(&mut one, &a[last * k..], bias, 1));
+                        assert!(
+                            one.iter()
+                                .zip(&want[last * n..])
+                                .all(|(x, y)| x.to_bits() == y.to_bits()),
+                            "{isa:?} threads {t}: the last row alone, m {m} G {group}"
+                        );
+                    }
+                }
+                for &path in &paths {
+                    for t in [1, 2] {
+                        let rt = Runtime::builder().threads(t).build().unwrap();
+                        let mut got = vec![f32::NAN; m * n];
+                        rt.install(|| q.matmul_on(path, &mut got, &a, bias, m));
+                        assert!(
+                            got.iter()
+                                .zip(&want)
+                                .all(|(x, y)| x.to_bits() == y.to_bits()),
+                            "{path:?} threads {t}: m {m} k {k} n {n} G {group}"
+                        );
+                    }
+                }
+            }
+            let at = Tensor::new(a.clone(), &[m, k]).unwrap();
+            let exact = crate::ops::linear(&at, &w, Some(&b)).unwrap();
+            let mut got = vec![f32::NAN; m * n];
+            reference::matmul(&q, &mut got, &a, Some(b.data()), m);
+            let scale = exact.data().iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            let worst = exact
+                .data()
+                .iter()
+                .zip(&got)
+                .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+            assert!(
+                worst <= 0.03 * scale,
+                "m {m} k {k} n {n} G {group}: {worst} of {scale}"
+            );
+        }
+    }
+
+    /// A group that is not a positive multiple of 4 is refused, by name.
+    #[test]
+    fn a_bad_group_is_refused() {
+        for group in [0, 6] {
+            let e = Int8Matrix::quantize_groups(&[0.0; 8], 1, 8, group).unwrap_err();
+            assert!(e.to_string().contains("multiple of 4"), "{e}");
         }
     }
 
