@@ -349,6 +349,13 @@ impl QMatrix {
             self.tile_rows(i0, out, std::slice::from_ref(a), isa);
             return;
         }
+        #[cfg(target_arch = "x86_64")]
+        if self.gemv16(isa) {
+            // SAFETY: gemv16(isa) checked the level and the type; `a` was prepared for
+            // this matrix (the caller's contract).
+            unsafe { self.gemv16_rows(i0, out, a, isa) };
+            return;
+        }
         let k = self.row_kernel(isa);
         for (j, y) in out.iter_mut().enumerate() {
             *y = k(self.row_bytes_of(i0 + j), a);
@@ -365,9 +372,47 @@ impl QMatrix {
             });
             return Ok(());
         }
+        #[cfg(target_arch = "x86_64")]
+        if self.gemv16(isa) {
+            // SAFETY: gemv16(isa) checked the level and the type; `a` was checked to be
+            // prepared for this matrix (check_prepared).
+            self.run_row_groups(y, 1, |i0, out| unsafe { self.gemv16_rows(i0, out, a, isa) });
+            return Ok(());
+        }
         let k = self.row_kernel(isa);
         self.run_rows(y, |i| k(self.row_bytes_of(i), a));
         Ok(())
+    }
+
+    /// Whether a token's products of this matrix take `avx512::kgemv::q4_k_gemv16`:
+    /// repacked Q4_K ([`KOrder::Gemv`] order) on AVX-512 VNNI.
+    #[cfg(target_arch = "x86_64")]
+    fn gemv16(&self, isa: Isa) -> bool {
+        self.dtype == GgmlType::Q4_K && self.repacked() && avx512::available(isa)
+    }
+
+    /// Weight rows `i0 .. i0 + out.len()` times one activation row `a`, in the `gemv`
+    /// order: sixteen rows a call of `avx512::kgemv::q4_k_gemv16`, the last fewer than
+    /// sixteen through the one-row kernel (the same numbers).
+    ///
+    /// # Safety
+    /// [`QMatrix::gemv16`] said yes for `isa`; `a` prepared for this matrix;
+    /// `i0 + out.len() ≤ rows`.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn gemv16_rows(&self, i0: usize, out: &mut [f32], a: &QuantizedActs, isa: Isa) {
+        const R: usize = avx512::kgemv::ROWS;
+        let mut chunks = out.chunks_exact_mut(R);
+        let mut i = i0;
+        for o in &mut chunks {
+            let rows: [&[u8]; R] = std::array::from_fn(|r| self.row_bytes_of(i + r));
+            // SAFETY: this function's contract.
+            o.copy_from_slice(&unsafe { avx512::kgemv::q4_k_gemv16(rows, a) });
+            i += R;
+        }
+        let k = self.row_kernel(isa);
+        for (j, v) in chunks.into_remainder().iter_mut().enumerate() {
+            *v = k(self.row_bytes_of(i + j), a);
+        }
     }
 
     /// The scalar twin of [`QMatrix::matvec`] (reference dots, one thread).
@@ -950,6 +995,24 @@ impl QMatrix {
         let t = acts.len();
         let mut y = vec![0.0f32; t * self.rows];
         let (k, k4) = self.prompt_kernels(t, isa, numerics);
+        #[cfg(target_arch = "x86_64")]
+        if numerics.row_invariant() && self.gemv16(isa) {
+            // Every row alone in the token's order (a batched decode step, an expert's
+            // rows): sixteen weight rows at a time for each activation row, the block of
+            // weight rows read from cache by all of them.
+            let out = Columns::new(&mut y, self.rows, t);
+            self.run_row_ranges(t, |i0, n| {
+                let mut v = vec![0.0f32; n];
+                for (r, x) in acts.iter().enumerate() {
+                    // SAFETY: gemv16(isa) checked the level and the type; the rows of
+                    // `acts` were prepared for this matrix (check_x).
+                    unsafe { self.gemv16_rows(i0, &mut v, x, isa) };
+                    // SAFETY: r < t, and rows i0 .. i0 + n are this task's.
+                    unsafe { out.put(r, i0, &v) };
+                }
+            });
+            return y;
+        }
         #[cfg(target_arch = "x86_64")]
         if self.tiled(isa) && avx512::pairs_available(isa) && t <= UNPACKED_MAX_ROWS {
             // A few rows (a batched decode step, a short prompt): each tile of weights

@@ -14,6 +14,7 @@
 //! | file | holds |
 //! | --- | --- |
 //! | `mod` | the level check, the blocks' layouts as the kernels walk them, the unsigned weights of a block, the kernel tables, the shared lane shuffles |
+//! | `kgemv` | a repacked Q4_K matrix's token product, sixteen weight rows at a time in llama.cpp's `gemv` order |
 //! | `kquant` | the K-quant dots (Q4_K, Q5_K, Q6_K), one activation row or four, and the repacked Q4_K rows decoded once per prompt |
 //! | `lowbit` | the dots of Q2_K, Q3_K, IQ4_XS, one activation row or four (IQ4_NL takes the AVX2 kernels) |
 //! | `decode` | a decoded token's tiles of the 32-block types: four rows as interleaved pairs, one row two blocks a register |
@@ -21,6 +22,7 @@
 //! | `quantize` | activation rows quantised to Q8_0 / Q8_K blocks, 16 numbers a step |
 
 pub(crate) mod decode;
+pub(crate) mod kgemv;
 pub(crate) mod kquant;
 pub(crate) mod lowbit;
 pub(crate) mod prefill;

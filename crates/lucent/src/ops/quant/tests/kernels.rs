@@ -57,6 +57,67 @@ fn prompt_products_of_every_level_equal_the_twin_bit_for_bit() -> Result<()> {
     Ok(())
 }
 
+/// A repacked Q4_K matrix's token products, alone and grouped (`avx512::kgemv::q4_k_gemv16` on AVX-512:
+/// sixteen weight rows a call, a last group of eight through the one-row kernel) and its
+/// row-invariant prompt products (a batched step, an expert's rows) at every level, one
+/// thread and two, against the twin's `gemv` order of each row, bit for bit. Rows are
+/// multiples of 8 (else the matrix is not repacked); blocks of large and small scales
+/// and activations with an outlier, so the integer sums reach past 2²⁴ and round.
+#[test]
+fn repacked_q4_k_token_products_of_every_level_equal_the_twin_bit_for_bit() -> Result<()> {
+    for isa in Isa::available() {
+        for threads in [1, 2] {
+            let rt = crate::Runtime::builder()
+                .threads(threads)
+                .isa(isa)
+                .build()?;
+            rt.install(|| repacked_q4_k_token_products_equal_the_twin(isa))?;
+        }
+    }
+    Ok(())
+}
+
+fn repacked_q4_k_token_products_equal_the_twin(isa: Isa) -> Result<()> {
+    let mut rng = StdRng::seed_from_u64(11);
+    let t = GgmlType::Q4_K;
+    let twin = reference::repacked_kernels(t).0;
+    for rows in [8usize, 16, 40, 264] {
+        for blocks in [1usize, 3, 8] {
+            let cols = QK_K * blocks;
+            let m = random_matrix(t, rows, cols, &mut rng)?;
+            for n in [1usize, 3, 9] {
+                let xs: Vec<f32> = (0..n * cols)
+                    .map(|p| {
+                        if p % 97 == 5 {
+                            40.0
+                        } else {
+                            rng.random_range(-1.0..1.0)
+                        }
+                    })
+                    .collect();
+                let ys = if n == 1 {
+                    // A token's products alone and grouped (Q, K, V; gate and up).
+                    let group = QMatrix::matvec_group(&[&m, &m], &xs)?;
+                    let ys = m.matvec(&xs)?;
+                    assert!(group.iter().all(|g| *g == ys), "{isa}: matvec_group");
+                    ys
+                } else {
+                    m.matmul_t_quantized(&xs, n, crate::Numerics::RowInvariant)? // (n, rows)
+                };
+                for (r, x) in xs.chunks_exact(cols).enumerate() {
+                    let a = m.prepare(x)?;
+                    for i in 0..rows {
+                        let want = twin(m.row_bytes_of(i), &a);
+                        let what = format!("{isa}: Q4_K {rows}×{cols}, {n} rows, row {r}, weight row {i}");
+                        assert_eq!(ys[r * rows + i].to_bits(), want.to_bits(), "{what}");
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 fn prompt_products_equal_the_twin(isa: Isa) -> Result<()> {
     let mut rng = StdRng::seed_from_u64(7);
     let tiled = [

@@ -1,0 +1,129 @@
+//! A repacked Q4_K matrix's token product sixteen weight rows at a time, in llama.cpp's
+//! `gemv` order ([`KOrder::Gemv`](crate::ops::quant::dispatch::KOrder::Gemv)): one f32
+//! chain per output, one step per 256-block,
+//!
+//! ```text
+//! acc   = fma(float(S_i), d_i · dx_i, acc)      S_i = Σ_j sc_j · Σ_{l ∈ j} q_l · qx_l
+//! acc_m = fma(float(M_i), dmin_i · dx_i, acc_m) M_i = Σ_j mn_j · Σ_{l ∈ j} qx_l
+//! y     = acc − acc_m
+//! ```
+//!
+//! S_i and M_i are exact integers, so any order of their sums gives the same value; the
+//! f32 steps are the twin's (`reference::dot_q4_k_repacked`) one for one, each output in
+//! its own lane of a 512-bit register. So every output equals the one-row kernel's bit
+//! for bit, while a block's conversion, scale products and two FMAs serve sixteen rows
+//! at once and no row pays a horizontal sum of its own: the sixteen rows' i32 lanes are
+//! folded together into one register of sixteen totals (`totals16`).
+
+use std::arch::x86_64::*;
+
+use crate::ops::quant::activations::QuantizedActs;
+use crate::tensor::quant::{k_scales_mins, BlockQ4_K};
+
+/// Weight rows a call multiplies.
+pub(crate) const ROWS: usize = 16;
+
+/// Weight rows `rows` (each `a.d.len()` Q4_K blocks) times one activation row `a`
+/// (Q8_K), in the `gemv` order (module docs): output r for row r.
+///
+/// # Safety
+/// [`available`](super::available); every row holds `a.d.len()` Q4_K blocks and `a` was
+/// prepared as Q8_K for them (its `qs`, `d`, `bsums` of that many blocks).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn q4_k_gemv16(rows: [&[u8]; ROWS], a: &QuantizedActs) -> [f32; ROWS] {
+    let nb = a.d.len();
+    let lo4 = _mm512_set1_epi8(0x0F);
+    // Step c's scale words: sub-block 2c's in the lower 16 words, 2c + 1's in the upper.
+    let idx: [__m512i; 4] = std::array::from_fn(|c| {
+        _mm512_mask_blend_epi16(
+            0xFFFF_0000,
+            _mm512_set1_epi16(2 * c as i16),
+            _mm512_set1_epi16(2 * c as i16 + 1),
+        )
+    });
+    let (mut acc, mut acc_m) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+    for i in 0..nb {
+        // (4, 64) the block's activations, step by step.
+        let x: [__m512i; 4] = std::array::from_fn(|c| {
+            _mm512_loadu_si512(a.qs.as_ptr().add(256 * i + 64 * c) as *const __m512i)
+        });
+        // Σ qx of each sub-block of 32: its two 16-sums.
+        let bs = &a.bsums[16 * i..16 * i + 16];
+        let b8: [i32; 8] = std::array::from_fn(|j| bs[2 * j] + bs[2 * j + 1]);
+        let mut lanes = [_mm512_setzero_si512(); ROWS];
+        let mut mins = [0i32; ROWS];
+        let mut d16 = [0u16; ROWS];
+        let mut dmin16 = [0u16; ROWS];
+        for (r, row) in rows.iter().enumerate() {
+            let b = (row.as_ptr() as *const BlockQ4_K).add(i);
+            let (sc8, mn8) = k_scales_mins(&(*b).scales);
+            mins[r] = mn8.iter().zip(&b8).map(|(&m, &s)| m as i32 * s).sum();
+            let dp = &raw const (*b).d as *const u16;
+            d16[r] = dp.read_unaligned();
+            dmin16[r] = dp.add(1).read_unaligned();
+            // The eight scales as words in the lowest 128 bits.
+            let scw = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(
+                sc8.as_ptr() as *const __m128i,
+            )));
+            let qs = (*b).qs.as_ptr();
+            let mut s = _mm512_setzero_si512();
+            for (c, (xc, ic)) in x.iter().zip(&idx).enumerate() {
+                // Numbers 64c .. 64c + 64: the low nibbles of qs[32c ..], then the high.
+                let z = _mm512_broadcast_i64x4(_mm256_loadu_si256(qs.add(32 * c) as *const __m256i));
+                let q = _mm512_and_si512(_mm512_mask_srli_epi16(z, 0xFFFF_0000, z, 4), lo4);
+                // q ≤ 15, |qx| ≤ 127: the pair sums fit in i16 (no saturation).
+                let p = _mm512_maddubs_epi16(q, *xc);
+                s = _mm512_dpwssd_epi32(s, p, _mm512_permutexvar_epi16(*ic, scw));
+            }
+            lanes[r] = s;
+        }
+        let sums = totals16(&lanes);
+        let dx = _mm512_set1_ps(a.d[i]);
+        let d = _mm512_mul_ps(
+            _mm512_cvtph_ps(_mm256_loadu_si256(d16.as_ptr() as *const __m256i)),
+            dx,
+        );
+        let dmin = _mm512_mul_ps(
+            _mm512_cvtph_ps(_mm256_loadu_si256(dmin16.as_ptr() as *const __m256i)),
+            dx,
+        );
+        let m = _mm512_loadu_si512(mins.as_ptr() as *const __m512i);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), d, acc);
+        acc_m = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), dmin, acc_m);
+    }
+    let mut y = [0.0f32; ROWS];
+    _mm512_storeu_ps(y.as_mut_ptr(), _mm512_sub_ps(acc, acc_m));
+    y
+}
+
+/// Sixteen registers of i32 lanes folded into one: lane r holds the sum of register
+/// r's sixteen lanes (exact integer adds, so the order is free).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn totals16(v: &[__m512i; ROWS]) -> __m512i {
+    // Within each 128-bit lane: pairs, then quads, give [a, b, c, d] = each of four
+    // registers' partial over that 128-bit lane.
+    let pair = |a: __m512i, b: __m512i| {
+        _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b))
+    };
+    let quad = |a: __m512i, b: __m512i| {
+        _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b))
+    };
+    // u[g]: registers 4g .. 4g + 4, 128-bit lane L holding their four partials of L.
+    let u: [__m512i; 4] = std::array::from_fn(|g| {
+        quad(
+            pair(v[4 * g], v[4 * g + 1]),
+            pair(v[4 * g + 2], v[4 * g + 3]),
+        )
+    });
+    // Across the 128-bit lanes: [u0 L0+L1, u0 L2+L3, u1 L0+L1, u1 L2+L3], then the halves.
+    let across = |a: __m512i, b: __m512i| {
+        _mm512_add_epi32(
+            _mm512_shuffle_i32x4::<0b10_00_10_00>(a, b),
+            _mm512_shuffle_i32x4::<0b11_01_11_01>(a, b),
+        )
+    };
+    let w01 = across(u[0], u[1]);
+    let w23 = across(u[2], u[3]);
+    across(w01, w23)
+}
