@@ -63,13 +63,14 @@ pub(crate) unsafe fn q4_k_gemv16(rows: [&[u8]; ROWS], a: &QuantizedActs) -> [f32
             dmin16[r] = dp.add(1).read_unaligned();
             // The eight scales as words in the lowest 128 bits.
             let scw = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(
-                sc8.as_ptr() as *const __m128i,
+                sc8.as_ptr() as *const __m128i
             )));
             let qs = (*b).qs.as_ptr();
             let mut s = _mm512_setzero_si512();
             for (c, (xc, ic)) in x.iter().zip(&idx).enumerate() {
                 // Numbers 64c .. 64c + 64: the low nibbles of qs[32c ..], then the high.
-                let z = _mm512_broadcast_i64x4(_mm256_loadu_si256(qs.add(32 * c) as *const __m256i));
+                let z =
+                    _mm512_broadcast_i64x4(_mm256_loadu_si256(qs.add(32 * c) as *const __m256i));
                 let q = _mm512_and_si512(_mm512_mask_srli_epi16(z, 0xFFFF_0000, z, 4), lo4);
                 // q ≤ 15, |qx| ≤ 127: the pair sums fit in i16 (no saturation).
                 let p = _mm512_maddubs_epi16(q, *xc);

@@ -102,13 +102,15 @@ fn repacked_q4_k_token_products_equal_the_twin(isa: Isa) -> Result<()> {
                     assert!(group.iter().all(|g| *g == ys), "{isa}: matvec_group");
                     ys
                 } else {
-                    m.matmul_t_quantized(&xs, n, crate::Numerics::RowInvariant)? // (n, rows)
+                    // (n, rows)
+                    m.matmul_t_quantized(&xs, n, crate::Numerics::RowInvariant)?
                 };
                 for (r, x) in xs.chunks_exact(cols).enumerate() {
                     let a = m.prepare(x)?;
                     for i in 0..rows {
                         let want = twin(m.row_bytes_of(i), &a);
-                        let what = format!("{isa}: Q4_K {rows}×{cols}, {n} rows, row {r}, weight row {i}");
+                        let what =
+                            format!("{isa}: Q4_K {rows}×{cols}, {n} rows, row {r}, weight row {i}");
                         assert_eq!(ys[r * rows + i].to_bits(), want.to_bits(), "{what}");
                     }
                 }
