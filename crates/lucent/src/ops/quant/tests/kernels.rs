@@ -26,6 +26,18 @@ fn random_matrix(t: GgmlType, rows: usize, cols: usize, rng: &mut StdRng) -> Res
     QMatrix::from_vec(t, rows, cols, b)
 }
 
+/// `check(isa)` in a runtime capped at every level this CPU runs, with each of
+/// `threads` threads.
+fn at_every_level(threads: &[usize], check: impl Fn(Isa) -> Result<()> + Sync) -> Result<()> {
+    for isa in Isa::available() {
+        for &n in threads {
+            let rt = crate::Runtime::builder().threads(n).isa(isa).build()?;
+            rt.install(|| check(isa))?;
+        }
+    }
+    Ok(())
+}
+
 /// Every kernel of every level this CPU runs against the scalar twin, bit for bit:
 /// the decode tiles of the 32-block types (and the AVX-512 four-row tile, which
 /// machines without GFNI take), the K-quant dots, their tiled and repacked orders.
@@ -45,16 +57,7 @@ fn kernels_of_every_level_equal_the_twin_bit_for_bit() -> Result<()> {
 /// bit.
 #[test]
 fn prompt_products_of_every_level_equal_the_twin_bit_for_bit() -> Result<()> {
-    for isa in Isa::available() {
-        for threads in [1, 2] {
-            let rt = crate::Runtime::builder()
-                .threads(threads)
-                .isa(isa)
-                .build()?;
-            rt.install(|| prompt_products_equal_the_twin(isa))?;
-        }
-    }
-    Ok(())
+    at_every_level(&[1, 2], prompt_products_equal_the_twin)
 }
 
 /// A repacked Q4_K matrix's token products, alone and grouped (`avx512::kgemv::q4_k_gemv16` on AVX-512:
@@ -65,16 +68,7 @@ fn prompt_products_of_every_level_equal_the_twin_bit_for_bit() -> Result<()> {
 /// and activations with an outlier, so the integer sums reach past 2²⁴ and round.
 #[test]
 fn repacked_q4_k_token_products_of_every_level_equal_the_twin_bit_for_bit() -> Result<()> {
-    for isa in Isa::available() {
-        for threads in [1, 2] {
-            let rt = crate::Runtime::builder()
-                .threads(threads)
-                .isa(isa)
-                .build()?;
-            rt.install(|| repacked_q4_k_token_products_equal_the_twin(isa))?;
-        }
-    }
-    Ok(())
+    at_every_level(&[1, 2], repacked_q4_k_token_products_equal_the_twin)
 }
 
 fn repacked_q4_k_token_products_equal_the_twin(isa: Isa) -> Result<()> {
