@@ -6,7 +6,9 @@ use half::f16;
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
 use super::formats::scale_offsets;
-use crate::ops::quant::dispatch::{chain_kernels, dot_kernel, repacked_kernels, tiled_kernels};
+use crate::ops::quant::dispatch::{
+    chain_kernels, dot_kernel, repacked_kernels, tiled_kernels, DotFn,
+};
 use crate::ops::quant::{avx512, reference, QMatrix};
 use crate::runtime::Isa;
 use crate::tensor::quant::{GgmlType, QK, QK_K};
@@ -24,6 +26,36 @@ fn random_matrix(t: GgmlType, rows: usize, cols: usize, rng: &mut StdRng) -> Res
         }
     }
     QMatrix::from_vec(t, rows, cols, b)
+}
+
+/// The 32-block types (the decode and prefill tiles' kinds).
+const BLOCK32_TYPES: [GgmlType; 5] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+];
+
+/// Every output of `ys` (t, rows), the product of `m` with the activation rows `xs`
+/// (t, cols), equals `twin`'s dot of that weight row with that activation row, bit for
+/// bit; `what(r, i)` names activation row r and weight row i in a failure.
+fn each_output_is_the_twins(
+    m: &QMatrix,
+    xs: &[f32],
+    ys: &[f32],
+    twin: DotFn,
+    what: impl Fn(usize, usize) -> String,
+) -> Result<()> {
+    let rows = m.rows();
+    for (r, x) in xs.chunks_exact(m.cols()).enumerate() {
+        let a = m.prepare(x)?;
+        for i in 0..rows {
+            let want = twin(m.row_bytes_of(i), &a);
+            assert_eq!(ys[r * rows + i].to_bits(), want.to_bits(), "{}", what(r, i));
+        }
+    }
+    Ok(())
 }
 
 /// `check(isa)` in a runtime capped at every level this CPU runs, with each of
@@ -99,15 +131,9 @@ fn repacked_q4_k_token_products_equal_the_twin(isa: Isa) -> Result<()> {
                     // (n, rows)
                     m.matmul_t_quantized(&xs, n, crate::Numerics::RowInvariant)?
                 };
-                for (r, x) in xs.chunks_exact(cols).enumerate() {
-                    let a = m.prepare(x)?;
-                    for i in 0..rows {
-                        let want = twin(m.row_bytes_of(i), &a);
-                        let what =
-                            format!("{isa}: Q4_K {rows}×{cols}, {n} rows, row {r}, weight row {i}");
-                        assert_eq!(ys[r * rows + i].to_bits(), want.to_bits(), "{what}");
-                    }
-                }
+                each_output_is_the_twins(&m, &xs, &ys, twin, |r, i| {
+                    format!("{isa}: Q4_K {rows}×{cols}, {n} rows, row {r}, weight row {i}")
+                })?;
             }
         }
     }
@@ -116,14 +142,7 @@ fn repacked_q4_k_token_products_equal_the_twin(isa: Isa) -> Result<()> {
 
 fn prompt_products_equal_the_twin(isa: Isa) -> Result<()> {
     let mut rng = StdRng::seed_from_u64(7);
-    let tiled = [
-        GgmlType::Q4_0,
-        GgmlType::Q4_1,
-        GgmlType::Q5_0,
-        GgmlType::Q5_1,
-        GgmlType::Q8_0,
-    ];
-    for t in tiled {
+    for t in BLOCK32_TYPES {
         // Row counts off multiples of 8 (Q4_0's are repacked, another order).
         for rows in [1usize, 5, 7, 13] {
             for blocks in [1usize, 15, 16, 17, 33] {
@@ -132,16 +151,9 @@ fn prompt_products_equal_the_twin(isa: Isa) -> Result<()> {
                 for n in [17usize, 18, 23] {
                     let xs: Vec<f32> = (0..n * cols).map(|_| rng.random_range(-1.0..1.0)).collect();
                     let ys = m.matmul_t_quantized(&xs, n, crate::Numerics::LlamaCpp)?; // (n, rows)
-                    for (r, x) in xs.chunks_exact(cols).enumerate() {
-                        let a = m.prepare(x)?;
-                        for i in 0..rows {
-                            let want = reference::kernel(t)(m.row_bytes_of(i), &a);
-                            let what = format!(
-                                "{isa}: {t} {rows}×{cols}, prompt of {n} row {r}, weight row {i}"
-                            );
-                            assert_eq!(ys[r * rows + i].to_bits(), want.to_bits(), "{what}");
-                        }
-                    }
+                    each_output_is_the_twins(&m, &xs, &ys, reference::kernel(t), |r, i| {
+                        format!("{isa}: {t} {rows}×{cols}, prompt of {n} row {r}, weight row {i}")
+                    })?;
                 }
             }
         }
@@ -152,14 +164,7 @@ fn prompt_products_equal_the_twin(isa: Isa) -> Result<()> {
 fn kernels_equal_the_twin(isa: Isa) -> Result<()> {
     assert_eq!(crate::runtime::isa(), isa);
     let mut rng = StdRng::seed_from_u64(5);
-    let tiled = [
-        GgmlType::Q4_0,
-        GgmlType::Q4_1,
-        GgmlType::Q5_0,
-        GgmlType::Q5_1,
-        GgmlType::Q8_0,
-    ];
-    for t in tiled {
+    for t in BLOCK32_TYPES {
         for rows in [1usize, 3, 4, 5, 9] {
             for blocks in [1usize, 2, 3, 15, 16, 17, 18, 33] {
                 let cols = QK * blocks;
