@@ -24,13 +24,21 @@ use crate::tensor::quant::{k_scales_mins, BlockQ4_K};
 pub(crate) const ROWS: usize = 16;
 
 /// Weight rows `rows` (each `a.d.len()` Q4_K blocks) times one activation row `a`
-/// (Q8_K), in the `gemv` order (module docs): output r for row r.
+/// (Q8_K), in the `gemv` order (module docs): output r for row r. `ahead`: how many
+/// bytes past each block read the memory is asked for the next weights (0: not asked;
+/// the caller passes the sixteen rows' size, so the next call's rows arrive while these
+/// are multiplied: the sweep across sixteen short rows is one the hardware prefetcher
+/// does not follow, and without the hint a token's product waits on every line).
 ///
 /// # Safety
 /// [`available`](super::available); every row holds `a.d.len()` Q4_K blocks and `a` was
 /// prepared as Q8_K for them (its `qs`, `d`, `bsums` of that many blocks).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) unsafe fn q4_k_gemv16(rows: [&[u8]; ROWS], a: &QuantizedActs) -> [f32; ROWS] {
+pub(crate) unsafe fn q4_k_gemv16(
+    rows: [&[u8]; ROWS],
+    a: &QuantizedActs,
+    ahead: usize,
+) -> [f32; ROWS] {
     let nb = a.d.len();
     let lo4 = _mm512_set1_epi8(0x0F);
     // Step c's scale words: sub-block 2c's in the lower 16 words, 2c + 1's in the upper.
@@ -56,6 +64,12 @@ pub(crate) unsafe fn q4_k_gemv16(rows: [&[u8]; ROWS], a: &QuantizedActs) -> [f32
         let mut dmin16 = [0u16; ROWS];
         for (r, row) in rows.iter().enumerate() {
             let b = (row.as_ptr() as *const BlockQ4_K).add(i);
+            if ahead != 0 {
+                let p = (b as *const i8).wrapping_add(ahead);
+                _mm_prefetch::<_MM_HINT_T0>(p);
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(128));
+            }
             let (sc8, mn8) = k_scales_mins(&(*b).scales);
             mins[r] = mn8.iter().zip(&b8).map(|(&m, &s)| m as i32 * s).sum();
             let dp = &raw const (*b).d as *const u16;
