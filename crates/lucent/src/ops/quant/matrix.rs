@@ -1088,6 +1088,10 @@ impl QMatrix {
         #[cfg(target_arch = "x86_64")]
         if self.dtype == GgmlType::Q4_K && self.repacked() && k4.is_some() && avx512::available(isa)
         {
+            if t >= 4 && self.rows >= avx512::kgemm::ROWS {
+                self.prompt_q4_k_sixteens(&mut y, acts, k);
+                return y;
+            }
             // Repacked Q4_K on AVX-512: each block of rows decoded once, then met by
             // every four activation rows.
             let nb = self.cols / QK_K;
@@ -1114,6 +1118,63 @@ impl QMatrix {
         });
         self.prompt_in_fours(&mut y, acts, wb, k, |_: &mut (), _| {}, k4);
         y
+    }
+
+    /// A repacked Q4_K matrix's prompt product on AVX-512 in llama.cpp's grouped order:
+    /// each task's weight rows sixteen at a time, decoded once
+    /// ([`avx512::kgemm::Decoded16`]) and met by every four activation rows
+    /// ([`avx512::kgemm::q4_k_gemm16x4`]); the rows outside whole fours through `k` (the
+    /// `gemv` order), the task's last rows outside whole sixteens through
+    /// [`avx512::kquant::q4_k_gemm4`]. The same numbers as [`QMatrix::prompt_in_fours`]
+    /// with those kernels. Each task writes its rows' columns of `y` (t, rows).
+    #[cfg(target_arch = "x86_64")]
+    fn prompt_q4_k_sixteens(&self, y: &mut [f32], acts: &[QuantizedActs], k: DotFn) {
+        const R: usize = avx512::kgemm::ROWS;
+        let t = acts.len();
+        let nb = self.cols / QK_K;
+        let fours = t - t % 4;
+        let out = Columns::new(y, self.rows, t);
+        let fours_of = |i: usize| (0..fours).step_by(4).map(move |a| (a, i));
+        self.run_row_ranges(t, |i0, n| {
+            let mut dec = avx512::kgemm::Decoded16::default();
+            let whole = n - n % R;
+            for g in (i0..i0 + whole).step_by(R) {
+                let rows: [&[u8]; R] = std::array::from_fn(|r| self.row_bytes_of(g + r));
+                // SAFETY (both): this matrix is Q4_K on AVX-512 (the caller's check), each
+                // row holds nb blocks, and `acts` were prepared as Q8_K for it (check_x).
+                unsafe { dec.fill(rows, nb) };
+                for (a, _) in fours_of(g) {
+                    let x = [&acts[a], &acts[a + 1], &acts[a + 2], &acts[a + 3]];
+                    let y4 = unsafe { avx512::kgemm::q4_k_gemm16x4(&dec, x) };
+                    for (j, yj) in y4.iter().enumerate() {
+                        // SAFETY: a + j < t, rows g .. g + 16 are this task's.
+                        unsafe { out.put(a + j, g, yj) };
+                    }
+                }
+            }
+            let mut dec4 = avx512::kquant::DecodedQ4K::default();
+            let rest = i0 + whole..i0 + n;
+            // SAFETY: as above.
+            unsafe { dec4.fill(rest.clone().map(|i| self.row_bytes_of(i)), nb) };
+            for (r, i) in rest.enumerate() {
+                for (a, _) in fours_of(i) {
+                    let x = [&acts[a], &acts[a + 1], &acts[a + 2], &acts[a + 3]];
+                    // SAFETY: as above; r < the rows dec4 holds.
+                    let v = unsafe { avx512::kquant::q4_k_gemm4(&dec4, r, x) };
+                    for (j, vj) in v.iter().enumerate() {
+                        // SAFETY: a + j < t, row i is this task's.
+                        unsafe { out.put(a + j, i, std::slice::from_ref(vj)) };
+                    }
+                }
+            }
+            for i in i0..i0 + n {
+                let w = self.row_bytes_of(i);
+                for (r, x) in acts.iter().enumerate().skip(fours) {
+                    // SAFETY: r < t, row i is this task's.
+                    unsafe { out.put(r, i, &[k(w, x)]) };
+                }
+            }
+        });
     }
 
     /// The prompt product's loop for kernels of four activation rows: weight rows in

@@ -14,6 +14,7 @@
 //! | file | holds |
 //! | --- | --- |
 //! | `mod` | the level check, the blocks' layouts as the kernels walk them, the unsigned weights of a block, the kernel tables, the shared lane shuffles |
+//! | `kgemm` | a repacked Q4_K matrix's prompt product, sixteen weight rows by four activation rows at a time in llama.cpp's grouped `gemm` order |
 //! | `kgemv` | a repacked Q4_K matrix's token product, sixteen weight rows at a time in llama.cpp's `gemv` order |
 //! | `kquant` | the K-quant dots (Q4_K, Q5_K, Q6_K), one activation row or four, and the repacked Q4_K rows decoded once per prompt |
 //! | `lowbit` | the dots of Q2_K, Q3_K, IQ4_XS, one activation row or four (IQ4_NL takes the AVX2 kernels) |
@@ -22,6 +23,7 @@
 //! | `quantize` | activation rows quantised to Q8_0 / Q8_K blocks, 16 numbers a step |
 
 pub(crate) mod decode;
+pub(crate) mod kgemm;
 pub(crate) mod kgemv;
 pub(crate) mod kquant;
 pub(crate) mod lowbit;

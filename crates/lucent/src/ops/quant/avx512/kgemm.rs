@@ -1,0 +1,205 @@
+//! A repacked Q4_K matrix's prompt product sixteen weight rows by four activation rows
+//! at a time, in llama.cpp's grouped `gemm` order
+//! ([`KOrder::Gemm`](crate::ops::quant::dispatch::KOrder::Gemm)): per output, one f32
+//! chain with one step per 64 numbers (two sub-blocks of 32) and a chain of minimums,
+//!
+//! ```text
+//! acc   = fma(float(T_c), d · dx, acc)         T_c = Σ_{j ∈ {2c, 2c+1}} sc_j · Σ_{l ∈ j} q_l · qx_l
+//! acc_m = fma(float(M_c), dmin · dx, acc_m)    M_c = Σ_{j ∈ {2c, 2c+1}} mn_j · Σ_{l ∈ j} qx_l
+//! y     = acc − acc_m                          (c = 0 .. 4 in each 256-block, blocks in order)
+//! ```
+//!
+//! the arithmetic of [`q4_k_gemm4`](super::kquant::q4_k_gemm4) and of the twin
+//! `reference::dot_q4_k_repacked(.., true)`, so each output equals theirs bit for bit.
+//!
+//! What differs is where the integers are made. Sixteen weight rows are decoded once
+//! ([`Decoded16::fill`]) into one byte per number, interleaved four numbers at a time:
+//! register `j` of a block holds numbers 4j .. 4j + 4 of each of the sixteen rows, one
+//! row a 32-bit lane. One `vpdpbusd` of that register with an activation row's four
+//! numbers at 4j (broadcast to every lane) then adds 64 products into sixteen outputs'
+//! sums at once, with no unpacking and no horizontal sum: a lane is an output. The
+//! sub-block's scale multiplies its sixteen lane sums in one `vpmulld`, the minimums'
+//! pair of 6-bit factors meet the activation's sub-block sums in one `vpmaddwd`, and
+//! each step's two FMAs serve sixteen outputs. A prompt's activation rows pass the
+//! same decoded rows four at a time, so the decoding is paid once per sixteen rows.
+
+use std::arch::x86_64::*;
+
+use super::Chunk;
+use crate::ops::quant::activations::QuantizedActs;
+use crate::tensor::quant::{k_scales_mins, BlockQ4_K};
+
+/// Weight rows a call multiplies.
+pub(crate) const ROWS: usize = 16;
+
+/// Sixteen repacked Q4_K rows decoded for [`q4_k_gemm16x4`], per 256-block: the 64
+/// registers of interleaved numbers (module docs), the eight sub-blocks' scales as i32
+/// lanes, the four steps' minimum pairs as i16 pairs, and `d`, `dmin` widened to f32.
+#[derive(Default)]
+pub(crate) struct Decoded16 {
+    /// (nb, 64) registers: lane r holds row r's numbers 4j .. 4j + 4 as bytes.
+    q: Vec<Chunk>,
+    /// (nb, 8) registers: lane r holds row r's scale of sub-block j as an i32.
+    sc: Vec<Chunk>,
+    /// (nb, 4) registers: lane r holds row r's minimums of sub-blocks 2c and 2c + 1 as
+    /// two i16s.
+    mn: Vec<Chunk>,
+    /// (nb, 2) registers: each row's `d`, then each row's `dmin`, as f32 lanes.
+    d: Vec<Chunk>,
+    /// Blocks in a row.
+    nb: usize,
+}
+
+impl Decoded16 {
+    /// Decode `rows` (each `nb` Q4_K blocks), replacing what was held.
+    ///
+    /// # Safety
+    /// [`available`](super::available); every row is at least `nb` Q4_K blocks.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    pub(crate) unsafe fn fill(&mut self, rows: [&[u8]; ROWS], nb: usize) {
+        let zero = Chunk([0; 64]);
+        self.nb = nb;
+        self.q.resize(64 * nb, zero);
+        self.sc.resize(8 * nb, zero);
+        self.mn.resize(4 * nb, zero);
+        self.d.resize(2 * nb, zero);
+        let lo4 = _mm512_set1_epi8(0x0F);
+        // (16, 256) one block's numbers, a row after a row.
+        let mut plain = [Chunk([0; 64]); 4 * ROWS];
+        // Where each row's numbers 4j .. 4j + 4 start in `plain`, for j = 0.
+        let at = _mm512_set_epi32(
+            15 * 256,
+            14 * 256,
+            13 * 256,
+            12 * 256,
+            11 * 256,
+            10 * 256,
+            9 * 256,
+            8 * 256,
+            7 * 256,
+            6 * 256,
+            5 * 256,
+            4 * 256,
+            3 * 256,
+            2 * 256,
+            256,
+            0,
+        );
+        for i in 0..nb {
+            let mut sc = [[0i32; ROWS]; 8];
+            let mut mn = [[0u32; ROWS]; 4];
+            let mut d = [[0.0f32; ROWS]; 2];
+            for (r, row) in rows.iter().enumerate() {
+                let b = (row.as_ptr() as *const BlockQ4_K).add(i);
+                let qs = (*b).qs.as_ptr();
+                for c in 0..4 {
+                    // Numbers 64c .. 64c + 64: the low nibbles of qs[32c ..], then the high.
+                    let z = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                        qs.add(32 * c) as *const __m256i
+                    ));
+                    let q = _mm512_and_si512(_mm512_mask_srli_epi16(z, 0xFFFF_0000, z, 4), lo4);
+                    _mm512_store_si512(plain.as_mut_ptr().add(4 * r + c) as *mut __m512i, q);
+                }
+                let (sc8, mn8) = k_scales_mins(&(*b).scales);
+                for j in 0..8 {
+                    sc[j][r] = sc8[j] as i32;
+                }
+                for c in 0..4 {
+                    mn[c][r] = mn8[2 * c] as u32 | (mn8[2 * c + 1] as u32) << 16;
+                }
+                let dp = &raw const (*b).d as *const u16;
+                d[0][r] = f16_f32(dp.read_unaligned());
+                d[1][r] = f16_f32(dp.add(1).read_unaligned());
+            }
+            let base = plain.as_ptr() as *const i32;
+            for j in 0..64 {
+                let v = _mm512_i32gather_epi32::<1>(
+                    _mm512_add_epi32(at, _mm512_set1_epi32(4 * j as i32)),
+                    base,
+                );
+                _mm512_store_si512(self.q.as_mut_ptr().add(64 * i + j) as *mut __m512i, v);
+            }
+            for (j, s) in sc.iter().enumerate() {
+                let v = _mm512_loadu_si512(s.as_ptr() as *const __m512i);
+                _mm512_store_si512(self.sc.as_mut_ptr().add(8 * i + j) as *mut __m512i, v);
+            }
+            for (c, m) in mn.iter().enumerate() {
+                let v = _mm512_loadu_si512(m.as_ptr() as *const __m512i);
+                _mm512_store_si512(self.mn.as_mut_ptr().add(4 * i + c) as *mut __m512i, v);
+            }
+            for (k, dk) in d.iter().enumerate() {
+                let v = _mm512_loadu_ps(dk.as_ptr());
+                _mm512_store_ps(self.d.as_mut_ptr().add(2 * i + k) as *mut f32, v);
+            }
+        }
+    }
+}
+
+/// An f16 bit pattern widened to f32 (exact).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn f16_f32(h: u16) -> f32 {
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
+}
+
+/// The sixteen decoded rows of `dec` times four activation rows `acts` (each prepared
+/// as Q8_K for them), in the grouped order (module docs): `y[k][r]` is activation row
+/// k's product with weight row r.
+///
+/// # Safety
+/// [`available`](super::available); `dec` filled with rows of `acts`' length.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn q4_k_gemm16x4(dec: &Decoded16, acts: [&QuantizedActs; 4]) -> [[f32; ROWS]; 4] {
+    let mut acc = [_mm512_setzero_ps(); 4];
+    let mut acc_m = [_mm512_setzero_ps(); 4];
+    for i in 0..dec.nb {
+        let q = dec.q.as_ptr().add(64 * i) as *const __m512i;
+        let dv = _mm512_load_ps(dec.d.as_ptr().add(2 * i) as *const f32);
+        let dmv = _mm512_load_ps(dec.d.as_ptr().add(2 * i + 1) as *const f32);
+        let dx: [__m512; 4] = std::array::from_fn(|k| _mm512_set1_ps(acts[k].d[i]));
+        let d: [__m512; 4] = std::array::from_fn(|k| _mm512_mul_ps(dv, dx[k]));
+        let dm: [__m512; 4] = std::array::from_fn(|k| _mm512_mul_ps(dmv, dx[k]));
+        // The activation rows' numbers of this block, read four at a time as i32s.
+        let xs: [*const i32; 4] =
+            std::array::from_fn(|k| acts[k].qs.as_ptr().add(256 * i) as *const i32);
+        for c in 0..4 {
+            let mut t = [_mm512_setzero_si512(); 4];
+            for j in [2 * c, 2 * c + 1] {
+                // Two chains per activation row (even and odd quads), for the adder's
+                // latency; exact integers, so their order is free.
+                let mut s0 = [_mm512_setzero_si512(); 4];
+                let mut s1 = [_mm512_setzero_si512(); 4];
+                for p in (0..8).step_by(2) {
+                    let w0 = _mm512_load_si512(q.add(8 * j + p));
+                    let w1 = _mm512_load_si512(q.add(8 * j + p + 1));
+                    for k in 0..4 {
+                        let x0 = _mm512_set1_epi32(xs[k].add(8 * j + p).read_unaligned());
+                        let x1 = _mm512_set1_epi32(xs[k].add(8 * j + p + 1).read_unaligned());
+                        s0[k] = _mm512_dpbusd_epi32(s0[k], w0, x0);
+                        s1[k] = _mm512_dpbusd_epi32(s1[k], w1, x1);
+                    }
+                }
+                let scv = _mm512_load_si512(dec.sc.as_ptr().add(8 * i + j) as *const __m512i);
+                for k in 0..4 {
+                    let s = _mm512_add_epi32(s0[k], s1[k]);
+                    t[k] = _mm512_add_epi32(t[k], _mm512_mullo_epi32(s, scv));
+                }
+            }
+            // The minimums of sub-blocks 2c, 2c + 1 against each activation row's sums
+            // over them (each two 16-sums; |Σ| ≤ 32 · 128 fits an i16).
+            let mnv = _mm512_load_si512(dec.mn.as_ptr().add(4 * i + c) as *const __m512i);
+            for k in 0..4 {
+                let bs = &acts[k].bsums[16 * i + 4 * c..16 * i + 4 * c + 4];
+                let pair = ((bs[0] + bs[1]) as u16 as u32) | ((bs[2] + bs[3]) as u16 as u32) << 16;
+                let m = _mm512_madd_epi16(mnv, _mm512_set1_epi32(pair as i32));
+                acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t[k]), d[k], acc[k]);
+                acc_m[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), dm[k], acc_m[k]);
+            }
+        }
+    }
+    let mut y = [[0.0f32; ROWS]; 4];
+    for k in 0..4 {
+        _mm512_storeu_ps(y[k].as_mut_ptr(), _mm512_sub_ps(acc[k], acc_m[k]));
+    }
+    y
+}
