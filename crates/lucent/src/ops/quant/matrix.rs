@@ -1089,7 +1089,17 @@ impl QMatrix {
         if self.dtype == GgmlType::Q4_K && self.repacked() && k4.is_some() && avx512::available(isa)
         {
             if t >= 4 && self.rows >= avx512::kgemm::ROWS {
-                self.prompt_q4_k_sixteens(&mut y, acts, k);
+                // Sixteen rows decoded once and met by every four activation rows.
+                // SAFETY (both): avx512::available(isa); every row is this matrix's
+                // cols / 256 Q4_K blocks, and `acts` were prepared as Q8_K (check_x).
+                let nb = self.cols / QK_K;
+                self.prompt_in_sixteens(
+                    &mut y,
+                    acts,
+                    (k, k4.expect("checked above")),
+                    |d: &mut avx512::kgemm::Decoded16, rows| unsafe { d.fill(rows, nb) },
+                    |d, x| unsafe { avx512::kgemm::q4_k_gemm16x4(d, x) },
+                );
                 return y;
             }
             // Repacked Q4_K on AVX-512: each block of rows decoded once, then met by
@@ -1112,6 +1122,29 @@ impl QMatrix {
             self.prompt_in_fours(&mut y, acts, wb, k, fill, Some(k4));
             return y;
         }
+        #[cfg(target_arch = "x86_64")]
+        if let (GgmlType::Q6_K, true, Some(k4)) = (
+            self.dtype,
+            avx512::available(isa)
+                && t >= TILED_MIN_ROWS
+                && !numerics.row_invariant()
+                && self.rows >= avx512::kgemm::ROWS,
+            k4,
+        ) {
+            // Q6_K in llama.cpp's tiled order: sixteen rows decoded once and met by
+            // every four activation rows.
+            // SAFETY (both): avx512::available(isa); every row is this matrix's
+            // cols / 256 Q6_K blocks, and `acts` were prepared as Q8_K (check_x).
+            let nb = self.cols / QK_K;
+            self.prompt_in_sixteens(
+                &mut y,
+                acts,
+                (k, k4),
+                |d: &mut avx512::kgemm::Decoded16Q6, rows| unsafe { d.fill(rows, nb) },
+                |d, x| unsafe { avx512::kgemm::q6_k_gemm16x4(d, x) },
+            );
+            return y;
+        }
         let wb = (PAIRED_WEIGHT_BYTES / self.row_bytes.max(1)).max(1);
         let k4 = k4.map(|k4| {
             move |_: &(), _: usize, i: usize, x: [&QuantizedActs; 4]| k4(self.row_bytes_of(i), x)
@@ -1120,48 +1153,43 @@ impl QMatrix {
         y
     }
 
-    /// A repacked Q4_K matrix's prompt product on AVX-512 in llama.cpp's grouped order:
-    /// each task's weight rows sixteen at a time, decoded once
-    /// ([`avx512::kgemm::Decoded16`]) and met by every four activation rows
-    /// ([`avx512::kgemm::q4_k_gemm16x4`]); the rows outside whole fours through `k` (the
-    /// `gemv` order), the task's last rows outside whole sixteens through
-    /// [`avx512::kquant::q4_k_gemm4`]. The same numbers as [`QMatrix::prompt_in_fours`]
-    /// with those kernels. Each task writes its rows' columns of `y` (t, rows).
+    /// The prompt product's loop for the sixteen-row kernels of `avx512::kgemm`: each
+    /// task's weight rows sixteen at a time, decoded once by `fill` into the task's
+    /// scratch `D`, then met by every four activation rows (`k16`); the task's last rows
+    /// outside whole sixteens through `k4` (the same order, read from the blocks), the
+    /// activation rows outside whole fours through `k`. The numbers are those of
+    /// [`QMatrix::prompt_in_fours`] with `k4` and `k`. Each task writes its rows' columns
+    /// of `y` (t, rows).
     #[cfg(target_arch = "x86_64")]
-    fn prompt_q4_k_sixteens(&self, y: &mut [f32], acts: &[QuantizedActs], k: DotFn) {
+    fn prompt_in_sixteens<D: Default>(
+        &self,
+        y: &mut [f32],
+        acts: &[QuantizedActs],
+        (k, k4): (DotFn, Dot4Fn),
+        fill: impl Fn(&mut D, [&[u8]; avx512::kgemm::ROWS]) + Sync,
+        k16: impl Fn(&D, [&QuantizedActs; 4]) -> [[f32; avx512::kgemm::ROWS]; 4] + Sync,
+    ) {
         const R: usize = avx512::kgemm::ROWS;
         let t = acts.len();
-        let nb = self.cols / QK_K;
         let fours = t - t % 4;
         let out = Columns::new(y, self.rows, t);
-        let fours_of = |i: usize| (0..fours).step_by(4).map(move |a| (a, i));
+        let four = |a: usize| [&acts[a], &acts[a + 1], &acts[a + 2], &acts[a + 3]];
         self.run_row_ranges(t, |i0, n| {
-            let mut dec = avx512::kgemm::Decoded16::default();
+            let mut dec = D::default();
             let whole = n - n % R;
             for g in (i0..i0 + whole).step_by(R) {
-                let rows: [&[u8]; R] = std::array::from_fn(|r| self.row_bytes_of(g + r));
-                // SAFETY (both): this matrix is Q4_K on AVX-512 (the caller's check), each
-                // row holds nb blocks, and `acts` were prepared as Q8_K for it (check_x).
-                unsafe { dec.fill(rows, nb) };
-                for (a, _) in fours_of(g) {
-                    let x = [&acts[a], &acts[a + 1], &acts[a + 2], &acts[a + 3]];
-                    let y4 = unsafe { avx512::kgemm::q4_k_gemm16x4(&dec, x) };
-                    for (j, yj) in y4.iter().enumerate() {
+                fill(&mut dec, std::array::from_fn(|r| self.row_bytes_of(g + r)));
+                for a in (0..fours).step_by(4) {
+                    for (j, yj) in k16(&dec, four(a)).iter().enumerate() {
                         // SAFETY: a + j < t, rows g .. g + 16 are this task's.
                         unsafe { out.put(a + j, g, yj) };
                     }
                 }
             }
-            let mut dec4 = avx512::kquant::DecodedQ4K::default();
-            let rest = i0 + whole..i0 + n;
-            // SAFETY: as above.
-            unsafe { dec4.fill(rest.clone().map(|i| self.row_bytes_of(i)), nb) };
-            for (r, i) in rest.enumerate() {
-                for (a, _) in fours_of(i) {
-                    let x = [&acts[a], &acts[a + 1], &acts[a + 2], &acts[a + 3]];
-                    // SAFETY: as above; r < the rows dec4 holds.
-                    let v = unsafe { avx512::kquant::q4_k_gemm4(&dec4, r, x) };
-                    for (j, vj) in v.iter().enumerate() {
+            for i in i0 + whole..i0 + n {
+                let w = self.row_bytes_of(i);
+                for a in (0..fours).step_by(4) {
+                    for (j, vj) in k4(w, four(a)).iter().enumerate() {
                         // SAFETY: a + j < t, row i is this task's.
                         unsafe { out.put(a + j, i, std::slice::from_ref(vj)) };
                     }

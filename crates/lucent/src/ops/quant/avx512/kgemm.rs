@@ -27,7 +27,7 @@ use std::arch::x86_64::*;
 
 use super::Chunk;
 use crate::ops::quant::activations::QuantizedActs;
-use crate::tensor::quant::{k_scales_mins, BlockQ4_K};
+use crate::tensor::quant::{k_scales_mins, BlockQ4_K, BlockQ6_K};
 
 /// Weight rows a call multiplies.
 pub(crate) const ROWS: usize = 16;
@@ -66,25 +66,6 @@ impl Decoded16 {
         let lo4 = _mm512_set1_epi8(0x0F);
         // (16, 256) one block's numbers, a row after a row.
         let mut plain = [Chunk([0; 64]); 4 * ROWS];
-        // Where each row's numbers 4j .. 4j + 4 start in `plain`, for j = 0.
-        let at = _mm512_set_epi32(
-            15 * 256,
-            14 * 256,
-            13 * 256,
-            12 * 256,
-            11 * 256,
-            10 * 256,
-            9 * 256,
-            8 * 256,
-            7 * 256,
-            6 * 256,
-            5 * 256,
-            4 * 256,
-            3 * 256,
-            2 * 256,
-            256,
-            0,
-        );
         for i in 0..nb {
             let mut sc = [[0i32; ROWS]; 8];
             let mut mn = [[0u32; ROWS]; 4];
@@ -111,14 +92,7 @@ impl Decoded16 {
                 d[0][r] = f16_f32(dp.read_unaligned());
                 d[1][r] = f16_f32(dp.add(1).read_unaligned());
             }
-            let base = plain.as_ptr() as *const i32;
-            for j in 0..64 {
-                let v = _mm512_i32gather_epi32::<1>(
-                    _mm512_add_epi32(at, _mm512_set1_epi32(4 * j as i32)),
-                    base,
-                );
-                _mm512_store_si512(self.q.as_mut_ptr().add(64 * i + j) as *mut __m512i, v);
-            }
+            interleave(&plain, &mut self.q[64 * i..64 * i + 64]);
             for (j, s) in sc.iter().enumerate() {
                 let v = _mm512_loadu_si512(s.as_ptr() as *const __m512i);
                 _mm512_store_si512(self.sc.as_mut_ptr().add(8 * i + j) as *mut __m512i, v);
@@ -133,6 +107,63 @@ impl Decoded16 {
             }
         }
     }
+}
+
+/// One block's numbers of sixteen rows (`plain`: (16, 256) bytes, a row after a row)
+/// interleaved four at a time: register j of `q` holds numbers 4j .. 4j + 4 of each
+/// row, row r in 32-bit lane r.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn interleave(plain: &[Chunk; 4 * ROWS], q: &mut [Chunk]) {
+    for c in 0..4 {
+        // Numbers 64c .. 64c + 64 of each row: 32-bit words 16c .. 16c + 16.
+        let v: [__m512i; ROWS] = std::array::from_fn(|r| {
+            _mm512_load_si512(plain.as_ptr().add(4 * r + c) as *const __m512i)
+        });
+        for (d, w) in transpose16(&v).iter().enumerate() {
+            _mm512_store_si512(&mut q[16 * c + d] as *mut Chunk as *mut __m512i, *w);
+        }
+    }
+}
+
+/// Sixteen registers of 32-bit words transposed: word r of result d is word d of
+/// register r. Pairs of rows, then fours, within each 128-bit lane; then the 128-bit
+/// lanes of each four exchanged.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn transpose16(r: &[__m512i; ROWS]) -> [__m512i; ROWS] {
+    // t[2m], t[2m + 1]: rows 2m, 2m + 1 interleaved (words 0, 1 / 2, 3 of each lane).
+    let t: [__m512i; ROWS] = std::array::from_fn(|k| {
+        let (a, b) = (r[k & !1], r[k | 1]);
+        if k % 2 == 0 {
+            _mm512_unpacklo_epi32(a, b)
+        } else {
+            _mm512_unpackhi_epi32(a, b)
+        }
+    });
+    // u[4q + e]: word e of each 128-bit lane of rows 4q .. 4q + 4, in that lane.
+    let u: [__m512i; ROWS] = std::array::from_fn(|k| {
+        let (q, e) = (k / 4, k % 4);
+        let (a, b) = (t[4 * q + e / 2], t[4 * q + 2 + e / 2]);
+        if e % 2 == 0 {
+            _mm512_unpacklo_epi64(a, b)
+        } else {
+            _mm512_unpackhi_epi64(a, b)
+        }
+    });
+    let mut out = [_mm512_setzero_si512(); ROWS];
+    for e in 0..4 {
+        let v0 = _mm512_shuffle_i32x4::<0b10_00_10_00>(u[e], u[4 + e]);
+        let v1 = _mm512_shuffle_i32x4::<0b11_01_11_01>(u[e], u[4 + e]);
+        let v2 = _mm512_shuffle_i32x4::<0b10_00_10_00>(u[8 + e], u[12 + e]);
+        let v3 = _mm512_shuffle_i32x4::<0b11_01_11_01>(u[8 + e], u[12 + e]);
+        // Lane L of the result: lane L of u[e], u[4 + e], u[8 + e], u[12 + e].
+        out[e] = _mm512_shuffle_i32x4::<0b10_00_10_00>(v0, v2);
+        out[8 + e] = _mm512_shuffle_i32x4::<0b11_01_11_01>(v0, v2);
+        out[4 + e] = _mm512_shuffle_i32x4::<0b10_00_10_00>(v1, v3);
+        out[12 + e] = _mm512_shuffle_i32x4::<0b11_01_11_01>(v1, v3);
+    }
+    out
 }
 
 /// An f16 bit pattern widened to f32 (exact).
@@ -200,6 +231,158 @@ pub(crate) unsafe fn q4_k_gemm16x4(dec: &Decoded16, acts: [&QuantizedActs; 4]) -
     let mut y = [[0.0f32; ROWS]; 4];
     for k in 0..4 {
         _mm512_storeu_ps(y[k].as_mut_ptr(), _mm512_sub_ps(acc[k], acc_m[k]));
+    }
+    y
+}
+
+/// Sixteen Q6_K rows decoded for [`q6_k_gemm16x4`], per 256-block: the 64 registers of
+/// interleaved numbers (0 ..= 63, the `− 32` not yet taken), the sixteen groups'
+/// scales as i32 lanes, the eight pairs of groups' scales as i16 pairs, and `d`
+/// widened to f32.
+#[derive(Default)]
+pub(crate) struct Decoded16Q6 {
+    /// (nb, 64) registers: lane r holds row r's numbers 4j .. 4j + 4 as bytes.
+    q: Vec<Chunk>,
+    /// (nb, 16) registers: lane r holds row r's scale of group g (16 numbers) as an i32.
+    sc: Vec<Chunk>,
+    /// (nb, 8) registers: lane r holds row r's scales of groups 2h and 2h + 1 as i16s.
+    sc2: Vec<Chunk>,
+    /// (nb) registers: each row's `d` as an f32 lane.
+    d: Vec<Chunk>,
+    /// Blocks in a row.
+    nb: usize,
+}
+
+impl Decoded16Q6 {
+    /// Decode `rows` (each `nb` Q6_K blocks), replacing what was held.
+    ///
+    /// # Safety
+    /// [`available`](super::available); every row is at least `nb` Q6_K blocks.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    pub(crate) unsafe fn fill(&mut self, rows: [&[u8]; ROWS], nb: usize) {
+        let zero = Chunk([0; 64]);
+        self.nb = nb;
+        self.q.resize(64 * nb, zero);
+        self.sc.resize(16 * nb, zero);
+        self.sc2.resize(8 * nb, zero);
+        self.d.resize(nb, zero);
+        let m4 = _mm256_set1_epi8(0x0F);
+        let m3 = _mm256_set1_epi8(0x03);
+        let mut plain = [Chunk([0; 64]); 4 * ROWS];
+        for i in 0..nb {
+            let mut sc = [[0i32; ROWS]; 16];
+            let mut sc2 = [[0u32; ROWS]; 8];
+            let mut d = [0.0f32; ROWS];
+            for (r, row) in rows.iter().enumerate() {
+                let b = (row.as_ptr() as *const BlockQ6_K).add(i);
+                let (ql, qh) = ((*b).ql.as_ptr(), (*b).qh.as_ptr());
+                let out = plain.as_mut_ptr().add(4 * r) as *mut u8;
+                for n in 0..2 {
+                    // Number 128n + 32k + l: the low four bits from ql[64n + 32(k % 2) + l]
+                    // (low nibble for k < 2, high for k ≥ 2), the high two from bits 2k,
+                    // 2k + 1 of qh[32n + l].
+                    let l0 = _mm256_loadu_si256(ql.add(64 * n) as *const __m256i);
+                    let l1 = _mm256_loadu_si256(ql.add(64 * n + 32) as *const __m256i);
+                    let h = _mm256_loadu_si256(qh.add(32 * n) as *const __m256i);
+                    let lows = [
+                        _mm256_and_si256(l0, m4),
+                        _mm256_and_si256(l1, m4),
+                        _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                        _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                    ];
+                    for (k, lo) in lows.iter().enumerate() {
+                        let hi = _mm256_and_si256(
+                            _mm256_srl_epi16(h, _mm_cvtsi32_si128(2 * k as i32)),
+                            m3,
+                        );
+                        let q = _mm256_or_si256(*lo, _mm256_slli_epi16(hi, 4));
+                        _mm256_storeu_si256(out.add(128 * n + 32 * k) as *mut __m256i, q);
+                    }
+                }
+                let scales = &(*b).scales;
+                for g in 0..16 {
+                    sc[g][r] = scales[g] as i32;
+                }
+                for h in 0..8 {
+                    sc2[h][r] = scales[2 * h] as i16 as u16 as u32
+                        | (scales[2 * h + 1] as i16 as u16 as u32) << 16;
+                }
+                d[r] = f16_f32((&raw const (*b).d as *const u16).read_unaligned());
+            }
+            interleave(&plain, &mut self.q[64 * i..64 * i + 64]);
+            for (g, v) in sc.iter().enumerate() {
+                let v = _mm512_loadu_si512(v.as_ptr() as *const __m512i);
+                _mm512_store_si512(self.sc.as_mut_ptr().add(16 * i + g) as *mut __m512i, v);
+            }
+            for (h, v) in sc2.iter().enumerate() {
+                let v = _mm512_loadu_si512(v.as_ptr() as *const __m512i);
+                _mm512_store_si512(self.sc2.as_mut_ptr().add(8 * i + h) as *mut __m512i, v);
+            }
+            _mm512_store_ps(
+                self.d.as_mut_ptr().add(i) as *mut f32,
+                _mm512_loadu_ps(d.as_ptr()),
+            );
+        }
+    }
+}
+
+/// The sixteen decoded Q6_K rows of `dec` times four activation rows `acts` (each
+/// prepared as Q8_K), in llama.cpp's tiled order (the twin `dot_q6_k_tiled`): per
+/// block `acc = fma(d · float(S), dx, acc)`, S the block's exact
+/// `Σ_g sc_g · Σ_{l ∈ g} (q_l − 32) · qx_l`, here `Σ_g sc_g · Σ q · qx − 32 · Σ_g sc_g ·
+/// Σ_{l ∈ g} qx_l` (the stored 16-sums). `y[k][r]`: activation row k with weight row r.
+///
+/// # Safety
+/// [`available`](super::available); `dec` filled with rows of `acts`' length.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn q6_k_gemm16x4(
+    dec: &Decoded16Q6,
+    acts: [&QuantizedActs; 4],
+) -> [[f32; ROWS]; 4] {
+    let mut acc = [_mm512_setzero_ps(); 4];
+    for i in 0..dec.nb {
+        let q = dec.q.as_ptr().add(64 * i) as *const __m512i;
+        let xs: [*const i32; 4] =
+            std::array::from_fn(|k| acts[k].qs.as_ptr().add(256 * i) as *const i32);
+        let mut t = [_mm512_setzero_si512(); 4];
+        for g in 0..16 {
+            // Group g: numbers 16g .. 16g + 16, four quads in two chains per row.
+            let mut s0 = [_mm512_setzero_si512(); 4];
+            let mut s1 = [_mm512_setzero_si512(); 4];
+            for p in [4 * g, 4 * g + 2] {
+                let w0 = _mm512_load_si512(q.add(p));
+                let w1 = _mm512_load_si512(q.add(p + 1));
+                for k in 0..4 {
+                    let x0 = _mm512_set1_epi32(xs[k].add(p).read_unaligned());
+                    let x1 = _mm512_set1_epi32(xs[k].add(p + 1).read_unaligned());
+                    s0[k] = _mm512_dpbusd_epi32(s0[k], w0, x0);
+                    s1[k] = _mm512_dpbusd_epi32(s1[k], w1, x1);
+                }
+            }
+            let scv = _mm512_load_si512(dec.sc.as_ptr().add(16 * i + g) as *const __m512i);
+            for k in 0..4 {
+                let s = _mm512_add_epi32(s0[k], s1[k]);
+                t[k] = _mm512_add_epi32(t[k], _mm512_mullo_epi32(s, scv));
+            }
+        }
+        let dv = _mm512_load_ps(dec.d.as_ptr().add(i) as *const f32);
+        for k in 0..4 {
+            // Σ_g sc_g · (16-sum g), pairs of groups a step (|16-sum| ≤ 16 · 128: an i16).
+            let bs = &acts[k].bsums[16 * i..16 * i + 16];
+            let mut off = _mm512_setzero_si512();
+            for h in 0..8 {
+                let sc2 = _mm512_load_si512(dec.sc2.as_ptr().add(8 * i + h) as *const __m512i);
+                let pair = (bs[2 * h] as u16 as u32) | (bs[2 * h + 1] as u16 as u32) << 16;
+                off = _mm512_add_epi32(off, _mm512_madd_epi16(sc2, _mm512_set1_epi32(pair as i32)));
+            }
+            let s = _mm512_sub_epi32(t[k], _mm512_slli_epi32(off, 5));
+            let ds = _mm512_mul_ps(dv, _mm512_cvtepi32_ps(s));
+            acc[k] = _mm512_fmadd_ps(ds, _mm512_set1_ps(acts[k].d[i]), acc[k]);
+        }
+    }
+    let mut y = [[0.0f32; ROWS]; 4];
+    for k in 0..4 {
+        _mm512_storeu_ps(y[k].as_mut_ptr(), acc[k]);
     }
     y
 }

@@ -141,53 +141,60 @@ fn repacked_q4_k_token_products_equal_the_twin(isa: Isa) -> Result<()> {
     Ok(())
 }
 
-/// A repacked Q4_K matrix's prompt products in llama.cpp's grouped order
-/// (`avx512::kgemm::q4_k_gemm16x4` on AVX-512: sixteen weight rows by four activation
-/// rows a call, a task's last rows outside whole sixteens through `q4_k_gemm4`, the
-/// activation rows outside whole fours in the `gemv` order) at every level, one thread
-/// and two, against the twin of each output, bit for bit. Rows multiples of 8 (else
-/// the matrix is not repacked) with and without whole sixteens; an outlier among the
-/// activations, so the integer sums reach past 2²⁴ and round.
+/// The prompt products of `avx512::kgemm` (sixteen weight rows by four activation rows
+/// a call; a task's last rows outside whole sixteens through the four-row kernel, the
+/// activation rows outside whole fours through the one-row kernel) at every level, one
+/// thread and two, against the twin of each output, bit for bit: a repacked Q4_K
+/// matrix in llama.cpp's grouped order (whole fours; the `gemv` order for the rest)
+/// and a Q6_K matrix in its tiled order (8 rows or more; the token's order below).
+/// Row counts with and without whole sixteens (Q4_K's multiples of 8, else it is not
+/// repacked); an outlier among the activations, so the integer sums reach past 2²⁴
+/// and round.
 #[test]
-fn repacked_q4_k_prompt_products_of_every_level_equal_the_twin_bit_for_bit() -> Result<()> {
-    at_every_level(&[1, 2], repacked_q4_k_prompt_products_equal_the_twin)
+fn sixteen_row_prompt_products_of_every_level_equal_the_twin_bit_for_bit() -> Result<()> {
+    at_every_level(&[1, 2], sixteen_row_prompt_products_equal_the_twin)
 }
 
-fn repacked_q4_k_prompt_products_equal_the_twin(isa: Isa) -> Result<()> {
+fn sixteen_row_prompt_products_equal_the_twin(isa: Isa) -> Result<()> {
     let mut rng = StdRng::seed_from_u64(13);
-    let t = GgmlType::Q4_K;
-    let grouped = |w: &[u8], a: &QuantizedActs| reference::dot_q4_k_repacked(w, a, true);
-    let gemv = reference::repacked_kernels(t).0;
-    for rows in [8usize, 16, 40, 264] {
-        for blocks in [1usize, 3, 13] {
-            let cols = QK_K * blocks;
-            let m = random_matrix(t, rows, cols, &mut rng)?;
-            for n in [4usize, 9, 35] {
-                let xs: Vec<f32> = (0..n * cols)
-                    .map(|p| {
-                        if p % 97 == 5 {
-                            40.0
-                        } else {
-                            rng.random_range(-1.0..1.0)
+    for t in [GgmlType::Q4_K, GgmlType::Q6_K] {
+        let twin = |w: &[u8], a: &QuantizedActs, r: usize, n: usize| match t {
+            GgmlType::Q4_K if r < n - n % 4 => reference::dot_q4_k_repacked(w, a, true),
+            GgmlType::Q4_K => reference::repacked_kernels(t).0(w, a),
+            _ if n >= 8 => reference::dot_q6_k_tiled(w, a),
+            _ => reference::kernel(t)(w, a),
+        };
+        let row_counts: &[usize] = if t == GgmlType::Q4_K {
+            &[8, 16, 40, 264]
+        } else {
+            &[15, 16, 37, 264]
+        };
+        for &rows in row_counts {
+            for blocks in [1usize, 3, 13] {
+                let cols = QK_K * blocks;
+                let m = random_matrix(t, rows, cols, &mut rng)?;
+                for n in [4usize, 9, 35] {
+                    let xs: Vec<f32> = (0..n * cols)
+                        .map(|p| {
+                            if p % 97 == 5 {
+                                40.0
+                            } else {
+                                rng.random_range(-1.0..1.0)
+                            }
+                        })
+                        .collect();
+                    // (n, rows)
+                    let ys = m.matmul_t_quantized(&xs, n, crate::Numerics::LlamaCpp)?;
+                    for (r, x) in xs.chunks_exact(cols).enumerate() {
+                        let a = m.prepare(x)?;
+                        for i in 0..rows {
+                            let want = twin(m.row_bytes_of(i), &a, r, n);
+                            assert_eq!(
+                                ys[r * rows + i].to_bits(),
+                                want.to_bits(),
+                                "{isa}: {t} {rows}×{cols}, {n} rows, row {r}, weight row {i}"
+                            );
                         }
-                    })
-                    .collect();
-                // (n, rows)
-                let ys = m.matmul_t_quantized(&xs, n, crate::Numerics::LlamaCpp)?;
-                for (r, x) in xs.chunks_exact(cols).enumerate() {
-                    let a = m.prepare(x)?;
-                    for i in 0..rows {
-                        let w = m.row_bytes_of(i);
-                        let want = if r < n - n % 4 {
-                            grouped(w, &a)
-                        } else {
-                            gemv(w, &a)
-                        };
-                        assert_eq!(
-                            ys[r * rows + i].to_bits(),
-                            want.to_bits(),
-                            "{isa}: Q4_K {rows}×{cols}, {n} rows, row {r}, weight row {i}"
-                        );
                     }
                 }
             }
