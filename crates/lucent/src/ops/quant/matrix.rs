@@ -1086,40 +1086,21 @@ impl QMatrix {
         // all four (the K-quants on AVX-512; the same numbers as one row at a time) or
         // where llama.cpp sums rows in fours its own way (repacked Q4_K).
         #[cfg(target_arch = "x86_64")]
-        if self.dtype == GgmlType::Q4_K && self.repacked() && k4.is_some() && avx512::available(isa)
+        if let (GgmlType::Q4_K, true, Some(k4)) =
+            (self.dtype, self.repacked() && avx512::available(isa), k4)
         {
-            if t >= 4 && self.rows >= avx512::kgemm::ROWS {
-                // Sixteen rows decoded once and met by every four activation rows.
-                // SAFETY (both): avx512::available(isa); every row is this matrix's
-                // cols / 256 Q4_K blocks, and `acts` were prepared as Q8_K (check_x).
-                let nb = self.cols / QK_K;
-                self.prompt_in_sixteens(
-                    &mut y,
-                    acts,
-                    (k, k4.expect("checked above")),
-                    |d: &mut avx512::kgemm::Decoded16, rows| unsafe { d.fill(rows, nb) },
-                    |d, x| unsafe { avx512::kgemm::q4_k_gemm16x4(d, x) },
-                );
-                return y;
-            }
-            // Repacked Q4_K on AVX-512: each block of rows decoded once, then met by
-            // every four activation rows.
+            // Repacked Q4_K on AVX-512, llama.cpp's grouped order: sixteen rows decoded
+            // once and met by every four activation rows.
+            // SAFETY (both): avx512::available(isa); every row is this matrix's
+            // cols / 256 Q4_K blocks, and `acts` were prepared as Q8_K (check_x).
             let nb = self.cols / QK_K;
-            let wb =
-                (PAIRED_WEIGHT_BYTES / avx512::kquant::DecodedQ4K::row_bytes(nb).max(1)).max(1);
-            let fill = |dec: &mut avx512::kquant::DecodedQ4K, rows: Range<usize>| {
-                // SAFETY: avx512::available(isa); the rows are this matrix's nb Q4_K blocks.
-                unsafe { dec.fill(rows.map(|i| self.row_bytes_of(i)), nb) }
-            };
-            // SAFETY: as above; dec holds the block's rows (r < its length), and the
-            // activations were prepared as Q8_K for this matrix (check_x).
-            let k4 = |dec: &avx512::kquant::DecodedQ4K,
-                      r: usize,
-                      _: usize,
-                      x: [&QuantizedActs; 4]| unsafe {
-                avx512::kquant::q4_k_gemm4(dec, r, x)
-            };
-            self.prompt_in_fours(&mut y, acts, wb, k, fill, Some(k4));
+            self.prompt_in_sixteens(
+                &mut y,
+                acts,
+                (k, k4),
+                |d: &mut avx512::kgemm::Decoded16, rows| unsafe { d.fill(rows, nb) },
+                |d, x| unsafe { avx512::kgemm::q4_k_gemm16x4(d, x) },
+            );
             return y;
         }
         #[cfg(target_arch = "x86_64")]

@@ -9,8 +9,10 @@
 //! y     = acc − acc_m                          (c = 0 .. 4 in each 256-block, blocks in order)
 //! ```
 //!
-//! the arithmetic of [`q4_k_gemm4`](super::kquant::q4_k_gemm4) and of the twin
-//! `reference::dot_q4_k_repacked(.., true)`, so each output equals theirs bit for bit.
+//! the arithmetic of [`q45_k_rows::<4>`](super::kquant::q45_k_rows) in that order and of
+//! the twin `reference::dot_q4_k_repacked(.., true)`, so each output equals theirs bit
+//! for bit. Q6_K's prompt products take the same shape in llama.cpp's tiled order
+//! ([`q6_k_gemm16x4`]).
 //!
 //! What differs is where the integers are made. Sixteen weight rows are decoded once
 //! ([`Decoded16::fill`]) into one byte per number, interleaved four numbers at a time:

@@ -1,9 +1,10 @@
 //! The AVX-512 VNNI K-quant dots (Q4_K, Q5_K, Q6_K), 64 numbers a step, one activation
 //! row or several at once (each weight step decoded once for all of them), in each of
-//! llama.cpp's orders; and a repacked Q4_K matrix's rows decoded once per prompt block
-//! ([`DecodedQ4K`], [`q4_k_gemm4`]). Their i32 lanes and f32 arithmetic are the AVX2
-//! kernels' ([`avx2::K45Acc`]): every result equals [`crate::ops::quant::avx2`]'s, and
-//! the twin's, bit for bit. Selected only after [`available`](super::available)(super::available) said yes.
+//! llama.cpp's orders. Their i32 lanes and f32 arithmetic are the AVX2 kernels'
+//! ([`avx2::K45Acc`]): every result equals [`crate::ops::quant::avx2`]'s, and the
+//! twin's, bit for bit. Selected only after [`available`](super::available) said yes.
+//! (A prompt's products of repacked Q4_K and of Q6_K take [`super::kgemm`] where
+//! sixteen weight rows are whole.)
 
 use std::arch::x86_64::*;
 
@@ -11,8 +12,6 @@ use crate::ops::quant::activations::QuantizedActs;
 use crate::ops::quant::avx2;
 use crate::ops::quant::dispatch::KOrder;
 use crate::tensor::quant::{k_scales_mins, BlockQ6_K};
-
-use super::Chunk;
 
 /// Q4_K (`five` false) and Q5_K (`five` true) in `order`, 64 numbers (two
 /// sub-blocks) a step: `vpmaddubsw` pairs (q ≤ 31, |qx| ≤ 127: no saturation),
@@ -183,110 +182,6 @@ pub(crate) unsafe fn k45_step(
         _mm512_set1_epi16(sc8[2 * c + 1] as i16),
     );
     (q, sc)
-}
-
-/// Repacked Q4_K rows of one row block decoded once for [`q4_k_gemm4`]: per block,
-/// each step's weights and scales as [`k45_step`] makes them, the minimums as
-/// [`k45_mins16`] spreads them, and `d`, `dmin` widened to f32. A prompt's groups of
-/// four activation rows all pass the same rows, so each block is unpacked once, not
-/// once per group.
-#[derive(Default)]
-pub(crate) struct DecodedQ4K {
-    /// (rows, nb, 4) steps' weights.
-    q: Vec<Chunk>,
-    /// (rows, nb, 4) steps' scales.
-    sc: Vec<Chunk>,
-    /// (rows, nb) minimums by 16-group.
-    mn: Vec<Chunk>,
-    /// (rows, nb) scales `d`, then (rows, nb) `dmin`.
-    d: Vec<f32>,
-    /// Blocks in a row.
-    nb: usize,
-}
-
-impl DecodedQ4K {
-    /// Bytes one decoded row of `nb` blocks takes.
-    pub(crate) const fn row_bytes(nb: usize) -> usize {
-        nb * (9 * 64 + 8)
-    }
-
-    /// Decode `rows` (each `nb` Q4_K blocks), replacing what was held.
-    ///
-    /// # Safety
-    /// [`available`](super::available); every row is at least `nb` Q4_K blocks.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-    pub(crate) unsafe fn fill<'a>(
-        &mut self,
-        rows: impl ExactSizeIterator<Item = &'a [u8]>,
-        nb: usize,
-    ) {
-        let n = rows.len() * nb;
-        self.nb = nb;
-        let zero = Chunk([0; 64]);
-        self.q.resize(4 * n, zero);
-        self.sc.resize(4 * n, zero);
-        self.mn.resize(n, zero);
-        self.d.resize(2 * n, 0.0);
-        for (r, row) in rows.enumerate() {
-            for i in 0..nb {
-                let b = r * nb + i;
-                let blk = avx2::K45Ptr::new(row, i, false);
-                let (sc8, mn8) = k_scales_mins(&*blk.scales);
-                let mn = self.mn.as_mut_ptr().add(b) as *mut __m512i;
-                _mm512_store_si512(mn, k45_mins16(&mn8));
-                for c in 0..4 {
-                    let (q, sc) = k45_step(blk.qs, _mm512_setzero_si512(), &sc8, c, false);
-                    _mm512_store_si512(self.q.as_mut_ptr().add(4 * b + c) as *mut __m512i, q);
-                    _mm512_store_si512(self.sc.as_mut_ptr().add(4 * b + c) as *mut __m512i, sc);
-                }
-                self.d[b] = avx2::f16p(blk.d);
-                self.d[n + b] = avx2::f16p(blk.d.add(1));
-            }
-        }
-    }
-}
-
-/// Decoded row `r` of `dec` with four activation rows in llama.cpp's grouped order
-/// ([`KOrder::Gemm`]): [`q45_k_rows::<4>`]'s arithmetic for Q4_K in that order, from
-/// the decoded blocks, so each result equals it bit for bit.
-///
-/// # Safety
-/// [`available`](super::available); `dec` filled with Q4_K rows as long as the activations, each
-/// prepared as Q8_K.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) unsafe fn q4_k_gemm4(dec: &DecodedQ4K, r: usize, acts: [&QuantizedActs; 4]) -> [f32; 4] {
-    let nb = dec.nb;
-    let n = dec.d.len() / 2;
-    let (mut rows4, mut mins4) = (_mm_setzero_ps(), _mm_setzero_ps());
-    for i in 0..nb {
-        let b = r * nb + i;
-        let mn16 = _mm512_load_si512(dec.mn.as_ptr().add(b) as *const __m512i);
-        let mv: [__m512i; 4] = std::array::from_fn(|k| {
-            let bs = _mm512_loadu_si512(acts[k].bsums.as_ptr().add(16 * i) as *const __m512i);
-            _mm512_mullo_epi32(mn16, bs)
-        });
-        let dx4 = _mm_set_ps(acts[3].d[i], acts[2].d[i], acts[1].d[i], acts[0].d[i]);
-        let sc4 = _mm_mul_ps(_mm_set1_ps(dec.d[b]), dx4);
-        for c in 0..4 {
-            let q = _mm512_load_si512(dec.q.as_ptr().add(4 * b + c) as *const __m512i);
-            let sc = _mm512_load_si512(dec.sc.as_ptr().add(4 * b + c) as *const __m512i);
-            let ps: [__m512i; 4] = std::array::from_fn(|k| {
-                let x =
-                    _mm512_loadu_si512(acts[k].qs.as_ptr().add(256 * i + 64 * c) as *const __m512i);
-                _mm512_madd_epi16(_mm512_maddubs_epi16(q, x), sc)
-            });
-            // Step c's four totals (lane k: row k) into the four chains.
-            let t = fold_lanes(interleave4(ps[0], ps[1], ps[2], ps[3]));
-            rows4 = _mm_fmadd_ps(_mm_cvtepi32_ps(t), sc4, rows4);
-        }
-        // The minimums' chains, step after step: 128-bit lane c of the interleaved
-        // products holds step c's four sums.
-        let mt = interleave4(mv[0], mv[1], mv[2], mv[3]);
-        mins4 = min_steps(mt, _mm_mul_ps(_mm_set1_ps(dec.d[n + b]), dx4), mins4);
-    }
-    let mut out = [0.0f32; 4];
-    _mm_storeu_ps(out.as_mut_ptr(), _mm_sub_ps(rows4, mins4));
-    out
 }
 
 /// The grouped order's minimum chains over one block: 128-bit lane c of `mt` holds

@@ -14,9 +14,9 @@
 //! | file | holds |
 //! | --- | --- |
 //! | `mod` | the level check, the blocks' layouts as the kernels walk them, the unsigned weights of a block, the kernel tables, the shared lane shuffles |
-//! | `kgemm` | a repacked Q4_K matrix's prompt product, sixteen weight rows by four activation rows at a time in llama.cpp's grouped `gemm` order |
+//! | `kgemm` | a prompt's products of repacked Q4_K (llama.cpp's grouped `gemm` order) and of Q6_K (its tiled order), sixteen weight rows by four activation rows a call, from rows decoded once into interleaved bytes |
 //! | `kgemv` | a repacked Q4_K matrix's token product, sixteen weight rows at a time in llama.cpp's `gemv` order |
-//! | `kquant` | the K-quant dots (Q4_K, Q5_K, Q6_K), one activation row or four, and the repacked Q4_K rows decoded once per prompt |
+//! | `kquant` | the K-quant dots (Q4_K, Q5_K, Q6_K), one activation row or four |
 //! | `lowbit` | the dots of Q2_K, Q3_K, IQ4_XS, one activation row or four (IQ4_NL takes the AVX2 kernels) |
 //! | `decode` | a decoded token's tiles of the 32-block types: four rows as interleaved pairs, one row two blocks a register |
 //! | `prefill` | a prompt's tiles of the 32-block types: activation rows in pairs against weight rows decoded once |
@@ -336,8 +336,8 @@ pub(crate) unsafe fn block_major_4x16(v: [__m512; 4]) -> [f32; 64] {
     out
 }
 
-/// 64 bytes, aligned as a 512-bit register: the unit of [`prefill::Paired`] and
-/// [`kquant::DecodedQ4K`].
+/// 64 bytes, aligned as a 512-bit register: the unit of [`prefill::Paired`] and of
+/// [`kgemm`]'s decoded rows.
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
 pub(crate) struct Chunk(pub(crate) [u8; 64]);
