@@ -288,27 +288,46 @@ impl MixtureOfExperts {
         let en = Self::expert_numerics(numerics);
         // weighted[(i·k + j)·d ..]: w_j · FFN_{E_j}(x_i), position i's slot j.
         let mut weighted = vec![0.0f32; t * k * d]; // (t, k, d)
-        for (e, expert) in self.experts.iter().enumerate() {
-            let members: Vec<(usize, usize)> = routes
-                .iter()
-                .enumerate()
-                .flat_map(|(i, r)| {
-                    r.experts
-                        .iter()
-                        .enumerate()
-                        .filter(move |(_, &c)| c == e)
-                        .map(move |(j, _)| (i, j))
-                })
-                .collect();
-            if members.is_empty() {
-                continue;
-            }
+                                                    // (expert, its members (position, slot)) for each expert some position chose.
+        let groups: Vec<(usize, Vec<(usize, usize)>)> = (0..self.experts.len())
+            .map(|e| {
+                let members = routes
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(i, r)| {
+                        r.experts
+                            .iter()
+                            .enumerate()
+                            .filter(move |(_, &c)| c == e)
+                            .map(move |(j, _)| (i, j))
+                    })
+                    .collect::<Vec<_>>();
+                (e, members)
+            })
+            .filter(|(_, m)| !m.is_empty())
+            .collect();
+        let run = |&(e, ref members): &(usize, Vec<(usize, usize)>)| -> Result<Tensor> {
             let mut rows = Vec::with_capacity(members.len() * d);
-            for &(i, _) in &members {
+            for &(i, _) in members {
                 rows.extend_from_slice(&x.data()[i * d..(i + 1) * d]);
             }
             let xs = Tensor::new(rows, &[members.len(), d])?; // (m, d)
-            let ys = expert.forward(&xs, en, None)?; // (m, d)
+            self.experts[e].forward(&xs, en, None) // (m, d)
+        };
+        // Every row alone (row-invariant products): an expert's numbers do not depend
+        // on how its rows' products are split over threads, so a prompt's experts run
+        // side by side, each on one thread, rather than each small product split.
+        let threads = crate::runtime::threads::threads();
+        let outputs: Vec<Result<Tensor>> =
+            if en.row_invariant() && threads > 1 && groups.len() >= 2 * threads {
+                crate::runtime::threads::map_collect(groups.len(), |g| {
+                    crate::runtime::threads::serial(|| run(&groups[g]))
+                })
+            } else {
+                groups.iter().map(run).collect()
+            };
+        for ((_, members), ys) in groups.iter().zip(outputs) {
+            let ys = ys?;
             for (&(i, j), y) in members.iter().zip(ys.data().chunks_exact(d)) {
                 let w = routes[i].weights[j];
                 let slot = &mut weighted[(i * k + j) * d..(i * k + j + 1) * d];
