@@ -38,6 +38,20 @@ const BLOCK32_TYPES: [GgmlType; 5] = [
     GgmlType::Q8_0,
 ];
 
+/// `len` activations uniform in (−1, 1) with every 97th (from the 6th) an outlier of
+/// 40, so a row's integer sums reach past 2²⁴ and round.
+fn with_outliers(len: usize, rng: &mut StdRng) -> Vec<f32> {
+    (0..len)
+        .map(|p| {
+            if p % 97 == 5 {
+                40.0
+            } else {
+                rng.random_range(-1.0..1.0)
+            }
+        })
+        .collect()
+}
+
 /// Every output of `ys` (t, rows), the product of `m` with the activation rows `xs`
 /// (t, cols), equals `twin`'s dot of that weight row with that activation row, bit for
 /// bit; `what(r, i)` names activation row r and weight row i in a failure.
@@ -113,15 +127,7 @@ fn repacked_q4_k_token_products_equal_the_twin(isa: Isa) -> Result<()> {
             let cols = QK_K * blocks;
             let m = random_matrix(t, rows, cols, &mut rng)?;
             for n in [1usize, 3, 9] {
-                let xs: Vec<f32> = (0..n * cols)
-                    .map(|p| {
-                        if p % 97 == 5 {
-                            40.0
-                        } else {
-                            rng.random_range(-1.0..1.0)
-                        }
-                    })
-                    .collect();
+                let xs = with_outliers(n * cols, &mut rng);
                 let ys = if n == 1 {
                     // A token's products alone and grouped (Q, K, V; gate and up).
                     let group = QMatrix::matvec_group(&[&m, &m], &xs)?;
@@ -174,15 +180,7 @@ fn sixteen_row_prompt_products_equal_the_twin(isa: Isa) -> Result<()> {
                 let cols = QK_K * blocks;
                 let m = random_matrix(t, rows, cols, &mut rng)?;
                 for n in [4usize, 9, 35] {
-                    let xs: Vec<f32> = (0..n * cols)
-                        .map(|p| {
-                            if p % 97 == 5 {
-                                40.0
-                            } else {
-                                rng.random_range(-1.0..1.0)
-                            }
-                        })
-                        .collect();
+                    let xs = with_outliers(n * cols, &mut rng);
                     // (n, rows)
                     let ys = m.matmul_t_quantized(&xs, n, crate::Numerics::LlamaCpp)?;
                     for (r, x) in xs.chunks_exact(cols).enumerate() {
