@@ -298,16 +298,12 @@ impl Bf16Matrix {
         } else {
             // Few rows: column blocks (whole panels), every task owns whole columns.
             let cols = n.div_ceil(workers).next_multiple_of(NR);
-            let out = SharedOut(c.as_mut_ptr());
-            crate::threads::for_each_index(n.div_ceil(cols), |t| {
-                let (j0, j1) = (t * cols, ((t + 1) * cols).min(n));
-                let out = &out;
-                // SAFETY: task t writes only columns j0..j1 of C's m rows (inside c,
-                // whose length was asserted), which no other task writes; c outlives
-                // the loop.
-                let c = unsafe { std::slice::from_raw_parts_mut(out.0, m * n) };
-                job.run(c, path, 0, m, j0, j1);
-            });
+            // SAFETY: each call writes only its columns j0..j1 of C's m rows.
+            unsafe {
+                crate::threads::for_each_column_block(c, n, cols, |c, j0, j1| {
+                    job.run(c, path, 0, m, j0, j1);
+                })
+            };
         }
     }
 }
@@ -395,11 +391,6 @@ struct Job<'a> {
     af: &'a [f32],
     bias: Option<&'a [f32]>,
 }
-
-/// C's pointer shared by column tasks that write disjoint columns.
-struct SharedOut(*mut f32);
-// SAFETY: the tasks sharing it write disjoint columns (see `Bf16Matrix::matmul`).
-unsafe impl Sync for SharedOut {}
 
 impl Job<'_> {
     /// Rows i0..i1 of C, where `c` holds exactly those rows.

@@ -276,16 +276,12 @@ impl Int8Matrix {
         } else {
             // Few rows: column blocks (whole panels), every task owns whole columns.
             let cols = n.div_ceil(workers).next_multiple_of(NR);
-            let out = SharedOut(c.as_mut_ptr());
-            crate::threads::for_each_index(n.div_ceil(cols), |t| {
-                let (j0, j1) = (t * cols, ((t + 1) * cols).min(n));
-                let out = &out;
-                // SAFETY: task t writes only columns j0..j1 of C's m rows (inside c,
-                // whose length was asserted), which no other task writes; c outlives
-                // the loop.
-                let c = unsafe { std::slice::from_raw_parts_mut(out.0, m * n) };
-                job.run(c, level, 0, m, j0, j1);
-            });
+            // SAFETY: each call writes only its columns j0..j1 of C's m rows.
+            unsafe {
+                crate::threads::for_each_column_block(c, n, cols, |c, j0, j1| {
+                    job.run(c, level, 0, m, j0, j1);
+                })
+            };
         }
     }
 
@@ -349,16 +345,12 @@ impl Int8Matrix {
         } else {
             // Few rows: column blocks (whole panels), every task owns whole columns.
             let cols = n.div_ceil(workers).next_multiple_of(NR);
-            let out = SharedOut(c.as_mut_ptr());
-            crate::threads::for_each_index(n.div_ceil(cols), |t| {
-                let (j0, j1) = (t * cols, ((t + 1) * cols).min(n));
-                let out = &out;
-                // SAFETY: task t writes only columns j0..j1 of C's m rows (inside c,
-                // whose length was asserted), which no other task writes; c outlives
-                // the loop.
-                let c = unsafe { std::slice::from_raw_parts_mut(out.0, m * n) };
-                job.run(c, path, 0, m, j0, j1);
-            });
+            // SAFETY: each call writes only its columns j0..j1 of C's m rows.
+            unsafe {
+                crate::threads::for_each_column_block(c, n, cols, |c, j0, j1| {
+                    job.run(c, path, 0, m, j0, j1);
+                })
+            };
         }
     }
 
@@ -528,11 +520,6 @@ struct Job<'a> {
     sa: &'a [f32],
     bias: Option<&'a [f32]>,
 }
-
-/// C's pointer shared by column tasks that write disjoint columns.
-struct SharedOut(*mut f32);
-// SAFETY: the tasks sharing it write disjoint columns (see `Int8Matrix::matmul`).
-unsafe impl Sync for SharedOut {}
 
 /// Which tiles a product runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1382,6 +1369,22 @@ mod tests {
     use crate::{Runtime, Tensor};
     use rand::{rngs::StdRng, SeedableRng};
 
+    /// Whether `a` and `b` hold the same numbers, bit for bit.
+    fn same_bits(a: &[f32], b: &[f32]) -> bool {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+    }
+
+    /// `got` lies within 3 % of the f32 product `exact`'s largest magnitude.
+    fn assert_near(exact: &Tensor, got: &[f32], what: String) {
+        let scale = exact.data().iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let worst = exact
+            .data()
+            .iter()
+            .zip(got)
+            .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+        assert!(worst <= 0.03 * scale, "{what}: {worst} of {scale}");
+    }
+
     /// Every level, thread count and row count gives the twin's bits, for shapes with
     /// partial panels, k not a multiple of 4, one row and many.
     #[test]
@@ -1408,33 +1411,19 @@ mod tests {
                     let mut got = vec![f32::NAN; m * n];
                     rt.install(|| q.matmul(&mut got, a.data(), Some(b.data()), m));
                     assert!(
-                        got.iter()
-                            .zip(&want)
-                            .all(|(x, y)| x.to_bits() == y.to_bits()),
+                        same_bits(&got, &want),
                         "{isa:?} threads {t}: m {m} k {k} n {n}"
                     );
                     // one row alone = the same row in the batch
                     let last = m - 1;
                     let mut one = vec![f32::NAN; n];
                     rt.install(|| q.matmul(&mut one, &a.data()[last * k..], Some(b.data()), 1));
-                    assert!(one
-                        .iter()
-                        .zip(&want[last * n..])
-                        .all(|(x, y)| x.to_bits() == y.to_bits()));
+                    assert!(same_bits(&one, &want[last * n..]));
                 }
             }
             // and the result is near the f32 product
             let exact = crate::ops::linear(&a, &w, Some(&b)).unwrap();
-            let scale = exact.data().iter().fold(0.0f32, |m, v| m.max(v.abs()));
-            let worst = exact
-                .data()
-                .iter()
-                .zip(&want)
-                .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
-            assert!(
-                worst <= 0.03 * scale,
-                "m {m} k {k} n {n}: {worst} of {scale}"
-            );
+            assert_near(&exact, &want, format!("m {m} k {k} n {n}"));
         }
     }
 
@@ -1469,9 +1458,7 @@ mod tests {
                         let mut got = vec![f32::NAN; m * n];
                         rt.install(|| q.matmul_on(path, &mut got, a.data(), bias, m));
                         assert!(
-                            got.iter()
-                                .zip(&want)
-                                .all(|(x, y)| x.to_bits() == y.to_bits()),
+                            same_bits(&got, &want),
                             "{path:?} threads {t}: m {m} k {k} n {n}"
                         );
                     }
@@ -1513,18 +1500,14 @@ mod tests {
                         let mut got = vec![f32::NAN; m * n];
                         rt.install(|| q.matmul(&mut got, &a, bias, m));
                         assert!(
-                            got.iter()
-                                .zip(&want)
-                                .all(|(x, y)| x.to_bits() == y.to_bits()),
+                            same_bits(&got, &want),
                             "{isa:?} threads {t}: m {m} k {k} n {n} G {group}"
                         );
                         let last = m - 1;
                         let mut one = vec![f32::NAN; n];
                         rt.install(|| q.matmul(&mut one, &a[last * k..], bias, 1));
                         assert!(
-                            one.iter()
-                                .zip(&want[last * n..])
-                                .all(|(x, y)| x.to_bits() == y.to_bits()),
+                            same_bits(&one, &want[last * n..]),
                             "{isa:?} threads {t}: the last row alone, m {m} G {group}"
                         );
                     }
@@ -1535,9 +1518,7 @@ mod tests {
                         let mut got = vec![f32::NAN; m * n];
                         rt.install(|| q.matmul_on(path, &mut got, &a, bias, m));
                         assert!(
-                            got.iter()
-                                .zip(&want)
-                                .all(|(x, y)| x.to_bits() == y.to_bits()),
+                            same_bits(&got, &want),
                             "{path:?} threads {t}: m {m} k {k} n {n} G {group}"
                         );
                     }
@@ -1547,16 +1528,7 @@ mod tests {
             let exact = crate::ops::linear(&at, &w, Some(&b)).unwrap();
             let mut got = vec![f32::NAN; m * n];
             reference::matmul(&q, &mut got, &a, Some(b.data()), m);
-            let scale = exact.data().iter().fold(0.0f32, |m, v| m.max(v.abs()));
-            let worst = exact
-                .data()
-                .iter()
-                .zip(&got)
-                .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
-            assert!(
-                worst <= 0.03 * scale,
-                "m {m} k {k} n {n} G {group}: {worst} of {scale}"
-            );
+            assert_near(&exact, &got, format!("m {m} k {k} n {n} G {group}"));
         }
     }
 

@@ -203,15 +203,12 @@ fn matmul_from(
     } else {
         // Few rows: column blocks, one task each, every task owns whole columns of C.
         let cols = n.div_ceil(workers).next_multiple_of(NR);
-        let out = SharedOut(c.as_mut_ptr());
-        crate::threads::for_each_index(n.div_ceil(cols), |t| {
-            let (j0, j1) = (t * cols, ((t + 1) * cols).min(n));
-            let out = &out;
-            // SAFETY: task t writes only columns j0..j1 of C's m rows (inside c, whose
-            // length was asserted), which no other task writes; c outlives the loop.
-            let c = unsafe { std::slice::from_raw_parts_mut(out.0, m * n) };
-            serial(c, a, w, bias, m, k, n, j0, j1);
-        });
+        // SAFETY: each call writes only its columns j0..j1 of C's m rows.
+        unsafe {
+            crate::threads::for_each_column_block(c, n, cols, |c, j0, j1| {
+                serial(c, a, w, bias, m, k, n, j0, j1);
+            })
+        };
     }
 }
 
@@ -293,12 +290,6 @@ pub fn weighted_rows(c: &mut [f32], p: &[f32], v: &[f32], m: usize, k: usize, n:
     }
     reference::weighted_rows(c, p, v, m, k, n);
 }
-
-/// C's raw pointer, shared by tasks that write disjoint columns.
-struct SharedOut(*mut f32);
-// SAFETY: only used by matmul_nt, whose tasks write disjoint elements.
-unsafe impl Sync for SharedOut {}
-unsafe impl Send for SharedOut {}
 
 /// Columns j0..j1 of C = A · Wᵀ + b on the calling thread (C, A: m rows; C's row
 /// stride n).

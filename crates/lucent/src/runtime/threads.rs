@@ -286,6 +286,35 @@ pub(crate) fn for_each_index(n: usize, f: impl Fn(usize) + Sync) {
     in_pool(|| (0..n).into_par_iter().for_each(&f));
 }
 
+/// `f(c, j0, j1)` for each block of `cols` columns j0..j1 (the last may be narrower)
+/// of the row-major matrix `c` with rows of `n`, in parallel as [`for_each_index`]: the
+/// few-rows split of a product, where every task owns whole columns of C. Each call
+/// gets all of `c` (its rows are strided by `n`).
+///
+/// # Safety
+/// `f(c, j0, j1)` writes only columns j0..j1 of `c`'s rows, so no two calls write one
+/// element.
+pub(crate) unsafe fn for_each_column_block(
+    c: &mut [f32],
+    n: usize,
+    cols: usize,
+    f: impl Fn(&mut [f32], usize, usize) + Sync,
+) {
+    /// C's start, shared by the tasks that write disjoint columns of it.
+    struct Out(*mut f32, usize);
+    // SAFETY: the tasks sharing it write disjoint columns (this function's contract).
+    unsafe impl Sync for Out {}
+    let out = Out(c.as_mut_ptr(), c.len());
+    for_each_index(n.div_ceil(cols.max(1)), |t| {
+        let (j0, j1) = (t * cols, ((t + 1) * cols).min(n));
+        let out = &out;
+        // SAFETY: the caller's contract: task t writes only columns j0..j1, which no
+        // other task writes; `c` outlives the loop.
+        let c = unsafe { std::slice::from_raw_parts_mut(out.0, out.1) };
+        f(c, j0, j1);
+    });
+}
+
 /// `f(i, &mut items[i])` for every item, in parallel as [`for_each_index`] (each item
 /// to exactly one call).
 pub(crate) fn for_each_mut<T: Send>(items: &mut [T], f: impl Fn(usize, &mut T) + Sync) {
