@@ -315,8 +315,9 @@ impl MixtureOfExperts {
             self.experts[e].forward(&xs, en, None) // (m, d)
         };
         // Every row alone (row-invariant products): an expert's numbers do not depend
-        // on how its rows' products are split over threads, so a prompt's experts run
-        // side by side, each on one thread, rather than each small product split.
+        // on how its rows' products are split over threads, so the experts in use (a
+        // prompt's, or a token's k) run side by side, each on one thread, rather than
+        // each small product split.
         let threads = crate::runtime::threads::threads();
         let outputs: Vec<Result<Tensor>> =
             if en.row_invariant() && threads > 1 && groups.len() >= 2 * threads {
