@@ -5,16 +5,11 @@
 #   scripts/bench-generate-peer.sh                      # smollm2, threads 1 and 2
 #   MODEL=gemma3 THREADS="1 2" REPEATS=5 scripts/bench-generate-peer.sh
 #
-# llama.cpp comes from PyPI as llama-cpp-python==0.3.36 (the version the golden references
-# and scripts/build-llama-server.sh use), built from source for this CPU
-# (GGML_NATIVE=ON with AMX off; 10-30 minutes on 2 cores the first time) into a
-# virtual environment outside the repository that later runs reuse:
-# ${LUCENT_BENCH_VENV:-$HOME/.cache/lucent/bench-venv-llama}. LLAMA_CMAKE_ARGS replaces the
-# build flags, REBUILD=1 forces a rebuild. AMX is left out by default: on a CPU with AMX
-# whose kernel (or VM) does not grant AMX tile state, a native build crashes in
-# `ldtilecfg` on the first evaluation (the -mno-amx-* flags change nothing on a CPU
-# without AMX). SETUP_ONLY=1 builds the venv, lucent and fetches the model, then stops
-# before measuring.
+# llama.cpp comes from PyPI as llama-cpp-python==0.3.36, built from source for this CPU
+# into a virtual environment outside the repository that later runs reuse
+# (scripts/bench-venv-llama.sh: its place, LLAMA_CMAKE_ARGS, REBUILD=1, why AMX is left
+# out). SETUP_ONLY=1 builds the venv, lucent and fetches the model, then stops before
+# measuring.
 #
 # Both sides: prefill = the prompt into an empty KV cache up to the first logits;
 # decode = GEN greedy steps after it (end-of-generation ignored), in tokens per second.
@@ -25,25 +20,13 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-VENV="${LUCENT_BENCH_VENV:-$HOME/.cache/lucent/bench-venv-llama}"
 MODEL="${MODEL:-smollm2}"
 THREADS="${THREADS:-1 2}"
 REPEATS="${REPEATS:-5}"
 PROMPT="${PROMPT:-128}"
 GEN="${GEN:-128}"
 
-if [ ! -x "$VENV/bin/python" ]; then
-    python3 -m venv "$VENV"
-fi
-if [ -n "${REBUILD:-}" ] || ! "$VENV/bin/python" -c "import llama_cpp" 2>/dev/null; then
-    echo "building llama-cpp-python 0.3.36 into $VENV (10-30 minutes the first time)..." >&2
-    NOAMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
-    CMAKE_ARGS="${LLAMA_CMAKE_ARGS:--DGGML_NATIVE=ON -DCMAKE_C_FLAGS='$NOAMX' -DCMAKE_CXX_FLAGS='$NOAMX'}" \
-        "$VENV/bin/python" -m pip install --quiet --force-reinstall --no-cache-dir \
-        llama-cpp-python==0.3.36 numpy
-fi
-"$VENV/bin/python" -c "import numpy" 2>/dev/null || "$VENV/bin/python" -m pip install --quiet numpy
-
+VENV="$(bash "$ROOT/scripts/bench-venv-llama.sh")"
 (cd "$ROOT" && cargo build --release -p lucent-cli --quiet)
 LUCENT="$ROOT/target/release/lucent"
 
@@ -55,7 +38,7 @@ from llama_cpp import Llama
 Llama(model_path=sys.argv[1], n_ctx=64, n_threads=1, verbose=False).eval([1, 2, 3])
 PY
 then
-    echo "llama.cpp crashed on a first evaluation; if the CPU has AMX, rebuild without it (see the top of this script)" >&2
+    echo "llama.cpp crashed on a first evaluation; if the CPU has AMX, rebuild without it (see scripts/bench-venv-llama.sh)" >&2
     exit 1
 fi
 

@@ -17,12 +17,11 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SHAPE="${SHAPE:-qwen3-0.6b}"
 QUANT="${QUANT:-Q4_K_M}"
 DIR="${LUCENT_SHAPES:-$HOME/.cache/lucent/shapes}"
-VENV="${LUCENT_BENCH_VENV:-$HOME/.cache/lucent/bench-venv-llama}"
 FILE="$DIR/$SHAPE-$QUANT.gguf"
 mkdir -p "$DIR"
 if [ ! -s "$FILE" ]; then
-    [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
-    "$VENV/bin/python" -c "import gguf, numpy" 2>/dev/null || "$VENV/bin/python" -m pip install --quiet gguf numpy
+    # make_gguf_shape.py borrows make_gguf_families.py's tables, which imports llama_cpp.
+    VENV="$(bash "$ROOT/scripts/bench-venv-llama.sh")"
     QUANTIZE="$(bash "$ROOT/scripts/build-llama-server.sh" llama-quantize)"
     echo "writing $SHAPE (Q8_0) and quantising it to $QUANT with $QUANTIZE ..." >&2
     "$VENV/bin/python" "$ROOT/scripts/make_gguf_shape.py" "$SHAPE" "$DIR/$SHAPE-Q8_0.gguf"

@@ -11,8 +11,8 @@ use std::arch::x86_64::*;
 use half::f16;
 
 use crate::ops::quant::activations::QuantizedActs;
-use crate::ops::quant::dispatch::{Dot4Fn, DotFn, KOrder};
-use crate::ops::quant::{avx2_float, avx2_lowbit, reference};
+use crate::ops::quant::dispatch::{Dot4Fn, DotFn, KOrder, Tile};
+use crate::ops::quant::{avx2_float, avx2_lowbit, avx512, reference};
 use crate::tensor::quant::{
     k_scales_mins, BlockQ4_0, BlockQ4_1, BlockQ4_K, BlockQ5_0, BlockQ5_1, BlockQ5_K, BlockQ6_K,
     BlockQ8_0, GgmlType,
@@ -208,21 +208,24 @@ unsafe fn q4_1(row: &[u8], a: &QuantizedActs) -> f32 {
     })
 }
 
-/// Dots of `RW` weight rows with `RA` activation rows at once, for Q4_1 (`Q8` false)
-/// or Q8_0 (`Q8` true), reading the weight blocks' scales (and Q4_1's minimums) from
-/// a per-row f32 table (`QMatrix::scale_table`) instead of converting f16 per block:
-/// eight blocks' scales are multiplied with eight activation scales in one step. Each
-/// weight block is unpacked once for all activation rows, each activation block
-/// loaded once for all weight rows, and every pair's arithmetic is the same whatever
-/// the tile (one accumulator per pair; Q4_1's `Σ m·sx` as a separate dot), so a result
-/// never depends on the tile it was computed in (batch invariance).
+/// Dots of `RW` weight rows with `RA` activation rows at once, for the 32-block type
+/// `K` (`avx512::Q4_0` .. `avx512::Q8_0`), reading the weight blocks' scales (and
+/// Q4_1's and Q5_1's minimums) from a per-row f32 table (`QMatrix::scale_table`)
+/// instead of converting f16 per block: eight blocks' scales are multiplied with eight
+/// activation scales in one step. Each weight block is unpacked once for all
+/// activation rows (a signed type's magnitudes too), each activation block loaded once
+/// for all weight rows, and every pair's arithmetic is the one-row kernel's
+/// ([`sum_blocks`]: one accumulator per pair, the same eight i32 lanes; the `Σ m·sx`
+/// of the types with minimums as a separate dot), so a result never depends on the
+/// tile it was computed in (batch invariance) and equals [`kernel`]'s bit for bit.
 ///
 /// # Safety
-/// AVX2+FMA+F16C present; every row is `acts[0].len` numbers of the type, each
-/// `scales[w]` its row's table (nb scales, then nb minimums for Q4_1), and every
-/// `acts[j]` prepared as Q8_0 of the same length.
+/// AVX2+FMA+F16C present; every row is `acts[0].len` numbers of type `K`, each
+/// `scales[w]` its row's table (nb scales, then nb minimums for Q4_1 and Q5_1), and
+/// every `acts[j]` prepared for the type (Q8_0, or Q8_1 with its sums) of the same
+/// length.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn tile<const Q8: bool, const RW: usize, const RA: usize>(
+pub(crate) unsafe fn tile<const K: u8, const RW: usize, const RA: usize>(
     rows: [&[u8]; RW],
     scales: [&[f32]; RW],
     acts: [&QuantizedActs; RA],
@@ -242,53 +245,92 @@ pub(crate) unsafe fn tile<const Q8: bool, const RW: usize, const RA: usize>(
         }
         for j in 0..8 {
             let lane = _mm256_set1_epi32(j as i32);
-            tile_block::<Q8, RW, RA>(&rows, &acts, 8 * g + j, &mut acc, |w, a| {
+            tile_block::<K, RW, RA>(&rows, &acts, 8 * g + j, &mut acc, |w, a| {
                 _mm256_permutevar8x32_ps(s8[w][a], lane)
             });
         }
     }
     for i in 8 * groups..nb {
-        tile_block::<Q8, RW, RA>(&rows, &acts, i, &mut acc, |w, a| {
+        tile_block::<K, RW, RA>(&rows, &acts, i, &mut acc, |w, a| {
             _mm256_set1_ps(*scales[w].get_unchecked(i) * *acts[a].d.get_unchecked(i))
         });
     }
     for w in 0..RW {
         for a in 0..RA {
             // llama.cpp's order: Σ m·s one FMA at a time, after the lanes.
-            let extra = if Q8 {
-                0.0
-            } else {
+            let extra = if has_min(K) {
                 scales[w][nb..2 * nb]
                     .iter()
                     .zip(&acts[a].sum)
                     .fold(0.0f32, |e, (m, s)| m.mul_add(*s, e))
+            } else {
+                0.0
             };
             out[w][a] = hsum_ps(acc[w][a]) + extra;
         }
     }
 }
 
+/// The kernels of the 32-block type `K` for `QMatrix::tile_rows`: 4 weight rows × 1
+/// activation row (a token), 1 × 4 (a prompt) and 1 × 1.
+pub(crate) fn tiles<const K: u8>() -> (Tile<4, 1>, Option<Tile<1, 4>>, Tile<1, 1>) {
+    (tile::<K, 4, 1>, Some(tile::<K, 1, 4>), tile::<K, 1, 1>)
+}
+
+/// Whether the 32-block type `k` has minimums (Q4_1, Q5_1: unsigned numbers and a
+/// `Σ m·sx` term).
+const fn has_min(k: u8) -> bool {
+    k == avx512::Q4_1 || k == avx512::Q5_1
+}
+
 /// Block `i` of every (weight row, activation row) pair of a [`tile`] into `acc`:
-/// `acc = fma(scale(w, a), Σ4 q·qx, acc)`, with the pair's eight 4-number integer sums.
+/// `acc = fma(scale(w, a), Σ4 q·qx, acc)`, with the pair's eight 4-number integer sums
+/// (those of the one-row kernels: `vpmaddubsw` of the unsigned magnitudes with the
+/// signed activations, then `vpmaddwd` with ones).
 ///
 /// # Safety
 /// As [`tile`]'s; `i` is a block of the rows.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile_block<const Q8: bool, const RW: usize, const RA: usize>(
+unsafe fn tile_block<const K: u8, const RW: usize, const RA: usize>(
     rows: &[&[u8]; RW],
     acts: &[&QuantizedActs; RA],
     i: usize,
     acc: &mut [[__m256; RA]; RW],
     scale: impl Fn(usize, usize) -> __m256,
 ) {
+    // The numbers of each weight row's block as bytes: unsigned for the types with
+    // minimums, else signed.
     let q: [__m256i; RW] = std::array::from_fn(|w| {
-        if Q8 {
-            let b = (rows[w].as_ptr() as *const BlockQ8_0).add(i);
-            _mm256_loadu_si256((*b).qs.as_ptr() as *const __m256i)
+        let p = rows[w].as_ptr();
+        match K {
+            avx512::Q4_0 => {
+                let b = (p as *const BlockQ4_0).add(i);
+                _mm256_sub_epi8(nibbles32((*b).qs.as_ptr()), _mm256_set1_epi8(8))
+            }
+            avx512::Q4_1 => nibbles32((*(p as *const BlockQ4_1).add(i)).qs.as_ptr()),
+            avx512::Q5_0 => {
+                let b = (p as *const BlockQ5_0).add(i);
+                _mm256_sub_epi8(
+                    _mm256_or_si256(nibbles32((*b).qs.as_ptr()), fifth_bits((*b).high_bits())),
+                    _mm256_set1_epi8(16),
+                )
+            }
+            avx512::Q5_1 => {
+                let b = (p as *const BlockQ5_1).add(i);
+                _mm256_or_si256(nibbles32((*b).qs.as_ptr()), fifth_bits((*b).high_bits()))
+            }
+            _ => {
+                _mm256_loadu_si256((*(p as *const BlockQ8_0).add(i)).qs.as_ptr() as *const __m256i)
+            }
+        }
+    });
+    // The signed types: |q| once, the activations take q's signs per pair.
+    let mag: [__m256i; RW] = std::array::from_fn(|w| {
+        if has_min(K) {
+            q[w]
         } else {
-            let b = (rows[w].as_ptr() as *const BlockQ4_1).add(i);
-            nibbles32((*b).qs.as_ptr())
+            _mm256_sign_epi8(q[w], q[w])
         }
     });
     let xv: [__m256i; RA] = std::array::from_fn(|a| {
@@ -296,11 +338,12 @@ unsafe fn tile_block<const Q8: bool, const RW: usize, const RA: usize>(
     });
     for w in 0..RW {
         for a in 0..RA {
-            let v = if Q8 {
-                mul_sum_i8(q[w], xv[a])
+            let x = if has_min(K) {
+                xv[a]
             } else {
-                mul_sum_u8_i8(q[w], xv[a])
+                _mm256_sign_epi8(xv[a], q[w])
             };
+            let v = mul_sum_u8_i8(mag[w], x);
             acc[w][a] = _mm256_fmadd_ps(scale(w, a), _mm256_cvtepi32_ps(v), acc[w][a]);
         }
     }
