@@ -22,7 +22,7 @@ use crate::ops::quant::dispatch::{
     DotFn, TILED_MIN_ROWS,
 };
 #[cfg(target_arch = "x86_64")]
-use crate::ops::quant::{avx2, avx512};
+use crate::ops::quant::{avx2, avx2_kgemm, avx512};
 use crate::runtime::{Isa, Numerics};
 use crate::tensor::quant::{f16_value, ActKind, GgmlType, QBytes, QK, QK_K};
 use crate::{Error, Result};
@@ -1094,12 +1094,29 @@ impl QMatrix {
             // SAFETY (both): avx512::available(isa); every row is this matrix's
             // cols / 256 Q4_K blocks, and `acts` were prepared as Q8_K (check_x).
             let nb = self.cols / QK_K;
-            self.prompt_in_sixteens(
+            self.prompt_in_groups(
                 &mut y,
                 acts,
                 (k, k4),
                 |d: &mut avx512::kgemm::Decoded16, rows| unsafe { d.fill(rows, nb) },
                 |d, x| unsafe { avx512::kgemm::q4_k_gemm16x4(d, x) },
+            );
+            return y;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if let (GgmlType::Q4_K, true, Some(k4)) = (self.dtype, self.repacked() && isa >= Isa::Avx2, k4)
+        {
+            // The same on AVX2: eight rows decoded once and met by every four
+            // activation rows.
+            // SAFETY (both): isa ≥ Avx2 (AVX2 + FMA + F16C); every row is this matrix's
+            // cols / 256 Q4_K blocks, and `acts` were prepared as Q8_K (check_x).
+            let nb = self.cols / QK_K;
+            self.prompt_in_groups(
+                &mut y,
+                acts,
+                (k, k4),
+                |d: &mut avx2_kgemm::Decoded8, rows| unsafe { d.fill(rows, nb) },
+                |d, x| unsafe { avx2_kgemm::q4_k_gemm8x4(d, x) },
             );
             return y;
         }
@@ -1117,7 +1134,7 @@ impl QMatrix {
             // SAFETY (both): avx512::available(isa); every row is this matrix's
             // cols / 256 Q6_K blocks, and `acts` were prepared as Q8_K (check_x).
             let nb = self.cols / QK_K;
-            self.prompt_in_sixteens(
+            self.prompt_in_groups(
                 &mut y,
                 acts,
                 (k, k4),
@@ -1134,23 +1151,22 @@ impl QMatrix {
         y
     }
 
-    /// The prompt product's loop for the sixteen-row kernels of `avx512::kgemm`: each
-    /// task's weight rows sixteen at a time, decoded once by `fill` into the task's
-    /// scratch `D`, then met by every four activation rows (`k16`); the task's last rows
-    /// outside whole sixteens through `k4` (the same order, read from the blocks), the
-    /// activation rows outside whole fours through `k`. The numbers are those of
-    /// [`QMatrix::prompt_in_fours`] with `k4` and `k`. Each task writes its rows' columns
-    /// of `y` (t, rows).
+    /// The prompt product's loop for the kernels of `R` weight rows by four activation
+    /// rows (`avx512::kgemm`'s sixteen, `avx2_kgemm`'s eight): each task's weight rows
+    /// `R` at a time, decoded once by `fill` into the task's scratch `D`, then met by
+    /// every four activation rows (`k16`); the task's last rows outside whole groups
+    /// through `k4` (the same order, read from the blocks), the activation rows outside
+    /// whole fours through `k`. The numbers are those of [`QMatrix::prompt_in_fours`]
+    /// with `k4` and `k`. Each task writes its rows' columns of `y` (t, rows).
     #[cfg(target_arch = "x86_64")]
-    fn prompt_in_sixteens<D: Default>(
+    fn prompt_in_groups<D: Default, const R: usize>(
         &self,
         y: &mut [f32],
         acts: &[QuantizedActs],
         (k, k4): (DotFn, Dot4Fn),
-        fill: impl Fn(&mut D, [&[u8]; avx512::kgemm::ROWS]) + Sync,
-        k16: impl Fn(&D, [&QuantizedActs; 4]) -> [[f32; avx512::kgemm::ROWS]; 4] + Sync,
+        fill: impl Fn(&mut D, [&[u8]; R]) + Sync,
+        k16: impl Fn(&D, [&QuantizedActs; 4]) -> [[f32; R]; 4] + Sync,
     ) {
-        const R: usize = avx512::kgemm::ROWS;
         let t = acts.len();
         let fours = t - t % 4;
         let out = Columns::new(y, self.rows, t);

@@ -36,6 +36,7 @@
 //! | `dispatch` | the kernel of a type at a level, llama.cpp's K-quant orders, [`vec_dot`] |
 //! | `reference` | the scalar twins |
 //! | `avx2` | AVX2 + FMA kernels: the 32-block dots and tiles, the K-quant dots |
+//! | `avx2_kgemm` | AVX2 prompt kernel of repacked Q4_K: eight weight rows decoded once, four activation rows a call |
 //! | `avx2_float` | AVX2 + FMA + F16C kernels of F32, F16, BF16 (`vec_dot`'s and tinyBLAS's orders; also at the AVX-512 level) |
 //! | `avx2_lowbit` | AVX2 + FMA kernels of Q2_K, Q3_K, IQ4_NL, IQ4_XS (IQ4_NL's also at the AVX-512 level) |
 //! | `avx512/` | AVX-512 VNNI kernels: K-quants, decode tiles, prefill tiles, quantisation |
@@ -47,6 +48,8 @@ mod activations;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx2_float;
+#[cfg(target_arch = "x86_64")]
+mod avx2_kgemm;
 #[cfg(target_arch = "x86_64")]
 mod avx2_lowbit;
 #[cfg(target_arch = "x86_64")]

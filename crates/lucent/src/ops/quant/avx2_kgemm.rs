@@ -1,0 +1,227 @@
+//! A repacked Q4_K matrix's prompt product on AVX2, eight weight rows by four activation
+//! rows at a time, in llama.cpp's grouped `gemm` order
+//! ([`KOrder::Gemm`](crate::ops::quant::dispatch::KOrder::Gemm)): per output, one f32
+//! chain with one step per 64 numbers (two sub-blocks of 32) and a chain of minimums,
+//!
+//! ```text
+//! acc   = fma(float(T_c), d · dx, acc)         T_c = Σ_{j ∈ {2c, 2c+1}} sc_j · Σ_{l ∈ j} q_l · qx_l
+//! acc_m = fma(float(M_c), dmin · dx, acc_m)    M_c = Σ_{j ∈ {2c, 2c+1}} mn_j · Σ_{l ∈ j} qx_l
+//! y     = acc − acc_m                          (c = 0 .. 4 in each 256-block, blocks in order)
+//! ```
+//!
+//! the arithmetic of the one-row kernel in that order (`avx2::q45_k` with
+//! `KOrder::Gemm`) and of the twin `reference::dot_q4_k_repacked(.., true)`, so each
+//! output equals theirs bit for bit. The AVX2 sibling of `avx512::kgemm`.
+//!
+//! Eight weight rows are decoded once ([`Decoded8::fill`]) into one byte per number,
+//! interleaved four numbers at a time: register `j` of a block holds numbers 4j .. 4j + 4
+//! of each of the eight rows, one row a 32-bit lane. `vpmaddubsw` of that register with
+//! an activation row's four numbers at 4j (broadcast to every lane) gives each row's two
+//! pair sums in its lane; a sub-block's eight registers add up in i16 (≤ 8 · 2 · 15 · 128
+//! = 30720: no overflow), and one `vpmaddwd` with the rows' scales (each twice) makes the
+//! eight rows' `sc_j · Σ q · qx`. No horizontal sum anywhere: a lane is an output, and
+//! each step's two FMAs serve eight outputs. The one-row kernel pays, per output and 64
+//! numbers, a horizontal sum and two scalar FMAs in one dependent chain.
+
+use std::arch::x86_64::*;
+
+use crate::ops::quant::activations::QuantizedActs;
+use crate::tensor::quant::{k_scales_mins, BlockQ4_K};
+
+/// Weight rows a call multiplies.
+pub(crate) const ROWS: usize = 8;
+
+/// Thirty-two bytes aligned for the loads of one AVX2 register.
+#[derive(Clone, Copy)]
+#[repr(C, align(32))]
+pub(crate) struct Lane8(pub(crate) [u8; 32]);
+
+/// Eight repacked Q4_K rows decoded for [`q4_k_gemm8x4`], per 256-block: the 64
+/// registers of interleaved numbers (module docs), the eight sub-blocks' scales as i16
+/// pairs, the four steps' minimum pairs as i16 pairs, and `d`, `dmin` widened to f32.
+#[derive(Default)]
+pub(crate) struct Decoded8 {
+    /// (nb, 64) registers: lane r holds row r's numbers 4j .. 4j + 4 as bytes.
+    q: Vec<Lane8>,
+    /// (nb, 8) registers: lane r holds row r's scale of sub-block j twice, as i16s.
+    sc: Vec<Lane8>,
+    /// (nb, 4) registers: lane r holds row r's minimums of sub-blocks 2c and 2c + 1 as
+    /// two i16s.
+    mn: Vec<Lane8>,
+    /// (nb, 2) registers: each row's `d`, then each row's `dmin`, as f32 lanes.
+    d: Vec<Lane8>,
+    /// Blocks in a row.
+    nb: usize,
+}
+
+impl Decoded8 {
+    /// Decode `rows` (each `nb` Q4_K blocks), replacing what was held.
+    ///
+    /// # Safety
+    /// AVX2 + FMA + F16C present; every row is at least `nb` Q4_K blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) unsafe fn fill(&mut self, rows: [&[u8]; ROWS], nb: usize) {
+        let zero = Lane8([0; 32]);
+        self.nb = nb;
+        self.q.resize(64 * nb, zero);
+        self.sc.resize(8 * nb, zero);
+        self.mn.resize(4 * nb, zero);
+        self.d.resize(2 * nb, zero);
+        let lo4 = _mm256_set1_epi8(0x0F);
+        // (8, 256) one block's numbers, a row after a row.
+        let mut plain = [Lane8([0; 32]); 8 * ROWS];
+        for i in 0..nb {
+            let mut sc = [[0u32; ROWS]; 8];
+            let mut mn = [[0u32; ROWS]; 4];
+            let mut d = [[0u16; ROWS]; 2];
+            for (r, row) in rows.iter().enumerate() {
+                let b = (row.as_ptr() as *const BlockQ4_K).add(i);
+                let qs = (*b).qs.as_ptr();
+                for c in 0..4 {
+                    // Numbers 64c .. 64c + 32: the low nibbles of qs[32c ..]; the next 32
+                    // the high ones.
+                    let z = _mm256_loadu_si256(qs.add(32 * c) as *const __m256i);
+                    let lo = _mm256_and_si256(z, lo4);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16(z, 4), lo4);
+                    _mm256_store_si256(plain.as_mut_ptr().add(8 * r + 2 * c) as *mut __m256i, lo);
+                    _mm256_store_si256(
+                        plain.as_mut_ptr().add(8 * r + 2 * c + 1) as *mut __m256i,
+                        hi,
+                    );
+                }
+                let (sc8, mn8) = k_scales_mins(&(*b).scales);
+                for j in 0..8 {
+                    sc[j][r] = sc8[j] as u32 * 0x1_0001;
+                }
+                for c in 0..4 {
+                    mn[c][r] = mn8[2 * c] as u32 | (mn8[2 * c + 1] as u32) << 16;
+                }
+                let dp = &raw const (*b).d as *const u16;
+                d[0][r] = dp.read_unaligned();
+                d[1][r] = dp.add(1).read_unaligned();
+            }
+            interleave(&plain, &mut self.q[64 * i..64 * i + 64]);
+            for (j, s) in sc.iter().enumerate() {
+                let v = _mm256_loadu_si256(s.as_ptr() as *const __m256i);
+                _mm256_store_si256(self.sc.as_mut_ptr().add(8 * i + j) as *mut __m256i, v);
+            }
+            for (c, m) in mn.iter().enumerate() {
+                let v = _mm256_loadu_si256(m.as_ptr() as *const __m256i);
+                _mm256_store_si256(self.mn.as_mut_ptr().add(4 * i + c) as *mut __m256i, v);
+            }
+            for (k, dk) in d.iter().enumerate() {
+                // f16 → f32 is exact.
+                let v = _mm256_cvtph_ps(_mm_loadu_si128(dk.as_ptr() as *const __m128i));
+                _mm256_store_ps(self.d.as_mut_ptr().add(2 * i + k) as *mut f32, v);
+            }
+        }
+    }
+}
+
+/// One block's numbers of eight rows (`plain`: (8, 256) bytes, a row after a row)
+/// interleaved four at a time: register j of `q` holds numbers 4j .. 4j + 4 of each
+/// row, row r in 32-bit lane r (an 8 × 8 transpose of 32-bit words per 32 numbers).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn interleave(plain: &[Lane8; 8 * ROWS], q: &mut [Lane8]) {
+    for g in 0..8 {
+        // Numbers 32g .. 32g + 32 of each row: words 8g .. 8g + 8.
+        let v: [__m256i; ROWS] = std::array::from_fn(|r| {
+            _mm256_load_si256(plain.as_ptr().add(8 * r + g) as *const __m256i)
+        });
+        for (e, w) in transpose8(&v).iter().enumerate() {
+            _mm256_store_si256(&mut q[8 * g + e] as *mut Lane8 as *mut __m256i, *w);
+        }
+    }
+}
+
+/// Eight registers of 32-bit words transposed: word r of result e is word e of
+/// register r.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn transpose8(r: &[__m256i; ROWS]) -> [__m256i; ROWS] {
+    // t[2m], t[2m + 1]: rows 2m, 2m + 1 interleaved (words 0, 1 / 2, 3 of each half).
+    let t: [__m256i; ROWS] = std::array::from_fn(|k| {
+        let (a, b) = (r[k & !1], r[k | 1]);
+        if k % 2 == 0 {
+            _mm256_unpacklo_epi32(a, b)
+        } else {
+            _mm256_unpackhi_epi32(a, b)
+        }
+    });
+    // u[4h + e]: word e of each 128-bit half of rows 4h .. 4h + 4, in that half.
+    let u: [__m256i; ROWS] = std::array::from_fn(|k| {
+        let (h, e) = (k / 4, k % 4);
+        let (a, b) = (t[4 * h + e / 2], t[4 * h + 2 + e / 2]);
+        if e % 2 == 0 {
+            _mm256_unpacklo_epi64(a, b)
+        } else {
+            _mm256_unpackhi_epi64(a, b)
+        }
+    });
+    // Result e (< 4): the low halves of u[e] (rows 0..4) and u[4 + e] (rows 4..8);
+    // result 4 + e: their high halves.
+    std::array::from_fn(|k| {
+        let e = k % 4;
+        if k < 4 {
+            _mm256_permute2x128_si256::<0x20>(u[e], u[4 + e])
+        } else {
+            _mm256_permute2x128_si256::<0x31>(u[e], u[4 + e])
+        }
+    })
+}
+
+/// The eight decoded rows of `dec` times four activation rows `acts` (each prepared as
+/// Q8_K for them), in the grouped order (module docs): `y[k][r]` is activation row k's
+/// product with weight row r.
+///
+/// # Safety
+/// AVX2 + FMA + F16C present; `dec` filled with rows of `acts`' length.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q4_k_gemm8x4(dec: &Decoded8, acts: [&QuantizedActs; 4]) -> [[f32; ROWS]; 4] {
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut acc_m = [_mm256_setzero_ps(); 4];
+    for i in 0..dec.nb {
+        let q = dec.q.as_ptr().add(64 * i) as *const __m256i;
+        let dv = _mm256_load_ps(dec.d.as_ptr().add(2 * i) as *const f32);
+        let dmv = _mm256_load_ps(dec.d.as_ptr().add(2 * i + 1) as *const f32);
+        // The activation rows' numbers of this block, read four at a time as i32s.
+        let xs: [*const i32; 4] =
+            std::array::from_fn(|k| acts[k].qs.as_ptr().add(256 * i) as *const i32);
+        for c in 0..4 {
+            let mut t = [_mm256_setzero_si256(); 4];
+            for j in [2 * c, 2 * c + 1] {
+                // Sub-block j's pair sums per row, in i16 (bound in the module docs).
+                let mut s = [_mm256_setzero_si256(); 4];
+                for p in 0..8 {
+                    let w = _mm256_load_si256(q.add(8 * j + p));
+                    for k in 0..4 {
+                        let x = _mm256_set1_epi32(xs[k].add(8 * j + p).read_unaligned());
+                        s[k] = _mm256_add_epi16(s[k], _mm256_maddubs_epi16(w, x));
+                    }
+                }
+                let scv = _mm256_load_si256(dec.sc.as_ptr().add(8 * i + j) as *const __m256i);
+                for k in 0..4 {
+                    t[k] = _mm256_add_epi32(t[k], _mm256_madd_epi16(s[k], scv));
+                }
+            }
+            // The minimums of sub-blocks 2c, 2c + 1 against each activation row's sums
+            // over them (each two 16-sums; |Σ| ≤ 32 · 128 fits an i16).
+            let mnv = _mm256_load_si256(dec.mn.as_ptr().add(4 * i + c) as *const __m256i);
+            for k in 0..4 {
+                let dx = _mm256_set1_ps(acts[k].d[i]);
+                let bs = &acts[k].bsums[16 * i + 4 * c..16 * i + 4 * c + 4];
+                let pair = ((bs[0] + bs[1]) as u16 as u32) | ((bs[2] + bs[3]) as u16 as u32) << 16;
+                let m = _mm256_madd_epi16(mnv, _mm256_set1_epi32(pair as i32));
+                acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t[k]), _mm256_mul_ps(dv, dx), acc[k]);
+                acc_m[k] =
+                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(dmv, dx), acc_m[k]);
+            }
+        }
+    }
+    let mut y = [[0.0f32; ROWS]; 4];
+    for (k, yk) in y.iter_mut().enumerate() {
+        _mm256_storeu_ps(yk.as_mut_ptr(), _mm256_sub_ps(acc[k], acc_m[k]));
+    }
+    y
+}
