@@ -173,53 +173,73 @@ unsafe fn transpose8(r: &[__m256i; ROWS]) -> [__m256i; ROWS] {
 
 /// The eight decoded rows of `dec` times four activation rows `acts` (each prepared as
 /// Q8_K for them), in the grouped order (module docs): `y[k][r]` is activation row k's
-/// product with weight row r.
+/// product with weight row r. Two rows a pass ([`gemm8`]): the sums of four would not
+/// fit AVX2's sixteen registers.
 ///
 /// # Safety
 /// AVX2 + FMA + F16C present; `dec` filled with rows of `acts`' length.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn q4_k_gemm8x4(dec: &Decoded8, acts: [&QuantizedActs; 4]) -> [[f32; ROWS]; 4] {
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let mut acc_m = [_mm256_setzero_ps(); 4];
+    let [a, b] = gemm8::<2>(dec, [acts[0], acts[1]]);
+    let [c, d] = gemm8::<2>(dec, [acts[2], acts[3]]);
+    [a, b, c, d]
+}
+
+/// [`q4_k_gemm8x4`] for `A` activation rows.
+///
+/// # Safety
+/// As [`q4_k_gemm8x4`]'s.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn gemm8<const A: usize>(dec: &Decoded8, acts: [&QuantizedActs; A]) -> [[f32; ROWS]; A] {
+    let mut acc = [_mm256_setzero_ps(); A];
+    let mut acc_m = [_mm256_setzero_ps(); A];
     for i in 0..dec.nb {
         let q = dec.q.as_ptr().add(64 * i) as *const __m256i;
         let dv = _mm256_load_ps(dec.d.as_ptr().add(2 * i) as *const f32);
         let dmv = _mm256_load_ps(dec.d.as_ptr().add(2 * i + 1) as *const f32);
+        let dx: [__m256; A] = std::array::from_fn(|k| _mm256_set1_ps(acts[k].d[i]));
+        let d: [__m256; A] = std::array::from_fn(|k| _mm256_mul_ps(dv, dx[k]));
+        let dm: [__m256; A] = std::array::from_fn(|k| _mm256_mul_ps(dmv, dx[k]));
         // The activation rows' numbers of this block, read four at a time as i32s.
-        let xs: [*const i32; 4] =
+        let xs: [*const i32; A] =
             std::array::from_fn(|k| acts[k].qs.as_ptr().add(256 * i) as *const i32);
+        // Each activation row's sums over the sub-blocks (each two 16-sums; |Σ| ≤
+        // 32 · 128 fits an i16), as i16s: the pair of step c in 32-bit word c.
+        let pairs: [[i32; 4]; A] = std::array::from_fn(|k| {
+            let bs = &acts[k].bsums[16 * i..16 * i + 16];
+            std::array::from_fn(|c| {
+                let (lo, hi) = (bs[4 * c] + bs[4 * c + 1], bs[4 * c + 2] + bs[4 * c + 3]);
+                (lo as u16 as u32 | (hi as u16 as u32) << 16) as i32
+            })
+        });
         for c in 0..4 {
-            let mut t = [_mm256_setzero_si256(); 4];
+            let mut t = [_mm256_setzero_si256(); A];
             for j in [2 * c, 2 * c + 1] {
                 // Sub-block j's pair sums per row, in i16 (bound in the module docs).
-                let mut s = [_mm256_setzero_si256(); 4];
+                let mut s = [_mm256_setzero_si256(); A];
                 for p in 0..8 {
                     let w = _mm256_load_si256(q.add(8 * j + p));
-                    for k in 0..4 {
+                    for k in 0..A {
                         let x = _mm256_set1_epi32(xs[k].add(8 * j + p).read_unaligned());
                         s[k] = _mm256_add_epi16(s[k], _mm256_maddubs_epi16(w, x));
                     }
                 }
                 let scv = _mm256_load_si256(dec.sc.as_ptr().add(8 * i + j) as *const __m256i);
-                for k in 0..4 {
+                for k in 0..A {
                     t[k] = _mm256_add_epi32(t[k], _mm256_madd_epi16(s[k], scv));
                 }
             }
-            // The minimums of sub-blocks 2c, 2c + 1 against each activation row's sums
-            // over them (each two 16-sums; |Σ| ≤ 32 · 128 fits an i16).
+            // The minimums of sub-blocks 2c, 2c + 1 against each row's sums over them.
             let mnv = _mm256_load_si256(dec.mn.as_ptr().add(4 * i + c) as *const __m256i);
-            for k in 0..4 {
-                let dx = _mm256_set1_ps(acts[k].d[i]);
-                let bs = &acts[k].bsums[16 * i + 4 * c..16 * i + 4 * c + 4];
-                let pair = ((bs[0] + bs[1]) as u16 as u32) | ((bs[2] + bs[3]) as u16 as u32) << 16;
-                let m = _mm256_madd_epi16(mnv, _mm256_set1_epi32(pair as i32));
-                acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t[k]), _mm256_mul_ps(dv, dx), acc[k]);
-                acc_m[k] =
-                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(dmv, dx), acc_m[k]);
+            for k in 0..A {
+                let m = _mm256_madd_epi16(mnv, _mm256_set1_epi32(pairs[k][c]));
+                acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t[k]), d[k], acc[k]);
+                acc_m[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), dm[k], acc_m[k]);
             }
         }
     }
-    let mut y = [[0.0f32; ROWS]; 4];
+    let mut y = [[0.0f32; ROWS]; A];
     for (k, yk) in y.iter_mut().enumerate() {
         _mm256_storeu_ps(yk.as_mut_ptr(), _mm256_sub_ps(acc[k], acc_m[k]));
     }

@@ -1104,7 +1104,8 @@ impl QMatrix {
             return y;
         }
         #[cfg(target_arch = "x86_64")]
-        if let (GgmlType::Q4_K, true, Some(k4)) = (self.dtype, self.repacked() && isa >= Isa::Avx2, k4)
+        if let (GgmlType::Q4_K, true, Some(k4)) =
+            (self.dtype, self.repacked() && isa >= Isa::Avx2, k4)
         {
             // The same on AVX2: eight rows decoded once and met by every four
             // activation rows.
