@@ -22,11 +22,14 @@
 //! eight rows' `sc_j · Σ q · qx`. No horizontal sum anywhere: a lane is an output, and
 //! each step's two FMAs serve eight outputs. The one-row kernel pays, per output and 64
 //! numbers, a horizontal sum and two scalar FMAs in one dependent chain.
+//!
+//! Q6_K's prompt products take the same shape in llama.cpp's tiled order
+//! ([`q6_k_gemm8x4`]).
 
 use std::arch::x86_64::*;
 
 use crate::ops::quant::activations::QuantizedActs;
-use crate::tensor::quant::{k_scales_mins, BlockQ4_K};
+use crate::tensor::quant::{k_scales_mins, BlockQ4_K, BlockQ6_K};
 
 /// Weight rows a call multiplies.
 pub(crate) const ROWS: usize = 8;
@@ -242,6 +245,171 @@ unsafe fn gemm8<const A: usize>(dec: &Decoded8, acts: [&QuantizedActs; A]) -> [[
     let mut y = [[0.0f32; ROWS]; A];
     for (k, yk) in y.iter_mut().enumerate() {
         _mm256_storeu_ps(yk.as_mut_ptr(), _mm256_sub_ps(acc[k], acc_m[k]));
+    }
+    y
+}
+
+/// Eight Q6_K rows decoded for [`q6_k_gemm8x4`], per 256-block: the 64 registers of
+/// interleaved numbers (0 ..= 63, the `− 32` left to the offsets), the sixteen groups'
+/// scales, each twice as i16s, the groups' scales in pairs (groups 2m, 2m + 1) for
+/// the offsets, and `d` widened to f32.
+#[derive(Default)]
+pub(crate) struct Decoded8Q6 {
+    /// (nb, 64) registers: lane r holds row r's numbers 4j .. 4j + 4 as bytes.
+    q: Vec<Lane8>,
+    /// (nb, 16) registers: lane r holds row r's scale of group g twice, as i16s.
+    sc: Vec<Lane8>,
+    /// (nb, 8) registers: lane r holds row r's scales of groups 2m and 2m + 1 as i16s.
+    pairs: Vec<Lane8>,
+    /// (nb, 1) registers: each row's `d` as f32 lanes.
+    d: Vec<Lane8>,
+    /// Blocks in a row.
+    nb: usize,
+}
+
+impl Decoded8Q6 {
+    /// Decode `rows` (each `nb` Q6_K blocks), replacing what was held.
+    ///
+    /// # Safety
+    /// AVX2 + FMA + F16C present; every row is at least `nb` Q6_K blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) unsafe fn fill(&mut self, rows: [&[u8]; ROWS], nb: usize) {
+        let zero = Lane8([0; 32]);
+        self.nb = nb;
+        self.q.resize(64 * nb, zero);
+        self.sc.resize(16 * nb, zero);
+        self.pairs.resize(8 * nb, zero);
+        self.d.resize(nb, zero);
+        let m4 = _mm256_set1_epi8(0x0F);
+        let m2 = _mm256_set1_epi8(3);
+        let mut plain = [Lane8([0; 32]); 8 * ROWS];
+        for i in 0..nb {
+            let mut sc = [[0u32; ROWS]; 16];
+            let mut pairs = [[0u32; ROWS]; 8];
+            let mut d = [0u16; ROWS];
+            for (r, row) in rows.iter().enumerate() {
+                let b = (row.as_ptr() as *const BlockQ6_K).add(i);
+                let (ql, qh) = ((*b).ql.as_ptr(), (*b).qh.as_ptr());
+                for n in 0..2 {
+                    // Numbers 128n + 32k .. + 32: nibbles of ql[64n + 32 (k % 2) ..] (low
+                    // for k < 2), with bits 2k, 2k + 1 of qh[32n ..] above them.
+                    let l0 = _mm256_loadu_si256(ql.add(64 * n) as *const __m256i);
+                    let l1 = _mm256_loadu_si256(ql.add(64 * n + 32) as *const __m256i);
+                    let h = _mm256_loadu_si256(qh.add(32 * n) as *const __m256i);
+                    let lo = [
+                        _mm256_and_si256(l0, m4),
+                        _mm256_and_si256(l1, m4),
+                        _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                        _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                    ];
+                    let hi = [
+                        _mm256_and_si256(h, m2),
+                        _mm256_and_si256(_mm256_srli_epi16(h, 2), m2),
+                        _mm256_and_si256(_mm256_srli_epi16(h, 4), m2),
+                        _mm256_and_si256(_mm256_srli_epi16(h, 6), m2),
+                    ];
+                    for k in 0..4 {
+                        let q = _mm256_or_si256(lo[k], _mm256_slli_epi16(hi[k], 4));
+                        _mm256_store_si256(
+                            plain.as_mut_ptr().add(8 * r + 4 * n + k) as *mut __m256i,
+                            q,
+                        );
+                    }
+                }
+                let s = &(*b).scales;
+                for g in 0..16 {
+                    sc[g][r] = (s[g] as i16 as u16 as u32) * 0x1_0001;
+                }
+                for m in 0..8 {
+                    pairs[m][r] =
+                        s[2 * m] as i16 as u16 as u32 | (s[2 * m + 1] as i16 as u16 as u32) << 16;
+                }
+                d[r] = (&raw const (*b).d as *const u16).read_unaligned();
+            }
+            interleave(&plain, &mut self.q[64 * i..64 * i + 64]);
+            for (g, v) in sc.iter().enumerate() {
+                let v = _mm256_loadu_si256(v.as_ptr() as *const __m256i);
+                _mm256_store_si256(self.sc.as_mut_ptr().add(16 * i + g) as *mut __m256i, v);
+            }
+            for (m, v) in pairs.iter().enumerate() {
+                let v = _mm256_loadu_si256(v.as_ptr() as *const __m256i);
+                _mm256_store_si256(self.pairs.as_mut_ptr().add(8 * i + m) as *mut __m256i, v);
+            }
+            let v = _mm256_cvtph_ps(_mm_loadu_si128(d.as_ptr() as *const __m128i));
+            _mm256_store_ps(self.d.as_mut_ptr().add(i) as *mut f32, v);
+        }
+    }
+}
+
+/// The eight decoded Q6_K rows of `dec` times four activation rows `acts` (each
+/// prepared as Q8_K for them), in llama.cpp's tiled order (`KOrder::Tiled`): per
+/// output and block, `acc = fma(d · float(T), dx, acc)` with T the block's exact total
+/// `Σ_g sc_g · Σ_{l ∈ g} (q_l − 32) · qx_l`, the twin `reference::dot_q6_k_tiled`'s
+/// steps, so each output equals it bit for bit. `y[k][r]`: activation row k, weight
+/// row r.
+///
+/// # Safety
+/// AVX2 + FMA + F16C present; `dec` filled with rows of `acts`' length.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q6_k_gemm8x4(dec: &Decoded8Q6, acts: [&QuantizedActs; 4]) -> [[f32; ROWS]; 4] {
+    let [a, b] = q6_gemm8::<2>(dec, [acts[0], acts[1]]);
+    let [c, d] = q6_gemm8::<2>(dec, [acts[2], acts[3]]);
+    [a, b, c, d]
+}
+
+/// [`q6_k_gemm8x4`] for `A` activation rows.
+///
+/// # Safety
+/// As [`q6_k_gemm8x4`]'s.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6_gemm8<const A: usize>(
+    dec: &Decoded8Q6,
+    acts: [&QuantizedActs; A],
+) -> [[f32; ROWS]; A] {
+    let mut acc = [_mm256_setzero_ps(); A];
+    for i in 0..dec.nb {
+        let q = dec.q.as_ptr().add(64 * i) as *const __m256i;
+        let xs: [*const i32; A] =
+            std::array::from_fn(|k| acts[k].qs.as_ptr().add(256 * i) as *const i32);
+        let mut t = [_mm256_setzero_si256(); A];
+        for g in 0..16 {
+            // Group g (16 numbers, 4 registers): two pair sums added in i16 (|·| ≤
+            // 2 · 2 · 63 · 128 = 32256), then the group's scale.
+            let scv = _mm256_load_si256(dec.sc.as_ptr().add(16 * i + g) as *const __m256i);
+            for h in 0..2 {
+                let j = 4 * g + 2 * h;
+                let (w0, w1) = (_mm256_load_si256(q.add(j)), _mm256_load_si256(q.add(j + 1)));
+                for k in 0..A {
+                    let x0 = _mm256_set1_epi32(xs[k].add(j).read_unaligned());
+                    let x1 = _mm256_set1_epi32(xs[k].add(j + 1).read_unaligned());
+                    let s = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(w0, x0),
+                        _mm256_maddubs_epi16(w1, x1),
+                    );
+                    t[k] = _mm256_add_epi32(t[k], _mm256_madd_epi16(s, scv));
+                }
+            }
+        }
+        let dv = _mm256_load_ps(dec.d.as_ptr().add(i) as *const f32);
+        for k in 0..A {
+            // The `− 32` of every number: 32 · Σ_g sc_g · s_g (the 16-sums s, |s| ≤
+            // 16 · 128, as i16 pairs).
+            let bs = &acts[k].bsums[16 * i..16 * i + 16];
+            let mut off = _mm256_setzero_si256();
+            for m in 0..8 {
+                let pair = (bs[2 * m] as u16 as u32 | (bs[2 * m + 1] as u16 as u32) << 16) as i32;
+                let pv = _mm256_load_si256(dec.pairs.as_ptr().add(8 * i + m) as *const __m256i);
+                off = _mm256_add_epi32(off, _mm256_madd_epi16(pv, _mm256_set1_epi32(pair)));
+            }
+            let total = _mm256_sub_epi32(t[k], _mm256_slli_epi32(off, 5));
+            let v = _mm256_mul_ps(dv, _mm256_cvtepi32_ps(total));
+            acc[k] = _mm256_fmadd_ps(v, _mm256_set1_ps(acts[k].d[i]), acc[k]);
+        }
+    }
+    let mut y = [[0.0f32; ROWS]; A];
+    for (k, yk) in y.iter_mut().enumerate() {
+        _mm256_storeu_ps(yk.as_mut_ptr(), acc[k]);
     }
     y
 }

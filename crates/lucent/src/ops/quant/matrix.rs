@@ -1144,6 +1144,28 @@ impl QMatrix {
             );
             return y;
         }
+        #[cfg(target_arch = "x86_64")]
+        if let (GgmlType::Q6_K, true, Some(k4)) = (
+            self.dtype,
+            isa >= Isa::Avx2
+                && t >= TILED_MIN_ROWS
+                && !numerics.row_invariant()
+                && self.rows >= avx2_kgemm::ROWS,
+            k4,
+        ) {
+            // The same on AVX2, eight rows at a time.
+            // SAFETY (both): isa ≥ Avx2 (AVX2 + FMA + F16C); every row is this matrix's
+            // cols / 256 Q6_K blocks, and `acts` were prepared as Q8_K (check_x).
+            let nb = self.cols / QK_K;
+            self.prompt_in_groups(
+                &mut y,
+                acts,
+                (k, k4),
+                |d: &mut avx2_kgemm::Decoded8Q6, rows| unsafe { d.fill(rows, nb) },
+                |d, x| unsafe { avx2_kgemm::q6_k_gemm8x4(d, x) },
+            );
+            return y;
+        }
         let wb = (PAIRED_WEIGHT_BYTES / self.row_bytes.max(1)).max(1);
         let k4 = k4.map(|k4| {
             move |_: &(), _: usize, i: usize, x: [&QuantizedActs; 4]| k4(self.row_bytes_of(i), x)
