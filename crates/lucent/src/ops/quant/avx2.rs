@@ -652,6 +652,14 @@ unsafe fn q6_k(row: &[u8], a: &QuantizedActs, tiled: bool) -> f32 {
         let dw = f16p(&raw const (*blk).d);
         let (ql, qhp) = ((*blk).ql.as_ptr(), (*blk).qh.as_ptr());
         let xq = a.qs.as_ptr().add(256 * i);
+        // The sixteen scales as words, each 128-bit half of `scw[n]` holding groups
+        // 8n .. 8n + 8; step (n, k) takes group 8n + 2k's in its lower half and
+        // 8n + 2k + 1's in its upper (one byte shuffle each).
+        let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(sc.as_ptr() as *const __m128i));
+        let scw = [
+            _mm256_permute2x128_si256::<0x00>(sc16, sc16),
+            _mm256_permute2x128_si256::<0x11>(sc16, sc16),
+        ];
         let mut sumi = _mm256_setzero_si256();
         for n in 0..2 {
             let ql0 = _mm256_loadu_si256(ql.add(64 * n) as *const __m256i);
@@ -679,14 +687,12 @@ unsafe fn q6_k(row: &[u8], a: &QuantizedActs, tiled: bool) -> f32 {
                 let g0 = 8 * n + 2 * k;
                 let x = _mm256_loadu_si256(xq.add(128 * n + 32 * k) as *const __m256i);
                 let p = _mm256_maddubs_epi16(*qk, x);
-                let s = _mm256_set_m128i(
-                    _mm_set1_epi16(sc[g0 + 1] as i16),
-                    _mm_set1_epi16(sc[g0] as i16),
-                );
+                let s = _mm256_shuffle_epi8(scw[n], Q6_SCALE_PICK[k]);
+                debug_assert_eq!(g0 % 8, 2 * k);
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s));
             }
         }
-        let off = q6_k_offsets(sc, &a.bsums[16 * i..16 * i + 16]);
+        let off = q6_k_offsets(sc16, a.bsums.as_ptr().add(16 * i));
         let sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(off, 5));
         if tiled {
             chain = (dw * hsum_epi32(sumi) as f32).mul_add(a.d[i], chain);
@@ -702,15 +708,37 @@ unsafe fn q6_k(row: &[u8], a: &QuantizedActs, tiled: bool) -> f32 {
     }
 }
 
-/// Lane k: `sc_2k · s_2k + sc_2k+1 · s_2k+1` of a Q6_K block (its i8 scales `sc`, the
-/// activations' 16-sums `s`); 32 times it is the lane's share of the `− 32` offset
-/// (llama.cpp's `q8sclsub`).
+/// The byte shuffles that spread word `2k` of a 128-bit half over its lower half and
+/// word `2k + 1` over its upper half (as `_mm256_shuffle_epi8` patterns).
+const Q6_SCALE_PICK: [__m256i; 4] = {
+    let mut p = [[0u8; 32]; 4];
+    let mut k = 0;
+    while k < 4 {
+        let mut b = 0;
+        while b < 32 {
+            let word = if b < 16 { 2 * k } else { 2 * k + 1 };
+            p[k][b] = (2 * word + b % 2) as u8;
+            b += 1;
+        }
+        k += 1;
+    }
+    // SAFETY: [u8; 32] and __m256i have the same size, and any bits are an __m256i.
+    unsafe { std::mem::transmute::<[[u8; 32]; 4], [__m256i; 4]>(p) }
+};
+
+/// Lane k: `sc_2k · s_2k + sc_2k+1 · s_2k+1` of a Q6_K block, from its i8 scales as
+/// words (`sc16`) and the activations' sixteen 16-sums `s` at `bsums` (each |s| ≤
+/// 16 · 128, so they narrow to words exactly): one `vpmaddwd`. 32 times it is the
+/// lane's share of the `− 32` offset (llama.cpp's `q8sclsub`).
+///
+/// # Safety
+/// AVX2 present; `bsums` points at sixteen i32.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) fn q6_k_offsets(sc: &[i8; 16], bsums: &[i32]) -> __m256i {
-    let o: [i32; 8] = std::array::from_fn(|k| {
-        sc[2 * k] as i32 * bsums[2 * k] + sc[2 * k + 1] as i32 * bsums[2 * k + 1]
-    });
-    // SAFETY: `o` holds eight i32.
-    unsafe { _mm256_loadu_si256(o.as_ptr() as *const __m256i) }
+pub(crate) unsafe fn q6_k_offsets(sc16: __m256i, bsums: *const i32) -> __m256i {
+    let lo = _mm256_loadu_si256(bsums as *const __m256i);
+    let hi = _mm256_loadu_si256(bsums.add(8) as *const __m256i);
+    // packs works within 128-bit halves: [lo0..3, hi0..3 | lo4..7, hi4..7] → reorder.
+    let w = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi32(lo, hi));
+    _mm256_madd_epi16(sc16, w)
 }
