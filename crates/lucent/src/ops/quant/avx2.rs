@@ -431,9 +431,15 @@ unsafe fn q45_k(row: &[u8], a: &QuantizedActs, five: bool, order: KOrder) -> f32
         };
         let xq = a.qs.as_ptr().add(256 * i);
         let mut steps = [_mm256_setzero_si256(); 4];
-        let (sc8, _) = k_scales_mins(scales);
+        let (sc8, mn8) = k_scales_mins(scales);
+        // The eight scales as words in both 128-bit halves; sub-block j's spread over
+        // a register by one byte shuffle.
+        let scw = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64(
+            sc8.as_ptr() as *const __m128i,
+        )));
         for (c, step) in steps.iter_mut().enumerate() {
-            let (sc0, sc1) = (sc8[2 * c], sc8[2 * c + 1]);
+            let sc0 = _mm256_shuffle_epi8(scw, WORD_PICK[2 * c]);
+            let sc1 = _mm256_shuffle_epi8(scw, WORD_PICK[2 * c + 1]);
             let qb = _mm256_loadu_si256(qs.add(32 * c) as *const __m256i);
             let mut lo = _mm256_and_si256(qb, m4);
             let mut hi = _mm256_and_si256(_mm256_srli_epi16(qb, 4), m4);
@@ -449,11 +455,11 @@ unsafe fn q45_k(row: &[u8], a: &QuantizedActs, five: bool, order: KOrder) -> f32
             }
             let xl = _mm256_loadu_si256(xq.add(64 * c) as *const __m256i);
             let xh = _mm256_loadu_si256(xq.add(64 * c + 32) as *const __m256i);
-            let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, xl), _mm256_set1_epi16(sc0 as i16));
-            let ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xh), _mm256_set1_epi16(sc1 as i16));
+            let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, xl), sc0);
+            let ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xh), sc1);
             *step = _mm256_add_epi32(pl, ph);
         }
-        let mins = k45_mins(scales, &a.bsums[16 * i..16 * i + 16]);
+        let mins = k45_mins(&mn8, &a.bsums[16 * i..16 * i + 16]);
         acc.block(steps, mins, k.d, a.d[i], five, order);
     }
     acc.finish(five, order)
@@ -509,11 +515,28 @@ const _: () = assert!(
         && std::mem::offset_of!(BlockQ5_K, dmin) == std::mem::offset_of!(BlockQ5_K, d) + 2
 );
 
-/// `mins[j] = mn_2j · s_2j + mn_2j+1 · s_2j+1` of a Q4_K / Q5_K block, with `s` the
-/// 32-sums of the activations (`bsums`: the block's 16-sums).
+/// The byte shuffles that spread word `w` of a 128-bit half over the whole register
+/// (as `_mm256_shuffle_epi8` patterns, for registers whose halves are equal).
+const WORD_PICK: [__m256i; 8] = {
+    let mut p = [[0u8; 32]; 8];
+    let mut w = 0;
+    while w < 8 {
+        let mut b = 0;
+        while b < 32 {
+            p[w][b] = (2 * w + b % 2) as u8;
+            b += 1;
+        }
+        w += 1;
+    }
+    // SAFETY: [u8; 32] and __m256i have the same size, and any bits are an __m256i.
+    unsafe { std::mem::transmute::<[[u8; 32]; 8], [__m256i; 8]>(p) }
+};
+
+/// `mins[j] = mn_2j · s_2j + mn_2j+1 · s_2j+1` of a Q4_K / Q5_K block, with `mn` its
+/// eight minimums (unpacked by `k_scales_mins`) and `s` the 32-sums of the activations
+/// (`bsums`: the block's 16-sums).
 #[inline]
-pub(crate) fn k45_mins(scales: &[u8], bsums: &[i32]) -> [i32; 4] {
-    let (_, mn) = k_scales_mins(scales);
+pub(crate) fn k45_mins(mn: &[u8; 8], bsums: &[i32]) -> [i32; 4] {
     std::array::from_fn(|j| {
         mn[2 * j] as i32 * (bsums[4 * j] + bsums[4 * j + 1])
             + mn[2 * j + 1] as i32 * (bsums[4 * j + 2] + bsums[4 * j + 3])
