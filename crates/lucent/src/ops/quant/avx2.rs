@@ -417,10 +417,27 @@ unsafe fn q8_0(row: &[u8], a: &QuantizedActs) -> f32 {
 /// sums, which [`K45Acc`] meets with the scales as llama.cpp's kernel of that order.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q45_k(row: &[u8], a: &QuantizedActs, five: bool, order: KOrder) -> f32 {
+    q45_k_rows::<1>(row, [a], five, order)[0]
+}
+
+/// [`q45_k`] of one weight row with `RA` activation rows: each weight step decoded
+/// once for all of them, each row's arithmetic exactly [`q45_k`]'s (so each result
+/// equals it bit for bit).
+///
+/// # Safety
+/// AVX2 + FMA + F16C present; `row` and every row of `acts` as [`q45_k`]'s.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q45_k_rows<const RA: usize>(
+    row: &[u8],
+    acts: [&QuantizedActs; RA],
+    five: bool,
+    order: KOrder,
+) -> [f32; RA] {
     let m4 = _mm256_set1_epi8(0x0F);
     let one = _mm256_set1_epi8(1);
-    let mut acc = K45Acc::new();
-    for i in 0..a.d.len() {
+    let mut acc: [K45Acc; RA] = std::array::from_fn(|_| K45Acc::new());
+    for i in 0..acts[0].d.len() {
         let k = K45Ptr::new(row, i, five);
         let scales = &*k.scales;
         let qs = k.qs;
@@ -429,15 +446,14 @@ unsafe fn q45_k(row: &[u8], a: &QuantizedActs, five: bool, order: KOrder) -> f32
         } else {
             _mm256_setzero_si256()
         };
-        let xq = a.qs.as_ptr().add(256 * i);
-        let mut steps = [_mm256_setzero_si256(); 4];
+        let mut steps = [[_mm256_setzero_si256(); 4]; RA];
         let (sc8, mn8) = k_scales_mins(scales);
         // The eight scales as words in both 128-bit halves; sub-block j's spread over
         // a register by one byte shuffle.
         let scw = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64(
-            sc8.as_ptr() as *const __m128i,
+            sc8.as_ptr() as *const __m128i
         )));
-        for (c, step) in steps.iter_mut().enumerate() {
+        for c in 0..4 {
             let sc0 = _mm256_shuffle_epi8(scw, WORD_PICK[2 * c]);
             let sc1 = _mm256_shuffle_epi8(scw, WORD_PICK[2 * c + 1]);
             let qb = _mm256_loadu_si256(qs.add(32 * c) as *const __m256i);
@@ -453,16 +469,21 @@ unsafe fn q45_k(row: &[u8], a: &QuantizedActs, five: bool, order: KOrder) -> f32
                 lo = _mm256_or_si256(lo, _mm256_slli_epi16(h0, 4));
                 hi = _mm256_or_si256(hi, _mm256_slli_epi16(h1, 4));
             }
-            let xl = _mm256_loadu_si256(xq.add(64 * c) as *const __m256i);
-            let xh = _mm256_loadu_si256(xq.add(64 * c + 32) as *const __m256i);
-            let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, xl), sc0);
-            let ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xh), sc1);
-            *step = _mm256_add_epi32(pl, ph);
+            for (a, st) in acts.iter().zip(steps.iter_mut()) {
+                let xq = a.qs.as_ptr().add(256 * i);
+                let xl = _mm256_loadu_si256(xq.add(64 * c) as *const __m256i);
+                let xh = _mm256_loadu_si256(xq.add(64 * c + 32) as *const __m256i);
+                let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, xl), sc0);
+                let ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xh), sc1);
+                st[c] = _mm256_add_epi32(pl, ph);
+            }
         }
-        let mins = k45_mins(&mn8, &a.bsums[16 * i..16 * i + 16]);
-        acc.block(steps, mins, k.d, a.d[i], five, order);
+        for ((a, st), ac) in acts.iter().zip(steps).zip(acc.iter_mut()) {
+            let mins = k45_mins(&mn8, &a.bsums[16 * i..16 * i + 16]);
+            ac.block(st, mins, k.d, a.d[i], five, order);
+        }
     }
-    acc.finish(five, order)
+    std::array::from_fn(|r| acc[r].finish(five, order))
 }
 
 /// Where block `i` of a Q4_K or Q5_K row keeps what the kernels read (the fields of
@@ -664,17 +685,32 @@ pub(crate) fn hsum_epi32(v: __m256i) -> i32 {
 /// ([`KOrder::Tiled`]).
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q6_k(row: &[u8], a: &QuantizedActs, tiled: bool) -> f32 {
+    q6_k_rows::<1>(row, [a], tiled)[0]
+}
+
+/// [`q6_k`] of one weight row with `RA` activation rows: each weight step decoded
+/// once for all of them, each row's arithmetic exactly [`q6_k`]'s (so each result
+/// equals it bit for bit).
+///
+/// # Safety
+/// AVX2 + FMA + F16C present; `row` and every row of `acts` as [`q6_k`]'s.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q6_k_rows<const RA: usize>(
+    row: &[u8],
+    acts: [&QuantizedActs; RA],
+    tiled: bool,
+) -> [f32; RA] {
     let m4 = _mm256_set1_epi8(0x0F);
     let m2 = _mm256_set1_epi8(3);
-    let mut acc = _mm256_setzero_ps();
-    let mut chain = 0.0f32;
+    let mut acc = [_mm256_setzero_ps(); RA];
+    let mut chain = [0.0f32; RA];
     let blocks = row.as_ptr() as *const BlockQ6_K;
-    for i in 0..a.d.len() {
+    for i in 0..acts[0].d.len() {
         let blk = blocks.add(i);
         let sc = &(*blk).scales;
         let dw = f16p(&raw const (*blk).d);
         let (ql, qhp) = ((*blk).ql.as_ptr(), (*blk).qh.as_ptr());
-        let xq = a.qs.as_ptr().add(256 * i);
         // The sixteen scales as words, each 128-bit half of `scw[n]` holding groups
         // 8n .. 8n + 8; step (n, k) takes group 8n + 2k's in its lower half and
         // 8n + 2k + 1's in its upper (one byte shuffle each).
@@ -683,7 +719,7 @@ unsafe fn q6_k(row: &[u8], a: &QuantizedActs, tiled: bool) -> f32 {
             _mm256_permute2x128_si256::<0x00>(sc16, sc16),
             _mm256_permute2x128_si256::<0x11>(sc16, sc16),
         ];
-        let mut sumi = _mm256_setzero_si256();
+        let mut sumi = [_mm256_setzero_si256(); RA];
         for n in 0..2 {
             let ql0 = _mm256_loadu_si256(ql.add(64 * n) as *const __m256i);
             let ql1 = _mm256_loadu_si256(ql.add(64 * n + 32) as *const __m256i);
@@ -707,28 +743,54 @@ unsafe fn q6_k(row: &[u8], a: &QuantizedActs, tiled: bool) -> f32 {
                 ),
             ];
             for (k, qk) in q.iter().enumerate() {
-                let g0 = 8 * n + 2 * k;
-                let x = _mm256_loadu_si256(xq.add(128 * n + 32 * k) as *const __m256i);
-                let p = _mm256_maddubs_epi16(*qk, x);
+                // Numbers 128n + 32k .. + 32: groups 8n + 2k, 8n + 2k + 1.
                 let s = _mm256_shuffle_epi8(scw[n], Q6_SCALE_PICK[k]);
-                debug_assert_eq!(g0 % 8, 2 * k);
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s));
+                for (a, si) in acts.iter().zip(sumi.iter_mut()) {
+                    let xq = a.qs.as_ptr().add(256 * i);
+                    let x = _mm256_loadu_si256(xq.add(128 * n + 32 * k) as *const __m256i);
+                    let p = _mm256_maddubs_epi16(*qk, x);
+                    *si = _mm256_add_epi32(*si, _mm256_madd_epi16(p, s));
+                }
             }
         }
-        let off = q6_k_offsets(sc16, a.bsums.as_ptr().add(16 * i));
-        let sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(off, 5));
-        if tiled {
-            chain = (dw * hsum_epi32(sumi) as f32).mul_add(a.d[i], chain);
-        } else {
-            let d = dw * a.d[i];
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        for r in 0..RA {
+            let a = acts[r];
+            let off = q6_k_offsets(sc16, a.bsums.as_ptr().add(16 * i));
+            let sumi = _mm256_sub_epi32(sumi[r], _mm256_slli_epi32(off, 5));
+            if tiled {
+                chain[r] = (dw * hsum_epi32(sumi) as f32).mul_add(a.d[i], chain[r]);
+            } else {
+                let d = dw * a.d[i];
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[r]);
+            }
         }
     }
     if tiled {
         chain
     } else {
-        hsum_ps(acc)
+        std::array::from_fn(|r| hsum_ps(acc[r]))
     }
+}
+
+/// The K-quant kernels of one weight row with four activation rows (each weight step
+/// decoded once for the four) in llama.cpp's dot order: Q4_K, Q5_K, Q6_K; None for the
+/// other types.
+pub(crate) fn kernel4(dtype: GgmlType) -> Option<Dot4Fn> {
+    // SAFETY (all): AVX2+FMA detected; the callers check rows and acts.
+    match dtype {
+        GgmlType::Q4_K => Some(|r, a| unsafe { q45_k_rows::<4>(r, a, false, KOrder::Dot) }),
+        GgmlType::Q5_K => Some(|r, a| unsafe { q45_k_rows::<4>(r, a, true, KOrder::Dot) }),
+        GgmlType::Q6_K => Some(|r, a| unsafe { q6_k_rows::<4>(r, a, false) }),
+        _ => None,
+    }
+}
+
+/// Repacked Q4_K's kernel of one weight row with four activation rows, each in the
+/// token's order ([`KOrder::Gemv`]): a product whose rows must each be computed alone
+/// (an expert's rows, a batched decode step).
+pub(crate) fn repacked_row_invariant4() -> Dot4Fn {
+    // SAFETY: AVX2+FMA detected; the callers check rows and acts.
+    |r, a| unsafe { q45_k_rows::<4>(r, a, false, KOrder::Gemv) }
 }
 
 /// The byte shuffles that spread word `2k` of a 128-bit half over its lower half and

@@ -487,16 +487,29 @@ impl QMatrix {
     }
 
     /// The kernel of one weight row with four activation rows, where one reads each
-    /// weight block once for four rows (the K-quants on AVX-512) or where llama.cpp sums
-    /// four rows in its own order (repacked Q4_K, unless `numerics` asks for every row
-    /// alike).
+    /// weight block once for four rows (the K-quants on AVX-512 and AVX2; repacked Q4_K
+    /// in the token's order when `numerics` asks for every row alike) or where llama.cpp
+    /// sums four rows in its own order (repacked Q4_K otherwise).
     fn row_kernel4(&self, isa: Isa, numerics: Numerics) -> Option<Dot4Fn> {
         if self.repacked() {
-            return (!numerics.row_invariant()).then(|| repacked_kernels(self.dtype, isa).1);
+            if !numerics.row_invariant() {
+                return Some(repacked_kernels(self.dtype, isa).1);
+            }
+            // Every row alone in the token's order, four read against each weight
+            // block (AVX2; AVX-512 takes `kgemv` before asking).
+            #[cfg(target_arch = "x86_64")]
+            if self.dtype == GgmlType::Q4_K && isa >= Isa::Avx2 {
+                return Some(avx2::repacked_row_invariant4());
+            }
+            return None;
         }
         #[cfg(target_arch = "x86_64")]
         if avx512::available(isa) {
             return avx512::kernel4(self.dtype);
+        }
+        #[cfg(target_arch = "x86_64")]
+        if isa >= Isa::Avx2 {
+            return avx2::kernel4(self.dtype);
         }
         None
     }
@@ -1086,9 +1099,11 @@ impl QMatrix {
         // all four (the K-quants on AVX-512; the same numbers as one row at a time) or
         // where llama.cpp sums rows in fours its own way (repacked Q4_K).
         #[cfg(target_arch = "x86_64")]
-        if let (GgmlType::Q4_K, true, Some(k4)) =
-            (self.dtype, self.repacked() && avx512::available(isa), k4)
-        {
+        if let (GgmlType::Q4_K, true, Some(k4)) = (
+            self.dtype,
+            self.repacked() && avx512::available(isa) && !numerics.row_invariant(),
+            k4,
+        ) {
             // Repacked Q4_K on AVX-512, llama.cpp's grouped order: sixteen rows decoded
             // once and met by every four activation rows.
             // SAFETY (both): avx512::available(isa); every row is this matrix's
@@ -1104,9 +1119,11 @@ impl QMatrix {
             return y;
         }
         #[cfg(target_arch = "x86_64")]
-        if let (GgmlType::Q4_K, true, Some(k4)) =
-            (self.dtype, self.repacked() && isa >= Isa::Avx2, k4)
-        {
+        if let (GgmlType::Q4_K, true, Some(k4)) = (
+            self.dtype,
+            self.repacked() && isa >= Isa::Avx2 && !numerics.row_invariant(),
+            k4,
+        ) {
             // The same on AVX2: eight rows decoded once and met by every four
             // activation rows.
             // SAFETY (both): isa ≥ Avx2 (AVX2 + FMA + F16C); every row is this matrix's
