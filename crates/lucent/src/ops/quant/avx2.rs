@@ -720,7 +720,7 @@ pub(crate) unsafe fn q6_k_rows<const RA: usize>(
             _mm256_permute2x128_si256::<0x11>(sc16, sc16),
         ];
         let mut sumi = [_mm256_setzero_si256(); RA];
-        for n in 0..2 {
+        for (n, sw) in scw.iter().enumerate() {
             let ql0 = _mm256_loadu_si256(ql.add(64 * n) as *const __m256i);
             let ql1 = _mm256_loadu_si256(ql.add(64 * n + 32) as *const __m256i);
             let qh = _mm256_loadu_si256(qhp.add(32 * n) as *const __m256i);
@@ -744,7 +744,7 @@ pub(crate) unsafe fn q6_k_rows<const RA: usize>(
             ];
             for (k, qk) in q.iter().enumerate() {
                 // Numbers 128n + 32k .. + 32: groups 8n + 2k, 8n + 2k + 1.
-                let s = _mm256_shuffle_epi8(scw[n], Q6_SCALE_PICK[k]);
+                let s = _mm256_shuffle_epi8(*sw, Q6_SCALE_PICK[k]);
                 for (a, si) in acts.iter().zip(sumi.iter_mut()) {
                     let xq = a.qs.as_ptr().add(256 * i);
                     let x = _mm256_loadu_si256(xq.add(128 * n + 32 * k) as *const __m256i);

@@ -208,15 +208,15 @@ unsafe fn gemm8<const A: usize>(dec: &Decoded8, acts: [&QuantizedActs; A]) -> [[
         let xs: [*const i32; A] =
             std::array::from_fn(|k| acts[k].qs.as_ptr().add(256 * i) as *const i32);
         // Each activation row's sums over the sub-blocks (each two 16-sums; |Σ| ≤
-        // 32 · 128 fits an i16), as i16s: the pair of step c in 32-bit word c.
-        let pairs: [[i32; 4]; A] = std::array::from_fn(|k| {
-            let bs = &acts[k].bsums[16 * i..16 * i + 16];
-            std::array::from_fn(|c| {
-                let (lo, hi) = (bs[4 * c] + bs[4 * c + 1], bs[4 * c + 2] + bs[4 * c + 3]);
+        // 32 · 128 fits an i16), as i16 pairs: `pairs[c][k]` for step c, row k.
+        let pairs: [[i32; A]; 4] = std::array::from_fn(|c| {
+            std::array::from_fn(|k| {
+                let bs = &acts[k].bsums[16 * i + 4 * c..16 * i + 4 * c + 4];
+                let (lo, hi) = (bs[0] + bs[1], bs[2] + bs[3]);
                 (lo as u16 as u32 | (hi as u16 as u32) << 16) as i32
             })
         });
-        for c in 0..4 {
+        for (c, pc) in pairs.iter().enumerate() {
             let mut t = [_mm256_setzero_si256(); A];
             for j in [2 * c, 2 * c + 1] {
                 // Sub-block j's pair sums per row, in i16 (bound in the module docs).
@@ -236,7 +236,7 @@ unsafe fn gemm8<const A: usize>(dec: &Decoded8, acts: [&QuantizedActs; A]) -> [[
             // The minimums of sub-blocks 2c, 2c + 1 against each row's sums over them.
             let mnv = _mm256_load_si256(dec.mn.as_ptr().add(4 * i + c) as *const __m256i);
             for k in 0..A {
-                let m = _mm256_madd_epi16(mnv, _mm256_set1_epi32(pairs[k][c]));
+                let m = _mm256_madd_epi16(mnv, _mm256_set1_epi32(pc[k]));
                 acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t[k]), d[k], acc[k]);
                 acc_m[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), dm[k], acc_m[k]);
             }
