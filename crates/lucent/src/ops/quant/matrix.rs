@@ -1095,94 +1095,69 @@ impl QMatrix {
             transpose(&yt, self.rows, t, &mut y);
             return y;
         }
+        // Repacked Q4_K in llama.cpp's grouped order and Q6_K in its tiled order (8
+        // prompt rows or more): whole groups of weight rows decoded once and met by every
+        // four activation rows, sixteen rows a group on AVX-512 (`avx512::kgemm`), eight
+        // on AVX2 (`avx2_kgemm`).
+        #[cfg(target_arch = "x86_64")]
+        if let Some(k4) = k4 {
+            let grouped = !numerics.row_invariant()
+                && match self.dtype {
+                    GgmlType::Q4_K => self.repacked(),
+                    GgmlType::Q6_K => t >= TILED_MIN_ROWS,
+                    _ => false,
+                };
+            let wide = avx512::available(isa);
+            let group = if wide {
+                avx512::kgemm::ROWS
+            } else {
+                avx2_kgemm::ROWS
+            };
+            if grouped && isa >= Isa::Avx2 && self.rows >= group {
+                let nb = self.cols / QK_K;
+                let (out, kk) = (&mut y, (k, k4));
+                // SAFETY (all): the level checked above (AVX-512 VNNI where `wide`, else
+                // AVX2 + FMA + F16C); every row is this matrix's cols / 256 blocks of its
+                // type, and `acts` were prepared as Q8_K (check_x).
+                unsafe {
+                    use {avx2_kgemm as a2, avx512::kgemm as a5};
+                    match (self.dtype, wide) {
+                        (GgmlType::Q4_K, true) => self.prompt_in_groups(
+                            out,
+                            acts,
+                            kk,
+                            |d: &mut a5::Decoded16, rows| d.fill(rows, nb),
+                            |d, x| a5::q4_k_gemm16x4(d, x),
+                        ),
+                        (GgmlType::Q4_K, false) => self.prompt_in_groups(
+                            out,
+                            acts,
+                            kk,
+                            |d: &mut a2::Decoded8, rows| d.fill(rows, nb),
+                            |d, x| a2::q4_k_gemm8x4(d, x),
+                        ),
+                        (_, true) => self.prompt_in_groups(
+                            out,
+                            acts,
+                            kk,
+                            |d: &mut a5::Decoded16Q6, rows| d.fill(rows, nb),
+                            |d, x| a5::q6_k_gemm16x4(d, x),
+                        ),
+                        (_, false) => self.prompt_in_groups(
+                            out,
+                            acts,
+                            kk,
+                            |d: &mut a2::Decoded8Q6, rows| d.fill(rows, nb),
+                            |d, x| a2::q6_k_gemm8x4(d, x),
+                        ),
+                    }
+                }
+                return y;
+            }
+        }
         // Four activation rows at a time where a kernel reads each weight block once for
-        // all four (the K-quants on AVX-512; the same numbers as one row at a time) or
-        // where llama.cpp sums rows in fours its own way (repacked Q4_K).
-        #[cfg(target_arch = "x86_64")]
-        if let (GgmlType::Q4_K, true, Some(k4)) = (
-            self.dtype,
-            self.repacked() && avx512::available(isa) && !numerics.row_invariant(),
-            k4,
-        ) {
-            // Repacked Q4_K on AVX-512, llama.cpp's grouped order: sixteen rows decoded
-            // once and met by every four activation rows.
-            // SAFETY (both): avx512::available(isa); every row is this matrix's
-            // cols / 256 Q4_K blocks, and `acts` were prepared as Q8_K (check_x).
-            let nb = self.cols / QK_K;
-            self.prompt_in_groups(
-                &mut y,
-                acts,
-                (k, k4),
-                |d: &mut avx512::kgemm::Decoded16, rows| unsafe { d.fill(rows, nb) },
-                |d, x| unsafe { avx512::kgemm::q4_k_gemm16x4(d, x) },
-            );
-            return y;
-        }
-        #[cfg(target_arch = "x86_64")]
-        if let (GgmlType::Q4_K, true, Some(k4)) = (
-            self.dtype,
-            self.repacked() && isa >= Isa::Avx2 && !numerics.row_invariant(),
-            k4,
-        ) {
-            // The same on AVX2: eight rows decoded once and met by every four
-            // activation rows.
-            // SAFETY (both): isa ≥ Avx2 (AVX2 + FMA + F16C); every row is this matrix's
-            // cols / 256 Q4_K blocks, and `acts` were prepared as Q8_K (check_x).
-            let nb = self.cols / QK_K;
-            self.prompt_in_groups(
-                &mut y,
-                acts,
-                (k, k4),
-                |d: &mut avx2_kgemm::Decoded8, rows| unsafe { d.fill(rows, nb) },
-                |d, x| unsafe { avx2_kgemm::q4_k_gemm8x4(d, x) },
-            );
-            return y;
-        }
-        #[cfg(target_arch = "x86_64")]
-        if let (GgmlType::Q6_K, true, Some(k4)) = (
-            self.dtype,
-            avx512::available(isa)
-                && t >= TILED_MIN_ROWS
-                && !numerics.row_invariant()
-                && self.rows >= avx512::kgemm::ROWS,
-            k4,
-        ) {
-            // Q6_K in llama.cpp's tiled order: sixteen rows decoded once and met by
-            // every four activation rows.
-            // SAFETY (both): avx512::available(isa); every row is this matrix's
-            // cols / 256 Q6_K blocks, and `acts` were prepared as Q8_K (check_x).
-            let nb = self.cols / QK_K;
-            self.prompt_in_groups(
-                &mut y,
-                acts,
-                (k, k4),
-                |d: &mut avx512::kgemm::Decoded16Q6, rows| unsafe { d.fill(rows, nb) },
-                |d, x| unsafe { avx512::kgemm::q6_k_gemm16x4(d, x) },
-            );
-            return y;
-        }
-        #[cfg(target_arch = "x86_64")]
-        if let (GgmlType::Q6_K, true, Some(k4)) = (
-            self.dtype,
-            isa >= Isa::Avx2
-                && t >= TILED_MIN_ROWS
-                && !numerics.row_invariant()
-                && self.rows >= avx2_kgemm::ROWS,
-            k4,
-        ) {
-            // The same on AVX2, eight rows at a time.
-            // SAFETY (both): isa ≥ Avx2 (AVX2 + FMA + F16C); every row is this matrix's
-            // cols / 256 Q6_K blocks, and `acts` were prepared as Q8_K (check_x).
-            let nb = self.cols / QK_K;
-            self.prompt_in_groups(
-                &mut y,
-                acts,
-                (k, k4),
-                |d: &mut avx2_kgemm::Decoded8Q6, rows| unsafe { d.fill(rows, nb) },
-                |d, x| unsafe { avx2_kgemm::q6_k_gemm8x4(d, x) },
-            );
-            return y;
-        }
+        // all four (the K-quants; the same numbers as one row at a time) or where
+        // llama.cpp sums rows in fours its own way (repacked Q4_K).
         let wb = (PAIRED_WEIGHT_BYTES / self.row_bytes.max(1)).max(1);
         let k4 = k4.map(|k4| {
             move |_: &(), _: usize, i: usize, x: [&QuantizedActs; 4]| k4(self.row_bytes_of(i), x)
@@ -1194,7 +1169,7 @@ impl QMatrix {
     /// The prompt product's loop for the kernels of `R` weight rows by four activation
     /// rows (`avx512::kgemm`'s sixteen, `avx2_kgemm`'s eight): each task's weight rows
     /// `R` at a time, decoded once by `fill` into the task's scratch `D`, then met by
-    /// every four activation rows (`k16`); the task's last rows outside whole groups
+    /// every four activation rows (`kr`); the task's last rows outside whole groups
     /// through `k4` (the same order, read from the blocks), the activation rows outside
     /// whole fours through `k`. The numbers are those of [`QMatrix::prompt_in_fours`]
     /// with `k4` and `k`. Each task writes its rows' columns of `y` (t, rows).
@@ -1205,7 +1180,7 @@ impl QMatrix {
         acts: &[QuantizedActs],
         (k, k4): (DotFn, Dot4Fn),
         fill: impl Fn(&mut D, [&[u8]; R]) + Sync,
-        k16: impl Fn(&D, [&QuantizedActs; 4]) -> [[f32; R]; 4] + Sync,
+        kr: impl Fn(&D, [&QuantizedActs; 4]) -> [[f32; R]; 4] + Sync,
     ) {
         let t = acts.len();
         let fours = t - t % 4;
@@ -1217,7 +1192,7 @@ impl QMatrix {
             for g in (i0..i0 + whole).step_by(R) {
                 fill(&mut dec, std::array::from_fn(|r| self.row_bytes_of(g + r)));
                 for a in (0..fours).step_by(4) {
-                    for (j, yj) in k16(&dec, four(a)).iter().enumerate() {
+                    for (j, yj) in kr(&dec, four(a)).iter().enumerate() {
                         // SAFETY: a + j < t, rows g .. g + 16 are this task's.
                         unsafe { out.put(a + j, g, yj) };
                     }
