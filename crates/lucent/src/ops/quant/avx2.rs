@@ -538,7 +538,7 @@ const _: () = assert!(
 
 /// The byte shuffles that spread word `w` of a 128-bit half over the whole register
 /// (as `_mm256_shuffle_epi8` patterns, for registers whose halves are equal).
-const WORD_PICK: [__m256i; 8] = {
+pub(crate) const WORD_PICK: [__m256i; 8] = {
     let mut p = [[0u8; 32]; 8];
     let mut w = 0;
     while w < 8 {

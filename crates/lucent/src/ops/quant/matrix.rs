@@ -22,7 +22,7 @@ use crate::ops::quant::dispatch::{
     DotFn, TILED_MIN_ROWS,
 };
 #[cfg(target_arch = "x86_64")]
-use crate::ops::quant::{avx2, avx2_kgemm, avx512};
+use crate::ops::quant::{avx2, avx2_kgemm, avx2_kgemv, avx512};
 use crate::runtime::{Isa, Numerics};
 use crate::tensor::quant::{f16_value, ActKind, GgmlType, QBytes, QK, QK_K};
 use crate::{Error, Result};
@@ -352,10 +352,10 @@ impl QMatrix {
             return;
         }
         #[cfg(target_arch = "x86_64")]
-        if self.gemv16(isa) {
-            // SAFETY: gemv16(isa) checked the level and the type; `a` was prepared for
+        if self.gemv_grouped(isa) {
+            // SAFETY: gemv_grouped(isa) checked the level and the type; `a` was prepared for
             // this matrix (the caller's contract).
-            unsafe { self.gemv16_rows(i0, out, a, isa) };
+            unsafe { self.gemv_grouped_rows(i0, out, a, isa) };
             return;
         }
         let k = self.row_kernel(isa);
@@ -375,10 +375,12 @@ impl QMatrix {
             return Ok(());
         }
         #[cfg(target_arch = "x86_64")]
-        if self.gemv16(isa) {
-            // SAFETY: gemv16(isa) checked the level and the type; `a` was checked to be
+        if self.gemv_grouped(isa) {
+            // SAFETY: gemv_grouped(isa) checked the level and the type; `a` was checked to be
             // prepared for this matrix (check_prepared).
-            self.run_row_groups(y, 1, |i0, out| unsafe { self.gemv16_rows(i0, out, a, isa) });
+            self.run_row_groups(y, 1, |i0, out| unsafe {
+                self.gemv_grouped_rows(i0, out, a, isa)
+            });
             return Ok(());
         }
         let k = self.row_kernel(isa);
@@ -386,34 +388,57 @@ impl QMatrix {
         Ok(())
     }
 
-    /// Whether a token's products of this matrix take `avx512::kgemv::q4_k_gemv16`:
-    /// repacked Q4_K ([`KOrder::Gemv`] order) on AVX-512 VNNI.
+    /// Whether a token's products of this matrix take a kernel of many weight rows at
+    /// once in the `gemv` order: repacked Q4_K ([`KOrder::Gemv`] order) on AVX-512 VNNI
+    /// (`avx512::kgemv::q4_k_gemv16`) or AVX2 (`avx2_kgemv::q4_k_gemv8`).
     #[cfg(target_arch = "x86_64")]
-    fn gemv16(&self, isa: Isa) -> bool {
-        self.dtype == GgmlType::Q4_K && self.repacked() && avx512::available(isa)
+    fn gemv_grouped(&self, isa: Isa) -> bool {
+        self.dtype == GgmlType::Q4_K && self.repacked() && isa >= Isa::Avx2
     }
 
     /// Weight rows `i0 .. i0 + out.len()` times one activation row `a`, in the `gemv`
-    /// order: sixteen rows a call of `avx512::kgemv::q4_k_gemv16`, the last fewer than
-    /// sixteen through the one-row kernel (the same numbers).
+    /// order: sixteen rows a call of `avx512::kgemv::q4_k_gemv16` on AVX-512, eight a
+    /// call of `avx2_kgemv::q4_k_gemv8` on AVX2, the last rows outside those groups
+    /// through the one-row kernel (the same numbers).
     ///
     /// # Safety
-    /// [`QMatrix::gemv16`] said yes for `isa`; `a` prepared for this matrix;
+    /// [`QMatrix::gemv_grouped`] said yes for `isa`; `a` prepared for this matrix;
     /// `i0 + out.len() ≤ rows`.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn gemv16_rows(&self, i0: usize, out: &mut [f32], a: &QuantizedActs, isa: Isa) {
-        const R: usize = avx512::kgemv::ROWS;
-        let mut chunks = out.chunks_exact_mut(R);
-        let mut i = i0;
-        for o in &mut chunks {
-            let rows: [&[u8]; R] = std::array::from_fn(|r| self.row_bytes_of(i + r));
-            // SAFETY: this function's contract.
-            o.copy_from_slice(&unsafe { avx512::kgemv::q4_k_gemv16(rows, a, R * self.row_bytes) });
-            i += R;
+    unsafe fn gemv_grouped_rows(&self, i0: usize, out: &mut [f32], a: &QuantizedActs, isa: Isa) {
+        /// `R` rows a call of `kernel`, then the rest one by one.
+        ///
+        /// # Safety
+        /// `kernel` runs on this CPU and takes `R` rows of the matrix with `a`.
+        unsafe fn groups<const R: usize>(
+            m: &QMatrix,
+            i0: usize,
+            out: &mut [f32],
+            a: &QuantizedActs,
+            isa: Isa,
+            kernel: unsafe fn([&[u8]; R], &QuantizedActs, usize) -> [f32; R],
+        ) {
+            let mut chunks = out.chunks_exact_mut(R);
+            let mut i = i0;
+            for o in &mut chunks {
+                let rows: [&[u8]; R] = std::array::from_fn(|r| m.row_bytes_of(i + r));
+                // SAFETY: this function's contract.
+                o.copy_from_slice(&unsafe { kernel(rows, a, R * m.row_bytes) });
+                i += R;
+            }
+            let k = m.row_kernel(isa);
+            for (j, v) in chunks.into_remainder().iter_mut().enumerate() {
+                *v = k(m.row_bytes_of(i + j), a);
+            }
         }
-        let k = self.row_kernel(isa);
-        for (j, v) in chunks.into_remainder().iter_mut().enumerate() {
-            *v = k(self.row_bytes_of(i + j), a);
+        // SAFETY: gemv_grouped(isa) checked the level (each kernel's own), the type and
+        // the rows; `a` is prepared for this matrix (this function's contract).
+        unsafe {
+            if avx512::available(isa) {
+                groups(self, i0, out, a, isa, avx512::kgemv::q4_k_gemv16);
+            } else {
+                groups(self, i0, out, a, isa, avx2_kgemv::q4_k_gemv8);
+            }
         }
     }
 
@@ -1042,7 +1067,7 @@ impl QMatrix {
         let mut y = vec![0.0f32; t * self.rows];
         let (k, k4) = self.prompt_kernels(t, isa, numerics);
         #[cfg(target_arch = "x86_64")]
-        if numerics.row_invariant() && self.gemv16(isa) {
+        if numerics.row_invariant() && self.gemv_grouped(isa) {
             // Every row alone in the token's order (a batched decode step, an expert's
             // rows): sixteen weight rows at a time for each activation row, the block of
             // weight rows read from cache by all of them.
@@ -1050,9 +1075,9 @@ impl QMatrix {
             self.run_row_ranges(t, |i0, n| {
                 let mut v = vec![0.0f32; n];
                 for (r, x) in acts.iter().enumerate() {
-                    // SAFETY: gemv16(isa) checked the level and the type; the rows of
+                    // SAFETY: gemv_grouped(isa) checked the level and the type; the rows of
                     // `acts` were prepared for this matrix (check_x).
-                    unsafe { self.gemv16_rows(i0, &mut v, x, isa) };
+                    unsafe { self.gemv_grouped_rows(i0, &mut v, x, isa) };
                     // SAFETY: r < t, and rows i0 .. i0 + n are this task's.
                     unsafe { out.put(r, i0, &v) };
                 }

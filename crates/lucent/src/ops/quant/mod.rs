@@ -37,6 +37,7 @@
 //! | `reference` | the scalar twins |
 //! | `avx2` | AVX2 + FMA kernels: the 32-block dots and tiles, the K-quant dots |
 //! | `avx2_kgemm` | AVX2 prompt kernel of repacked Q4_K: eight weight rows decoded once, four activation rows a call |
+//! | `avx2_kgemv` | AVX2 token kernel of repacked Q4_K: eight weight rows a call, one register of eight outputs |
 //! | `avx2_float` | AVX2 + FMA + F16C kernels of F32, F16, BF16 (`vec_dot`'s and tinyBLAS's orders; also at the AVX-512 level) |
 //! | `avx2_lowbit` | AVX2 + FMA kernels of Q2_K, Q3_K, IQ4_NL, IQ4_XS (IQ4_NL's also at the AVX-512 level) |
 //! | `avx512/` | AVX-512 VNNI kernels: K-quants, decode tiles, prefill tiles, quantisation |
@@ -50,6 +51,8 @@ mod avx2;
 mod avx2_float;
 #[cfg(target_arch = "x86_64")]
 mod avx2_kgemm;
+#[cfg(target_arch = "x86_64")]
+mod avx2_kgemv;
 #[cfg(target_arch = "x86_64")]
 mod avx2_lowbit;
 #[cfg(target_arch = "x86_64")]

@@ -108,7 +108,8 @@ fn prompt_products_of_every_level_equal_the_twin_bit_for_bit() -> Result<()> {
 }
 
 /// A repacked Q4_K matrix's token products, alone and grouped (`avx512::kgemv::q4_k_gemv16` on AVX-512:
-/// sixteen weight rows a call, a last group of eight through the one-row kernel) and its
+/// sixteen weight rows a call, a last group of eight through the one-row kernel;
+/// `avx2_kgemv::q4_k_gemv8` on AVX2: eight a call) and its
 /// row-invariant prompt products (a batched step, an expert's rows) at every level, one
 /// thread and two, against the twin's `gemv` order of each row, bit for bit. Rows are
 /// multiples of 8 (else the matrix is not repacked); blocks of large and small scales
