@@ -612,18 +612,19 @@ impl QMatrix {
                 }
                 return;
             }
-            let kernels: (Tile<4, 1>, Option<Tile<1, 4>>, Tile<1, 1>) = match (vnni, self.dtype) {
-                (true, GgmlType::Q4_0) => avx512::decode::tiles::<{ avx512::Q4_0 }>(),
-                (true, GgmlType::Q4_1) => avx512::decode::tiles::<{ avx512::Q4_1 }>(),
-                (true, GgmlType::Q5_0) => avx512::decode::tiles::<{ avx512::Q5_0 }>(),
-                (true, GgmlType::Q5_1) => avx512::decode::tiles::<{ avx512::Q5_1 }>(),
-                (true, _) => avx512::decode::tiles::<{ avx512::Q8_0 }>(),
-                (false, GgmlType::Q4_0) => avx2::tiles::<{ avx512::Q4_0 }>(),
-                (false, GgmlType::Q4_1) => avx2::tiles::<{ avx512::Q4_1 }>(),
-                (false, GgmlType::Q5_0) => avx2::tiles::<{ avx512::Q5_0 }>(),
-                (false, GgmlType::Q5_1) => avx2::tiles::<{ avx512::Q5_1 }>(),
-                (false, _) => avx2::tiles::<{ avx512::Q8_0 }>(),
-            };
+            let kernels: (Option<Tile<4, 1>>, Option<Tile<1, 4>>, Tile<1, 1>) =
+                match (vnni, self.dtype) {
+                    (true, GgmlType::Q4_0) => avx512::decode::tiles::<{ avx512::Q4_0 }>(),
+                    (true, GgmlType::Q4_1) => avx512::decode::tiles::<{ avx512::Q4_1 }>(),
+                    (true, GgmlType::Q5_0) => avx512::decode::tiles::<{ avx512::Q5_0 }>(),
+                    (true, GgmlType::Q5_1) => avx512::decode::tiles::<{ avx512::Q5_1 }>(),
+                    (true, _) => avx512::decode::tiles::<{ avx512::Q8_0 }>(),
+                    (false, GgmlType::Q4_0) => avx2::tiles::<{ avx512::Q4_0 }>(),
+                    (false, GgmlType::Q4_1) => avx2::tiles::<{ avx512::Q4_1 }>(),
+                    (false, GgmlType::Q5_0) => avx2::tiles::<{ avx512::Q5_0 }>(),
+                    (false, GgmlType::Q5_1) => avx2::tiles::<{ avx512::Q5_1 }>(),
+                    (false, _) => avx2::tiles::<{ avx512::Q8_0 }>(),
+                };
             // The AVX-512 kernels read the scales from the blocks: no table to build.
             let table: &[f32] = if vnni { &[] } else { self.scale_table() };
             self.tile_rows_with(i0, out, acts, table, kernels);
@@ -733,7 +734,7 @@ impl QMatrix {
         out: &mut [f32],
         acts: &[QuantizedActs],
         table: &[f32],
-        (k41, k14, k11): (Tile<4, 1>, Option<Tile<1, 4>>, Tile<1, 1>),
+        (k41, k14, k11): (Option<Tile<4, 1>>, Option<Tile<1, 4>>, Tile<1, 1>),
     ) {
         unsafe {
             let t = acts.len();
@@ -742,11 +743,11 @@ impl QMatrix {
             let per = table.len() / self.rows.max(1);
             let sc = |w: usize| &table[(i0 + w) * per..(i0 + w + 1) * per];
             let mut w = 0;
-            if t == 1 {
+            if let (1, Some(k41)) = (t, k41) {
                 while w + 4 <= n {
                     // A token reads each weight once: four short rows are four streams
-                    // the hardware prefetcher follows late (Zen 3, SmolLM2's Q8_0 head:
-                    // 7.2 → 11.8 GB/s with the hint).
+                    // the hardware prefetcher follows late, so the tile asks for the
+                    // next rows itself.
                     self.prefetch_ahead(i0 + w, 4);
                     let mut o = [[0.0f32; 1]; 4];
                     k41(

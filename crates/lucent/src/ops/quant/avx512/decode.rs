@@ -403,6 +403,6 @@ unsafe fn pair<const K: u8, const TWO: bool, const RW: usize>(
 /// The kernels of type `K` for `QMatrix::tile_rows`: 4 × 1 and 1 × 1. No 1 × 4:
 /// with AVX-512, several activation rows go through [`paired_tile`](super::prefill::paired_tile) instead, so
 /// `tile_rows` only ever sees one.
-pub(crate) fn tiles<const K: u8>() -> (Tile<4, 1>, Option<Tile<1, 4>>, Tile<1, 1>) {
-    (tile::<K, 4>, None, tile::<K, 1>)
+pub(crate) fn tiles<const K: u8>() -> (Option<Tile<4, 1>>, Option<Tile<1, 4>>, Tile<1, 1>) {
+    (Some(tile::<K, 4>), None, tile::<K, 1>)
 }

@@ -246,12 +246,14 @@ fn kernels_equal_the_twin(isa: Isa) -> Result<()> {
                 // tile it takes elsewhere gives the same numbers.
                 #[cfg(target_arch = "x86_64")]
                 if rows >= 4 && avx512::available(isa) {
-                    let (k41, _, _) = match t {
+                    let (Some(k41), _, _) = (match t {
                         GgmlType::Q4_0 => avx512::decode::tiles::<{ avx512::Q4_0 }>(),
                         GgmlType::Q4_1 => avx512::decode::tiles::<{ avx512::Q4_1 }>(),
                         GgmlType::Q5_0 => avx512::decode::tiles::<{ avx512::Q5_0 }>(),
                         GgmlType::Q5_1 => avx512::decode::tiles::<{ avx512::Q5_1 }>(),
                         _ => avx512::decode::tiles::<{ avx512::Q8_0 }>(),
+                    }) else {
+                        panic!("AVX-512 has a four-row token tile");
                     };
                     let rs: [&[u8]; 4] = std::array::from_fn(|w| m.row_bytes_of(w));
                     let mut o = [[0.0f32; 1]; 4];
