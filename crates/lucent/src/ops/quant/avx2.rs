@@ -233,20 +233,22 @@ pub(crate) unsafe fn tile<const K: u8, const RW: usize, const RA: usize>(
 ) {
     let nb = acts[0].d.len();
     let mut acc = [[_mm256_setzero_ps(); RA]; RW];
-    let mut s8 = [[_mm256_setzero_ps(); RA]; RW];
+    // (RW, RA, 8) a group's scale products, each block's broadcast from memory (a load,
+    // where a lane permute would take a shuffle unit the unpacking needs).
+    let mut s8 = [[[0.0f32; 8]; RA]; RW];
     let groups = nb / 8;
     for g in 0..groups {
         // The group's eight scale products d_w · dx_a, one per lane.
-        for w in 0..RW {
+        for (w, sw) in s8.iter_mut().enumerate() {
             let dw = _mm256_loadu_ps(scales[w].as_ptr().add(8 * g));
-            for a in 0..RA {
-                s8[w][a] = _mm256_mul_ps(dw, _mm256_loadu_ps(acts[a].d.as_ptr().add(8 * g)));
+            for (a, swa) in sw.iter_mut().enumerate() {
+                let p = _mm256_mul_ps(dw, _mm256_loadu_ps(acts[a].d.as_ptr().add(8 * g)));
+                _mm256_storeu_ps(swa.as_mut_ptr(), p);
             }
         }
         for j in 0..8 {
-            let lane = _mm256_set1_epi32(j as i32);
             tile_block::<K, RW, RA>(&rows, &acts, 8 * g + j, &mut acc, |w, a| {
-                _mm256_permutevar8x32_ps(s8[w][a], lane)
+                _mm256_broadcast_ss(&s8[w][a][j])
             });
         }
     }
