@@ -56,6 +56,13 @@ fn split_prep(n: usize) -> bool {
 /// (`avx512::prefill`): the decode step of up to this many sequences at once.
 const UNPACKED_MAX_ROWS: usize = 16;
 
+/// The widest group of weight rows a kernel multiplies at once (`avx512::kgemv`,
+/// `avx512::kgemm`: 16; `avx2_kgemv`, `avx2_kgemm`: 8; the 32-block tiles: 4), of which
+/// the threads' tasks take whole ones ([`QMatrix::row_chunk`]). Two threads' tasks
+/// of 20 rows left Gemma 3's Q4_K and Q6_K prompt rows 16 – 20 of every task to the
+/// four-row kernel.
+const ROW_GROUP: usize = 16;
+
 /// Numbers of a prompt's activations from which their preparation runs on the threads.
 const PAR_PREP_NUMBERS: usize = 1 << 14;
 
@@ -905,34 +912,34 @@ impl QMatrix {
     /// Split the rows into groups of whole tiles and run `f(first_row, out)` on each,
     /// over the thread pool when the work is large; `out` holds `per_row` numbers a row.
     fn run_row_groups(&self, y: &mut [f32], per_row: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
+        match self.row_chunk(per_row) {
+            None => f(0, y),
+            Some(chunk) => {
+                crate::threads::for_each_chunk_mut(y, chunk * per_row, |c, ys| f(c * chunk, ys))
+            }
+        }
+    }
+
+    /// The rows of one task of a product with `per_row` activation rows, or None where
+    /// the product runs on the calling thread alone (one thread, or too little work).
+    /// A task holds whole [`ROW_GROUP`]s, so no task leaves rows outside the kernels'
+    /// groups to the slower kernels of fewer rows.
+    fn row_chunk(&self, per_row: usize) -> Option<usize> {
         let threads = crate::threads::threads();
         if threads <= 1 || self.rows * self.row_bytes * per_row < PAR_MIN_BYTES || self.rows < 8 {
-            f(0, y);
-            return;
+            return None;
         }
-        let chunk = (self
-            .rows
-            .div_ceil(threads * tasks_per_thread(per_row))
-            .max(8))
-        .div_ceil(4)
-            * 4;
-        crate::threads::for_each_chunk_mut(y, chunk * per_row, |c, ys| f(c * chunk, ys));
+        let chunk = self.rows.div_ceil(threads * tasks_per_thread(per_row));
+        Some(chunk.div_ceil(ROW_GROUP) * ROW_GROUP)
     }
 
     /// [`QMatrix::run_row_groups`]'s split of the rows, as ranges: `f(first_row, count)`
     /// on each, for work that writes its results itself (a prompt's [`Columns`]).
     fn run_row_ranges(&self, per_row: usize, f: impl Fn(usize, usize) + Sync) {
-        let threads = crate::threads::threads();
-        if threads <= 1 || self.rows * self.row_bytes * per_row < PAR_MIN_BYTES || self.rows < 8 {
+        let Some(chunk) = self.row_chunk(per_row) else {
             f(0, self.rows);
             return;
-        }
-        let chunk = (self
-            .rows
-            .div_ceil(threads * tasks_per_thread(per_row))
-            .max(8))
-        .div_ceil(4)
-            * 4;
+        };
         crate::threads::for_each_index(self.rows.div_ceil(chunk), |c| {
             f(c * chunk, chunk.min(self.rows - c * chunk))
         });
