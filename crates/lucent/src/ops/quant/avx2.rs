@@ -246,8 +246,8 @@ pub(crate) unsafe fn tile<const K: u8, const RW: usize, const RA: usize>(
                 _mm256_storeu_ps(swa.as_mut_ptr(), p);
             }
         }
-        for j in 0..8 {
-            tile_block::<K, RW, RA>(&rows, &acts, 8 * g + j, &mut acc, |w, a| {
+        for (j, i) in (8 * g..8 * g + 8).enumerate() {
+            tile_block::<K, RW, RA>(&rows, &acts, i, &mut acc, |w, a| {
                 _mm256_broadcast_ss(&s8[w][a][j])
             });
         }
