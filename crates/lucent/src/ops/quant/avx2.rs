@@ -794,14 +794,6 @@ pub(crate) fn kernel4(dtype: GgmlType) -> Option<Dot4Fn> {
     }
 }
 
-/// Repacked Q4_K's kernel of one weight row with four activation rows, each in the
-/// token's order ([`KOrder::Gemv`]): a product whose rows must each be computed alone
-/// (an expert's rows, a batched decode step).
-pub(crate) fn repacked_row_invariant4() -> Dot4Fn {
-    // SAFETY: AVX2+FMA detected; the callers check rows and acts.
-    |r, a| unsafe { q45_k_rows::<4>(r, a, false, KOrder::Gemv) }
-}
-
 /// The byte shuffles that spread word `2k` of a 128-bit half over its lower half and
 /// word `2k + 1` over its upper half (as `_mm256_shuffle_epi8` patterns).
 const Q6_SCALE_PICK: [__m256i; 4] = {

@@ -519,21 +519,13 @@ impl QMatrix {
     }
 
     /// The kernel of one weight row with four activation rows, where one reads each
-    /// weight block once for four rows (the K-quants on AVX-512 and AVX2; repacked Q4_K
-    /// in the token's order when `numerics` asks for every row alike) or where llama.cpp
-    /// sums four rows in its own order (repacked Q4_K otherwise).
+    /// weight block once for four rows (the K-quants on AVX-512 and AVX2) or where
+    /// llama.cpp sums four rows in its own order (repacked Q4_K, unless `numerics` asks
+    /// for every row alike: then each row goes alone in the token's order, through
+    /// [`QMatrix::gemv_grouped_rows`] on AVX2 and AVX-512, one at a time below).
     fn row_kernel4(&self, isa: Isa, numerics: Numerics) -> Option<Dot4Fn> {
         if self.repacked() {
-            if !numerics.row_invariant() {
-                return Some(repacked_kernels(self.dtype, isa).1);
-            }
-            // Every row alone in the token's order, four read against each weight
-            // block (AVX2; AVX-512 takes `kgemv` before asking).
-            #[cfg(target_arch = "x86_64")]
-            if self.dtype == GgmlType::Q4_K && isa >= Isa::Avx2 {
-                return Some(avx2::repacked_row_invariant4());
-            }
-            return None;
+            return (!numerics.row_invariant()).then(|| repacked_kernels(self.dtype, isa).1);
         }
         #[cfg(target_arch = "x86_64")]
         if avx512::available(isa) {
@@ -754,7 +746,8 @@ impl QMatrix {
                 while w + 4 <= n {
                     // A token reads each weight once: four short rows are four streams
                     // the hardware prefetcher follows late, so the tile asks for the
-                    // next rows itself.
+                    // next rows itself (AVX-512's tile; AVX2 has none and goes row by
+                    // row, one stream: `avx2::tiles`).
                     self.prefetch_ahead(i0 + w, 4);
                     let mut o = [[0.0f32; 1]; 4];
                     k41(
