@@ -255,7 +255,16 @@ fn lucent_json(args: &[&str]) -> Value {
 
 /// A Python venv with the official `openai` client and `jsonschema` (to validate
 /// structured outputs) from PyPI, made once under target/tmp.
+///
+/// The tests run in parallel and five of them ask for the venv: a lock makes the first
+/// build it while the others wait. Without it two `pip install`s wrote the same
+/// site-packages at once, and a script imported a half-written extension module and died
+/// by a signal with nothing on stderr (CI, stop 45).
 fn openai_python() -> PathBuf {
+    static MAKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _making = MAKING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("openai-venv");
     let python = dir.join("bin/python");
     let marker = dir.join("openai-3.51.0-jsonschema-4.26.0.ok");
@@ -297,8 +306,10 @@ fn run_script(python: &Path, script: &str, args: &[&str]) -> Value {
         .unwrap();
     assert!(
         out.status.success(),
-        "{script}: {}",
-        String::from_utf8_lossy(&out.stderr)
+        "{script} ended with {}\nstderr: {}\nstdout: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
     );
     serde_json::from_slice(&out.stdout).unwrap()
 }
