@@ -224,6 +224,7 @@ unsafe fn q4_1(row: &[u8], a: &QuantizedActs) -> f32 {
 /// `scales[w]` its row's table (nb scales, then nb minimums for Q4_1 and Q5_1), and
 /// every `acts[j]` prepared for the type (Q8_0, or Q8_1 with its sums) of the same
 /// length.
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn tile<const K: u8, const RW: usize, const RA: usize>(
     rows: [&[u8]; RW],
@@ -281,8 +282,44 @@ pub(crate) unsafe fn tile<const K: u8, const RW: usize, const RA: usize>(
     }
 }
 
+/// A token's products of the 32-block type `K`: `out[k] = ` the dot of weight row
+/// `i0 + k` (of `row_bytes` bytes each in `bytes`, its scale table `per` numbers each in
+/// `table`) with the one activation row `act`, row after row through the 1 × 1 [`tile`]
+/// (so bit for bit what it gives). One loop compiled with the kernel instead of a call
+/// through a pointer per row: with short rows (SmolLM2's 576 numbers are 18 blocks) the
+/// call and its slices were a tenth of a decoded token, and the next row's block
+/// chain can start while this row's sums finish.
+///
+/// # Safety
+/// As [`tile`]'s for every row: AVX2+FMA+F16C present, rows `i0 .. i0 + out.len()` of
+/// `bytes` are of type `K` and `act.len` numbers, `table` holds their scale tables, and
+/// `act` is prepared for the type.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn token_rows<const K: u8>(
+    bytes: &[u8],
+    row_bytes: usize,
+    table: &[f32],
+    i0: usize,
+    act: &QuantizedActs,
+    out: &mut [f32],
+) {
+    let per = table.len() / (bytes.len() / row_bytes.max(1)).max(1);
+    for (k, y) in out.iter_mut().enumerate() {
+        let w = i0 + k;
+        let mut o = [[0.0f32; 1]; 1];
+        tile::<K, 1, 1>(
+            [bytes.get_unchecked(w * row_bytes..(w + 1) * row_bytes)],
+            [table.get_unchecked(w * per..(w + 1) * per)],
+            [act],
+            &mut o,
+        );
+        *y = o[0][0];
+    }
+}
+
 /// The kernels of the 32-block type `K` for `QMatrix::tile_rows`: no 4 weight rows × 1
-/// activation row, 1 × 4 (a prompt) and 1 × 1 (a token, and a prompt's last rows).
+/// activation row, 1 × 4 (a prompt) and 1 × 1 (a prompt's last rows; a token's rows
+/// take the same 1 × 1 arithmetic in [`token_rows`]' loop).
 ///
 /// A token's product streams its weights from memory once, and on AVX2 one row after
 /// the other is the faster stream: on a Zen 3 core Gemma 3's Q8_0 head (262144 × 640,

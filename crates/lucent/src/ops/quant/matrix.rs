@@ -626,6 +626,25 @@ impl QMatrix {
                 };
             // The AVX-512 kernels read the scales from the blocks: no table to build.
             let table: &[f32] = if vnni { &[] } else { self.scale_table() };
+            if !vnni && acts.len() == 1 {
+                let (b, rb, a) = (self.bytes.as_slice(), self.row_bytes, &acts[0]);
+                match self.dtype {
+                    GgmlType::Q4_0 => {
+                        avx2::token_rows::<{ avx512::Q4_0 }>(b, rb, table, i0, a, out)
+                    }
+                    GgmlType::Q4_1 => {
+                        avx2::token_rows::<{ avx512::Q4_1 }>(b, rb, table, i0, a, out)
+                    }
+                    GgmlType::Q5_0 => {
+                        avx2::token_rows::<{ avx512::Q5_0 }>(b, rb, table, i0, a, out)
+                    }
+                    GgmlType::Q5_1 => {
+                        avx2::token_rows::<{ avx512::Q5_1 }>(b, rb, table, i0, a, out)
+                    }
+                    _ => avx2::token_rows::<{ avx512::Q8_0 }>(b, rb, table, i0, a, out),
+                }
+                return;
+            }
             self.tile_rows_with(i0, out, acts, table, kernels);
         }
     }
