@@ -11,7 +11,7 @@ use std::arch::x86_64::*;
 use half::f16;
 
 use crate::ops::quant::activations::QuantizedActs;
-use crate::ops::quant::dispatch::{Dot4Fn, DotFn, KOrder, Tile};
+use crate::ops::quant::dispatch::{Dot4Fn, DotFn, KOrder};
 use crate::ops::quant::{avx2_float, avx2_lowbit, avx512, reference};
 use crate::tensor::quant::{
     k_scales_mins, BlockQ4_0, BlockQ4_1, BlockQ4_K, BlockQ5_0, BlockQ5_1, BlockQ5_K, BlockQ6_K,
@@ -290,6 +290,13 @@ pub(crate) unsafe fn tile<const K: u8, const RW: usize, const RA: usize>(
 /// call and its slices were a tenth of a decoded token, and the next row's block
 /// chain can start while this row's sums finish.
 ///
+/// A token's product streams its weights from memory once, and on AVX2 one row after
+/// the other is the faster stream: on a Zen 3 core Gemma 3's Q8_0 head (262144 × 640,
+/// 178 MB) took 15.1–16.7 ms row by row against 21.0–23.1 ms four rows at a time with
+/// the prefetch hints and 23.9–28.4 ms without them (medians of 15 interleaved runs, one
+/// thread; at two, 9.2–9.7 against 12.3–14.2 ms); SmolLM2's decode, four rows a tile,
+/// lost 5–15 % again (2026-11-28). Every row's arithmetic is the same either way.
+///
 /// # Safety
 /// As [`tile`]'s for every row: AVX2+FMA+F16C present, rows `i0 .. i0 + out.len()` of
 /// `bytes` are of type `K` and `act.len` numbers, `table` holds their scale tables, and
@@ -317,18 +324,59 @@ pub(crate) unsafe fn token_rows<const K: u8>(
     }
 }
 
-/// The kernels of the 32-block type `K` for `QMatrix::tile_rows`: no 4 weight rows × 1
-/// activation row, 1 × 4 (a prompt) and 1 × 1 (a prompt's last rows; a token's rows
-/// take the same 1 × 1 arithmetic in [`token_rows`]' loop).
+/// A prompt's products of the 32-block type `K`: `out[w · t + a]` = the dot of weight
+/// row `i0 + w` with activation row `a` of the `t = acts.len()` rows, `RW` weight rows ×
+/// 4 activation rows a [`tile`] call, the last activation rows one at a time and the
+/// last weight rows one at a time: every pair through the same per-pair arithmetic, so
+/// bit for bit the 1 × 1 tile's result. Layout and safety as [`token_rows`].
 ///
-/// A token's product streams its weights from memory once, and on AVX2 one row after
-/// the other is the faster stream: on a Zen 3 core Gemma 3's Q8_0 head (262144 × 640,
-/// 178 MB) took 15.1–16.7 ms row by row against 21.0–23.1 ms four rows at a time with
-/// the prefetch hints and 23.9–28.4 ms without them (medians of 15 interleaved runs, one
-/// thread; at two, 9.2–9.7 against 12.3–14.2 ms). Either way every row's arithmetic is
-/// the same.
-pub(crate) fn tiles<const K: u8>() -> (Option<Tile<4, 1>>, Option<Tile<1, 4>>, Tile<1, 1>) {
-    (None, Some(tile::<K, 1, 4>), tile::<K, 1, 1>)
+/// # Safety
+/// As [`token_rows`], for every row of `acts`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn prompt_rows<const K: u8, const RW: usize>(
+    bytes: &[u8],
+    row_bytes: usize,
+    table: &[f32],
+    i0: usize,
+    acts: &[QuantizedActs],
+    out: &mut [f32],
+) {
+    let t = acts.len();
+    let n = out.len() / t.max(1);
+    let per = table.len() / (bytes.len() / row_bytes.max(1)).max(1);
+    let row = |w: usize| bytes.get_unchecked((i0 + w) * row_bytes..(i0 + w + 1) * row_bytes);
+    let sc = |w: usize| table.get_unchecked((i0 + w) * per..(i0 + w + 1) * per);
+    let mut w = 0;
+    while w + RW <= n {
+        let rows: [&[u8]; RW] = std::array::from_fn(|k| row(w + k));
+        let scales: [&[f32]; RW] = std::array::from_fn(|k| sc(w + k));
+        let mut a = 0;
+        while a + 4 <= t {
+            let mut o = [[0.0f32; 4]; RW];
+            tile::<K, RW, 4>(
+                rows,
+                scales,
+                [&acts[a], &acts[a + 1], &acts[a + 2], &acts[a + 3]],
+                &mut o,
+            );
+            for (k, ok) in o.iter().enumerate() {
+                out[(w + k) * t + a..(w + k) * t + a + 4].copy_from_slice(ok);
+            }
+            a += 4;
+        }
+        while a < t {
+            let mut o = [[0.0f32; 1]; RW];
+            tile::<K, RW, 1>(rows, scales, [&acts[a]], &mut o);
+            for (k, ok) in o.iter().enumerate() {
+                out[(w + k) * t + a] = ok[0];
+            }
+            a += 1;
+        }
+        w += RW;
+    }
+    if w < n {
+        prompt_rows::<K, 1>(bytes, row_bytes, table, i0 + w, acts, &mut out[w * t..]);
+    }
 }
 
 /// Whether the 32-block type `k` has minimums (Q4_1, Q5_1: unsigned numbers and a
