@@ -257,9 +257,10 @@ fn lucent_json(args: &[&str]) -> Value {
 /// structured outputs) from PyPI, made once under target/tmp.
 ///
 /// The tests run in parallel and five of them ask for the venv: a lock makes the first
-/// build it while the others wait. Without it two `pip install`s wrote the same
-/// site-packages at once, and a script imported a half-written extension module and died
-/// by a signal with nothing on stderr (CI, stop 45).
+/// build it while the others wait. Without it two `pip install`s could write the same
+/// site-packages at once, and a script importing a half-written extension module dies
+/// by a signal with nothing on stderr: the likely cause (not reproduced here) of a
+/// script that failed so in CI (stop 45).
 fn openai_python() -> PathBuf {
     static MAKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _making = MAKING
