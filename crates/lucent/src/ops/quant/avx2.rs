@@ -232,6 +232,70 @@ pub(crate) unsafe fn tile<const K: u8, const RW: usize, const RA: usize>(
     acts: [&QuantizedActs; RA],
     out: &mut [[f32; RA]; RW],
 ) {
+    tile_from::<K, RW, RA>(|i| unpack_blocks::<K, RW>(&rows, i), scales, acts, out)
+}
+
+/// A weight block unpacked for [`tile_block`]: (the magnitudes `vpmaddubsw` takes as
+/// unsigned bytes, the numbers whose signs the activations take). The types with
+/// minimums are unsigned already: both are the numbers.
+type Unpacked = [__m256i; 2];
+
+/// Block `i` of each of the `RW` rows (of the 32-block type `K`) unpacked to bytes.
+///
+/// # Safety
+/// AVX2+FMA+F16C present; block `i` lies within every row, which is of type `K`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn unpack_blocks<const K: u8, const RW: usize>(
+    rows: &[&[u8]; RW],
+    i: usize,
+) -> [Unpacked; RW] {
+    std::array::from_fn(|w| {
+        let p = rows[w].as_ptr();
+        // The block's numbers as bytes: unsigned for the types with minimums, else signed.
+        let q = match K {
+            avx512::Q4_0 => {
+                let b = (p as *const BlockQ4_0).add(i);
+                _mm256_sub_epi8(nibbles32((*b).qs.as_ptr()), _mm256_set1_epi8(8))
+            }
+            avx512::Q4_1 => nibbles32((*(p as *const BlockQ4_1).add(i)).qs.as_ptr()),
+            avx512::Q5_0 => {
+                let b = (p as *const BlockQ5_0).add(i);
+                _mm256_sub_epi8(
+                    _mm256_or_si256(nibbles32((*b).qs.as_ptr()), fifth_bits((*b).high_bits())),
+                    _mm256_set1_epi8(16),
+                )
+            }
+            avx512::Q5_1 => {
+                let b = (p as *const BlockQ5_1).add(i);
+                _mm256_or_si256(nibbles32((*b).qs.as_ptr()), fifth_bits((*b).high_bits()))
+            }
+            _ => {
+                _mm256_loadu_si256((*(p as *const BlockQ8_0).add(i)).qs.as_ptr() as *const __m256i)
+            }
+        };
+        // The signed types: |q| once, the activations take q's signs per pair.
+        if has_min(K) {
+            [q, q]
+        } else {
+            [_mm256_sign_epi8(q, q), q]
+        }
+    })
+}
+
+/// [`tile`] with its weight blocks from `blocks(i)` (block i of every weight row,
+/// unpacked: [`unpack_blocks`] of the rows, or the same bytes unpacked once before).
+///
+/// # Safety
+/// As [`tile`]'s, with `blocks(i)` the unpacking of the rows' block i for every block.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn tile_from<const K: u8, const RW: usize, const RA: usize>(
+    blocks: impl Fn(usize) -> [Unpacked; RW],
+    scales: [&[f32]; RW],
+    acts: [&QuantizedActs; RA],
+    out: &mut [[f32; RA]; RW],
+) {
     let nb = acts[0].d.len();
     let mut acc = [[_mm256_setzero_ps(); RA]; RW];
     // (RW, RA) the types with minimums: Σ m·sx, one FMA a block in llama.cpp's order
@@ -263,14 +327,14 @@ pub(crate) unsafe fn tile<const K: u8, const RW: usize, const RA: usize>(
             }
         }
         for (j, i) in (8 * g..8 * g + 8).enumerate() {
-            tile_block::<K, RW, RA>(&rows, &acts, i, &mut acc, |w, a| {
+            tile_block::<K, RW, RA>(blocks(i), &acts, i, &mut acc, |w, a| {
                 _mm256_broadcast_ss(&s8[w][a][j])
             });
             mins(&mut extra, i);
         }
     }
     for i in 8 * groups..nb {
-        tile_block::<K, RW, RA>(&rows, &acts, i, &mut acc, |w, a| {
+        tile_block::<K, RW, RA>(blocks(i), &acts, i, &mut acc, |w, a| {
             _mm256_set1_ps(*scales[w].get_unchecked(i) * *acts[a].d.get_unchecked(i))
         });
         mins(&mut extra, i);
@@ -346,19 +410,26 @@ pub(crate) unsafe fn prompt_rows<const K: u8, const RW: usize>(
     let per = table.len() / (bytes.len() / row_bytes.max(1)).max(1);
     let row = |w: usize| bytes.get_unchecked((i0 + w) * row_bytes..(i0 + w + 1) * row_bytes);
     let sc = |w: usize| table.get_unchecked((i0 + w) * per..(i0 + w + 1) * per);
+    let nb = acts.first().map_or(0, |a| a.d.len());
+    // (nb, RW) the group's blocks unpacked once, when several tiles will read them.
+    let mut unpacked: Vec<[Unpacked; RW]> = Vec::new();
     let mut w = 0;
     while w + RW <= n {
         let rows: [&[u8]; RW] = std::array::from_fn(|k| row(w + k));
         let scales: [&[f32]; RW] = std::array::from_fn(|k| sc(w + k));
+        if t >= UNPACK_MIN_ROWS {
+            unpacked.clear();
+            unpacked.extend((0..nb).map(|i| unpack_blocks::<K, RW>(&rows, i)));
+        }
         let mut a = 0;
         while a + 4 <= t {
             let mut o = [[0.0f32; 4]; RW];
-            tile::<K, RW, 4>(
-                rows,
-                scales,
-                [&acts[a], &acts[a + 1], &acts[a + 2], &acts[a + 3]],
-                &mut o,
-            );
+            let four = [&acts[a], &acts[a + 1], &acts[a + 2], &acts[a + 3]];
+            if t >= UNPACK_MIN_ROWS {
+                tile_from::<K, RW, 4>(|i| *unpacked.get_unchecked(i), scales, four, &mut o);
+            } else {
+                tile::<K, RW, 4>(rows, scales, four, &mut o);
+            }
             for (k, ok) in o.iter().enumerate() {
                 out[(w + k) * t + a..(w + k) * t + a + 4].copy_from_slice(ok);
             }
@@ -379,6 +450,12 @@ pub(crate) unsafe fn prompt_rows<const K: u8, const RW: usize>(
     }
 }
 
+/// From how many activation rows [`prompt_rows`] unpacks a group of weight rows once
+/// (to memory, read back by every tile of four activation rows) instead of in each
+/// tile: unpacking a Q5_0 block takes a dozen instructions, a fifth of them shuffles,
+/// against the five of each (weight row, activation row) pair it serves.
+const UNPACK_MIN_ROWS: usize = 8;
+
 /// Whether the 32-block type `k` has minimums (Q4_1, Q5_1: unsigned numbers and a
 /// `Σ m·sx` term).
 const fn has_min(k: u8) -> bool {
@@ -388,64 +465,31 @@ const fn has_min(k: u8) -> bool {
 /// Block `i` of every (weight row, activation row) pair of a [`tile`] into `acc`:
 /// `acc = fma(scale(w, a), Σ4 q·qx, acc)`, with the pair's eight 4-number integer sums
 /// (those of the one-row kernels: `vpmaddubsw` of the unsigned magnitudes with the
-/// signed activations, then `vpmaddwd` with ones).
+/// signed activations, then `vpmaddwd` with ones); `wq` is block i of each weight row
+/// ([`Unpacked`]).
 ///
 /// # Safety
 /// As [`tile`]'s; `i` is a block of the rows.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn tile_block<const K: u8, const RW: usize, const RA: usize>(
-    rows: &[&[u8]; RW],
+    wq: [Unpacked; RW],
     acts: &[&QuantizedActs; RA],
     i: usize,
     acc: &mut [[__m256; RA]; RW],
     scale: impl Fn(usize, usize) -> __m256,
 ) {
-    // The numbers of each weight row's block as bytes: unsigned for the types with
-    // minimums, else signed.
-    let q: [__m256i; RW] = std::array::from_fn(|w| {
-        let p = rows[w].as_ptr();
-        match K {
-            avx512::Q4_0 => {
-                let b = (p as *const BlockQ4_0).add(i);
-                _mm256_sub_epi8(nibbles32((*b).qs.as_ptr()), _mm256_set1_epi8(8))
-            }
-            avx512::Q4_1 => nibbles32((*(p as *const BlockQ4_1).add(i)).qs.as_ptr()),
-            avx512::Q5_0 => {
-                let b = (p as *const BlockQ5_0).add(i);
-                _mm256_sub_epi8(
-                    _mm256_or_si256(nibbles32((*b).qs.as_ptr()), fifth_bits((*b).high_bits())),
-                    _mm256_set1_epi8(16),
-                )
-            }
-            avx512::Q5_1 => {
-                let b = (p as *const BlockQ5_1).add(i);
-                _mm256_or_si256(nibbles32((*b).qs.as_ptr()), fifth_bits((*b).high_bits()))
-            }
-            _ => {
-                _mm256_loadu_si256((*(p as *const BlockQ8_0).add(i)).qs.as_ptr() as *const __m256i)
-            }
-        }
-    });
-    // The signed types: |q| once, the activations take q's signs per pair.
-    let mag: [__m256i; RW] = std::array::from_fn(|w| {
-        if has_min(K) {
-            q[w]
-        } else {
-            _mm256_sign_epi8(q[w], q[w])
-        }
-    });
     let xv: [__m256i; RA] = std::array::from_fn(|a| {
         _mm256_loadu_si256(acts[a].qs.as_ptr().add(32 * i) as *const __m256i)
     });
-    for w in 0..RW {
+    for (w, [mag, q]) in wq.into_iter().enumerate() {
         for a in 0..RA {
             let x = if has_min(K) {
                 xv[a]
             } else {
-                _mm256_sign_epi8(xv[a], q[w])
+                _mm256_sign_epi8(xv[a], q)
             };
-            let v = mul_sum_u8_i8(mag[w], x);
+            let v = mul_sum_u8_i8(mag, x);
             acc[w][a] = _mm256_fmadd_ps(scale(w, a), _mm256_cvtepi32_ps(v), acc[w][a]);
         }
     }
