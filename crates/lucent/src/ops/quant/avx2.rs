@@ -375,8 +375,21 @@ pub(crate) unsafe fn token_rows<const K: u8>(
     out: &mut [f32],
 ) {
     let per = table.len() / (bytes.len() / row_bytes.max(1)).max(1);
+    // Each row asks for the cache lines of the row four ahead: the hardware prefetcher
+    // alone falls behind the stream (decode of 64 tokens, medians of 7 alternating
+    // rounds, 1 / 2 threads: Gemma 3 +9 % / +12 %, SmolLM2 +2 % / +6 %; two or eight
+    // rows ahead measured the same within the noise).
+    let ahead = 4 * row_bytes;
+    let end = bytes.len();
     for (k, y) in out.iter_mut().enumerate() {
         let w = i0 + k;
+        let from = (w * row_bytes + ahead).min(end);
+        let to = (from + row_bytes).min(end);
+        let mut p = from & !63;
+        while p < to {
+            _mm_prefetch::<_MM_HINT_T0>(bytes.as_ptr().add(p) as *const i8);
+            p += 64;
+        }
         let mut o = [[0.0f32; 1]; 1];
         tile::<K, 1, 1>(
             [bytes.get_unchecked(w * row_bytes..(w + 1) * row_bytes)],
