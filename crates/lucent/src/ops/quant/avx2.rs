@@ -403,9 +403,11 @@ pub(crate) unsafe fn token_rows<const K: u8>(
 
 /// A prompt's products of the 32-block type `K`: `out[w · t + a]` = the dot of weight
 /// row `i0 + w` with activation row `a` of the `t = acts.len()` rows, `RW` weight rows ×
-/// 4 activation rows a [`tile`] call, the last activation rows one at a time and the
-/// last weight rows one at a time: every pair through the same per-pair arithmetic, so
-/// bit for bit the 1 × 1 tile's result. Layout and safety as [`token_rows`].
+/// 4 activation rows a [`tile`] call (from [`UNPACK_MIN_ROWS`] activation rows up a
+/// [`tile_from`] call over the `RW` rows' blocks unpacked once), the last activation
+/// rows one at a time and the last weight rows one at a time: every pair through the
+/// same per-pair arithmetic, so bit for bit the 1 × 1 tile's result. Layout and safety
+/// as [`token_rows`].
 ///
 /// # Safety
 /// As [`token_rows`], for every row of `acts`.
