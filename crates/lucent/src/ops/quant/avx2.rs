@@ -467,7 +467,7 @@ pub(crate) unsafe fn prompt_rows<const K: u8, const RW: usize>(
 
 /// From how many activation rows [`prompt_rows`] unpacks a group of weight rows once
 /// (to memory, read back by every tile of four activation rows) instead of in each
-/// tile: unpacking a Q5_0 block takes a dozen instructions, a fifth of them shuffles,
+/// tile: unpacking a Q5_0 block takes a dozen instructions, three of them shuffles,
 /// against the five of each (weight row, activation row) pair it serves.
 const UNPACK_MIN_ROWS: usize = 8;
 
