@@ -7,7 +7,7 @@
 use half::f16;
 
 #[cfg(target_arch = "x86_64")]
-use crate::ops::quant::avx512;
+use crate::ops::quant::{avx2_quantize, avx512};
 use crate::runtime::Isa;
 use crate::tensor::quant::{ActKind, GgmlType, QK, QK_K};
 use crate::{Error, Result};
@@ -66,9 +66,8 @@ pub(crate) fn quantize_activations(dtype: GgmlType, x: &[f32]) -> Result<Quantiz
 }
 
 /// [`quantize_activations`], block by block with the AVX-512 kernels at
-/// [`Isa::Avx512`], else with the scalar twin ([`reference::quantize_activations`](super::reference::quantize_activations)).
+/// [`Isa::Avx512`], the AVX2 ones at [`Isa::Avx2`], else with the scalar twin ([`reference::quantize_activations`](super::reference::quantize_activations)).
 pub(crate) fn quantize_rows(dtype: GgmlType, x: &[f32], isa: Isa) -> Result<QuantizedActs> {
-    let fast = isa >= Isa::Avx512;
     let kind = dtype.activation_kind();
     let block = match kind {
         ActKind::F32 | ActKind::F16 | ActKind::BF16 => 1,
@@ -111,13 +110,18 @@ pub(crate) fn quantize_rows(dtype: GgmlType, x: &[f32], isa: Isa) -> Result<Quan
     for (bi, xb) in x.chunks_exact(block).enumerate() {
         let qb = &mut a.qs[bi * block..(bi + 1) * block];
         #[cfg(target_arch = "x86_64")]
-        if fast {
-            // SAFETY: `fast` only at Isa::Avx512, which the runtime caps to the CPU's
-            // level; xb and qb hold one block.
+        if isa >= Isa::Avx2 {
+            // SAFETY: the runtime caps `isa` to the CPU's level; xb and qb hold one block.
             let done = unsafe {
-                match kind {
-                    ActKind::Q8_0 => avx512::quantize::quantize_q8_0(xb, qb, &mut a.d, &mut a.sum),
-                    _ => avx512::quantize::quantize_q8_k(xb, qb, &mut a.d, &mut a.bsums),
+                match (kind, isa >= Isa::Avx512) {
+                    (ActKind::Q8_0, true) => {
+                        avx512::quantize::quantize_q8_0(xb, qb, &mut a.d, &mut a.sum)
+                    }
+                    (ActKind::Q8_0, false) => {
+                        avx2_quantize::quantize_q8_0(xb, qb, &mut a.d, &mut a.sum)
+                    }
+                    (_, true) => avx512::quantize::quantize_q8_k(xb, qb, &mut a.d, &mut a.bsums),
+                    (_, false) => avx2_quantize::quantize_q8_k(xb, qb, &mut a.d, &mut a.bsums),
                 }
             };
             if done {

@@ -40,6 +40,7 @@
 //! | `avx2_kgemv` | AVX2 token kernel of repacked Q4_K: eight weight rows a call, one register of eight outputs |
 //! | `avx2_float` | AVX2 + FMA + F16C kernels of F32, F16, BF16 (`vec_dot`'s and tinyBLAS's orders; also at the AVX-512 level) |
 //! | `avx2_lowbit` | AVX2 + FMA kernels of Q2_K, Q3_K, IQ4_NL, IQ4_XS (IQ4_NL's also at the AVX-512 level) |
+//! | `avx2_quantize` | AVX2 quantisation of activation rows (Q8_0 and Q8_K blocks) |
 //! | `avx512/` | AVX-512 VNNI kernels: K-quants, decode tiles, prefill tiles, quantisation |
 //! | `matrix` | [`QMatrix`] and the scheduling of its products over the threads |
 //! | `int8_blocks` | [`BlockInt8Matrix`]: block-integer int8 (the blocks' own integers, widened once; llama.cpp's activation integers; one f32 rescale per block) |
@@ -55,6 +56,8 @@ mod avx2_kgemm;
 mod avx2_kgemv;
 #[cfg(target_arch = "x86_64")]
 mod avx2_lowbit;
+#[cfg(target_arch = "x86_64")]
+mod avx2_quantize;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod dequant;
