@@ -233,7 +233,9 @@ pub(crate) unsafe fn dots_f16_avx2(keys: &[f32], q: &[f32], order: F16Order, s: 
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn transpose8(r: [std::arch::x86_64::__m256; LANES]) -> [std::arch::x86_64::__m256; LANES] {
+pub(crate) unsafe fn transpose8(
+    r: [std::arch::x86_64::__m256; LANES],
+) -> [std::arch::x86_64::__m256; LANES] {
     use std::arch::x86_64::*;
     let a0 = _mm256_unpacklo_ps(r[0], r[1]);
     let a1 = _mm256_unpackhi_ps(r[0], r[1]);

@@ -89,10 +89,21 @@ fn quantize_prompt(
 
 /// `y` (t, rows) = `yt` (rows, t) transposed, in tiles of 8 rows of `y` × 16 numbers:
 /// each write fills a cache line, and the 8 lines written at a time stay within one L1
-/// set's ways even when a row of `y` is a multiple of 4 KiB (a power-of-two `rows`).
-fn transpose(yt: &[f32], rows: usize, t: usize, y: &mut [f32]) {
+/// set's ways even when a row of `y` is a multiple of 4 KiB (a power-of-two `rows`);
+/// with AVX2 at `isa`, each whole eight rows through [`transpose_eights`].
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
+fn transpose(yt: &[f32], rows: usize, t: usize, y: &mut [f32], isa: Isa) {
+    #[cfg(target_arch = "x86_64")]
+    let avx2 = isa >= Isa::Avx2;
     // Eight rows of y (from row r0) at a time.
     let block = |r0: usize, yb: &mut [f32]| {
+        #[cfg(target_arch = "x86_64")]
+        if avx2 && yb.len() == 8 * rows {
+            // SAFETY: AVX2 is present (the runtime caps `isa` to the CPU's level); yb is
+            // rows r0 .. r0 + 8 of y, whole.
+            unsafe { transpose_eights(yt, rows, t, r0, yb) };
+            return;
+        }
         for i0 in (0..rows).step_by(16) {
             let i1 = (i0 + 16).min(rows);
             for (dr, yr) in yb.chunks_exact_mut(rows).enumerate() {
@@ -110,6 +121,35 @@ fn transpose(yt: &[f32], rows: usize, t: usize, y: &mut [f32]) {
     } else {
         for (c, yb) in y.chunks_mut(8 * rows).enumerate() {
             block(8 * c, yb);
+        }
+    }
+}
+
+/// [`transpose`]'s eight rows `r0 .. r0 + 8` of y (`yb`, 8 × `rows`) from yt, eight
+/// columns at a time as an 8 × 8 transpose in registers (eight rows of yt read eight
+/// numbers each, eight rows of yb written eight each), the last `rows % 8` columns one
+/// by one. Only moves numbers: the same bits as the plain loop.
+///
+/// # Safety
+/// AVX2 present; `yb` holds `8 · rows` numbers and `yt` is (rows, t) with `r0 + 8 ≤ t`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn transpose_eights(yt: &[f32], rows: usize, t: usize, r0: usize, yb: &mut [f32]) {
+    use std::arch::x86_64::*;
+    debug_assert!(yb.len() == 8 * rows && r0 + 8 <= t && yt.len() >= rows * t);
+    let whole = rows - rows % 8;
+    for i0 in (0..whole).step_by(8) {
+        // (8, 8): rows i0 .. i0 + 8 of yt, its columns r0 .. r0 + 8.
+        let v: [__m256; 8] =
+            std::array::from_fn(|k| _mm256_loadu_ps(yt.as_ptr().add((i0 + k) * t + r0)));
+        let w = crate::ops::f16_dot::transpose8(v);
+        for (dr, wr) in w.iter().enumerate() {
+            _mm256_storeu_ps(yb.as_mut_ptr().add(dr * rows + i0), *wr);
+        }
+    }
+    for (dr, yr) in yb.chunks_exact_mut(rows).enumerate() {
+        for (i, v) in yr.iter_mut().enumerate().skip(whole) {
+            *v = yt[i * t + r0 + dr];
         }
     }
 }
@@ -1151,7 +1191,7 @@ impl QMatrix {
             // yt: (rows, t), one contiguous run of t results per weight row.
             let mut yt = vec![0.0f32; t * self.rows];
             self.run_row_groups(&mut yt, t, |i0, out| self.tile_rows(i0, out, acts, isa));
-            transpose(&yt, self.rows, t, &mut y);
+            transpose(&yt, self.rows, t, &mut y, isa);
             return y;
         }
         // Repacked Q4_K in llama.cpp's grouped order and Q6_K in its tiled order (8
