@@ -137,8 +137,7 @@ pub(crate) fn quantize_rows(dtype: GgmlType, x: &[f32], isa: Isa) -> Result<Quan
                     *q = round_even(v * id).clamp(-127.0, 127.0) as i8;
                 }
                 let sq: i32 = qb.iter().map(|&q| q as i32).sum();
-                a.d.push(f16::from_f32(d).to_f32());
-                a.sum.push(f16::from_f32(d * sq as f32).to_f32());
+                push_q8_0_scales(d, sq, &mut a.d, &mut a.sum);
             }
             ActKind::Q8_K => {
                 // The first value of largest magnitude, with its sign.
@@ -150,8 +149,7 @@ pub(crate) fn quantize_rows(dtype: GgmlType, x: &[f32], isa: Isa) -> Result<Quan
                     }
                 }
                 if amax == 0.0 {
-                    a.d.push(0.0);
-                    a.bsums.extend([0; QK_K / 16]);
+                    push_q8_k_zero(&mut a.d, &mut a.bsums);
                     continue;
                 }
                 let iscale = -127.0 / max;
@@ -167,6 +165,31 @@ pub(crate) fn quantize_rows(dtype: GgmlType, x: &[f32], isa: Isa) -> Result<Quan
         }
     }
     Ok(a)
+}
+
+/// The factor `127 / max|x|` a Q8_0 block's numbers are multiplied by before rounding
+/// (0 for an all-zero block), for the vector kernels: None where they leave the block
+/// to the scalar rules (a largest magnitude that is not finite, or so small, a
+/// subnormal, that the factor overflows).
+pub(crate) fn q8_0_factor(amax: f32) -> Option<f32> {
+    if amax == 0.0 {
+        Some(0.0)
+    } else {
+        Some(127.0 / amax).filter(|id| amax.is_finite() && id.is_finite())
+    }
+}
+
+/// A Q8_0 block's scales as llama.cpp stores them, from `dx = max|x| / 127` and the sum
+/// of its numbers: `f16(dx)` onto `d`, `f16(dx · Σq)` onto `sum`.
+pub(crate) fn push_q8_0_scales(dx: f32, sq: i32, d: &mut Vec<f32>, sum: &mut Vec<f32>) {
+    d.push(f16::from_f32(dx).to_f32());
+    sum.push(f16::from_f32(dx * sq as f32).to_f32());
+}
+
+/// An all-zero Q8_K block's scale and group sums (its numbers stay 0).
+pub(crate) fn push_q8_k_zero(d: &mut Vec<f32>, bsums: &mut Vec<i32>) {
+    d.push(0.0);
+    bsums.extend([0; QK_K / 16]);
 }
 
 /// `x` rounded to the nearest f16, ties to even (±65504 past which it is ±∞, f16

@@ -6,8 +6,7 @@
 
 use std::arch::x86_64::*;
 
-use half::f16;
-
+use crate::ops::quant::activations::{push_q8_0_scales, push_q8_k_zero, q8_0_factor};
 use crate::tensor::quant::QK_K;
 
 /// One 32-block of activations quantised as
@@ -33,23 +32,17 @@ pub(crate) unsafe fn quantize_q8_0(
         nan = _mm256_or_ps(nan, _mm256_cmp_ps::<_CMP_UNORD_Q>(*vk, *vk));
     }
     let amax = hmax(m);
-    // (A scale past f32's range, from a subnormal maximum, is the twin's too.)
-    if !amax.is_finite()
-        || (amax != 0.0 && !(127.0 / amax).is_finite())
-        || _mm256_movemask_ps(nan) != 0
-    {
+    let Some(id) = q8_0_factor(amax).filter(|_| _mm256_movemask_ps(nan) == 0) else {
         return false;
-    }
-    let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
+    };
+    let id = _mm256_set1_ps(id);
     let q: [__m256i; 4] = std::array::from_fn(|k| round_clamp(_mm256_mul_ps(v[k], id)));
     let sq = hsum_i32(_mm256_add_epi32(
         _mm256_add_epi32(q[0], q[1]),
         _mm256_add_epi32(q[2], q[3]),
     ));
     store_bytes(qb.as_mut_ptr(), q);
-    let dx = amax / 127.0;
-    d.push(f16::from_f32(dx).to_f32());
-    sum.push(f16::from_f32(dx * sq as f32).to_f32());
+    push_q8_0_scales(amax / 127.0, sq, d, sum);
     true
 }
 
@@ -81,8 +74,7 @@ pub(crate) unsafe fn quantize_q8_k(
         return false;
     }
     if amax == 0.0 {
-        d.push(0.0);
-        bsums.extend([0; QK_K / 16]);
+        push_q8_k_zero(d, bsums);
         return true; // qb stays zero
     }
     // The first number of largest magnitude, sign kept (the twin's strict `>`).

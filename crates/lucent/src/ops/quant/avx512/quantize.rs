@@ -5,9 +5,7 @@
 
 use std::arch::x86_64::*;
 
-use half::f16;
-
-use crate::tensor::quant::QK_K;
+use crate::ops::quant::activations::{push_q8_0_scales, push_q8_k_zero, q8_0_factor};
 
 /// One 32-block of activations quantised as [`quantize_activations`](crate::ops::quant::quantize_activations) does
 /// (`q` into `qb`, f16-rounded `dx` and `dx · Σq` pushed onto `d` and `sum`), 16
@@ -29,14 +27,11 @@ pub(crate) unsafe fn quantize_q8_0(
         _mm512_loadu_ps(xb.as_ptr().add(16)),
     ];
     let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_abs_ps(v[1])));
-    // (A scale past f32's range, from a subnormal maximum, is the twin's too.)
-    if !amax.is_finite()
-        || (amax != 0.0 && !(127.0 / amax).is_finite())
-        || _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v[0], v[1]) != 0
-    {
+    let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v[0], v[1]);
+    let Some(id) = q8_0_factor(amax).filter(|_| nan == 0) else {
         return false;
-    }
-    let id = _mm512_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
+    };
+    let id = _mm512_set1_ps(id);
     let mut sq = _mm512_setzero_si512();
     for (k, vk) in v.iter().enumerate() {
         let q = round_clamp(_mm512_mul_ps(*vk, id));
@@ -46,9 +41,7 @@ pub(crate) unsafe fn quantize_q8_0(
             _mm512_cvtepi32_epi8(q),
         );
     }
-    let dx = amax / 127.0;
-    d.push(f16::from_f32(dx).to_f32());
-    sum.push(f16::from_f32(dx * _mm512_reduce_add_epi32(sq) as f32).to_f32());
+    push_q8_0_scales(amax / 127.0, _mm512_reduce_add_epi32(sq), d, sum);
     true
 }
 
@@ -78,8 +71,7 @@ pub(crate) unsafe fn quantize_q8_k(
         return false;
     }
     if amax == 0.0 {
-        d.push(0.0);
-        bsums.extend([0; QK_K / 16]);
+        push_q8_k_zero(d, bsums);
         return true; // qb stays zero
     }
     // The first number of largest magnitude, sign kept (the twin's strict `>`).
