@@ -33,7 +33,8 @@
 //! 16 lanes at a time and differs from the AVX2 one in the last bits (measured: 0.11 and
 //! 0.50 of a logit on two of the six SmolLM2 golden prompts). The plain functions here
 //! are scalar and say which of llama.cpp's operations they stand for; their SIMD twins
-//! (`…_avx2`, `…_avx512`: eight keys' scores at once, sixteen softmax numbers at once)
+//! (`…_avx2`, `…_avx512`: eight keys' scores at once, eight or sixteen softmax numbers
+//! at once)
 //! compute the same bits, and tests hold each to its plain function bit for bit.
 
 use crate::ops::attention::{
@@ -45,7 +46,7 @@ use crate::ops::f16_dot::dots_f16_avx2;
 use crate::ops::f16_dot::{dot_f16, F16Order, LANES};
 use crate::ops::softmax::llama_cpp::softmax_row;
 #[cfg(target_arch = "x86_64")]
-use crate::ops::softmax::llama_cpp::softmax_row_avx512;
+use crate::ops::softmax::llama_cpp::{softmax_row_avx2, softmax_row_avx512};
 use crate::ops::{avx512_at, fma_at};
 use crate::runtime::Numerics;
 use crate::tensor::Tensor;
@@ -92,6 +93,9 @@ pub fn attention(
         order: order(p.numerics, d.t_q),
         fma: fma_at(isa),
         avx512: avx512_at(isa),
+        v_f16: (0..d.b * d.h_kv)
+            .map(|_| std::sync::OnceLock::new())
+            .collect(),
     };
     let heads = d.b * d.h;
     let (o_len, w_len) = (
@@ -154,6 +158,9 @@ struct Job<'a> {
     fma: bool,
     /// AVX-512F as well: the sixteen-wide softmax.
     avx512: bool,
+    /// Per key/value head (b · h_kv): whether its V allows [`weigh_values`]' skipping of
+    /// zero weights, found once by the first of its query heads.
+    v_f16: Vec<std::sync::OnceLock<bool>>,
 }
 
 /// A head's working rows, reused from head to head: the scores / weights of one query
@@ -166,6 +173,21 @@ struct Scratch {
 }
 
 impl Job<'_> {
+    /// Whether V of key/value head `kv` (its rows `vs`) holds only finite multiples of
+    /// 2⁻²⁴ (f16 numbers are), so that zero weights may be skipped ([`weigh_values`]):
+    /// scanned once per key/value head, not once per query head.
+    #[inline(always)]
+    fn v_skips_zeros(&self, kv: usize, vs: &[f32]) -> bool {
+        *self.v_f16[kv].get_or_init(|| {
+            #[cfg(target_arch = "x86_64")]
+            if self.fma {
+                // SAFETY: `fma` says the CPU has AVX2 and FMA.
+                return unsafe { f16_multiples_avx2(vs) };
+            }
+            f16_multiples(vs)
+        })
+    }
+
     /// Working rows for [`Job::head`].
     fn scratch(&self) -> Scratch {
         Scratch {
@@ -199,8 +221,9 @@ impl Job<'_> {
     }
 
     /// [`Job::head`] compiled with FMA instructions: the scores eight keys at a time
-    /// ([`dots_f16_avx2`]), with AVX-512 the softmax sixteen numbers at a time
-    /// ([`softmax_row_avx512`]), and V weighed in registers ([`weigh_values_fma`]);
+    /// ([`dots_f16_avx2`]), the softmax eight numbers at a time ([`softmax_row_avx2`];
+    /// sixteen with AVX-512, [`softmax_row_avx512`]), and V weighed in registers
+    /// ([`weigh_values_fma`]);
     /// the same bits as the plain twin.
     ///
     /// # Safety
@@ -221,7 +244,7 @@ impl Job<'_> {
                 if avx512 {
                     unsafe { softmax_row_avx512(row) }
                 } else {
-                    softmax_row(row, 1.0)
+                    unsafe { softmax_row_avx2(row) }
                 }
             },
             |p, v, order, skip, acc, out| unsafe { weigh_values_fma(p, v, order, skip, acc, out) },
@@ -253,10 +276,7 @@ impl Job<'_> {
         // A prompt's zero weights (its masked keys) may be left out of the weighing of V
         // when every value in V is a finite multiple of 2⁻²⁴ (as f16 numbers are):
         // see weigh_values. One token has no masked keys to skip.
-        let skip_zeros = d.t_q > 1
-            && vs
-                .iter()
-                .all(|&x| x.is_finite() && (x * 16_777_216.0).fract() == 0.0);
+        let skip_zeros = d.t_q > 1 && self.v_skips_zeros(kv, vs);
         for i in 0..d.t_q {
             let qrow = &self.q[(bh * d.t_q + i) * d.d_k..][..d.d_k];
             let vis = visible_keys(p, d, i);
@@ -285,8 +305,15 @@ impl Job<'_> {
             }
             softmax(&mut row[..d.t_k]);
             round_f16_in_place(&mut row[..d.t_k]);
+            // Skipping zero weights, the positions past the visible ones (all weighted 0)
+            // need not be visited at all; an empty view keeps its whole row (its NaNs).
+            let weighed = if skip_zeros && !vis.is_empty() {
+                vis.end
+            } else {
+                d.t_k
+            };
             weigh(
-                &row[..d.t_k],
+                &row[..weighed],
                 vs,
                 order,
                 skip_zeros,
@@ -298,6 +325,28 @@ impl Job<'_> {
             }
         }
     }
+}
+
+/// Whether every number of `xs` is a finite multiple of 2⁻²⁴ (as every f16 number is):
+/// the condition of [`weigh_values`]' `skip_zeros`. Checked 64 numbers at a time
+/// without an early exit inside a run, so the compiler can use vector registers.
+#[inline(always)]
+fn f16_multiples(xs: &[f32]) -> bool {
+    xs.chunks(64).all(|run| {
+        run.iter().fold(true, |ok, &x| {
+            ok & (x.is_finite() & ((x * 16_777_216.0).fract() == 0.0))
+        })
+    })
+}
+
+/// [`f16_multiples`] compiled for AVX2 (a vector rounding instruction for `fract`).
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn f16_multiples_avx2(xs: &[f32]) -> bool {
+    f16_multiples(xs)
 }
 
 /// `out_c = Σ_j p_j · v_jc` for every column c of V (t, d_v), each as the f16 dot

@@ -2,11 +2,12 @@
 //! build): one row as `ggml_compute_forward_soft_max_f32` computes it, with its vector
 //! exp ([`expf`]), the exps summed eight at a time by the tree ([`hsum8`]) and the
 //! eight-sums in f64. Attention in llama.cpp's order ([`crate::ops::attention::llama_cpp`])
-//! runs it on every score row; the sixteen-wide AVX-512 twin computes the same bits.
+//! runs it on every score row; the eight-wide AVX2 and sixteen-wide AVX-512 twins compute
+//! the same bits.
 
 use crate::ops::activation::llama_cpp::expf;
 #[cfg(target_arch = "x86_64")]
-use crate::ops::activation::llama_cpp::expf_avx512;
+use crate::ops::activation::llama_cpp::{expf_avx2, expf_avx512};
 use crate::ops::f16_dot::{hsum8, LANES};
 
 /// One softmax row as `ggml_compute_forward_soft_max_f32` computes it, in place:
@@ -37,6 +38,78 @@ pub fn softmax_row(row: &mut [f32], scale: f32) {
     for x in row.iter_mut() {
         *x *= inv;
     }
+}
+
+/// [`softmax_row`] with scale 1, eight numbers a step with AVX2 (as llama.cpp's AVX2
+/// build itself runs it): the maximum over lanes (as `f32::max`, NaN left out),
+/// [`expf_avx2`], each eight's [`hsum8`] in registers added in f64 in order, then
+/// `e · (f32)(1 / sum)` — the same bits.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn softmax_row_avx2(row: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let n = row.len();
+    // The eight numbers from i (a short last eight padded with `pad`).
+    let load = |row: &[f32], i: usize, pad: f32| -> __m256 {
+        if n - i >= LANES {
+            // SAFETY: eight numbers from i lie within the row.
+            unsafe { _mm256_loadu_ps(row.as_ptr().add(i)) }
+        } else {
+            let mut part = [pad; LANES];
+            part[..n - i].copy_from_slice(&row[i..]);
+            // SAFETY: `part` holds eight numbers.
+            unsafe { _mm256_loadu_ps(part.as_ptr()) }
+        }
+    };
+    let mut mv = _mm256_set1_ps(f32::NEG_INFINITY);
+    for i in (0..n).step_by(LANES) {
+        mv = _mm256_max_ps(load(row, i, f32::NEG_INFINITY), mv); // a NaN in v leaves mv
+    }
+    let mut lanes = [0.0f32; LANES];
+    // SAFETY: `lanes` holds eight numbers.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), mv) };
+    let max = lanes.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    if max == f32::NEG_INFINITY {
+        row.fill(0.0);
+        return;
+    }
+    let mut sum = 0.0f64;
+    for i in (0..n).step_by(LANES) {
+        let e = expf_avx2(_mm256_sub_ps(load(row, i, 0.0), _mm256_set1_ps(max)));
+        let left = n - i;
+        let e = if left >= LANES {
+            // SAFETY: eight numbers from i lie within the row.
+            unsafe { _mm256_storeu_ps(row.as_mut_ptr().add(i), e) };
+            e
+        } else {
+            // Lanes past the row are zeros (llama.cpp's padding), as the twin's short eight.
+            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), e) };
+            lanes[left..].fill(0.0);
+            row[i..].copy_from_slice(&lanes[..left]);
+            unsafe { _mm256_loadu_ps(lanes.as_ptr()) }
+        };
+        // hsum8: t_m = e_m + e_{m+4}, then (t0 + t2) + (t1 + t3).
+        let t = _mm_add_ps(_mm256_castps256_ps128(e), _mm256_extractf128_ps::<1>(e));
+        let s = _mm_add_ps(t, _mm_movehl_ps(t, t));
+        let h = _mm_add_ss(s, _mm_shuffle_ps::<0b01>(s, s));
+        sum += _mm_cvtss_f32(h) as f64;
+    }
+    let inv = _mm256_set1_ps((1.0 / sum) as f32);
+    let mut chunks = row.chunks_exact_mut(LANES);
+    for ch in &mut chunks {
+        // SAFETY: `ch` holds eight numbers.
+        unsafe {
+            _mm256_storeu_ps(
+                ch.as_mut_ptr(),
+                _mm256_mul_ps(_mm256_loadu_ps(ch.as_ptr()), inv),
+            )
+        };
+    }
+    let inv = (1.0 / sum) as f32;
+    chunks.into_remainder().iter_mut().for_each(|x| *x *= inv);
 }
 
 /// [`softmax_row`] with scale 1, sixteen numbers a step: the maximum over lanes (as
@@ -106,12 +179,18 @@ mod tests {
     use crate::ops::avx512_at;
     use crate::runtime::Isa;
 
-    /// The unscaled softmax at `isa` (sixteen wide from [`Isa::Avx512`]).
+    /// The unscaled softmax at `isa` (eight wide from [`Isa::Avx2`], sixteen from
+    /// [`Isa::Avx512`]).
     fn softmax_at(isa: Isa, row: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
         if avx512_at(isa) {
             // SAFETY: an available level with AVX-512F, AVX2 and FMA.
             return unsafe { softmax_row_avx512(row) };
+        }
+        #[cfg(target_arch = "x86_64")]
+        if crate::ops::fma_at(isa) {
+            // SAFETY: an available level with AVX2 and FMA.
+            return unsafe { softmax_row_avx2(row) };
         }
         softmax_row(row, 1.0)
     }
