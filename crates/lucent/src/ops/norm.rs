@@ -45,8 +45,9 @@ pub fn rms_norm(x: &Tensor, gamma: &Tensor, eps: f32) -> Result<Tensor> {
     let g = gamma.data();
     // Rows over the threads from fewer numbers than LayerNorm: the in-order f64 sum
     // makes a row cost more.
-    simd::for_each_row(out.data_mut(), d, PARALLEL_MIN / 4, |row| {
-        rms_norm_row(row, g, eps)
+    let isa = crate::runtime::isa();
+    simd::for_each_row_group(out.data_mut(), d, PARALLEL_MIN / 4, |rows| {
+        rms_norm_rows(rows, g, eps, isa)
     });
     Ok(record_rms_norm(out, x, gamma, eps))
 }
@@ -71,11 +72,101 @@ pub(crate) fn rms_norm_row(row: &mut [f32], gamma: &[f32], eps: f32) {
     // bit of the f32 mean square (a 1-ulp change in every output, sometimes enough to
     // move an 8-bit activation downstream).
     let sum = row.iter().fold(0.0f64, |s, &x| s + (x * x) as f64);
+    rms_scale(row, sum, gamma, eps);
+}
+
+/// The end of [`rms_norm_row`] once the in-order f64 sum of the squares is known: the
+/// mean square and `s = 1/√(ms + ε)` in f32, then `(x · s) · γ`.
+#[inline(always)]
+fn rms_scale(row: &mut [f32], sum: f64, gamma: &[f32], eps: f32) {
     let ms = (sum / row.len() as f64) as f32;
     let s = 1.0 / (ms + eps).sqrt();
     for (x, &g) in row.iter_mut().zip(gamma) {
         *x = *x * s * g;
     }
+}
+
+/// In place: [`rms_norm_row`] of every row of `rows` (whole rows of `gamma.len()`
+/// numbers), the same bits. The in-order f64 sum is one dependent chain of additions per
+/// row (a few cycles a number); with AVX2 eight rows go together, their chains side by
+/// side in the lanes ([`rms_norm_eight_avx2`]).
+pub(crate) fn rms_norm_rows(rows: &mut [f32], gamma: &[f32], eps: f32, isa: crate::Isa) {
+    let d = gamma.len();
+    if d == 0 {
+        return;
+    }
+    #[allow(unused_mut)]
+    let mut rest = rows;
+    #[cfg(target_arch = "x86_64")]
+    if crate::ops::fma_at(isa) {
+        let whole = rest.len() / (8 * d) * (8 * d);
+        let (eights, tail) = rest.split_at_mut(whole);
+        for group in eights.chunks_exact_mut(8 * d) {
+            // SAFETY: the level has AVX2 and FMA (capped to the CPU's); eight rows of d.
+            unsafe { rms_norm_eight_avx2(group, gamma, eps) };
+        }
+        rest = tail;
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = isa;
+    rest.chunks_mut(d)
+        .for_each(|row| rms_norm_row(row, gamma, eps));
+}
+
+/// [`rms_norm_row`] of eight rows at once ([`square_sums_eight_avx2`], then each row's
+/// scale as [`rms_norm_row`] ends).
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA; `rows` holds eight rows of `gamma.len()` numbers.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn rms_norm_eight_avx2(rows: &mut [f32], gamma: &[f32], eps: f32) {
+    let d = gamma.len();
+    let sums = square_sums_eight_avx2(rows, d);
+    for (row, sum) in rows.chunks_exact_mut(d).zip(sums) {
+        rms_scale(row, sum, gamma, eps);
+    }
+}
+
+/// The in-order f64 sums of the squares of eight rows of `d` numbers (each as
+/// [`rms_norm_row`] sums its row): the squares of eight numbers of each row, transposed
+/// so that a register holds one position of all eight rows, added in f64 position by
+/// position (rows 0–3 in one register, 4–7 in another), so each row's sum meets the
+/// same additions in the same order as its own chain. Numbers past the last whole eight
+/// continue each row's sum one by one.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn square_sums_eight_avx2(rows: &[f32], d: usize) -> [f64; 8] {
+    use std::arch::x86_64::*;
+    assert_eq!(rows.len(), 8 * d, "eight rows");
+    let wide = d - d % 8;
+    let (mut lo, mut hi) = (_mm256_setzero_pd(), _mm256_setzero_pd());
+    let p = rows.as_ptr();
+    for j in (0..wide).step_by(8) {
+        // SAFETY: position j + 8 ≤ d of each of the eight rows.
+        let squares: [__m256; 8] = std::array::from_fn(|r| unsafe {
+            let x = _mm256_loadu_ps(p.add(r * d + j));
+            _mm256_mul_ps(x, x)
+        });
+        // Register k: position j + k of rows 0..8.
+        for t in crate::ops::f16_dot::transpose8(squares) {
+            lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(t)));
+            hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(t)));
+        }
+    }
+    let mut sums = [0.0f64; 8];
+    // SAFETY: `sums` holds eight numbers.
+    unsafe {
+        _mm256_storeu_pd(sums.as_mut_ptr(), lo);
+        _mm256_storeu_pd(sums.as_mut_ptr().add(4), hi);
+    }
+    for (row, sum) in rows.chunks_exact(d).zip(sums.iter_mut()) {
+        *sum = row[wide..].iter().fold(*sum, |s, &x| s + (x * x) as f64);
+    }
+    sums
 }
 
 fn check(x: &Tensor, gamma: &Tensor, beta: Option<&Tensor>, op: &str) -> Result<usize> {
@@ -261,9 +352,57 @@ mod tests {
             }
             let (mut f, mut r) = (x.clone(), x.clone());
             rms_norm_row(&mut f, &g, 1e-6);
+            rows_equal_one_by_one(&x, &g, n);
             reference::rms_norm_row(&mut r, &g, 1e-6);
             for (a, c) in f.iter().zip(&r) {
                 assert!((a - c).abs() <= 2e-6, "rms_norm n={n}: {a} vs {c}");
+            }
+        }
+    }
+
+    /// [`rms_norm_rows`] at every level this CPU has equals [`rms_norm_row`] row by row,
+    /// bit for bit: 1 to 19 rows (eights and a remainder) made from `x`, each row
+    /// different (scaled and shifted) so that a row's sum read from a neighbour's lane
+    /// shows, and every number times 2^k for k from −20 to 20, so that the squares span
+    /// more exponents than an f64 holds and the order of the sum shows in its bits.
+    fn rows_equal_one_by_one(x: &[f32], g: &[f32], n: usize) {
+        for rows in [1usize, 7, 8, 9, 16, 19] {
+            let data: Vec<f32> = (0..rows)
+                .flat_map(|r| {
+                    x.iter().enumerate().map(move |(i, &v)| {
+                        let k = ((i * 7 + r * 3) % 41) as i32 - 20;
+                        (v * (1.0 + r as f32 * 0.37) - r as f32) * 2f32.powi(k)
+                    })
+                })
+                .collect();
+            #[cfg(target_arch = "x86_64")]
+            if crate::ops::fma_at(crate::Isa::detected()) && rows >= 8 {
+                // The sums themselves (a changed order seldom reaches the f32 mean).
+                let want: Vec<u64> = data[..8 * n]
+                    .chunks(n)
+                    .map(|row| {
+                        row.iter()
+                            .fold(0.0f64, |s, &x| s + (x * x) as f64)
+                            .to_bits()
+                    })
+                    .collect();
+                // SAFETY: the CPU has AVX2 and FMA.
+                let got = unsafe { square_sums_eight_avx2(&data[..8 * n], n) };
+                let got: Vec<u64> = got.iter().map(|s| s.to_bits()).collect();
+                assert_eq!(got, want, "square sums n={n}");
+            }
+            let mut want = data.clone();
+            want.chunks_mut(n)
+                .for_each(|row| rms_norm_row(row, g, 1e-6));
+            for isa in crate::Isa::available() {
+                let mut got = data.clone();
+                rms_norm_rows(&mut got, g, 1e-6, isa);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&got),
+                    bits(&want),
+                    "{isa}: rms_norm_rows n={n} rows={rows}"
+                );
             }
         }
     }

@@ -155,6 +155,28 @@ pub(crate) fn for_each_row(
     crate::threads::for_each_chunk_mut(data, per, |_, c| c.chunks_mut(d).for_each(&f));
 }
 
+/// Run `f` on groups of whole rows (of `d` elements) of `data`: all of it on the calling
+/// thread below `min_parallel` elements or with one row, else one group per thread's
+/// share, as [`for_each_row`] splits them.
+pub(crate) fn for_each_row_group(
+    data: &mut [f32],
+    d: usize,
+    min_parallel: usize,
+    f: impl Fn(&mut [f32]) + Sync,
+) {
+    if d == 0 {
+        return;
+    }
+    let rows = data.len() / d;
+    let parts = parts_for(data.len(), rows, min_parallel);
+    if parts <= 1 {
+        f(&mut data[..rows * d]);
+        return;
+    }
+    let per = rows.div_ceil(parts) * d;
+    crate::threads::for_each_chunk_mut(data, per, |_, c| f(c));
+}
+
 /// `Σ a[i]·b[i]` over the common length.
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
