@@ -9,7 +9,9 @@
 //! [`super::dispatch`]'s choice at the runtime's instruction-set level; the threads are
 //! the runtime's ([`crate::threads`]).
 
+use std::cell::RefCell;
 use std::fmt;
+use std::mem::MaybeUninit;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -92,11 +94,11 @@ fn quantize_prompt(
 /// set's ways even when a row of `y` is a multiple of 4 KiB (a power-of-two `rows`);
 /// with AVX2 at `isa`, each whole eight rows through [`transpose_eights`].
 #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
-fn transpose(yt: &[f32], rows: usize, t: usize, y: &mut [f32], isa: Isa) {
+fn transpose(yt: &[f32], rows: usize, t: usize, y: &mut [MaybeUninit<f32>], isa: Isa) {
     #[cfg(target_arch = "x86_64")]
     let avx2 = isa >= Isa::Avx2;
     // Eight rows of y (from row r0) at a time.
-    let block = |r0: usize, yb: &mut [f32]| {
+    let block = |r0: usize, yb: &mut [MaybeUninit<f32>]| {
         #[cfg(target_arch = "x86_64")]
         if avx2 && yb.len() == 8 * rows {
             // SAFETY: AVX2 is present (the runtime caps `isa` to the CPU's level); yb is
@@ -108,7 +110,7 @@ fn transpose(yt: &[f32], rows: usize, t: usize, y: &mut [f32], isa: Isa) {
             let i1 = (i0 + 16).min(rows);
             for (dr, yr) in yb.chunks_exact_mut(rows).enumerate() {
                 for (k, v) in yr[i0..i1].iter_mut().enumerate() {
-                    *v = yt[(i0 + k) * t + r0 + dr];
+                    v.write(yt[(i0 + k) * t + r0 + dr]);
                 }
             }
         }
@@ -134,7 +136,13 @@ fn transpose(yt: &[f32], rows: usize, t: usize, y: &mut [f32], isa: Isa) {
 /// AVX2 present; `yb` holds `8 · rows` numbers and `yt` is (rows, t) with `r0 + 8 ≤ t`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn transpose_eights(yt: &[f32], rows: usize, t: usize, r0: usize, yb: &mut [f32]) {
+unsafe fn transpose_eights(
+    yt: &[f32],
+    rows: usize,
+    t: usize,
+    r0: usize,
+    yb: &mut [MaybeUninit<f32>],
+) {
     use std::arch::x86_64::*;
     debug_assert!(yb.len() == 8 * rows && r0 + 8 <= t && yt.len() >= rows * t);
     let whole = rows - rows % 8;
@@ -144,12 +152,12 @@ unsafe fn transpose_eights(yt: &[f32], rows: usize, t: usize, r0: usize, yb: &mu
             std::array::from_fn(|k| _mm256_loadu_ps(yt.as_ptr().add((i0 + k) * t + r0)));
         let w = crate::ops::f16_dot::transpose8(v);
         for (dr, wr) in w.iter().enumerate() {
-            _mm256_storeu_ps(yb.as_mut_ptr().add(dr * rows + i0), *wr);
+            _mm256_storeu_ps((yb.as_mut_ptr() as *mut f32).add(dr * rows + i0), *wr);
         }
     }
     for (dr, yr) in yb.chunks_exact_mut(rows).enumerate() {
         for (i, v) in yr.iter_mut().enumerate().skip(whole) {
-            *v = yt[i * t + r0 + dr];
+            v.write(yt[i * t + r0 + dr]);
         }
     }
 }
@@ -192,6 +200,13 @@ impl<'a> Columns<'a> {
             std::ptr::copy_nonoverlapping(v.as_ptr(), self.ptr.add(a * self.rows + i), v.len())
         };
     }
+}
+
+thread_local! {
+    /// A prompt's (rows, t) results before their transpose to Y
+    /// ([`QMatrix::tiled_rows_transposed`]), kept from product to product on the thread
+    /// that runs them, as large as its largest product so far.
+    static PROMPT_SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Bytes of weight rows a prompt's product keeps in L1 at a time (the paired tiles and
@@ -1134,17 +1149,44 @@ impl QMatrix {
         Ok(ys)
     }
 
+    /// Y = X · Wᵀ by [`QMatrix::tile_rows`]: its (rows, t) results (one contiguous run of
+    /// t results per weight row) written to this thread's scratch, then transposed to Y
+    /// (t, rows). Neither is zeroed first: every number of both is written before it is
+    /// read, and clearing them took 1–2 % of a prompt, on the calling thread alone.
+    fn tiled_rows_transposed(&self, acts: &[QuantizedActs], isa: Isa) -> Vec<f32> {
+        let (t, n) = (acts.len(), acts.len() * self.rows);
+        let mut y = Vec::with_capacity(n);
+        let mut run = |yt: &mut [f32]| {
+            self.run_row_groups(yt, t, |i0, out| self.tile_rows(i0, out, acts, isa));
+            transpose(yt, self.rows, t, &mut y.spare_capacity_mut()[..n], isa);
+        };
+        PROMPT_SCRATCH.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut yt) => {
+                if yt.len() < n {
+                    yt.resize(n, 0.0);
+                }
+                run(&mut yt[..n])
+            }
+            // A product begun while this thread's is running (work taken while waiting).
+            Err(_) => run(&mut vec![0.0; n]),
+        });
+        // SAFETY: `transpose` wrote all n numbers (each of the t rows of `rows`).
+        unsafe { y.set_len(n) };
+        y
+    }
+
     /// Y = X · Wᵀ from activation rows already quantised for this matrix's type
     /// (t = `acts.len()` ≥ 1, each `cols` long: the callers check).
     fn matmul_t_prepared(&self, acts: &[QuantizedActs], isa: Isa, numerics: Numerics) -> Vec<f32> {
         let t = acts.len();
-        let mut y = vec![0.0f32; t * self.rows];
         let (k, k4) = self.prompt_kernels(t, isa, numerics);
+        let zeroed = || vec![0.0f32; t * self.rows];
         #[cfg(target_arch = "x86_64")]
         if numerics.row_invariant() && self.gemv_grouped(isa) {
             // Every row alone in the token's order (a batched decode step, an expert's
             // rows): sixteen weight rows at a time for each activation row, the block of
             // weight rows read from cache by all of them.
+            let mut y = zeroed();
             let out = Columns::new(&mut y, self.rows, t);
             self.run_row_ranges(t, |i0, n| {
                 let mut v = vec![0.0f32; n];
@@ -1164,6 +1206,7 @@ impl QMatrix {
             // unpacked in registers for all of them, none decoded to memory first.
             // SAFETY: pairs_available(isa), and the rows of `acts` were prepared for
             // this matrix (check_x / check_prepared).
+            let mut y = zeroed();
             unsafe {
                 match self.dtype {
                     GgmlType::Q4_0 => self.few_rows::<{ avx512::Q4_0 }>(&mut y, acts),
@@ -1178,6 +1221,7 @@ impl QMatrix {
         #[cfg(target_arch = "x86_64")]
         if self.tiled(isa) && avx512::available(isa) && t >= 2 {
             // The paired tiles write Y (t, rows) themselves.
+            let mut y = zeroed();
             match self.dtype {
                 GgmlType::Q4_0 => self.prefill_paired::<{ avx512::Q4_0 }>(&mut y, acts),
                 GgmlType::Q4_1 => self.prefill_paired::<{ avx512::Q4_1 }>(&mut y, acts),
@@ -1188,12 +1232,9 @@ impl QMatrix {
             return y;
         }
         if self.tiled(isa) {
-            // yt: (rows, t), one contiguous run of t results per weight row.
-            let mut yt = vec![0.0f32; t * self.rows];
-            self.run_row_groups(&mut yt, t, |i0, out| self.tile_rows(i0, out, acts, isa));
-            transpose(&yt, self.rows, t, &mut y, isa);
-            return y;
+            return self.tiled_rows_transposed(acts, isa);
         }
+        let mut y = zeroed();
         // Repacked Q4_K in llama.cpp's grouped order and Q6_K in its tiled order (8
         // prompt rows or more): whole groups of weight rows decoded once and met by every
         // four activation rows, sixteen rows a group on AVX-512 (`avx512::kgemm`), eight
