@@ -188,6 +188,18 @@ impl<'a> Columns<'a> {
         }
     }
 
+    /// Y (t, rows) over a vector's uninitialised capacity (`y`, rows · t long), for
+    /// writers that together write every number of it.
+    fn over_capacity(y: &'a mut [MaybeUninit<f32>], rows: usize, t: usize) -> Columns<'a> {
+        debug_assert_eq!(y.len(), rows * t);
+        Columns {
+            ptr: y.as_mut_ptr() as *mut f32,
+            rows,
+            t,
+            _y: std::marker::PhantomData,
+        }
+    }
+
     /// `Y[a][i..i + v.len()] = v`.
     ///
     /// # Safety
@@ -1234,7 +1246,6 @@ impl QMatrix {
         if self.tiled(isa) {
             return self.tiled_rows_transposed(acts, isa);
         }
-        let mut y = zeroed();
         // Repacked Q4_K in llama.cpp's grouped order and Q6_K in its tiled order (8
         // prompt rows or more): whole groups of weight rows decoded once and met by every
         // four activation rows, sixteen rows a group on AVX-512 (`avx512::kgemm`), eight
@@ -1255,7 +1266,9 @@ impl QMatrix {
             };
             if grouped && isa >= Isa::Avx2 && self.rows >= group {
                 let nb = self.cols / QK_K;
-                let (out, kk) = (&mut y, (k, k4));
+                let n = t * self.rows;
+                let mut y = Vec::with_capacity(n);
+                let (out, kk) = (&mut y.spare_capacity_mut()[..n], (k, k4));
                 // SAFETY (all): the level checked above (AVX-512 VNNI where `wide`, else
                 // AVX2 + FMA + F16C); every row is this matrix's cols / 256 blocks of its
                 // type, and `acts` were prepared as Q8_K (check_x).
@@ -1291,6 +1304,9 @@ impl QMatrix {
                             |d, x| a2::q6_k_gemm8x4(d, x),
                         ),
                     }
+                    // SAFETY: prompt_in_groups wrote every number of Y (each task its
+                    // weight rows' columns, for every activation row).
+                    y.set_len(n);
                 }
                 return y;
             }
@@ -1302,7 +1318,19 @@ impl QMatrix {
         let k4 = k4.map(|k4| {
             move |_: &(), _: usize, i: usize, x: [&QuantizedActs; 4]| k4(self.row_bytes_of(i), x)
         });
-        self.prompt_in_fours(&mut y, acts, wb, k, |_: &mut (), _| {}, k4);
+        let n = t * self.rows;
+        let mut y = Vec::with_capacity(n);
+        self.prompt_in_fours(
+            &mut y.spare_capacity_mut()[..n],
+            acts,
+            wb,
+            k,
+            |_: &mut (), _| {},
+            k4,
+        );
+        // SAFETY: prompt_in_fours wrote every number of Y (each task its weight rows'
+        // columns, for every activation row).
+        unsafe { y.set_len(n) };
         y
     }
 
@@ -1316,7 +1344,7 @@ impl QMatrix {
     #[cfg(target_arch = "x86_64")]
     fn prompt_in_groups<D: Default, const R: usize>(
         &self,
-        y: &mut [f32],
+        y: &mut [MaybeUninit<f32>],
         acts: &[QuantizedActs],
         (k, k4): (DotFn, Dot4Fn),
         fill: impl Fn(&mut D, [&[u8]; R]) + Sync,
@@ -1324,7 +1352,7 @@ impl QMatrix {
     ) {
         let t = acts.len();
         let fours = t - t % 4;
-        let out = Columns::new(y, self.rows, t);
+        let out = Columns::over_capacity(y, self.rows, t);
         let four = |a: usize| [&acts[a], &acts[a + 1], &acts[a + 2], &acts[a + 3]];
         self.run_row_ranges(t, |i0, n| {
             let mut dec = D::default();
@@ -1365,7 +1393,7 @@ impl QMatrix {
     /// task writes its rows' columns of `y` (t, rows).
     fn prompt_in_fours<S: Default, K4>(
         &self,
-        y: &mut [f32],
+        y: &mut [MaybeUninit<f32>],
         acts: &[QuantizedActs],
         wb: usize,
         k: DotFn,
@@ -1375,7 +1403,7 @@ impl QMatrix {
         K4: Fn(&S, usize, usize, [&QuantizedActs; 4]) -> [f32; 4] + Sync,
     {
         let t = acts.len();
-        let out = Columns::new(y, self.rows, t);
+        let out = Columns::over_capacity(y, self.rows, t);
         self.run_row_ranges(t, |i0, n| {
             let mut scratch = S::default();
             for first in (i0..i0 + n).step_by(wb) {
