@@ -142,17 +142,9 @@ pub(crate) fn for_each_row(
     min_parallel: usize,
     f: impl Fn(&mut [f32]) + Sync,
 ) {
-    if d == 0 {
-        return;
-    }
-    let rows = data.len() / d;
-    let parts = parts_for(data.len(), rows, min_parallel);
-    if parts <= 1 {
-        data.chunks_mut(d).for_each(f);
-        return;
-    }
-    let per = rows.div_ceil(parts) * d;
-    crate::threads::for_each_chunk_mut(data, per, |_, c| c.chunks_mut(d).for_each(&f));
+    for_each_row_group(data, d, min_parallel, |rows| {
+        rows.chunks_mut(d).for_each(&f)
+    });
 }
 
 /// Run `f` on groups of whole rows (of `d` elements) of `data`: all of it on the calling
@@ -170,7 +162,7 @@ pub(crate) fn for_each_row_group(
     let rows = data.len() / d;
     let parts = parts_for(data.len(), rows, min_parallel);
     if parts <= 1 {
-        f(&mut data[..rows * d]);
+        f(data);
         return;
     }
     let per = rows.div_ceil(parts) * d;
