@@ -221,6 +221,11 @@ thread_local! {
     static PROMPT_SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
+/// The most numbers [`PROMPT_SCRATCH`] keeps (16 MiB: a 1,024-token prompt through an
+/// FFN of 4,096 rows); a larger product, as rare as it is long, takes a buffer of its own
+/// rather than leave the memory held for the thread's lifetime.
+const SCRATCH_KEPT: usize = 1 << 22;
+
 /// Bytes of weight rows a prompt's product keeps in L1 at a time (the paired tiles and
 /// the K-quant rows).
 const PAIRED_WEIGHT_BYTES: usize = 16 << 10;
@@ -1173,14 +1178,16 @@ impl QMatrix {
             transpose(yt, self.rows, t, &mut y.spare_capacity_mut()[..n], isa);
         };
         PROMPT_SCRATCH.with(|cell| match cell.try_borrow_mut() {
-            Ok(mut yt) => {
+            Ok(mut yt) if n <= SCRATCH_KEPT => {
                 if yt.len() < n {
                     yt.resize(n, 0.0);
                 }
                 run(&mut yt[..n])
             }
-            // A product begun while this thread's is running (work taken while waiting).
-            Err(_) => run(&mut vec![0.0; n]),
+            // A product larger than the scratch keeps (all the logits of a perplexity
+            // window), or one begun while this thread's is running (work taken while
+            // waiting): its own buffer, freed after it.
+            _ => run(&mut vec![0.0; n]),
         });
         // SAFETY: `transpose` wrote all n numbers (each of the t rows of `rows`).
         unsafe { y.set_len(n) };
