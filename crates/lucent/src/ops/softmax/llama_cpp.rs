@@ -86,9 +86,11 @@ pub(crate) unsafe fn softmax_row_avx2(row: &mut [f32]) {
             e
         } else {
             // Lanes past the row are zeros (llama.cpp's padding), as the twin's short eight.
+            // SAFETY: `lanes` holds eight numbers.
             unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), e) };
             lanes[left..].fill(0.0);
             row[i..].copy_from_slice(&lanes[..left]);
+            // SAFETY: as the store above.
             unsafe { _mm256_loadu_ps(lanes.as_ptr()) }
         };
         // hsum8: t_m = e_m + e_{m+4}, then (t0 + t2) + (t1 + t3).
