@@ -675,8 +675,13 @@ impl MultiHeadAttention {
             let freqs = r.freqs();
             freqs.check(d_k)?;
             // Under llama.cpp's numerics, its angles and rounding.
-            ops::rope::apply(&mut q, &q_pos, &freqs, r.convention, opts.numerics)?;
-            ops::rope::apply(&mut k, &k_pos, &freqs, r.convention, opts.numerics)?;
+            if q_pos == k_pos {
+                let qk = &mut [&mut q, &mut k];
+                ops::rope::apply_shared(qk, &q_pos, &freqs, r.convention, opts.numerics)?;
+            } else {
+                ops::rope::apply(&mut q, &q_pos, &freqs, r.convention, opts.numerics)?;
+                ops::rope::apply(&mut k, &k_pos, &freqs, r.convention, opts.numerics)?;
+            }
         }
         if f16 {
             if c.scale_queries {

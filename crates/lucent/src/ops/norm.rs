@@ -41,14 +41,14 @@ pub fn layer_norm(x: &Tensor, gamma: &Tensor, beta: Option<&Tensor>, eps: f32) -
 /// x: (..., d), gamma: (d) → (..., d)
 pub fn rms_norm(x: &Tensor, gamma: &Tensor, eps: f32) -> Result<Tensor> {
     let d = check(x, gamma, None, "rms_norm")?;
-    let mut out = x.clone();
     let g = gamma.data();
     // Rows over the threads from fewer numbers than LayerNorm: the in-order f64 sum
     // makes a row cost more.
     let isa = crate::runtime::isa();
-    simd::for_each_row_group(out.data_mut(), d, PARALLEL_MIN / 4, |rows| {
+    let out = simd::map_row_groups(x.data(), d, PARALLEL_MIN / 4, |rows| {
         rms_norm_rows(rows, g, eps, isa)
     });
+    let out = Tensor::new(out, x.shape())?;
     Ok(record_rms_norm(out, x, gamma, eps))
 }
 

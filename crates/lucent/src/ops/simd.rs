@@ -169,6 +169,42 @@ pub(crate) fn for_each_row_group(
     crate::threads::for_each_chunk_mut(data, per, |_, c| f(c));
 }
 
+/// [`for_each_row_group`] on a copy of `src`, returned: each group's rows are copied
+/// into the new buffer by the thread that then runs `f` on them, so the copy is split
+/// as the work is (a norm's `x.clone()` then `data_mut()` copied a whole prompt's
+/// activations on the calling thread while the others waited).
+pub(crate) fn map_row_groups(
+    src: &[f32],
+    d: usize,
+    min_parallel: usize,
+    f: impl Fn(&mut [f32]) + Sync,
+) -> Vec<f32> {
+    let n = src.len();
+    let mut out: Vec<f32> = Vec::with_capacity(n);
+    let rows = n / d.max(1);
+    let parts = parts_for(n, rows, min_parallel);
+    let per = if parts <= 1 || d == 0 {
+        n
+    } else {
+        rows.div_ceil(parts) * d
+    };
+    let copy_and_run = |c: usize, chunk: &mut [std::mem::MaybeUninit<f32>]| {
+        let rows = chunk.write_copy_of_slice(&src[c * per..][..chunk.len()]);
+        if d > 0 {
+            f(rows);
+        }
+    };
+    let spare = &mut out.spare_capacity_mut()[..n];
+    if per >= n {
+        copy_and_run(0, spare);
+    } else {
+        crate::threads::for_each_chunk_mut(spare, per, copy_and_run);
+    }
+    // SAFETY: the chunks cover 0..n, and each call wrote every number of its chunk.
+    unsafe { out.set_len(n) };
+    out
+}
+
 /// `Σ a[i]·b[i]` over the common length.
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
@@ -1161,6 +1197,36 @@ mod tests {
         let mut out = vec![0.0; xs.len()];
         map(op, xs, &mut out);
         out
+    }
+
+    /// map_row_groups returns the copy with `f` run on every row exactly once, each
+    /// row where it was, at one and two threads, below and above the split's threshold,
+    /// and leaves the source alone.
+    #[test]
+    fn map_row_groups_runs_f_on_a_copy_of_every_row() {
+        let d = 24;
+        for (rows, min_parallel) in [(1, 16), (7, 1 << 20), (101, 64), (1000, 256)] {
+            let src: Vec<f32> = (0..rows * d).map(|i| i as f32 * 0.5).collect();
+            // Each row's numbers doubled plus its first number: a row moved or run twice
+            // shows.
+            let f = |rows: &mut [f32]| {
+                for row in rows.chunks_mut(d) {
+                    let first = row[0];
+                    row.iter_mut().for_each(|v| *v = 2.0 * *v + first);
+                }
+            };
+            let mut want = src.clone();
+            f(&mut want);
+            for threads in [1, 2] {
+                let rt = crate::Runtime::builder()
+                    .threads(threads)
+                    .build()
+                    .expect("a runtime");
+                let got = rt.install(|| map_row_groups(&src, d, min_parallel, f));
+                assert_eq!(got, want, "{rows} rows, {threads} threads");
+            }
+            assert_eq!(src[rows * d - 1], (rows * d - 1) as f32 * 0.5);
+        }
     }
 
     #[test]

@@ -4,8 +4,8 @@
 //! frequency factors, linear scaling and YaRN. [`super::apply`] runs it for the numerics
 //! that ask for it; compiled with FMA instructions from AVX2, with the same numbers.
 
-use crate::ops::fma_at;
 use crate::ops::rope::{yarn_corr_dims, yarn_ramp, RopeConvention, RopeFreqs, RopeScaling};
+use crate::ops::{fma_at, simd};
 use crate::runtime::Isa;
 
 /// RoPE as `ggml_rope_ext` computes it, in place on rows of `d` features (rows cycle
@@ -28,42 +28,151 @@ pub fn rope_rows(
     freqs: &RopeFreqs<'_>,
     convention: RopeConvention,
 ) {
-    rope_rows_at(crate::runtime::isa(), data, d, positions, freqs, convention)
+    rope_rows_at(
+        crate::runtime::isa(),
+        &mut [data],
+        d,
+        positions,
+        freqs,
+        convention,
+    )
 }
 
-/// [`rope_rows`] at the instruction-set level `isa` (one the CPU runs): FMA instructions
-/// from [`Isa::Avx2`], the C library's `fmaf` below; the same numbers.
-pub(crate) fn rope_rows_at(
-    isa: Isa,
-    data: &mut [f32],
+/// [`rope_rows`] of several tensors whose rows cycle through the same `positions` (a
+/// prompt's Q and K): the angles are computed once for all of them.
+pub fn rope_rows_shared(
+    data: &mut [&mut [f32]],
     d: usize,
     positions: &[usize],
     freqs: &RopeFreqs<'_>,
     convention: RopeConvention,
 ) {
-    #[cfg(target_arch = "x86_64")]
-    if fma_at(isa) {
-        // SAFETY: the level has AVX2 and FMA, and the runtime caps it to the CPU's.
-        unsafe { rope_rows_fma(data, d, positions, freqs, convention) };
-        return;
-    }
-    rope_rows_with(data, d, positions, freqs, convention);
+    rope_rows_at(crate::runtime::isa(), data, d, positions, freqs, convention)
 }
 
-/// [`rope_rows`] compiled with FMA instructions.
+/// Numbers from which a RoPE call splits its work over the threads: the angles by
+/// positions, the rotations by rows. A team's loop costs a few microseconds; a
+/// 128-token prompt's K of one 256-wide head (Gemma 3) is 32768 numbers, which one
+/// thread rotated while the other waited.
+const PARALLEL_MIN: usize = 1 << 14;
+
+/// [`rope_rows_shared`] at the instruction-set level `isa` (one the CPU runs): FMA
+/// instructions from [`Isa::Avx2`], the C library's `fmaf` below; the same numbers,
+/// whatever the threads and their split.
+pub(crate) fn rope_rows_at(
+    isa: Isa,
+    data: &mut [&mut [f32]],
+    d: usize,
+    positions: &[usize],
+    freqs: &RopeFreqs<'_>,
+    convention: RopeConvention,
+) {
+    let t = positions.len();
+    if t == 0 || d < 2 {
+        return;
+    }
+    let half = d / 2;
+    let steps = AngleSteps::new(d, freqs);
+    // (t, 2, half): each position's cos row, then its sin row.
+    let mut angles = vec![0.0f32; 2 * t * half];
+    let parts = simd::parts_for(t * half, t, PARALLEL_MIN);
+    let per = t.div_ceil(parts);
+    crate::threads::for_each_chunk_mut(&mut angles, per * 2 * half, |c, chunk| {
+        let at = &positions[c * per..][..chunk.len() / (2 * half)];
+        #[cfg(target_arch = "x86_64")]
+        if fma_at(isa) {
+            // SAFETY: the level has AVX2 and FMA, and the runtime caps it to the CPU's.
+            unsafe { angles_fma(chunk, at, &steps, freqs.freq_factors) };
+            return;
+        }
+        angles_with(chunk, at, &steps, freqs.freq_factors);
+    });
+    for x in data.iter_mut() {
+        let rows = x.len() / d;
+        let parts = simd::parts_for(x.len(), rows, PARALLEL_MIN);
+        let per = rows.div_ceil(parts.max(1));
+        crate::threads::for_each_chunk_mut(x, per * d, |c, chunk| {
+            let first = c * per;
+            #[cfg(target_arch = "x86_64")]
+            if fma_at(isa) {
+                // SAFETY: as above.
+                unsafe { rotate_fma(chunk, first, d, t, &angles, convention) };
+                return;
+            }
+            rotate_with(chunk, first, d, t, &angles, convention);
+        });
+    }
+}
+
+/// What every angle of one call shares: the ratio `s = powf(base, −2/d)` of successive
+/// pairs' angles, llama.cpp's `freq_scale`, and YaRN's corrections and magnitude.
+struct AngleSteps {
+    /// Pairs a row.
+    half: usize,
+    /// θ's ratio from pair i to i + 1.
+    scale: f32,
+    /// llama.cpp's freq_scale (hparams: 1/factor).
+    freq_scale: f32,
+    /// YaRN's correction dims and magnitude m.
+    yarn: Option<([f32; 2], f32)>,
+}
+
+impl AngleSteps {
+    fn new(d: usize, freqs: &RopeFreqs<'_>) -> AngleSteps {
+        let scale = freqs.base.powf(-2.0 / d as f32);
+        let (freq_scale, yarn) = match freqs.scaling {
+            RopeScaling::None => (1.0f32, None),
+            RopeScaling::Linear { factor } => (1.0 / factor, None),
+            RopeScaling::Yarn {
+                factor,
+                original_context,
+                ..
+            } => {
+                let fs = 1.0 / factor;
+                let corr = yarn_corr_dims(d, original_context, freqs.base);
+                let m = yarn_attn_factor(freqs.scaling) * 0.1f32.mul_add((1.0 / fs).ln(), 1.0);
+                (fs, Some((corr, m)))
+            }
+        };
+        AngleSteps {
+            half: d / 2,
+            scale,
+            freq_scale,
+            yarn,
+        }
+    }
+}
+
+/// [`angles_with`] compiled with FMA instructions.
 ///
 /// # Safety
 /// The CPU must have AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn rope_rows_fma(
-    data: &mut [f32],
-    d: usize,
+unsafe fn angles_fma(
+    out: &mut [f32],
     positions: &[usize],
-    freqs: &RopeFreqs<'_>,
+    steps: &AngleSteps,
+    freq_factors: Option<&[f32]>,
+) {
+    angles_with(out, positions, steps, freq_factors);
+}
+
+/// [`rotate_with`] compiled with FMA instructions.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn rotate_fma(
+    rows: &mut [f32],
+    first: usize,
+    d: usize,
+    t: usize,
+    angles: &[f32],
     convention: RopeConvention,
 ) {
-    rope_rows_with(data, d, positions, freqs, convention);
+    rotate_with(rows, first, d, t, angles, convention);
 }
 
 /// The attention factor llama.cpp's context hands its RoPE for `scaling` (llama.cpp's
@@ -93,60 +202,55 @@ pub fn yarn_attn_factor(scaling: RopeScaling) -> f32 {
     }
 }
 
+/// The cos and sin rows (`out`: (positions, 2, half)) of `positions`, each angle as
+/// `ggml_rope_ext` builds it (the steps in [`rope_rows`]'s doc).
 #[inline(always)]
-fn rope_rows_with(
-    data: &mut [f32],
-    d: usize,
+fn angles_with(
+    out: &mut [f32],
     positions: &[usize],
-    freqs: &RopeFreqs<'_>,
-    convention: RopeConvention,
+    steps: &AngleSteps,
+    freq_factors: Option<&[f32]>,
 ) {
-    if positions.is_empty() {
-        return;
-    }
-    let half = d / 2;
-    let scale = freqs.base.powf(-2.0 / d as f32);
-    // llama.cpp's freq_scale (hparams: 1/factor), and YaRN's corrections.
-    let (freq_scale, yarn) = match freqs.scaling {
-        RopeScaling::None => (1.0f32, None),
-        RopeScaling::Linear { factor } => (1.0 / factor, None),
-        RopeScaling::Yarn {
-            factor,
-            original_context,
-            ..
-        } => {
-            let fs = 1.0 / factor;
-            let corr = yarn_corr_dims(d, original_context, freqs.base);
-            let m = yarn_attn_factor(freqs.scaling) * 0.1f32.mul_add((1.0 / fs).ln(), 1.0);
-            (fs, Some((corr, m)))
-        }
-    };
-    // The angles of each position once: (positions, half) cos and sin.
-    let mut cos = vec![0.0f32; positions.len() * half];
-    let mut sin = vec![0.0f32; positions.len() * half];
-    for (k, &pos) in positions.iter().enumerate() {
+    let half = steps.half;
+    for (row, &pos) in out.chunks_exact_mut(2 * half).zip(positions) {
+        let (cos, sin) = row.split_at_mut(half);
         let mut theta = pos as f32;
         for i in 0..half {
-            let extrap = match freqs.freq_factors {
+            let extrap = match freq_factors {
                 Some(f) => theta / f[i],
                 None => theta,
             };
-            let interp = extrap * freq_scale;
-            let (angle, m) = match yarn {
+            let interp = extrap * steps.freq_scale;
+            let (angle, m) = match steps.yarn {
                 None => (interp, 1.0f32),
                 Some((corr, m)) => {
                     let mix = yarn_ramp(corr, i);
                     (interp.mul_add(1.0 - mix, extrap * mix), m)
                 }
             };
-            cos[k * half + i] = angle.cos() * m;
-            sin[k * half + i] = angle.sin() * m;
-            theta *= scale;
+            cos[i] = angle.cos() * m;
+            sin[i] = angle.sin() * m;
+            theta *= steps.scale;
         }
     }
-    for (r, row) in data.chunks_exact_mut(d).enumerate() {
-        let k = r % positions.len();
-        let (cos, sin) = (&cos[k * half..][..half], &sin[k * half..][..half]);
+}
+
+/// Rotate `rows` (rows `first ..` of a tensor whose rows cycle through `t` positions)
+/// by their positions' `angles` ((t, 2, d/2)), each pair with the products fused as
+/// GCC fuses them.
+#[inline(always)]
+fn rotate_with(
+    rows: &mut [f32],
+    first: usize,
+    d: usize,
+    t: usize,
+    angles: &[f32],
+    convention: RopeConvention,
+) {
+    let half = d / 2;
+    for (r, row) in rows.chunks_exact_mut(d).enumerate() {
+        let k = (first + r) % t;
+        let (cos, sin) = angles[2 * k * half..][..2 * half].split_at(half);
         for i in 0..half {
             let (a, b) = match convention {
                 RopeConvention::RotateHalf => (i, i + half),

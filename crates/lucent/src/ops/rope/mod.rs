@@ -254,6 +254,31 @@ pub fn apply(
     Ok(())
 }
 
+/// [`apply`] to several tensors whose rows sit at the same `positions` (a prompt's Q
+/// and K in self-attention): under llama.cpp's numerics the angles are computed once
+/// for all of them; the numbers are [`apply`]'s on each.
+///
+/// # Shapes
+/// each x: (..., t, d) with the same d even; positions: t → each (..., t, d)
+pub fn apply_shared(
+    xs: &mut [&mut Tensor],
+    positions: &[usize],
+    freqs: &RopeFreqs<'_>,
+    convention: RopeConvention,
+    numerics: Numerics,
+) -> Result<()> {
+    let d = xs.first().map_or(0, |x| x.last_dim());
+    if !numerics.llama_cpp() || xs.iter().any(|x| x.last_dim() != d) {
+        for x in xs.iter_mut() {
+            apply(x, positions, freqs, convention, numerics)?;
+        }
+        return Ok(());
+    }
+    let mut data: Vec<&mut [f32]> = xs.iter_mut().map(|x| x.data_mut()).collect();
+    llama_cpp::rope_rows_shared(&mut data, d, positions, freqs, convention);
+    Ok(())
+}
+
 /// Check x is (..., t, d) with d even and one position per row; return (t, d).
 fn check(x: &Tensor, positions: &[usize]) -> Result<(usize, usize)> {
     let r = x.rank();
@@ -619,6 +644,48 @@ mod tests {
                 llama_cpp::rope_rows(in_order.data_mut(), d, &positions, &freqs, conv);
                 let err = in_order.max_abs_diff(&twin)?;
                 assert!(err <= 2e-4, "{freqs:?} {conv:?}: llama.cpp order {err}");
+            }
+        }
+        Ok(())
+    }
+
+    /// llama.cpp's RoPE gives the same bits whatever the threads and the split of its
+    /// angles (by positions) and rotations (by rows), at every level (FMA instructions
+    /// or the C library's `fmaf`), and whether Q and K share one computation of the
+    /// angles or each has its own. The sizes put both splits above their threshold.
+    #[test]
+    fn llama_cpp_rope_is_the_same_split_shared_or_alone() -> TestResult {
+        use crate::runtime::{Isa, Runtime};
+        let mut rng = StdRng::seed_from_u64(11);
+        let (t, d) = (301, 128);
+        let q = Tensor::randn(&[2, t, d], 1.0, &mut rng);
+        let k = Tensor::randn(&[1, t, d], 1.0, &mut rng);
+        let positions: Vec<usize> = (0..t).map(|i| 5 + 3 * i).collect();
+        let factors: Vec<f32> = (0..d / 2).map(|i| 1.0 + (i % 7) as f32 * 0.5).collect();
+        let bits = |x: &Tensor| x.data().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        for freqs in scaled_cases(&factors) {
+            for conv in [RopeConvention::RotateHalf, RopeConvention::Interleaved] {
+                // One thread, no FMA instructions, each tensor alone.
+                let one = Runtime::builder().threads(1).isa(Isa::Scalar).build()?;
+                let (mut q1, mut k1) = (q.clone(), k.clone());
+                one.install(|| {
+                    llama_cpp::rope_rows(q1.data_mut(), d, &positions, &freqs, conv);
+                    llama_cpp::rope_rows(k1.data_mut(), d, &positions, &freqs, conv);
+                });
+                assert_ne!(bits(&q1), bits(&q), "{freqs:?} {conv:?}: nothing rotated");
+                for isa in [Isa::Scalar, Isa::Avx2] {
+                    for threads in [1, 2] {
+                        let rt = Runtime::builder().threads(threads).isa(isa).build()?;
+                        let (mut q2, mut k2) = (q.clone(), k.clone());
+                        rt.install(|| {
+                            let data = &mut [q2.data_mut(), k2.data_mut()];
+                            llama_cpp::rope_rows_shared(data, d, &positions, &freqs, conv);
+                        });
+                        let case = format!("{freqs:?} {conv:?} {isa:?} {threads} threads");
+                        assert_eq!(bits(&q2), bits(&q1), "{case}: Q");
+                        assert_eq!(bits(&k2), bits(&k1), "{case}: K");
+                    }
+                }
             }
         }
         Ok(())
