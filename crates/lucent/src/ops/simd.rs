@@ -189,7 +189,17 @@ pub(crate) fn map_row_groups(
         rows.div_ceil(parts) * d
     };
     let copy_and_run = |c: usize, chunk: &mut [std::mem::MaybeUninit<f32>]| {
-        let rows = chunk.write_copy_of_slice(&src[c * per..][..chunk.len()]);
+        let from = &src[c * per..][..chunk.len()];
+        // SAFETY: `chunk` and `from` have the same length and do not overlap (one is
+        // the new buffer); once written, every f32 of `chunk` is initialised.
+        let rows = unsafe {
+            std::ptr::copy_nonoverlapping(
+                from.as_ptr(),
+                chunk.as_mut_ptr().cast::<f32>(),
+                from.len(),
+            );
+            std::slice::from_raw_parts_mut(chunk.as_mut_ptr().cast::<f32>(), from.len())
+        };
         if d > 0 {
             f(rows);
         }
