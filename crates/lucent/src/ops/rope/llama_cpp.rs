@@ -75,9 +75,7 @@ pub(crate) fn rope_rows_at(
     let steps = AngleSteps::new(d, freqs);
     // (t, 2, half): each position's cos row, then its sin row.
     let mut angles = vec![0.0f32; 2 * t * half];
-    let parts = simd::parts_for(t * half, t, PARALLEL_MIN);
-    let per = t.div_ceil(parts);
-    crate::threads::for_each_chunk_mut(&mut angles, per * 2 * half, |c, chunk| {
+    let fill = |c: usize, per: usize, chunk: &mut [f32]| {
         let at = &positions[c * per..][..chunk.len() / (2 * half)];
         #[cfg(target_arch = "x86_64")]
         if fma_at(isa) {
@@ -86,21 +84,37 @@ pub(crate) fn rope_rows_at(
             return;
         }
         angles_with(chunk, at, &steps, freqs.freq_factors);
-    });
+    };
+    // A small call (a decoded token's) stays on the calling thread.
+    match simd::parts_for(t * half, t, PARALLEL_MIN) {
+        0 | 1 => fill(0, t, &mut angles),
+        parts => {
+            let per = t.div_ceil(parts);
+            crate::threads::for_each_chunk_mut(&mut angles, per * 2 * half, |c, chunk| {
+                fill(c, per, chunk)
+            });
+        }
+    }
+    let angles = &angles;
+    let rotate = |c: usize, per: usize, chunk: &mut [f32]| {
+        let first = c * per;
+        #[cfg(target_arch = "x86_64")]
+        if fma_at(isa) {
+            // SAFETY: as above.
+            unsafe { rotate_fma(chunk, first, d, t, angles, convention) };
+            return;
+        }
+        rotate_with(chunk, first, d, t, angles, convention);
+    };
     for x in data.iter_mut() {
         let rows = x.len() / d;
-        let parts = simd::parts_for(x.len(), rows, PARALLEL_MIN);
-        let per = rows.div_ceil(parts.max(1));
-        crate::threads::for_each_chunk_mut(x, per * d, |c, chunk| {
-            let first = c * per;
-            #[cfg(target_arch = "x86_64")]
-            if fma_at(isa) {
-                // SAFETY: as above.
-                unsafe { rotate_fma(chunk, first, d, t, &angles, convention) };
-                return;
+        match simd::parts_for(x.len(), rows, PARALLEL_MIN) {
+            0 | 1 => rotate(0, rows, x),
+            parts => {
+                let per = rows.div_ceil(parts);
+                crate::threads::for_each_chunk_mut(x, per * d, |c, chunk| rotate(c, per, chunk));
             }
-            rotate_with(chunk, first, d, t, &angles, convention);
-        });
+        }
     }
 }
 
