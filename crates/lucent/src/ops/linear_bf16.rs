@@ -92,8 +92,20 @@ fn pair_step(acc: f32, a: u32, w: u32) -> f32 {
 }
 
 /// Round one row to bf16 pairs: `pairs[g]` holds terms 2g (low half) and 2g + 1 (high
-/// half); a missing last term is +0.
+/// half); a missing last term is +0. Every level gives the same bits.
 fn round_row(x: &[f32], pairs: &mut [u32]) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::runtime::isa() >= Isa::Avx2 {
+        // SAFETY: the Avx2 level includes AVX2; `pairs` holds x.len() rounded up to 2
+        // halves (the callers' invariant, checked there by `chunks_exact`).
+        unsafe { x86::round_row(x, pairs) };
+        return;
+    }
+    round_row_plain(x, pairs);
+}
+
+/// [`round_row`] one number at a time.
+fn round_row_plain(x: &[f32], pairs: &mut [u32]) {
     for (g, p) in pairs.iter_mut().enumerate() {
         let lo = x.get(2 * g).map_or(0, |&v| to_bf16(v));
         let hi = x.get(2 * g + 1).map_or(0, |&v| to_bf16(v));
@@ -611,16 +623,11 @@ mod x86 {
         }
     }
 
-    /// [`super::round_row_wide`] on AVX2: [`super::to_bf16`]'s steps on the bits, eight
-    /// numbers at a time (a NaN keeps its upper half with the quiet bit set, a zero or
-    /// denormal becomes a zero of its sign, anything else rounds to nearest even), then
-    /// each pair's two numbers swapped.
-    ///
-    /// # Safety
-    /// AVX2; `wide.len()` is x.len() rounded up to 2.
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn round_row_wide(x: &[f32], wide: &mut [f32]) {
-        let n = x.len();
+    /// [`super::to_bf16`]'s steps on the bits of eight numbers: a NaN keeps its upper
+    /// half with the quiet bit set, a zero or denormal becomes a zero of its sign,
+    /// anything else rounds to nearest even. The result's lower halves are zero.
+    #[inline(always)]
+    unsafe fn round8(b: __m256i) -> __m256i {
         let (abs, exp, sign) = (
             _mm256_set1_epi32(0x7fff_ffff),
             _mm256_set1_epi32(0x7f80_0000),
@@ -632,22 +639,53 @@ mod x86 {
             _mm256_set1_epi32(0x7fff),
             _mm256_set1_epi32(1),
         );
-        let zero = _mm256_setzero_si256();
+        let nan = _mm256_cmpgt_epi32(_mm256_and_si256(b, abs), exp);
+        let tiny = _mm256_cmpeq_epi32(_mm256_and_si256(b, exp), _mm256_setzero_si256());
+        let odd = _mm256_and_si256(_mm256_srli_epi32::<16>(b), one);
+        let near = _mm256_and_si256(_mm256_add_epi32(b, _mm256_add_epi32(half, odd)), upper);
+        let r = _mm256_blendv_epi8(near, _mm256_and_si256(b, sign), tiny);
+        _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_and_si256(b, upper), quiet), nan)
+    }
+
+    /// [`super::round_row_wide`] on AVX2: [`round8`] eight numbers at a time, then each
+    /// pair's two numbers swapped.
+    ///
+    /// # Safety
+    /// AVX2; `wide.len()` is x.len() rounded up to 2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn round_row_wide(x: &[f32], wide: &mut [f32]) {
+        let n = x.len();
         let mut i = 0;
         while i + 8 <= n {
-            let b = _mm256_loadu_si256(x.as_ptr().add(i).cast());
-            let nan = _mm256_cmpgt_epi32(_mm256_and_si256(b, abs), exp);
-            let tiny = _mm256_cmpeq_epi32(_mm256_and_si256(b, exp), zero);
-            let odd = _mm256_and_si256(_mm256_srli_epi32::<16>(b), one);
-            let near = _mm256_and_si256(_mm256_add_epi32(b, _mm256_add_epi32(half, odd)), upper);
-            let r = _mm256_blendv_epi8(near, _mm256_and_si256(b, sign), tiny);
-            let r = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_and_si256(b, upper), quiet), nan);
+            let r = round8(_mm256_loadu_si256(x.as_ptr().add(i).cast()));
             // (x0, x1, x2, x3, …) → (x1, x0, x3, x2, …)
             let r = _mm256_permute_ps::<0b10_11_00_01>(_mm256_castsi256_ps(r));
             _mm256_storeu_ps(wide.as_mut_ptr().add(i), r);
             i += 8;
         }
         super::round_row_wide_plain(&x[i..], &mut wide[i..]);
+    }
+
+    /// [`super::round_row`] on AVX2: [`round8`] sixteen numbers at a time, their upper
+    /// halves packed in order into eight pairs (term 2g low, 2g + 1 high).
+    ///
+    /// # Safety
+    /// AVX2; `pairs.len()` is at least x.len() / 2 rounded up.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn round_row(x: &[f32], pairs: &mut [u32]) {
+        let n = x.len();
+        let mut i = 0;
+        while i + 16 <= n {
+            let lo = _mm256_srli_epi32::<16>(round8(_mm256_loadu_si256(x.as_ptr().add(i).cast())));
+            let hi =
+                _mm256_srli_epi32::<16>(round8(_mm256_loadu_si256(x.as_ptr().add(i + 8).cast())));
+            // packus works within 128-bit lanes: (lo0-3, hi0-3, lo4-7, hi4-7) as 64-bit
+            // quarters, put back in order by the permute (every value fits in 16 bits)
+            let packed = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(lo, hi));
+            _mm256_storeu_si256(pairs.as_mut_ptr().add(i / 2).cast(), packed);
+            i += 16;
+        }
+        super::round_row_plain(&x[i..], &mut pairs[i / 2..]);
     }
 
     /// The f32 sums of a tile (up to 8 rows × 2 panels) with AVX-512 FMAs in
@@ -848,7 +886,7 @@ mod x86 {
 /// The plain twin: each row rounded, each output the pairs taken in order as the
 /// instruction takes them, then the bias added.
 pub mod reference {
-    use super::{pair_step, round_row, Bf16Matrix};
+    use super::{pair_step, round_row_plain, Bf16Matrix};
 
     /// [`Bf16Matrix::matmul`], one number at a time.
     ///
@@ -859,7 +897,7 @@ pub mod reference {
         let rows: Vec<Vec<u32>> = (0..n).map(|j| w.row(j)).collect();
         let mut x = vec![0u32; w.kh];
         for i in 0..m {
-            round_row(&a[i * k..(i + 1) * k], &mut x);
+            round_row_plain(&a[i * k..(i + 1) * k], &mut x);
             for (j, wj) in rows.iter().enumerate() {
                 let acc = x
                     .iter()
@@ -1091,6 +1129,20 @@ mod tests {
                 let want = |i: usize| row.get(i).map_or(0, |&v| to_bf16(v));
                 assert_eq!(pair[0].to_bits() >> 16, u32::from(want(2 * g + 1)));
                 assert_eq!(pair[1].to_bits() >> 16, u32::from(want(2 * g)));
+            }
+        }
+        // the pairs `vdpbf16ps` and the emulated paths read, at every length up to 40
+        // (whole and partial groups of sixteen) and the whole row
+        for len in (0..=40).chain([x.len() - 1, x.len()]) {
+            let row = &x[x.len() - len..];
+            let mut plain = vec![0u32; len.div_ceil(2)];
+            let mut fast = vec![u32::MAX; len.div_ceil(2)];
+            round_row_plain(row, &mut plain);
+            round_row(row, &mut fast);
+            assert_eq!(plain, fast, "length {len}");
+            for (g, &pair) in plain.iter().enumerate() {
+                let want = |i: usize| u32::from(row.get(i).map_or(0, |&v| to_bf16(v)));
+                assert_eq!(pair, want(2 * g) | (want(2 * g + 1) << 16), "length {len}");
             }
         }
     }
