@@ -83,6 +83,12 @@ impl Unary {
 pub fn map(op: Unary, src: &[f32], dst: &mut [f32]) {
     let n = src.len().min(dst.len());
     #[cfg(target_arch = "x86_64")]
+    if op == Unary::Gelu && crate::runtime::isa() >= Isa::Avx512 {
+        // SAFETY: the Avx512 level includes AVX-512 F; both pointers cover n elements.
+        unsafe { avx512::map_gelu(src.as_ptr(), dst.as_mut_ptr(), n) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
         // SAFETY: the features were detected above; both pointers cover n elements.
         unsafe { avx2::map(op, src.as_ptr(), dst.as_mut_ptr(), n) };
@@ -95,6 +101,14 @@ pub fn map(op: Unary, src: &[f32], dst: &mut [f32]) {
 
 /// `x[i] = f(x[i])`, on one thread.
 pub fn map_in_place(op: Unary, x: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if op == Unary::Gelu && crate::runtime::isa() >= Isa::Avx512 {
+        let p = x.as_mut_ptr();
+        // SAFETY: the Avx512 level includes AVX-512 F; source and destination are the
+        // same n elements, and the kernel reads each vector before it writes it.
+        unsafe { avx512::map_gelu(p, p, x.len()) };
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
         let p = x.as_mut_ptr();
@@ -275,6 +289,11 @@ pub fn max(x: &[f32]) -> f32 {
 /// In place: `x[i] ← exp((x[i] − shift) · mul)`; returns Σ of the new values.
 /// (The middle of a softmax.)
 pub fn exp_shifted_sum(x: &mut [f32], shift: f32, mul: f32) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if crate::runtime::isa() >= Isa::Avx512 {
+        // SAFETY: the Avx512 level includes AVX-512 F; the pointer covers x.len() elements.
+        return unsafe { avx512::exp_shifted_sum(x.as_mut_ptr(), x.len(), shift, mul) };
+    }
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
         // SAFETY: features detected; the pointer covers x.len() elements.
@@ -517,29 +536,29 @@ mod avx2 {
         hsum(s)
     }
 
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    pub(super) const LOG2E: f32 = std::f32::consts::LOG2_E;
     /// ln 2 to 16 significant bits: n · LN2_HI is exact for |n| < 2⁸.
-    const LN2_HI: f32 = 0.693_145_75;
+    pub(super) const LN2_HI: f32 = 0.693_145_75;
     /// ln 2 − LN2_HI.
-    const LN2_LO: f32 = 1.428_606_8e-6;
+    pub(super) const LN2_LO: f32 = 1.428_606_8e-6;
     /// ln(f32::MAX): above it eˣ overflows.
-    const EXP_HI: f32 = 88.722_84;
+    pub(super) const EXP_HI: f32 = 88.722_84;
     /// Below it eˣ rounds to 0 even as a subnormal.
-    const EXP_LO: f32 = -104.0;
+    pub(super) const EXP_LO: f32 = -104.0;
     /// 1/k! for k = 2..=7, the Taylor coefficients of eʳ.
-    const E2: f32 = 1.0 / 2.0;
-    const E3: f32 = 1.0 / 6.0;
-    const E4: f32 = 1.0 / 24.0;
-    const E5: f32 = 1.0 / 120.0;
-    const E6: f32 = 1.0 / 720.0;
-    const E7: f32 = 1.0 / 5040.0;
+    pub(super) const E2: f32 = 1.0 / 2.0;
+    pub(super) const E3: f32 = 1.0 / 6.0;
+    pub(super) const E4: f32 = 1.0 / 24.0;
+    pub(super) const E5: f32 = 1.0 / 120.0;
+    pub(super) const E6: f32 = 1.0 / 720.0;
+    pub(super) const E7: f32 = 1.0 / 5040.0;
     /// Abramowitz & Stegun 7.1.26.
-    const AS_P: f32 = 0.327_591_1;
-    const AS_A1: f32 = 0.254_829_6;
-    const AS_A2: f32 = -0.284_496_74;
-    const AS_A3: f32 = 1.421_413_8;
-    const AS_A4: f32 = -1.453_152;
-    const AS_A5: f32 = 1.061_405_4;
+    pub(super) const AS_P: f32 = 0.327_591_1;
+    pub(super) const AS_A1: f32 = 0.254_829_6;
+    pub(super) const AS_A2: f32 = -0.284_496_74;
+    pub(super) const AS_A3: f32 = 1.421_413_8;
+    pub(super) const AS_A4: f32 = -1.453_152;
+    pub(super) const AS_A5: f32 = 1.061_405_4;
 
     #[inline]
     #[target_feature(enable = "avx2,fma")]
@@ -1003,6 +1022,150 @@ mod avx2 {
 /// Matrix-vector products (one row times a matrix), on AVX2 + FMA; the safe entry points
 /// are [`matvec_t`] and [`vecmat`].
 #[cfg(target_arch = "x86_64")]
+mod avx512 {
+    //! GELU and the softmax's exponentials sixteen lanes wide, for the Avx512 level:
+    //! each lane takes exactly the AVX2 kernels' steps (the same constants, the same
+    //! operations in the same order, all correctly rounded per lane), so every level
+    //! from Avx2 up gives the same bits; the sum of [`exp_shifted_sum`] is kept in
+    //! eight lanes, added half by half in the AVX2 loop's order.
+
+    use super::avx2::{
+        hsum, AS_A1, AS_A2, AS_A3, AS_A4, AS_A5, AS_P, E2, E3, E4, E5, E6, E7, EXP_HI, EXP_LO,
+        LN2_HI, LN2_LO, LOG2E,
+    };
+    use std::arch::x86_64::*;
+
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn splat(v: f32) -> __m512 {
+        _mm512_set1_ps(v)
+    }
+
+    /// eˣ on 16 lanes (`avx2::exp8`'s steps).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn exp16(x: __m512) -> __m512 {
+        // min/max return their second operand when either is NaN: x second keeps NaN.
+        let xc = _mm512_max_ps(splat(EXP_LO), _mm512_min_ps(splat(EXP_HI), x));
+        let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+            _mm512_mul_ps(xc, splat(LOG2E)),
+        );
+        let r = _mm512_fnmadd_ps(n, splat(LN2_HI), xc);
+        let r = _mm512_fnmadd_ps(n, splat(LN2_LO), r);
+        let mut p = _mm512_fmadd_ps(splat(E7), r, splat(E6));
+        p = _mm512_fmadd_ps(p, r, splat(E5));
+        p = _mm512_fmadd_ps(p, r, splat(E4));
+        p = _mm512_fmadd_ps(p, r, splat(E3));
+        p = _mm512_fmadd_ps(p, r, splat(E2));
+        p = _mm512_fmadd_ps(p, r, splat(1.0));
+        p = _mm512_fmadd_ps(p, r, splat(1.0));
+        // 2ⁿ = 2^n1 · 2^n2 with n1 = ⌊n/2⌋: both factors stay normal for n ∈ [−150, 128].
+        let ni = _mm512_cvtps_epi32(n);
+        let n1 = _mm512_srai_epi32::<1>(ni);
+        let n2 = _mm512_sub_epi32(ni, n1);
+        let bias = _mm512_set1_epi32(127);
+        let s1 = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(n1, bias)));
+        let s2 = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(n2, bias)));
+        let y = _mm512_mul_ps(_mm512_mul_ps(p, s1), s2);
+        let over = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, splat(EXP_HI));
+        _mm512_mask_blend_ps(over, y, splat(f32::INFINITY))
+    }
+
+    /// GELU(x) on 16 lanes (`avx2::gelu8`'s steps: erfc of |x|/√2 by A&S 7.1.26).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn gelu16(x: __m512) -> __m512 {
+        let z = _mm512_mul_ps(x, splat(std::f32::consts::FRAC_1_SQRT_2));
+        let a = _mm512_castsi512_ps(_mm512_and_si512(
+            _mm512_castps_si512(z),
+            _mm512_set1_epi32(0x7fff_ffff),
+        ));
+        let t = _mm512_div_ps(splat(1.0), _mm512_fmadd_ps(splat(AS_P), a, splat(1.0)));
+        let mut p = _mm512_fmadd_ps(splat(AS_A5), t, splat(AS_A4));
+        p = _mm512_fmadd_ps(p, t, splat(AS_A3));
+        p = _mm512_fmadd_ps(p, t, splat(AS_A2));
+        p = _mm512_fmadd_ps(p, t, splat(AS_A1));
+        p = _mm512_mul_ps(p, t);
+        let e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(a, a)));
+        let q = _mm512_mul_ps(p, e);
+        let neg = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_setzero_ps());
+        let one_plus_erf = _mm512_mask_blend_ps(neg, _mm512_sub_ps(splat(2.0), q), q);
+        _mm512_mul_ps(_mm512_mul_ps(splat(0.5), x), one_plus_erf)
+    }
+
+    /// Lanes 8..16 (AVX-512 F has no f32 extract of a half: the bits as f64s).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn high8(v: __m512) -> __m256 {
+        _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)))
+    }
+
+    /// The mask of the first `n < 16` lanes.
+    fn first(n: usize) -> __mmask16 {
+        ((1u32 << n) - 1) as __mmask16
+    }
+
+    /// dst[i] = GELU(src[i]) for i < n.
+    ///
+    /// # Safety
+    /// AVX-512 F; src and dst cover n elements and are either equal or do not overlap.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn map_gelu(src: *const f32, dst: *mut f32, n: usize) {
+        let mut i = 0;
+        // SAFETY (all accesses): i + 16 ≤ n, or a mask of the n − i < 16 lanes left;
+        // each vector is read before it is written.
+        unsafe {
+            while i + 16 <= n {
+                _mm512_storeu_ps(dst.add(i), gelu16(_mm512_loadu_ps(src.add(i))));
+                i += 16;
+            }
+            if i < n {
+                let m = first(n - i);
+                let v = _mm512_maskz_loadu_ps(m, src.add(i));
+                _mm512_mask_storeu_ps(dst.add(i), m, gelu16(v));
+            }
+        }
+    }
+
+    /// x[i] ← exp((x[i] − shift)·mul); returns the sum, in `avx2::exp_shifted_sum`'s
+    /// eight lanes and order.
+    ///
+    /// # Safety
+    /// AVX-512 F; x covers n elements.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn exp_shifted_sum(x: *mut f32, n: usize, shift: f32, mul: f32) -> f32 {
+        let (sv, mv) = (splat(shift), splat(mul));
+        let mut acc = _mm256_setzero_ps();
+        let mut i = 0;
+        // SAFETY (all accesses): i + 16 ≤ n, or a mask of the n − i < 16 lanes left.
+        unsafe {
+            while i + 16 <= n {
+                let e = exp16(_mm512_mul_ps(
+                    _mm512_sub_ps(_mm512_loadu_ps(x.add(i)), sv),
+                    mv,
+                ));
+                _mm512_storeu_ps(x.add(i), e);
+                acc = _mm256_add_ps(acc, _mm512_castps512_ps256(e));
+                acc = _mm256_add_ps(acc, high8(e));
+                i += 16;
+            }
+            if i < n {
+                // the lanes past n read −∞ and add e^−∞ = 0, as the AVX2 tail's padding
+                let m = first(n - i);
+                let v = _mm512_mask_loadu_ps(splat(f32::NEG_INFINITY), m, x.add(i));
+                let e = exp16(_mm512_mul_ps(_mm512_sub_ps(v, sv), mv));
+                _mm512_mask_storeu_ps(x.add(i), m, e);
+                acc = _mm256_add_ps(acc, _mm512_castps512_ps256(e));
+                if n - i > 8 {
+                    acc = _mm256_add_ps(acc, high8(e));
+                }
+            }
+        }
+        hsum(acc)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
 mod gemv {
     use std::arch::x86_64::*;
 
@@ -1458,5 +1621,81 @@ mod tests {
             );
             assert_eq!(max(&[]), f32::NEG_INFINITY);
         });
+    }
+
+    /// GELU and the softmax's exponentials give the same bits at the Avx512 level as
+    /// at the Avx2 level (the sixteen-lane kernels take the eight-lane ones' steps),
+    /// over the whole range, the edges, NaN and ±∞, at every length up to 40 (whole
+    /// and partial vectors of 8 and 16), in place and not, with shifts and scales of
+    /// both signs. On a CPU without AVX-512 only the Avx2 level runs (nothing to
+    /// compare), so the test holds where the level exists.
+    #[test]
+    fn avx512_gelu_and_exp_equal_the_avx2_kernels_bit_for_bit() {
+        let mut xs = grid(-120.0, 120.0, 20_000);
+        xs.extend(grid(-6.0, 6.0, 20_000));
+        let mut rng = StdRng::seed_from_u64(7);
+        xs.extend((0..4000).map(|_| f32::from_bits(rng.random::<u32>())));
+        xs.extend([
+            0.0,
+            -0.0,
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::MIN_POSITIVE,
+            -f32::from_bits(1),
+            88.72,
+            88.73,
+            -104.0,
+            -104.5,
+        ]);
+        let run = |isa: Isa| {
+            let rt = crate::Runtime::builder()
+                .threads(1)
+                .isa(isa)
+                .build()
+                .expect("a runtime");
+            rt.install(|| {
+                let mut out = Vec::new();
+                let mut sums = Vec::new();
+                out.push(mapped(Unary::Gelu, &xs));
+                let mut inplace = xs.clone();
+                map_in_place(Unary::Gelu, &mut inplace);
+                out.push(inplace);
+                for len in (0..=40).chain([xs.len()]) {
+                    let row = &xs[xs.len() - len..];
+                    out.push(mapped(Unary::Gelu, row));
+                    for (shift, mul) in [(0.0, 1.0), (3.5, 0.125), (-2.0, -0.5), (1e3, 1.0)] {
+                        // finite rows only: a softmax's row minus its maximum
+                        let mut e: Vec<f32> = row
+                            .iter()
+                            .map(|v| {
+                                if v.is_finite() {
+                                    v.clamp(-200.0, 200.0)
+                                } else {
+                                    1.0
+                                }
+                            })
+                            .collect();
+                        sums.push(exp_shifted_sum(&mut e, shift, mul).to_bits());
+                        out.push(e);
+                    }
+                }
+                (out, sums)
+            })
+        };
+        let levels = crate::Isa::available();
+        if !levels.contains(&Isa::Avx512) {
+            return;
+        }
+        let (want, want_sums) = run(Isa::Avx2);
+        let (got, got_sums) = run(Isa::Avx512);
+        assert_eq!(want_sums, got_sums);
+        for (w, g) in want.iter().zip(&got) {
+            let (w, g): (Vec<u32>, Vec<u32>) = (
+                w.iter().map(|v| v.to_bits()).collect(),
+                g.iter().map(|v| v.to_bits()).collect(),
+            );
+            assert_eq!(w, g, "{} numbers", w.len());
+        }
     }
 }
