@@ -38,6 +38,8 @@ use crate::threads::threads;
 
 /// Rows of a tile.
 const MR: usize = 6;
+/// Rows of a tile at the Avx512 level (one 512-bit register of 16 columns a row).
+const MR512: usize = 12;
 /// Columns of a tile (and of a packed panel).
 const NR: usize = 16;
 /// Terms of the dot products per block (one panel block: NR × KC floats, 16 KB).
@@ -314,6 +316,9 @@ fn serial(
                 // One row (a decode step's query against the cached keys): packing W
                 // would cost more than the product; W is read in place instead.
                 Source::InPlace(w) if m == 1 => avx2::one_row(c, a, w, bias, k, j0, j1),
+                _ if crate::runtime::isa() >= crate::runtime::Isa::Avx512 => {
+                    avx2::blocked512(c, a, w, bias, m, k, n, j0, j1)
+                }
                 _ => avx2::blocked(c, a, w, bias, m, k, n, j0, j1),
             }
         }
@@ -390,7 +395,7 @@ pub mod reference {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{Source, KC, MC, MR, NC, NR};
+    use super::{Source, KC, MC, MR, MR512, NC, NR};
 
     /// Columns j0..j1 of C = A · Wᵀ + b, blocked for the caches (module docs).
     ///
@@ -409,6 +414,51 @@ mod avx2 {
         j0: usize,
         j1: usize,
     ) {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { blocked_with::<false>(c, a, w, bias, m, k, n, j0, j1) }
+    }
+
+    /// [`blocked`] with tiles of 12 rows × 16 columns in 512-bit registers
+    /// ([`tile512`]): the same blocks, panels and chains, so the same bits.
+    ///
+    /// # Safety
+    /// AVX-512 F, AVX2 and FMA present; the slices as [`blocked`]'s.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub unsafe fn blocked512(
+        c: &mut [f32],
+        a: &[f32],
+        w: Source,
+        bias: Option<&[f32]>,
+        m: usize,
+        k: usize,
+        n: usize,
+        j0: usize,
+        j1: usize,
+    ) {
+        // SAFETY: forwarded from this function's contract (AVX-512 F for WIDE).
+        unsafe { blocked_with::<true>(c, a, w, bias, m, k, n, j0, j1) }
+    }
+
+    /// [`blocked`]'s loops; `WIDE`: [`tile512`]'s tiles of [`MR512`] rows (the caller
+    /// has AVX-512 F), else [`tile`]'s of [`MR`].
+    ///
+    /// # Safety
+    /// As [`blocked`]'s, and AVX-512 F present if `WIDE`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    unsafe fn blocked_with<const WIDE: bool>(
+        c: &mut [f32],
+        a: &[f32],
+        w: Source,
+        bias: Option<&[f32]>,
+        m: usize,
+        k: usize,
+        n: usize,
+        j0: usize,
+        j1: usize,
+    ) {
+        let mr = if WIDE { MR512 } else { MR };
         thread_local! {
             /// This thread's panels of W read in place, reused from product to product.
             static PANELS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
@@ -462,11 +512,11 @@ mod avx2 {
                         };
                         // The first row block's tiles share the next panel's fetch: tile
                         // q of `tiles` takes its lines q, q + tiles, ...
-                        let tiles = (ie - ib).div_ceil(MR);
+                        let tiles = (ie - ib).div_ceil(mr);
                         let mut q = 0;
                         let mut i = ib;
                         while i < ie {
-                            let rows = (ie - i).min(MR);
+                            let rows = (ie - i).min(mr);
                             let cols = (je - j).min(NR);
                             let bt = match bias {
                                 Some(b) if first => b[j..j + cols].as_ptr(),
@@ -478,13 +528,31 @@ mod avx2 {
                             unsafe {
                                 let (ct, at) = (cp.add(i * n + j), ap.add(i * k + kb));
                                 let pf = (ahead, q, tiles);
-                                match rows {
-                                    6 => tile::<6>(ct, n, at, k, pt, kc, cols, bt, first, pf),
-                                    5 => tile::<5>(ct, n, at, k, pt, kc, cols, bt, first, pf),
-                                    4 => tile::<4>(ct, n, at, k, pt, kc, cols, bt, first, pf),
-                                    3 => tile::<3>(ct, n, at, k, pt, kc, cols, bt, first, pf),
-                                    2 => tile::<2>(ct, n, at, k, pt, kc, cols, bt, first, pf),
-                                    _ => tile::<1>(ct, n, at, k, pt, kc, cols, bt, first, pf),
+                                if WIDE {
+                                    let t = (ct, n, at, k, pt, kc, cols, bt, first, pf);
+                                    match rows {
+                                        12 => tile512::<12>(t),
+                                        11 => tile512::<11>(t),
+                                        10 => tile512::<10>(t),
+                                        9 => tile512::<9>(t),
+                                        8 => tile512::<8>(t),
+                                        7 => tile512::<7>(t),
+                                        6 => tile512::<6>(t),
+                                        5 => tile512::<5>(t),
+                                        4 => tile512::<4>(t),
+                                        3 => tile512::<3>(t),
+                                        2 => tile512::<2>(t),
+                                        _ => tile512::<1>(t),
+                                    }
+                                } else {
+                                    match rows {
+                                        6 => tile::<6>(ct, n, at, k, pt, kc, cols, bt, first, pf),
+                                        5 => tile::<5>(ct, n, at, k, pt, kc, cols, bt, first, pf),
+                                        4 => tile::<4>(ct, n, at, k, pt, kc, cols, bt, first, pf),
+                                        3 => tile::<3>(ct, n, at, k, pt, kc, cols, bt, first, pf),
+                                        2 => tile::<2>(ct, n, at, k, pt, kc, cols, bt, first, pf),
+                                        _ => tile::<1>(ct, n, at, k, pt, kc, cols, bt, first, pf),
+                                    }
                                 }
                             }
                             q += 1;
@@ -959,6 +1027,69 @@ mod avx2 {
                     _mm256_storeu_ps(buf.as_mut_ptr().add(8), v1);
                     std::ptr::copy_nonoverlapping(buf.as_ptr(), c.add(r * ldc), cols);
                 }
+            }
+        }
+    }
+
+    /// The arguments of one tile: C (row stride), A (row stride), the panel, kc, the
+    /// columns, the bias (or null), whether this is k's first block, and the prefetch
+    /// of the next panel (as [`tile`]'s).
+    type TileArgs = (
+        *mut f32,
+        usize,
+        *const f32,
+        usize,
+        *const f32,
+        usize,
+        usize,
+        *const f32,
+        bool,
+        (*const f32, usize, usize),
+    );
+
+    /// [`tile`] with one 512-bit register a row: R (up to 12) rows × the panel's 16
+    /// columns, per term one load of the panel and R fused multiply-adds; each number
+    /// the same chain from 0 over the block's terms in order, added to the same base
+    /// (the bias or 0 on the first block, else C), so [`tile`]'s bits. Partial columns
+    /// go through masks.
+    ///
+    /// # Safety
+    /// AVX-512 F present; the pointers as [`tile`]'s.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn tile512<const R: usize>(
+        (c, ldc, a, lda, panel, kc, cols, bias, first, (ahead, q, tiles)): TileArgs,
+    ) {
+        let mask: __mmask16 = if cols >= NR {
+            0xFFFF
+        } else {
+            ((1u32 << cols) - 1) as __mmask16
+        };
+        // SAFETY (all accesses): as the contract says; partial columns under `mask`.
+        unsafe {
+            let mut acc = [_mm512_setzero_ps(); R];
+            let mut base = [_mm512_setzero_ps(); R];
+            if first && !bias.is_null() {
+                base = [_mm512_maskz_loadu_ps(mask, bias); R];
+            } else if !first {
+                for (r, b) in base.iter_mut().enumerate() {
+                    *b = _mm512_maskz_loadu_ps(mask, c.add(r * ldc));
+                }
+            }
+            let mut fetch = if ahead.is_null() { usize::MAX } else { q };
+            for p in 0..kc {
+                if p == fetch {
+                    // Lines q, q + tiles, ... of the next panel (a hint).
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(p * NR) as *const i8);
+                    fetch += tiles;
+                }
+                let w = _mm512_loadu_ps(panel.add(p * NR));
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    *acc = _mm512_fmadd_ps(_mm512_set1_ps(*a.add(r * lda + p)), w, *acc);
+                }
+            }
+            for (r, acc) in acc.iter().enumerate() {
+                _mm512_mask_storeu_ps(c.add(r * ldc), mask, _mm512_add_ps(base[r], *acc));
             }
         }
     }
