@@ -285,6 +285,13 @@ pub fn weighted_rows(c: &mut [f32], p: &[f32], v: &[f32], m: usize, k: usize, n:
         "weighted_rows sizes"
     ); // ok: internal invariant
     #[cfg(target_arch = "x86_64")]
+    if crate::runtime::isa() >= crate::runtime::Isa::Avx512 {
+        // SAFETY: the Avx512 level includes AVX-512 F, AVX2 and FMA; the sizes were
+        // asserted above.
+        unsafe { avx2::weighted_rows512(c, p, v, m, k, n) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
     if crate::ops::simd::has_avx2_fma() {
         // SAFETY: AVX2 + FMA are present; the sizes were asserted above.
         unsafe { avx2::weighted_rows(c, p, v, m, k, n) };
@@ -764,6 +771,43 @@ mod avx2 {
     /// AVX2 + FMA present; c covers m×n, p m×k, v k×n.
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn weighted_rows(c: &mut [f32], p: &[f32], v: &[f32], m: usize, k: usize, n: usize) {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { weighted_rows_with::<false>(c, p, v, m, k, n) }
+    }
+
+    /// [`weighted_rows`] with strips of 12 rows × 16 columns in 512-bit registers
+    /// ([`strip_pv512`]): the same chains, so the same bits.
+    ///
+    /// # Safety
+    /// AVX-512 F, AVX2 and FMA present; the slices as [`weighted_rows`]'s.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub unsafe fn weighted_rows512(
+        c: &mut [f32],
+        p: &[f32],
+        v: &[f32],
+        m: usize,
+        k: usize,
+        n: usize,
+    ) {
+        // SAFETY: forwarded from this function's contract (AVX-512 F for WIDE).
+        unsafe { weighted_rows_with::<true>(c, p, v, m, k, n) }
+    }
+
+    /// [`weighted_rows`]'s loops; `WIDE`: [`strip_pv512`]'s strips of [`MR512`] rows
+    /// (the caller has AVX-512 F), else [`strip_pv`]'s of 6.
+    ///
+    /// # Safety
+    /// As [`weighted_rows`]'s, and AVX-512 F present if `WIDE`.
+    #[inline(always)]
+    unsafe fn weighted_rows_with<const WIDE: bool>(
+        c: &mut [f32],
+        p: &[f32],
+        v: &[f32],
+        m: usize,
+        k: usize,
+        n: usize,
+    ) {
+        let mr = if WIDE { MR512 } else { 6 };
         let (cp, pp, vp) = (c.as_mut_ptr(), p.as_ptr(), v.as_ptr());
         let mut j0 = 0;
         if m > 1 && k > 0 {
@@ -772,12 +816,31 @@ mod avx2 {
                     let q1 = (q0 + KC).min(k);
                     let mut i = 0;
                     while i < m {
-                        let rows = (m - i).min(6);
+                        let rows = (m - i).min(mr);
                         // SAFETY: rows i..i+rows < m of P and C; columns j0..j0+16 ≤ n of
                         // V and C; keys q0..q1 ≤ k.
                         unsafe {
                             let (ct, pt) = (cp.add(i * n + j0), pp.add(i * k));
                             let at = (q0, q1, q0 == 0);
+                            if WIDE {
+                                let s = (ct, pt, vp.add(j0), k, n, at);
+                                match rows {
+                                    12 => strip_pv512::<12>(s),
+                                    11 => strip_pv512::<11>(s),
+                                    10 => strip_pv512::<10>(s),
+                                    9 => strip_pv512::<9>(s),
+                                    8 => strip_pv512::<8>(s),
+                                    7 => strip_pv512::<7>(s),
+                                    6 => strip_pv512::<6>(s),
+                                    5 => strip_pv512::<5>(s),
+                                    4 => strip_pv512::<4>(s),
+                                    3 => strip_pv512::<3>(s),
+                                    2 => strip_pv512::<2>(s),
+                                    _ => strip_pv512::<1>(s),
+                                }
+                                i += rows;
+                                continue;
+                            }
                             match rows {
                                 6 => strip_pv::<6>(ct, pt, vp.add(j0), k, n, at),
                                 5 => strip_pv::<5>(ct, pt, vp.add(j0), k, n, at),
@@ -847,6 +910,47 @@ mod avx2 {
                 };
                 _mm256_storeu_ps(c0, _mm256_add_ps(b0, acc[0]));
                 _mm256_storeu_ps(c1, _mm256_add_ps(b1, acc[1]));
+            }
+        }
+    }
+
+    /// The arguments of one strip: C, P, V (at the strip's first column), k, n, and
+    /// (q0, q1, first) as [`strip_pv`]'s.
+    type StripArgs = (
+        *mut f32,
+        *const f32,
+        *const f32,
+        usize,
+        usize,
+        (usize, usize, bool),
+    );
+
+    /// [`strip_pv`] with one 512-bit register a row (up to 12 rows): per key one load
+    /// of V's 16 columns and R fused multiply-adds, each number the same chain from 0
+    /// over the block's keys in order, added to 0 or to C: [`strip_pv`]'s bits.
+    ///
+    /// # Safety
+    /// AVX-512 F present; the pointers as [`strip_pv`]'s.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn strip_pv512<const R: usize>((c, p, v, k, n, (q0, q1, first)): StripArgs) {
+        // SAFETY (all accesses): as the contract says.
+        unsafe {
+            let mut acc = [_mm512_setzero_ps(); R];
+            for q in q0..q1 {
+                let vq = _mm512_loadu_ps(v.add(q * n));
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    *acc = _mm512_fmadd_ps(_mm512_set1_ps(*p.add(r * k + q)), vq, *acc);
+                }
+            }
+            for (r, acc) in acc.iter().enumerate() {
+                let cr = c.add(r * n);
+                let b = if first {
+                    _mm512_setzero_ps()
+                } else {
+                    _mm512_loadu_ps(cr)
+                };
+                _mm512_storeu_ps(cr, _mm512_add_ps(b, *acc));
             }
         }
     }
