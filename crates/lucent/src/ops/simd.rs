@@ -1019,8 +1019,6 @@ mod avx2 {
     }
 }
 
-/// Matrix-vector products (one row times a matrix), on AVX2 + FMA; the safe entry points
-/// are [`matvec_t`] and [`vecmat`].
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     //! GELU and the softmax's exponentials sixteen lanes wide, for the Avx512 level:
@@ -1165,6 +1163,8 @@ mod avx512 {
     }
 }
 
+/// Matrix-vector products (one row times a matrix), on AVX2 + FMA; the safe entry points
+/// are [`matvec_t`] and [`vecmat`].
 #[cfg(target_arch = "x86_64")]
 mod gemv {
     use std::arch::x86_64::*;
