@@ -381,16 +381,22 @@ impl Path {
 
 /// Whether this CPU's `vdpbf16ps` is slower than two FMAs: CPUs with AMX-BF16 (CPUID
 /// leaf 7, EDX bit 22), whose bf16 work goes to the tile unit.
+/// Read once: `cpuid` is slow (in a virtual machine it traps to the hypervisor), and
+/// every product asks (it took 4 % of a one-thread Whisper transcription when read
+/// per product).
 fn slow_vdpbf16ps() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        // leaf 7 is read only when the highest leaf reaches it
-        if std::arch::x86_64::__cpuid(0).eax >= 7 {
-            let leaf7 = std::arch::x86_64::__cpuid_count(7, 0);
-            return leaf7.edx & (1 << 22) != 0;
+    static SLOW: OnceLock<bool> = OnceLock::new();
+    *SLOW.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            // leaf 7 is read only when the highest leaf reaches it
+            if std::arch::x86_64::__cpuid(0).eax >= 7 {
+                let leaf7 = std::arch::x86_64::__cpuid_count(7, 0);
+                return leaf7.edx & (1 << 22) != 0;
+            }
         }
-    }
-    false
+        false
+    })
 }
 
 /// One product's shared inputs: the packed W and the rounded rows.
