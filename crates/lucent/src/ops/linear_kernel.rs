@@ -33,6 +33,13 @@
 //! rows into blocks of [`MC`]: one panel (16 × KC) stays in L1 while the row tiles of a
 //! block pass it, the block of A in L2 while the panels pass it. Large products split their rows (or, for few rows, their
 //! columns) over the runtime's threads; the split does not change any number.
+//!
+//! At the Avx512 level the same loops take tiles of [`MR512`] = 12 rows × 16 columns,
+//! one 512-bit register a row (`avx2::tile512`), and attention's P · V strips of 12 rows
+//! (`avx2::strip_pv512`): per term one load of the panel (or of V's row) and 12 fused
+//! multiply-adds, every number the same chain as in the AVX2 tiles, so the same bits.
+//! On a core whose 512-bit FMAs run at full width (Zen 5) this doubles the products'
+//! rate; on one that splits them into halves (Zen 4) it does not (docs/whisper.md).
 
 use crate::threads::threads;
 
