@@ -94,10 +94,11 @@ fn pair_step(acc: f32, a: u32, w: u32) -> f32 {
 /// Round one row to bf16 pairs: `pairs[g]` holds terms 2g (low half) and 2g + 1 (high
 /// half); a missing last term is +0. Every level gives the same bits.
 fn round_row(x: &[f32], pairs: &mut [u32]) {
+    assert!(pairs.len() >= x.len().div_ceil(2), "round_row sizes"); // ok: internal invariant
     #[cfg(target_arch = "x86_64")]
     if crate::runtime::isa() >= Isa::Avx2 {
         // SAFETY: the Avx2 level includes AVX2; `pairs` holds x.len() rounded up to 2
-        // halves (the callers' invariant, checked there by `chunks_exact`).
+        // halves (asserted above).
         unsafe { x86::round_row(x, pairs) };
         return;
     }

@@ -1348,16 +1348,21 @@ mod tests {
     /// AVX2 kernels and the scalar twins both meet the checks.
     fn every_level(f: impl Fn() + Sync) {
         for isa in crate::Isa::available() {
-            let rt = crate::Runtime::builder()
-                .threads(1)
-                .isa(isa)
-                .build()
-                .expect("a runtime");
-            rt.install(|| {
+            at_level(isa, || {
                 assert_eq!(has_avx2_fma(), isa >= Isa::Avx2);
                 f()
             });
         }
+    }
+
+    /// Run `f` in a one-thread runtime capped at instruction-set level `isa`.
+    fn at_level<R: Send>(isa: Isa, f: impl FnOnce() -> R + Send) -> R {
+        crate::Runtime::builder()
+            .threads(1)
+            .isa(isa)
+            .build()
+            .expect("a runtime")
+            .install(f)
     }
 
     fn grid(lo: f32, hi: f32, n: usize) -> Vec<f32> {
@@ -1649,12 +1654,7 @@ mod tests {
             -104.5,
         ]);
         let run = |isa: Isa| {
-            let rt = crate::Runtime::builder()
-                .threads(1)
-                .isa(isa)
-                .build()
-                .expect("a runtime");
-            rt.install(|| {
+            at_level(isa, || {
                 let mut out = Vec::new();
                 let mut sums = Vec::new();
                 out.push(mapped(Unary::Gelu, &xs));
