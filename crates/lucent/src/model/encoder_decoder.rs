@@ -40,7 +40,7 @@ use crate::nn::position::{AbsolutePositions, LearnedPositions, SinusoidalEncodin
 use crate::nn::trace::{record, scoped};
 use crate::nn::{AttentionOptions, ConvStem, Embedding, Head, KvCache, Linear, Trace, Transformer};
 use crate::ops::linear_bf16::Bf16Matrix;
-use crate::ops::linear_int8::Int8Matrix;
+use crate::ops::screened_head::{HeadRules, ScreenedHead};
 use crate::pipeline::generate::{Sampler, Sampling};
 use crate::runtime::{Numerics, Precision};
 use crate::tensor::Tensor;
@@ -87,13 +87,19 @@ pub struct EncoderDecoderModel {
     pub products: [Precision; Products::COUNT],
     /// The precision it was opened in ([`EncoderDecoderModel::set_precision`]).
     pub precision: Precision,
+    /// What the decoding rules do to the head's rows, for an int8 head
+    /// ([`ScreenedHead`]): the rows computed exactly at every step besides those that
+    /// can be the largest, and the rows always masked (Whisper's special and timestamp
+    /// tokens, and its `suppress_ids`; the transcriber sets them). None by default.
+    pub head_rules: HeadRules,
 }
 
 /// A copy of the tied head's table (V, d) in a lower precision, made once.
 #[derive(Clone, Debug)]
 pub enum HeadCopy {
-    /// 8-bit weights, one scale per vocabulary row ([`Int8Matrix`]).
-    Int8(Arc<Int8Matrix>),
+    /// 8-bit weights, one scale per vocabulary row, with each row's error bound: the
+    /// rows that can be the largest are computed exactly ([`ScreenedHead`]).
+    Int8(Arc<ScreenedHead>),
     /// bf16 weights ([`Bf16Matrix`]).
     Bf16(Arc<Bf16Matrix>),
 }
@@ -194,7 +200,6 @@ const INT8_IN_BF16: &[Products] = &[
     Products::DecoderSelfAttention,
     Products::DecoderCrossAttention,
     Products::DecoderDown,
-    Products::Head,
 ];
 
 /// Give `l` the copy `precision` asks for, from its f32 weights: none (exact, with the
@@ -315,6 +320,7 @@ impl EncoderDecoderModel {
             head_copy: None,
             products: [Precision::Exact; Products::COUNT],
             precision: Precision::Exact,
+            head_rules: HeadRules::default(),
         })
     }
 
@@ -357,7 +363,11 @@ impl EncoderDecoderModel {
             let rows = h.numel() / d.max(1);
             let mut y = vec![0.0f32; rows * v];
             match copy {
-                HeadCopy::Int8(m) => m.matmul(&mut y, h.data(), None, rows),
+                HeadCopy::Int8(m) => {
+                    m.logits(&mut y, h.data(), rows, &self.head_rules, |x, js, y| {
+                        self.exact_head_rows(x, js, y)
+                    });
+                }
                 HeadCopy::Bf16(m) => m.matmul(&mut y, h.data(), None, rows),
             }
             let mut shape = h.shape().to_vec();
@@ -384,6 +394,26 @@ impl EncoderDecoderModel {
         match &self.head {
             Some(head) => head.logits_with(h, self.numerics),
             None => self.embedding.table.matmul_t(h, self.numerics),
+        }
+    }
+
+    /// The exact head's numbers for the rows `js` (ascending) of one decoder state `x`,
+    /// into `y` (V): the f16 copy's one-row kernel when there is one (the numbers a
+    /// decoded token's exact logits hold, bit for bit), else the f32 table's.
+    ///
+    /// # Shapes
+    /// x: (d), y: (V)
+    fn exact_head_rows(&self, x: &[f32], js: &[usize], y: &mut [f32]) {
+        let (k, v) = (x.len(), y.len());
+        match (&self.head_f16, self.embedding.table.as_f32()) {
+            (Some(t16), _) if crate::ops::simd::has_avx2_fma() && t16.len() == v * k => {
+                crate::ops::matmul::gemv_t_f16_rows(y, x, t16, k, v, js);
+            }
+            (_, Some(t)) if t.numel() == v * k => {
+                crate::ops::matmul::gemv_t_rows(y, x, t.data(), k, v, js);
+            }
+            // The table is quantised (no encoder-decoder family has one): its int8 rows stay.
+            _ => {}
         }
     }
 
@@ -419,7 +449,7 @@ impl EncoderDecoderModel {
             };
             self.head_copy = match precision {
                 Precision::Exact => None,
-                Precision::Int8 => Some(HeadCopy::Int8(Arc::new(Int8Matrix::quantize(
+                Precision::Int8 => Some(HeadCopy::Int8(Arc::new(ScreenedHead::new(
                     table.data(),
                     v,
                     d,

@@ -104,7 +104,7 @@ impl Int8Matrix {
         let mut max_error = 0.0f32;
         let mut q = vec![0i8; kp];
         for (j, row) in w.chunks_exact(k.max(1)).enumerate().take(n) {
-            let s = quantize_row_plain(row, &mut q);
+            let s = quantize_row(row, &mut q);
             scales[j] = s;
             shift[j] = 128 * q.iter().map(|&x| i32::from(x)).sum::<i32>();
             for (p, (&x, &qx)) in row.iter().zip(&q).enumerate() {
@@ -189,6 +189,31 @@ impl Int8Matrix {
     /// The largest |W − s_w · Wq| over the matrix: the weights' own rounding.
     pub fn max_error(&self) -> f32 {
         self.max_error
+    }
+
+    /// s_w[j] for each of W's n rows: row j's copy is s_w[j] · Wq[j, ·].
+    pub fn scales(&self) -> &[f32] {
+        &self.scales[..self.n]
+    }
+
+    /// Σ_p |Wq[j, p]| for each of W's n rows, read out of the panels: with
+    /// [`Int8Matrix::scales`], the copy's ‖s_w[j] · Wq[j, ·]‖₁ (what bounds the error the
+    /// activations' rounding makes in row j's number).
+    pub fn row_abs_sums(&self) -> Vec<u32> {
+        let mut sums = vec![0u32; self.n];
+        for (j, sum) in sums.iter_mut().enumerate() {
+            let panel = &self.data[(j / NR) * (self.kp / 4) * 64..];
+            *sum = (0..self.kp / 4)
+                .map(|g| {
+                    let at = g * 64 + 4 * (j % NR);
+                    panel[at..at + 4]
+                        .iter()
+                        .map(|&q| u32::from(q.unsigned_abs()))
+                        .sum::<u32>()
+                })
+                .sum();
+        }
+        sums
     }
 
     /// Bytes held (the packed weights, scales and shifts).
@@ -968,6 +993,9 @@ mod x86 {
     /// AVX-512 F/BW/VL/VNNI; `w` holds `panels` panels of `kp / 4` groups, `a` `rows`
     /// rows of `kp` bytes; `e.out` points at `rows` rows of `e.ldc` floats with `e.cols`
     /// writable columns each.
+    /// Rows up to which a tile prefetches the next tile's weights.
+    const FEW_ROWS: usize = 2;
+
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
     pub(super) unsafe fn tile_vnni_out(
         w: &[i8],
@@ -981,7 +1009,26 @@ mod x86 {
         let mut s = [[_mm512_setzero_si512(); 2]; MR];
         let wp = w.as_ptr();
         let ap = a.as_ptr();
-        if panels == 2 {
+        if panels == 2 && rows <= FEW_ROWS {
+            // Few rows (a decoded token's head): W streams through once, faster than
+            // the hardware prefetcher follows two panels' interleaved lines, so each
+            // step asks for the same lines of the next tile (a hint: it cannot fault).
+            let ahead = 2 * groups * 64;
+            for g in 0..groups {
+                _mm_prefetch::<_MM_HINT_T0>(wp.wrapping_add(g * 64 + ahead));
+                _mm_prefetch::<_MM_HINT_T0>(wp.wrapping_add((groups + g) * 64 + ahead));
+                let w0 = _mm512_loadu_si512(wp.add(g * 64).cast());
+                let w1 = _mm512_loadu_si512(wp.add((groups + g) * 64).cast());
+                for r in 0..FEW_ROWS {
+                    if r < rows {
+                        let four = ap.add(r * kp + 4 * g).cast::<i32>().read_unaligned();
+                        let x = _mm512_set1_epi32(four); // four bytes Aq + 128
+                        s[r][0] = _mm512_dpbusd_epi32(s[r][0], x, w0);
+                        s[r][1] = _mm512_dpbusd_epi32(s[r][1], x, w1);
+                    }
+                }
+            }
+        } else if panels == 2 {
             for g in 0..groups {
                 let w0 = _mm512_loadu_si512(wp.add(g * 64).cast());
                 let w1 = _mm512_loadu_si512(wp.add((groups + g) * 64).cast());

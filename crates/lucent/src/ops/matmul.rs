@@ -242,6 +242,70 @@ pub fn gemv_t_f16(y: &mut [f32], x: &[f32], w: &[half::f16], k: usize, n: usize)
     by_column_blocks(y, k, |j0, yb| simd::matvec_t_f16(yb, x, &w[j0 * k..]));
 }
 
+/// The numbers [`gemv_t_f16`] gives y[j] for each j in `rows` (ascending), bit for bit,
+/// computing only those rows: the kernel sums a row inside its aligned group of four
+/// (a split's blocks start at multiples of 64) unless the row is among the last n mod 4,
+/// so each named row's group is computed as the whole call computes it. The other
+/// entries of y are left as they are.
+///
+/// # Shapes
+/// y: (n), x: (k), w: (n, k)
+pub fn gemv_t_f16_rows(
+    y: &mut [f32],
+    x: &[f32],
+    w: &[half::f16],
+    k: usize,
+    n: usize,
+    rows: &[usize],
+) {
+    assert!(
+        y.len() == n && x.len() == k && w.len() == n * k,
+        "gemv_t_f16_rows sizes"
+    ); // ok: internal invariant
+    for_row_groups(y, rows, |g, four| {
+        simd::matvec_t_f16(four, x, &w[g * k..(g + four.len()) * k]);
+    });
+}
+
+/// The numbers the one-row [`gemm_into`] gives y[j] = x · W[j]ᵀ (B = W (n×k) read
+/// transposed) for each j in `rows` (ascending), bit for bit at the AVX2 level and
+/// above (the matrix-vector kernel; [`gemv_t_f16_rows`] says how), computing only those
+/// rows; below AVX2 each row's plain dot. The other entries of y are left as they are.
+///
+/// # Shapes
+/// y: (n), x: (k), w: (n, k)
+pub fn gemv_t_rows(y: &mut [f32], x: &[f32], w: &[f32], k: usize, n: usize, rows: &[usize]) {
+    assert!(
+        y.len() == n && x.len() == k && w.len() == n * k,
+        "gemv_t_rows sizes"
+    ); // ok: internal invariant
+    for_row_groups(y, rows, |g, four| {
+        simd::matvec_t(four, x, &w[g * k..(g + four.len()) * k]);
+    });
+}
+
+/// For each aligned group of four rows (g a multiple of 4, min(4, n − g) rows, n =
+/// y.len()) that holds one of `rows` (ascending, each below n): `run(g, four)` computes
+/// the group into `four`, and the named rows of it are copied into y.
+fn for_row_groups(y: &mut [f32], rows: &[usize], mut run: impl FnMut(usize, &mut [f32])) {
+    let n = y.len();
+    let mut four = [0.0f32; 4];
+    let mut i = 0;
+    while i < rows.len() {
+        let g = rows[i] & !3;
+        let len = 4.min(n.saturating_sub(g));
+        if len > 0 {
+            run(g, &mut four[..len]);
+        }
+        while i < rows.len() && rows[i] & !3 == g {
+            if let Some(v) = four.get(rows[i] - g).filter(|_| rows[i] < n) {
+                y[rows[i]] = *v;
+            }
+            i += 1;
+        }
+    }
+}
+
 /// C (m×n) = A (m×k) · B on the `gemm` crate for every shape (no matrix-vector path):
 /// what [`gemm_into`] uses for m > 1, public so benchmarks can compare the two.
 pub(crate) fn gemm_crate_into(

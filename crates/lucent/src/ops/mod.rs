@@ -11,6 +11,7 @@
 //! | file | ops |
 //! | --- | --- |
 //! | `matmul` | `matmul`, `matmul_t` (A·Bᵀ), `linear` (x·Wᵀ + b), batched, on the `gemm` crate |
+//! | `screened_head` | a vocabulary head's logits in int8 with every row that can be the largest computed exactly (a bound per row): greedy decoding keeps the exact head's choice |
 //! | `linear_kernel` | lucent's own x·Wᵀ + b kernel for many rows (AVX2 tiles, W in place, one summation order per number: batch-invariant) |
 //! | `linear_bf16` | x·Wᵀ + b in bf16 products with f32 sums (`--precision bf16`): W rounded once, rows of x per row, `vdpbf16ps` (AVX512-BF16) tiles, emulated on AVX2 with the same bits, a plain twin |
 //! | `linear_int8` | x·Wᵀ + b in 8-bit integers (`--precision int8`): W quantised once per output channel, rows of x per row, VNNI / AVX2 tiles with a plain twin |
@@ -36,6 +37,7 @@ pub mod matmul;
 pub mod norm;
 pub mod quant;
 pub mod rope;
+pub mod screened_head;
 pub(crate) mod simd;
 pub mod softmax;
 

@@ -41,6 +41,7 @@ use crate::io::tokenizer::HfTokenizer;
 use crate::model::family::whisper;
 use crate::model::EncoderDecoderModel;
 use crate::nn::KvCache;
+use crate::ops::screened_head::HeadRules;
 use crate::pipeline::constrain::{Constraint, Vocabulary};
 use crate::pipeline::generate::{log_softmax, logsumexp, LogitRules, Sampler, Sampling};
 use crate::tensor::Tensor;
@@ -472,7 +473,14 @@ impl Transcriber {
         let whisper = folder.whisper_config()?;
         let model = whisper::load(&folder)?;
         let n_mels = model.front_end.as_ref().map_or(0, |f| f.in_channels());
+        let mut model = model;
         let tokens = SpecialTokens::new(&folder.tokenizer, model.config.vocab_size)?;
+        // An int8 head computes the special and timestamp tokens exactly at every step
+        // (the timestamp rules mask them as whole ranges) and leaves the suppressed ids
+        // in int8 (every step masks them).
+        let suppressed: Vec<usize> = whisper.suppress_ids.iter().map(|&i| i as usize).collect();
+        model.head_rules =
+            HeadRules::new(tokens.eot as usize..model.config.vocab_size, &suppressed);
         Ok(Transcriber {
             model,
             whisper,

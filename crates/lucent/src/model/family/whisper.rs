@@ -441,6 +441,7 @@ pub fn load(folder: &Ct2Folder) -> Result<EncoderDecoderModel> {
         head_copy: None,
         products: [Precision::Exact; Products::COUNT],
         precision: Precision::Exact,
+        head_rules: Default::default(),
     })
 }
 
