@@ -186,13 +186,15 @@ impl Products {
 
 /// The groups an int8 model keeps in bf16 (docs/precision.md has the measurement): all
 /// but the feed-forward up projections of both stacks and the encoder's down projection,
-/// the only groups that, alone in int8, changed no clip's ids.
+/// the only groups that, alone in int8, changed no clip's ids, and the head, whose int8
+/// copy computes every row that can be the largest exactly ([`ScreenedHead`]: greedy
+/// decoding keeps the exact head's choice).
 ///
 /// Measured on the suite's 13 clips with whisper-tiny.en (greedy ids equal exact's;
-/// `examples/whisper_precision_probe.rs`): every group in int8 changes 2 clips
-/// (CTranslate2's own int8 changes 1 of them); the encoder's Q/K or the head alone 2, the
-/// encoder's V or attention output, the decoder's self- or cross-attention or FFN down
-/// projection alone 1.
+/// `examples/whisper_precision_probe.rs`): every group in plain int8 changes 2 clips
+/// (CTranslate2's own int8 changes 1 of them); the encoder's Q/K or the plain int8 head
+/// alone 2, the encoder's V or attention output, the decoder's self- or cross-attention
+/// or FFN down projection alone 1.
 const INT8_IN_BF16: &[Products] = &[
     Products::EncoderQk,
     Products::EncoderV,
