@@ -468,17 +468,20 @@ impl QMatrix {
     }
 
     /// Whether a token's products of this matrix take a kernel of many weight rows at
-    /// once in the `gemv` order: repacked Q4_K ([`KOrder::Gemv`] order) on AVX-512 VNNI
-    /// (`avx512::kgemv::q4_k_gemv16`) or AVX2 (`avx2_kgemv::q4_k_gemv8`).
+    /// once: repacked Q4_K ([`KOrder::Gemv`] order) on AVX-512 VNNI
+    /// (`avx512::kgemv::q4_k_gemv16`) or AVX2 (`avx2_kgemv::q4_k_gemv8`), Q6_K (its
+    /// one-row order, the same numbers) on AVX-512 VNNI (`avx512::kgemv::q6_k_gemv16`).
     #[cfg(target_arch = "x86_64")]
     fn gemv_grouped(&self, isa: Isa) -> bool {
-        self.dtype == GgmlType::Q4_K && self.repacked() && isa >= Isa::Avx2
+        (self.dtype == GgmlType::Q4_K && self.repacked() && isa >= Isa::Avx2)
+            || (self.dtype == GgmlType::Q6_K && !self.repacked() && avx512::available(isa))
     }
 
-    /// Weight rows `i0 .. i0 + out.len()` times one activation row `a`, in the `gemv`
-    /// order: sixteen rows a call of `avx512::kgemv::q4_k_gemv16` on AVX-512, eight a
-    /// call of `avx2_kgemv::q4_k_gemv8` on AVX2, the last rows outside those groups
-    /// through the one-row kernel (the same numbers).
+    /// Weight rows `i0 .. i0 + out.len()` times one activation row `a`, many rows a
+    /// call: repacked Q4_K in the `gemv` order, sixteen rows a call of
+    /// `avx512::kgemv::q4_k_gemv16` on AVX-512, eight a call of `avx2_kgemv::q4_k_gemv8`
+    /// on AVX2; Q6_K sixteen rows a call of `avx512::kgemv::q6_k_gemv16`; the last rows
+    /// outside those groups through the one-row kernel (the same numbers).
     ///
     /// # Safety
     /// [`QMatrix::gemv_grouped`] said yes for `isa`; `a` prepared for this matrix;
@@ -513,7 +516,9 @@ impl QMatrix {
         // SAFETY: gemv_grouped(isa) checked the level (each kernel's own), the type and
         // the rows; `a` is prepared for this matrix (this function's contract).
         unsafe {
-            if avx512::available(isa) {
+            if self.dtype == GgmlType::Q6_K {
+                groups(self, i0, out, a, isa, avx512::kgemv::q6_k_gemv16);
+            } else if avx512::available(isa) {
                 groups(self, i0, out, a, isa, avx512::kgemv::q4_k_gemv16);
             } else {
                 groups(self, i0, out, a, isa, avx2_kgemv::q4_k_gemv8);

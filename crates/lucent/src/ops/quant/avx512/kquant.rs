@@ -249,78 +249,18 @@ pub(crate) unsafe fn q6_k_rows<const RA: usize>(
     tiled: bool,
 ) -> [f32; RA] {
     let mut chain = [0.0f32; RA];
-    let m4 = _mm512_set1_epi8(0x0F);
-    let m30 = _mm512_set1_epi8(0x30);
-    // Word shifts that bring qh's bit pair k to bits 4..6 of each byte: k = 0, 1 in
-    // the low and high 256-bit halves of the first step, k = 2, 3 in the second.
-    let left = _mm512_mask_blend_epi16(0xFFFF_0000, _mm512_set1_epi16(4), _mm512_set1_epi16(2));
-    let right = _mm512_mask_blend_epi16(0xFFFF_0000, _mm512_setzero_si512(), _mm512_set1_epi16(2));
     let mut acc = [_mm256_setzero_ps(); RA];
     for i in 0..acts[0].d.len() {
         let blk = (row.as_ptr() as *const BlockQ6_K).add(i);
         let dw = avx2::f16p(&raw const (*blk).d);
-        let (ql, qhp, scp) = (
-            (*blk).ql.as_ptr(),
-            (*blk).qh.as_ptr(),
-            (*blk).scales.as_ptr(),
-        );
-        // The 16 scales as words; group g's scale sits in the 8 words of its 16 numbers.
-        let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(scp as *const __m128i));
-        let sc16 = _mm512_castsi256_si512(sc16);
-        let sc32 = _mm512_cvtepi8_epi32(_mm_loadu_si128(scp as *const __m128i));
-        let mut sumi = [_mm512_setzero_si512(); RA];
-        for n in 0..2 {
-            let l = _mm512_loadu_si512(ql.add(64 * n) as *const __m512i);
-            let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(qhp.add(32 * n) as *const __m256i));
-            let q = [
-                _mm512_or_si512(
-                    _mm512_and_si512(l, m4),
-                    _mm512_and_si512(_mm512_sllv_epi16(qh, left), m30),
-                ),
-                _mm512_or_si512(
-                    _mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
-                    _mm512_and_si512(_mm512_srlv_epi16(qh, right), m30),
-                ),
-            ];
-            for (h, qk) in q.iter().enumerate() {
-                // Numbers 128n + 64h .. +64: groups 8n + 4h .. +4, 8 words each.
-                let g0 = (8 * n + 4 * h) as i16;
-                let idx = _mm512_add_epi16(
-                    _mm512_set1_epi16(g0),
-                    _mm512_srli_epi16(
-                        _mm512_set_epi16(
-                            31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14,
-                            13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0,
-                        ),
-                        3,
-                    ),
-                );
-                let sc = _mm512_permutexvar_epi16(idx, sc16);
-                for (a, si) in acts.iter().zip(sumi.iter_mut()) {
-                    let x = _mm512_loadu_si512(
-                        a.qs.as_ptr().add(256 * i + 128 * n + 64 * h) as *const __m512i
-                    );
-                    let p = _mm512_madd_epi16(_mm512_maddubs_epi16(*qk, x), sc);
-                    *si = _mm512_add_epi32(*si, p);
-                }
-            }
-        }
+        let lanes = q6_k_block(blk, acts, i);
         for k in 0..RA {
-            let d = dw * acts[k].d[i];
-            let bsums = _mm512_loadu_si512(acts[k].bsums.as_ptr().add(16 * i) as *const __m512i);
-            // Lane k of the offsets: groups 2k and 2k + 1 (llama.cpp's q8sclsub / 32).
-            let v = _mm512_mullo_epi32(sc32, bsums);
-            let off = _mm512_cvtepi64_epi32(_mm512_add_epi32(v, _mm512_srli_epi64(v, 32)));
-            let s = _mm256_add_epi32(
-                _mm512_castsi512_si256(sumi[k]),
-                _mm512_extracti64x4_epi64(sumi[k], 1),
-            );
-            let s = _mm256_sub_epi32(s, _mm256_slli_epi32(off, 5));
             if tiled {
-                let t = avx2::hsum_epi32(s) as f32;
+                let t = avx2::hsum_epi32(lanes[k]) as f32;
                 chain[k] = (dw * t).mul_add(acts[k].d[i], chain[k]);
             } else {
-                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s), acc[k]);
+                let d = dw * acts[k].d[i];
+                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes[k]), acc[k]);
             }
         }
     }
@@ -328,4 +268,85 @@ pub(crate) unsafe fn q6_k_rows<const RA: usize>(
         return chain;
     }
     std::array::from_fn(|k| avx2::hsum_ps(acc[k]))
+}
+
+/// Block i of one Q6_K weight row (at `blk`) times block i of each activation row:
+/// the eight i32 lanes of Σ_g sc_g · Σ_{l∈g} q_l · qx_l − 32 · Σ_g sc_g · Σ_{l∈g} qx_l
+/// that the AVX2 kernel converts and multiplies (so [`q6_k_rows`] and
+/// [`super::kgemv::q6_k_gemv16`] meet the same f32 steps), the weight step decoded once
+/// for all `RA` rows.
+///
+/// # Safety
+/// As [`q6_k`]'s: `blk` points at a whole Q6_K block, and every row of `acts` holds
+/// more than i blocks prepared as Q8_K.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn q6_k_block<const RA: usize>(
+    blk: *const BlockQ6_K,
+    acts: [&QuantizedActs; RA],
+    i: usize,
+) -> [__m256i; RA] {
+    let m4 = _mm512_set1_epi8(0x0F);
+    let m30 = _mm512_set1_epi8(0x30);
+    // Word shifts that bring qh's bit pair k to bits 4..6 of each byte: k = 0, 1 in
+    // the low and high 256-bit halves of the first step, k = 2, 3 in the second.
+    let left = _mm512_mask_blend_epi16(0xFFFF_0000, _mm512_set1_epi16(4), _mm512_set1_epi16(2));
+    let right = _mm512_mask_blend_epi16(0xFFFF_0000, _mm512_setzero_si512(), _mm512_set1_epi16(2));
+    let (ql, qhp, scp) = (
+        (*blk).ql.as_ptr(),
+        (*blk).qh.as_ptr(),
+        (*blk).scales.as_ptr(),
+    );
+    // The 16 scales as words; group g's scale sits in the 8 words of its 16 numbers.
+    let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(scp as *const __m128i));
+    let sc16 = _mm512_castsi256_si512(sc16);
+    let sc32 = _mm512_cvtepi8_epi32(_mm_loadu_si128(scp as *const __m128i));
+    let mut sumi = [_mm512_setzero_si512(); RA];
+    for n in 0..2 {
+        let l = _mm512_loadu_si512(ql.add(64 * n) as *const __m512i);
+        let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(qhp.add(32 * n) as *const __m256i));
+        let q = [
+            _mm512_or_si512(
+                _mm512_and_si512(l, m4),
+                _mm512_and_si512(_mm512_sllv_epi16(qh, left), m30),
+            ),
+            _mm512_or_si512(
+                _mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                _mm512_and_si512(_mm512_srlv_epi16(qh, right), m30),
+            ),
+        ];
+        for (h, qk) in q.iter().enumerate() {
+            // Numbers 128n + 64h .. +64: groups 8n + 4h .. +4, 8 words each.
+            let g0 = (8 * n + 4 * h) as i16;
+            let idx = _mm512_add_epi16(
+                _mm512_set1_epi16(g0),
+                _mm512_srli_epi16(
+                    _mm512_set_epi16(
+                        31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13,
+                        12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0,
+                    ),
+                    3,
+                ),
+            );
+            let sc = _mm512_permutexvar_epi16(idx, sc16);
+            for (a, si) in acts.iter().zip(sumi.iter_mut()) {
+                let x = _mm512_loadu_si512(
+                    a.qs.as_ptr().add(256 * i + 128 * n + 64 * h) as *const __m512i
+                );
+                let p = _mm512_madd_epi16(_mm512_maddubs_epi16(*qk, x), sc);
+                *si = _mm512_add_epi32(*si, p);
+            }
+        }
+    }
+    std::array::from_fn(|k| {
+        let bsums = _mm512_loadu_si512(acts[k].bsums.as_ptr().add(16 * i) as *const __m512i);
+        // Lane k of the offsets: groups 2k and 2k + 1 (llama.cpp's q8sclsub / 32).
+        let v = _mm512_mullo_epi32(sc32, bsums);
+        let off = _mm512_cvtepi64_epi32(_mm512_add_epi32(v, _mm512_srli_epi64(v, 32)));
+        let s = _mm256_add_epi32(
+            _mm512_castsi512_si256(sumi[k]),
+            _mm512_extracti64x4_epi64(sumi[k], 1),
+        );
+        _mm256_sub_epi32(s, _mm256_slli_epi32(off, 5))
+    })
 }

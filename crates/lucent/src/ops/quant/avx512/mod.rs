@@ -15,7 +15,7 @@
 //! | --- | --- |
 //! | `mod` | the level check, the blocks' layouts as the kernels walk them, the unsigned weights of a block, the kernel tables, the shared lane shuffles |
 //! | `kgemm` | a prompt's products of repacked Q4_K (llama.cpp's grouped `gemm` order) and of Q6_K (its tiled order), sixteen weight rows by four activation rows a call, from rows decoded once into interleaved bytes |
-//! | `kgemv` | a repacked Q4_K matrix's token product, sixteen weight rows at a time in llama.cpp's `gemv` order |
+//! | `kgemv` | a token's product sixteen weight rows at a time: repacked Q4_K in llama.cpp's `gemv` order, Q6_K in its `vec_dot` order |
 //! | `kquant` | the K-quant dots (Q4_K, Q5_K, Q6_K), one activation row or four |
 //! | `lowbit` | the dots of Q2_K, Q3_K, IQ4_XS, one activation row or four (IQ4_NL takes the AVX2 kernels) |
 //! | `decode` | a decoded token's tiles of the 32-block types: four rows as interleaved pairs, one row two blocks a register |
