@@ -113,12 +113,13 @@ pub(crate) unsafe fn q4_k_gemv16(
 }
 
 /// Q6_K weight rows `rows` (each `a.d.len()` blocks) times one activation row `a`
-/// (Q8_K) in llama.cpp's `vec_dot` order, output r for row r: each row's eight i32
-/// lanes of a block ([`super::kquant::q6_k_block`]) meet the one-row kernel's f32 steps
-/// (`acc = fma(d · dx, float(lanes), acc)`, then its horizontal sum), two rows to a
-/// 512-bit register, so every output equals [`super::kquant::q6_k`]'s bit for bit;
-/// `ahead` as [`q4_k_gemv16`]'s (the weights `ahead` bytes on are asked for while these
-/// are multiplied: sixteen short rows, one call, no per-row call and sum set-up).
+/// (Q8_K) in llama.cpp's `vec_dot` order, output r for row r: row after row, each
+/// block's eight i32 lanes ([`super::kquant::q6_k_block`]) meet the one-row kernel's f32
+/// steps (`acc = fma(d · dx, float(lanes), acc)`, then its horizontal sum), so every
+/// output equals [`super::kquant::q6_k`]'s bit for bit. The rows are read in order, one
+/// stream (two threads' sixteen interleaved streams each measured 10 % slower than
+/// this); each block asks for the bytes `ahead` past it (the caller passes the sixteen
+/// rows' size: the next call's rows arrive while these are multiplied).
 ///
 /// # Safety
 /// [`available`](super::available); every row holds `a.d.len()` Q6_K blocks and `a` was
@@ -129,37 +130,22 @@ pub(crate) unsafe fn q6_k_gemv16(
     a: &QuantizedActs,
     ahead: usize,
 ) -> [f32; ROWS] {
-    // Rows 2p and 2p + 1 in the low and high halves of acc[p].
-    let mut acc = [_mm512_setzero_ps(); ROWS / 2];
-    for i in 0..a.d.len() {
-        for (p, acc) in acc.iter_mut().enumerate() {
-            let mut lanes = [_mm256_setzero_si256(); 2];
-            let mut d = [0.0f32; 2];
-            for (h, r) in [2 * p, 2 * p + 1].into_iter().enumerate() {
-                let b = (rows[r].as_ptr() as *const BlockQ6_K).add(i);
-                if ahead != 0 {
-                    let q = (b as *const i8).wrapping_add(ahead);
-                    for line in 0..4 {
-                        _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(64 * line));
-                    }
-                }
-                d[h] = avx2::f16p(&raw const (*b).d) * a.d[i];
-                lanes[h] = super::kquant::q6_k_block(b, [a], i)[0];
-            }
-            let s = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lanes[0]), lanes[1]);
-            let dv = _mm512_castpd_ps(_mm512_insertf64x4::<1>(
-                _mm512_castps_pd(_mm512_set1_ps(d[0])),
-                _mm256_castps_pd(_mm256_set1_ps(d[1])),
-            ));
-            *acc = _mm512_fmadd_ps(dv, _mm512_cvtepi32_ps(s), *acc);
-        }
-    }
     let mut y = [0.0f32; ROWS];
-    for (p, acc) in acc.iter().enumerate() {
-        y[2 * p] = avx2::hsum_ps(_mm512_castps512_ps256(*acc));
-        y[2 * p + 1] = avx2::hsum_ps(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(
-            _mm512_castps_pd(*acc),
-        )));
+    for (row, y) in rows.iter().zip(y.iter_mut()) {
+        let mut acc = _mm256_setzero_ps();
+        for i in 0..a.d.len() {
+            let b = (row.as_ptr() as *const BlockQ6_K).add(i);
+            if ahead != 0 {
+                let q = (b as *const i8).wrapping_add(ahead);
+                for line in 0..4 {
+                    _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(64 * line));
+                }
+            }
+            let d = avx2::f16p(&raw const (*b).d) * a.d[i];
+            let lanes = super::kquant::q6_k_block(b, [a], i)[0];
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
+        }
+        *y = avx2::hsum_ps(acc);
     }
     y
 }
