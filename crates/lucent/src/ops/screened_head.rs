@@ -30,8 +30,11 @@
 //! one is unmasked, so the largest unmasked exact number reaches that bound T; the row
 //! holding it has I + β ≥ T and was computed exactly, and every row left in int8 has
 //! I ≤ I + β < T. Greedy decoding therefore chooses the exact head's token (for the same
-//! hidden state), and the top of the distribution holds the exact head's numbers; the
-//! rest carry int8's error (the softmax's normaliser, a sampled token's odds).
+//! hidden state). More: the K + 1 largest exact numbers (outside the always-masked rows)
+//! all reach T, so they are computed exactly, and every int8 row lies below them: the
+//! K + 1 largest logits are the exact head's, rows and numbers (a beam search of up to
+//! K + 1 beams sees the exact head's candidates). The rest carry int8's error (the
+//! softmax's normaliser, a sampled token's odds).
 //!
 //! A row of x that is not finite, or whose bound is not, is computed exactly whole.
 
@@ -465,6 +468,18 @@ mod tests {
                             assert_eq!(argmax(yr, masked), top, "{isa:?} t {t} x {i}");
                             assert_eq!(yr[top].to_bits(), want[top].to_bits());
                             int8_wrong += usize::from(argmax(&int8, masked) != top);
+                        }
+                        // The K + 1 largest: the exact head's rows, with its bits.
+                        let top_k = |v: &[f32]| {
+                            let mut o = outside.clone();
+                            o.sort_by(|&a, &b| v[b].total_cmp(&v[a]).then(a.cmp(&b)));
+                            o.truncate(MASKED_ROWS + 1);
+                            o
+                        };
+                        let (got, exact_top) = (top_k(yr), top_k(&want));
+                        assert_eq!(got, exact_top, "{isa:?} t {t} x {i}: the K + 1 largest");
+                        for &j in &got {
+                            assert_eq!(yr[j].to_bits(), want[j].to_bits());
                         }
                     }
                 });
