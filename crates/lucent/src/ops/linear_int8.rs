@@ -1009,27 +1009,16 @@ mod x86 {
         let mut s = [[_mm512_setzero_si512(); 2]; MR];
         let wp = w.as_ptr();
         let ap = a.as_ptr();
-        if panels == 2 && rows <= FEW_ROWS {
+        if panels == 2 {
             // Few rows (a decoded token's head): W streams through once, faster than
             // the hardware prefetcher follows two panels' interleaved lines, so each
             // step asks for the same lines of the next tile (a hint: it cannot fault).
-            let ahead = 2 * groups * 64;
+            let (prefetch, ahead) = (rows <= FEW_ROWS, 2 * groups * 64);
             for g in 0..groups {
-                _mm_prefetch::<_MM_HINT_T0>(wp.wrapping_add(g * 64 + ahead));
-                _mm_prefetch::<_MM_HINT_T0>(wp.wrapping_add((groups + g) * 64 + ahead));
-                let w0 = _mm512_loadu_si512(wp.add(g * 64).cast());
-                let w1 = _mm512_loadu_si512(wp.add((groups + g) * 64).cast());
-                for r in 0..FEW_ROWS {
-                    if r < rows {
-                        let four = ap.add(r * kp + 4 * g).cast::<i32>().read_unaligned();
-                        let x = _mm512_set1_epi32(four); // four bytes Aq + 128
-                        s[r][0] = _mm512_dpbusd_epi32(s[r][0], x, w0);
-                        s[r][1] = _mm512_dpbusd_epi32(s[r][1], x, w1);
-                    }
+                if prefetch {
+                    _mm_prefetch::<_MM_HINT_T0>(wp.wrapping_add(g * 64 + ahead));
+                    _mm_prefetch::<_MM_HINT_T0>(wp.wrapping_add((groups + g) * 64 + ahead));
                 }
-            }
-        } else if panels == 2 {
-            for g in 0..groups {
                 let w0 = _mm512_loadu_si512(wp.add(g * 64).cast());
                 let w1 = _mm512_loadu_si512(wp.add((groups + g) * 64).cast());
                 for r in 0..MR {
