@@ -90,7 +90,8 @@ pub struct EncoderDecoderModel {
     /// What the decoding rules do to the head's rows, for an int8 head
     /// ([`ScreenedHead`]): the rows computed exactly at every step besides those that
     /// can be the largest, and the rows always masked (Whisper's special and timestamp
-    /// tokens, and its `suppress_ids`; the transcriber sets them). None by default.
+    /// tokens, and its `suppress_ids`; the transcriber sets them). By default no row is
+    /// exact at every step and none is masked.
     pub head_rules: HeadRules,
 }
 

@@ -471,9 +471,8 @@ impl Transcriber {
     pub fn load(dir: &Path) -> Result<Self> {
         let folder = Ct2Folder::open(dir)?;
         let whisper = folder.whisper_config()?;
-        let model = whisper::load(&folder)?;
+        let mut model = whisper::load(&folder)?;
         let n_mels = model.front_end.as_ref().map_or(0, |f| f.in_channels());
-        let mut model = model;
         let tokens = SpecialTokens::new(&folder.tokenizer, model.config.vocab_size)?;
         // An int8 head computes the special and timestamp tokens exactly at every step
         // (the timestamp rules mask them as whole ranges) and leaves the suppressed ids
