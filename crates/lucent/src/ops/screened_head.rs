@@ -261,23 +261,18 @@ impl ScreenedHead {
         rules: &HeadRules,
     ) -> Vec<usize> {
         let n = y.len();
-        let outside = || {
-            (0..exact.start)
-                .chain(exact.end..n)
-                .filter(|&j| !rules.is_masked(j))
-        };
-        let lows: Vec<f32> = outside().map(|j| y[j] - bounds[j]).collect();
-        let threshold = if lows.len() <= MASKED_ROWS + 1 {
-            f32::NEG_INFINITY
-        } else {
-            kth_largest(&lows, MASKED_ROWS + 1)
-        };
-        let mut rows: Vec<usize> = outside()
-            .filter(|&j| y[j] + bounds[j] >= threshold)
+        let screened = |j: &usize| !rules.is_masked(*j);
+        let outside = || (0..exact.start).chain(exact.end..n).filter(screened);
+        // Fewer rows than K + 1 outside: every one is computed exactly.
+        let threshold = kth_largest(outside().map(|j| y[j] - bounds[j]), MASKED_ROWS + 1)
+            .unwrap_or(f32::NEG_INFINITY);
+        let can_win = |j: &usize| screened(j) && y[*j] + bounds[*j] >= threshold;
+        // Ascending: the rows before the range, the range, the rows after it.
+        (0..exact.start)
+            .filter(can_win)
             .chain(exact.clone())
-            .collect();
-        rows.sort_unstable();
-        rows
+            .chain((exact.end..n).filter(can_win))
+            .collect()
     }
 }
 
@@ -299,13 +294,15 @@ fn residue(x: &[f32], r: &mut [f32], q: &mut [i8]) -> (f64, f64) {
     (d_inf, d2.sqrt())
 }
 
-/// The r-th largest of `v` (r ≥ 1, r ≤ v.len(), no NaN): a pass that keeps only the
-/// numbers above a rising floor, so a long vector costs about one comparison each.
-fn kth_largest(v: &[f32], r: usize) -> f32 {
+/// The r-th largest of the numbers `v` yields (r ≥ 1, no NaN), or None when it yields
+/// fewer than r: one pass that keeps only the numbers above a rising floor, so a long
+/// run costs about one comparison each and no copy of it.
+fn kth_largest(v: impl IntoIterator<Item = f32>, r: usize) -> Option<f32> {
+    let r = r.max(1);
     let keep = 4 * r.max(16);
     let mut top: Vec<f32> = Vec::with_capacity(keep + 1);
     let mut floor = f32::NEG_INFINITY;
-    for &x in v {
+    for x in v {
         if x > floor || top.len() < r {
             top.push(x);
             if top.len() >= keep {
@@ -317,8 +314,11 @@ fn kth_largest(v: &[f32], r: usize) -> f32 {
             }
         }
     }
+    if top.len() < r {
+        return None;
+    }
     top.select_nth_unstable_by(r - 1, |a, b| b.total_cmp(a));
-    top[r - 1]
+    Some(top[r - 1])
 }
 
 #[cfg(test)]
@@ -337,14 +337,17 @@ mod tests {
             let mut sorted = v.clone();
             sorted.sort_by(|a, b| b.total_cmp(a));
             for r in [1, 2, 5, 129, 4999] {
+                let got = kth_largest(v.iter().copied(), r);
                 if r <= len {
-                    assert_eq!(kth_largest(&v, r), sorted[r - 1], "len {len} r {r}");
+                    assert_eq!(got, Some(sorted[r - 1]), "len {len} r {r}");
+                } else {
+                    assert_eq!(got, None, "len {len} r {r}: fewer numbers than r");
                 }
             }
         }
         // ties and an ascending run (the floor rises at every compaction)
         let v: Vec<f32> = (0..1000).map(|i| (i / 3) as f32).collect();
-        assert_eq!(kth_largest(&v, 129), 290.0);
+        assert_eq!(kth_largest(v, 129), Some(290.0));
     }
 
     /// The exact kernel's numbers for `rows` of W (f16 values) at x, through the
