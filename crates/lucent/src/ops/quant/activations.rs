@@ -24,7 +24,7 @@ pub struct QuantizedActs {
     pub(crate) d: Vec<f32>,
     /// Per block of 32 (Q8_0 only): `dx · Σ q`, rounded to f16 as llama.cpp stores it.
     pub(crate) sum: Vec<f32>,
-    /// Per group of 16 (Q8_K only): `Σ q`.
+    /// Per group of 16 (Q8_K) or per block of 32 (Q8_0): `Σ q`.
     pub(crate) bsums: Vec<i32>,
     /// The 8-bit values, in [−127, 127].
     pub(crate) qs: Vec<i8>,
@@ -115,10 +115,10 @@ pub(crate) fn quantize_rows(dtype: GgmlType, x: &[f32], isa: Isa) -> Result<Quan
             let done = unsafe {
                 match (kind, isa >= Isa::Avx512) {
                     (ActKind::Q8_0, true) => {
-                        avx512::quantize::quantize_q8_0(xb, qb, &mut a.d, &mut a.sum)
+                        avx512::quantize::quantize_q8_0(xb, qb, &mut a.d, &mut a.sum, &mut a.bsums)
                     }
                     (ActKind::Q8_0, false) => {
-                        avx2_quantize::quantize_q8_0(xb, qb, &mut a.d, &mut a.sum)
+                        avx2_quantize::quantize_q8_0(xb, qb, &mut a.d, &mut a.sum, &mut a.bsums)
                     }
                     (_, true) => avx512::quantize::quantize_q8_k(xb, qb, &mut a.d, &mut a.bsums),
                     (_, false) => avx2_quantize::quantize_q8_k(xb, qb, &mut a.d, &mut a.bsums),
@@ -137,7 +137,7 @@ pub(crate) fn quantize_rows(dtype: GgmlType, x: &[f32], isa: Isa) -> Result<Quan
                     *q = round_even(v * id).clamp(-127.0, 127.0) as i8;
                 }
                 let sq: i32 = qb.iter().map(|&q| q as i32).sum();
-                push_q8_0_scales(d, sq, &mut a.d, &mut a.sum);
+                push_q8_0_scales(d, sq, &mut a.d, &mut a.sum, &mut a.bsums);
             }
             ActKind::Q8_K => {
                 // The first value of largest magnitude, with its sign.
@@ -180,10 +180,18 @@ pub(crate) fn q8_0_factor(amax: f32) -> Option<f32> {
 }
 
 /// A Q8_0 block's scales as llama.cpp stores them, from `dx = max|x| / 127` and the sum
-/// of its numbers: `f16(dx)` onto `d`, `f16(dx · Σq)` onto `sum`.
-pub(crate) fn push_q8_0_scales(dx: f32, sq: i32, d: &mut Vec<f32>, sum: &mut Vec<f32>) {
+/// of its numbers: `f16(dx)` onto `d`, `f16(dx · Σq)` onto `sum`; and `Σq` itself onto
+/// `bsums`.
+pub(crate) fn push_q8_0_scales(
+    dx: f32,
+    sq: i32,
+    d: &mut Vec<f32>,
+    sum: &mut Vec<f32>,
+    bsums: &mut Vec<i32>,
+) {
     d.push(f16::from_f32(dx).to_f32());
     sum.push(f16::from_f32(dx * sq as f32).to_f32());
+    bsums.push(sq);
 }
 
 /// An all-zero Q8_K block's scale and group sums (its numbers stay 0).

@@ -11,7 +11,7 @@ use crate::tensor::quant::QK_K;
 
 /// One 32-block of activations quantised as
 /// [`quantize_activations`](crate::ops::quant::quantize_activations) does (`q` into `qb`,
-/// f16-rounded `dx` and `dx · Σq` pushed onto `d` and `sum`), 8 numbers a step. Returns
+/// f16-rounded `dx`, `dx · Σq` and `Σq` pushed onto `d`, `sum` and `bsums`), 8 numbers a step. Returns
 /// false, touching nothing, for a block with a NaN or an infinity: the scalar twin then
 /// takes it (its rules for those differ from what the vector conversions would give).
 ///
@@ -23,6 +23,7 @@ pub(crate) unsafe fn quantize_q8_0(
     qb: &mut [i8],
     d: &mut Vec<f32>,
     sum: &mut Vec<f32>,
+    bsums: &mut Vec<i32>,
 ) -> bool {
     let v: [__m256; 4] = std::array::from_fn(|k| _mm256_loadu_ps(xb.as_ptr().add(8 * k)));
     let mut m = _mm256_setzero_ps();
@@ -42,7 +43,7 @@ pub(crate) unsafe fn quantize_q8_0(
         _mm256_add_epi32(q[2], q[3]),
     ));
     store_bytes(qb.as_mut_ptr(), q);
-    push_q8_0_scales(amax / 127.0, sq, d, sum);
+    push_q8_0_scales(amax / 127.0, sq, d, sum, bsums);
     true
 }
 

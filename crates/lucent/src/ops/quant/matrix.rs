@@ -470,18 +470,21 @@ impl QMatrix {
     /// Whether a token's products of this matrix take a kernel of many weight rows at
     /// once: repacked Q4_K ([`KOrder::Gemv`] order) on AVX-512 VNNI
     /// (`avx512::kgemv::q4_k_gemv16`) or AVX2 (`avx2_kgemv::q4_k_gemv8`), Q6_K (its
-    /// one-row order, the same numbers) on AVX-512 VNNI (`avx512::kgemv::q6_k_gemv16`).
+    /// one-row order, the same numbers) on AVX-512 VNNI (`avx512::kgemv::q6_k_gemv16`),
+    /// repacked Q4_0 (its repacked order) on AVX-512 VNNI (`avx512::kgemv::q4_0_gemv16`).
     #[cfg(target_arch = "x86_64")]
     fn gemv_grouped(&self, isa: Isa) -> bool {
         (self.dtype == GgmlType::Q4_K && self.repacked() && isa >= Isa::Avx2)
             || (self.dtype == GgmlType::Q6_K && !self.repacked() && avx512::available(isa))
+            || (self.dtype == GgmlType::Q4_0 && self.repacked() && avx512::available(isa))
     }
 
     /// Weight rows `i0 .. i0 + out.len()` times one activation row `a`, many rows a
     /// call: repacked Q4_K in the `gemv` order, sixteen rows a call of
     /// `avx512::kgemv::q4_k_gemv16` on AVX-512, eight a call of `avx2_kgemv::q4_k_gemv8`
-    /// on AVX2; Q6_K sixteen rows a call of `avx512::kgemv::q6_k_gemv16`; the last rows
-    /// outside those groups through the one-row kernel (the same numbers).
+    /// on AVX2; Q6_K sixteen rows a call of `avx512::kgemv::q6_k_gemv16`; repacked Q4_0
+    /// sixteen a call of `avx512::kgemv::q4_0_gemv16`; the last rows outside those groups
+    /// through the one-row kernel (the same numbers).
     ///
     /// # Safety
     /// [`QMatrix::gemv_grouped`] said yes for `isa`; `a` prepared for this matrix;
@@ -518,6 +521,8 @@ impl QMatrix {
         unsafe {
             if self.dtype == GgmlType::Q6_K {
                 groups(self, i0, out, a, isa, avx512::kgemv::q6_k_gemv16);
+            } else if self.dtype == GgmlType::Q4_0 {
+                groups(self, i0, out, a, isa, avx512::kgemv::q4_0_gemv16);
             } else if avx512::available(isa) {
                 groups(self, i0, out, a, isa, avx512::kgemv::q4_k_gemv16);
             } else {
@@ -600,9 +605,13 @@ impl QMatrix {
     /// llama.cpp sums four rows in its own order (repacked Q4_K, unless `numerics` asks
     /// for every row alike: then each row goes alone in the token's order, through
     /// [`QMatrix::gemv_grouped_rows`] on AVX2 and AVX-512, one at a time below).
+    /// Repacked Q4_0 and IQ4_NL sum four rows as they sum one (one chain per output),
+    /// so their four-row kernels serve every `numerics`.
     fn row_kernel4(&self, isa: Isa, numerics: Numerics) -> Option<Dot4Fn> {
         if self.repacked() {
-            return (!numerics.row_invariant()).then(|| repacked_kernels(self.dtype, isa).1);
+            let alike = matches!(self.dtype, GgmlType::Q4_0 | GgmlType::IQ4_NL);
+            return (alike || !numerics.row_invariant())
+                .then(|| repacked_kernels(self.dtype, isa).1);
         }
         #[cfg(target_arch = "x86_64")]
         if avx512::available(isa) {
@@ -1261,16 +1270,18 @@ impl QMatrix {
         // Repacked Q4_K in llama.cpp's grouped order and Q6_K in its tiled order (8
         // prompt rows or more): whole groups of weight rows decoded once and met by every
         // four activation rows, sixteen rows a group on AVX-512 (`avx512::kgemm`), eight
-        // on AVX2 (`avx2_kgemm`).
+        // on AVX2 (`avx2_kgemm`). Repacked Q4_0 the same way on AVX-512 (its repacked
+        // order: one chain per output, whatever the rows).
         #[cfg(target_arch = "x86_64")]
         if let Some(k4) = k4 {
-            let grouped = !numerics.row_invariant()
-                && match self.dtype {
-                    GgmlType::Q4_K => self.repacked(),
-                    GgmlType::Q6_K => t >= TILED_MIN_ROWS,
-                    _ => false,
-                };
             let wide = avx512::available(isa);
+            let grouped = match self.dtype {
+                GgmlType::Q4_K => !numerics.row_invariant() && self.repacked(),
+                GgmlType::Q6_K => !numerics.row_invariant() && t >= TILED_MIN_ROWS,
+                // One chain per output whatever the rows (row-invariant as it is).
+                GgmlType::Q4_0 => wide && self.repacked(),
+                _ => false,
+            };
             let group = if wide {
                 avx512::kgemm::ROWS
             } else {
@@ -1293,6 +1304,13 @@ impl QMatrix {
                             kk,
                             |d: &mut a5::Decoded16, rows| d.fill(rows, nb),
                             |d, x| a5::q4_k_gemm16x4(d, x),
+                        ),
+                        (GgmlType::Q4_0, _) => self.prompt_in_groups(
+                            out,
+                            acts,
+                            kk,
+                            |d: &mut a5::Decoded16Q40, rows| d.fill(rows, self.cols / QK),
+                            |d, x| a5::q4_0_gemm16x4(d, x),
                         ),
                         (GgmlType::Q4_K, false) => self.prompt_in_groups(
                             out,

@@ -12,7 +12,9 @@
 //! the arithmetic of [`q45_k_rows::<4>`](super::kquant::q45_k_rows) in that order and of
 //! the twin `reference::dot_q4_k_repacked(.., true)`, so each output equals theirs bit
 //! for bit. Q6_K's prompt products take the same shape in llama.cpp's tiled order
-//! ([`q6_k_gemm16x4`]).
+//! ([`q6_k_gemm16x4`]), and a repacked Q4_0 matrix's in llama.cpp's repacked Q4_0 order
+//! ([`q4_0_gemm16x4`]: one chain per output, `acc = fma(float(S), d · dx, acc)` per
+//! 32-block).
 //!
 //! What differs is where the integers are made. Sixteen weight rows are decoded once
 //! ([`Decoded16::fill`]) into one byte per number, interleaved four numbers at a time:
@@ -380,6 +382,141 @@ pub(crate) unsafe fn q6_k_gemm16x4(
             let s = _mm512_sub_epi32(t[k], _mm512_slli_epi32(off, 5));
             let ds = _mm512_mul_ps(dv, _mm512_cvtepi32_ps(s));
             acc[k] = _mm512_fmadd_ps(ds, _mm512_set1_ps(acts[k].d[i]), acc[k]);
+        }
+    }
+    let mut y = [[0.0f32; ROWS]; 4];
+    for k in 0..4 {
+        _mm512_storeu_ps(y[k].as_mut_ptr(), acc[k]);
+    }
+    y
+}
+
+/// Blocks `i` and (when `two`) `i + 1` of sixteen Q4_0 rows interleaved for the
+/// repacked order's kernels ([`q4_0_gemm16x4`], `kgemv::q4_0_gemv16`): register `j`
+/// holds numbers 4j .. 4j + 4 of each row's block `i + j / 8`, row r in 32-bit lane
+/// r, as the unsigned nibbles `q` (0 ..= 15; the block's value is `q − 8`). Without
+/// `two`, registers 8 .. 16 are don't-care.
+///
+/// # Safety
+/// [`available`](super::available); every row holds block `i` (and `i + 1` when `two`)
+/// of Q4_0.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn q4_0_interleaved(
+    rows: &[&[u8]; ROWS],
+    i: usize,
+    two: bool,
+) -> [__m512i; ROWS] {
+    const BB: usize = std::mem::size_of::<crate::tensor::quant::BlockQ4_0>();
+    // (16, 64): each row's two blocks, 32 numbers each, in number order. A plain loop,
+    // not a closure: a closure would not inherit this function's target features and
+    // leave `weights` a call per row.
+    let mut plain = [_mm512_setzero_si512(); ROWS];
+    for (p, row) in plain.iter_mut().zip(rows) {
+        let b = row.as_ptr().add(BB * i);
+        *p = if two {
+            super::weights::<{ super::Q4_0 }, true>(b)
+        } else {
+            super::weights::<{ super::Q4_0 }, false>(b)
+        };
+    }
+    transpose16(&plain)
+}
+
+/// The `d` of block `i` of sixteen Q4_0 rows, widened to f32: lane r is row r's.
+///
+/// # Safety
+/// [`available`](super::available); every row holds block `i` of Q4_0.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn q4_0_scales(rows: &[&[u8]; ROWS], i: usize) -> __m512 {
+    const BB: usize = std::mem::size_of::<crate::tensor::quant::BlockQ4_0>();
+    let mut d16 = [0u16; ROWS];
+    for (d, row) in d16.iter_mut().zip(rows) {
+        *d = (row.as_ptr().add(BB * i) as *const u16).read_unaligned();
+    }
+    _mm512_cvtph_ps(_mm256_loadu_si256(d16.as_ptr() as *const __m256i))
+}
+
+/// Sixteen Q4_0 rows decoded for [`q4_0_gemm16x4`], per 32-block: its eight registers
+/// of interleaved numbers ([`q4_0_interleaved`]) and the rows' `d` as f32 lanes.
+#[derive(Default)]
+pub(crate) struct Decoded16Q40 {
+    /// (nb, 8) registers: lane r holds row r's numbers 4j .. 4j + 4 as bytes.
+    q: Vec<Chunk>,
+    /// (nb) registers: lane r holds row r's `d`.
+    d: Vec<Chunk>,
+    /// Blocks in a row.
+    nb: usize,
+}
+
+impl Decoded16Q40 {
+    /// Decode `rows` (each `nb` Q4_0 blocks), replacing what was held.
+    ///
+    /// # Safety
+    /// [`available`](super::available); every row is at least `nb` Q4_0 blocks.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    pub(crate) unsafe fn fill(&mut self, rows: [&[u8]; ROWS], nb: usize) {
+        let zero = Chunk([0; 64]);
+        self.nb = nb;
+        self.q.resize(8 * nb, zero);
+        self.d.resize(nb, zero);
+        for i in (0..nb).step_by(2) {
+            let two = i + 1 < nb;
+            let regs = q4_0_interleaved(&rows, i, two);
+            let kept = if two { ROWS } else { ROWS / 2 };
+            for (j, v) in regs.iter().take(kept).enumerate() {
+                _mm512_store_si512(self.q.as_mut_ptr().add(8 * i + j) as *mut __m512i, *v);
+            }
+        }
+        for i in 0..nb {
+            let d = q4_0_scales(&rows, i);
+            _mm512_store_ps(self.d.as_mut_ptr().add(i) as *mut f32, d);
+        }
+    }
+}
+
+/// The sixteen decoded Q4_0 rows of `dec` times four activation rows `acts` (each
+/// prepared as Q8_0), in the order of llama.cpp's repacked Q4_0 kernels (the twin
+/// `dot_q4_0_repacked`): per output one f32 chain, per block
+/// `acc = fma(float(S), d · dx, acc)` with `S = Σ (q − 8) · qx`, here
+/// `Σ q · qx − 8 · Σ qx` (the activations' block sums). A lane is an output, so each
+/// `vpdpbusd` adds 64 products into sixteen of them. `y[k][r]`: activation row k with
+/// weight row r.
+///
+/// # Safety
+/// [`available`](super::available); `dec` filled with rows of `acts`' length.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn q4_0_gemm16x4(
+    dec: &Decoded16Q40,
+    acts: [&QuantizedActs; 4],
+) -> [[f32; ROWS]; 4] {
+    let mut acc = [_mm512_setzero_ps(); 4];
+    for i in 0..dec.nb {
+        let q = dec.q.as_ptr().add(8 * i) as *const __m512i;
+        let xs: [*const i32; 4] =
+            std::array::from_fn(|k| acts[k].qs.as_ptr().add(32 * i) as *const i32);
+        // Two chains per activation row, for the adder's latency (exact integers).
+        let mut s0 = [_mm512_setzero_si512(); 4];
+        let mut s1 = [_mm512_setzero_si512(); 4];
+        for p in (0..8).step_by(2) {
+            let w0 = _mm512_load_si512(q.add(p));
+            let w1 = _mm512_load_si512(q.add(p + 1));
+            for k in 0..4 {
+                let x0 = _mm512_set1_epi32(xs[k].add(p).read_unaligned());
+                let x1 = _mm512_set1_epi32(xs[k].add(p + 1).read_unaligned());
+                s0[k] = _mm512_dpbusd_epi32(s0[k], w0, x0);
+                s1[k] = _mm512_dpbusd_epi32(s1[k], w1, x1);
+            }
+        }
+        let dv = _mm512_load_ps(dec.d.as_ptr().add(i) as *const f32);
+        for k in 0..4 {
+            let s = _mm512_sub_epi32(
+                _mm512_add_epi32(s0[k], s1[k]),
+                _mm512_set1_epi32(8 * acts[k].bsums[i]),
+            );
+            let p = _mm512_mul_ps(dv, _mm512_set1_ps(acts[k].d[i]));
+            acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), p, acc[k]);
         }
     }
     let mut y = [[0.0f32; ROWS]; 4];

@@ -14,6 +14,11 @@
 //! for bit, while a block's conversion, scale products and two FMAs serve sixteen rows
 //! at once and no row pays a horizontal sum of its own: the sixteen rows' i32 lanes are
 //! folded together into one register of sixteen totals (`totals16`).
+//!
+//! Q6_K's token products take sixteen rows a call in its one-row order
+//! ([`q6_k_gemv16`]), and a repacked Q4_0 matrix's in llama.cpp's repacked Q4_0 order
+//! ([`q4_0_gemv16`]: one chain per output, a lane per row, the rows' numbers
+//! interleaved in registers as `kgemm` decodes them).
 
 use std::arch::x86_64::*;
 
@@ -147,6 +152,60 @@ pub(crate) unsafe fn q6_k_gemv16(
         }
         *y = avx2::hsum_ps(acc);
     }
+    y
+}
+
+/// Q4_0 weight rows `rows` (each `a.d.len()` blocks) times one activation row `a`
+/// (Q8_0) in the order of llama.cpp's repacked Q4_0 kernels, output r for row r: per
+/// row one f32 chain, per block `acc = fma(float(S), d · dx, acc)` with
+/// `S = Σ (q − 8) · qx` (the twin `dot_q4_0_repacked`), so every output equals the
+/// one-row kernel's bit for bit. Two blocks of the sixteen rows are interleaved in
+/// registers at a time ([`super::kgemm::q4_0_interleaved`]: a lane is a row), so each
+/// `vpdpbusd` adds 64 products into sixteen outputs; each block asks for the bytes
+/// `ahead` past it (the caller passes the sixteen rows' size).
+///
+/// # Safety
+/// [`available`](super::available); every row holds `a.d.len()` Q4_0 blocks and `a` was
+/// prepared as Q8_0 for them.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn q4_0_gemv16(
+    rows: [&[u8]; ROWS],
+    a: &QuantizedActs,
+    ahead: usize,
+) -> [f32; ROWS] {
+    use super::kgemm::{q4_0_interleaved, q4_0_scales};
+    const BB: usize = std::mem::size_of::<crate::tensor::quant::BlockQ4_0>();
+    let nb = a.d.len();
+    let mut acc = _mm512_setzero_ps();
+    for i in (0..nb).step_by(2) {
+        if ahead != 0 {
+            for row in &rows {
+                let p = (row.as_ptr().add(BB * i) as *const i8).wrapping_add(ahead);
+                _mm_prefetch::<_MM_HINT_T0>(p);
+            }
+        }
+        let two = i + 1 < nb;
+        let q = q4_0_interleaved(&rows, i, two);
+        for (h, q) in q.chunks_exact(8).take(1 + two as usize).enumerate() {
+            let b = i + h;
+            let x = a.qs.as_ptr().add(32 * b) as *const i32;
+            // Two chains for the adder's latency (exact integers).
+            let (mut s0, mut s1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+            for p in (0..8).step_by(2) {
+                s0 = _mm512_dpbusd_epi32(s0, q[p], _mm512_set1_epi32(x.add(p).read_unaligned()));
+                s1 = _mm512_dpbusd_epi32(
+                    s1,
+                    q[p + 1],
+                    _mm512_set1_epi32(x.add(p + 1).read_unaligned()),
+                );
+            }
+            let s = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(8 * a.bsums[b]));
+            let d = _mm512_mul_ps(q4_0_scales(&rows, b), _mm512_set1_ps(a.d[b]));
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d, acc);
+        }
+    }
+    let mut y = [0.0f32; ROWS];
+    _mm512_storeu_ps(y.as_mut_ptr(), acc);
     y
 }
 

@@ -8,7 +8,7 @@ use std::arch::x86_64::*;
 use crate::ops::quant::activations::{push_q8_0_scales, push_q8_k_zero, q8_0_factor};
 
 /// One 32-block of activations quantised as [`quantize_activations`](crate::ops::quant::quantize_activations) does
-/// (`q` into `qb`, f16-rounded `dx` and `dx · Σq` pushed onto `d` and `sum`), 16
+/// (`q` into `qb`, f16-rounded `dx`, `dx · Σq` and `Σq` pushed onto `d`, `sum` and `bsums`), 16
 /// numbers a step. Returns false, touching nothing, for a block with a NaN or an
 /// infinity: the scalar twin then takes it (its rules for those differ from what
 /// the vector conversions would give).
@@ -21,6 +21,7 @@ pub(crate) unsafe fn quantize_q8_0(
     qb: &mut [i8],
     d: &mut Vec<f32>,
     sum: &mut Vec<f32>,
+    bsums: &mut Vec<i32>,
 ) -> bool {
     let v = [
         _mm512_loadu_ps(xb.as_ptr()),
@@ -41,7 +42,7 @@ pub(crate) unsafe fn quantize_q8_0(
             _mm512_cvtepi32_epi8(q),
         );
     }
-    push_q8_0_scales(amax / 127.0, _mm512_reduce_add_epi32(sq), d, sum);
+    push_q8_0_scales(amax / 127.0, _mm512_reduce_add_epi32(sq), d, sum, bsums);
     true
 }
 

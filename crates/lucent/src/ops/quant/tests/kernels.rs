@@ -111,9 +111,11 @@ fn prompt_products_of_every_level_equal_the_twin_bit_for_bit() -> Result<()> {
 /// sixteen weight rows a call, a last group of eight through the one-row kernel;
 /// `avx2_kgemv::q4_k_gemv8` on AVX2: eight a call) and its
 /// row-invariant prompt products (a batched step, an expert's rows) at every level, one
-/// thread and two, against the twin's `gemv` order of each row, bit for bit. Rows are
-/// multiples of 8 (else the matrix is not repacked); blocks of large and small scales
-/// and activations with an outlier, so the integer sums reach past 2²⁴ and round.
+/// thread and two, against the twin's `gemv` order of each row, bit for bit; the same
+/// for a repacked Q4_0 matrix (`avx512::kgemv::q4_0_gemv16` on AVX-512: odd and even
+/// block counts). Rows are multiples of 8 (else the matrix is not repacked); blocks of
+/// large and small scales and activations with an outlier, so the integer sums reach
+/// past 2²⁴ and round.
 #[test]
 fn repacked_q4_k_token_products_of_every_level_equal_the_twin_bit_for_bit() -> Result<()> {
     at_every_level(&[1, 2], repacked_q4_k_token_products_equal_the_twin)
@@ -121,14 +123,29 @@ fn repacked_q4_k_token_products_of_every_level_equal_the_twin_bit_for_bit() -> R
 
 fn repacked_q4_k_token_products_equal_the_twin(isa: Isa) -> Result<()> {
     let mut rng = StdRng::seed_from_u64(11);
-    let t = GgmlType::Q4_K;
+    for (t, block, block_counts) in [
+        (GgmlType::Q4_K, QK_K, &[1usize, 3, 8][..]),
+        (GgmlType::Q4_0, QK, &[1, 2, 3, 18, 33][..]),
+    ] {
+        repacked_token_products_equal_the_twin(isa, t, block, block_counts, &mut rng)?;
+    }
+    Ok(())
+}
+
+fn repacked_token_products_equal_the_twin(
+    isa: Isa,
+    t: GgmlType,
+    block: usize,
+    block_counts: &[usize],
+    rng: &mut StdRng,
+) -> Result<()> {
     let twin = reference::repacked_kernels(t).0;
     for rows in [8usize, 16, 40, 264] {
-        for blocks in [1usize, 3, 8] {
-            let cols = QK_K * blocks;
-            let m = random_matrix(t, rows, cols, &mut rng)?;
+        for &blocks in block_counts {
+            let cols = block * blocks;
+            let m = random_matrix(t, rows, cols, rng)?;
             for n in [1usize, 3, 9] {
-                let xs = with_outliers(n * cols, &mut rng);
+                let xs = with_outliers(n * cols, rng);
                 let ys = if n == 1 {
                     // A token's products alone and grouped (Q, K, V; gate and up).
                     let group = QMatrix::matvec_group(&[&m, &m], &xs)?;
@@ -140,7 +157,7 @@ fn repacked_q4_k_token_products_equal_the_twin(isa: Isa) -> Result<()> {
                     m.matmul_t_quantized(&xs, n, crate::Numerics::RowInvariant)?
                 };
                 each_output_is_the_twins(&m, &xs, &ys, twin, |r, i| {
-                    format!("{isa}: Q4_K {rows}×{cols}, {n} rows, row {r}, weight row {i}")
+                    format!("{isa}: {t} {rows}×{cols}, {n} rows, row {r}, weight row {i}")
                 })?;
             }
         }
@@ -153,7 +170,9 @@ fn repacked_q4_k_token_products_equal_the_twin(isa: Isa) -> Result<()> {
 /// activation rows outside whole fours through the one-row kernel) at every level, one
 /// thread and two, against the twin of each output, bit for bit: a repacked Q4_K
 /// matrix in llama.cpp's grouped order (whole fours; the `gemv` order for the rest)
-/// and a Q6_K matrix in its tiled order (8 rows or more; the token's order below).
+/// and a Q6_K matrix in its tiled order (8 rows or more; the token's order below), and
+/// a repacked Q4_0 matrix (`q4_0_gemm16x4`; its one chain per output, under llama.cpp's
+/// numerics and the row-invariant ones).
 /// Row counts with and without whole sixteens (Q4_K's multiples of 8, else it is not
 /// repacked); an outlier among the activations, so the integer sums reach past 2²⁴
 /// and round.
@@ -164,26 +183,41 @@ fn sixteen_row_prompt_products_of_every_level_equal_the_twin_bit_for_bit() -> Re
 
 fn sixteen_row_prompt_products_equal_the_twin(isa: Isa) -> Result<()> {
     let mut rng = StdRng::seed_from_u64(13);
-    for t in [GgmlType::Q4_K, GgmlType::Q6_K] {
+    for t in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q4_0] {
         let twin = |w: &[u8], a: &QuantizedActs, r: usize, n: usize| match t {
             GgmlType::Q4_K if r < n - n % 4 => reference::dot_q4_k_repacked(w, a, true),
-            GgmlType::Q4_K => reference::repacked_kernels(t).0(w, a),
+            GgmlType::Q4_K | GgmlType::Q4_0 => reference::repacked_kernels(t).0(w, a),
             _ if n >= 8 => reference::dot_q6_k_tiled(w, a),
             _ => reference::kernel(t)(w, a),
         };
-        let row_counts: &[usize] = if t == GgmlType::Q4_K {
-            &[8, 16, 40, 264]
-        } else {
+        let row_counts: &[usize] = if t == GgmlType::Q6_K {
             &[15, 16, 37, 264]
+        } else {
+            &[8, 16, 40, 264]
         };
-        for &rows in row_counts {
-            for blocks in [1usize, 3, 13] {
-                let cols = QK_K * blocks;
+        let (block, block_counts) = if t == GgmlType::Q4_0 {
+            (QK, &[1usize, 3, 18, 33][..])
+        } else {
+            (QK_K, &[1, 3, 13][..])
+        };
+        // Q4_0 sums four rows as one, so it takes its sixteen-row kernel under every
+        // numerics.
+        let numerics: &[crate::Numerics] = if t == GgmlType::Q4_0 {
+            &[crate::Numerics::LlamaCpp, crate::Numerics::RowInvariant]
+        } else {
+            &[crate::Numerics::LlamaCpp]
+        };
+        for (&rows, &numerics) in row_counts
+            .iter()
+            .flat_map(|r| numerics.iter().map(move |n| (r, n)))
+        {
+            for &blocks in block_counts {
+                let cols = block * blocks;
                 let m = random_matrix(t, rows, cols, &mut rng)?;
                 for n in [4usize, 9, 35] {
                     let xs = with_outliers(n * cols, &mut rng);
                     // (n, rows)
-                    let ys = m.matmul_t_quantized(&xs, n, crate::Numerics::LlamaCpp)?;
+                    let ys = m.matmul_t_quantized(&xs, n, numerics)?;
                     for (r, x) in xs.chunks_exact(cols).enumerate() {
                         let a = m.prepare(x)?;
                         for i in 0..rows {
