@@ -728,6 +728,7 @@ pub(crate) fn k45_mins(mn: &[u8; 8], bsums: &[i32]) -> [i32; 4] {
 /// The f32 accumulators of a Q4_K / Q5_K dot in one of llama.cpp's orders
 /// (`reference::dot_k45`, [`reference::dot_q4_k_repacked`]), fed one block at a
 /// time with its exact integer parts.
+#[derive(Clone, Copy)]
 pub(crate) struct K45Acc {
     /// [`KOrder::Dot`]: eight lanes of `fma(d·dx, Σ steps)`.
     acc: __m256,

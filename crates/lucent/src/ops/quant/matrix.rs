@@ -1275,9 +1275,11 @@ impl QMatrix {
         #[cfg(target_arch = "x86_64")]
         if let Some(k4) = k4 {
             let wide = avx512::available(isa);
+            let tiled = !numerics.row_invariant() && t >= TILED_MIN_ROWS;
             let grouped = match self.dtype {
-                GgmlType::Q4_K => !numerics.row_invariant() && self.repacked(),
-                GgmlType::Q6_K => !numerics.row_invariant() && t >= TILED_MIN_ROWS,
+                GgmlType::Q4_K => !numerics.row_invariant() && (self.repacked() || (wide && tiled)),
+                GgmlType::Q5_K => wide && tiled,
+                GgmlType::Q6_K => tiled,
                 // One chain per output whatever the rows (row-invariant as it is).
                 GgmlType::Q4_0 => wide && self.repacked(),
                 _ => false,
@@ -1297,13 +1299,21 @@ impl QMatrix {
                 // type, and `acts` were prepared as Q8_K (check_x).
                 unsafe {
                     use {avx2_kgemm as a2, avx512::kgemm as a5};
+                    let five = self.dtype == GgmlType::Q5_K;
                     match (self.dtype, wide) {
-                        (GgmlType::Q4_K, true) => self.prompt_in_groups(
+                        (GgmlType::Q4_K, true) if self.repacked() => self.prompt_in_groups(
                             out,
                             acts,
                             kk,
-                            |d: &mut a5::Decoded16, rows| d.fill(rows, nb),
+                            |d: &mut a5::Decoded16, rows| d.fill(rows, nb, false),
                             |d, x| a5::q4_k_gemm16x4(d, x),
+                        ),
+                        (GgmlType::Q4_K | GgmlType::Q5_K, true) => self.prompt_in_groups(
+                            out,
+                            acts,
+                            kk,
+                            |d: &mut a5::Decoded16, rows| d.fill(rows, nb, five),
+                            |d, x| a5::k45_tiled_gemm16x4(d, x),
                         ),
                         (GgmlType::Q4_0, _) => self.prompt_in_groups(
                             out,

@@ -29,14 +29,17 @@
 
 use std::arch::x86_64::*;
 
+use super::kquant::k45_step;
 use super::Chunk;
 use crate::ops::quant::activations::QuantizedActs;
-use crate::tensor::quant::{k_scales_mins, BlockQ4_K, BlockQ6_K};
+use crate::ops::quant::avx2::K45Ptr;
+use crate::tensor::quant::{k_scales_mins, BlockQ6_K};
 
 /// Weight rows a call multiplies.
 pub(crate) const ROWS: usize = 16;
 
-/// Sixteen repacked Q4_K rows decoded for [`q4_k_gemm16x4`], per 256-block: the 64
+/// Sixteen Q4_K (or Q5_K) rows decoded for [`q4_k_gemm16x4`] and
+/// [`k45_tiled_gemm16x4`], per 256-block: the 64
 /// registers of interleaved numbers (module docs), the eight sub-blocks' scales as i32
 /// lanes, the four steps' minimum pairs as i16 pairs, and `d`, `dmin` widened to f32.
 #[derive(Default)]
@@ -55,19 +58,18 @@ pub(crate) struct Decoded16 {
 }
 
 impl Decoded16 {
-    /// Decode `rows` (each `nb` Q4_K blocks), replacing what was held.
+    /// Decode `rows` (each `nb` Q4_K blocks, Q5_K when `five`), replacing what was held.
     ///
     /// # Safety
-    /// [`available`](super::available); every row is at least `nb` Q4_K blocks.
+    /// [`available`](super::available); every row is at least `nb` blocks of the type.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-    pub(crate) unsafe fn fill(&mut self, rows: [&[u8]; ROWS], nb: usize) {
+    pub(crate) unsafe fn fill(&mut self, rows: [&[u8]; ROWS], nb: usize, five: bool) {
         let zero = Chunk([0; 64]);
         self.nb = nb;
         self.q.resize(64 * nb, zero);
         self.sc.resize(8 * nb, zero);
         self.mn.resize(4 * nb, zero);
         self.d.resize(2 * nb, zero);
-        let lo4 = _mm512_set1_epi8(0x0F);
         // (16, 256) one block's numbers, a row after a row.
         let mut plain = [Chunk([0; 64]); 4 * ROWS];
         for i in 0..nb {
@@ -75,24 +77,26 @@ impl Decoded16 {
             let mut mn = [[0u32; ROWS]; 4];
             let mut d = [[0.0f32; ROWS]; 2];
             for (r, row) in rows.iter().enumerate() {
-                let b = (row.as_ptr() as *const BlockQ4_K).add(i);
-                let qs = (*b).qs.as_ptr();
+                let blk = K45Ptr::new(row, i, five);
+                let qh = if five {
+                    _mm512_broadcast_i64x4(_mm256_loadu_si256(blk.qh as *const __m256i))
+                } else {
+                    _mm512_setzero_si512()
+                };
+                let (sc8, mn8) = k_scales_mins(&*blk.scales);
                 for c in 0..4 {
-                    // Numbers 64c .. 64c + 64: the low nibbles of qs[32c ..], then the high.
-                    let z = _mm512_broadcast_i64x4(_mm256_loadu_si256(
-                        qs.add(32 * c) as *const __m256i
-                    ));
-                    let q = _mm512_and_si512(_mm512_mask_srli_epi16(z, 0xFFFF_0000, z, 4), lo4);
+                    // Numbers 64c .. 64c + 64 (the low nibbles of qs[32c ..], then the
+                    // high; with their fifth bits for Q5_K).
+                    let (q, _) = k45_step(blk.qs, qh, &sc8, c, five);
                     _mm512_store_si512(plain.as_mut_ptr().add(4 * r + c) as *mut __m512i, q);
                 }
-                let (sc8, mn8) = k_scales_mins(&(*b).scales);
                 for j in 0..8 {
                     sc[j][r] = sc8[j] as i32;
                 }
                 for c in 0..4 {
                     mn[c][r] = mn8[2 * c] as u32 | (mn8[2 * c + 1] as u32) << 16;
                 }
-                let dp = &raw const (*b).d as *const u16;
+                let dp = blk.d as *const u16;
                 d[0][r] = f16_f32(dp.read_unaligned());
                 d[1][r] = f16_f32(dp.add(1).read_unaligned());
             }
@@ -235,6 +239,75 @@ pub(crate) unsafe fn q4_k_gemm16x4(dec: &Decoded16, acts: [&QuantizedActs; 4]) -
     let mut y = [[0.0f32; ROWS]; 4];
     for k in 0..4 {
         _mm512_storeu_ps(y[k].as_mut_ptr(), _mm512_sub_ps(acc[k], acc_m[k]));
+    }
+    y
+}
+
+/// The sixteen decoded Q4_K or Q5_K rows of `dec` times four activation rows `acts`
+/// (each prepared as Q8_K), in llama.cpp's tiled order (the twin `dot_k45_tiled`):
+/// per output one f32 chain, per block `r = fma(−dmin, float(M), d · float(S))` and
+/// `acc = fma(r, dx, acc)`, with the block's exact `S = Σ_j sc_j · Σ_{l ∈ j} q_l · qx_l`
+/// and `M = Σ_j mn_j · Σ_{l ∈ j} qx_l`. A lane is an output, as in [`q4_k_gemm16x4`].
+/// `y[k][r]`: activation row k with weight row r.
+///
+/// # Safety
+/// [`available`](super::available); `dec` filled with rows of `acts`' length.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn k45_tiled_gemm16x4(
+    dec: &Decoded16,
+    acts: [&QuantizedActs; 4],
+) -> [[f32; ROWS]; 4] {
+    let mut acc = [_mm512_setzero_ps(); 4];
+    for i in 0..dec.nb {
+        let q = dec.q.as_ptr().add(64 * i) as *const __m512i;
+        let xs: [*const i32; 4] =
+            std::array::from_fn(|k| acts[k].qs.as_ptr().add(256 * i) as *const i32);
+        let mut t = [_mm512_setzero_si512(); 4];
+        let mut m = [_mm512_setzero_si512(); 4];
+        for c in 0..4 {
+            for j in [2 * c, 2 * c + 1] {
+                // Two chains per activation row (even and odd quads), for the adder's
+                // latency; exact integers, so their order is free.
+                let mut s0 = [_mm512_setzero_si512(); 4];
+                let mut s1 = [_mm512_setzero_si512(); 4];
+                for p in (0..8).step_by(2) {
+                    let w0 = _mm512_load_si512(q.add(8 * j + p));
+                    let w1 = _mm512_load_si512(q.add(8 * j + p + 1));
+                    for k in 0..4 {
+                        let x0 = _mm512_set1_epi32(xs[k].add(8 * j + p).read_unaligned());
+                        let x1 = _mm512_set1_epi32(xs[k].add(8 * j + p + 1).read_unaligned());
+                        s0[k] = _mm512_dpbusd_epi32(s0[k], w0, x0);
+                        s1[k] = _mm512_dpbusd_epi32(s1[k], w1, x1);
+                    }
+                }
+                let scv = _mm512_load_si512(dec.sc.as_ptr().add(8 * i + j) as *const __m512i);
+                for k in 0..4 {
+                    let s = _mm512_add_epi32(s0[k], s1[k]);
+                    t[k] = _mm512_add_epi32(t[k], _mm512_mullo_epi32(s, scv));
+                }
+            }
+            // The minimums of sub-blocks 2c, 2c + 1 against each activation row's sums
+            // over them (each two 16-sums; |Σ| ≤ 32 · 128 fits an i16).
+            let mnv = _mm512_load_si512(dec.mn.as_ptr().add(4 * i + c) as *const __m512i);
+            for k in 0..4 {
+                let bs = &acts[k].bsums[16 * i + 4 * c..16 * i + 4 * c + 4];
+                let pair = ((bs[0] + bs[1]) as u16 as u32) | ((bs[2] + bs[3]) as u16 as u32) << 16;
+                m[k] =
+                    _mm512_add_epi32(m[k], _mm512_madd_epi16(mnv, _mm512_set1_epi32(pair as i32)));
+            }
+        }
+        let dv = _mm512_load_ps(dec.d.as_ptr().add(2 * i) as *const f32);
+        let dmv = _mm512_load_ps(dec.d.as_ptr().add(2 * i + 1) as *const f32);
+        for k in 0..4 {
+            // fnmadd: −(dmin · M) + d · S in one rounding, fma(−dmin, M, d · S).
+            let ds = _mm512_mul_ps(dv, _mm512_cvtepi32_ps(t[k]));
+            let r = _mm512_fnmadd_ps(dmv, _mm512_cvtepi32_ps(m[k]), ds);
+            acc[k] = _mm512_fmadd_ps(r, _mm512_set1_ps(acts[k].d[i]), acc[k]);
+        }
+    }
+    let mut y = [[0.0f32; ROWS]; 4];
+    for k in 0..4 {
+        _mm512_storeu_ps(y[k].as_mut_ptr(), acc[k]);
     }
     y
 }

@@ -41,7 +41,10 @@ pub(crate) unsafe fn q45_k_rows<const RA: usize>(
     five: bool,
     order: KOrder,
 ) -> [f32; RA] {
-    let mut acc: [avx2::K45Acc; RA] = std::array::from_fn(|_| avx2::K45Acc::new());
+    // Plain loops, not `array::from_fn` closures, wherever an intrinsic is inside: a
+    // closure does not inherit this function's target features, and here it was left
+    // a call per element (Q5_K's token product ran at 8 GB/s).
+    let mut acc = [avx2::K45Acc::new(); RA];
     // Four rows in llama.cpp's grouped order: their chains, lane k for row k.
     let (mut rows4, mut mins4) = (_mm_setzero_ps(), _mm_setzero_ps());
     for i in 0..acts[0].d.len() {
@@ -59,23 +62,23 @@ pub(crate) unsafe fn q45_k_rows<const RA: usize>(
         let mn16 = k45_mins16(&mn8);
         // Each minimum times its 16-group's sum, per activation row (16 lanes, step c in
         // 128-bit lane c).
-        let mv: [__m512i; RA] = std::array::from_fn(|k| {
-            let bs = _mm512_loadu_si512(acts[k].bsums.as_ptr().add(16 * i) as *const __m512i);
-            _mm512_mullo_epi32(mn16, bs)
-        });
+        let mut mv = [_mm512_setzero_si512(); RA];
+        for (m, a) in mv.iter_mut().zip(&acts) {
+            let bs = _mm512_loadu_si512(a.bsums.as_ptr().add(16 * i) as *const __m512i);
+            *m = _mm512_mullo_epi32(mn16, bs);
+        }
         let gemm4 = RA == 4 && order == KOrder::Gemm;
         // Four rows in the grouped order: the per-step sums come from one interleaving
         // (below); the others want each row's four step sums.
-        let mins: [[i32; 4]; RA] = std::array::from_fn(|k| {
-            let mut m = [0i32; 4];
-            if !gemm4 {
-                let v = _mm512_add_epi32(mv[k], _mm512_srli_epi64(mv[k], 32));
+        let mut mins = [[0i32; 4]; RA];
+        if !gemm4 {
+            for (m, &v) in mins.iter_mut().zip(&mv) {
+                let v = _mm512_add_epi32(v, _mm512_srli_epi64(v, 32));
                 let v = _mm512_add_epi32(v, _mm512_bsrli_epi128(v, 8));
                 let g = _mm512_maskz_compress_epi32(0x1111, v);
                 _mm_storeu_si128(m.as_mut_ptr() as *mut __m128i, _mm512_castsi512_si128(g));
             }
-            m
-        });
+        }
         // gemm4: the rows' scale products, lane k for row k.
         let dx4 = if gemm4 {
             _mm_set_ps(acts[3].d[i], acts[2].d[i], acts[1].d[i], acts[0].d[i])
@@ -136,7 +139,11 @@ pub(crate) unsafe fn q45_k_rows<const RA: usize>(
         _mm_storeu_ps(r.as_mut_ptr(), _mm_sub_ps(rows4, mins4));
         return std::array::from_fn(|k| r[k]);
     }
-    std::array::from_fn(|k| acc[k].finish(five, order))
+    let mut y = [0.0f32; RA];
+    for (y, acc) in y.iter_mut().zip(&acc) {
+        *y = acc.finish(five, order);
+    }
+    y
 }
 
 /// Each of a K-quant block's eight sub-block minimums `mn8` in its two 16-number
@@ -144,8 +151,10 @@ pub(crate) unsafe fn q45_k_rows<const RA: usize>(
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) unsafe fn k45_mins16(mn8: &[u8; 8]) -> __m512i {
-    let mn16: [i32; 16] = std::array::from_fn(|l| mn8[l / 2] as i32);
-    _mm512_loadu_si512(mn16.as_ptr() as *const __m512i)
+    // The eight bytes widened to i32 lanes 0..8, then each lane doubled.
+    let m8 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(mn8.as_ptr() as *const __m128i));
+    let twice = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    _mm512_permutexvar_epi32(twice, _mm512_castsi256_si512(m8))
 }
 
 /// Step `c` of a Q4_K (`five` false) or Q5_K block: its unsigned weights, numbers

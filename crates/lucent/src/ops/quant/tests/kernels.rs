@@ -170,7 +170,8 @@ fn repacked_token_products_equal_the_twin(
 /// activation rows outside whole fours through the one-row kernel) at every level, one
 /// thread and two, against the twin of each output, bit for bit: a repacked Q4_K
 /// matrix in llama.cpp's grouped order (whole fours; the `gemv` order for the rest)
-/// and a Q6_K matrix in its tiled order (8 rows or more; the token's order below), and
+/// Q4_K (not repacked) and Q5_K matrices in their tiled order (`k45_tiled_gemm16x4`; 8
+/// rows or more, the token's order below), a Q6_K matrix in its tiled order, and
 /// a repacked Q4_0 matrix (`q4_0_gemm16x4`; its one chain per output, under llama.cpp's
 /// numerics and the row-invariant ones).
 /// Row counts with and without whole sixteens (Q4_K's multiples of 8, else it is not
@@ -183,17 +184,29 @@ fn sixteen_row_prompt_products_of_every_level_equal_the_twin_bit_for_bit() -> Re
 
 fn sixteen_row_prompt_products_equal_the_twin(isa: Isa) -> Result<()> {
     let mut rng = StdRng::seed_from_u64(13);
-    for t in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q4_0] {
-        let twin = |w: &[u8], a: &QuantizedActs, r: usize, n: usize| match t {
-            GgmlType::Q4_K if r < n - n % 4 => reference::dot_q4_k_repacked(w, a, true),
-            GgmlType::Q4_K | GgmlType::Q4_0 => reference::repacked_kernels(t).0(w, a),
-            _ if n >= 8 => reference::dot_q6_k_tiled(w, a),
+    for t in [
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+        GgmlType::Q4_0,
+    ] {
+        let twin = |w: &[u8], a: &QuantizedActs, r: usize, n: usize, rows: usize| match t {
+            GgmlType::Q4_K if rows % 8 == 0 && r < n - n % 4 => {
+                reference::dot_q4_k_repacked(w, a, true)
+            }
+            GgmlType::Q4_K if rows % 8 == 0 => reference::repacked_kernels(t).0(w, a),
+            GgmlType::Q4_0 => reference::repacked_kernels(t).0(w, a),
+            GgmlType::Q4_K | GgmlType::Q5_K if n >= 8 => {
+                reference::dot_k45_tiled(w, a, t == GgmlType::Q5_K)
+            }
+            GgmlType::Q6_K if n >= 8 => reference::dot_q6_k_tiled(w, a),
             _ => reference::kernel(t)(w, a),
         };
-        let row_counts: &[usize] = if t == GgmlType::Q6_K {
-            &[15, 16, 37, 264]
-        } else {
-            &[8, 16, 40, 264]
+        // Q4_K: repacked (multiples of 8) and not (its tiled order from 8 prompt rows).
+        let row_counts: &[usize] = match t {
+            GgmlType::Q4_K => &[8, 15, 16, 37, 40, 264],
+            GgmlType::Q4_0 => &[8, 16, 40, 264],
+            _ => &[15, 16, 37, 264],
         };
         let (block, block_counts) = if t == GgmlType::Q4_0 {
             (QK, &[1usize, 3, 18, 33][..])
@@ -221,7 +234,7 @@ fn sixteen_row_prompt_products_equal_the_twin(isa: Isa) -> Result<()> {
                     for (r, x) in xs.chunks_exact(cols).enumerate() {
                         let a = m.prepare(x)?;
                         for i in 0..rows {
-                            let want = twin(m.row_bytes_of(i), &a, r, n);
+                            let want = twin(m.row_bytes_of(i), &a, r, n, rows);
                             assert_eq!(
                                 ys[r * rows + i].to_bits(),
                                 want.to_bits(),
