@@ -191,10 +191,10 @@ fn sixteen_row_prompt_products_equal_the_twin(isa: Isa) -> Result<()> {
         GgmlType::Q4_0,
     ] {
         let twin = |w: &[u8], a: &QuantizedActs, r: usize, n: usize, rows: usize| match t {
-            GgmlType::Q4_K if rows % 8 == 0 && r < n - n % 4 => {
+            GgmlType::Q4_K if rows.is_multiple_of(8) && r < n - n % 4 => {
                 reference::dot_q4_k_repacked(w, a, true)
             }
-            GgmlType::Q4_K if rows % 8 == 0 => reference::repacked_kernels(t).0(w, a),
+            GgmlType::Q4_K if rows.is_multiple_of(8) => reference::repacked_kernels(t).0(w, a),
             GgmlType::Q4_0 => reference::repacked_kernels(t).0(w, a),
             GgmlType::Q4_K | GgmlType::Q5_K if n >= 8 => {
                 reference::dot_k45_tiled(w, a, t == GgmlType::Q5_K)
