@@ -30,10 +30,13 @@
 use std::arch::x86_64::*;
 
 use super::kquant::k45_step;
+use super::lowbit::{iq4_xs_step, q3_k_step};
 use super::Chunk;
 use crate::ops::quant::activations::QuantizedActs;
 use crate::ops::quant::avx2::K45Ptr;
-use crate::tensor::quant::{k_scales_mins, BlockQ6_K};
+use crate::tensor::quant::{
+    k_scales_mins, q3_k_scales, BlockIQ4_XS, BlockQ3_K, BlockQ6_K, GgmlType, KVALUES_IQ4NL,
+};
 
 /// Weight rows a call multiplies.
 pub(crate) const ROWS: usize = 16;
@@ -312,12 +315,16 @@ pub(crate) unsafe fn k45_tiled_gemm16x4(
     y
 }
 
-/// Sixteen Q6_K rows decoded for [`q6_k_gemm16x4`], per 256-block: the 64 registers of
-/// interleaved numbers (0 ..= 63, the `− 32` not yet taken), the sixteen groups'
-/// scales as i32 lanes, the eight pairs of groups' scales as i16 pairs, and `d`
-/// widened to f32.
+/// Sixteen rows of a 256-block type whose groups of 16 have one signed scale each and
+/// no minimum (Q6_K, Q3_K, IQ4_XS) decoded for [`q6_k_gemm16x4`], per 256-block: the
+/// 64 registers of interleaved numbers as unsigned `u = w + o` (Q6_K: q, o = 32; Q3_K:
+/// q, o = 4; IQ4_XS: its table's value + 128, o = 128; the `− o` not yet taken), the
+/// sixteen groups' scales as i32 lanes, the eight pairs of groups' scales as i16
+/// pairs, and `d` widened to f32.
 #[derive(Default)]
 pub(crate) struct Decoded16Q6 {
+    /// log2 of the offset `o` (5, 2 or 7).
+    shift: i32,
     /// (nb, 64) registers: lane r holds row r's numbers 4j .. 4j + 4 as bytes.
     q: Vec<Chunk>,
     /// (nb, 16) registers: lane r holds row r's scale of group g (16 numbers) as an i32.
@@ -339,6 +346,7 @@ impl Decoded16Q6 {
     pub(crate) unsafe fn fill(&mut self, rows: [&[u8]; ROWS], nb: usize) {
         let zero = Chunk([0; 64]);
         self.nb = nb;
+        self.shift = 5;
         self.q.resize(64 * nb, zero);
         self.sc.resize(16 * nb, zero);
         self.sc2.resize(8 * nb, zero);
@@ -403,11 +411,90 @@ impl Decoded16Q6 {
     }
 }
 
-/// The sixteen decoded Q6_K rows of `dec` times four activation rows `acts` (each
-/// prepared as Q8_K), in llama.cpp's tiled order (the twin `dot_q6_k_tiled`): per
-/// block `acc = fma(d · float(S), dx, acc)`, S the block's exact
-/// `Σ_g sc_g · Σ_{l ∈ g} (q_l − 32) · qx_l`, here `Σ_g sc_g · Σ q · qx − 32 · Σ_g sc_g ·
-/// Σ_{l ∈ g} qx_l` (the stored 16-sums). `y[k][r]`: activation row k with weight row r.
+impl Decoded16Q6 {
+    /// Decode `rows` (each `nb` blocks of `t`: Q3_K or IQ4_XS), replacing what was held.
+    ///
+    /// # Safety
+    /// [`available`](super::available); every row is at least `nb` blocks of `t`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    pub(crate) unsafe fn fill_k16(&mut self, t: GgmlType, rows: [&[u8]; ROWS], nb: usize) {
+        let zero = Chunk([0; 64]);
+        let iq4 = t == GgmlType::IQ4_XS;
+        self.nb = nb;
+        self.shift = if iq4 { 7 } else { 2 };
+        self.q.resize(64 * nb, zero);
+        self.sc.resize(16 * nb, zero);
+        self.sc2.resize(8 * nb, zero);
+        self.d.resize(nb, zero);
+        let bytes = t.block_bytes();
+        // IQ4_XS's table, each value + 128 (1 ..= 241: unsigned bytes).
+        let mut plus = [0u8; 16];
+        for (p, &k) in plus.iter_mut().zip(KVALUES_IQ4NL.iter()) {
+            *p = (k as i16 + 128) as u8;
+        }
+        let table = _mm512_broadcast_i32x4(_mm_loadu_si128(plus.as_ptr() as *const __m128i));
+        let mut plain = [Chunk([0; 64]); 4 * ROWS];
+        for i in 0..nb {
+            let mut sc = [[0i32; ROWS]; 16];
+            let mut sc2 = [[0u32; ROWS]; 8];
+            let mut d = [0.0f32; ROWS];
+            for (r, row) in rows.iter().enumerate() {
+                let blk = row.as_ptr().add(bytes * i);
+                let (scales, dh): ([i8; 16], u16) = if iq4 {
+                    let b = &*(blk as *const BlockIQ4_XS);
+                    let sub = b.sub_scales();
+                    let mut g16 = [0i8; 16];
+                    for (g, v) in g16.iter_mut().enumerate() {
+                        *v = sub[g / 2];
+                    }
+                    (g16, (&raw const b.d as *const u16).read_unaligned())
+                } else {
+                    let b = &*(blk as *const BlockQ3_K);
+                    (
+                        q3_k_scales(&b.scales),
+                        (&raw const b.d as *const u16).read_unaligned(),
+                    )
+                };
+                for s in 0..4 {
+                    let u = if iq4 {
+                        _mm512_shuffle_epi8(table, iq4_xs_step(&*(blk as *const BlockIQ4_XS), s))
+                    } else {
+                        q3_k_step(&*(blk as *const BlockQ3_K), s)
+                    };
+                    _mm512_store_si512(plain.as_mut_ptr().add(4 * r + s) as *mut __m512i, u);
+                }
+                for g in 0..16 {
+                    sc[g][r] = scales[g] as i32;
+                }
+                for h in 0..8 {
+                    sc2[h][r] = scales[2 * h] as i16 as u16 as u32
+                        | (scales[2 * h + 1] as i16 as u16 as u32) << 16;
+                }
+                d[r] = f16_f32(dh);
+            }
+            interleave(&plain, &mut self.q[64 * i..64 * i + 64]);
+            for (g, v) in sc.iter().enumerate() {
+                let v = _mm512_loadu_si512(v.as_ptr() as *const __m512i);
+                _mm512_store_si512(self.sc.as_mut_ptr().add(16 * i + g) as *mut __m512i, v);
+            }
+            for (h, v) in sc2.iter().enumerate() {
+                let v = _mm512_loadu_si512(v.as_ptr() as *const __m512i);
+                _mm512_store_si512(self.sc2.as_mut_ptr().add(8 * i + h) as *mut __m512i, v);
+            }
+            _mm512_store_ps(
+                self.d.as_mut_ptr().add(i) as *mut f32,
+                _mm512_loadu_ps(d.as_ptr()),
+            );
+        }
+    }
+}
+
+/// The sixteen decoded Q6_K (or Q3_K, IQ4_XS) rows of `dec` times four activation rows
+/// `acts` (each prepared as Q8_K), in llama.cpp's tiled order (the twins
+/// `dot_q6_k_tiled`, `dot_k16_tiled`): per block `acc = fma(d · float(S), dx, acc)`, S
+/// the block's exact `Σ_g sc_g · Σ_{l ∈ g} (u_l − o) · qx_l`, here `Σ_g sc_g · Σ u · qx −
+/// o · Σ_g sc_g · Σ_{l ∈ g} qx_l` (the stored 16-sums). `y[k][r]`: activation row k
+/// with weight row r.
 ///
 /// # Safety
 /// [`available`](super::available); `dec` filled with rows of `acts`' length.
@@ -452,7 +539,7 @@ pub(crate) unsafe fn q6_k_gemm16x4(
                 let pair = (bs[2 * h] as u16 as u32) | (bs[2 * h + 1] as u16 as u32) << 16;
                 off = _mm512_add_epi32(off, _mm512_madd_epi16(sc2, _mm512_set1_epi32(pair as i32)));
             }
-            let s = _mm512_sub_epi32(t[k], _mm512_slli_epi32(off, 5));
+            let s = _mm512_sub_epi32(t[k], _mm512_sll_epi32(off, _mm_cvtsi32_si128(dec.shift)));
             let ds = _mm512_mul_ps(dv, _mm512_cvtepi32_ps(s));
             acc[k] = _mm512_fmadd_ps(ds, _mm512_set1_ps(acts[k].d[i]), acc[k]);
         }

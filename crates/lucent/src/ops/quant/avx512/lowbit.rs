@@ -44,6 +44,48 @@ struct Step {
     sc: __m512i,
 }
 
+/// Step `s` (numbers 64s .. 64s + 64, in order) of a Q3_K block as `q = w + 4`
+/// (0 ..= 7): two bits from `qs`, the third from `hmask`.
+///
+/// # Safety
+/// AVX-512 F/BW/VL/VNNI.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn q3_k_step(b: &BlockQ3_K, s: usize) -> __m512i {
+    let (n, h) = ((s / 2) as i16, (s % 2) as i16);
+    let bits = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+        b.qs.as_ptr().add(32 * (s / 2)) as *const __m256i
+    ));
+    let hm = _mm512_broadcast_i64x4(_mm256_loadu_si256(b.hmask.as_ptr() as *const __m256i));
+    let q = _mm512_and_si512(
+        _mm512_srlv_epi16(bits, halves(4 * h, 4 * h + 2)),
+        _mm512_set1_epi8(3),
+    );
+    let hb = _mm512_and_si512(
+        _mm512_srlv_epi16(hm, halves(4 * n + 2 * h, 4 * n + 2 * h + 1)),
+        _mm512_set1_epi8(1),
+    );
+    _mm512_or_si512(q, _mm512_slli_epi16(hb, 2))
+}
+
+/// Step `s` (numbers 64s .. 64s + 64, in order: sub-blocks 2s and 2s + 1) of an
+/// IQ4_XS block as its 4-bit table indices, one a byte.
+///
+/// # Safety
+/// AVX-512 F/BW/VL/VNNI.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn iq4_xs_step(b: &BlockIQ4_XS, s: usize) -> __m512i {
+    let v = _mm256_loadu_si256(b.qs.as_ptr().add(32 * s) as *const __m256i);
+    let m4 = _mm256_set1_epi8(0x0F);
+    let lo = _mm256_and_si256(v, m4);
+    let hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    // [lo 0..16, lo 16..32, hi 0..16, hi 16..32] → [lo, hi of sub-block 2s, lo, hi of
+    // 2s + 1]: each sub-block's numbers 0..16 then 16..32.
+    let z = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    _mm512_shuffle_i64x2(z, z, 0b11_01_10_00)
+}
+
 /// The eight i32 lanes (the twins' `k16_parts` lanes) of a block of `t` at `blk` against
 /// each of `RA` activation rows (256 values at each `xq`), and the block's `d`, `dmin`.
 ///
@@ -87,7 +129,7 @@ unsafe fn block_lanes<const RA: usize>(
     let sc16 = _mm512_castsi256_si512(sc16);
     let table = _mm512_broadcast_i32x4(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i));
     for s in 0..4 {
-        let (n, h) = ((s / 2) as i16, (s % 2) as i16);
+        let h = (s % 2) as i16;
         let sc = _mm512_permutexvar_epi16(group_words(4 * s as i16), sc16);
         let step = match t {
             GgmlType::Q2_K => {
@@ -104,18 +146,7 @@ unsafe fn block_lanes<const RA: usize>(
                 }
             }
             GgmlType::Q3_K => {
-                let b = &*(blk as *const BlockQ3_K);
-                let bits = _mm512_broadcast_i64x4(_mm256_loadu_si256(
-                    b.qs.as_ptr().add(32 * (s / 2)) as *const __m256i,
-                ));
-                let hm =
-                    _mm512_broadcast_i64x4(_mm256_loadu_si256(b.hmask.as_ptr() as *const __m256i));
-                let q = _mm512_and_si512(_mm512_srlv_epi16(bits, halves(4 * h, 4 * h + 2)), m3);
-                let hb = _mm512_and_si512(
-                    _mm512_srlv_epi16(hm, halves(4 * n + 2 * h, 4 * n + 2 * h + 1)),
-                    _mm512_set1_epi8(1),
-                );
-                let q = _mm512_or_si512(q, _mm512_slli_epi16(hb, 2));
+                let q = q3_k_step(&*(blk as *const BlockQ3_K), s);
                 Step {
                     w: q,
                     neg: 0,
@@ -124,15 +155,7 @@ unsafe fn block_lanes<const RA: usize>(
                 }
             }
             _ => {
-                let b = &*(blk as *const BlockIQ4_XS);
-                let v = _mm256_loadu_si256(b.qs.as_ptr().add(32 * s) as *const __m256i);
-                let m4 = _mm256_set1_epi8(0x0F);
-                let lo = _mm256_and_si256(v, m4);
-                let hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-                // [lo 0..16, lo 16..32, hi 0..16, hi 16..32] → [lo, hi of sub-block 2s,
-                // lo, hi of 2s + 1]: each sub-block's numbers 0..16 then 16..32.
-                let z = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-                let idx = _mm512_shuffle_i64x2(z, z, 0b11_01_10_00);
+                let idx = iq4_xs_step(&*(blk as *const BlockIQ4_XS), s);
                 let w = _mm512_shuffle_epi8(table, idx);
                 Step {
                     w: _mm512_abs_epi8(w),
