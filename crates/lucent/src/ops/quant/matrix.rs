@@ -1270,8 +1270,8 @@ impl QMatrix {
         // Repacked Q4_K in llama.cpp's grouped order and Q6_K in its tiled order (8
         // prompt rows or more): whole groups of weight rows decoded once and met by every
         // four activation rows, sixteen rows a group on AVX-512 (`avx512::kgemm`), eight
-        // on AVX2 (`avx2_kgemm`). On AVX-512 also Q4_K (not repacked), Q5_K, Q3_K and
-        // IQ4_XS in their tiled order, and repacked Q4_0 (its repacked order: one chain
+        // on AVX2 (`avx2_kgemm`). On AVX-512 also Q4_K (not repacked), Q5_K, Q2_K, Q3_K
+        // and IQ4_XS in their tiled order, and repacked Q4_0 (its repacked order: one chain
         // per output, whatever the rows).
         #[cfg(target_arch = "x86_64")]
         if let Some(k4) = k4 {
@@ -1279,7 +1279,9 @@ impl QMatrix {
             let tiled = !numerics.row_invariant() && t >= TILED_MIN_ROWS;
             let grouped = match self.dtype {
                 GgmlType::Q4_K => !numerics.row_invariant() && (self.repacked() || (wide && tiled)),
-                GgmlType::Q5_K | GgmlType::Q3_K | GgmlType::IQ4_XS => wide && tiled,
+                GgmlType::Q5_K | GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::IQ4_XS => {
+                    wide && tiled
+                }
                 GgmlType::Q6_K => tiled,
                 // One chain per output whatever the rows (row-invariant as it is).
                 GgmlType::Q4_0 => wide && self.repacked(),
@@ -1316,13 +1318,14 @@ impl QMatrix {
                             |d: &mut a5::Decoded16, rows| d.fill(rows, nb, five),
                             |d, x| a5::k45_tiled_gemm16x4(d, x),
                         ),
-                        (GgmlType::Q3_K | GgmlType::IQ4_XS, _) => self.prompt_in_groups(
-                            out,
-                            acts,
-                            kk,
-                            |d: &mut a5::Decoded16Q6, rows| d.fill_k16(self.dtype, rows, nb),
-                            |d, x| a5::q6_k_gemm16x4(d, x),
-                        ),
+                        (GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::IQ4_XS, _) => self
+                            .prompt_in_groups(
+                                out,
+                                acts,
+                                kk,
+                                |d: &mut a5::Decoded16Q6, rows| d.fill_k16(self.dtype, rows, nb),
+                                |d, x| a5::q6_k_gemm16x4(d, x),
+                            ),
                         (GgmlType::Q4_0, _) => self.prompt_in_groups(
                             out,
                             acts,

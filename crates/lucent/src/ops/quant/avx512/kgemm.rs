@@ -30,12 +30,13 @@
 use std::arch::x86_64::*;
 
 use super::kquant::k45_step;
-use super::lowbit::{iq4_xs_step, q3_k_step};
+use super::lowbit::{iq4_xs_step, q2_k_step, q3_k_step};
 use super::Chunk;
 use crate::ops::quant::activations::QuantizedActs;
 use crate::ops::quant::avx2::K45Ptr;
 use crate::tensor::quant::{
-    k_scales_mins, q3_k_scales, BlockIQ4_XS, BlockQ3_K, BlockQ6_K, GgmlType, KVALUES_IQ4NL,
+    k_scales_mins, q3_k_scales, BlockIQ4_XS, BlockQ2_K, BlockQ3_K, BlockQ6_K, GgmlType,
+    KVALUES_IQ4NL,
 };
 
 /// Weight rows a call multiplies.
@@ -325,6 +326,11 @@ pub(crate) unsafe fn k45_tiled_gemm16x4(
 pub(crate) struct Decoded16Q6 {
     /// log2 of the offset `o` (5, 2 or 7).
     shift: i32,
+    /// Q2_K: the type has minimums (then `sc2` holds them, `o` is 0, and `dmin`
+    /// is filled).
+    has_min: bool,
+    /// Q2_K: (nb) registers, each row's `dmin` as an f32 lane.
+    dmin: Vec<Chunk>,
     /// (nb, 64) registers: lane r holds row r's numbers 4j .. 4j + 4 as bytes.
     q: Vec<Chunk>,
     /// (nb, 16) registers: lane r holds row r's scale of group g (16 numbers) as an i32.
@@ -347,6 +353,7 @@ impl Decoded16Q6 {
         let zero = Chunk([0; 64]);
         self.nb = nb;
         self.shift = 5;
+        self.has_min = false;
         self.q.resize(64 * nb, zero);
         self.sc.resize(16 * nb, zero);
         self.sc2.resize(8 * nb, zero);
@@ -412,7 +419,9 @@ impl Decoded16Q6 {
 }
 
 impl Decoded16Q6 {
-    /// Decode `rows` (each `nb` blocks of `t`: Q3_K or IQ4_XS), replacing what was held.
+    /// Decode `rows` (each `nb` blocks of `t`: Q2_K, Q3_K or IQ4_XS), replacing what was
+    /// held. Q2_K's groups keep their minimums where the others keep the scale pairs of
+    /// the offset (`sc2`): its numbers are unsigned as they are.
     ///
     /// # Safety
     /// [`available`](super::available); every row is at least `nb` blocks of `t`.
@@ -422,6 +431,8 @@ impl Decoded16Q6 {
         let iq4 = t == GgmlType::IQ4_XS;
         self.nb = nb;
         self.shift = if iq4 { 7 } else { 2 };
+        self.has_min = t == GgmlType::Q2_K;
+        self.dmin.resize(if self.has_min { nb } else { 0 }, zero);
         self.q.resize(64 * nb, zero);
         self.sc.resize(16 * nb, zero);
         self.sc2.resize(8 * nb, zero);
@@ -438,9 +449,22 @@ impl Decoded16Q6 {
             let mut sc = [[0i32; ROWS]; 16];
             let mut sc2 = [[0u32; ROWS]; 8];
             let mut d = [0.0f32; ROWS];
+            let mut dmin = [0.0f32; ROWS];
             for (r, row) in rows.iter().enumerate() {
                 let blk = row.as_ptr().add(bytes * i);
-                let (scales, dh): ([i8; 16], u16) = if iq4 {
+                // The groups' scales, and what `sc2` pairs: the scales (the offset's
+                // factors) or Q2_K's minimums.
+                let mut pairs = [0i8; 16];
+                let (scales, dh): ([i8; 16], u16) = if self.has_min {
+                    let b = &*(blk as *const BlockQ2_K);
+                    let mut sc = [0i8; 16];
+                    for (g, (sc, mn)) in sc.iter_mut().zip(pairs.iter_mut()).enumerate() {
+                        *sc = (b.scales[g] & 0x0F) as i8;
+                        *mn = (b.scales[g] >> 4) as i8;
+                    }
+                    dmin[r] = f16_f32((&raw const b.dmin as *const u16).read_unaligned());
+                    (sc, (&raw const b.d as *const u16).read_unaligned())
+                } else if iq4 {
                     let b = &*(blk as *const BlockIQ4_XS);
                     let sub = b.sub_scales();
                     let mut g16 = [0i8; 16];
@@ -455,8 +479,13 @@ impl Decoded16Q6 {
                         (&raw const b.d as *const u16).read_unaligned(),
                     )
                 };
+                if !self.has_min {
+                    pairs = scales;
+                }
                 for s in 0..4 {
-                    let u = if iq4 {
+                    let u = if self.has_min {
+                        q2_k_step(&*(blk as *const BlockQ2_K), s)
+                    } else if iq4 {
                         _mm512_shuffle_epi8(table, iq4_xs_step(&*(blk as *const BlockIQ4_XS), s))
                     } else {
                         q3_k_step(&*(blk as *const BlockQ3_K), s)
@@ -467,8 +496,8 @@ impl Decoded16Q6 {
                     sc[g][r] = scales[g] as i32;
                 }
                 for h in 0..8 {
-                    sc2[h][r] = scales[2 * h] as i16 as u16 as u32
-                        | (scales[2 * h + 1] as i16 as u16 as u32) << 16;
+                    sc2[h][r] = pairs[2 * h] as i16 as u16 as u32
+                        | (pairs[2 * h + 1] as i16 as u16 as u32) << 16;
                 }
                 d[r] = f16_f32(dh);
             }
@@ -485,16 +514,23 @@ impl Decoded16Q6 {
                 self.d.as_mut_ptr().add(i) as *mut f32,
                 _mm512_loadu_ps(d.as_ptr()),
             );
+            if self.has_min {
+                _mm512_store_ps(
+                    self.dmin.as_mut_ptr().add(i) as *mut f32,
+                    _mm512_loadu_ps(dmin.as_ptr()),
+                );
+            }
         }
     }
 }
 
-/// The sixteen decoded Q6_K (or Q3_K, IQ4_XS) rows of `dec` times four activation rows
+/// The sixteen decoded Q6_K (or Q3_K, IQ4_XS, Q2_K) rows of `dec` times four activation rows
 /// `acts` (each prepared as Q8_K), in llama.cpp's tiled order (the twins
 /// `dot_q6_k_tiled`, `dot_k16_tiled`): per block `acc = fma(d · float(S), dx, acc)`, S
 /// the block's exact `Σ_g sc_g · Σ_{l ∈ g} (u_l − o) · qx_l`, here `Σ_g sc_g · Σ u · qx −
-/// o · Σ_g sc_g · Σ_{l ∈ g} qx_l` (the stored 16-sums). `y[k][r]`: activation row k
-/// with weight row r.
+/// o · Σ_g sc_g · Σ_{l ∈ g} qx_l` (the stored 16-sums). Q2_K (minimums, no offset):
+/// `r = fma(−dmin, float(M), d · float(S))`, `M = Σ_g mn_g · Σ_{l ∈ g} qx_l`, then
+/// `acc = fma(r, dx, acc)`. `y[k][r]`: activation row k with weight row r.
 ///
 /// # Safety
 /// [`available`](super::available); `dec` filled with rows of `acts`' length.
@@ -539,9 +575,16 @@ pub(crate) unsafe fn q6_k_gemm16x4(
                 let pair = (bs[2 * h] as u16 as u32) | (bs[2 * h + 1] as u16 as u32) << 16;
                 off = _mm512_add_epi32(off, _mm512_madd_epi16(sc2, _mm512_set1_epi32(pair as i32)));
             }
-            let s = _mm512_sub_epi32(t[k], _mm512_sll_epi32(off, _mm_cvtsi32_si128(dec.shift)));
-            let ds = _mm512_mul_ps(dv, _mm512_cvtepi32_ps(s));
-            acc[k] = _mm512_fmadd_ps(ds, _mm512_set1_ps(acts[k].d[i]), acc[k]);
+            let r = if dec.has_min {
+                // `off` is M: fnmadd gives fma(−dmin, M, d · S) in one rounding.
+                let ds = _mm512_mul_ps(dv, _mm512_cvtepi32_ps(t[k]));
+                let dmv = _mm512_load_ps(dec.dmin.as_ptr().add(i) as *const f32);
+                _mm512_fnmadd_ps(dmv, _mm512_cvtepi32_ps(off), ds)
+            } else {
+                let s = _mm512_sub_epi32(t[k], _mm512_sll_epi32(off, _mm_cvtsi32_si128(dec.shift)));
+                _mm512_mul_ps(dv, _mm512_cvtepi32_ps(s))
+            };
+            acc[k] = _mm512_fmadd_ps(r, _mm512_set1_ps(acts[k].d[i]), acc[k]);
         }
     }
     let mut y = [[0.0f32; ROWS]; 4];

@@ -44,6 +44,23 @@ struct Step {
     sc: __m512i,
 }
 
+/// Step `s` (numbers 64s .. 64s + 64, in order) of a Q2_K block: its 2-bit `q`.
+///
+/// # Safety
+/// AVX-512 F/BW/VL/VNNI.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn q2_k_step(b: &BlockQ2_K, s: usize) -> __m512i {
+    let h = (s % 2) as i16;
+    let bits = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+        b.qs.as_ptr().add(32 * (s / 2)) as *const __m256i
+    ));
+    _mm512_and_si512(
+        _mm512_srlv_epi16(bits, halves(4 * h, 4 * h + 2)),
+        _mm512_set1_epi8(3),
+    )
+}
+
 /// Step `s` (numbers 64s .. 64s + 64, in order) of a Q3_K block as `q = w + 4`
 /// (0 ..= 7): two bits from `qs`, the third from `hmask`.
 ///
@@ -100,7 +117,6 @@ unsafe fn block_lanes<const RA: usize>(
     xq: [*const i8; RA],
 ) -> (f32, f32, [__m256i; RA]) {
     let mut sumi = [_mm512_setzero_si512(); RA];
-    let m3 = _mm512_set1_epi8(3);
     let (d, dmin, sc16) = match t {
         GgmlType::Q2_K => {
             let b = &*(blk as *const BlockQ2_K);
@@ -129,15 +145,10 @@ unsafe fn block_lanes<const RA: usize>(
     let sc16 = _mm512_castsi256_si512(sc16);
     let table = _mm512_broadcast_i32x4(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i));
     for s in 0..4 {
-        let h = (s % 2) as i16;
         let sc = _mm512_permutexvar_epi16(group_words(4 * s as i16), sc16);
         let step = match t {
             GgmlType::Q2_K => {
-                let b = &*(blk as *const BlockQ2_K);
-                let bits = _mm512_broadcast_i64x4(_mm256_loadu_si256(
-                    b.qs.as_ptr().add(32 * (s / 2)) as *const __m256i,
-                ));
-                let q = _mm512_and_si512(_mm512_srlv_epi16(bits, halves(4 * h, 4 * h + 2)), m3);
+                let q = q2_k_step(&*(blk as *const BlockQ2_K), s);
                 Step {
                     w: q,
                     neg: 0,

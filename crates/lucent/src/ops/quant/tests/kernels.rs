@@ -12,7 +12,7 @@ use crate::ops::quant::dispatch::{
 };
 use crate::ops::quant::{avx512, reference, QMatrix};
 use crate::runtime::Isa;
-use crate::tensor::quant::{BlockIQ4_XS, BlockQ3_K, GgmlType, QK, QK_K};
+use crate::tensor::quant::{BlockIQ4_XS, BlockQ2_K, BlockQ3_K, GgmlType, QK, QK_K};
 use crate::Result;
 
 /// `rows` random rows of `t` with finite f16 scales (and minimums) in every block.
@@ -171,8 +171,8 @@ fn repacked_token_products_equal_the_twin(
 /// thread and two, against the twin of each output, bit for bit: a repacked Q4_K
 /// matrix in llama.cpp's grouped order (whole fours; the `gemv` order for the rest)
 /// Q4_K (not repacked) and Q5_K matrices in their tiled order (`k45_tiled_gemm16x4`; 8
-/// rows or more, the token's order below), Q6_K, Q3_K and IQ4_XS matrices in their
-/// tiled order (`q6_k_gemm16x4`), and
+/// rows or more, the token's order below), Q6_K, Q2_K, Q3_K and IQ4_XS matrices in
+/// their tiled order (`q6_k_gemm16x4`), and
 /// a repacked Q4_0 matrix (`q4_0_gemm16x4`; its one chain per output, under llama.cpp's
 /// numerics and the row-invariant ones).
 /// Row counts with and without whole sixteens (Q4_K's multiples of 8, else it is not
@@ -189,6 +189,7 @@ fn sixteen_row_prompt_products_equal_the_twin(isa: Isa) -> Result<()> {
         GgmlType::Q4_K,
         GgmlType::Q5_K,
         GgmlType::Q6_K,
+        GgmlType::Q2_K,
         GgmlType::Q3_K,
         GgmlType::IQ4_XS,
         GgmlType::Q4_0,
@@ -203,6 +204,7 @@ fn sixteen_row_prompt_products_equal_the_twin(isa: Isa) -> Result<()> {
                 reference::dot_k45_tiled(w, a, t == GgmlType::Q5_K)
             }
             GgmlType::Q6_K if n >= 8 => reference::dot_q6_k_tiled(w, a),
+            GgmlType::Q2_K if n >= 8 => reference::dot_k16_tiled::<BlockQ2_K>(w, a),
             GgmlType::Q3_K if n >= 8 => reference::dot_k16_tiled::<BlockQ3_K>(w, a),
             GgmlType::IQ4_XS if n >= 8 => reference::dot_k16_tiled::<BlockIQ4_XS>(w, a),
             _ => reference::kernel(t)(w, a),
