@@ -24,9 +24,11 @@ if [ ! -s "$FILE" ]; then
     VENV="$(bash "$ROOT/scripts/bench-venv-llama.sh")"
     QUANTIZE="$(bash "$ROOT/scripts/build-llama-server.sh" llama-quantize)"
     echo "writing $SHAPE (Q8_0) and quantising it to $QUANT with $QUANTIZE ..." >&2
-    "$VENV/bin/python" "$ROOT/scripts/make_gguf_shape.py" "$SHAPE" "$DIR/$SHAPE-Q8_0.gguf"
-    "$QUANTIZE" --allow-requantize "$DIR/$SHAPE-Q8_0.gguf" "$FILE.part" "$QUANT" >&2
+    # The Q8_0 source under its own name, so that QUANT=Q8_0 does not remove its result.
+    SOURCE="$DIR/$SHAPE-source-Q8_0.gguf"
+    "$VENV/bin/python" "$ROOT/scripts/make_gguf_shape.py" "$SHAPE" "$SOURCE"
+    "$QUANTIZE" --allow-requantize "$SOURCE" "$FILE.part" "$QUANT" >&2
     mv "$FILE.part" "$FILE"
-    rm -f "$DIR/$SHAPE-Q8_0.gguf"
+    rm -f "$SOURCE"
 fi
 MODEL="$FILE" exec bash "$ROOT/scripts/bench-generate-peer.sh"
