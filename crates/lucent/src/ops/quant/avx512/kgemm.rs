@@ -185,6 +185,41 @@ unsafe fn f16_f32(h: u16) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
 }
 
+/// The sums of quads `first .. first + n` (`n` even) of interleaved registers `q` (lane
+/// r: row r's four numbers of the quad) with four activation rows, each row's four
+/// numbers of the quad at `xs[k]` broadcast to every lane: one `vpdpbusd` a quad and
+/// row, in two chains (even and odd quads) for the adder's latency. Exact integers, so
+/// the order is free.
+///
+/// # Safety
+/// [`available`](super::available); `q` holds the quads, each `xs[k]` their numbers.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn quad_sums(
+    q: *const __m512i,
+    xs: &[*const i32; 4],
+    first: usize,
+    n: usize,
+) -> [__m512i; 4] {
+    let mut s0 = [_mm512_setzero_si512(); 4];
+    let mut s1 = [_mm512_setzero_si512(); 4];
+    for p in (first..first + n).step_by(2) {
+        let w0 = _mm512_load_si512(q.add(p));
+        let w1 = _mm512_load_si512(q.add(p + 1));
+        for k in 0..4 {
+            let x0 = _mm512_set1_epi32(xs[k].add(p).read_unaligned());
+            let x1 = _mm512_set1_epi32(xs[k].add(p + 1).read_unaligned());
+            s0[k] = _mm512_dpbusd_epi32(s0[k], w0, x0);
+            s1[k] = _mm512_dpbusd_epi32(s1[k], w1, x1);
+        }
+    }
+    let mut s = [_mm512_setzero_si512(); 4];
+    for k in 0..4 {
+        s[k] = _mm512_add_epi32(s0[k], s1[k]);
+    }
+    s
+}
+
 /// The sixteen decoded rows of `dec` times four activation rows `acts` (each prepared
 /// as Q8_K for them), in the grouped order (module docs): `y[k][r]` is activation row
 /// k's product with weight row r.
@@ -208,24 +243,10 @@ pub(crate) unsafe fn q4_k_gemm16x4(dec: &Decoded16, acts: [&QuantizedActs; 4]) -
         for c in 0..4 {
             let mut t = [_mm512_setzero_si512(); 4];
             for j in [2 * c, 2 * c + 1] {
-                // Two chains per activation row (even and odd quads), for the adder's
-                // latency; exact integers, so their order is free.
-                let mut s0 = [_mm512_setzero_si512(); 4];
-                let mut s1 = [_mm512_setzero_si512(); 4];
-                for p in (0..8).step_by(2) {
-                    let w0 = _mm512_load_si512(q.add(8 * j + p));
-                    let w1 = _mm512_load_si512(q.add(8 * j + p + 1));
-                    for k in 0..4 {
-                        let x0 = _mm512_set1_epi32(xs[k].add(8 * j + p).read_unaligned());
-                        let x1 = _mm512_set1_epi32(xs[k].add(8 * j + p + 1).read_unaligned());
-                        s0[k] = _mm512_dpbusd_epi32(s0[k], w0, x0);
-                        s1[k] = _mm512_dpbusd_epi32(s1[k], w1, x1);
-                    }
-                }
+                let s = quad_sums(q, &xs, 8 * j, 8);
                 let scv = _mm512_load_si512(dec.sc.as_ptr().add(8 * i + j) as *const __m512i);
                 for k in 0..4 {
-                    let s = _mm512_add_epi32(s0[k], s1[k]);
-                    t[k] = _mm512_add_epi32(t[k], _mm512_mullo_epi32(s, scv));
+                    t[k] = _mm512_add_epi32(t[k], _mm512_mullo_epi32(s[k], scv));
                 }
             }
             // The minimums of sub-blocks 2c, 2c + 1 against each activation row's sums
@@ -270,24 +291,10 @@ pub(crate) unsafe fn k45_tiled_gemm16x4(
         let mut m = [_mm512_setzero_si512(); 4];
         for c in 0..4 {
             for j in [2 * c, 2 * c + 1] {
-                // Two chains per activation row (even and odd quads), for the adder's
-                // latency; exact integers, so their order is free.
-                let mut s0 = [_mm512_setzero_si512(); 4];
-                let mut s1 = [_mm512_setzero_si512(); 4];
-                for p in (0..8).step_by(2) {
-                    let w0 = _mm512_load_si512(q.add(8 * j + p));
-                    let w1 = _mm512_load_si512(q.add(8 * j + p + 1));
-                    for k in 0..4 {
-                        let x0 = _mm512_set1_epi32(xs[k].add(8 * j + p).read_unaligned());
-                        let x1 = _mm512_set1_epi32(xs[k].add(8 * j + p + 1).read_unaligned());
-                        s0[k] = _mm512_dpbusd_epi32(s0[k], w0, x0);
-                        s1[k] = _mm512_dpbusd_epi32(s1[k], w1, x1);
-                    }
-                }
+                let s = quad_sums(q, &xs, 8 * j, 8);
                 let scv = _mm512_load_si512(dec.sc.as_ptr().add(8 * i + j) as *const __m512i);
                 for k in 0..4 {
-                    let s = _mm512_add_epi32(s0[k], s1[k]);
-                    t[k] = _mm512_add_epi32(t[k], _mm512_mullo_epi32(s, scv));
+                    t[k] = _mm512_add_epi32(t[k], _mm512_mullo_epi32(s[k], scv));
                 }
             }
             // The minimums of sub-blocks 2c, 2c + 1 against each activation row's sums
@@ -546,23 +553,11 @@ pub(crate) unsafe fn q6_k_gemm16x4(
             std::array::from_fn(|k| acts[k].qs.as_ptr().add(256 * i) as *const i32);
         let mut t = [_mm512_setzero_si512(); 4];
         for g in 0..16 {
-            // Group g: numbers 16g .. 16g + 16, four quads in two chains per row.
-            let mut s0 = [_mm512_setzero_si512(); 4];
-            let mut s1 = [_mm512_setzero_si512(); 4];
-            for p in [4 * g, 4 * g + 2] {
-                let w0 = _mm512_load_si512(q.add(p));
-                let w1 = _mm512_load_si512(q.add(p + 1));
-                for k in 0..4 {
-                    let x0 = _mm512_set1_epi32(xs[k].add(p).read_unaligned());
-                    let x1 = _mm512_set1_epi32(xs[k].add(p + 1).read_unaligned());
-                    s0[k] = _mm512_dpbusd_epi32(s0[k], w0, x0);
-                    s1[k] = _mm512_dpbusd_epi32(s1[k], w1, x1);
-                }
-            }
+            // Group g: numbers 16g .. 16g + 16, four quads.
+            let s = quad_sums(q, &xs, 4 * g, 4);
             let scv = _mm512_load_si512(dec.sc.as_ptr().add(16 * i + g) as *const __m512i);
             for k in 0..4 {
-                let s = _mm512_add_epi32(s0[k], s1[k]);
-                t[k] = _mm512_add_epi32(t[k], _mm512_mullo_epi32(s, scv));
+                t[k] = _mm512_add_epi32(t[k], _mm512_mullo_epi32(s[k], scv));
             }
         }
         let dv = _mm512_load_ps(dec.d.as_ptr().add(i) as *const f32);
@@ -699,25 +694,10 @@ pub(crate) unsafe fn q4_0_gemm16x4(
         let q = dec.q.as_ptr().add(8 * i) as *const __m512i;
         let xs: [*const i32; 4] =
             std::array::from_fn(|k| acts[k].qs.as_ptr().add(32 * i) as *const i32);
-        // Two chains per activation row, for the adder's latency (exact integers).
-        let mut s0 = [_mm512_setzero_si512(); 4];
-        let mut s1 = [_mm512_setzero_si512(); 4];
-        for p in (0..8).step_by(2) {
-            let w0 = _mm512_load_si512(q.add(p));
-            let w1 = _mm512_load_si512(q.add(p + 1));
-            for k in 0..4 {
-                let x0 = _mm512_set1_epi32(xs[k].add(p).read_unaligned());
-                let x1 = _mm512_set1_epi32(xs[k].add(p + 1).read_unaligned());
-                s0[k] = _mm512_dpbusd_epi32(s0[k], w0, x0);
-                s1[k] = _mm512_dpbusd_epi32(s1[k], w1, x1);
-            }
-        }
+        let sums = quad_sums(q, &xs, 0, 8);
         let dv = _mm512_load_ps(dec.d.as_ptr().add(i) as *const f32);
         for k in 0..4 {
-            let s = _mm512_sub_epi32(
-                _mm512_add_epi32(s0[k], s1[k]),
-                _mm512_set1_epi32(8 * acts[k].bsums[i]),
-            );
+            let s = _mm512_sub_epi32(sums[k], _mm512_set1_epi32(8 * acts[k].bsums[i]));
             let p = _mm512_mul_ps(dv, _mm512_set1_ps(acts[k].d[i]));
             acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), p, acc[k]);
         }

@@ -6,6 +6,8 @@
 //! added are exactly the eight lanes of the AVX2 kernels (`super::super::avx2_lowbit`) and
 //! of the twins; the f32 steps around them are theirs (llama.cpp's `vec_dot`, or its tiled
 //! product), so every result equals the twin bit for bit. IQ4_NL keeps the AVX2 kernels.
+//! The steps' unpacking (`q2_k_step`, `q3_k_step`, `iq4_xs_step`) also feeds the
+//! sixteen-row prompt kernels of `super::kgemm`.
 
 use std::arch::x86_64::*;
 

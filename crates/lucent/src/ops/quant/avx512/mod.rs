@@ -14,10 +14,10 @@
 //! | file | holds |
 //! | --- | --- |
 //! | `mod` | the level check, the blocks' layouts as the kernels walk them, the unsigned weights of a block, the kernel tables, the shared lane shuffles |
-//! | `kgemm` | a prompt's products of repacked Q4_K (llama.cpp's grouped `gemm` order), of Q6_K (its tiled order) and of repacked Q4_0, sixteen weight rows by four activation rows a call, from rows decoded once into interleaved bytes |
+//! | `kgemm` | a prompt's products sixteen weight rows by four activation rows a call, from rows decoded once into interleaved bytes: repacked Q4_K (llama.cpp's grouped `gemm` order), the other K-quants and IQ4_XS (its tiled order), repacked Q4_0 |
 //! | `kgemv` | a token's product sixteen weight rows at a time: repacked Q4_K in llama.cpp's `gemv` order, Q6_K in its `vec_dot` order, repacked Q4_0 in its repacked order |
 //! | `kquant` | the K-quant dots (Q4_K, Q5_K, Q6_K), one activation row or four |
-//! | `lowbit` | the dots of Q2_K, Q3_K, IQ4_XS, one activation row or four (IQ4_NL takes the AVX2 kernels) |
+//! | `lowbit` | the dots of Q2_K, Q3_K, IQ4_XS, one activation row or four (IQ4_NL takes the AVX2 kernels), and their 64-number steps unpacked (for `kgemm` too) |
 //! | `decode` | a decoded token's tiles of the 32-block types: four rows as interleaved pairs, one row two blocks a register |
 //! | `prefill` | a prompt's tiles of the 32-block types: activation rows in pairs against weight rows decoded once |
 //! | `quantize` | activation rows quantised to Q8_0 / Q8_K blocks, 16 numbers a step |
