@@ -247,7 +247,13 @@ impl Job<'_> {
                     unsafe { softmax_row_avx2(row) }
                 }
             },
-            |p, v, order, skip, acc, out| unsafe { weigh_values_fma(p, v, order, skip, acc, out) },
+            |p, v, order, skip, acc, out| {
+                if avx512 {
+                    unsafe { weigh_values_avx512(p, v, order, skip, acc, out) }
+                } else {
+                    unsafe { weigh_values_fma(p, v, order, skip, acc, out) }
+                }
+            },
         );
     }
 
@@ -478,6 +484,125 @@ unsafe fn weigh_values_fma(
     unsafe { lane_sums_avx2(acc, order, out) };
 }
 
+/// [`weigh_values_fma`] with AVX-512 registers: sixteen columns a register, up to 128
+/// columns a run, and two lane rows a pass (`l`, `l + 1`: positions `j`, `j + 1`), so a
+/// pass reads each position's whole row once and keeps twice the independent chains
+/// in flight (a lane row's positions are 32 rows apart, so one row's chain alone waited
+/// on its loads). Each accumulator meets the same FMAs in the same order as there, so
+/// the result is `weigh_values`' bit for bit.
+///
+/// # Safety
+/// The CPU must have AVX-512F, AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn weigh_values_avx512(
+    p: &[f32],
+    v: &[f32],
+    order: F16Order,
+    skip_zeros: bool,
+    acc: &mut [f32],
+    out: &mut [f32],
+) {
+    let dv = out.len();
+    if dv == 0 {
+        return;
+    }
+    let lanes = weigh_lanes(order);
+    let acc = &mut acc[..lanes * dv];
+    let n = p.len().min(v.len() / dv);
+    let wide = dv - dv % 16;
+    let mut c0 = 0;
+    while c0 < wide {
+        let regs = ((wide - c0) / 16).min(8);
+        for l in (0..lanes).step_by(2) {
+            let at = LaneAt {
+                p,
+                v,
+                dv,
+                c0,
+                l,
+                lanes,
+                n,
+                skip_zeros,
+            };
+            let to = acc.as_mut_ptr().add(l * dv + c0);
+            // SAFETY: columns c0 .. c0 + 16 · regs ≤ wide ≤ dv of rows j < n of v, into
+            // lane rows l and l + 1 (< lanes, which is even) of acc.
+            unsafe {
+                match regs {
+                    8 => weigh_lane_pair::<8>(at, to),
+                    7 => weigh_lane_pair::<7>(at, to),
+                    6 => weigh_lane_pair::<6>(at, to),
+                    5 => weigh_lane_pair::<5>(at, to),
+                    4 => weigh_lane_pair::<4>(at, to),
+                    3 => weigh_lane_pair::<3>(at, to),
+                    2 => weigh_lane_pair::<2>(at, to),
+                    _ => weigh_lane_pair::<1>(at, to),
+                }
+            }
+        }
+        c0 += 16 * regs;
+    }
+    if wide < dv {
+        weigh_columns(p, v, dv, wide, lanes, skip_zeros, acc);
+    }
+    // SAFETY: this function's own contract.
+    unsafe { lane_sums_avx2(acc, order, out) };
+}
+
+/// Lane rows `l` and `l + 1` of [`weigh_values_avx512`]: columns `c0 .. c0 + 16 W`
+/// summed over the positions `l, l + lanes, ...` (and `l + 1, l + 1 + lanes, ...`)
+/// below `n`, in `W` registers each, written to `to` (row l) and `to + dv` (row l + 1).
+///
+/// # Safety
+/// AVX-512F and FMA; `v` holds rows `j < n` of `dv` numbers with `c0 + 16 W ≤ dv`; `to`
+/// and `to + dv` each start `16 W` writable numbers.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn weigh_lane_pair<const W: usize>(at: LaneAt, to: *mut f32) {
+    use std::arch::x86_64::*;
+    let LaneAt {
+        p,
+        v,
+        dv,
+        c0,
+        l,
+        lanes,
+        n,
+        skip_zeros,
+    } = at;
+    let mut ra = [_mm512_setzero_ps(); W];
+    let mut rb = [_mm512_setzero_ps(); W];
+    let mut j = l;
+    while j < n {
+        let pa = p[j];
+        if !(skip_zeros && pa == 0.0) {
+            let pv = _mm512_set1_ps(pa);
+            let vj = v.as_ptr().add(j * dv + c0);
+            for (k, rk) in ra.iter_mut().enumerate() {
+                // y · p_j + x, as weigh_values' y.mul_add(p_j, x).
+                *rk = _mm512_fmadd_ps(_mm512_loadu_ps(vj.add(16 * k)), pv, *rk);
+            }
+        }
+        if j + 1 < n {
+            let pb = p[j + 1];
+            if !(skip_zeros && pb == 0.0) {
+                let pv = _mm512_set1_ps(pb);
+                let vj = v.as_ptr().add((j + 1) * dv + c0);
+                for (k, rk) in rb.iter_mut().enumerate() {
+                    *rk = _mm512_fmadd_ps(_mm512_loadu_ps(vj.add(16 * k)), pv, *rk);
+                }
+            }
+        }
+        j += lanes;
+    }
+    for k in 0..W {
+        _mm512_storeu_ps(to.add(16 * k), ra[k]);
+        _mm512_storeu_ps(to.add(dv + 16 * k), rb[k]);
+    }
+}
+
 /// Where [`weigh_lane`] reads.
 #[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy)]
@@ -642,6 +767,19 @@ mod tests {
                         bits(&fast),
                         bits(&out),
                         "{order:?}: in registers, skip {skip}"
+                    );
+                }
+            }
+            #[cfg(target_arch = "x86_64")]
+            if Isa::available().into_iter().any(avx512_at) {
+                for skip in [false, true] {
+                    let mut fast = vec![0.0; dv];
+                    // SAFETY: a level with AVX-512F (and AVX2, FMA) is available.
+                    unsafe { weigh_values_avx512(&p, &v, order, skip, &mut acc, &mut fast) };
+                    assert_eq!(
+                        bits(&fast),
+                        bits(&out),
+                        "{order:?}: in AVX-512 registers, two lane rows a pass, skip {skip}"
                     );
                 }
             }
