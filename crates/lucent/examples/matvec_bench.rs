@@ -7,10 +7,11 @@
 //! Prints, per type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; default Q4_1 Q8_0 Q5_0), the
 //! GB/s of weights read and the multiply-adds per second on one thread: the best
 //! of 40 short runs in wall time (so a moment when another process had the CPU
-//! does not count). `SHAPES=1536x576,768x1536` measures those shapes instead.
+//! does not count). `SHAPES=1536x576,768x1536` measures those shapes instead. The
+//! matrices are held as a model's weights are (`lucent::io::resident`).
 
 use lucent::ops::quant::QMatrix;
-use lucent::tensor::quant::GgmlType;
+use lucent::tensor::quant::{GgmlType, QBytes};
 
 /// Seconds since an arbitrary start (wall time: a short run's best of many skips the
 /// moments another process had the CPU; the thread CPU clock ticks too coarsely).
@@ -53,7 +54,15 @@ fn synthetic(dtype: GgmlType, rows: usize, cols: usize) -> lucent::Result<QMatri
             b[m..m + 2].copy_from_slice(&0xac00u16.to_le_bytes());
         }
     }
-    QMatrix::from_vec(dtype, rows, cols, bytes)
+    // Held as a model's weights are (lucent::io::resident: huge pages where it can).
+    let held = lucent::io::resident::copy_held(&bytes, std::path::Path::new("synthetic"))?;
+    let len = held.len();
+    let bytes = QBytes::Mapped {
+        map: std::sync::Arc::new(held),
+        start: 0,
+        len,
+    };
+    QMatrix::new(dtype, rows, cols, bytes)
 }
 
 fn main() -> lucent::Result<()> {

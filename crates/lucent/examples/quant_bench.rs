@@ -59,7 +59,7 @@ fn main() -> lucent::Result<()> {
         .ok_or_else(|| lucent::Error::Argument("usage: quant_bench FILE.gguf [THREADS]".into()))?;
     let threads: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1);
     lucent::set_threads(threads)?;
-    let f = GgufFile::open(path)?;
+    let f = GgufFile::open(path)?.into_held()?;
     println!(
         "{} ({} threads: {} time; instruction set {})",
         path,

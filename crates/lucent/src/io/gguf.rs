@@ -33,6 +33,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::io::resident::{copy_held, Hold};
 use crate::ops::quant::QMatrix;
 use crate::tensor::quant::{ggml_type_name, GgmlType, QBytes};
 use crate::tensor::Tensor;
@@ -379,8 +380,8 @@ impl GgufTensor<'_> {
     }
 }
 
-/// An open, memory-mapped GGUF file: its metadata, its tensor table, and views of its
-/// tensors.
+/// An open GGUF file: its metadata, its tensor table, and views of its tensors, over
+/// its bytes mapped from the file or held in memory ([`GgufFile::into_held`]).
 pub struct GgufFile {
     path: PathBuf,
     map: Arc<memmap2::Mmap>,
@@ -585,7 +586,8 @@ impl<'a> Reader<'a> {
 }
 
 impl GgufFile {
-    /// Open, map and check `path`.
+    /// Open, map and check `path` (the bytes come from the file as they are read). A
+    /// model to run then takes [`GgufFile::into_held`].
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile> {
         let path = path.as_ref().to_path_buf();
         let file = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
@@ -601,6 +603,23 @@ impl GgufFile {
         // SAFETY: the map is read-only; lucent never writes to model files while open.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(&path, e))?;
         GgufFile::parse(path, Arc::new(map))
+    }
+
+    /// This file with its bytes held to run the model it holds: copied once into memory
+    /// of transparent huge pages where that fits, else left mapped
+    /// ([`crate::io::resident`]: decode reads every weight each token, and over huge
+    /// pages it streams). Take it after the checks that may refuse the file, so that a
+    /// refusal does not wait for the copy.
+    pub fn into_held(self) -> Result<GgufFile> {
+        let hold = Hold::for_len(self.map.len() as u64);
+        if hold == Hold::Mapped {
+            return Ok(self);
+        }
+        let map = copy_held(&self.map, &self.path)?;
+        Ok(GgufFile {
+            map: Arc::new(map),
+            ..self
+        })
     }
 
     /// Read a GGUF file held in memory (copied into an anonymous map; for tests and

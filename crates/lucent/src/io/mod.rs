@@ -12,6 +12,7 @@ pub mod gguf_tokenizer;
 pub mod mel;
 pub mod npy;
 pub mod pre_tokenizers;
+pub mod resident;
 pub mod safetensors;
 pub mod tokenizer;
 

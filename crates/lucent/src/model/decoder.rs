@@ -164,7 +164,10 @@ fn check_decoder_config(cfg: &ModelConfig) -> Result<()> {
 impl DecoderModel {
     /// Open a GGUF file and build the model it holds.
     pub fn load_gguf(path: &Path) -> Result<DecoderModel> {
-        DecoderModel::from_gguf(&GgufFile::open(path)?)
+        let f = GgufFile::open(path)?;
+        // What may refuse the file before its bytes are copied (GgufFile::into_held).
+        DecoderModel::config_of(&f)?;
+        DecoderModel::from_gguf(&f.into_held()?)
     }
 
     /// The config of a GGUF file, translated by the family its architecture names.

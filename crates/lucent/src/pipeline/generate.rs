@@ -96,10 +96,13 @@ impl std::fmt::Debug for TextModel {
 }
 
 impl TextModel {
-    /// Load a GGUF file (weights memory-mapped), with its tokenizer and chat template
-    /// (if the file carries one).
+    /// Load a GGUF file (its weights held as [`GgufFile::into_held`] holds them), with
+    /// its tokenizer and chat template (if the file carries one).
     pub fn load(path: &Path) -> Result<TextModel> {
         let f = GgufFile::open(path)?;
+        // What may refuse the file (its family, its config) before its bytes are copied.
+        DecoderModel::config_of(&f)?;
+        let f = f.into_held()?;
         let tokenizer = GgufTokenizer::from_gguf(&f)?;
         let template = ChatTemplate::from_gguf(&f, &tokenizer)?;
         Ok(TextModel {
