@@ -785,18 +785,31 @@ impl QMatrix {
                 sp.fill::<K>(a);
             }
             let r = |w: usize| self.row_bytes_of(i0 + w);
+            // A lone token of the nibble types takes eight weight rows a call (four FMA
+            // chains in flight, the call's ending paid once per eight rows: Q4_1 576
+            // columns from memory 26.4 → 33.6 GB/s, Q5_0 640 columns 29.7 → 33.3,
+            // matvec_bench over huge pages); Q8_0 four (its 680-byte rows of Gemma 3's
+            // head streamed at 27.4 GB/s eight rows a call against 33.3 four). Several
+            // activation rows take four, each tile then met by up to eight of them in
+            // registers.
+            let width = if t == 1 && K != avx512::Q8_0 { 8 } else { 4 };
             // Two streams of tiles, from the first half of the rows and from the
             // second, taken in turn: memory then reads ahead at two places. One core
             // streams Q4_1 from DRAM at 14 GB/s so, against 11 in one stream
             // (matvec_bench, 600 MB).
-            let tiles = n / 4;
+            let tiles = n / width;
             let half = tiles.div_ceil(2);
             for k in 0..half {
                 for tile in [k, half + k] {
                     if tile >= tiles {
                         continue;
                     }
-                    let w = 4 * tile;
+                    let w = width * tile;
+                    if width == 8 {
+                        let rows = std::array::from_fn(|j| r(w + j));
+                        put(0, w, &pair_group::<K, 8, 1>(rows, acts, sps)[0]);
+                        continue;
+                    }
                     let rows = [r(w), r(w + 1), r(w + 2), r(w + 3)];
                     let mut a = 0;
                     while a < t {
@@ -807,15 +820,25 @@ impl QMatrix {
                             o.len()
                         };
                         a += match t - a {
-                            8.. => group(&pair_group::<K, 8>(rows, &acts[a..], &sps[a..])),
-                            4.. => group(&pair_group::<K, 4>(rows, &acts[a..], &sps[a..])),
-                            2.. => group(&pair_group::<K, 2>(rows, &acts[a..], &sps[a..])),
-                            _ => group(&pair_group::<K, 1>(rows, &acts[a..], &sps[a..])),
+                            8.. => group(&pair_group::<K, 4, 8>(rows, &acts[a..], &sps[a..])),
+                            4.. => group(&pair_group::<K, 4, 4>(rows, &acts[a..], &sps[a..])),
+                            2.. => group(&pair_group::<K, 4, 2>(rows, &acts[a..], &sps[a..])),
+                            _ => group(&pair_group::<K, 4, 1>(rows, &acts[a..], &sps[a..])),
                         };
                     }
                 }
             }
-            for w in 4 * tiles..n {
+            // The rows past the whole tiles: a four-row tile, then one row at a time.
+            let mut w = width * tiles;
+            if n - w >= 4 {
+                let rows = [r(w), r(w + 1), r(w + 2), r(w + 3)];
+                for (a, _) in acts.iter().enumerate() {
+                    let o = pair_group::<K, 4, 1>(rows, &acts[a..], &sps[a..]);
+                    put(a, w, &o[0]);
+                }
+                w += 4;
+            }
+            for w in w..n {
                 for (a, x) in acts.iter().enumerate() {
                     let mut o = [[0.0f32; 1]; 1];
                     avx512::decode::tile::<K, 1>([r(w)], [&[]], [x], &mut o);
@@ -1514,22 +1537,22 @@ impl QMatrix {
     }
 }
 
-/// One `avx512::decode::pair_tile` of [`QMatrix::decode_pairs`]: weight rows `rows`
-/// with the first `RA` activation rows of `acts` (`sps` spread from them); each
-/// activation row's four results.
+/// One `avx512::decode::pair_tile` of [`QMatrix::decode_pairs`]: the `W` weight
+/// rows `rows` with the first `RA` activation rows of `acts` (`sps` spread from them);
+/// each activation row's `W` results.
 ///
 /// # Safety
 /// As `pair_tile`'s, for those rows.
 #[cfg(target_arch = "x86_64")]
-unsafe fn pair_group<const K: u8, const RA: usize>(
-    rows: [&[u8]; 4],
+unsafe fn pair_group<const K: u8, const W: usize, const RA: usize>(
+    rows: [&[u8]; W],
     acts: &[QuantizedActs],
     sps: &[avx512::decode::Spread],
-) -> [[f32; 4]; RA] {
-    let mut o = [[0.0f32; 4]; RA];
+) -> [[f32; W]; RA] {
+    let mut o = [[0.0f32; W]; RA];
     // SAFETY: this function's contract.
     unsafe {
-        avx512::decode::pair_tile::<K, RA>(
+        avx512::decode::pair_tile::<K, W, RA>(
             rows,
             std::array::from_fn(|j| &acts[j]),
             std::array::from_fn(|j| &sps[j]),

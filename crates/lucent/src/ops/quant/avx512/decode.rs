@@ -1,5 +1,5 @@
 //! A decoded token's products of the 32-block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) on
-//! AVX-512 VNNI: four weight rows as two interleaved pairs ([`pair_tile`], where GFNI
+//! AVX-512 VNNI: four or eight weight rows as interleaved pairs ([`pair_tile`], where GFNI
 //! and BMI2 are; the activations spread once per product, [`Spread`]), unpacked once
 //! for up to eight activation rows (the decode step of several sequences), and one row
 //! two blocks per 512-bit register ([`tile`]). Every result equals the AVX2 tile
@@ -173,57 +173,67 @@ unsafe fn pair_weights<const K: u8>(a: *const u8, b: *const u8) -> __m512i {
     z
 }
 
-/// Dots of four weight rows of type `K` (two pairs, back to back in memory) with `RA`
-/// activation rows, each spread as [`Spread`]: a decoded token's product (`RA` = 1),
-/// or the decode step of `RA` sequences at once. Each pair's blocks meet in one
-/// register (lanes interleaved: [`pair_weights`]), unpacked once per block for all
-/// `RA` rows, so a block of two weight rows costs each activation row one `vpdpbusd`,
-/// one conversion and one 512-bit FMA, the scales of both rows broadcast as one 64-bit
-/// pair.
+/// Dots of `W` weight rows of type `K` (four or eight: two or four pairs, back to
+/// back in memory) with `RA` activation rows, each spread as [`Spread`]: a decoded
+/// token's product (`RA` = 1, eight weight rows a call), or the decode step of `RA`
+/// sequences at once (four). Each pair's blocks meet in one register (lanes
+/// interleaved: [`pair_weights`]), unpacked once per block for all `RA` rows, so a
+/// block of two weight rows costs each activation row one `vpdpbusd`, one conversion
+/// and one 512-bit FMA, the scales of both rows broadcast as one 64-bit pair. Eight
+/// rows a call keep four independent FMA chains in flight and pay the call's ending
+/// (the horizontal sums) and each group's scale reads once per eight rows: Q4_1
+/// 1536 × 576 in L2, 32.3 → 36–38 GB/s (`matvec_bench`; [`QMatrix::decode_pairs`]
+/// says which types take eight).
+///
+/// [`QMatrix::decode_pairs`]: crate::ops::quant::QMatrix
 ///
 /// Every lane's arithmetic is [`tile`]'s, for each activation row alone: the same i32
 /// lane sums, met by the same scale products `d_w · dx` in the same FMAs block after
 /// block, then the same horizontal sum of each row's eight lanes and the same `Σ m·s`
 /// chain. So the results equal `tile`'s (and the AVX2 kernel's) bit for bit, whatever
-/// `RA` is and whichever rows share the call.
+/// `W` and `RA` are and whichever rows share the call.
 ///
-/// It prefetches the tiles that follow its rows in memory (a matrix's next rows).
+/// It prefetches the rows that follow its own in memory (a matrix's next rows).
 ///
 /// # Safety
 /// [`pairs_available`](super::pairs_available); every row is `acts[a].len` numbers of
 /// type `K`, every `acts[a]` prepared as Q8_0 of the same length, and `sp[a]` spread
 /// from `acts[a]` for `K`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,bmi2,gfni")]
-pub(crate) unsafe fn pair_tile<const K: u8, const RA: usize>(
-    rows: [&[u8]; 4],
+pub(crate) unsafe fn pair_tile<const K: u8, const W: usize, const RA: usize>(
+    rows: [&[u8]; W],
     acts: [&QuantizedActs; RA],
     sp: [&Spread; RA],
-    out: &mut [[f32; 4]; RA],
+    out: &mut [[f32; W]; RA],
 ) {
     const { assert!(RA >= 1 && RA <= 8, "one to eight activation rows") };
+    const { assert!(W == 4 || W == 8, "two or four pairs of weight rows") };
     let (bb, .., o, has_min) = layout(dtype(K));
     let nb = acts[0].d.len();
-    // acc[a][p]: activation row a against pair p (rows 2p, 2p + 1), lanes interleaved.
-    let mut acc = [[_mm512_setzero_ps(); 2]; RA];
-    // The kinds with a minimum: lane w of mins[a] holds weight row w's chain
-    // Σ_i fma(m_w,i, s_a,i, e).
-    let mut mins = [_mm_setzero_ps(); RA];
+    // acc[a][p]: activation row a against pair p (rows 2p, 2p + 1), lanes interleaved
+    // (the first W / 2 used).
+    let mut acc = [[_mm512_setzero_ps(); 4]; RA];
+    // The kinds with a minimum: lane w of mins[a][qd] holds weight row 4 qd + w's
+    // chain Σ_i fma(m_w,i, s_a,i, e).
+    let mut mins = [[_mm_setzero_ps(); 2]; RA];
     // scp[a][p][2jj], scp[a][p][2jj + 1]: the products d_w · dx_a of block g + jj of
     // pair p's two rows, read by one 64-bit broadcast.
-    let mut scp = [[[0.0f32; 32]; 2]; RA];
+    let mut scp = [[[0.0f32; 32]; 4]; RA];
     let lo_idx = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     let hi_idx = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
-    // The tiles ahead, prefetched over this tile's blocks (a hint; past the matrix's
-    // end it reads nothing, and the address is never dereferenced).
+    // The rows ahead (PREFETCH_TILES four-row tiles on), prefetched over this call's
+    // blocks (a hint; past the matrix's end it reads nothing, and the address is never
+    // dereferenced).
     let ahead = rows[0]
         .as_ptr()
         .wrapping_add(PREFETCH_TILES * 4 * rows[0].len());
-    let lines = (4 * bb).div_ceil(64);
+    let lines = (W * bb).div_ceil(64);
     let mut g = 0;
     while g < nb {
         let n = (nb - g).min(16);
         let m = if n == 16 { 0xFFFF } else { (1u16 << n) - 1 };
-        let mut ms = [0.0f32; 64];
+        // ms[qd]: the minimums of rows 4 qd .. 4 qd + 4, block-major.
+        let mut ms = [[0.0f32; 64]; 2];
         if n < 16 {
             // A short group (a row's last): block by block, which costs a few
             // instructions a block instead of the whole group's gathers and
@@ -231,49 +241,71 @@ pub(crate) unsafe fn pair_tile<const K: u8, const RA: usize>(
             for jj in 0..n {
                 for (a, sc) in scp.iter_mut().enumerate() {
                     let dx = *acts[a].d.get_unchecked(g + jj);
-                    short_scales::<K>(rows, bb * (g + jj), dx, jj, sc, &mut ms);
+                    for qd in 0..W / 4 {
+                        let quad = [
+                            rows[4 * qd],
+                            rows[4 * qd + 1],
+                            rows[4 * qd + 2],
+                            rows[4 * qd + 3],
+                        ];
+                        let (_, rest) = sc.split_at_mut(2 * qd);
+                        let (two, _) = rest.split_at_mut(2);
+                        let two: &mut [[f32; 32]; 2] = two.try_into().unwrap_unchecked();
+                        short_scales::<K>(quad, bb * (g + jj), dx, jj, two, &mut ms[qd]);
+                    }
                 }
             }
         } else {
-            let (dw, mw) = group_scales::<K, 4>(rows, g, m);
+            let (dw, mw) = group_scales::<K, W>(rows, g, m);
             for (a, sc) in scp.iter_mut().enumerate() {
                 let dx = _mm512_maskz_loadu_ps(m, acts[a].d.as_ptr().add(g));
-                for (p, sc) in sc.iter_mut().enumerate() {
+                for p in 0..W / 2 {
                     let s0 = _mm512_mul_ps(dw[2 * p], dx);
                     let s1 = _mm512_mul_ps(dw[2 * p + 1], dx);
-                    _mm512_storeu_ps(sc.as_mut_ptr(), _mm512_permutex2var_ps(s0, lo_idx, s1));
+                    _mm512_storeu_ps(sc[p].as_mut_ptr(), _mm512_permutex2var_ps(s0, lo_idx, s1));
                     _mm512_storeu_ps(
-                        sc.as_mut_ptr().add(16),
+                        sc[p].as_mut_ptr().add(16),
                         _mm512_permutex2var_ps(s0, hi_idx, s1),
                     );
                 }
             }
             if has_min {
-                ms = block_major_4x16(mw);
+                for qd in 0..W / 4 {
+                    ms[qd] = block_major_4x16([
+                        mw[4 * qd],
+                        mw[4 * qd + 1],
+                        mw[4 * qd + 2],
+                        mw[4 * qd + 3],
+                    ]);
+                }
             }
         }
         for jj in 0..n {
             let i = g + jj;
             for c in 0..lines {
-                let p = ahead.wrapping_add(4 * bb * i + 64 * c);
+                let p = ahead.wrapping_add(W * bb * i + 64 * c);
                 _mm_prefetch::<_MM_HINT_T0>(p as *const i8);
             }
-            let mv = if has_min {
-                _mm_loadu_ps(ms.as_ptr().add(4 * jj))
-            } else {
-                _mm_setzero_ps()
-            };
-            // Both pairs' blocks, unpacked once for every activation row.
-            let q: [__m512i; 2] = std::array::from_fn(|p| {
-                pair_weights::<K>(
+            let mut mv = [_mm_setzero_ps(); 2];
+            if has_min {
+                for qd in 0..W / 4 {
+                    mv[qd] = _mm_loadu_ps(ms[qd].as_ptr().add(4 * jj));
+                }
+            }
+            // The pairs' blocks, unpacked once for every activation row.
+            let mut q = [_mm512_setzero_si512(); 4];
+            for p in 0..W / 2 {
+                q[p] = pair_weights::<K>(
                     rows[2 * p].as_ptr().add(bb * i),
                     rows[2 * p + 1].as_ptr().add(bb * i),
-                )
-            });
+                );
+            }
             for a in 0..RA {
                 if has_min {
                     let s = _mm_set1_ps(*acts[a].sum.get_unchecked(i));
-                    mins[a] = _mm_fmadd_ps(mv, s, mins[a]);
+                    for qd in 0..W / 4 {
+                        mins[a][qd] = _mm_fmadd_ps(mv[qd], s, mins[a][qd]);
+                    }
                 }
                 let x = *sp[a].x.get_unchecked(i);
                 let start = if o != 0 {
@@ -281,7 +313,7 @@ pub(crate) unsafe fn pair_tile<const K: u8, const RA: usize>(
                 } else {
                     _mm512_setzero_si512()
                 };
-                for p in 0..2 {
+                for p in 0..W / 2 {
                     let s = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, q[p], x));
                     let pair =
                         std::ptr::read_unaligned(scp[a][p].as_ptr().add(2 * jj) as *const f64);
@@ -296,10 +328,11 @@ pub(crate) unsafe fn pair_tile<const K: u8, const RA: usize>(
     // tile's ending.
     let split = _mm512_set_epi32(15, 13, 11, 9, 7, 5, 3, 1, 14, 12, 10, 8, 6, 4, 2, 0);
     for a in 0..RA {
-        let mut e = [0.0f32; 4];
-        _mm_storeu_ps(e.as_mut_ptr(), mins[a]);
-        for (p, acc) in acc[a].iter().enumerate() {
-            let v = _mm512_permutexvar_ps(split, *acc);
+        let mut e = [0.0f32; 8];
+        _mm_storeu_ps(e.as_mut_ptr(), mins[a][0]);
+        _mm_storeu_ps(e.as_mut_ptr().add(4), mins[a][1]);
+        for p in 0..W / 2 {
+            let v = _mm512_permutexvar_ps(split, acc[a][p]);
             out[a][2 * p] = avx2::hsum_ps(lo(v)) + e[2 * p];
             out[a][2 * p + 1] = avx2::hsum_ps(hi(v)) + e[2 * p + 1];
         }
