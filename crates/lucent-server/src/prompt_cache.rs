@@ -220,9 +220,8 @@ impl PromptCache {
             let mut bytes = std::mem::size_of_val(prefix);
             for l in 0..cache.n_layers() {
                 let Some(layer) = cache.layer(l) else { break };
-                let (k, v) = layer.store(); // (1, h_kv, max_t, d)
-                let k = k.narrow(2, i * BLOCK, BLOCK)?; // (1, h_kv, B, d_k)
-                let v = v.narrow(2, i * BLOCK, BLOCK)?; // (1, h_kv, B, d_v)
+                // (1, h_kv, B, d_k) and (1, h_kv, B, d_v), as f32.
+                let (k, v) = layer.positions(i * BLOCK, BLOCK)?;
                 bytes += (k.numel() + v.numel()) * std::mem::size_of::<f32>();
                 layers.push((k, v));
             }

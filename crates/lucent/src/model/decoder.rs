@@ -24,7 +24,9 @@ use crate::model::config::{ModelKind, NormPlacement, PositionKind};
 use crate::model::family::{self, Param, WeightSource};
 use crate::model::ModelConfig;
 use crate::nn::position::{AbsolutePositions, LearnedPositions, SinusoidalEncoding};
-use crate::nn::{AttentionOptions, Decoder, Dropout, Embedding, Head, KvCache, Linear, Trace};
+use crate::nn::{
+    AttentionOptions, Decoder, Dropout, Embedding, Head, KvCache, KvStorage, Linear, Trace,
+};
 use crate::runtime::{Numerics, Precision};
 use crate::tensor::Tensor;
 use crate::{Error, Result};
@@ -472,10 +474,17 @@ impl DecoderModel {
     }
 
     /// A KV cache for one sequence of up to `max_t` positions (capped at the model's
-    /// context length).
+    /// context length). Under llama.cpp's arithmetic it stores f16, as llama.cpp's cache
+    /// does (that arithmetic rounds K and V to f16 before they are cached, so nothing is
+    /// lost, and each decoded token's attention reads half the bytes); f32 otherwise.
     pub fn new_cache(&self, max_t: usize) -> KvCache {
+        let storage = if self.numerics.llama_cpp() {
+            KvStorage::F16
+        } else {
+            KvStorage::F32
+        };
         self.decoder
-            .new_cache(1, max_t.min(self.config.max_positions).max(1))
+            .new_cache_of(1, max_t.min(self.config.max_positions).max(1), storage)
     }
 
     /// The longest sequence the model reads (its context).

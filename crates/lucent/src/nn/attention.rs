@@ -23,7 +23,7 @@
 use rand::Rng;
 
 use crate::nn::edit::{edit, edits};
-use crate::nn::kv_cache::LayerKvCache;
+use crate::nn::kv_cache::{KvStore, LayerKvCache};
 use crate::nn::linear::Linear;
 use crate::nn::norm::RmsNorm;
 use crate::nn::trace::{hook, record, record_rows, wants, Trace};
@@ -695,34 +695,40 @@ impl MultiHeadAttention {
         let q = edit(trace, "q", q)?;
         let k = edit(trace, "k", k)?;
         let v = edit(trace, "v", v)?;
-        // With a cache, K and V are its whole store (b, h_kv, max_t, d_k), read in place
-        // up to the cached length (`kv_len`), not copied out each step.
-        let (k, v, kv_len) = match cache {
-            Some(cache) => {
-                cache.append(&k, &v)?;
-                let (k, v) = cache.store();
-                (k, v, Some(cache.len()))
-            }
-            None => (k, v, None),
-        };
-        let params = AttentionParams {
+        let mut params = AttentionParams {
             scale: if f16 && c.scale_queries { 1.0 } else { c.scale },
             causal: opts.causal,
             window: opts.window.or(c.window),
             bias: opts.bias,
             want_weights: opts.want_weights || wants(trace, "weights") || edits(trace, "weights"),
             segments: opts.segments,
-            kv_len,
+            kv_len: None,
             numerics: opts.numerics,
             softcap: c.softcap,
         };
-        let mut attended = ops::attention(&q, &k, &v, &params)?;
+        // With a cache, K and V are its whole store (b, h_kv, max_t, d_k), read in place
+        // up to the cached length (`kv_len`), not copied out each step.
+        let (mut attended, k, v) = match cache {
+            Some(cache) => {
+                cache.append(&k, &v)?;
+                params.kv_len = Some(cache.len());
+                let attended = match cache.kv_store() {
+                    KvStore::F32 { k, v } => ops::attention(&q, k, v, &params)?,
+                    KvStore::F16 { k, v, shape, d_v } => {
+                        ops::attention::attention_f16(&q, k, v, shape, d_v, &params)?
+                    }
+                };
+                // The step-by-step record works on exactly the keys: (b, h_kv, t_k, d_k).
+                let (k, v) = if trace.is_some() {
+                    cache.positions(0, cache.len())?
+                } else {
+                    (k, v)
+                };
+                (attended, k, v)
+            }
+            None => (ops::attention(&q, &k, &v, &params)?, k, v),
+        };
         if trace.is_some() {
-            // The step-by-step record works on exactly the keys: (b, h_kv, t_k, d_k).
-            let (k, v) = match kv_len {
-                Some(n) => (k.narrow(2, 0, n)?, v.narrow(2, 0, n)?),
-                None => (k, v),
-            };
             let plain = AttentionParams {
                 kv_len: None,
                 ..params

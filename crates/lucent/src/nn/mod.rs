@@ -47,7 +47,7 @@ pub use dropout::Dropout;
 pub use edit::{Edit, EditOp};
 pub use embedding::Embedding;
 pub use feed_forward::{FeedForward, FfnKind};
-pub use kv_cache::{KvCache, LayerKvCache};
+pub use kv_cache::{KvCache, KvStorage, KvStore, LayerKvCache};
 pub use layer::{DecoderLayer, EncoderLayer, NormPlacement};
 pub use linear::{Linear, Weight};
 pub use moe::{MixtureOfExperts, Routing};

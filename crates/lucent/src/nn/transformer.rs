@@ -13,7 +13,7 @@
 use rand::Rng;
 
 use crate::nn::attention::AttentionOptions;
-use crate::nn::kv_cache::{KvCache, LayerKvCache};
+use crate::nn::kv_cache::{KvCache, KvStorage, LayerKvCache};
 use crate::nn::layer::{DecoderLayer, EncoderLayer};
 use crate::nn::linear::{Linear, Weight};
 use crate::nn::norm::Norm;
@@ -113,12 +113,18 @@ impl Decoder {
         Ok(Decoder { layers, final_norm })
     }
 
-    /// A KV cache fitting this stack, for `b` sequences of up to `max_t` positions.
+    /// An f32 KV cache fitting this stack, for `b` sequences of up to `max_t` positions.
     pub fn new_cache(&self, b: usize, max_t: usize) -> KvCache {
+        self.new_cache_of(b, max_t, KvStorage::F32)
+    }
+
+    /// A KV cache of `storage` numbers fitting this stack, for `b` sequences of up to
+    /// `max_t` positions.
+    pub fn new_cache_of(&self, b: usize, max_t: usize, storage: KvStorage) -> KvCache {
         let (h_kv, d_k) = self.layers.first().map_or((0, 0), |l| {
             (l.self_attn.config.n_kv_heads, l.self_attn.config.head_dim)
         });
-        KvCache::new(self.layers.len(), b, h_kv, max_t, d_k)
+        KvCache::with_storage(self.layers.len(), b, h_kv, max_t, d_k, storage)
     }
 
     /// Run the stack. Self-attention is causal (`opts` adds bias/window/offset);

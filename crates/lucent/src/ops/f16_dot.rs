@@ -1,4 +1,5 @@
-//! Dot products of f16 values (held as f32) summed in f32 in llama.cpp's two orders
+//! Dot products of f16 values (held as f32, or as f16 bits: an f16 KV cache,
+//! [`F16Held`]) summed in f32 in llama.cpp's two orders
 //! (its AVX2 build): a prompt's GEMM (tinyBLAS: one eight-lane FMA chain, then a tree
 //! sum of the lanes) and a single token's dot product (`ggml_vec_dot_f16`: four
 //! eight-lane accumulators over 32-number steps) — [`F16Order`]. Attention's scores and
@@ -14,6 +15,92 @@ use crate::runtime::Isa;
 
 /// Lanes of one AVX2 register of f32.
 pub(crate) const LANES: usize = 8;
+
+/// How the f16 values of an operand are held: as f32 numbers, or as f16 bits (an f16
+/// KV cache, llama.cpp's own). Either way each widens to the same f32, so the products
+/// are the same bits; the f16 bits are half the bytes to read.
+pub(crate) trait F16Held: Copy + Send + Sync + 'static {
+    /// Whether the numbers are f16 bits.
+    const BITS: bool;
+    /// The number as f32 (exact).
+    fn widen(self) -> f32;
+    /// Whether every number is a finite multiple of 2⁻²⁴ (every finite f16 is).
+    /// Checked 64 numbers at a time without an early exit inside a run, so the compiler
+    /// can use vector registers.
+    fn all_f16_multiples(xs: &[Self]) -> bool;
+    /// The numbers as f32 when that is how they are held.
+    fn as_f32(xs: &[Self]) -> Option<&[f32]>;
+}
+
+impl F16Held for f32 {
+    const BITS: bool = false;
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self
+    }
+    #[inline(always)]
+    fn all_f16_multiples(xs: &[f32]) -> bool {
+        xs.chunks(64).all(|run| {
+            run.iter().fold(true, |ok, &x| {
+                ok & (x.is_finite() & ((x * 16_777_216.0).fract() == 0.0))
+            })
+        })
+    }
+    #[inline(always)]
+    fn as_f32(xs: &[f32]) -> Option<&[f32]> {
+        Some(xs)
+    }
+}
+
+impl F16Held for u16 {
+    const BITS: bool = true;
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        half::f16::from_bits(self).to_f32()
+    }
+    #[inline(always)]
+    fn all_f16_multiples(xs: &[u16]) -> bool {
+        // Finite: the exponent bits are not all ones.
+        xs.chunks(64)
+            .all(|run| run.iter().fold(true, |ok, &x| ok & (x & 0x7C00 != 0x7C00)))
+    }
+    #[inline(always)]
+    fn as_f32(_: &[u16]) -> Option<&[f32]> {
+        None
+    }
+}
+
+/// Eight numbers from `p` as f32 (loaded, or widened from f16 bits).
+///
+/// # Safety
+/// AVX2, FMA and F16C; `p` points at eight readable numbers.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn load8<E: F16Held>(p: *const E) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    if E::BITS {
+        _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
+    } else {
+        _mm256_loadu_ps(p as *const f32)
+    }
+}
+
+/// Sixteen numbers from `p` as f32 (loaded, or widened from f16 bits).
+///
+/// # Safety
+/// AVX-512F; `p` points at sixteen readable numbers.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub(crate) unsafe fn load16<E: F16Held>(p: *const E) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    if E::BITS {
+        _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i))
+    } else {
+        _mm512_loadu_ps(p as *const f32)
+    }
+}
 
 /// Which of llama.cpp's two summation orders an f16 product follows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -160,8 +247,13 @@ unsafe fn dot_f16_avx2(x: &[f32], y: &[f32], order: F16Order) -> f32 {
 /// # Safety
 /// The CPU must have AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-pub(crate) unsafe fn dots_f16_avx2(keys: &[f32], q: &[f32], order: F16Order, s: &mut [f32]) {
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dots_f16_avx2<E: F16Held>(
+    keys: &[E],
+    q: &[f32],
+    order: F16Order,
+    s: &mut [f32],
+) {
     use std::arch::x86_64::*;
     let dk = q.len();
     let n = s.len().min(keys.len() / dk.max(1));
@@ -181,10 +273,7 @@ pub(crate) unsafe fn dots_f16_avx2(keys: &[f32], q: &[f32], order: F16Order, s: 
                     F16Order::Gemm => {
                         let mut acc = _mm256_setzero_ps();
                         for i in (0..dk).step_by(LANES) {
-                            let (a, b) = (
-                                _mm256_loadu_ps(x.add(i)),
-                                _mm256_loadu_ps(q.as_ptr().add(i)),
-                            );
+                            let (a, b) = (load8(x.add(i)), _mm256_loadu_ps(q.as_ptr().add(i)));
                             acc = _mm256_fmadd_ps(a, b, acc);
                         }
                         acc
@@ -194,10 +283,7 @@ pub(crate) unsafe fn dots_f16_avx2(keys: &[f32], q: &[f32], order: F16Order, s: 
                         for i in (0..dk).step_by(4 * LANES) {
                             for (j, sj) in sum.iter_mut().enumerate() {
                                 let o = i + j * LANES;
-                                let (a, b) = (
-                                    _mm256_loadu_ps(x.add(o)),
-                                    _mm256_loadu_ps(q.as_ptr().add(o)),
-                                );
+                                let (a, b) = (load8(x.add(o)), _mm256_loadu_ps(q.as_ptr().add(o)));
                                 *sj = _mm256_fmadd_ps(a, b, *sj);
                             }
                         }
@@ -224,8 +310,18 @@ pub(crate) unsafe fn dots_f16_avx2(keys: &[f32], q: &[f32], order: F16Order, s: 
             j0 += LANES;
         }
     }
+    // The last keys one by one (f16 bits widened first: the same numbers).
+    let mut row = Vec::new();
     for j in j0..n {
-        s[j] = dot_f16_avx2(&keys[j * dk..][..dk], q, order);
+        let key = &keys[j * dk..][..dk];
+        s[j] = match E::as_f32(key) {
+            Some(key) => dot_f16_avx2(key, q, order),
+            None => {
+                row.clear();
+                row.extend(key.iter().map(|&x| x.widen()));
+                dot_f16_avx2(&row, q, order)
+            }
+        };
     }
 }
 
@@ -356,13 +452,29 @@ mod tests {
                 let q = val(dk, 1);
                 for n in [0, 1, 7, 8, 9, 16, 19] {
                     let keys = val(n * dk, 2);
+                    // The same keys as f16 bits (an f16 KV cache).
+                    let bits: Vec<u16> = keys
+                        .iter()
+                        .map(|&x| half::f16::from_f32(x).to_bits())
+                        .collect();
                     for order in [F16Order::Gemm, F16Order::Dot] {
                         let mut fast = vec![0.0f32; n];
                         dots_at(isa, &keys, &q, order, &mut fast);
-                        for (j, f) in fast.iter().enumerate() {
+                        let mut halves = vec![0.0f32; n];
+                        #[cfg(target_arch = "x86_64")]
+                        if fma_at(isa) {
+                            // SAFETY: an available level with AVX2, FMA and F16C.
+                            unsafe { dots_f16_avx2(&bits, &q, order, &mut halves) };
+                        } else {
+                            halves.copy_from_slice(&fast);
+                        }
+                        #[cfg(not(target_arch = "x86_64"))]
+                        halves.copy_from_slice(&fast);
+                        for (j, (f, h)) in fast.iter().zip(&halves).enumerate() {
                             let want = dot_f16(&keys[j * dk..][..dk], &q, order);
                             let what = format!("{isa}: {order:?} dk={dk} n={n} j={j}");
                             assert_eq!(f.to_bits(), want.to_bits(), "{what}");
+                            assert_eq!(h.to_bits(), want.to_bits(), "{what}, keys as f16 bits");
                         }
                     }
                 }

@@ -38,12 +38,12 @@
 //! compute the same bits, and tests hold each to its plain function bit for bit.
 
 use crate::ops::attention::{
-    bias_row, check_dims, round_f16_in_place, visible_keys, AttentionDims, AttentionOutput,
-    AttentionParams,
+    bias_row, check_dims, check_shapes, round_f16_in_place, visible_keys, AttentionDims,
+    AttentionOutput, AttentionParams,
 };
+use crate::ops::f16_dot::{dot_f16, F16Held, F16Order, LANES};
 #[cfg(target_arch = "x86_64")]
-use crate::ops::f16_dot::dots_f16_avx2;
-use crate::ops::f16_dot::{dot_f16, F16Order, LANES};
+use crate::ops::f16_dot::{dots_f16_avx2, load16, load8};
 use crate::ops::softmax::llama_cpp::softmax_row;
 #[cfg(target_arch = "x86_64")]
 use crate::ops::softmax::llama_cpp::{softmax_row_avx2, softmax_row_avx512};
@@ -83,13 +83,68 @@ pub fn attention(
     p: &AttentionParams,
 ) -> Result<AttentionOutput> {
     let d = check_dims(q, k, v, p)?;
+    run(q, k.data(), v.data(), d, p)
+}
+
+/// [`attention`] over an f16 KV cache read in place (llama.cpp's own cache type): K and
+/// V as f16 bits, K of shape `k_shape` (b, h_kv, t_cap, d_k) and V (b, h_kv, t_cap,
+/// `d_v`), of which `p.kv_len` positions are read. The same numbers as [`attention`]
+/// over the same values held as f32, bit for bit, from half the bytes.
+///
+/// # Shapes
+/// q: (b, h, t_q, d_k), k: (b, h_kv, t_cap, d_k), v: (b, h_kv, t_cap, d_v)
+/// → output (b, h, t_q, d_v), weights (b, h, t_q, t_k)
+pub fn attention_f16(
+    q: &Tensor,
+    k: &[u16],
+    v: &[u16],
+    k_shape: [usize; 4],
+    d_v: usize,
+    p: &AttentionParams,
+) -> Result<AttentionOutput> {
+    let [b, h_kv, t_cap, _] = k_shape;
+    let v_shape = [b, h_kv, t_cap, d_v];
+    let d = check_shapes(q.shape(), &k_shape, &v_shape, p)?;
+    let numel = |s: &[usize; 4]| s.iter().product::<usize>();
+    if k.len() != numel(&k_shape) || v.len() != numel(&v_shape) {
+        return Err(crate::Error::Shape(format!(
+            "attention_f16: K holds {} numbers for {k_shape:?}, V {} for {v_shape:?}",
+            k.len(),
+            v.len()
+        )));
+    }
+    if d.t_q > 1 {
+        // A prompt reads every key and value once per query row: they are widened to
+        // f32 once (the same numbers) instead of at each read (SmolLM2's 128-token
+        // prefill: −5 % with the f16 reads).
+        let widen = |xs: &[u16], dd: usize| -> Vec<f32> {
+            let mut out = Vec::with_capacity(d.b * d.h_kv * d.t_k * dd);
+            for head in xs.chunks_exact((d.t_cap * dd).max(1)).take(d.b * d.h_kv) {
+                out.extend(head[..d.t_k * dd].iter().map(|&x| x.widen()));
+            }
+            out
+        };
+        let (kf, vf) = (widen(k, d.d_k), widen(v, d.d_v));
+        return run(q, &kf, &vf, AttentionDims { t_cap: d.t_k, ..d }, p);
+    }
+    run(q, k, v, d, p)
+}
+
+/// The heads of one attention call over K and V held as `E`.
+fn run<E: F16Held>(
+    q: &Tensor,
+    k: &[E],
+    v: &[E],
+    d: AttentionDims,
+    p: &AttentionParams,
+) -> Result<AttentionOutput> {
     let isa = crate::runtime::isa();
     let job = Job {
         d,
         p,
         q: q.data(),
-        k: k.data(),
-        v: v.data(),
+        k,
+        v,
         order: order(p.numerics, d.t_q),
         fma: fma_at(isa),
         avx512: avx512_at(isa),
@@ -146,13 +201,13 @@ pub fn attention(
     })
 }
 
-/// One attention call's inputs, shared by its heads.
-struct Job<'a> {
+/// One attention call's inputs, shared by its heads (K and V held as `E`).
+struct Job<'a, E> {
     d: AttentionDims,
     p: &'a AttentionParams<'a>,
     q: &'a [f32],
-    k: &'a [f32],
-    v: &'a [f32],
+    k: &'a [E],
+    v: &'a [E],
     order: F16Order,
     /// AVX2 and FMA: the FMA-compiled head and the eight-key scores.
     fma: bool,
@@ -172,19 +227,19 @@ struct Scratch {
     acc: Vec<f32>,
 }
 
-impl Job<'_> {
+impl<E: F16Held> Job<'_, E> {
     /// Whether V of key/value head `kv` (its rows `vs`) holds only finite multiples of
     /// 2⁻²⁴ (f16 numbers are), so that zero weights may be skipped ([`weigh_values`]):
     /// scanned once per key/value head, not once per query head.
     #[inline(always)]
-    fn v_skips_zeros(&self, kv: usize, vs: &[f32]) -> bool {
+    fn v_skips_zeros(&self, kv: usize, vs: &[E]) -> bool {
         *self.v_f16[kv].get_or_init(|| {
             #[cfg(target_arch = "x86_64")]
             if self.fma {
                 // SAFETY: `fma` says the CPU has AVX2 and FMA.
                 return unsafe { f16_multiples_avx2(vs) };
             }
-            f16_multiples(vs)
+            E::all_f16_multiples(vs)
         })
     }
 
@@ -211,8 +266,11 @@ impl Job<'_> {
             ws,
             sc,
             |keys, q, order, s| {
+                let mut row = Vec::with_capacity(q.len());
                 for (krow, s) in keys.chunks_exact(q.len()).zip(s.iter_mut()) {
-                    *s = dot_f16(krow, q, order);
+                    row.clear();
+                    row.extend(krow.iter().map(|&x| x.widen()));
+                    *s = dot_f16(&row, q, order);
                 }
             },
             |row| softmax_row(row, 1.0),
@@ -229,7 +287,7 @@ impl Job<'_> {
     /// # Safety
     /// The CPU must have AVX2 and FMA.
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn head_fma(&self, bh: usize, out: &mut [f32], ws: &mut [f32], sc: &mut Scratch) {
         let avx512 = self.avx512;
         // SAFETY (both closures): this function runs only where AVX2 and FMA are (its
@@ -269,9 +327,9 @@ impl Job<'_> {
         out: &mut [f32],
         ws: &mut [f32],
         sc: &mut Scratch,
-        dots: impl Fn(&[f32], &[f32], F16Order, &mut [f32]),
+        dots: impl Fn(&[E], &[f32], F16Order, &mut [f32]),
         softmax: impl Fn(&mut [f32]),
-        weigh: impl Fn(&[f32], &[f32], F16Order, bool, &mut [f32], &mut [f32]),
+        weigh: impl Fn(&[f32], &[E], F16Order, bool, &mut [f32], &mut [f32]),
     ) {
         let (d, p, order) = (&self.d, self.p, self.order);
         let (bi, hi) = (bh / d.h, bh % d.h);
@@ -333,26 +391,16 @@ impl Job<'_> {
     }
 }
 
-/// Whether every number of `xs` is a finite multiple of 2⁻²⁴ (as every f16 number is):
-/// the condition of [`weigh_values`]' `skip_zeros`. Checked 64 numbers at a time
-/// without an early exit inside a run, so the compiler can use vector registers.
-#[inline(always)]
-fn f16_multiples(xs: &[f32]) -> bool {
-    xs.chunks(64).all(|run| {
-        run.iter().fold(true, |ok, &x| {
-            ok & (x.is_finite() & ((x * 16_777_216.0).fract() == 0.0))
-        })
-    })
-}
-
-/// [`f16_multiples`] compiled for AVX2 (a vector rounding instruction for `fract`).
+/// [`F16Held::all_f16_multiples`] (the condition of [`weigh_values`]' `skip_zeros`)
+/// compiled for AVX2 (a vector rounding instruction for
+/// `fract`).
 ///
 /// # Safety
 /// The CPU must have AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn f16_multiples_avx2(xs: &[f32]) -> bool {
-    f16_multiples(xs)
+unsafe fn f16_multiples_avx2<E: F16Held>(xs: &[E]) -> bool {
+    E::all_f16_multiples(xs)
 }
 
 /// `out_c = Σ_j p_j · v_jc` for every column c of V (t, d_v), each as the f16 dot
@@ -367,10 +415,12 @@ unsafe fn f16_multiples_avx2(xs: &[f32]) -> bool {
 /// accumulator, which starts at +0, is either nonzero or +0 (an exact cancellation rounds
 /// to +0; nothing is small enough to round to −0), and adding a ±0 product to it leaves it
 /// as it is. With an infinity in V, 0 · ∞ would be NaN: callers pass false then.
+///
+/// V is held as `E`: f32 numbers, or the f16 bits of an f16 cache (the same values).
 #[inline(always)]
-pub fn weigh_values(
+pub(crate) fn weigh_values<E: F16Held>(
     p: &[f32],
-    v: &[f32],
+    v: &[E],
     order: F16Order,
     skip_zeros: bool,
     acc: &mut [f32],
@@ -386,9 +436,9 @@ pub fn weigh_values(
 /// [`weigh_values`]' lane accumulators (`acc`: lanes × d_v) for columns `c0..dv`,
 /// started at zero: position j's products into lane row j % lanes — the GEMM's chain
 /// (j % 8), or the dot's accumulator (j % 32) / 8 and its lane j % 8, i.e. j % 32.
-fn weigh_columns(
+fn weigh_columns<E: F16Held>(
     p: &[f32],
-    v: &[f32],
+    v: &[E],
     dv: usize,
     c0: usize,
     lanes: usize,
@@ -404,7 +454,7 @@ fn weigh_columns(
         }
         let a = &mut acc[(j % lanes) * dv..][c0..dv];
         for (x, &y) in a.iter_mut().zip(&vj[c0..]) {
-            *x = y.mul_add(pj, *x);
+            *x = y.widen().mul_add(pj, *x);
         }
     }
 }
@@ -428,10 +478,10 @@ fn weigh_lanes(order: F16Order) -> usize {
 /// # Safety
 /// The CPU must have AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn weigh_values_fma(
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn weigh_values_fma<E: F16Held>(
     p: &[f32],
-    v: &[f32],
+    v: &[E],
     order: F16Order,
     skip_zeros: bool,
     acc: &mut [f32],
@@ -464,14 +514,14 @@ unsafe fn weigh_values_fma(
             // 8 · regs numbers of acc.
             unsafe {
                 match regs {
-                    8 => weigh_lane::<8>(at, to),
-                    7 => weigh_lane::<7>(at, to),
-                    6 => weigh_lane::<6>(at, to),
-                    5 => weigh_lane::<5>(at, to),
-                    4 => weigh_lane::<4>(at, to),
-                    3 => weigh_lane::<3>(at, to),
-                    2 => weigh_lane::<2>(at, to),
-                    _ => weigh_lane::<1>(at, to),
+                    8 => weigh_lane::<E, 8>(at, to),
+                    7 => weigh_lane::<E, 7>(at, to),
+                    6 => weigh_lane::<E, 6>(at, to),
+                    5 => weigh_lane::<E, 5>(at, to),
+                    4 => weigh_lane::<E, 4>(at, to),
+                    3 => weigh_lane::<E, 3>(at, to),
+                    2 => weigh_lane::<E, 2>(at, to),
+                    _ => weigh_lane::<E, 1>(at, to),
                 }
             }
         }
@@ -494,10 +544,10 @@ unsafe fn weigh_values_fma(
 /// # Safety
 /// The CPU must have AVX-512F, AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn weigh_values_avx512(
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn weigh_values_avx512<E: F16Held>(
     p: &[f32],
-    v: &[f32],
+    v: &[E],
     order: F16Order,
     skip_zeros: bool,
     acc: &mut [f32],
@@ -530,14 +580,14 @@ unsafe fn weigh_values_avx512(
             // lane rows l and l + 1 (< lanes, which is even) of acc.
             unsafe {
                 match regs {
-                    8 => weigh_lane_pair::<8>(at, to),
-                    7 => weigh_lane_pair::<7>(at, to),
-                    6 => weigh_lane_pair::<6>(at, to),
-                    5 => weigh_lane_pair::<5>(at, to),
-                    4 => weigh_lane_pair::<4>(at, to),
-                    3 => weigh_lane_pair::<3>(at, to),
-                    2 => weigh_lane_pair::<2>(at, to),
-                    _ => weigh_lane_pair::<1>(at, to),
+                    8 => weigh_lane_pair::<E, 8>(at, to),
+                    7 => weigh_lane_pair::<E, 7>(at, to),
+                    6 => weigh_lane_pair::<E, 6>(at, to),
+                    5 => weigh_lane_pair::<E, 5>(at, to),
+                    4 => weigh_lane_pair::<E, 4>(at, to),
+                    3 => weigh_lane_pair::<E, 3>(at, to),
+                    2 => weigh_lane_pair::<E, 2>(at, to),
+                    _ => weigh_lane_pair::<E, 1>(at, to),
                 }
             }
         }
@@ -559,8 +609,8 @@ unsafe fn weigh_values_avx512(
 /// and `to + dv` each start `16 W` writable numbers.
 #[cfg(target_arch = "x86_64")]
 #[inline]
-#[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn weigh_lane_pair<const W: usize>(at: LaneAt, to: *mut f32) {
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn weigh_lane_pair<E: F16Held, const W: usize>(at: LaneAt<E>, to: *mut f32) {
     use std::arch::x86_64::*;
     let LaneAt {
         p,
@@ -582,7 +632,7 @@ unsafe fn weigh_lane_pair<const W: usize>(at: LaneAt, to: *mut f32) {
             let vj = v.as_ptr().add(j * dv + c0);
             for (k, rk) in ra.iter_mut().enumerate() {
                 // y · p_j + x, as weigh_values' y.mul_add(p_j, x).
-                *rk = _mm512_fmadd_ps(_mm512_loadu_ps(vj.add(16 * k)), pv, *rk);
+                *rk = _mm512_fmadd_ps(load16(vj.add(16 * k)), pv, *rk);
             }
         }
         if j + 1 < n {
@@ -591,7 +641,7 @@ unsafe fn weigh_lane_pair<const W: usize>(at: LaneAt, to: *mut f32) {
                 let pv = _mm512_set1_ps(pb);
                 let vj = v.as_ptr().add((j + 1) * dv + c0);
                 for (k, rk) in rb.iter_mut().enumerate() {
-                    *rk = _mm512_fmadd_ps(_mm512_loadu_ps(vj.add(16 * k)), pv, *rk);
+                    *rk = _mm512_fmadd_ps(load16(vj.add(16 * k)), pv, *rk);
                 }
             }
         }
@@ -606,11 +656,11 @@ unsafe fn weigh_lane_pair<const W: usize>(at: LaneAt, to: *mut f32) {
 /// Where [`weigh_lane`] reads.
 #[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy)]
-struct LaneAt<'a> {
+struct LaneAt<'a, E> {
     /// The weights of the positions.
     p: &'a [f32],
     /// V, rows of `dv` numbers.
-    v: &'a [f32],
+    v: &'a [E],
     dv: usize,
     /// The first column.
     c0: usize,
@@ -631,8 +681,8 @@ struct LaneAt<'a> {
 /// holds `8 W` numbers.
 #[cfg(target_arch = "x86_64")]
 #[inline]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn weigh_lane<const W: usize>(at: LaneAt, to: &mut [f32]) {
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn weigh_lane<E: F16Held, const W: usize>(at: LaneAt<E>, to: &mut [f32]) {
     use std::arch::x86_64::*;
     let LaneAt {
         p,
@@ -653,7 +703,7 @@ unsafe fn weigh_lane<const W: usize>(at: LaneAt, to: &mut [f32]) {
             let vj = v.as_ptr().add(j * dv + c0);
             for (k, rk) in r.iter_mut().enumerate() {
                 // y · p_j + x, as weigh_values' y.mul_add(p_j, x).
-                *rk = _mm256_fmadd_ps(_mm256_loadu_ps(vj.add(LANES * k)), pv, *rk);
+                *rk = _mm256_fmadd_ps(load8(vj.add(LANES * k)), pv, *rk);
             }
         }
         j += lanes;
@@ -783,6 +833,32 @@ mod tests {
                     );
                 }
             }
+            // V held as f16 bits (an f16 KV cache): the same numbers at every level.
+            let vh: Vec<u16> = v
+                .iter()
+                .map(|&x| half::f16::from_f32(x).to_bits())
+                .collect();
+            for skip in [false, true] {
+                let mut halves = vec![0.0; dv];
+                weigh_values(&p, &vh, order, skip, &mut acc, &mut halves);
+                assert_eq!(
+                    bits(&halves),
+                    bits(&out),
+                    "{order:?}: V as f16 bits, skip {skip}"
+                );
+                #[cfg(target_arch = "x86_64")]
+                if Isa::available().into_iter().any(fma_at) {
+                    // SAFETY: a level with AVX2, FMA and F16C is available.
+                    unsafe { weigh_values_fma(&p, &vh, order, skip, &mut acc, &mut halves) };
+                    assert_eq!(bits(&halves), bits(&out), "{order:?}: f16 bits, AVX2");
+                }
+                #[cfg(target_arch = "x86_64")]
+                if Isa::available().into_iter().any(avx512_at) {
+                    // SAFETY: a level with AVX-512F (and AVX2, FMA) is available.
+                    unsafe { weigh_values_avx512(&p, &vh, order, skip, &mut acc, &mut halves) };
+                    assert_eq!(bits(&halves), bits(&out), "{order:?}: f16 bits, AVX-512");
+                }
+            }
             let mut pp = p.clone();
             pp.resize(t_pad, 0.0);
             for (c, o) in out.iter().enumerate() {
@@ -795,6 +871,65 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Attention over an f16 cache (K and V as f16 bits, read in place up to `kv_len`)
+    /// equals attention over the same values held as f32, bit for bit, output and
+    /// weights: a decoded token (the dot order, read in f16) and a prompt (widened once),
+    /// with a GQA group, head widths that leave tails to the plain loops (72: not whole
+    /// 32s, 16s or 8s), on threads, at every instruction-set level.
+    #[test]
+    fn f16_cache_equals_f32_cache() -> Result<(), Box<dyn std::error::Error>> {
+        let (h, h_kv, cap, dk) = (4, 2, 50, 72);
+        let val = |n: usize, seed: usize| -> Vec<f32> {
+            (0..n)
+                .map(|i| round_f16((((i * 31 + seed * 17) % 113) as f32 - 56.0) / 40.0))
+                .collect()
+        };
+        let (kf, vf) = (val(h_kv * cap * dk, 2), val(h_kv * cap * dk, 3));
+        let half = |xs: &[f32]| -> Vec<u16> {
+            xs.iter()
+                .map(|&x| half::f16::from_f32(x).to_bits())
+                .collect()
+        };
+        let (kh, vh) = (half(&kf), half(&vf));
+        let k = Tensor::new(kf, &[1, h_kv, cap, dk])?;
+        let v = Tensor::new(vf, &[1, h_kv, cap, dk])?;
+        let bits = |t: &Tensor| t.data().iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for (t_q, kv_len) in [(1usize, 37usize), (1, 50), (5, 41)] {
+            let q = Tensor::new(val(h * t_q * dk, 1), &[1, h, t_q, dk])?;
+            for numerics in [Numerics::LlamaCpp, Numerics::RowInvariant] {
+                let p = AttentionParams {
+                    causal: true,
+                    want_weights: true,
+                    kv_len: Some(kv_len),
+                    numerics,
+                    softcap: None,
+                    ..AttentionParams::new(dk)
+                };
+                for isa in Isa::available() {
+                    for threads in [1, 2] {
+                        let rt = crate::Runtime::builder()
+                            .threads(threads)
+                            .isa(isa)
+                            .build()?;
+                        let want = rt.install(|| attention(&q, &k, &v, &p))?;
+                        let got =
+                            rt.install(|| attention_f16(&q, &kh, &vh, [1, h_kv, cap, dk], dk, &p))?;
+                        let what = format!("{isa}, {threads} threads, t_q {t_q}, {numerics:?}");
+                        assert_eq!(bits(&got.output), bits(&want.output), "{what}");
+                        let (w1, w2) = (got.weights.as_ref(), want.weights.as_ref());
+                        let (w1, w2) = (w1.ok_or("weights")?, w2.ok_or("weights")?);
+                        assert_eq!(bits(w1), bits(w2), "{what}: weights");
+                    }
+                }
+            }
+        }
+        // Stores of the wrong size are refused, not read past.
+        let q = Tensor::zeros(&[1, h, 1, dk]);
+        let p = AttentionParams::new(dk);
+        assert!(attention_f16(&q, &kh[1..], &vh, [1, h_kv, cap, dk], dk, &p).is_err());
+        Ok(())
     }
 
     /// Heads split over threads compute what one thread computes, bit for bit, in both

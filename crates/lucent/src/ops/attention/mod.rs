@@ -177,14 +177,31 @@ pub(crate) fn check_dims(
     v: &Tensor,
     p: &AttentionParams,
 ) -> Result<AttentionDims> {
-    let [b, h, t_q, d_k] = q.dims()?;
-    let [bk, h_kv, t_cap, dk2] = k.dims()?;
-    let [bv, hv, tv, d_v] = v.dims()?;
+    check_shapes(q.shape(), k.shape(), v.shape(), p)
+}
+
+/// [`check_dims`] of the shapes of Q, K and V.
+pub(crate) fn check_shapes(
+    q: &[usize],
+    k: &[usize],
+    v: &[usize],
+    p: &AttentionParams,
+) -> Result<AttentionDims> {
+    let four = |s: &[usize], name: &str| -> Result<[usize; 4]> {
+        <[usize; 4]>::try_from(s).map_err(|_| {
+            Error::Shape(format!(
+                "attention: {name} must be 4-D (b, h, t, d), got {s:?}"
+            ))
+        })
+    };
+    let [b, h, t_q, d_k] = four(q, "q")?;
+    let [bk, h_kv, t_cap, dk2] = four(k, "k")?;
+    let [bv, hv, tv, d_v] = four(v, "v")?;
     if b != bk || d_k != dk2 {
-        return Err(Error::mismatch("attention (q vs k)", q.shape(), k.shape()));
+        return Err(Error::mismatch("attention (q vs k)", q, k));
     }
     if bv != b || hv != h_kv || tv != t_cap {
-        return Err(Error::mismatch("attention (k vs v)", k.shape(), v.shape()));
+        return Err(Error::mismatch("attention (k vs v)", k, v));
     }
     let t_k = p.kv_len.unwrap_or(t_cap);
     if t_k > t_cap {
@@ -338,6 +355,33 @@ pub fn attention(
         fused
     };
     record_attention(q, k, v, p, kernel)
+}
+
+/// [`attention`] over an f16 KV cache read in place (llama.cpp's cache type, and so
+/// under its arithmetic only, [`Numerics::llama_cpp`]): K and V as f16 bits, K of shape
+/// `k_shape` (b, h_kv, t_cap, d_k) and V (b, h_kv, t_cap, `d_v`), of which `p.kv_len`
+/// positions are read. The same numbers as [`attention`] over the same values held as
+/// f32, from half the bytes. Not differentiable (a cache serves inference).
+///
+/// # Shapes
+/// q: (b, h, t_q, d_k), k: (b, h_kv, t_cap, d_k), v: (b, h_kv, t_cap, d_v)
+/// → output (b, h, t_q, d_v), weights (b, h, t_q, t_k)
+pub fn attention_f16(
+    q: &Tensor,
+    k: &[u16],
+    v: &[u16],
+    k_shape: [usize; 4],
+    d_v: usize,
+    p: &AttentionParams,
+) -> Result<AttentionOutput> {
+    if !p.numerics.llama_cpp() {
+        return Err(Error::Argument(format!(
+            "attention over an f16 KV cache runs llama.cpp's arithmetic only, not {:?}; \
+             keep an f32 cache (KvStorage::F32) for this model",
+            p.numerics
+        )));
+    }
+    llama_cpp::attention_f16(q, k, v, k_shape, d_v, p)
 }
 
 /// The fused kernel behind [`attention`]: per (batch, head), blocks of queries as two
