@@ -317,8 +317,15 @@ pub(crate) unsafe fn dots_f16_avx2<E: F16Held>(
         s[j] = match E::as_f32(key) {
             Some(key) => dot_f16_avx2(key, q, order),
             None => {
-                row.clear();
-                row.extend(key.iter().map(|&x| x.widen()));
+                // Widened eight at a time (F16C), the rest one by one.
+                row.resize(dk, 0.0);
+                let whole = dk - dk % LANES;
+                for c in (0..whole).step_by(LANES) {
+                    _mm256_storeu_ps(row.as_mut_ptr().add(c), load8(key.as_ptr().add(c)));
+                }
+                for c in whole..dk {
+                    row[c] = key[c].widen();
+                }
                 dot_f16_avx2(&row, q, order)
             }
         };
@@ -448,7 +455,7 @@ mod tests {
                 .collect()
         };
         for isa in Isa::available() {
-            for dk in [8, 24, 32, 40, 64, 256] {
+            for dk in [8, 20, 24, 32, 40, 64, 256] {
                 let q = val(dk, 1);
                 for n in [0, 1, 7, 8, 9, 16, 19] {
                     let keys = val(n * dk, 2);
