@@ -7,7 +7,9 @@
 //! `matvec` and its rate in GFLOP/s and GB/s of weights read; then the time to stream
 //! every 2-D weight of the file once (what one decoded token costs in matrix products),
 //! a plain read of the same bytes (the memory's ceiling for it), and a 128-token
-//! prefill through `matmul_t`.
+//! prefill through `matmul_t`. The file's bytes are held as a model's are
+//! (`GgufFile::into_held`: huge pages where it can); `MAPPED=1` reads them through the
+//! file's map instead, for comparison.
 
 use std::time::Instant;
 
@@ -59,7 +61,12 @@ fn main() -> lucent::Result<()> {
         .ok_or_else(|| lucent::Error::Argument("usage: quant_bench FILE.gguf [THREADS]".into()))?;
     let threads: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1);
     lucent::set_threads(threads)?;
-    let f = GgufFile::open(path)?.into_held()?;
+    // MAPPED=1: the file's pages, as before models were held (see the module doc).
+    let f = if std::env::var_os("MAPPED").is_some() {
+        GgufFile::open(path)?
+    } else {
+        GgufFile::open(path)?.into_held()?
+    };
     println!(
         "{} ({} threads: {} time; instruction set {})",
         path,

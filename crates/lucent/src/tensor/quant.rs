@@ -439,11 +439,33 @@ pub const KVALUES_IQ4NL: [i8; 16] = [
 /// 2 (g / 4) + 1 of s[8 + g % 4].
 #[inline]
 pub fn q3_k_scales(s: &[u8; 12]) -> [i8; 16] {
-    std::array::from_fn(|g| {
-        let low = if g < 8 { s[g] & 0x0F } else { s[g - 8] >> 4 };
-        let high = (s[8 + g % 4] >> (2 * (g / 4))) & 3;
-        ((low | (high << 4)) as i32 - 32) as i8
-    })
+    // Sixteen 6-bit fields (low four bits: scale g's nibble of bytes 0..8, low nibbles
+    // first; high two bits: bits 2 (g / 4) of byte 8 + g % 4) made with whole-word
+    // operations, eight bytes a word, so that no per-scale loop (or closure the
+    // compiler may leave out of line) runs: as a loop of sixteen steps it had cost a
+    // Q3_K token's product half its speed. Each byte then has 32 taken away without a
+    // borrow crossing bytes: (x | 0x80) − 32 stays in its byte for x < 64, and xor 0x80
+    // gives x − 32 modulo 256.
+    let word = |b: &[u8]| {
+        let mut w = [0u8; 8];
+        w[..b.len()].copy_from_slice(b);
+        u64::from_le_bytes(w)
+    };
+    let (a, h) = (word(&s[..8]), word(&s[8..]));
+    let two = 0x0303_0303u64;
+    let h_lo = (h & two) | ((h >> 2) & two) << 32; // scales 0..8
+    let h_hi = ((h >> 4) & two) | ((h >> 6) & two) << 32; // scales 8..16
+    let nib = 0x0F0F_0F0F_0F0F_0F0Fu64;
+    let (top, sub) = (0x8080_8080_8080_8080u64, 0x2020_2020_2020_2020u64);
+    let minus32 = |v: u64| ((v | top) - sub) ^ top;
+    let lo = minus32((a & nib) | (h_lo << 4)).to_le_bytes();
+    let hi = minus32(((a >> 4) & nib) | (h_hi << 4)).to_le_bytes();
+    let mut out = [0i8; 16];
+    for g in 0..8 {
+        out[g] = lo[g] as i8;
+        out[8 + g] = hi[g] as i8;
+    }
+    out
 }
 
 impl BlockIQ4_XS {
@@ -451,11 +473,14 @@ impl BlockIQ4_XS {
     #[inline]
     pub fn sub_scales(&self) -> [i8; 8] {
         let h = u16::from_le_bytes(self.scales_h);
-        std::array::from_fn(|j| {
+        // A plain loop, not a closure the compiler may leave out of line.
+        let mut out = [0i8; 8];
+        for (j, o) in out.iter_mut().enumerate() {
             let low = (self.scales_l[j / 2] >> (4 * (j % 2))) & 0x0F;
             let high = ((h >> (2 * j)) & 3) as u8;
-            ((low | (high << 4)) as i32 - 32) as i8
-        })
+            *o = ((low | (high << 4)) as i32 - 32) as i8;
+        }
+        out
     }
 }
 
@@ -635,6 +660,40 @@ impl QBytes {
                 .and_then(|end| map.get(*start..end))
                 .unwrap_or(&[]),
             QBytes::Owned(v) => v,
+        }
+    }
+}
+
+#[cfg(test)]
+mod q3_tests {
+    use super::*;
+
+    /// The word-wise Q3_K scales equal ggml's per-scale statement on every value each
+    /// field can take and on random scale bytes.
+    #[test]
+    fn q3_k_scales_equal_the_per_scale_statement() {
+        let plain = |s: &[u8; 12]| -> [i8; 16] {
+            let mut out = [0i8; 16];
+            for (g, o) in out.iter_mut().enumerate() {
+                let low = if g < 8 { s[g] & 0x0F } else { s[g - 8] >> 4 };
+                let high = (s[8 + g % 4] >> (2 * (g / 4))) & 3;
+                *o = ((low | (high << 4)) as i32 - 32) as i8;
+            }
+            out
+        };
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        for n in 0..200_000u32 {
+            let mut s = [0u8; 12];
+            for b in s.iter_mut() {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                *b = (state >> 32) as u8;
+            }
+            if n < 256 {
+                s = [n as u8; 12];
+            }
+            assert_eq!(q3_k_scales(&s), plain(&s), "{s:?}");
         }
     }
 }

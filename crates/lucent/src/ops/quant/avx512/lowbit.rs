@@ -139,7 +139,10 @@ unsafe fn block_lanes<const RA: usize>(
         _ => {
             let b = &*(blk as *const BlockIQ4_XS);
             let sub = b.sub_scales();
-            let sc: [i8; 16] = std::array::from_fn(|g| sub[g / 2]);
+            let mut sc = [0i8; 16];
+            for (g, c) in sc.iter_mut().enumerate() {
+                *c = sub[g / 2];
+            }
             let s = _mm_loadu_si128(sc.as_ptr() as *const __m128i);
             (avx2::f16p(&raw const b.d), 0.0, _mm256_cvtepi8_epi16(s))
         }
