@@ -86,10 +86,11 @@ pub fn attention(
     run(q, k.data(), v.data(), d, p)
 }
 
-/// [`attention`] over an f16 KV cache read in place (llama.cpp's own cache type): K and
-/// V as f16 bits, K of shape `k_shape` (b, h_kv, t_cap, d_k) and V (b, h_kv, t_cap,
-/// `d_v`), of which `p.kv_len` positions are read. The same numbers as [`attention`]
-/// over the same values held as f32, bit for bit, from half the bytes.
+/// [`attention`] over an f16 KV cache read in place (llama.cpp's own cache type, and so
+/// under its arithmetic only, [`Numerics::llama_cpp`]): K and V as f16 bits, K of shape
+/// `k_shape` (b, h_kv, t_cap, d_k) and V (b, h_kv, t_cap, `d_v`), of which `p.kv_len`
+/// positions are read. The same numbers as [`attention`] over the same values held as
+/// f32, bit for bit, from half the bytes. Not differentiable (a cache serves inference).
 ///
 /// # Shapes
 /// q: (b, h, t_q, d_k), k: (b, h_kv, t_cap, d_k), v: (b, h_kv, t_cap, d_v)
@@ -102,6 +103,13 @@ pub fn attention_f16(
     d_v: usize,
     p: &AttentionParams,
 ) -> Result<AttentionOutput> {
+    if !p.numerics.llama_cpp() {
+        return Err(crate::Error::Argument(format!(
+            "attention over an f16 KV cache runs llama.cpp's arithmetic only, not {:?}; \
+             keep an f32 cache (KvStorage::F32) for this model",
+            p.numerics
+        )));
+    }
     let [b, h_kv, t_cap, _] = k_shape;
     let v_shape = [b, h_kv, t_cap, d_v];
     let d = check_shapes(q.shape(), &k_shape, &v_shape, p)?;
@@ -925,10 +933,20 @@ mod tests {
                 }
             }
         }
-        // Stores of the wrong size are refused, not read past.
+        // Stores of the wrong size are refused, not read past; so is another arithmetic.
         let q = Tensor::zeros(&[1, h, 1, dk]);
-        let p = AttentionParams::new(dk);
+        let p = AttentionParams {
+            numerics: Numerics::LlamaCpp,
+            ..AttentionParams::new(dk)
+        };
+        assert!(attention_f16(&q, &kh, &vh, [1, h_kv, cap, dk], dk, &p).is_ok());
         assert!(attention_f16(&q, &kh[1..], &vh, [1, h_kv, cap, dk], dk, &p).is_err());
+        let lucent = AttentionParams {
+            numerics: Numerics::Lucent,
+            ..p
+        };
+        let e = attention_f16(&q, &kh, &vh, [1, h_kv, cap, dk], dk, &lucent).unwrap_err();
+        assert!(e.to_string().contains("llama.cpp's arithmetic only"), "{e}");
         Ok(())
     }
 

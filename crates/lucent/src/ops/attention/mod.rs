@@ -29,6 +29,7 @@
 //! arithmetic instead, f16 steps and summation orders included: [`llama_cpp`].
 
 pub(crate) mod llama_cpp;
+pub use llama_cpp::attention_f16;
 
 use rayon::prelude::*;
 
@@ -355,33 +356,6 @@ pub fn attention(
         fused
     };
     record_attention(q, k, v, p, kernel)
-}
-
-/// [`attention`] over an f16 KV cache read in place (llama.cpp's cache type, and so
-/// under its arithmetic only, [`Numerics::llama_cpp`]): K and V as f16 bits, K of shape
-/// `k_shape` (b, h_kv, t_cap, d_k) and V (b, h_kv, t_cap, `d_v`), of which `p.kv_len`
-/// positions are read. The same numbers as [`attention`] over the same values held as
-/// f32, from half the bytes. Not differentiable (a cache serves inference).
-///
-/// # Shapes
-/// q: (b, h, t_q, d_k), k: (b, h_kv, t_cap, d_k), v: (b, h_kv, t_cap, d_v)
-/// → output (b, h, t_q, d_v), weights (b, h, t_q, t_k)
-pub fn attention_f16(
-    q: &Tensor,
-    k: &[u16],
-    v: &[u16],
-    k_shape: [usize; 4],
-    d_v: usize,
-    p: &AttentionParams,
-) -> Result<AttentionOutput> {
-    if !p.numerics.llama_cpp() {
-        return Err(Error::Argument(format!(
-            "attention over an f16 KV cache runs llama.cpp's arithmetic only, not {:?}; \
-             keep an f32 cache (KvStorage::F32) for this model",
-            p.numerics
-        )));
-    }
-    llama_cpp::attention_f16(q, k, v, k_shape, d_v, p)
 }
 
 /// The fused kernel behind [`attention`]: per (batch, head), blocks of queries as two
