@@ -166,10 +166,16 @@ fn check_decoder_config(cfg: &ModelConfig) -> Result<()> {
 impl DecoderModel {
     /// Open a GGUF file and build the model it holds.
     pub fn load_gguf(path: &Path) -> Result<DecoderModel> {
+        DecoderModel::from_gguf(&DecoderModel::open_to_run(path)?)
+    }
+
+    /// Open a GGUF file to run the model it holds: checked first by what may refuse it
+    /// (its family, its config), then its bytes held as [`GgufFile::into_held`] holds
+    /// them, so that a refusal does not wait for the copy.
+    pub fn open_to_run(path: &Path) -> Result<GgufFile> {
         let f = GgufFile::open(path)?;
-        // What may refuse the file before its bytes are copied (GgufFile::into_held).
         DecoderModel::config_of(&f)?;
-        DecoderModel::from_gguf(&f.into_held()?)
+        f.into_held()
     }
 
     /// The config of a GGUF file, translated by the family its architecture names.

@@ -190,26 +190,18 @@ impl LayerKvCache {
         if max_t <= cap {
             return Ok(());
         }
-        let fresh = Store::new(self.storage(), [b, h, max_t, d_k], self.d_v);
-        let old = std::mem::replace(&mut self.store, fresh);
-        self.shape[2] = max_t;
-        let (len, d_v) = (self.len, self.d_v);
-        let copy = |from: &[u16], to: &mut [u16], d: usize| {
-            for bh in 0..b * h {
-                to[bh * max_t * d..][..len * d].copy_from_slice(&from[bh * cap * d..][..len * d]);
-            }
+        let (d_v, runs) = (self.d_v, [b * h, cap, max_t, self.len]);
+        self.store = match &self.store {
+            Store::F32 { k, v } => Store::F32 {
+                k: Tensor::new(moved(k.data(), runs, d_k), &[b, h, max_t, d_k])?,
+                v: Tensor::new(moved(v.data(), runs, d_v), &[b, h, max_t, d_v])?,
+            },
+            Store::F16 { k, v } => Store::F16 {
+                k: moved(k, runs, d_k),
+                v: moved(v, runs, d_v),
+            },
         };
-        match (old, &mut self.store) {
-            (Store::F32 { k, v }, Store::F32 { k: nk, v: nv }) => {
-                write_positions(nk, &k.narrow(2, 0, len)?, 0)?;
-                write_positions(nv, &v.narrow(2, 0, len)?, 0)?;
-            }
-            (Store::F16 { k, v }, Store::F16 { k: nk, v: nv }) => {
-                copy(&k, nk, d_k);
-                copy(&v, nv, d_v);
-            }
-            _ => unreachable!("grow keeps the storage"),
-        }
+        self.shape[2] = max_t;
         Ok(())
     }
 
@@ -342,31 +334,21 @@ impl Store {
     }
 }
 
-/// f16 bits widened to an f32 tensor of `shape`.
+/// f16 bits widened to an f32 tensor of `shape` (`xs` holds its numbers).
 fn widen(xs: &[u16], shape: &[usize]) -> Tensor {
-    let data: Vec<f32> = xs
-        .iter()
-        .map(|&x| half::f16::from_bits(x).to_f32())
-        .collect();
-    Tensor::new(data, shape).unwrap_or_else(|_| Tensor::zeros(shape))
+    Tensor::from_fn(shape, |i| half::f16::from_bits(xs[i]).to_f32())
 }
 
-/// Copy `src` (b, h, t_new, d) into positions start.. of `dst` (b, h, max_t, d): storage
-/// bookkeeping, no arithmetic.
-fn write_positions(dst: &mut Tensor, src: &Tensor, start: usize) -> Result<()> {
-    let [_, _, max_t, d] = dst.dims()?;
-    let [_, _, t_new, _] = src.dims()?;
-    let block = t_new * d;
-    if block == 0 {
-        return Ok(());
+/// Every head's filled positions copied to the front of a longer run: `from` (heads,
+/// cap, d) of which the first `len` positions are filled → (heads, max_t, d), where
+/// `runs` = [heads, cap, max_t, len].
+fn moved<T: Copy + Default>(from: &[T], runs: [usize; 4], d: usize) -> Vec<T> {
+    let [heads, cap, max_t, len] = runs;
+    let mut to = vec![T::default(); heads * max_t * d];
+    for bh in 0..heads {
+        to[bh * max_t * d..][..len * d].copy_from_slice(&from[bh * cap * d..][..len * d]);
     }
-    let s = src.data();
-    let out = dst.data_mut();
-    for (bh, chunk) in s.chunks(block).enumerate() {
-        let off = (bh * max_t + start) * d;
-        out[off..off + block].copy_from_slice(chunk);
-    }
-    Ok(())
+    to
 }
 
 /// Per-layer key/value caches of a decoder stack.

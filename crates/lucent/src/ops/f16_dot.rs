@@ -28,8 +28,6 @@ pub(crate) trait F16Held: Copy + Send + Sync + 'static {
     /// Checked 64 numbers at a time without an early exit inside a run, so the compiler
     /// can use vector registers.
     fn all_f16_multiples(xs: &[Self]) -> bool;
-    /// The numbers as f32 when that is how they are held.
-    fn as_f32(xs: &[Self]) -> Option<&[f32]>;
 }
 
 impl F16Held for f32 {
@@ -46,10 +44,6 @@ impl F16Held for f32 {
             })
         })
     }
-    #[inline(always)]
-    fn as_f32(xs: &[f32]) -> Option<&[f32]> {
-        Some(xs)
-    }
 }
 
 impl F16Held for u16 {
@@ -63,10 +57,6 @@ impl F16Held for u16 {
         // Finite: the exponent bits are not all ones.
         xs.chunks(64)
             .all(|run| run.iter().fold(true, |ok, &x| ok & (x & 0x7C00 != 0x7C00)))
-    }
-    #[inline(always)]
-    fn as_f32(_: &[u16]) -> Option<&[f32]> {
-        None
     }
 }
 
@@ -179,13 +169,13 @@ pub fn dot_f16(x: &[f32], y: &[f32], order: F16Order) -> f32 {
 }
 
 /// [`dot_f16`] with AVX2 registers for its eight lanes: the same operations in the
-/// same order, so the same bits.
+/// same order, so the same bits; `x` held as f32 numbers or f16 bits ([`F16Held`]).
 ///
 /// # Safety
-/// The CPU must have AVX2 and FMA.
+/// The CPU must have AVX2, FMA and F16C.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn dot_f16_avx2(x: &[f32], y: &[f32], order: F16Order) -> f32 {
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_f16_avx2<E: F16Held>(x: &[E], y: &[f32], order: F16Order) -> f32 {
     use std::arch::x86_64::*;
     let n = x.len().min(y.len());
     let lanes = |v: __m256| -> [f32; LANES] {
@@ -199,10 +189,7 @@ unsafe fn dot_f16_avx2(x: &[f32], y: &[f32], order: F16Order) -> f32 {
         if order == F16Order::Gemm && n.is_multiple_of(LANES) {
             let mut acc = _mm256_setzero_ps();
             for i in (0..n).step_by(LANES) {
-                let (a, b) = (
-                    _mm256_loadu_ps(x.as_ptr().add(i)),
-                    _mm256_loadu_ps(y.as_ptr().add(i)),
-                );
+                let (a, b) = (load8(x.as_ptr().add(i)), _mm256_loadu_ps(y.as_ptr().add(i)));
                 acc = _mm256_fmadd_ps(a, b, acc);
             }
             return hsum8(&lanes(acc));
@@ -213,10 +200,7 @@ unsafe fn dot_f16_avx2(x: &[f32], y: &[f32], order: F16Order) -> f32 {
         for i in (0..np).step_by(step) {
             for (j, s) in sum.iter_mut().enumerate() {
                 let o = i + j * LANES;
-                let (a, b) = (
-                    _mm256_loadu_ps(x.as_ptr().add(o)),
-                    _mm256_loadu_ps(y.as_ptr().add(o)),
-                );
+                let (a, b) = (load8(x.as_ptr().add(o)), _mm256_loadu_ps(y.as_ptr().add(o)));
                 *s = _mm256_fmadd_ps(a, b, *s);
             }
         }
@@ -230,7 +214,7 @@ unsafe fn dot_f16_avx2(x: &[f32], y: &[f32], order: F16Order) -> f32 {
             total = ((t[0] + t[1]) + (t[2] + t[3])) as f64;
         }
         for i in np..n {
-            total += (x[i] * y[i]) as f64;
+            total += (x[i].widen() * y[i]) as f64;
         }
         total as f32
     }
@@ -310,25 +294,9 @@ pub(crate) unsafe fn dots_f16_avx2<E: F16Held>(
             j0 += LANES;
         }
     }
-    // The last keys one by one (f16 bits widened first: the same numbers).
-    let mut row = Vec::new();
+    // The last keys one by one.
     for j in j0..n {
-        let key = &keys[j * dk..][..dk];
-        s[j] = match E::as_f32(key) {
-            Some(key) => dot_f16_avx2(key, q, order),
-            None => {
-                // Widened eight at a time (F16C), the rest one by one.
-                row.resize(dk, 0.0);
-                let whole = dk - dk % LANES;
-                for c in (0..whole).step_by(LANES) {
-                    _mm256_storeu_ps(row.as_mut_ptr().add(c), load8(key.as_ptr().add(c)));
-                }
-                for c in whole..dk {
-                    row[c] = key[c].widen();
-                }
-                dot_f16_avx2(&row, q, order)
-            }
-        };
+        s[j] = dot_f16_avx2(&keys[j * dk..][..dk], q, order);
     }
 }
 

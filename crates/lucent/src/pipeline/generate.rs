@@ -51,7 +51,6 @@ use std::time::Instant;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::io::gguf::GgufFile;
 use crate::io::gguf_tokenizer::GgufTokenizer;
 use crate::io::tokenizer::{HfTokenizer, TokenStream, Tokenizer};
 use crate::model::DecoderModel;
@@ -96,13 +95,10 @@ impl std::fmt::Debug for TextModel {
 }
 
 impl TextModel {
-    /// Load a GGUF file (its weights held as [`GgufFile::into_held`] holds them), with
+    /// Load a GGUF file (its weights held as [`DecoderModel::open_to_run`] holds them), with
     /// its tokenizer and chat template (if the file carries one).
     pub fn load(path: &Path) -> Result<TextModel> {
-        let f = GgufFile::open(path)?;
-        // What may refuse the file (its family, its config) before its bytes are copied.
-        DecoderModel::config_of(&f)?;
-        let f = f.into_held()?;
+        let f = DecoderModel::open_to_run(path)?;
         let tokenizer = GgufTokenizer::from_gguf(&f)?;
         let template = ChatTemplate::from_gguf(&f, &tokenizer)?;
         Ok(TextModel {

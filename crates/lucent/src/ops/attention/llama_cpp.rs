@@ -86,10 +86,10 @@ pub fn attention(
     run(q, k.data(), v.data(), d, p)
 }
 
-/// [`attention`] over an f16 KV cache read in place (llama.cpp's own cache type, and so
+/// [`crate::ops::attention()`] over an f16 KV cache read in place (llama.cpp's own cache type, and so
 /// under its arithmetic only, [`Numerics::llama_cpp`]): K and V as f16 bits, K of shape
 /// `k_shape` (b, h_kv, t_cap, d_k) and V (b, h_kv, t_cap, `d_v`), of which `p.kv_len`
-/// positions are read. The same numbers as [`attention`] over the same values held as
+/// positions are read. The same numbers as [`crate::ops::attention()`] over the same values held as
 /// f32, bit for bit, from half the bytes. Not differentiable (a cache serves inference).
 ///
 /// # Shapes

@@ -248,10 +248,7 @@ pub(crate) unsafe fn pair_tile<const K: u8, const W: usize, const RA: usize>(
                             rows[4 * qd + 2],
                             rows[4 * qd + 3],
                         ];
-                        let (_, rest) = sc.split_at_mut(2 * qd);
-                        let (two, _) = rest.split_at_mut(2);
-                        let two: &mut [[f32; 32]; 2] = two.try_into().unwrap_unchecked();
-                        short_scales::<K>(quad, bb * (g + jj), dx, jj, two, &mut ms[qd]);
+                        short_scales::<K>(quad, bb * (g + jj), dx, jj, sc, qd, &mut ms[qd]);
                     }
                 }
             }
@@ -339,10 +336,11 @@ pub(crate) unsafe fn pair_tile<const K: u8, const W: usize, const RA: usize>(
     }
 }
 
-/// One block's scales for [`pair_tile`], the four rows at once: block `jj` of the
-/// group, whose bytes start at `at` in each row, with the activations' scale `dx`.
-/// Writes the products `d_w · dx` into the pairs' `scp` and the minimums into `ms`
-/// (block-major), the same numbers as the whole group's path.
+/// One block's scales for [`pair_tile`], four rows at once (the call's rows
+/// `4 qd .. 4 qd + 4`): block `jj` of the group, whose bytes start at `at` in each row,
+/// with the activations' scale `dx`. Writes the products `d_w · dx` into pairs `2 qd`
+/// and `2 qd + 1` of `scp` and the minimums into `ms` (block-major), the same numbers
+/// as the whole group's path.
 ///
 /// # Safety
 /// [`available`](super::available); each row holds a block of type `K` at `at`.
@@ -353,7 +351,8 @@ unsafe fn short_scales<const K: u8>(
     at: usize,
     dx: f32,
     jj: usize,
-    scp: &mut [[f32; 32]; 2],
+    scp: &mut [[f32; 32]; 4],
+    qd: usize,
     ms: &mut [f32; 64],
 ) {
     let has_min = layout(dtype(K)).4;
@@ -364,8 +363,8 @@ unsafe fn short_scales<const K: u8>(
     let pick = _mm256_set_epi32(7, 5, 3, 1, 6, 4, 2, 0);
     let dm = _mm256_permutevar8x32_ps(_mm256_cvtph_ps(h), pick);
     let d = _mm_castps_pd(_mm_mul_ps(_mm256_castps256_ps128(dm), _mm_set1_ps(dx)));
-    _mm_storel_pd(scp[0].as_mut_ptr().add(2 * jj) as *mut f64, d);
-    _mm_storeh_pd(scp[1].as_mut_ptr().add(2 * jj) as *mut f64, d);
+    _mm_storel_pd(scp[2 * qd].as_mut_ptr().add(2 * jj) as *mut f64, d);
+    _mm_storeh_pd(scp[2 * qd + 1].as_mut_ptr().add(2 * jj) as *mut f64, d);
     if has_min {
         _mm_storeu_ps(ms.as_mut_ptr().add(4 * jj), _mm256_extractf128_ps(dm, 1));
     }
