@@ -793,39 +793,35 @@ impl QMatrix {
             // activation rows take four, each tile then met by up to eight of them in
             // registers.
             let width = if t == 1 && K != avx512::Q8_0 { 8 } else { 4 };
-            // Two streams of tiles, from the first half of the rows and from the
-            // second, taken in turn: memory then reads ahead at two places. One core
-            // streams Q4_1 from DRAM at 14 GB/s so, against 11 in one stream
-            // (matvec_bench, 600 MB).
+            // The tiles in order, one stream, each call prefetching the rows a few
+            // tiles on. Over huge pages this is the fastest from memory: Gemma 3's
+            // 262144 × 640 Q8_0 head 38.2 → 44.6 GB/s against two streams (the first
+            // half's tiles and the second's in turn, which 4 KiB pages had favoured:
+            // Q4_1 14 against 11 GB/s on a Zen 4), and no matrix of the three decoders
+            // slower (`quant_bench`, one and two threads).
             let tiles = n / width;
-            let half = tiles.div_ceil(2);
-            for k in 0..half {
-                for tile in [k, half + k] {
-                    if tile >= tiles {
-                        continue;
-                    }
-                    let w = width * tile;
-                    if width == 8 {
-                        let rows = std::array::from_fn(|j| r(w + j));
-                        put(0, w, &pair_group::<K, 8, 1>(rows, acts, sps)[0]);
-                        continue;
-                    }
-                    let rows = [r(w), r(w + 1), r(w + 2), r(w + 3)];
-                    let mut a = 0;
-                    while a < t {
-                        let mut group = |o: &[[f32; 4]]| {
-                            for (j, v) in o.iter().enumerate() {
-                                put(a + j, w, v);
-                            }
-                            o.len()
-                        };
-                        a += match t - a {
-                            8.. => group(&pair_group::<K, 4, 8>(rows, &acts[a..], &sps[a..])),
-                            4.. => group(&pair_group::<K, 4, 4>(rows, &acts[a..], &sps[a..])),
-                            2.. => group(&pair_group::<K, 4, 2>(rows, &acts[a..], &sps[a..])),
-                            _ => group(&pair_group::<K, 4, 1>(rows, &acts[a..], &sps[a..])),
-                        };
-                    }
+            for tile in 0..tiles {
+                let w = width * tile;
+                if width == 8 {
+                    let rows = std::array::from_fn(|j| r(w + j));
+                    put(0, w, &pair_group::<K, 8, 1>(rows, acts, sps)[0]);
+                    continue;
+                }
+                let rows = [r(w), r(w + 1), r(w + 2), r(w + 3)];
+                let mut a = 0;
+                while a < t {
+                    let mut group = |o: &[[f32; 4]]| {
+                        for (j, v) in o.iter().enumerate() {
+                            put(a + j, w, v);
+                        }
+                        o.len()
+                    };
+                    a += match t - a {
+                        8.. => group(&pair_group::<K, 4, 8>(rows, &acts[a..], &sps[a..])),
+                        4.. => group(&pair_group::<K, 4, 4>(rows, &acts[a..], &sps[a..])),
+                        2.. => group(&pair_group::<K, 4, 2>(rows, &acts[a..], &sps[a..])),
+                        _ => group(&pair_group::<K, 4, 1>(rows, &acts[a..], &sps[a..])),
+                    };
                 }
             }
             // The rows past the whole tiles: a four-row tile, then one row at a time.
