@@ -281,7 +281,8 @@ pub(crate) unsafe fn pair_tile<const K: u8, const W: usize, const RA: usize>(
             let i = g + jj;
             for c in 0..lines {
                 let p = ahead.wrapping_add(W * bb * i + 64 * c);
-                _mm_prefetch::<_MM_HINT_T0>(p as *const i8);
+                // Non-temporal, as kgemv's: the weights pass, the KV cache stays in L3.
+                _mm_prefetch::<_MM_HINT_NTA>(p as *const i8);
             }
             let mut mv = [_mm_setzero_ps(); 2];
             if has_min {

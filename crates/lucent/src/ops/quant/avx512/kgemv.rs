@@ -160,10 +160,12 @@ pub(crate) unsafe fn q4_k_gemv16(
         for (r, row) in rows.iter().enumerate() {
             let b = (row.as_ptr() as *const BlockQ4_K).add(i);
             if ahead != 0 {
+                // Non-temporal: weights read once a token need not displace what stays
+                // (the KV cache) from L3 (Qwen3-shape decode +4 % at 1 thread, +5 % at 2).
                 let p = (b as *const i8).wrapping_add(ahead);
-                _mm_prefetch::<_MM_HINT_T0>(p);
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(128));
+                _mm_prefetch::<_MM_HINT_NTA>(p);
+                _mm_prefetch::<_MM_HINT_NTA>(p.wrapping_add(64));
+                _mm_prefetch::<_MM_HINT_NTA>(p.wrapping_add(128));
             }
             // The eight scales as words in the lowest 128 bits.
             let scw = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(
@@ -223,7 +225,7 @@ pub(crate) unsafe fn q6_k_gemv16(
             if ahead != 0 {
                 let q = (b as *const i8).wrapping_add(ahead);
                 for line in 0..4 {
-                    _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(64 * line));
+                    _mm_prefetch::<_MM_HINT_NTA>(q.wrapping_add(64 * line));
                 }
             }
             let d = avx2::f16p(&raw const (*b).d) * a.d[i];
@@ -261,7 +263,7 @@ pub(crate) unsafe fn q4_0_gemv16(
         if ahead != 0 {
             for row in &rows {
                 let p = (row.as_ptr().add(BB * i) as *const i8).wrapping_add(ahead);
-                _mm_prefetch::<_MM_HINT_T0>(p);
+                _mm_prefetch::<_MM_HINT_NTA>(p);
             }
         }
         let two = i + 1 < nb;
