@@ -9,27 +9,20 @@
 //! a plain read of the same bytes (the memory's ceiling for it), and a 128-token
 //! prefill through `matmul_t`. The file's bytes are held as a model's are
 //! (`GgufFile::into_held`: huge pages where it can); `MAPPED=1` reads them through the
-//! file's map instead, for comparison.
+//! file's map instead, for comparison. `USE_ORDER=1` streams the matrices in the order
+//! a decoded token uses them (each layer's Q, K, V, output, gate, up, down; then the
+//! rest) instead of the file's.
 
 use std::time::Instant;
 
 use lucent::io::gguf::GgufFile;
 
-/// CPU time of the calling thread in seconds (Linux: /proc/thread-self/schedstat), so
-/// single-thread numbers stay meaningful on a busy machine; wall time elsewhere.
-fn cpu_now() -> Option<f64> {
-    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    Some(s.split_whitespace().next()?.parse::<f64>().ok()? * 1e-9)
-}
-
-/// Seconds of `f`: thread CPU time with 1 thread, wall time otherwise.
-fn time(threads: usize, mut f: impl FnMut() -> lucent::Result<()>) -> lucent::Result<f64> {
-    let (c0, w0) = (cpu_now(), Instant::now());
+/// Seconds of `f` in wall time (the best of several runs skips the moments another
+/// process had the CPU; this VM's thread CPU clock advances in whole scheduler ticks).
+fn time(mut f: impl FnMut() -> lucent::Result<()>) -> lucent::Result<f64> {
+    let w0 = Instant::now();
     f()?;
-    Ok(match (threads, c0, cpu_now()) {
-        (1, Some(a), Some(b)) => b - a,
-        _ => w0.elapsed().as_secs_f64(),
-    })
+    Ok(w0.elapsed().as_secs_f64())
 }
 
 /// Every byte of the matrices read once (summed as u64 words, eight at a time), split
@@ -68,14 +61,9 @@ fn main() -> lucent::Result<()> {
         GgufFile::open(path)?.into_held()?
     };
     println!(
-        "{} ({} threads: {} time; instruction set {})",
+        "{} ({} threads: wall time; instruction set {})",
         path,
         threads,
-        if threads == 1 && cpu_now().is_some() {
-            "thread CPU"
-        } else {
-            "wall"
-        },
         lucent::runtime::isa()
     );
     let mats: Vec<_> = f
@@ -92,11 +80,11 @@ fn main() -> lucent::Result<()> {
             .as_ref()
             .map_err(|e| lucent::Error::Argument(e.to_string()))?;
         let x: Vec<f32> = (0..m.cols()).map(|i| (i as f32 * 0.37).sin()).collect();
-        // Enough calls per measurement for the CPU clock's resolution (a few ms).
+        // Enough calls per measurement (about a billion weights) for a steady figure.
         let reps = (1e9 / (m.rows() * m.cols()) as f64).ceil() as usize;
         let mut best = f64::MAX;
         for _ in 0..5 {
-            let dt = time(threads, || {
+            let dt = time(|| {
                 for _ in 0..reps {
                     std::hint::black_box(m.matvec(&x)?);
                 }
@@ -116,13 +104,37 @@ fn main() -> lucent::Result<()> {
         );
     }
     // One decoded token: every 2-D weight once (the output head is token_embd when tied).
-    let all: Vec<_> = mats.iter().filter_map(|(_, m)| m.as_ref().ok()).collect();
+    let mut named: Vec<_> = mats
+        .iter()
+        .filter_map(|(n, m)| Some((n.clone(), m.as_ref().ok()?)))
+        .collect();
+    if std::env::var_os("USE_ORDER").is_some() {
+        let rank = |n: &str| -> (usize, usize) {
+            let layer = n
+                .strip_prefix("blk.")
+                .and_then(|r| r.split('.').next())
+                .and_then(|l| l.parse().ok())
+                .unwrap_or(usize::MAX);
+            let kinds = [
+                "attn_q.",
+                "attn_k.",
+                "attn_v.",
+                "attn_output",
+                "ffn_gate",
+                "ffn_up",
+                "ffn_down",
+            ];
+            (layer, kinds.iter().position(|k| n.contains(k)).unwrap_or(9))
+        };
+        named.sort_by_key(|(n, _)| rank(n));
+    }
+    let all: Vec<_> = named.iter().map(|(_, m)| *m).collect();
     let xs: Vec<Vec<f32>> = all
         .iter()
         .map(|m| (0..m.cols()).map(|i| (i as f32 * 0.1).cos()).collect())
         .collect();
     let bytes: usize = all.iter().map(|m| m.bytes().len()).sum();
-    // Ten passes per measurement: the thread CPU clock ticks in milliseconds.
+    // Ten passes per measurement, the best of five.
     let passes = 10;
     let mut best = f64::MAX;
     for _ in 0..5 {
@@ -137,7 +149,7 @@ fn main() -> lucent::Result<()> {
             }
             Ok(())
         };
-        let dt = time(threads, || {
+        let dt = time(|| {
             if threads > 1 {
                 rayon::scope(|_| pass())
             } else {
@@ -158,7 +170,7 @@ fn main() -> lucent::Result<()> {
     // ceiling for one decoded token (what streaming the weights could reach at best).
     let mut best_read = f64::MAX;
     for _ in 0..5 {
-        let dt = time(threads, || {
+        let dt = time(|| {
             for _ in 0..passes {
                 std::hint::black_box(read_all(&all, threads));
             }
@@ -193,7 +205,7 @@ fn main() -> lucent::Result<()> {
                 .collect()
         })
         .collect();
-    let per_layer = time(threads, || {
+    let per_layer = time(|| {
         for (m, x) in layer0.iter().zip(&xs) {
             std::hint::black_box(m.matmul_t(x, t_len)?);
         }
@@ -211,8 +223,7 @@ fn main() -> lucent::Result<()> {
         let mut best = f64::MAX;
         for _ in 0..15 {
             let reps = 4;
-            // Wall time: the thread CPU clock ticks in milliseconds; the best of many
-            // runs is what the kernel costs when nothing else runs.
+            // The best of many runs is what the kernel costs when nothing else runs.
             let w0 = Instant::now();
             for _ in 0..reps {
                 std::hint::black_box(m.matmul_t_quantized(x, t_len, lucent::Numerics::LlamaCpp)?);
