@@ -39,8 +39,9 @@ pub(crate) const ROWS: usize = 16;
 /// Each block's scales, minimums and `M` are unpacked for the sixteen rows at once
 /// (their first sixteen bytes transposed to a lane per row, `k_scales_mins`'s word
 /// operations on the lanes, `M` as four word products): one row at a time these had
-/// been half the kernel's instructions. Q4_K 1024 × 1024 in L2, 35.2 → 46.9 GB/s
-/// (`quant_bench`, 1 thread).
+/// been half the kernel's instructions. The Qwen3 shape's Q4_K matrices, repeated in
+/// cache (`quant_bench`, 1 thread): 1024 × 1024 33.6 → 44.3 GB/s, 3072 × 1024 33.0 →
+/// 42.7.
 ///
 /// # Safety
 /// [`available`](super::available); every row holds `a.d.len()` Q4_K blocks and `a` was
@@ -103,12 +104,13 @@ pub(crate) unsafe fn q4_k_gemv16(
         // four dword columns, lane r = row r: w[0] = d | dmin << 16, w[1..4] = the
         // scale words a, b, c. z[g]'s 128-bit lane L holds row 4L + g.
         let head = |r: usize| (rows[r].as_ptr() as *const BlockQ4_K).add(i) as *const __m128i;
-        let z: [__m512i; 4] = std::array::from_fn(|g| {
+        let mut z = [_mm512_setzero_si512(); 4];
+        for (g, zg) in z.iter_mut().enumerate() {
             let v = _mm512_castsi128_si512(_mm_loadu_si128(head(g)));
             let v = _mm512_inserti32x4::<1>(v, _mm_loadu_si128(head(4 + g)));
             let v = _mm512_inserti32x4::<2>(v, _mm_loadu_si128(head(8 + g)));
-            _mm512_inserti32x4::<3>(v, _mm_loadu_si128(head(12 + g)))
-        });
+            *zg = _mm512_inserti32x4::<3>(v, _mm_loadu_si128(head(12 + g)));
+        }
         let (t0, t1) = (
             _mm512_unpacklo_epi32(z[0], z[1]),
             _mm512_unpackhi_epi32(z[0], z[1]),
