@@ -794,11 +794,11 @@ impl QMatrix {
             // registers.
             let width = if t == 1 && K != avx512::Q8_0 { 8 } else { 4 };
             // The tiles in order, one stream, each call prefetching the rows a few
-            // tiles on. Over huge pages this is the fastest from memory: Gemma 3's
-            // 262144 × 640 Q8_0 head 38.2 → 44.6 GB/s against two streams (the first
-            // half's tiles and the second's in turn, which 4 KiB pages had favoured:
-            // Q4_1 14 against 11 GB/s on a Zen 4), and no matrix of the three decoders
-            // slower (`quant_bench`, one and two threads).
+            // tiles on. Over huge pages this is the faster from memory: Gemma 3's
+            // decode +12 % at 1 and 2 threads against two streams (the first half's
+            // tiles and the second's in turn, which 4 KiB pages had favoured: Q4_1 14
+            // against 11 GB/s on a Zen 4); its 262144 × 640 Q8_0 head 34.1 → 38.3 GB/s
+            // (`quant_bench`, medians of 3).
             let tiles = n / width;
             for tile in 0..tiles {
                 let w = width * tile;
