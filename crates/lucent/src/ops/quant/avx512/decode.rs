@@ -13,9 +13,11 @@ use crate::ops::quant::dispatch::Tile;
 
 use super::{block_major_4x16, dtype, group_scales, hi, layout, lo, transpose_4x16, weights, Q8_0};
 
-/// How many four-row tiles ahead [`pair_tile`] (and [`tile`]) prefetch the weights
-/// they will read next: eight (32 rows; 11.5 KB past SmolLM2's 360-byte Q4_1 rows)
-/// gives the memory time to answer a non-temporal prefetch before the rows are read.
+/// How many tiles ahead the decode kernels prefetch the weights they will read next:
+/// [`pair_tile`] that many four-row tiles (32 rows; 11.5 KB past SmolLM2's 360-byte
+/// Q4_1 rows, time for the memory to answer its non-temporal prefetch before the rows
+/// are read), [`tile`] that many of its own tiles (a plain prefetch; it serves CPUs
+/// without GFNI and a matrix's last rows).
 /// A token's products of SmolLM2 (`quant_bench`, `USE_ORDER=1`, one thread, three runs)
 /// 3.29–3.43 ms with four tiles, 2.98–3.09 with eight, 3.05–3.23 with twelve, 3.11–3.47
 /// with sixteen; Gemma 3's 6.77–6.97 → 6.58–6.81.
